@@ -1,0 +1,114 @@
+"""The harness exception tree.
+
+    HarnessError
+    ├── SessionClosedError          the session was shut down (by you)
+    ├── SessionFaultError           the session stopped because something broke (e.g. a journal append)
+    ├── SessionNotFoundError        restore of an unknown session id
+    ├── SessionBusyError            a writer already owns this session
+    ├── MailboxFullError            a command could not be queued in time (back-pressure)
+    ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
+    ├── JournalError
+    │   ├── JournalFencedError      another writer took over the session
+    │   └── JournalCorruptError     a stored record could not be decoded
+    ├── ModelError                  provider failure; `retryable` says whether a retry may succeed
+    │   ├── ModelRetryableError
+    │   └── ModelPermanentError
+    └── ToolError                   a tool refused or failed its call (reported to the model, not raised to users)
+        └── ToolArgumentsError      arguments failed validation in `prepare`
+
+Foreign exceptions are translated at the boundary with ``raise Ours(...) from exc``.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose."""
+
+
+class SessionClosedError(HarnessError):
+    """The session was closed (shutdown); it accepts no further commands."""
+
+
+class SessionFaultError(HarnessError):
+    """The session stopped because of a fault from outside (fail-closed)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id} stopped: {reason}")
+        self.session_id = session_id
+        self.reason = reason
+
+
+class SessionNotFoundError(HarnessError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session {session_id!r} in the journal")
+        self.session_id = session_id
+
+
+class SessionBusyError(HarnessError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id!r} already has a live writer")
+        self.session_id = session_id
+
+
+class MailboxFullError(HarnessError):
+    """A command could not be queued before its deadline."""
+
+
+class SubscriptionLostError(HarnessError):
+    """The subscriber's queue overflowed with an enduring event.
+
+    Nothing enduring is lost for good: resubscribe with ``from_seq=last_seq + 1`` to catch up from the journal.
+    """
+
+    def __init__(self, last_seq: int) -> None:
+        super().__init__(f"subscription lost after journal seq {last_seq}; resubscribe from {last_seq + 1}")
+        self.last_seq = last_seq
+
+
+class JournalError(HarnessError):
+    """The journal could not store or read records."""
+
+
+class JournalFencedError(JournalError):
+    """Another writer owns the session now; this writer must stop."""
+
+
+class JournalCorruptError(JournalError):
+    """A stored record could not be decoded."""
+
+
+class ModelError(HarnessError):
+    """A model provider failed."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class ModelRetryableError(ModelError):
+    """Rate limits, timeouts, 5xx, dropped connections: a retry may succeed."""
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, status_code=status_code)
+        self.retry_after = retry_after
+
+
+class ModelPermanentError(ModelError):
+    """Bad request, auth, unknown model: retrying will not help."""
+
+    retryable = False
+
+
+class ToolError(HarnessError):
+    """A tool failed or refused; the message goes back to the model as the tool's output."""
+
+
+class ToolArgumentsError(ToolError):
+    """The model's arguments failed validation."""

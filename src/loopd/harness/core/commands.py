@@ -1,0 +1,65 @@
+"""The closed vocabulary of commands a client sends to a session, with a versioned stored/wire form.
+
+`Interrupt` and `Shutdown` travel on the mailbox's priority lane.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, TypeAdapter
+
+from loopd.harness.core._values import Frozen
+
+
+class _Command(Frozen):
+    version: ClassVar[int] = 1
+    priority: ClassVar[bool] = False
+    command_id: str
+    loop: str | None = None
+
+
+class UserInput(_Command):
+    kind: Literal["user_input"] = "user_input"
+    text: str = Field(min_length=1)
+
+
+class CancelQueuedInput(_Command):
+    kind: Literal["cancel_queued_input"] = "cancel_queued_input"
+    target_command_id: str
+
+
+class Interrupt(_Command):
+    priority: ClassVar[bool] = True
+    kind: Literal["interrupt"] = "interrupt"
+    reason: str = "interrupted"
+
+
+class Shutdown(_Command):
+    priority: ClassVar[bool] = True
+    kind: Literal["shutdown"] = "shutdown"
+    drain_timeout: float = Field(default=5.0, ge=0)
+
+
+Command = Annotated[UserInput | CancelQueuedInput | Interrupt | Shutdown, Field(discriminator="kind")]
+COMMAND_ADAPTER: TypeAdapter[UserInput | CancelQueuedInput | Interrupt | Shutdown] = TypeAdapter(Command)
+
+
+def encode_command(command: UserInput | CancelQueuedInput | Interrupt | Shutdown) -> bytes:
+    """The wire form: the command's fields plus `kind` and `v` (its schema version)."""
+    body = command.model_dump(mode="json")
+    body["v"] = command.version
+    return _dumps(body)
+
+
+def decode_command(data: bytes | str) -> UserInput | CancelQueuedInput | Interrupt | Shutdown:
+    body = json.loads(data)
+    if not isinstance(body, dict):
+        raise ValueError("a command is a JSON object")
+    body.pop("v", None)
+    return COMMAND_ADAPTER.validate_python(body)
+
+
+def _dumps(body: dict[str, object]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,276 @@
+"""`decide(state, input) -> Decision(events, effects)`: the pure heart of a loop.
+
+No I/O, no clock (``now`` is an argument), no randomness (turn ids derive from the state).
+
+Queued-input rule (documented behaviour):
+  * An input that arrives while the loop is idle starts a turn.
+  * An input that arrives while a turn runs is queued (``InputQueued``, enduring). At the next step boundary —
+    after the tool batch, before the next model call — every queued input is folded into the running turn
+    (``InputsFolded``), so the model sees it in the same turn. If the turn ends first, all queued inputs start
+    the next turn together.
+  * At most ``max_queued`` inputs wait; more are rejected (``InputRejected``).
+  * Interrupt ends the running turn and cancels every queued input (``InputCancelled``): an interrupt means
+    "stop what you are doing", including what was waiting to be done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from loopd.harness.core._values import ToolOutcome
+from loopd.harness.core.apply import apply_loop
+from loopd.harness.core.commands import CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.events import (
+    InputCancelled,
+    InputQueued,
+    InputRejected,
+    InputsFolded,
+    LoopEvent,
+    ModelReplied,
+    QueuedInput,
+    StepDone,
+    ToolCompleted,
+    TurnDone,
+    TurnFailed,
+    TurnInterrupted,
+    TurnStarted,
+)
+from loopd.harness.core.inputs import (
+    CallModel,
+    CancelTurn,
+    Effect,
+    ModelCompleted,
+    ModelFailed,
+    RunTools,
+    ToolFinished,
+)
+from loopd.harness.core.state import LoopState
+
+LoopInput = UserInput | CancelQueuedInput | Interrupt | ModelCompleted | ModelFailed | ToolFinished
+
+
+@dataclass(frozen=True, slots=True)
+class LoopConfig:
+    """The parts of a loop definition that `decide` needs."""
+
+    name: str
+    max_steps: int = 25
+    max_queued: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    events: tuple[LoopEvent, ...] = ()
+    effects: tuple[Effect, ...] = ()
+
+
+@dataclass(slots=True)
+class _Builder:
+    """Accumulates events, folding each one so later decisions see the post-state."""
+
+    state: LoopState
+    events: list[LoopEvent] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+
+    def emit(self, event: LoopEvent) -> None:
+        self.events.append(event)
+        self.state = apply_loop(self.state, event)
+
+    def call_model(self) -> None:
+        turn = self.state.turn
+        assert turn is not None
+        self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history))
+
+    def start_queued_turn(self, now: float) -> None:
+        if self.state.turn is None and self.state.queued:
+            self.emit(
+                TurnStarted(
+                    loop=self.state.name,
+                    turn_id=f"{self.state.name}/{self.state.turns + 1}",
+                    inputs=self.state.queued,
+                    at=now,
+                )
+            )
+            self.call_model()
+
+    def done(self) -> Decision:
+        return Decision(events=tuple(self.events), effects=tuple(self.effects))
+
+
+def _closing_outcomes(state: LoopState, status: str, message: str) -> tuple[ToolOutcome, ...]:
+    turn = state.turn
+    if turn is None or turn.phase != "tools":
+        return ()
+    return tuple(
+        ToolOutcome(call_id=c.id, name=c.name, status=status, output=message)  # type: ignore[arg-type]
+        for c in turn.open_calls
+    )
+
+
+def _is_current(state: LoopState, turn_id: str, step: int, phase: str) -> bool:
+    turn = state.turn
+    return turn is not None and turn.turn_id == turn_id and turn.step == step and turn.phase == phase
+
+
+def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now: float) -> Decision:  # noqa: C901
+    """Decide what one input means for a loop. Stale completions (of an ended turn) decide nothing."""
+    b = _Builder(state)
+    name = state.name
+    match event_input:
+        case UserInput(command_id=command_id, text=text):
+            if state.turn is None and not state.queued:
+                b.emit(
+                    TurnStarted(
+                        loop=name,
+                        turn_id=f"{name}/{state.turns + 1}",
+                        inputs=(QueuedInput(command_id=command_id, text=text),),
+                        at=now,
+                    )
+                )
+                b.call_model()
+            elif len(state.queued) >= config.max_queued:
+                b.emit(InputRejected(loop=name, command_id=command_id, reason="input queue is full"))
+            else:
+                b.emit(InputQueued(loop=name, command_id=command_id, text=text))
+        case CancelQueuedInput(target_command_id=target):
+            if any(q.command_id == target for q in state.queued):
+                b.emit(InputCancelled(loop=name, command_id=target, reason="cancelled"))
+        case Interrupt(reason=reason):
+            _interrupt(b, reason, now, status="interrupted", message="interrupted before it completed")
+        case ModelCompleted(turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage):
+            if not _is_current(state, turn_id, step, "model"):
+                return Decision()
+            turn = state.turn
+            assert turn is not None
+            if calls:
+                b.emit(
+                    ModelReplied(loop=name, turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage)
+                )
+                b.effects.append(RunTools(turn_id=turn_id, step=step, calls=calls))
+            else:
+                b.emit(
+                    TurnDone(
+                        loop=name,
+                        turn_id=turn_id,
+                        step=step,
+                        text=text,
+                        step_usage=usage,
+                        usage=turn.usage + usage,
+                        at=now,
+                    )
+                )
+                b.start_queued_turn(now)
+        case ModelFailed(turn_id=turn_id, step=step, error_type=error_type, message=message):
+            if not _is_current(state, turn_id, step, "model"):
+                return Decision()
+            turn = state.turn
+            assert turn is not None
+            b.emit(
+                TurnFailed(
+                    loop=name, turn_id=turn_id, error_type=error_type, message=message, usage=turn.usage, at=now
+                )
+            )
+            b.start_queued_turn(now)
+        case ToolFinished(turn_id=turn_id, step=step, outcome=outcome):
+            if not _is_current(state, turn_id, step, "tools"):
+                return Decision()
+            turn = state.turn
+            assert turn is not None
+            if outcome.call_id not in {c.id for c in turn.open_calls}:
+                return Decision()
+            b.emit(ToolCompleted(loop=name, turn_id=turn_id, step=step, outcome=outcome))
+            _finish_step_if_complete(b, config, now)
+    return b.done()
+
+
+def _finish_step_if_complete(b: _Builder, config: LoopConfig, now: float) -> None:
+    turn = b.state.turn
+    assert turn is not None
+    if turn.open_calls:
+        return
+    b.emit(StepDone(loop=b.state.name, turn_id=turn.turn_id, step=turn.step, usage=turn.step_usage))
+    if turn.step >= config.max_steps:
+        b.emit(
+            TurnFailed(
+                loop=b.state.name,
+                turn_id=turn.turn_id,
+                error_type="max_steps_exceeded",
+                message=f"the turn used its {config.max_steps} steps without a final answer",
+                usage=turn.usage,
+                at=now,
+            )
+        )
+        b.start_queued_turn(now)
+        return
+    if b.state.queued:
+        b.emit(InputsFolded(loop=b.state.name, turn_id=turn.turn_id, inputs=b.state.queued))
+    b.call_model()
+
+
+def _interrupt(b: _Builder, reason: str, now: float, *, status: str, message: str) -> None:
+    state = b.state
+    turn = state.turn
+    queued = state.queued
+    if turn is not None:
+        b.emit(
+            TurnInterrupted(
+                loop=state.name,
+                turn_id=turn.turn_id,
+                reason=reason,
+                usage=turn.usage,
+                outcomes=_closing_outcomes(state, status, message),
+                at=now,
+            )
+        )
+        b.effects.append(CancelTurn(turn_id=turn.turn_id))
+    for q in queued:
+        b.emit(InputCancelled(loop=state.name, command_id=q.command_id, reason=reason))
+
+
+UNKNOWN_OUTCOME = "outcome unknown: the session stopped while this tool ran; it was not repeated"
+
+
+def recover(
+    state: LoopState,
+    *,
+    config: LoopConfig,
+    mode: str,
+    idempotent: Callable[[str], bool],
+    now: float,
+) -> Decision:
+    """What to do with a loop rebuilt from the journal (DESIGN §3 recovery rule).
+
+    ``mode="interrupt"``: an open turn gets a synthesized ``TurnInterrupted``; tool calls left open are recorded
+    with status ``unknown`` (their effect may or may not have happened); queued inputs are cancelled.
+
+    ``mode="resume"``: a model call in flight is re-issued (a read effect); an open tool call is re-run only if
+    its tool declares itself idempotent, otherwise its outcome is recorded as ``unknown`` and surfaced to the
+    model, never silently repeated; queued inputs start or join the turn as usual.
+    """
+    b = _Builder(state)
+    turn = state.turn
+    if mode == "interrupt":
+        _interrupt(b, "restored", now, status="unknown", message=UNKNOWN_OUTCOME)
+        # Effects of a turn that no longer runs have nothing to cancel after a restore.
+        b.effects.clear()
+        return b.done()
+    if mode != "resume":
+        raise ValueError(f"unknown recovery mode {mode!r}")
+    if turn is None:
+        b.start_queued_turn(now)
+        return b.done()
+    if turn.phase == "model":
+        b.call_model()
+        return b.done()
+    rerun = tuple(c for c in turn.open_calls if idempotent(c.name))
+    for call in turn.open_calls:
+        if call in rerun:
+            continue
+        outcome = ToolOutcome(call_id=call.id, name=call.name, status="unknown", output=UNKNOWN_OUTCOME)
+        b.emit(ToolCompleted(loop=state.name, turn_id=turn.turn_id, step=turn.step, outcome=outcome))
+    if rerun:
+        b.effects.append(RunTools(turn_id=turn.turn_id, step=turn.step, calls=rerun))
+    else:
+        _finish_step_if_complete(b, config, now)
+    return b.done()

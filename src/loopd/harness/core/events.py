@@ -1,0 +1,272 @@
+"""The closed vocabulary of harness events.
+
+Every event declares its lifecycle (ephemeral: never stored; enduring: stored before anyone sees it; terminal:
+enduring and ends a turn) and its scope (session or loop). The stored form is versioned: each class has a
+``version``; `loopd.harness.core.codec` upgrades older stored versions on read.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from loopd.harness.core._values import Frozen, ToolCall, ToolOutcome, Usage
+
+
+class Lifecycle(StrEnum):
+    EPHEMERAL = "ephemeral"
+    ENDURING = "enduring"
+    TERMINAL = "terminal"
+
+    @property
+    def stored(self) -> bool:
+        return self is not Lifecycle.EPHEMERAL
+
+
+class Scope(StrEnum):
+    SESSION = "session"
+    LOOP = "loop"
+
+
+class _Event(Frozen):
+    lifecycle: ClassVar[Lifecycle]
+    scope: ClassVar[Scope]
+    version: ClassVar[int] = 1
+
+
+class _SessionEvent(_Event):
+    scope: ClassVar[Scope] = Scope.SESSION
+    lifecycle: ClassVar[Lifecycle] = Lifecycle.ENDURING
+
+
+class _LoopEvent(_Event):
+    scope: ClassVar[Scope] = Scope.LOOP
+    lifecycle: ClassVar[Lifecycle] = Lifecycle.ENDURING
+    loop: str
+
+
+# --- session scope -------------------------------------------------------------------------------------------
+
+
+class SessionStarted(_SessionEvent):
+    kind: Literal["session_started"] = "session_started"
+    session_id: str
+    rig: str
+    loops: tuple[str, ...]
+    at: float
+
+
+class SessionRestored(_SessionEvent):
+    """A writer reopened the session from its journal."""
+
+    kind: Literal["session_restored"] = "session_restored"
+    from_seq: int
+    mode: Literal["interrupt", "resume"]
+    at: float
+
+
+class SessionStopped(_SessionEvent):
+    kind: Literal["session_stopped"] = "session_stopped"
+    reason: str
+    at: float
+
+
+# --- loop scope: enduring ------------------------------------------------------------------------------------
+
+
+class QueuedInput(Frozen):
+    command_id: str
+    text: str
+
+
+class TurnStarted(_LoopEvent):
+    """A turn opens with one or more user inputs (inputs queued while idle start one turn together)."""
+
+    kind: Literal["turn_started"] = "turn_started"
+    turn_id: str
+    inputs: tuple[QueuedInput, ...]
+    at: float
+
+
+class InputQueued(_LoopEvent):
+    """An input arrived while a turn was running; see `decide` for the queueing rule."""
+
+    kind: Literal["input_queued"] = "input_queued"
+    command_id: str
+    text: str
+
+
+class InputsFolded(_LoopEvent):
+    """Queued inputs were folded into the running turn at a step boundary."""
+
+    kind: Literal["inputs_folded"] = "inputs_folded"
+    turn_id: str
+    inputs: tuple[QueuedInput, ...]
+
+
+class InputCancelled(_LoopEvent):
+    kind: Literal["input_cancelled"] = "input_cancelled"
+    command_id: str
+    reason: str
+
+
+class InputRejected(_LoopEvent):
+    kind: Literal["input_rejected"] = "input_rejected"
+    command_id: str
+    reason: str
+
+
+class ModelReplied(_LoopEvent):
+    """The model asked for tools; the tool batch of this step starts after this is durable."""
+
+    kind: Literal["model_replied"] = "model_replied"
+    turn_id: str
+    step: int
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+
+
+class ToolCompleted(_LoopEvent):
+    kind: Literal["tool_completed"] = "tool_completed"
+    turn_id: str
+    step: int
+    outcome: ToolOutcome
+
+
+class StepDone(_LoopEvent):
+    kind: Literal["step_done"] = "step_done"
+    turn_id: str
+    step: int
+    usage: Usage
+
+
+# --- loop scope: terminal ------------------------------------------------------------------------------------
+
+
+class _Terminal(_LoopEvent):
+    lifecycle: ClassVar[Lifecycle] = Lifecycle.TERMINAL
+
+
+class TurnDone(_Terminal):
+    """The model answered without tools; `text` is the final reply."""
+
+    kind: Literal["turn_done"] = "turn_done"
+    turn_id: str
+    step: int
+    text: str
+    step_usage: Usage
+    usage: Usage
+    at: float
+
+
+class TurnFailed(_Terminal):
+    kind: Literal["turn_failed"] = "turn_failed"
+    turn_id: str
+    error_type: str
+    message: str
+    usage: Usage
+    outcomes: tuple[ToolOutcome, ...] = ()
+    at: float
+
+
+class TurnInterrupted(_Terminal):
+    """The turn was stopped (interrupt, shutdown or restore); `outcomes` close tool calls left open."""
+
+    kind: Literal["turn_interrupted"] = "turn_interrupted"
+    turn_id: str
+    reason: str
+    usage: Usage
+    outcomes: tuple[ToolOutcome, ...] = ()
+    at: float
+
+
+# --- loop scope: ephemeral -----------------------------------------------------------------------------------
+
+
+class _Ephemeral(_LoopEvent):
+    lifecycle: ClassVar[Lifecycle] = Lifecycle.EPHEMERAL
+
+
+class TokenDelta(_Ephemeral):
+    kind: Literal["token_delta"] = "token_delta"
+    turn_id: str
+    step: int
+    text: str
+
+
+class ToolCallStarted(_Ephemeral):
+    kind: Literal["tool_call_started"] = "tool_call_started"
+    turn_id: str
+    call_id: str
+    name: str
+    summary: str = ""
+
+
+class ToolProgress(_Ephemeral):
+    kind: Literal["tool_progress"] = "tool_progress"
+    turn_id: str
+    call_id: str
+    message: str
+
+
+class ModelRetrying(_Ephemeral):
+    kind: Literal["model_retrying"] = "model_retrying"
+    turn_id: str
+    step: int
+    attempt: int
+    delay: float
+    error: str
+
+
+SessionEvent = SessionStarted | SessionRestored | SessionStopped
+LoopEvent = (
+    TurnStarted
+    | InputQueued
+    | InputsFolded
+    | InputCancelled
+    | InputRejected
+    | ModelReplied
+    | ToolCompleted
+    | StepDone
+    | TurnDone
+    | TurnFailed
+    | TurnInterrupted
+)
+EphemeralEvent = TokenDelta | ToolCallStarted | ToolProgress | ModelRetrying
+StoredEvent = Annotated[SessionEvent | LoopEvent, Field(discriminator="kind")]
+Event = Annotated[SessionEvent | LoopEvent | EphemeralEvent, Field(discriminator="kind")]
+TerminalEvent = TurnDone | TurnFailed | TurnInterrupted
+
+ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
+    SessionStarted,
+    SessionRestored,
+    SessionStopped,
+    TurnStarted,
+    InputQueued,
+    InputsFolded,
+    InputCancelled,
+    InputRejected,
+    ModelReplied,
+    ToolCompleted,
+    StepDone,
+    TurnDone,
+    TurnFailed,
+    TurnInterrupted,
+    TokenDelta,
+    ToolCallStarted,
+    ToolProgress,
+    ModelRetrying,
+)
+
+
+def lifecycle_of(event: SessionEvent | LoopEvent | EphemeralEvent) -> Lifecycle:
+    return event.lifecycle
+
+
+def kind_of(event_type: type[_Event]) -> str:
+    default = event_type.model_fields["kind"].default
+    assert isinstance(default, str)
+    return default

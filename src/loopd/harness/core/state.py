@@ -1,0 +1,71 @@
+"""Session and loop state: immutable values folded from events by `apply`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+from loopd.harness.core._values import ZERO_USAGE, Message, ToolCall, ToolOutcome, Usage
+from loopd.harness.core.events import QueuedInput
+
+TurnPhase = Literal["model", "tools"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnState:
+    turn_id: str
+    step: int
+    phase: TurnPhase
+    usage: Usage
+    step_usage: Usage = ZERO_USAGE
+    calls: tuple[ToolCall, ...] = ()
+    outcomes: tuple[ToolOutcome, ...] = ()
+
+    @property
+    def open_calls(self) -> tuple[ToolCall, ...]:
+        done = {o.call_id for o in self.outcomes}
+        return tuple(c for c in self.calls if c.id not in done)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopState:
+    name: str
+    history: tuple[Message, ...] = ()
+    turn: TurnState | None = None
+    queued: tuple[QueuedInput, ...] = ()
+    turns: int = 0
+    usage: Usage = ZERO_USAGE
+    last_reply: str | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self.turn is None and not self.queued
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    session_id: str
+    rig: str = ""
+    status: Literal["new", "active", "stopped"] = "new"
+    loops: Mapping[str, LoopState] = field(default_factory=lambda: MappingProxyType({}))
+    last_seq: int = 0
+
+    @property
+    def usage(self) -> Usage:
+        total = ZERO_USAGE
+        for loop in self.loops.values():
+            total = total + loop.usage
+        return total
+
+    def with_loop(self, loop: LoopState) -> SessionState:
+        loops = dict(self.loops)
+        loops[loop.name] = loop
+        return SessionState(
+            session_id=self.session_id,
+            rig=self.rig,
+            status=self.status,
+            loops=MappingProxyType(loops),
+            last_seq=self.last_seq,
+        )

@@ -1,0 +1,124 @@
+"""In-memory journal: the same contract as SQLite, for tests and throwaway sessions, with fault injection."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+
+from loopd.harness._errors import JournalError, JournalFencedError, SessionBusyError, SessionNotFoundError
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
+
+
+@dataclass(slots=True)
+class _Session:
+    session_id: str
+    created_at: float
+    meta: str
+    epoch: int = 1
+    records: list[Record] = field(default_factory=list)
+    signal: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class MemoryJournal:
+    """A `Journal` kept in memory. ``fail_append`` (if set) is called before each append and may raise."""
+
+    def __init__(self, *, fail_append: Callable[[str, Sequence[NewRecord]], None] | None = None) -> None:
+        self._sessions: dict[str, _Session] = {}
+        self.fail_append = fail_append
+
+    async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
+        if session_id in self._sessions:
+            raise SessionBusyError(session_id)
+        self._sessions[session_id] = _Session(session_id, at, meta)
+        return _MemoryWriter(self, session_id, 1)
+
+    async def open_writer(self, session_id: str) -> JournalWriter:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(session_id)
+        s.epoch += 1
+        return _MemoryWriter(self, session_id, s.epoch)
+
+    def _append(self, session_id: str, epoch: int, records: Sequence[NewRecord]) -> list[int]:
+        s = self._sessions[session_id]
+        if s.epoch != epoch:
+            raise JournalFencedError(f"session writer (epoch {epoch}) was fenced")
+        if self.fail_append is not None:
+            try:
+                self.fail_append(session_id, records)
+            except JournalError:
+                raise
+            except Exception as exc:
+                raise JournalError(f"append failed: {exc}") from exc
+        first = len(s.records) + 1
+        seqs = list(range(first, first + len(records)))
+        s.records.extend(
+            Record(session_id, seq, r.kind, r.version, r.data, r.at) for seq, r in zip(seqs, records, strict=True)
+        )
+        s.signal.set()
+        return seqs
+
+    async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(session_id)
+        start = max(from_seq, 1) - 1
+        end = None if limit is None else start + limit
+        return s.records[start:end]
+
+    async def follow(
+        self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5
+    ) -> AsyncIterator[Record]:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(session_id)
+        next_seq = from_seq
+        while True:
+            s.signal.clear()
+            page = await self.read(session_id, next_seq)
+            for record in page:
+                yield record
+                next_seq = record.seq + 1
+            if not page:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(s.signal.wait(), poll_interval)
+
+    async def session(self, session_id: str) -> SessionInfo | None:
+        s = self._sessions.get(session_id)
+        if s is None:
+            return None
+        return SessionInfo(session_id, s.created_at, len(s.records), s.meta)
+
+    async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        infos = [SessionInfo(s.session_id, s.created_at, len(s.records), s.meta) for s in self._sessions.values()]
+        return sorted(infos, key=lambda i: i.created_at, reverse=True)[:limit]
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _MemoryWriter:
+    def __init__(self, journal: MemoryJournal, session_id: str, epoch: int) -> None:
+        self._journal = journal
+        self._session_id = session_id
+        self._epoch = epoch
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def last_seq(self) -> int:
+        return len(self._journal._sessions[self._session_id].records)
+
+    async def append(self, records: Sequence[NewRecord]) -> list[int]:
+        if self._closed:
+            raise JournalError("writer is closed")
+        await asyncio.sleep(0)  # an append is a suspension point, as with a real store
+        return self._journal._append(self._session_id, self._epoch, records)
+
+    async def aclose(self) -> None:
+        self._closed = True

@@ -1,0 +1,79 @@
+"""The Journal seam: an append-only, per-session, gap-free record of enduring events.
+
+Contract (shared by every implementation and checked by tests/harness/test_journal_contract.py):
+  * per-session ``seq`` starts at 1 and increases by exactly 1 per stored record, with no gaps;
+  * one writer per session: opening a writer fences any earlier writer (its appends fail with
+    `JournalFencedError`);
+  * an append either stores every record it was given or none of them;
+  * ``read`` returns records in seq order; ``follow`` keeps yielding new records as they are committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    kind: str
+    version: int
+    data: bytes
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    session_id: str
+    seq: int
+    kind: str
+    version: int
+    data: bytes
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    session_id: str
+    created_at: float
+    last_seq: int
+    meta: str
+
+
+class JournalWriter(Protocol):
+    """The single writer of one session."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def last_seq(self) -> int: ...
+
+    async def append(self, records: Sequence[NewRecord]) -> list[int]:
+        """Store ``records`` atomically; returns their seqs. Raises `JournalError` (fail-closed)."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Journal(Protocol):
+    async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
+        """Create a new session and return its writer (`SessionBusyError` if the id exists)."""
+        ...
+
+    async def open_writer(self, session_id: str) -> JournalWriter:
+        """Take over writing an existing session, fencing any previous writer (`SessionNotFoundError`)."""
+        ...
+
+    async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]: ...
+
+    def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
+        """Yield records from ``from_seq`` on, waiting for new ones; never ends on its own."""
+        ...
+
+    async def session(self, session_id: str) -> SessionInfo | None: ...
+
+    async def sessions(self, *, limit: int = 100) -> list[SessionInfo]: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,20 @@
+"""The harness runtime: rig, sessions, loop actors, mailbox, hub, effect execution (the I/O side)."""
+
+from loopd.harness.runtime._hub import Envelope, EventFilter, Hub, Subscription
+from loopd.harness.runtime._loop import LoopDefinition
+from loopd.harness.runtime._mailbox import Mailbox
+from loopd.harness.runtime._rig import RecoveryMode, Rig
+from loopd.harness.runtime._session import Session, SessionStatistics
+
+__all__ = [
+    "Envelope",
+    "EventFilter",
+    "Hub",
+    "LoopDefinition",
+    "Mailbox",
+    "RecoveryMode",
+    "Rig",
+    "Session",
+    "SessionStatistics",
+    "Subscription",
+]

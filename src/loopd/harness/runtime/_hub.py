@@ -1,0 +1,226 @@
+"""The hub: fans a session's events out to subscribers without ever blocking the publisher.
+
+Each subscriber has a filter and a bounded queue (default 256). On overflow an ephemeral event is dropped (and
+counted); an enduring event ends only that subscription with `SubscriptionLostError` carrying the last seq it
+delivered, so the subscriber can resubscribe from the next seq. A subscription may start *from a journal seq*:
+it first catches up from the journal page by page, then switches to live events with no gap and no duplicate
+(live events at or below the catch-up cursor are skipped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from dataclasses import dataclass
+from typing import Literal
+
+from loopd.harness._errors import SubscriptionLostError
+from loopd.harness.core.events import Event, EphemeralEvent, Lifecycle, LoopEvent, Scope, SessionEvent
+
+DEFAULT_QUEUE = 256
+CATCH_UP_PAGE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """An event as subscribers see it: enduring events carry their journal ``seq``, ephemeral ones ``None``."""
+
+    session_id: str
+    seq: int | None
+    event: SessionEvent | LoopEvent | EphemeralEvent
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        return self.event.lifecycle
+
+    @property
+    def loop(self) -> str | None:
+        return getattr(self.event, "loop", None)
+
+
+Reader = Callable[[int, int], Awaitable[list[Envelope]]]
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    lifecycles: frozenset[Lifecycle] | None = None
+    loops: frozenset[str] | None = None
+    kinds: frozenset[str] | None = None
+
+    def accepts(self, env: Envelope) -> bool:
+        event = env.event
+        if self.lifecycles is not None and event.lifecycle not in self.lifecycles:
+            return False
+        if self.kinds is not None and event.kind not in self.kinds:
+            return False
+        return not (self.loops is not None and event.scope is Scope.LOOP and env.loop not in self.loops)
+
+
+class Subscription:
+    """An async iterator of `Envelope`s. Ends when the session stops; `aclose` ends it early."""
+
+    def __init__(
+        self, hub: Hub, flt: EventFilter, maxsize: int, from_seq: int | None, reader: Reader | None
+    ) -> None:
+        self._hub = hub
+        self._filter = flt
+        self._maxsize = maxsize
+        self._queue: deque[Envelope] = deque()
+        self._ready = asyncio.Event()
+        self._phase: Literal["catch_up", "live"] = "live" if from_seq is None else "catch_up"
+        self._next_seq = from_seq if from_seq is not None else 0
+        self._resync = False
+        self._reader = reader
+        self._backlog: deque[Envelope] = deque()
+        self._ended = False
+        self._error: BaseException | None = None
+        self.last_seq = 0 if from_seq is None else from_seq - 1
+        self.dropped = 0
+
+    # --- publisher side (never blocks) ---------------------------------------------------------------------
+
+    def _push(self, env: Envelope) -> None:
+        if self._ended or self._error is not None or not self._filter.accepts(env):
+            return
+        if len(self._queue) < self._maxsize:
+            self._queue.append(env)
+            self._ready.set()
+            return
+        if env.seq is None:
+            self.dropped += 1
+            return
+        if self._phase == "catch_up":
+            # Still reading the journal: it holds every enduring event, so forget the live backlog and resync.
+            self._queue.clear()
+            self._resync = True
+            return
+        self._error = SubscriptionLostError(self.last_seq)
+        self._hub._detach(self)
+        self._ready.set()
+
+    def _end(self, error: BaseException | None = None) -> None:
+        if error is not None and self._error is None:
+            self._error = error
+        self._ended = True
+        self._ready.set()
+
+    # --- subscriber side -----------------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[Envelope]:
+        return self
+
+    async def __anext__(self) -> Envelope:
+        while True:
+            if self._phase == "catch_up":
+                env = await self._catch_up_next()
+                if env is not None:
+                    return self._deliver(env)
+                continue
+            if self._queue:
+                env = self._queue.popleft()
+                if env.seq is not None and env.seq < self._next_seq:
+                    continue  # already delivered from the journal
+                return self._deliver(env)
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                raise StopAsyncIteration
+            self._ready.clear()
+            await self._ready.wait()
+
+    async def _catch_up_next(self) -> Envelope | None:
+        if not self._backlog:
+            assert self._reader is not None
+            self._resync = False
+            page = await self._reader(self._next_seq, CATCH_UP_PAGE)
+            self._backlog.extend(e for e in page if e.seq is not None and e.seq >= self._next_seq)
+            if len(page) < CATCH_UP_PAGE and not self._resync and not self._backlog:
+                self._phase = "live"
+                return None
+            if not self._backlog:
+                return None
+        env = self._backlog.popleft()
+        assert env.seq is not None
+        self._next_seq = env.seq + 1
+        if not self._filter.accepts(env):
+            self.last_seq = env.seq
+            return None
+        return env
+
+    def _deliver(self, env: Envelope) -> Envelope:
+        if env.seq is not None:
+            self.last_seq = env.seq
+            self._next_seq = env.seq + 1
+        return env
+
+    async def aclose(self) -> None:
+        self._hub._detach(self)
+        self._end()
+        self._queue.clear()
+        self._backlog.clear()
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Hub:
+    def __init__(self, session_id: str, reader: Reader | None = None) -> None:
+        self.session_id = session_id
+        self._reader = reader
+        self._subscribers: set[Subscription] = set()
+        self._closed = False
+        self._error: BaseException | None = None
+        self.published = 0
+
+    def subscribe(
+        self,
+        *,
+        from_seq: int | None = None,
+        lifecycles: Collection[Lifecycle] | None = None,
+        loops: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        maxsize: int = DEFAULT_QUEUE,
+    ) -> Subscription:
+        if maxsize < 1:
+            raise ValueError("maxsize must be positive")
+        if from_seq is not None and (from_seq < 1 or self._reader is None):
+            raise ValueError("from_seq must be >= 1 and needs a journal")
+        flt = EventFilter(
+            lifecycles=frozenset(lifecycles) if lifecycles is not None else None,
+            loops=frozenset(loops) if loops is not None else None,
+            kinds=frozenset(kinds) if kinds is not None else None,
+        )
+        sub = Subscription(self, flt, maxsize, from_seq, self._reader)
+        if self._closed:
+            sub._end(self._error)
+        else:
+            self._subscribers.add(sub)
+        return sub
+
+    def publish(self, env: Envelope) -> None:
+        self.published += 1
+        for sub in tuple(self._subscribers):
+            sub._push(env)
+
+    def _detach(self, sub: Subscription) -> None:
+        self._subscribers.discard(sub)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+    @property
+    def dropped(self) -> int:
+        return sum(s.dropped for s in self._subscribers)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End every subscription after it drains what it already holds (with ``error`` if given)."""
+        self._closed = True
+        self._error = error
+        for sub in tuple(self._subscribers):
+            sub._end(error)
+        self._subscribers.clear()

@@ -1,0 +1,356 @@
+"""The loop actor: one asyncio task that owns a loop's state and runs its pipeline.
+
+    mailbox → decide (pure) → persist (journal) → apply (pure) → publish (hub) → effects → back to the mailbox
+
+Effects (model streams, tool calls) run as child tasks of the actor; their completions re-enter the mailbox.
+An actor never swallows `asyncio.CancelledError`; cancelling it cancels its effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from loopd.harness._errors import ModelError, SessionFaultError, ToolError
+from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
+from loopd.harness.core.commands import CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide
+from loopd.harness.core.events import (
+    LoopEvent,
+    TokenDelta,
+    ToolCallStarted,
+    ToolProgress,
+    TurnInterrupted,
+)
+from loopd.harness.core.inputs import (
+    CallModel,
+    CancelTurn,
+    Effect,
+    ModelCompleted,
+    ModelFailed,
+    RunTools,
+    ToolFinished,
+)
+from loopd.harness.core.state import LoopState
+from loopd.harness.models._protocol import (
+    Model,
+    ModelRequest,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageReport,
+    tool_calls_from_deltas,
+)
+from loopd.harness.runtime._hub import Envelope
+from loopd.harness.runtime._mailbox import Mailbox
+from loopd.harness.tools._protocol import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from loopd.harness.runtime._session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDefinition:
+    """A loop of a rig: its model, prompt, tools and limits."""
+
+    name: str
+    model: Model
+    tools: tuple[Tool, ...] = ()
+    system_prompt: str | None = None
+    model_name: str | None = None
+    max_steps: int = 25
+    max_queued: int = 16
+    max_parallel_tools: int = 8
+    mailbox_capacity: int = 64
+    tool_timeout: float = 600.0
+    model_timeout: float = 600.0
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ValueError(f"invalid loop name {self.name!r}")
+        if self.max_steps < 1 or self.max_parallel_tools < 1 or self.max_queued < 0:
+            raise ValueError("loop limits must be positive")
+        names = [t.spec.name for t in self.tools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"loop {self.name!r} has duplicate tool names")
+
+    @property
+    def config(self) -> LoopConfig:
+        return LoopConfig(name=self.name, max_steps=self.max_steps, max_queued=self.max_queued)
+
+    def is_idempotent(self, tool_name: str) -> bool:
+        for tool in self.tools:
+            if tool.spec.name == tool_name:
+                return tool.idempotency.safe_to_repeat
+        return False
+
+
+@dataclass(slots=True)
+class _Ask:
+    """A command whose caller waits for the decision (interrupt → whether a turn was stopped)."""
+
+    command: Interrupt
+    done: asyncio.Future[bool]
+
+
+class _Stop:
+    pass
+
+
+MailItem = LoopInput | _Ask | _Stop
+
+
+class LoopActor:
+    def __init__(
+        self,
+        session: Session,
+        definition: LoopDefinition,
+        state: LoopState,
+        *,
+        now: Callable[[], float],
+        workspace: Path | None,
+    ) -> None:
+        self.session = session
+        self.definition = definition
+        self.state = state
+        self.mailbox: Mailbox[MailItem] = Mailbox(definition.mailbox_capacity)
+        self._now = now
+        self._workspace = workspace
+        self._config = definition.config
+        self._tools: Mapping[str, Tool] = {t.spec.name: t for t in definition.tools}
+        self._specs: tuple[ToolSpec, ...] = tuple(t.spec for t in definition.tools)
+        self._effects: dict[str, set[asyncio.Task[None]]] = {}
+        self._tool_slots = asyncio.Semaphore(definition.max_parallel_tools)
+        self._task: asyncio.Task[None] | None = None
+        self.busy = False
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def effects_running(self) -> int:
+        return sum(len(s) for s in self._effects.values())
+
+    @property
+    def quiescent(self) -> bool:
+        return self.state.idle and not self.busy and not len(self.mailbox) and not self.effects_running
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"loopd-loop-{self.session.id}-{self.name}")
+
+    async def stop(self) -> None:
+        if self._task is None:
+            return
+        with contextlib.suppress(Exception):
+            self.mailbox.put_priority(_Stop())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+        except TimeoutError:
+            self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    def abort(self) -> None:
+        """Cancel the actor and its effects at once (crash simulation, faults)."""
+        if self._task is not None:
+            self._task.cancel()
+        self._cancel_all_effects()
+
+    async def wait_stopped(self) -> None:
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # --- the pipeline --------------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                item = await self.mailbox.get()
+                if isinstance(item, _Stop):
+                    return
+                self.busy = True
+                try:
+                    await self._process(item)
+                except SessionFaultError:
+                    return  # the session has stopped fail-closed; it already told every subscriber
+                finally:
+                    self.busy = False
+                    self.session._changed()
+        finally:
+            self._cancel_all_effects()
+
+    async def _process(self, item: LoopInput | _Ask) -> None:
+        command: LoopInput = item.command if isinstance(item, _Ask) else item
+        decision = decide(self.state, command, config=self._config, now=self._now())
+        try:
+            await self.execute(decision)
+        except BaseException:
+            if isinstance(item, _Ask) and not item.done.done():
+                item.done.cancel()
+            raise
+        if isinstance(item, _Ask) and not item.done.done():
+            item.done.set_result(any(isinstance(e, TurnInterrupted) for e in decision.events))
+
+    async def execute(self, decision: Decision) -> None:
+        """Persist, apply and publish the decision's events, then start its effects."""
+        if decision.events:
+            await self.session._commit(self, decision.events)
+        for effect in decision.effects:
+            self._start_effect(effect)
+
+    def _apply_committed(self, events: tuple[LoopEvent, ...], seqs: list[int]) -> None:
+        from loopd.harness.core.apply import apply_loop
+
+        state = self.state
+        for event, seq in zip(events, seqs, strict=True):
+            state = apply_loop(state, event)
+            self.state = state
+            self.session._hub.publish(Envelope(self.session.id, seq, event))
+
+    # --- effects -------------------------------------------------------------------------------------------
+
+    def _track(self, turn_id: str, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        bucket = self._effects.setdefault(turn_id, set())
+        bucket.add(task)
+
+        def _done(t: asyncio.Task[None]) -> None:
+            bucket.discard(t)
+            if not bucket and self._effects.get(turn_id) is bucket:
+                del self._effects[turn_id]
+            self.session._changed()
+
+        task.add_done_callback(_done)
+
+    def _start_effect(self, effect: Effect) -> None:
+        match effect:
+            case CallModel():
+                self._track(effect.turn_id, self._call_model(effect))
+            case RunTools(turn_id=turn_id, step=step, calls=calls):
+                for call in calls:
+                    self._track(turn_id, self._run_tool(turn_id, step, call))
+            case CancelTurn(turn_id=turn_id):
+                for task in self._effects.pop(turn_id, set()):
+                    task.cancel()
+
+    def _cancel_all_effects(self) -> None:
+        for bucket in self._effects.values():
+            for task in bucket:
+                task.cancel()
+        self._effects.clear()
+
+    def _publish(self, event: TokenDelta | ToolCallStarted | ToolProgress) -> None:
+        self.session._hub.publish(Envelope(self.session.id, None, event))
+
+    async def _call_model(self, effect: CallModel) -> None:
+        d = self.definition
+        request = ModelRequest(
+            model=d.model_name or d.model.name,
+            messages=effect.messages,
+            tools=self._specs,
+            system=d.system_prompt,
+            temperature=d.temperature,
+            max_output_tokens=d.max_output_tokens,
+        )
+        text: list[str] = []
+        deltas: list[ToolCallDelta] = []
+        usage: Usage = ZERO_USAGE
+        result: ModelCompleted | ModelFailed
+        try:
+            async with asyncio.timeout(d.model_timeout):
+                async for chunk in d.model.stream(request):
+                    match chunk:
+                        case TextDelta(text=piece):
+                            text.append(piece)
+                            self._publish(
+                                TokenDelta(loop=self.name, turn_id=effect.turn_id, step=effect.step, text=piece)
+                            )
+                        case ToolCallDelta():
+                            deltas.append(chunk)
+                        case UsageReport(usage=reported):
+                            usage = usage + reported
+            calls = tool_calls_from_deltas(deltas)
+            usage = self.session._price(request.model, usage)
+            result = ModelCompleted(
+                turn_id=effect.turn_id, step=effect.step, text="".join(text), tool_calls=calls, usage=usage
+            )
+        except ModelError as exc:
+            result = ModelFailed(
+                turn_id=effect.turn_id, step=effect.step, error_type=type(exc).__name__, message=str(exc)
+            )
+        except TimeoutError:
+            result = ModelFailed(
+                turn_id=effect.turn_id,
+                step=effect.step,
+                error_type="ModelTimeout",
+                message=f"no reply within {d.model_timeout:g}s",
+            )
+        except Exception as exc:  # a model adapter bug must end the turn, not the session
+            result = ModelFailed(
+                turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc)
+            )
+        self.mailbox.put_result(result)
+
+    async def _run_tool(self, turn_id: str, step: int, call: ToolCall) -> None:
+        outcome = await self._tool_outcome(turn_id, call)
+        self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
+
+    async def _tool_outcome(self, turn_id: str, call: ToolCall) -> ToolOutcome:
+        def failed(message: str) -> ToolOutcome:
+            return ToolOutcome(call_id=call.id, name=call.name, status="error", output=message)
+
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return failed(f"unknown tool {call.name!r}")
+        try:
+            prepared = tool.prepare(call)
+        except ToolError as exc:
+            return failed(f"invalid arguments: {exc}")
+        except Exception as exc:
+            return failed(f"invalid arguments: {exc!r}")
+        async with self._tool_slots:
+            self._publish(
+                ToolCallStarted(loop=self.name, turn_id=turn_id, call_id=call.id, name=call.name, summary=prepared.summary)
+            )
+
+            def progress(message: str) -> None:
+                self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call.id, message=message))
+
+            ctx = ToolContext(
+                session_id=self.session.id,
+                loop=self.name,
+                call_id=call.id,
+                workspace=self._workspace,
+                progress=progress,
+            )
+            try:
+                async with asyncio.timeout(self.definition.tool_timeout):
+                    result = await tool.run(prepared, ctx)
+            except TimeoutError:
+                return failed(f"timed out after {self.definition.tool_timeout:g}s")
+            except ToolError as exc:
+                return failed(str(exc))
+            except Exception as exc:
+                return failed(f"tool failed: {exc!r}")
+        return ToolOutcome(
+            call_id=call.id, name=call.name, status="error" if result.is_error else "ok", output=result.output
+        )
+
+    # --- commands from the session -------------------------------------------------------------------------
+
+    async def submit(self, command: UserInput | CancelQueuedInput, timeout: float) -> None:
+        await self.mailbox.put(command, timeout=timeout)
+
+    async def interrupt(self, command: Interrupt) -> bool:
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.mailbox.put_priority(_Ask(command, done))
+        return await done

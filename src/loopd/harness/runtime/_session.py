@@ -1,0 +1,335 @@
+"""A session: the live, durable execution of a rig, restorable by id.
+
+The session owns the journal writer (one writer per session), the hub, and one actor per loop. Every commit of
+enduring events happens under the session's commit lock, so journal seq order == apply order == publish order.
+A failed append stops the whole session (fail-closed) with `SessionFaultError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from loopd._ids import new_id
+from loopd.harness._errors import HarnessError, SessionClosedError, SessionFaultError
+from loopd.harness.core import codec
+from loopd.harness.core._values import Usage
+from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.events import (
+    InputsFolded,
+    Lifecycle,
+    LoopEvent,
+    SessionEvent,
+    SessionStopped,
+    TerminalEvent,
+    TurnDone,
+    TurnFailed,
+    TurnInterrupted,
+    TurnStarted,
+)
+from loopd.harness.core.state import SessionState
+from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord
+from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
+
+if TYPE_CHECKING:
+    from loopd.harness.runtime._loop import LoopActor
+
+AnyCommand = UserInput | CancelQueuedInput | Interrupt | Shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    session_id: str
+    status: str
+    last_seq: int
+    turns: int
+    usage: Usage
+    events_published: int
+    subscribers: int
+    ephemeral_dropped: int
+    effects_running: int
+
+
+class Session:
+    """Handle on a live session. Create with `Rig.start_session` / `Rig.restore_session`."""
+
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        rig_name: str,
+        journal: Journal,
+        writer: JournalWriter,
+        now: Callable[[], float],
+        price: Callable[[str, Usage], Usage],
+        submit_timeout: float,
+        drain_timeout: float,
+    ) -> None:
+        self.id = session_id
+        self.rig_name = rig_name
+        self._journal = journal
+        self._writer = writer
+        self._now = now
+        self._price_fn = price
+        self._submit_timeout = submit_timeout
+        self._drain_timeout = drain_timeout
+        self._hub = Hub(session_id, self._read_envelopes)
+        self._actors: dict[str, LoopActor] = {}
+        self._commit_lock = asyncio.Lock()
+        self._idle = asyncio.Condition()
+        self._status = "active"
+        self._last_seq = writer.last_seq
+        self._closing = False
+        self._stopped = asyncio.Event()
+        self._fault: SessionFaultError | None = None
+
+    # --- wiring (used by the rig) --------------------------------------------------------------------------
+
+    def _add_actor(self, actor: LoopActor) -> None:
+        self._actors[actor.name] = actor
+
+    def _start_actors(self) -> None:
+        for actor in self._actors.values():
+            actor.start()
+
+    # --- public API ----------------------------------------------------------------------------------------
+
+    @property
+    def loops(self) -> tuple[str, ...]:
+        return tuple(self._actors)
+
+    @property
+    def default_loop(self) -> str:
+        return next(iter(self._actors))
+
+    @property
+    def status(self) -> str:
+        return "faulted" if self._fault is not None else self._status
+
+    @property
+    def fault(self) -> SessionFaultError | None:
+        return self._fault
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    @property
+    def state(self) -> SessionState:
+        """The live state; equal to the fold of the journal (a property test checks it)."""
+        return SessionState(
+            session_id=self.id,
+            rig=self.rig_name,
+            status="stopped" if self._status == "stopped" else "active",
+            loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
+            last_seq=self._last_seq,
+        )
+
+    @property
+    def usage(self) -> Usage:
+        return self.state.usage
+
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            session_id=self.id,
+            status=self.status,
+            last_seq=self._last_seq,
+            turns=sum(a.state.turns for a in self._actors.values()),
+            usage=self.usage,
+            events_published=self._hub.published,
+            subscribers=self._hub.subscriber_count,
+            ephemeral_dropped=self._hub.dropped,
+            effects_running=sum(a.effects_running for a in self._actors.values()),
+        )
+
+    def _actor(self, loop: str | None) -> LoopActor:
+        name = loop or self.default_loop
+        actor = self._actors.get(name)
+        if actor is None:
+            raise HarnessError(f"session {self.id} has no loop {name!r}")
+        return actor
+
+    def _check_accepting(self) -> None:
+        if self._fault is not None:
+            raise self._fault
+        if self._closing or self._status == "stopped":
+            raise SessionClosedError(f"session {self.id} is closed")
+
+    async def submit(self, text: str, *, loop: str | None = None, timeout: float | None = None) -> str:
+        """Queue a user input; returns its command id. The outcome arrives as events."""
+        command = UserInput(command_id=new_id(), loop=loop, text=text)
+        await self.send(command, timeout=timeout)
+        return command.command_id
+
+    async def send(self, command: AnyCommand, *, timeout: float | None = None) -> bool:
+        """Deliver any command. Returns True, except for `Interrupt` (whether a turn was stopped)."""
+        match command:
+            case Shutdown(drain_timeout=drain):
+                await self.shutdown(drain_timeout=drain)
+                return True
+            case Interrupt():
+                self._check_accepting()
+                if command.loop is None:
+                    results = [await a.interrupt(command) for a in tuple(self._actors.values())]
+                    return any(results)
+                return await self._actor(command.loop).interrupt(command)
+            case UserInput() | CancelQueuedInput():
+                self._check_accepting()
+                actor = self._actor(command.loop)
+                await actor.submit(command, self._submit_timeout if timeout is None else timeout)
+                return True
+
+    async def interrupt(self, *, loop: str | None = None, reason: str = "interrupted") -> bool:
+        """Stop the running turn (of ``loop``, or of every loop) and cancel queued inputs."""
+        return await self.send(Interrupt(command_id=new_id(), loop=loop, reason=reason))
+
+    async def cancel_queued(self, command_id: str, *, loop: str | None = None) -> None:
+        await self.send(CancelQueuedInput(command_id=new_id(), loop=loop, target_command_id=command_id))
+
+    def subscribe(
+        self,
+        *,
+        from_seq: int | None = None,
+        lifecycles: Collection[Lifecycle] | None = None,
+        loops: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        maxsize: int = DEFAULT_QUEUE,
+    ) -> Subscription:
+        """Subscribe to live events, or from a journal seq (gap-free catch-up, then live)."""
+        return self._hub.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
+
+    async def ask(self, text: str, *, loop: str | None = None, timeout: float | None = None) -> TerminalEvent:
+        """Submit ``text`` and wait for the terminal event of the turn that handled it."""
+        sub = self.subscribe(lifecycles=(Lifecycle.ENDURING, Lifecycle.TERMINAL), loops=None)
+        try:
+            async with asyncio.timeout(timeout):
+                command_id = await self.submit(text, loop=loop)
+                turn_id: str | None = None
+                async for env in sub:
+                    event = env.event
+                    if isinstance(event, TurnStarted | InputsFolded) and any(
+                        i.command_id == command_id for i in event.inputs
+                    ):
+                        turn_id = event.turn_id
+                    elif isinstance(event, TurnDone | TurnFailed | TurnInterrupted) and event.turn_id == turn_id:
+                        return event
+                    elif getattr(event, "command_id", None) == command_id:
+                        raise HarnessError(f"input {command_id} was not run: {event.kind}")
+                if self._fault is not None:
+                    raise self._fault
+                raise SessionClosedError(f"session {self.id} stopped before the turn ended")
+        finally:
+            await sub.aclose()
+
+    async def wait_idle(self, timeout: float | None = None) -> None:
+        """Return once every loop is idle: no turn, no queued input, no running effect."""
+        async with asyncio.timeout(timeout), self._idle:
+            await self._idle.wait_for(self._quiescent)
+
+    def _quiescent(self) -> bool:
+        if self._fault is not None:
+            raise self._fault
+        return all(a.quiescent for a in self._actors.values())
+
+    def _changed(self) -> None:
+        async def notify() -> None:
+            async with self._idle:
+                self._idle.notify_all()
+
+        if self._idle.locked():
+            return
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().create_task(notify())
+
+    async def shutdown(self, *, drain_timeout: float | None = None, reason: str = "shutdown") -> None:
+        """Stop accepting input, let running work finish (up to ``drain_timeout``), interrupt the rest, stop."""
+        if self._closing or self._status == "stopped":
+            await self._stopped.wait()
+            return
+        self._closing = True
+        try:
+            if self._fault is None:
+                drain = self._drain_timeout if drain_timeout is None else drain_timeout
+                with contextlib.suppress(TimeoutError):
+                    await self.wait_idle(timeout=drain)
+                for actor in tuple(self._actors.values()):
+                    if not actor.state.idle:
+                        await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
+                await self._commit_session(SessionStopped(reason=reason, at=self._now()))
+                self._status = "stopped"
+        finally:
+            for actor in tuple(self._actors.values()):
+                await actor.stop()
+            with contextlib.suppress(Exception):
+                await self._writer.aclose()
+            self._hub.close(self._fault)
+            self._stopped.set()
+
+    def abort(self) -> None:
+        """Drop everything at once without a final record, as a crash would (tests and fault handling)."""
+        self._closing = True
+        for actor in self._actors.values():
+            actor.abort()
+        self._hub.close(self._fault)
+        self._stopped.set()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    # --- persistence ---------------------------------------------------------------------------------------
+
+    def _price(self, model: str, usage: Usage) -> Usage:
+        return self._price_fn(model, usage)
+
+    async def _append(self, events: tuple[SessionEvent | LoopEvent, ...]) -> list[int]:
+        records = [NewRecord(*codec.encode(e), at=self._now()) for e in events]
+        try:
+            return await self._writer.append(records)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._set_fault(exc)
+            assert self._fault is not None
+            raise self._fault from exc
+
+    def _set_fault(self, exc: BaseException) -> None:
+        if self._fault is None:
+            self._fault = SessionFaultError(self.id, f"journal append failed: {exc}")
+            for actor in self._actors.values():
+                if actor._task is not asyncio.current_task():
+                    actor.abort()
+            self._hub.close(self._fault)
+            self._stopped.set()
+            self._changed()
+
+    async def _commit(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
+        async with self._commit_lock:
+            if self._fault is not None:
+                raise self._fault
+            seqs = await self._append(events)
+            self._last_seq = seqs[-1]
+            actor._apply_committed(events, seqs)
+
+    async def _commit_session(self, event: SessionEvent) -> int:
+        async with self._commit_lock:
+            if self._fault is not None:
+                raise self._fault
+            (seq,) = await self._append((event,))
+            self._last_seq = seq
+            self._hub.publish(Envelope(self.id, seq, event))
+            return seq
+
+    async def _read_envelopes(self, from_seq: int, limit: int) -> list[Envelope]:
+        records = await self._journal.read(self.id, from_seq, limit)
+        return [Envelope(self.id, r.seq, codec.decode(r.kind, r.version, r.data)) for r in records]
+
+    @property
+    def actors(self) -> Mapping[str, LoopActor]:
+        return MappingProxyType(self._actors)
