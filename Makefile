@@ -22,7 +22,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	@touch $@
 
 run: $(STAMP)
-	$(BIN)/loopd up
+	$(BIN)/loopd demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

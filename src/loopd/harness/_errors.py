@@ -93,9 +93,7 @@ class ModelRetryableError(ModelError):
 
     retryable = True
 
-    def __init__(
-        self, message: str, *, status_code: int | None = None, retry_after: float | None = None
-    ) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, retry_after: float | None = None) -> None:
         super().__init__(message, status_code=status_code)
         self.retry_after = retry_after
 

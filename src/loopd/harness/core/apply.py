@@ -38,7 +38,7 @@ def _close_calls(history: tuple[Message, ...], outcomes: tuple[ToolOutcome, ...]
     return history + tuple(tool_message(o) for o in outcomes)
 
 
-def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:  # noqa: C901 - one branch per event kind
+def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
     """Fold one loop-scoped event into the loop's state."""
     match event:
         case TurnStarted(turn_id=turn_id, inputs=inputs):
@@ -67,9 +67,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:  # noqa: C901 -
             return replace(
                 state,
                 history=(*state.history, Message(role="assistant", content=text, tool_calls=calls)),
-                turn=replace(
-                    turn, phase="tools", calls=calls, outcomes=(), step_usage=usage, usage=turn.usage + usage
-                ),
+                turn=replace(turn, phase="tools", calls=calls, outcomes=(), step_usage=usage, usage=turn.usage + usage),
                 usage=state.usage + usage,
             )
         case ToolCompleted(outcome=outcome):
@@ -85,9 +83,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:  # noqa: C901 -
             assert turn is not None, "StepDone outside a turn"
             return replace(
                 state,
-                turn=replace(
-                    turn, step=turn.step + 1, phase="model", calls=(), outcomes=(), step_usage=ZERO_USAGE
-                ),
+                turn=replace(turn, step=turn.step + 1, phase="model", calls=(), outcomes=(), step_usage=ZERO_USAGE),
             )
         case TurnDone(text=text, step_usage=step_usage):
             return replace(
@@ -124,9 +120,7 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
     return new
 
 
-def fold(
-    events: Iterable[tuple[int, SessionEvent | LoopEvent]], state: SessionState | None = None
-) -> SessionState:
+def fold(events: Iterable[tuple[int, SessionEvent | LoopEvent]], state: SessionState | None = None) -> SessionState:
     """Rebuild a session state from (seq, event) pairs: restore is exactly this fold."""
     current = state if state is not None else SessionState(session_id="")
     for seq, event in events:

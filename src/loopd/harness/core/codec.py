@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 from pydantic import ValidationError
 
@@ -17,9 +17,7 @@ from loopd.harness.core.events import ALL_EVENT_TYPES, LoopEvent, SessionEvent, 
 StoredEventT: TypeAlias = SessionEvent | LoopEvent
 Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 
-_STORED_TYPES: Mapping[str, type[Any]] = {
-    kind_of(t): t for t in ALL_EVENT_TYPES if t.lifecycle.stored
-}
+_STORED_TYPES: Mapping[str, type[Any]] = {kind_of(t): t for t in ALL_EVENT_TYPES if t.lifecycle.stored}
 
 
 class CodecError(ValueError):
@@ -43,8 +41,7 @@ def decode(
     current: int = cls.version
     try:
         if version == current:
-            event: StoredEventT = cls.model_validate_json(data)
-            return event
+            return cast(StoredEventT, cls.model_validate_json(data))
         if version > current:
             raise CodecError(f"{kind} v{version} is newer than this build (v{current})")
         body: dict[str, Any] = json.loads(data)
@@ -53,7 +50,6 @@ def decode(
             if step is None:
                 raise CodecError(f"no upgrade for {kind} v{v} → v{v + 1}")
             body = step(body)
-        event = cls.model_validate(body)
-        return event
+        return cast(StoredEventT, cls.model_validate(body))
     except (ValidationError, json.JSONDecodeError) as exc:
         raise CodecError(f"cannot decode {kind} v{version}: {exc}") from exc

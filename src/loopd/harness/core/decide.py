@@ -113,7 +113,7 @@ def _is_current(state: LoopState, turn_id: str, step: int, phase: str) -> bool:
     return turn is not None and turn.turn_id == turn_id and turn.step == step and turn.phase == phase
 
 
-def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now: float) -> Decision:  # noqa: C901
+def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now: float) -> Decision:
     """Decide what one input means for a loop. Stale completions (of an ended turn) decide nothing."""
     b = _Builder(state)
     name = state.name
@@ -144,9 +144,7 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
             turn = state.turn
             assert turn is not None
             if calls:
-                b.emit(
-                    ModelReplied(loop=name, turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage)
-                )
+                b.emit(ModelReplied(loop=name, turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage))
                 b.effects.append(RunTools(turn_id=turn_id, step=step, calls=calls))
             else:
                 b.emit(
@@ -168,7 +166,12 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
             assert turn is not None
             b.emit(
                 TurnFailed(
-                    loop=name, turn_id=turn_id, error_type=error_type, message=message, usage=turn.usage, at=now
+                    loop=name,
+                    turn_id=turn_id,
+                    error_type=error_type,
+                    message=message,
+                    usage=turn.usage,
+                    at=now,
                 )
             )
             b.start_queued_turn(now)

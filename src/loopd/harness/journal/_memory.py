@@ -68,9 +68,7 @@ class MemoryJournal:
         end = None if limit is None else start + limit
         return s.records[start:end]
 
-    async def follow(
-        self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5
-    ) -> AsyncIterator[Record]:
+    async def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
         s = self._sessions.get(session_id)
         if s is None:
             raise SessionNotFoundError(session_id)

@@ -231,9 +231,7 @@ class SqliteJournal:
                     if signal is not None:
                         signal.set()
 
-    def _write_batch(
-        self, plan: list[tuple[int, int, Sequence[NewRecord]]]
-    ) -> list[list[int] | BaseException]:
+    def _write_batch(self, plan: list[tuple[int, int, Sequence[NewRecord]]]) -> list[list[int] | BaseException]:
         conn = self._wc
         results: list[list[int] | BaseException] = []
         rows: list[tuple[int, int, str, int, float, bytes]] = []
@@ -251,9 +249,7 @@ class SqliteJournal:
                     continue
                 first = int(row[0]) - n + 1
                 seqs = list(range(first, first + n))
-                rows.extend(
-                    (sid, seq, r.kind, r.version, r.at, r.data) for seq, r in zip(seqs, records, strict=True)
-                )
+                rows.extend((sid, seq, r.kind, r.version, r.at, r.data) for seq, r in zip(seqs, records, strict=True))
                 results.append(seqs)
             conn.executemany(
                 "INSERT INTO journal_records (sid, seq, kind, v, at, data) VALUES (?, ?, ?, ?, ?, ?)", rows
@@ -291,8 +287,7 @@ class SqliteJournal:
 
         def fetch() -> list[Record]:
             rows = self._rc.execute(
-                "SELECT seq, kind, v, at, data FROM journal_records WHERE sid = ? AND seq >= ? "
-                "ORDER BY seq LIMIT ?",
+                "SELECT seq, kind, v, at, data FROM journal_records WHERE sid = ? AND seq >= ? ORDER BY seq LIMIT ?",
                 (sid, from_seq, -1 if limit is None else limit),
             ).fetchall()
             return [Record(session_id, int(s), k, int(v), bytes(d), float(a)) for s, k, v, a, d in rows]
@@ -300,9 +295,7 @@ class SqliteJournal:
         result: list[Record] = await self._in_reader(fetch)
         return result
 
-    async def follow(
-        self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5
-    ) -> AsyncIterator[Record]:
+    async def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
         sid = await self._sid(session_id)
         if sid is None:
             raise SessionNotFoundError(session_id)

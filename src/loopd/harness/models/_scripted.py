@@ -72,14 +72,12 @@ class ScriptedModel:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         chunks = _chunks(reply.text, reply.chunk_size)
-        emitted = 0
-        for piece in chunks:
+        for emitted, piece in enumerate(chunks):
             if reply.error is not None and emitted >= reply.fail_after_chunks:
                 raise reply.error
             if reply.chunk_delay and emitted:
                 await asyncio.sleep(reply.chunk_delay)
             yield TextDelta(text=piece)
-            emitted += 1
         if reply.error is not None:
             raise reply.error
         for index, call in enumerate(reply.tool_calls):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from loopd.harness._errors import SubscriptionLostError
-from loopd.harness.core.events import Event, EphemeralEvent, Lifecycle, LoopEvent, Scope, SessionEvent
+from loopd.harness.core.events import EphemeralEvent, Lifecycle, LoopEvent, Scope, SessionEvent
 
 DEFAULT_QUEUE = 256
 CATCH_UP_PAGE = 256
@@ -60,9 +60,7 @@ class EventFilter:
 class Subscription:
     """An async iterator of `Envelope`s. Ends when the session stops; `aclose` ends it early."""
 
-    def __init__(
-        self, hub: Hub, flt: EventFilter, maxsize: int, from_seq: int | None, reader: Reader | None
-    ) -> None:
+    def __init__(self, hub: Hub, flt: EventFilter, maxsize: int, from_seq: int | None, reader: Reader | None) -> None:
         self._hub = hub
         self._filter = flt
         self._maxsize = maxsize
@@ -74,6 +72,7 @@ class Subscription:
         self._reader = reader
         self._backlog: deque[Envelope] = deque()
         self._ended = False
+        self._lost = False
         self._error: BaseException | None = None
         self.last_seq = 0 if from_seq is None else from_seq - 1
         self.dropped = 0
@@ -81,7 +80,7 @@ class Subscription:
     # --- publisher side (never blocks) ---------------------------------------------------------------------
 
     def _push(self, env: Envelope) -> None:
-        if self._ended or self._error is not None or not self._filter.accepts(env):
+        if self._ended or self._lost or not self._filter.accepts(env):
             return
         if len(self._queue) < self._maxsize:
             self._queue.append(env)
@@ -95,7 +94,7 @@ class Subscription:
             self._queue.clear()
             self._resync = True
             return
-        self._error = SubscriptionLostError(self.last_seq)
+        self._lost = True
         self._hub._detach(self)
         self._ready.set()
 
@@ -122,6 +121,9 @@ class Subscription:
                 if env.seq is not None and env.seq < self._next_seq:
                     continue  # already delivered from the journal
                 return self._deliver(env)
+            if self._lost:
+                # Everything queued before the overflow was delivered; resume from the next seq.
+                raise SubscriptionLostError(self.last_seq)
             if self._error is not None:
                 raise self._error
             if self._ended:

@@ -295,9 +295,7 @@ class LoopActor:
                 message=f"no reply within {d.model_timeout:g}s",
             )
         except Exception as exc:  # a model adapter bug must end the turn, not the session
-            result = ModelFailed(
-                turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc)
-            )
+            result = ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc))
         self.mailbox.put_result(result)
 
     async def _run_tool(self, turn_id: str, step: int, call: ToolCall) -> None:
@@ -319,7 +317,9 @@ class LoopActor:
             return failed(f"invalid arguments: {exc!r}")
         async with self._tool_slots:
             self._publish(
-                ToolCallStarted(loop=self.name, turn_id=turn_id, call_id=call.id, name=call.name, summary=prepared.summary)
+                ToolCallStarted(
+                    loop=self.name, turn_id=turn_id, call_id=call.id, name=call.name, summary=prepared.summary
+                )
             )
 
             def progress(message: str) -> None:

@@ -1,9 +1,9 @@
 """A loop's mailbox: three lanes read in priority order.
 
-  * priority — Interrupt / Shutdown / stop; small and bounded; read first so an interrupt never waits behind
-    queued work;
-  * results — completed effects; bounded by construction (at most one model call plus one tool batch in flight);
-  * commands — user inputs; bounded (``capacity``); `put` waits for room up to a deadline (back-pressure).
+* priority — Interrupt / Shutdown / stop; small and bounded; read first so an interrupt never waits behind
+  queued work;
+* results — completed effects; bounded by construction (at most one model call plus one tool batch in flight);
+* commands — user inputs; bounded (``capacity``); `put` waits for room up to a deadline (back-pressure).
 """
 
 from __future__ import annotations

@@ -69,7 +69,13 @@ class Rig:
         session = self._session(sid, writer)
         for definition in self.loops:
             session._add_actor(
-                LoopActor(session, definition, LoopState(name=definition.name), now=self.now, workspace=self.workspace)
+                LoopActor(
+                    session,
+                    definition,
+                    LoopState(name=definition.name),
+                    now=self.now,
+                    workspace=self.workspace,
+                )
             )
         await session._commit_session(
             SessionStarted(session_id=sid, rig=self.name, loops=tuple(d.name for d in self.loops), at=now)

@@ -1,0 +1,28 @@
+"""The `loopd` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from loopd import __version__
+from loopd.cli._demo import demo_command
+
+app = typer.Typer(
+    name="loopd",
+    help="loopd: durable, observable, permissioned collaboration between humans, operators and agent harnesses.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the loopd version."""
+    typer.echo(__version__)
+
+
+app.command("demo")(demo_command)
+
+
+def main() -> None:
+    app()

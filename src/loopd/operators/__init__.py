@@ -1,0 +1,1 @@
+"""Operators (Router, LongHorizon), written with loop-runtime only."""
