@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from types import MappingProxyType
 
+from loopd.harness.core._history import History
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_message, user_message
 from loopd.harness.core.events import (
     InputCancelled,
@@ -34,8 +35,8 @@ def _without(queued: tuple[QueuedInput, ...], taken: Iterable[str]) -> tuple[Que
     return tuple(q for q in queued if q.command_id not in ids)
 
 
-def _close_calls(history: tuple[Message, ...], outcomes: tuple[ToolOutcome, ...]) -> tuple[Message, ...]:
-    return history + tuple(tool_message(o) for o in outcomes)
+def _close_calls(history: History, outcomes: tuple[ToolOutcome, ...]) -> History:
+    return history.appended(*(tool_message(o) for o in outcomes)) if outcomes else history
 
 
 def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
@@ -44,7 +45,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case TurnStarted(turn_id=turn_id, inputs=inputs):
             return replace(
                 state,
-                history=state.history + tuple(user_message(i.text) for i in inputs),
+                history=state.history.appended(*(user_message(i.text) for i in inputs)),
                 turn=TurnState(turn_id=turn_id, step=1, phase="model", usage=ZERO_USAGE),
                 queued=_without(state.queued, (i.command_id for i in inputs)),
                 turns=state.turns + 1,
@@ -54,7 +55,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case InputsFolded(inputs=inputs):
             return replace(
                 state,
-                history=state.history + tuple(user_message(i.text) for i in inputs),
+                history=state.history.appended(*(user_message(i.text) for i in inputs)),
                 queued=_without(state.queued, (i.command_id for i in inputs)),
             )
         case InputCancelled(command_id=command_id):
@@ -66,7 +67,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             assert turn is not None, "ModelReplied outside a turn"
             return replace(
                 state,
-                history=(*state.history, Message(role="assistant", content=text, tool_calls=calls)),
+                history=state.history.appended(Message(role="assistant", content=text, tool_calls=calls)),
                 turn=replace(turn, phase="tools", calls=calls, outcomes=(), step_usage=usage, usage=turn.usage + usage),
                 usage=state.usage + usage,
             )
@@ -75,7 +76,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             assert turn is not None, "ToolCompleted outside a turn"
             return replace(
                 state,
-                history=(*state.history, tool_message(outcome)),
+                history=state.history.appended(tool_message(outcome)),
                 turn=replace(turn, outcomes=(*turn.outcomes, outcome)),
             )
         case StepDone():
@@ -88,7 +89,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case TurnDone(text=text, step_usage=step_usage):
             return replace(
                 state,
-                history=(*state.history, Message(role="assistant", content=text)),
+                history=state.history.appended(Message(role="assistant", content=text)),
                 turn=None,
                 usage=state.usage + step_usage,
                 last_reply=text,

@@ -80,7 +80,7 @@ class _Builder:
     def call_model(self) -> None:
         turn = self.state.turn
         assert turn is not None
-        self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history))
+        self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history.as_tuple()))
 
     def start_queued_turn(self, now: float) -> None:
         if self.state.turn is None and self.state.queued:

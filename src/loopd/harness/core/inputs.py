@@ -1,16 +1,19 @@
-"""Completed effects re-entering a loop's mailbox, and the effects `decide` asks the runtime to perform."""
+"""Completed effects re-entering a loop's mailbox, and the effects `decide` asks the runtime to perform.
+
+Internal values (never stored or sent over a wire), so plain frozen dataclasses: cheap to build per step.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
 
-from loopd.harness.core._values import Frozen, Message, ToolCall, ToolOutcome, Usage
+from loopd.harness.core._values import ZERO_USAGE, Message, ToolCall, ToolOutcome, Usage
 
 # --- completions (inputs besides commands) -------------------------------------------------------------------
 
 
-class ModelCompleted(Frozen):
-    kind: Literal["model_completed"] = "model_completed"
+@dataclass(frozen=True, slots=True)
+class ModelCompleted:
     turn_id: str
     step: int
     text: str
@@ -18,17 +21,17 @@ class ModelCompleted(Frozen):
     usage: Usage
 
 
-class ModelFailed(Frozen):
-    kind: Literal["model_failed"] = "model_failed"
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
     turn_id: str
     step: int
     error_type: str
     message: str
-    usage: Usage = Usage()
+    usage: Usage = ZERO_USAGE
 
 
-class ToolFinished(Frozen):
-    kind: Literal["tool_finished"] = "tool_finished"
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
     turn_id: str
     step: int
     outcome: ToolOutcome
@@ -40,28 +43,28 @@ Completion = ModelCompleted | ModelFailed | ToolFinished
 # --- effects -------------------------------------------------------------------------------------------------
 
 
-class CallModel(Frozen):
+@dataclass(frozen=True, slots=True)
+class CallModel:
     """Stream one model call for `step` of `turn_id` over `messages`."""
 
-    kind: Literal["call_model"] = "call_model"
     turn_id: str
     step: int
     messages: tuple[Message, ...]
 
 
-class RunTools(Frozen):
+@dataclass(frozen=True, slots=True)
+class RunTools:
     """Run a batch of tool calls (in parallel, bounded)."""
 
-    kind: Literal["run_tools"] = "run_tools"
     turn_id: str
     step: int
     calls: tuple[ToolCall, ...]
 
 
-class CancelTurn(Frozen):
+@dataclass(frozen=True, slots=True)
+class CancelTurn:
     """Cancel every effect still running for `turn_id`; their late completions are ignored."""
 
-    kind: Literal["cancel_turn"] = "cancel_turn"
     turn_id: str
 
 

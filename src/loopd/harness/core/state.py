@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from loopd.harness.core._values import ZERO_USAGE, Message, ToolCall, ToolOutcome, Usage
+from loopd.harness.core._history import EMPTY_HISTORY, History
+from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
 from loopd.harness.core.events import QueuedInput
 
 TurnPhase = Literal["model", "tools"]
@@ -32,7 +33,7 @@ class TurnState:
 @dataclass(frozen=True, slots=True)
 class LoopState:
     name: str
-    history: tuple[Message, ...] = ()
+    history: History = EMPTY_HISTORY
     turn: TurnState | None = None
     queued: tuple[QueuedInput, ...] = ()
     turns: int = 0

@@ -188,23 +188,25 @@ class SqliteJournal:
         self._check_open()
         if not records:
             return []
-        async with self._room:
-            await asyncio.wait_for(
-                self._room.wait_for(lambda: self._pending.size < self._max_pending), self._append_timeout
-            )
-        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._pending.items.append(_Append(sid, epoch, records, future))
-        self._pending.size += len(records)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name="loopd-journal-flush")
-        return await asyncio.wait_for(asyncio.shield(future), self._append_timeout)
+        async with asyncio.timeout(self._append_timeout):
+            if self._pending.size >= self._max_pending:  # back-pressure: wait for the next group commit
+                async with self._room:
+                    await self._room.wait_for(lambda: self._pending.size < self._max_pending)
+            future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+            self._pending.items.append(_Append(sid, epoch, records, future))
+            self._pending.size += len(records)
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush(), name="loopd-journal-flush")
+            # Shielded: a caller giving up must not abort a commit that other sessions share.
+            return await asyncio.shield(future)
 
     async def _flush(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending.items:
             batch, self._pending = self._pending, _Batch()
-            async with self._room:
-                self._room.notify_all()
+            if batch.size >= self._max_pending:
+                async with self._room:
+                    self._room.notify_all()
             plan = [(a.sid, a.epoch, a.records) for a in batch.items]
             try:
                 results = await loop.run_in_executor(self._wexec, self._write_batch, plan)
@@ -232,25 +234,40 @@ class SqliteJournal:
                         signal.set()
 
     def _write_batch(self, plan: list[tuple[int, int, Sequence[NewRecord]]]) -> list[list[int] | BaseException]:
+        """One transaction for the whole batch. Runs on the writer thread.
+
+        Fencing: under ``BEGIN IMMEDIATE`` nobody else can change a session's epoch, so one SELECT of the
+        batch's sessions decides which appends still own their session; the others fail with
+        `JournalFencedError` while the rest commit.
+        """
         conn = self._wc
         results: list[list[int] | BaseException] = []
         rows: list[tuple[int, int, str, int, float, bytes]] = []
+        sids = sorted({sid for sid, _, _ in plan})
         conn.execute("BEGIN IMMEDIATE")
         try:
+            heads: dict[int, tuple[int, int]] = {}
+            for i in range(0, len(sids), 500):
+                chunk = sids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for sid, epoch, last in conn.execute(
+                    f"SELECT sid, epoch, last_seq FROM journal_sessions WHERE sid IN ({marks})", chunk
+                ):
+                    heads[int(sid)] = (int(epoch), int(last))
             for sid, epoch, records in plan:
-                n = len(records)
-                row = conn.execute(
-                    "UPDATE journal_sessions SET last_seq = last_seq + ? WHERE sid = ? AND epoch = ? "
-                    "RETURNING last_seq",
-                    (n, sid, epoch),
-                ).fetchone()
-                if row is None:
+                head = heads.get(sid)
+                if head is None or head[0] != epoch:
                     results.append(JournalFencedError(f"session writer (epoch {epoch}) was fenced"))
                     continue
-                first = int(row[0]) - n + 1
-                seqs = list(range(first, first + n))
+                first = head[1] + 1
+                seqs = list(range(first, first + len(records)))
+                heads[sid] = (epoch, seqs[-1])
                 rows.extend((sid, seq, r.kind, r.version, r.at, r.data) for seq, r in zip(seqs, records, strict=True))
                 results.append(seqs)
+            conn.executemany(
+                "UPDATE journal_sessions SET last_seq = ? WHERE sid = ?",
+                [(last, sid) for sid, (_, last) in heads.items()],
+            )
             conn.executemany(
                 "INSERT INTO journal_records (sid, seq, kind, v, at, data) VALUES (?, ?, ?, ?, ?, ?)", rows
             )

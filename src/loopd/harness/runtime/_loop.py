@@ -253,7 +253,8 @@ class LoopActor:
 
     async def _call_model(self, effect: CallModel) -> None:
         d = self.definition
-        request = ModelRequest(
+        # Built without re-validating: every field is already a typed value from the loop's own state.
+        request = ModelRequest.model_construct(
             model=d.model_name or d.model.name,
             messages=effect.messages,
             tools=self._specs,

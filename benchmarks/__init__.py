@@ -1,0 +1,1 @@
+"""loopd benchmarks: run with `make bench` (never timed assertions in the test suite)."""
