@@ -9,6 +9,8 @@ from types import MappingProxyType
 from loopd.harness.core._history import History
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_message, user_message
 from loopd.harness.core.events import (
+    GateOpened,
+    GateResolved,
     InputCancelled,
     InputQueued,
     InputRejected,
@@ -27,7 +29,7 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
 )
-from loopd.harness.core.state import LoopState, SessionState, TurnState
+from loopd.harness.core.state import LoopState, OpenGate, SessionState, TurnState
 
 
 def _without(queued: tuple[QueuedInput, ...], taken: Iterable[str]) -> tuple[QueuedInput, ...]:
@@ -79,6 +81,15 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 history=state.history.appended(tool_message(outcome)),
                 turn=replace(turn, outcomes=(*turn.outcomes, outcome)),
             )
+        case GateOpened(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline):
+            turn = state.turn
+            assert turn is not None, "GateOpened outside a turn"
+            gate = OpenGate(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline)
+            return replace(state, turn=replace(turn, gate=gate))
+        case GateResolved():
+            turn = state.turn
+            assert turn is not None, "GateResolved outside a turn"
+            return replace(state, turn=replace(turn, gate=None))
         case StepDone():
             turn = state.turn
             assert turn is not None, "StepDone outside a turn"

@@ -30,6 +30,15 @@ class CancelQueuedInput(_Command):
     target_command_id: str
 
 
+class AnswerGate(_Command):
+    """Answer an open gate: exactly one of three answers."""
+
+    priority: ClassVar[bool] = True
+    kind: Literal["answer_gate"] = "answer_gate"
+    gate_id: str
+    answer: Literal["approve", "approve_always", "deny"]
+
+
 class Interrupt(_Command):
     priority: ClassVar[bool] = True
     kind: Literal["interrupt"] = "interrupt"
@@ -42,18 +51,18 @@ class Shutdown(_Command):
     drain_timeout: float = Field(default=5.0, ge=0)
 
 
-Command = Annotated[UserInput | CancelQueuedInput | Interrupt | Shutdown, Field(discriminator="kind")]
-COMMAND_ADAPTER: TypeAdapter[UserInput | CancelQueuedInput | Interrupt | Shutdown] = TypeAdapter(Command)
+Command = Annotated[UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown, Field(discriminator="kind")]
+COMMAND_ADAPTER: TypeAdapter[UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown] = TypeAdapter(Command)
 
 
-def encode_command(command: UserInput | CancelQueuedInput | Interrupt | Shutdown) -> bytes:
+def encode_command(command: UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown) -> bytes:
     """The wire form: the command's fields plus `kind` and `v` (its schema version)."""
     body = command.model_dump(mode="json")
     body["v"] = command.version
     return _dumps(body)
 
 
-def decode_command(data: bytes | str) -> UserInput | CancelQueuedInput | Interrupt | Shutdown:
+def decode_command(data: bytes | str) -> UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown:
     body = json.loads(data)
     if not isinstance(body, dict):
         raise ValueError("a command is a JSON object")

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 
 from loopd.harness.core._values import ToolOutcome
 from loopd.harness.core.apply import apply_loop
-from loopd.harness.core.commands import CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
 from loopd.harness.core.events import (
+    GateOpened,
+    GateResolved,
     InputCancelled,
     InputQueued,
     InputRejected,
@@ -37,17 +39,31 @@ from loopd.harness.core.events import (
     TurnStarted,
 )
 from loopd.harness.core.inputs import (
+    ArmGate,
     CallModel,
     CancelTurn,
     Effect,
+    GateAnswered,
+    GateNeeded,
     ModelCompleted,
     ModelFailed,
+    ResolveGate,
     RunTools,
     ToolFinished,
 )
 from loopd.harness.core.state import LoopState
 
-LoopInput = UserInput | CancelQueuedInput | Interrupt | ModelCompleted | ModelFailed | ToolFinished
+LoopInput = (
+    UserInput
+    | CancelQueuedInput
+    | AnswerGate
+    | Interrupt
+    | ModelCompleted
+    | ModelFailed
+    | ToolFinished
+    | GateNeeded
+    | GateAnswered
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +200,77 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                 return Decision()
             b.emit(ToolCompleted(loop=name, turn_id=turn_id, step=step, outcome=outcome))
             _finish_step_if_complete(b, config, now)
+        case GateNeeded(turn_id=turn_id, step=step, gate_id=gate_id, call_ids=call_ids, prompt=prompt):
+            turn = state.turn
+            if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is not None:
+                return Decision()
+            open_ids = {c.id for c in turn.open_calls}
+            waiting = tuple(c for c in call_ids if c in open_ids)
+            if not waiting:
+                return Decision()
+            deadline = event_input.deadline
+            b.emit(
+                GateOpened(
+                    loop=name,
+                    turn_id=turn_id,
+                    step=step,
+                    gate_id=gate_id,
+                    call_ids=waiting,
+                    prompt=prompt,
+                    deadline=deadline,
+                    at=now,
+                )
+            )
+            b.effects.append(ArmGate(turn_id=turn_id, step=step, gate_id=gate_id, deadline=deadline))
+        case AnswerGate(gate_id=gate_id, answer=answer):
+            turn = state.turn
+            if turn is None or turn.gate is None or turn.gate.gate_id != gate_id:
+                return Decision()
+            # Every answer goes through the runtime, which binds the first one only.
+            b.effects.append(
+                ResolveGate(
+                    turn_id=turn.turn_id,
+                    step=turn.step,
+                    gate_id=gate_id,
+                    answer=answer,
+                    prompt=dict(turn.gate.prompt),
+                )
+            )
+        case GateAnswered(turn_id=turn_id, step=step, gate_id=gate_id, answer=answer, granted=granted, reason=reason):
+            turn = state.turn
+            if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is None:
+                return Decision()
+            if turn.gate.gate_id != gate_id:
+                return Decision()
+            _resolve_gate(b, config, now, answer=answer, granted=granted, reason=reason)
     return b.done()
+
+
+def _resolve_gate(b: _Builder, config: LoopConfig, now: float, *, answer: str, granted: bool, reason: str) -> None:
+    turn = b.state.turn
+    assert turn is not None and turn.gate is not None
+    gate = turn.gate
+    b.emit(
+        GateResolved(
+            loop=b.state.name,
+            turn_id=turn.turn_id,
+            step=turn.step,
+            gate_id=gate.gate_id,
+            answer=answer,  # type: ignore[arg-type]
+            granted=granted,
+            reason=reason,
+            at=now,
+        )
+    )
+    gated = tuple(c for c in turn.open_calls if c.id in gate.call_ids)
+    if granted:
+        b.effects.append(RunTools(turn_id=turn.turn_id, step=turn.step, calls=gated, gated=False))
+        return
+    why = reason or answer
+    for call in gated:
+        outcome = ToolOutcome(call_id=call.id, name=call.name, status="denied", output=f"permission denied: {why}")
+        b.emit(ToolCompleted(loop=b.state.name, turn_id=turn.turn_id, step=turn.step, outcome=outcome))
+    _finish_step_if_complete(b, config, now)
 
 
 def _finish_step_if_complete(b: _Builder, config: LoopConfig, now: float) -> None:
@@ -247,12 +333,24 @@ def recover(
     ``mode="interrupt"``: an open turn gets a synthesized ``TurnInterrupted``; tool calls left open are recorded
     with status ``unknown`` (their effect may or may not have happened); queued inputs are cancelled.
 
+    A turn parked at an open gate (no call running besides the gated ones) keeps its gate in both modes: the
+    deadline timer is re-armed and the gate can be answered as before.
+
     ``mode="resume"``: a model call in flight is re-issued (a read effect); an open tool call is re-run only if
     its tool declares itself idempotent, otherwise its outcome is recorded as ``unknown`` and surfaced to the
     model, never silently repeated; queued inputs start or join the turn as usual.
     """
     b = _Builder(state)
     turn = state.turn
+    if turn is not None and turn.gate is not None:
+        parked = {c.id for c in turn.open_calls} <= set(turn.gate.call_ids)
+        if parked:
+            # Nothing was running: the turn only waits for a human. The gate survives the restore.
+            gate = turn.gate
+            b.effects.append(
+                ArmGate(turn_id=turn.turn_id, step=turn.step, gate_id=gate.gate_id, deadline=gate.deadline)
+            )
+            return b.done()
     if mode == "interrupt":
         _interrupt(b, "restored", now, status="unknown", message=UNKNOWN_OUTCOME)
         # Effects of a turn that no longer runs have nothing to cancel after a restore.
@@ -266,11 +364,31 @@ def recover(
     if turn.phase == "model":
         b.call_model()
         return b.done()
-    rerun = tuple(c for c in turn.open_calls if idempotent(c.name))
+    gated_ids = set(turn.gate.call_ids) if turn.gate is not None else set()
+    if turn.gate is not None:
+        # Calls still waiting at the gate were never approved: deny them; settle the rest as usual.
+        b.emit(
+            GateResolved(
+                loop=state.name,
+                turn_id=turn.turn_id,
+                step=turn.step,
+                gate_id=turn.gate.gate_id,
+                answer="deny",
+                granted=False,
+                reason="the session restarted while other calls were running",
+                at=now,
+            )
+        )
+    rerun = tuple(c for c in turn.open_calls if c.id not in gated_ids and idempotent(c.name))
     for call in turn.open_calls:
         if call in rerun:
             continue
-        outcome = ToolOutcome(call_id=call.id, name=call.name, status="unknown", output=UNKNOWN_OUTCOME)
+        if call.id in gated_ids:
+            outcome = ToolOutcome(
+                call_id=call.id, name=call.name, status="denied", output="permission denied: session restarted"
+            )
+        else:
+            outcome = ToolOutcome(call_id=call.id, name=call.name, status="unknown", output=UNKNOWN_OUTCOME)
         b.emit(ToolCompleted(loop=state.name, turn_id=turn.turn_id, step=turn.step, outcome=outcome))
     if rerun:
         b.effects.append(RunTools(turn_id=turn.turn_id, step=turn.step, calls=rerun))

@@ -8,7 +8,7 @@ enduring and ends a turn) and its scope (session or loop). The stored form is ve
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -143,6 +143,32 @@ class StepDone(_LoopEvent):
     usage: Usage
 
 
+class GateOpened(_LoopEvent):
+    """A tool batch needs permission: one combined prompt for ``call_ids``, answered by ``deadline`` or denied."""
+
+    kind: Literal["gate_opened"] = "gate_opened"
+    turn_id: str
+    step: int
+    gate_id: str
+    call_ids: tuple[str, ...]
+    prompt: dict[str, Any]
+    deadline: float
+    at: float
+
+
+class GateResolved(_LoopEvent):
+    """The gate's answer; ``granted`` is false for deny, timeout, or a failure to store an "always" grant."""
+
+    kind: Literal["gate_resolved"] = "gate_resolved"
+    turn_id: str
+    step: int
+    gate_id: str
+    answer: Literal["approve", "approve_always", "deny"]
+    granted: bool
+    reason: str = ""
+    at: float
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -231,6 +257,8 @@ LoopEvent = (
     | ModelReplied
     | ToolCompleted
     | StepDone
+    | GateOpened
+    | GateResolved
     | TurnDone
     | TurnFailed
     | TurnInterrupted
@@ -252,6 +280,8 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     ModelReplied,
     ToolCompleted,
     StepDone,
+    GateOpened,
+    GateResolved,
     TurnDone,
     TurnFailed,
     TurnInterrupted,

@@ -5,7 +5,8 @@ Internal values (never stored or sent over a wire), so plain frozen dataclasses:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolCall, ToolOutcome, Usage
 
@@ -37,7 +38,31 @@ class ToolFinished:
     outcome: ToolOutcome
 
 
-Completion = ModelCompleted | ModelFailed | ToolFinished
+@dataclass(frozen=True, slots=True)
+class GateNeeded:
+    """The runtime evaluated a batch and some calls need a human answer."""
+
+    turn_id: str
+    step: int
+    gate_id: str
+    call_ids: tuple[str, ...]
+    prompt: dict[str, Any]
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class GateAnswered:
+    """An answer was resolved (an "always" grant stored first) — or the gate timed out (``answer="deny"``)."""
+
+    turn_id: str
+    step: int
+    gate_id: str
+    answer: str
+    granted: bool
+    reason: str = ""
+
+
+Completion = ModelCompleted | ModelFailed | ToolFinished | GateNeeded | GateAnswered
 
 
 # --- effects -------------------------------------------------------------------------------------------------
@@ -59,6 +84,29 @@ class RunTools:
     turn_id: str
     step: int
     calls: tuple[ToolCall, ...]
+    gated: bool = True
+    """False when a gate already approved these calls."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmGate:
+    """Deny the gate if nobody answers by ``deadline`` (wall-clock seconds)."""
+
+    turn_id: str
+    step: int
+    gate_id: str
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class ResolveGate:
+    """Turn an answer into a grant; for "approve_always", store the shown grants before granting."""
+
+    turn_id: str
+    step: int
+    gate_id: str
+    answer: str
+    prompt: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,4 +116,4 @@ class CancelTurn:
     turn_id: str
 
 
-Effect = CallModel | RunTools | CancelTurn
+Effect = CallModel | RunTools | ArmGate | ResolveGate | CancelTurn

@@ -5,13 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from loopd.harness.core._history import EMPTY_HISTORY, History
 from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
 from loopd.harness.core.events import QueuedInput
 
 TurnPhase = Literal["model", "tools"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenGate:
+    gate_id: str
+    call_ids: tuple[str, ...]
+    prompt: Mapping[str, Any]
+    deadline: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +31,7 @@ class TurnState:
     step_usage: Usage = ZERO_USAGE
     calls: tuple[ToolCall, ...] = ()
     outcomes: tuple[ToolOutcome, ...] = ()
+    gate: OpenGate | None = None
 
     @property
     def open_calls(self) -> tuple[ToolCall, ...]:

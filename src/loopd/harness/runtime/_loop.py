@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
-from loopd.harness.core.commands import CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
 from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide
 from loopd.harness.core.events import (
+    GateResolved,
     LoopEvent,
     TokenDelta,
     ToolCallStarted,
@@ -26,15 +27,30 @@ from loopd.harness.core.events import (
     TurnInterrupted,
 )
 from loopd.harness.core.inputs import (
+    ArmGate,
     CallModel,
     CancelTurn,
     Effect,
+    GateAnswered,
+    GateNeeded,
     ModelCompleted,
     ModelFailed,
+    ResolveGate,
     RunTools,
     ToolFinished,
 )
 from loopd.harness.core.state import LoopState
+from loopd.harness.gate import (
+    GATE_TIMEOUT_DEFAULT,
+    AccessConfig,
+    GateAnswer,
+    GatePrompt,
+    RuleStore,
+    RuleStoreError,
+    Verdict,
+    evaluate,
+    resolve_answer,
+)
 from loopd.harness.models._protocol import (
     Model,
     ModelRequest,
@@ -71,6 +87,8 @@ class LoopDefinition:
     model_timeout: float = 600.0
     temperature: float | None = None
     max_output_tokens: int | None = None
+    access: AccessConfig = field(default_factory=AccessConfig)
+    gate_timeout: float = GATE_TIMEOUT_DEFAULT
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -116,6 +134,7 @@ class LoopActor:
         *,
         now: Callable[[], float],
         workspace: Path | None,
+        rules: RuleStore,
     ) -> None:
         self.session = session
         self.definition = definition
@@ -123,6 +142,9 @@ class LoopActor:
         self.mailbox: Mailbox[MailItem] = Mailbox(definition.mailbox_capacity)
         self._now = now
         self._workspace = workspace
+        self._rules = rules
+        self._gate_timers: dict[str, asyncio.Task[None]] = {}
+        self._resolving: set[str] = set()
         self._config = definition.config
         self._tools: Mapping[str, Tool] = {t.spec.name: t for t in definition.tools}
         self._specs: tuple[ToolSpec, ...] = tuple(t.spec for t in definition.tools)
@@ -215,10 +237,15 @@ class LoopActor:
             state = apply_loop(state, event)
             self.state = state
             self.session._hub.publish(Envelope(self.session.id, seq, event))
+            if isinstance(event, GateResolved):
+                self._resolving.discard(event.gate_id)
+                timer = self._gate_timers.pop(event.gate_id, None)
+                if timer is not None and timer is not asyncio.current_task():
+                    timer.cancel()
 
     # --- effects -------------------------------------------------------------------------------------------
 
-    def _track(self, turn_id: str, coro: Any) -> None:
+    def _track(self, turn_id: str, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         bucket = self._effects.setdefault(turn_id, set())
         bucket.add(task)
@@ -230,14 +257,23 @@ class LoopActor:
             self.session._changed()
 
         task.add_done_callback(_done)
+        return task
 
     def _start_effect(self, effect: Effect) -> None:
         match effect:
             case CallModel():
                 self._track(effect.turn_id, self._call_model(effect))
+            case RunTools(turn_id=turn_id, step=step, calls=calls, gated=True):
+                self._track(turn_id, self._gate_batch(turn_id, step, calls))
             case RunTools(turn_id=turn_id, step=step, calls=calls):
                 for call in calls:
                     self._track(turn_id, self._run_tool(turn_id, step, call))
+            case ArmGate(turn_id=turn_id, gate_id=gate_id):
+                self._gate_timers[gate_id] = self._track(turn_id, self._gate_timer(effect))
+            case ResolveGate(turn_id=turn_id, gate_id=gate_id):
+                if gate_id not in self._resolving:  # an answer binds once
+                    self._resolving.add(gate_id)
+                    self._track(turn_id, self._resolve_gate(effect))
             case CancelTurn(turn_id=turn_id):
                 for task in self._effects.pop(turn_id, set()):
                     task.cancel()
@@ -346,10 +382,91 @@ class LoopActor:
             call_id=call.id, name=call.name, status="error" if result.is_error else "ok", output=result.output
         )
 
+    # --- the gate -----------------------------------------------------------------------------------------
+
+    async def _gate_batch(self, turn_id: str, step: int, calls: tuple[ToolCall, ...]) -> None:
+        """Prepare every call, evaluate the gate for the batch, run what is allowed, open one prompt for the rest."""
+        prepared = []
+        for call in calls:
+            tool = self._tools.get(call.name)
+            try:
+                if tool is None:
+                    raise ToolError(f"unknown tool {call.name!r}")
+                prepared.append(tool.prepare(call))
+            except Exception as exc:
+                # The run path reports the precise error to the model without running anything.
+                self._track(turn_id, self._run_tool(turn_id, step, call))
+                del exc
+        try:
+            stored = await asyncio.wait_for(self._rules.load(), 10.0)
+        except (RuleStoreError, TimeoutError) as exc:
+            for p in prepared:
+                self._finish(turn_id, step, p.call_id, p.tool, "denied", f"permission rules unreadable: {exc}")
+            return
+        decision = evaluate(prepared, access=self.definition.access, stored=stored)
+        by_id = {c.id: c for c in calls}
+        for verdict in decision.calls:
+            if verdict.verdict is Verdict.ALLOW:
+                self._track(turn_id, self._run_tool(turn_id, step, by_id[verdict.call_id]))
+            elif verdict.verdict is Verdict.DENY:
+                self._finish(
+                    turn_id, step, verdict.call_id, verdict.tool, "denied", f"permission denied: {verdict.reason}"
+                )
+        if decision.prompt is not None:
+            self.mailbox.put_result(
+                GateNeeded(
+                    turn_id=turn_id,
+                    step=step,
+                    gate_id=f"{turn_id}/{step}",
+                    call_ids=decision.prompt.call_ids,
+                    prompt=decision.prompt.model_dump(mode="json"),
+                    deadline=self._now() + self.definition.gate_timeout,
+                )
+            )
+
+    def _finish(self, turn_id: str, step: int, call_id: str, name: str, status: str, output: str) -> None:
+        outcome = ToolOutcome(call_id=call_id, name=name, status=status, output=output)  # type: ignore[arg-type]
+        self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
+
+    async def _gate_timer(self, effect: ArmGate) -> None:
+        await asyncio.sleep(max(0.0, effect.deadline - self._now()))
+        self.mailbox.put_result(
+            GateAnswered(
+                turn_id=effect.turn_id,
+                step=effect.step,
+                gate_id=effect.gate_id,
+                answer="deny",
+                granted=False,
+                reason="no answer before the gate timed out",
+            )
+        )
+
+    async def _resolve_gate(self, effect: ResolveGate) -> None:
+        try:
+            resolution = await asyncio.wait_for(
+                resolve_answer(GatePrompt.model_validate(effect.prompt), GateAnswer(effect.answer), self._rules), 30.0
+            )
+            granted, reason = resolution.granted, resolution.error or effect.answer
+        except Exception as exc:  # nothing is granted unless the grant was stored
+            granted, reason = False, f"the grant could not be stored: {exc}"
+        self.mailbox.put_result(
+            GateAnswered(
+                turn_id=effect.turn_id,
+                step=effect.step,
+                gate_id=effect.gate_id,
+                answer=effect.answer if granted else "deny",
+                granted=granted,
+                reason=reason,
+            )
+        )
+
     # --- commands from the session -------------------------------------------------------------------------
 
     async def submit(self, command: UserInput | CancelQueuedInput, timeout: float) -> None:
         await self.mailbox.put(command, timeout=timeout)
+
+    def answer_gate(self, command: AnswerGate) -> None:
+        self.mailbox.put_priority(command)
 
     async def interrupt(self, command: Interrupt) -> bool:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()

@@ -18,6 +18,7 @@ from loopd.harness.core.apply import fold
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionRestored, SessionStarted
 from loopd.harness.core.state import LoopState
+from loopd.harness.gate import MemoryRuleStore, RuleStore
 from loopd.harness.journal._protocol import Journal, SessionInfo
 from loopd.harness.runtime._loop import LoopActor, LoopDefinition
 from loopd.harness.runtime._session import Session
@@ -39,6 +40,7 @@ class Rig:
     workspace: Path | None = None
     now: Callable[[], float] = field(default=time.time)
     price: Callable[[str, Usage], Usage] = field(default=_no_pricing)
+    rules: RuleStore = field(default_factory=MemoryRuleStore)
     submit_timeout: float = 10.0
     drain_timeout: float = 5.0
 
@@ -75,6 +77,7 @@ class Rig:
                     LoopState(name=definition.name),
                     now=self.now,
                     workspace=self.workspace,
+                    rules=self.rules,
                 )
             )
         await session._commit_session(
@@ -102,7 +105,9 @@ class Rig:
         session = self._session(session_id, writer)
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
-            session._add_actor(LoopActor(session, definition, loop_state, now=self.now, workspace=self.workspace))
+            session._add_actor(
+                LoopActor(session, definition, loop_state, now=self.now, workspace=self.workspace, rules=self.rules)
+            )
         await session._commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.now()))
         for actor in session.actors.values():
             decision = recover(

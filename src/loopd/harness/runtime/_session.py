@@ -18,7 +18,7 @@ from loopd._ids import new_id
 from loopd.harness._errors import HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
-from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
 from loopd.harness.core.events import (
     InputsFolded,
     Lifecycle,
@@ -38,7 +38,7 @@ from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscriptio
 if TYPE_CHECKING:
     from loopd.harness.runtime._loop import LoopActor
 
-AnyCommand = UserInput | CancelQueuedInput | Interrupt | Shutdown
+AnyCommand = UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +177,11 @@ class Session:
                     results = [await a.interrupt(command) for a in tuple(self._actors.values())]
                     return any(results)
                 return await self._actor(command.loop).interrupt(command)
+            case AnswerGate():
+                self._check_accepting()
+                actor = self._actor(command.loop) if command.loop else self._gate_owner(command.gate_id)
+                actor.answer_gate(command)
+                return True
             case UserInput() | CancelQueuedInput():
                 self._check_accepting()
                 actor = self._actor(command.loop)
@@ -186,6 +191,17 @@ class Session:
     async def interrupt(self, *, loop: str | None = None, reason: str = "interrupted") -> bool:
         """Stop the running turn (of ``loop``, or of every loop) and cancel queued inputs."""
         return await self.send(Interrupt(command_id=new_id(), loop=loop, reason=reason))
+
+    async def answer_gate(self, gate_id: str, answer: str, *, loop: str | None = None) -> None:
+        """Answer an open gate: "approve", "approve_always" or "deny" (an answer binds once)."""
+        await self.send(AnswerGate(command_id=new_id(), loop=loop, gate_id=gate_id, answer=answer))  # type: ignore[arg-type]
+
+    def _gate_owner(self, gate_id: str) -> LoopActor:
+        for actor in self._actors.values():
+            turn = actor.state.turn
+            if turn is not None and turn.gate is not None and turn.gate.gate_id == gate_id:
+                return actor
+        raise HarnessError(f"no open gate {gate_id!r} in session {self.id}")
 
     async def cancel_queued(self, command_id: str, *, loop: str | None = None) -> None:
         await self.send(CancelQueuedInput(command_id=new_id(), loop=loop, target_command_id=command_id))
