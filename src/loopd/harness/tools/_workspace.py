@@ -1,0 +1,111 @@
+"""Workspace confinement: turning a model-supplied path into a real path inside the workspace, or refusing.
+
+The rules, in order:
+
+- A path is relative to the workspace root. Absolute paths are refused even when they point inside the
+  workspace: the model never needs to know where the workspace lives, and one form means one gate match.
+- A ``..`` component is refused, even when the result would stay inside (there is always a shorter spelling).
+- The path is resolved to its *real* path (every symlink followed); it must be the root or below it. A symlink
+  whose target is outside is refused, including a dangling one (writing through it would create the target).
+- Writes are refused inside protected directories (by default ``.loopd``, where the workspace's gate rules
+  live), so a file tool can never grant itself permissions.
+
+Resolution reads filesystem metadata but changes nothing. The relative real path it returns is what the gate
+matches, so a symlink cannot dodge a deny rule by naming the same file differently. Tools re-resolve at run
+time and refuse if the answer changed since the call was approved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Final
+
+from loopd.harness._errors import ToolArgumentsError
+
+MAX_PATH_CHARS: Final = 4096
+DEFAULT_PROTECTED: Final = (".loopd",)
+
+
+class WorkspaceEscapeError(ToolArgumentsError):
+    """A path or pattern would leave the workspace (absolute, ``..``, or a symlink pointing outside)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path!r} is refused: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPath:
+    """A path inside the workspace: the real absolute path and its POSIX form relative to the root."""
+
+    real: Path
+    relative: str
+
+    @property
+    def is_root(self) -> bool:
+        return self.relative == "."
+
+
+class Workspace:
+    """The directory tools are confined to."""
+
+    def __init__(self, root: str | os.PathLike[str], *, protected: Iterable[str] = DEFAULT_PROTECTED) -> None:
+        real = Path(os.path.realpath(root))
+        if not real.is_dir():
+            raise NotADirectoryError(f"workspace root {str(root)!r} is not a directory")
+        self._root = real
+        self._protected = frozenset(protected)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"Workspace({str(self._root)!r})"
+
+    def resolve(self, path: str, *, for_write: bool = False) -> ResolvedPath:
+        """Resolve a model-supplied path; raise `WorkspaceEscapeError` (a `ToolArgumentsError`) to refuse it."""
+        check_relative(path, what="path")
+        try:
+            real = Path(os.path.realpath(self._root / path))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise WorkspaceEscapeError(path, f"cannot be resolved ({exc})") from exc
+        relative = self.relative_to_root(real)
+        if relative is None:
+            raise WorkspaceEscapeError(path, "it resolves outside the workspace (through a symlink)")
+        if for_write and relative != "." and PurePosixPath(relative).parts[0] in self._protected:
+            raise WorkspaceEscapeError(path, f"{PurePosixPath(relative).parts[0]}/ is protected from tools")
+        return ResolvedPath(real=real, relative=relative)
+
+    def relative_to_root(self, real: Path) -> str | None:
+        """The POSIX path of ``real`` relative to the root, or None if it is not the root or below it."""
+        if real == self._root:
+            return "."
+        try:
+            return real.relative_to(self._root).as_posix()
+        except ValueError:
+            return None
+
+    def contains(self, real: Path) -> bool:
+        return self.relative_to_root(real) is not None
+
+    def is_protected(self, relative: str) -> bool:
+        return relative != "." and PurePosixPath(relative).parts[0] in self._protected
+
+
+def check_relative(text: str, *, what: str) -> None:
+    """Refuse empty text, NUL bytes, absolute paths and ``..`` components (for paths and glob patterns)."""
+    if not text:
+        raise ToolArgumentsError(f"{what} must not be empty")
+    if len(text) > MAX_PATH_CHARS:
+        raise ToolArgumentsError(f"{what} is longer than {MAX_PATH_CHARS} characters")
+    if "\x00" in text:
+        raise WorkspaceEscapeError(text, f"{what} contains a NUL byte")
+    if text.startswith("/") or PurePosixPath(text).is_absolute():
+        raise WorkspaceEscapeError(text, f"absolute {what}s are not accepted; use a path relative to the workspace")
+    if ".." in PurePosixPath(text).parts:
+        raise WorkspaceEscapeError(text, f"'..' is not allowed in a {what}")
