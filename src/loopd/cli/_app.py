@@ -6,6 +6,7 @@ import typer
 
 from loopd import __version__
 from loopd.cli._demo import demo_command
+from loopd.cli._resources_commands import kubeconfig_command, manifests_app
 
 app = typer.Typer(
     name="loopd",
@@ -22,6 +23,8 @@ def version_command() -> None:
 
 
 app.command("demo")(demo_command)
+app.command("kubeconfig")(kubeconfig_command)
+app.add_typer(manifests_app, name="manifests")
 
 
 def main() -> None:

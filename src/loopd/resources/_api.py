@@ -1,0 +1,500 @@
+"""The Kubernetes-compatible REST API as an ASGI app over any ``ResourceStore``.
+
+Owns: routing of ``/version``, ``/api``, ``/apis``, ``/openapi``; bearer-token auth; request parsing (query
+options, bodies, patch content types, body size limit); content negotiation (JSON, ``Table``, aggregated
+discovery); watch streams; mapping every ``ResourceError`` to a Kubernetes ``Status`` body.
+Must not do: object semantics (the store decides) or TLS / process management (``_serving``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import Receive, Scope, Send
+
+from . import _api_discovery as discovery
+from ._api_tables import IncludeObject, table
+from ._api_watch import WatchResponse
+from ._errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    RequestTooLarge,
+    ResourceError,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+from ._kinds import KindSpec
+from ._patching import PATCH_CONTENT_TYPES
+from ._store import FieldValidation, PropagationPolicy, ResourceStore
+
+_log = logging.getLogger(__name__)
+
+_PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz"}
+_DISCOVERY_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+_DISCOVERY_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+DEFAULT_MAX_BODY = 3 * 1024 * 1024
+
+
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def status_response(error: ResourceError) -> Response:
+    return _JSON(error.to_status(), status_code=error.code)
+
+
+def _media_ranges(accept: str) -> list[dict[str, str]]:
+    ranges = []
+    for part in accept.split(","):
+        pieces = [p.strip() for p in part.split(";")]
+        params = {"type": pieces[0].lower()}
+        for piece in pieces[1:]:
+            key, _, value = piece.partition("=")
+            params[key.strip().lower()] = value.strip()
+        ranges.append(params)
+    return ranges
+
+
+def _wants(accept: str, as_kind: str, group: str) -> dict[str, str] | None:
+    for media in _media_ranges(accept):
+        if media.get("as") == as_kind and media.get("g") == group:
+            return media
+    return None
+
+
+@dataclass(frozen=True)
+class _Target:
+    spec: KindSpec
+    namespace: str | None
+    name: str | None
+    subresource: Literal["status"] | None
+
+    @property
+    def item_name(self) -> str:
+        if self.name is None:
+            raise MethodNotAllowed("this verb needs an object name")
+        return self.name
+
+
+class ResourceApi:
+    """ASGI app serving a ``ResourceStore`` the way kube-apiserver serves resources."""
+
+    def __init__(
+        self,
+        store: ResourceStore,
+        *,
+        token: str | None,
+        max_body_bytes: int = DEFAULT_MAX_BODY,
+        body_timeout: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._token = token
+        self._max_body = max_body_bytes
+        self._body_timeout = body_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        try:
+            response: Response | WatchResponse = await self._dispatch(request)
+        except ResourceError as exc:
+            response = status_response(exc)
+        except Exception:
+            _log.exception("resource API: unexpected error on %s %s", request.method, request.url.path)
+            response = status_response(ResourceError("an internal error occurred"))
+        await response(scope, receive, send)
+
+    # -- routing -----------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, request: Request) -> Response | WatchResponse:
+        path = "/" + request.url.path.strip("/")
+        if path in _PUBLIC_PATHS:
+            if path == "/version":
+                return _JSON(discovery.SERVER_VERSION)
+            return PlainTextResponse("ok")
+        self._authenticate(request)
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return _JSON({"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version"]})
+        if parts[0] == "openapi":
+            return self._openapi(parts[1:])
+        if parts[0] == "api":
+            return await self._core(request, parts[1:])
+        if parts[0] == "apis":
+            return await self._groups(request, parts[1:])
+        raise NotFound("the server could not find the requested resource")
+
+    def _authenticate(self, request: Request) -> None:
+        if self._token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, credentials = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), self._token.encode()):
+            raise Unauthorized("Unauthorized")
+
+    def _openapi(self, rest: list[str]) -> Response:
+        registry = self._store.registry
+        if rest == ["v3"]:
+            return _JSON(discovery.openapi_index(registry))
+        if len(rest) == 3 and rest[:2] == ["v3", "api"]:
+            document = discovery.openapi_document(registry, "", rest[2])
+        elif len(rest) == 4 and rest[:2] == ["v3", "apis"]:
+            document = discovery.openapi_document(registry, rest[2], rest[3])
+        else:
+            document = None
+        if document is None:
+            raise NotFound("the server could not find the requested resource")
+        return _JSON(document)
+
+    def _discovery_list(self, request: Request, *, core: bool) -> Response | None:
+        accept = request.headers.get("accept", "")
+        media = _wants(accept, "APIGroupDiscoveryList", "apidiscovery.k8s.io")
+        if media is None:
+            return None
+        for candidate in _media_ranges(accept):
+            if candidate.get("as") != "APIGroupDiscoveryList":
+                continue
+            version = candidate.get("v")
+            if version in ("v2", "v2beta1"):
+                content_type = _DISCOVERY_V2 if version == "v2" else _DISCOVERY_V2BETA1
+                body = discovery.aggregated_discovery(
+                    self._store.registry, core=core, api_version=f"apidiscovery.k8s.io/{version}"
+                )
+                return Response(
+                    json.dumps(body, separators=(",", ":")).encode(),
+                    media_type=content_type,
+                    headers={"Vary": "Accept"},
+                )
+        return None
+
+    async def _core(self, request: Request, rest: list[str]) -> Response | WatchResponse:
+        if not rest:
+            aggregated = self._discovery_list(request, core=True)
+            if aggregated is not None:
+                return aggregated
+            return _JSON(discovery.api_versions(request.headers.get("host", "127.0.0.1")))
+        if rest[0] != "v1":
+            raise NotFound("the server could not find the requested resource")
+        if len(rest) == 1:
+            return self._resource_list("", "v1")
+        return await self._resource(request, self._target(request, "", "v1", rest[1:]))
+
+    async def _groups(self, request: Request, rest: list[str]) -> Response | WatchResponse:
+        registry = self._store.registry
+        if not rest:
+            aggregated = self._discovery_list(request, core=False)
+            if aggregated is not None:
+                return aggregated
+            return _JSON(discovery.api_group_list(registry))
+        if len(rest) == 1:
+            group = discovery.api_group(registry, rest[0])
+            if group is None:
+                raise NotFound("the server could not find the requested resource")
+            return _JSON(group)
+        if len(rest) == 2:
+            return self._resource_list(rest[0], rest[1])
+        return await self._resource(request, self._target(request, rest[0], rest[1], rest[2:]))
+
+    def _resource_list(self, group: str, version: str) -> Response:
+        document = discovery.api_resource_list(self._store.registry, group, version)
+        if document is None:
+            raise NotFound("the server could not find the requested resource")
+        return _JSON(document)
+
+    def _target(self, request: Request, group: str, version: str, segments: list[str]) -> _Target:
+        namespace: str | None = None
+        if segments[0] == "namespaces" and len(segments) >= 3 and segments[2] not in ("status", "finalize"):
+            namespace, segments = segments[1], segments[2:]
+        if len(segments) > 3:
+            raise NotFound("the server could not find the requested resource")
+        spec = self._store.registry.by_resource(group, version, segments[0])
+        name = segments[1] if len(segments) > 1 else None
+        subresource = segments[2] if len(segments) > 2 else None
+        if subresource is not None and (subresource != "status" or not spec.status_subresource):
+            raise NotFound("the server could not find the requested resource")
+        if namespace is not None and not spec.namespaced:
+            raise NotFound("the server could not find the requested resource")
+        if namespace is None and spec.namespaced and name is not None:
+            raise NotFound("the server could not find the requested resource")
+        return _Target(spec, namespace, name, "status" if subresource else None)
+
+    # -- resource verbs ----------------------------------------------------------------------------------------
+
+    async def _resource(self, request: Request, target: _Target) -> Response | WatchResponse:
+        method = request.method
+        if target.name is None:
+            if method == "GET":
+                if _flag(request.query_params.get("watch")):
+                    return self._watch(request, target)
+                return await self._list(request, target)
+            if method == "POST":
+                return await self._create(request, target)
+            raise MethodNotAllowed(f"{method} is not supported on a collection")
+        if method == "GET":
+            obj = await self._store.get(target.spec.ref, target.name, namespace=target.namespace)
+            return self._object_response(request, target.spec, obj)
+        if method == "PUT":
+            return await self._replace(request, target)
+        if method == "PATCH":
+            return await self._patch(request, target)
+        if method == "DELETE" and target.subresource is None:
+            return await self._delete(request, target)
+        raise MethodNotAllowed(f"{method} is not supported here")
+
+    def _object_response(self, request: Request, spec: KindSpec, obj: dict[str, Any], status: int = 200) -> Response:
+        if self._table_requested(request):
+            rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            return _JSON(table(spec, [obj], resource_version=rv, include=_include(request)), status_code=status)
+        return _JSON(obj, status_code=status)
+
+    @staticmethod
+    def _table_requested(request: Request) -> bool:
+        return _wants(request.headers.get("accept", ""), "Table", "meta.k8s.io") is not None
+
+    async def _list(self, request: Request, target: _Target) -> Response:
+        query = request.query_params
+        result = await self._store.list(
+            target.spec.ref,
+            namespace=target.namespace,
+            label_selector=query.get("labelSelector"),
+            field_selector=query.get("fieldSelector"),
+            limit=_int(query.get("limit"), "limit"),
+            continue_token=query.get("continue") or None,
+        )
+        if self._table_requested(request):
+            return _JSON(
+                table(
+                    target.spec,
+                    result.items,
+                    resource_version=result.resource_version,
+                    include=_include(request),
+                    continue_token=result.continue_token,
+                )
+            )
+        metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
+        if result.continue_token:
+            metadata["continue"] = result.continue_token
+        return _JSON(
+            {
+                "apiVersion": target.spec.api_version,
+                "kind": target.spec.list_kind_name,
+                "metadata": metadata,
+                "items": result.items,
+            }
+        )
+
+    def _watch(self, request: Request, target: _Target) -> WatchResponse:
+        query = request.query_params
+        timeout = _int(query.get("timeoutSeconds"), "timeoutSeconds")
+        stream = self._store.watch(
+            target.spec.ref,
+            namespace=target.namespace,
+            resource_version=query.get("resourceVersion") or None,
+            label_selector=query.get("labelSelector"),
+            field_selector=query.get("fieldSelector"),
+            bookmarks=_flag(query.get("allowWatchBookmarks")),
+        )
+        return WatchResponse(
+            stream,
+            spec=target.spec,
+            as_table=self._table_requested(request),
+            include=_include(request),
+            timeout=float(timeout) if timeout else None,
+        )
+
+    async def _create(self, request: Request, target: _Target) -> Response:
+        body = await self._read_object(request)
+        created = await self._store.create(
+            target.spec.ref,
+            body,
+            namespace=target.namespace,
+            dry_run=_dry_run(request),
+            field_validation=_field_validation(request),
+        )
+        return self._object_response(request, target.spec, created, status=201)
+
+    async def _replace(self, request: Request, target: _Target) -> Response:
+        body = await self._read_object(request)
+        name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
+        if name not in (None, "", target.name):
+            raise BadRequest("the name of the object does not match the name on the URL")
+        body.setdefault("metadata", {})["name"] = target.name
+        if target.subresource == "status":
+            updated = await self._store.update_status(
+                target.spec.ref, body, namespace=target.namespace, dry_run=_dry_run(request)
+            )
+        else:
+            updated = await self._store.update(
+                target.spec.ref,
+                body,
+                namespace=target.namespace,
+                dry_run=_dry_run(request),
+                field_validation=_field_validation(request),
+            )
+        return self._object_response(request, target.spec, updated)
+
+    async def _patch(self, request: Request, target: _Target) -> Response:
+        media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        patch_type = PATCH_CONTENT_TYPES.get(media_type)
+        if patch_type is None:
+            raise UnsupportedMediaType(
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{', '.join(PATCH_CONTENT_TYPES)}"
+            )
+        raw = await self._read_body(request)
+        patch = _decode(raw, yaml_allowed=patch_type == "apply")
+        patched = await self._store.patch(
+            target.spec.ref,
+            target.item_name,
+            patch,
+            namespace=target.namespace,
+            patch_type=patch_type,
+            subresource=target.subresource,
+            dry_run=_dry_run(request),
+            field_validation=_field_validation(request),
+        )
+        return self._object_response(request, target.spec, patched)
+
+    async def _delete(self, request: Request, target: _Target) -> Response:
+        raw = await self._read_body(request)
+        options: Mapping[str, Any] = {}
+        if raw.strip():
+            decoded = _decode(raw, yaml_allowed=False)
+            if not isinstance(decoded, Mapping):
+                raise BadRequest("DeleteOptions must be a JSON object")
+            options = decoded
+        query = request.query_params
+        requested = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+        policy: PropagationPolicy
+        if requested == "Background":
+            policy = "Background"
+        elif requested == "Foreground":
+            policy = "Foreground"
+        elif requested == "Orphan":
+            policy = "Orphan"
+        else:
+            raise BadRequest(f"unsupported propagationPolicy {requested!r}")
+        if _flag(query.get("orphanDependents")) or options.get("orphanDependents") is True:
+            policy = "Orphan"
+        preconditions = options.get("preconditions") or {}
+        if not isinstance(preconditions, Mapping):
+            raise BadRequest("preconditions must be an object")
+        dry_run = _dry_run(request) or options.get("dryRun") == ["All"]
+        deleted = await self._store.delete(
+            target.spec.ref,
+            target.item_name,
+            namespace=target.namespace,
+            resource_version=preconditions.get("resourceVersion"),
+            uid=preconditions.get("uid"),
+            propagation_policy=policy,
+            dry_run=dry_run,
+        )
+        return self._object_response(request, target.spec, deleted)
+
+    # -- bodies ------------------------------------------------------------------------------------------------
+
+    async def _read_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self._max_body:
+            raise RequestTooLarge(f"the request body is larger than {self._max_body} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > self._max_body:
+                        raise RequestTooLarge(f"the request body is larger than {self._max_body} bytes")
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise BadRequest(f"timed out after {self._body_timeout}s reading the request body") from exc
+        return b"".join(chunks)
+
+    async def _read_object(self, request: Request) -> dict[str, Any]:
+        media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+        if media_type not in ("application/json", "application/yaml", ""):
+            raise UnsupportedMediaType(f"unsupported media type {media_type!r}: use application/json")
+        decoded = _decode(await self._read_body(request), yaml_allowed=media_type == "application/yaml")
+        if not isinstance(decoded, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return decoded
+
+
+def _decode(raw: bytes, *, yaml_allowed: bool) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        if yaml_allowed:
+            try:
+                return yaml.safe_load(raw)
+            except yaml.YAMLError as yaml_exc:
+                raise BadRequest(f"the request body is not valid YAML: {yaml_exc}") from yaml_exc
+        raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+def _int(value: str | None, name: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be an integer, got {value!r}") from exc
+    if number < 0:
+        raise BadRequest(f"{name} must not be negative")
+    return number
+
+
+def _dry_run(request: Request) -> bool:
+    values = request.query_params.getlist("dryRun")
+    for value in values:
+        if value != "All":
+            raise BadRequest(f"unsupported dryRun value {value!r}: only All is supported")
+    return bool(values)
+
+
+def _field_validation(request: Request) -> FieldValidation:
+    value = request.query_params.get("fieldValidation") or "Ignore"
+    if value not in ("Ignore", "Warn", "Strict"):
+        raise BadRequest(f"fieldValidation must be Ignore, Warn or Strict, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def _include(request: Request) -> IncludeObject:
+    value = request.query_params.get("includeObject") or "Metadata"
+    if value not in ("None", "Metadata", "Object"):
+        raise BadRequest(f"includeObject must be None, Metadata or Object, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+def create_api_app(store: ResourceStore, *, token: str | None, max_body_bytes: int = DEFAULT_MAX_BODY) -> ResourceApi:
+    """The ASGI app loop-server mounts at ``/`` (it owns ``/version``, ``/api``, ``/apis``, ``/openapi``)."""
+    return ResourceApi(store, token=token, max_body_bytes=max_body_bytes)

@@ -1,0 +1,171 @@
+"""The kinds every store serves: ``Task``, ``Lease``, ``Namespace`` and ``CustomResourceDefinition``.
+
+Owns: the typed models of Task and Lease, their declarations, and ``builtin_kind_specs`` / ``builtin_crds``.
+Must not do: I/O. The Task stays minimal (design §9.3): routing and wake revision only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from ._kinds import KindRef, KindSpec, PrinterColumn
+from ._models import KindDeclaration, KubeObject, WireModel, crd_from_model, kind_spec_from_model
+
+TASK_KIND = KindRef("loopd.dev/v1alpha1", "Task")
+LEASE_KIND = KindRef("coordination.k8s.io/v1", "Lease")
+NAMESPACE_KIND = KindRef("v1", "Namespace")
+CRD_KIND = KindRef("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+
+
+class TaskTarget(WireModel):
+    """Who responds to the Task."""
+
+    kind: Literal["operator", "harness"] = Field(description="Responder kind: operator or harness.")
+    key: str = Field(min_length=1, description="Registry key of the responder.")
+
+
+class TaskSpec(WireModel):
+    target: TaskTarget
+    revision: int = Field(default=1, ge=1, description="Wake revision; bumped by the server to re-wake the responder.")
+
+
+class TaskCondition(WireModel):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str | None = None
+    message: str | None = None
+    last_transition_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    observed_generation: int | None = None
+
+
+class TaskStatus(WireModel):
+    phase: str | None = Field(default=None, description="Responder-reported phase, e.g. Running.")
+    observed_revision: int | None = Field(default=None, description="Last spec.revision the responder saw.")
+    observed_generation: int | None = None
+    message: str | None = None
+    conditions: list[TaskCondition] | None = None
+
+
+class Task(KubeObject):
+    """A small resource that wakes the chosen responder; its name is the task id."""
+
+    declaration: ClassVar[KindDeclaration] = KindDeclaration(
+        group="loopd.dev",
+        version="v1alpha1",
+        kind="Task",
+        plural="tasks",
+        singular="task",
+        namespaced=True,
+        status_subresource=True,
+        short_names=("tk",),
+        categories=("loopd",),
+        printer_columns=(
+            PrinterColumn("Target-Kind", "string", ".spec.target.kind", "Responder kind"),
+            PrinterColumn("Target", "string", ".spec.target.key", "Responder key"),
+            PrinterColumn("Revision", "integer", ".spec.revision", "Wake revision"),
+            PrinterColumn("Phase", "string", ".status.phase", "Responder-reported phase"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+        ),
+        description="A Task wakes one responder (operator or harness) for one question; name = task id.",
+    )
+
+    spec: TaskSpec
+    status: TaskStatus | None = None
+
+
+class LeaseSpec(WireModel):
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    renew_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    lease_transitions: int | None = None
+    strategy: str | None = None
+    preferred_holder: str | None = None
+
+
+class Lease(KubeObject):
+    """``coordination.k8s.io/v1`` Lease, for leader election."""
+
+    declaration: ClassVar[KindDeclaration] = KindDeclaration(
+        group="coordination.k8s.io",
+        version="v1",
+        kind="Lease",
+        plural="leases",
+        singular="lease",
+        namespaced=True,
+        spec_required=False,
+        printer_columns=(
+            PrinterColumn("Holder", "string", ".spec.holderIdentity", "Current holder of the lease"),
+            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+        ),
+    )
+
+    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+
+
+_NAMESPACE = KindSpec(
+    group="",
+    version="v1",
+    kind="Namespace",
+    plural="namespaces",
+    singular="namespace",
+    namespaced=False,
+    status_subresource=True,
+    short_names=("ns",),
+    schema={
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {
+                "type": "object",
+                "properties": {"finalizers": {"type": "array", "items": {"type": "string"}}},
+            },
+            "status": {"type": "object", "properties": {"phase": {"type": "string"}}},
+        },
+    },
+    printer_columns=(
+        PrinterColumn("Status", "string", ".status.phase"),
+        PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    ),
+)
+
+_CRD = KindSpec(
+    group="apiextensions.k8s.io",
+    version="v1",
+    kind="CustomResourceDefinition",
+    plural="customresourcedefinitions",
+    singular="customresourcedefinition",
+    namespaced=False,
+    status_subresource=True,
+    short_names=("crd", "crds"),
+    categories=("api-extensions",),
+    schema={
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+        "required": ["spec"],
+    },
+    printer_columns=(PrinterColumn("Created At", "date", ".metadata.creationTimestamp"),),
+)
+
+#: Typed kinds whose CRD manifests loopd ships (``loopd manifests crds``).
+CRD_MODELS: tuple[type[KubeObject], ...] = (Task,)
+
+
+def builtin_kind_specs() -> list[KindSpec]:
+    """Kinds every store serves without any CRD."""
+    return [kind_spec_from_model(Task), kind_spec_from_model(Lease), _NAMESPACE, _CRD]
+
+
+def builtin_crds() -> list[dict[str, Any]]:
+    """The CRD manifests generated from loopd's typed kinds."""
+    return [crd_from_model(model) for model in CRD_MODELS]

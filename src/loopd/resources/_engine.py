@@ -1,0 +1,760 @@
+"""Kubernetes object semantics over any ``Backend``: the one implementation of ``ResourceStore``.
+
+Owns: create / get / list / update / update_status / patch / delete / watch rules — resourceVersion allocation,
+optimistic concurrency, generation bumps, the status subresource, finalizers and deletionTimestamp, owner-reference
+cascade, namespace auto-provisioning, CRD registration and the seeding of built-in CRDs.
+Must not do: SQL dialect or driver details (``_sql`` and the backends), HTTP (``_api``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import builtins
+import contextlib
+import copy
+import json
+import logging
+import re
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from . import _sql as sql
+from ._builtin_kinds import CRD_KIND, NAMESPACE_KIND, builtin_crds, builtin_kind_specs
+from ._crds import kind_specs_from_crd
+from ._errors import (
+    AlreadyExists,
+    BadRequest,
+    Cause,
+    Conflict,
+    Forbidden,
+    Invalid,
+    NotFound,
+)
+from ._kinds import KindRef, KindRegistry, KindSpec
+from ._patching import PatchType, apply_patch
+from ._selectors import FieldSelector, LabelSelector
+from ._sql import Backend, Change, ObjectKey
+from ._store import FieldValidation, ObjectList, PropagationPolicy, ResourceStore, StoreOptions
+from ._validation import invalid_error, validate_object
+from ._watching import Watch, WatchHub, WatchTarget, present
+
+_log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_CRD_STORAGE = ("apiextensions.k8s.io", "customresourcedefinitions")
+_NAMESPACE_STORAGE = ("", "namespaces")
+_SYSTEM_METADATA = (
+    "uid",
+    "creationTimestamp",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "resourceVersion",
+    "managedFields",
+    "selfLink",
+)
+_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class _Rollback(Exception):
+    def __init__(self, result: object) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+@dataclass
+class _WriteTx:
+    conn: sql.Connection
+    rv: int
+    start_rv: int
+    changes: list[Change] = field(default_factory=list)
+
+    def next_rv(self) -> int:
+        self.rv += 1
+        return self.rv
+
+    async def record(self, key: ObjectKey, kind: str, body: dict[str, Any], prev: dict[str, Any] | None) -> None:
+        change = Change(rv=self.rv, key=key, type=kind, body=body, prev=prev)
+        await sql.append_event(self.conn, change)
+        self.changes.append(change)
+
+
+def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _rv_of(obj: Mapping[str, Any]) -> str:
+    return str(_metadata(obj).get("resourceVersion", ""))
+
+
+def _spec_part(obj: Mapping[str, Any], *, include_status: bool) -> dict[str, Any]:
+    skipped = {"metadata", "apiVersion", "kind"} if include_status else {"metadata", "apiVersion", "kind", "status"}
+    return {k: v for k, v in obj.items() if k not in skipped}
+
+
+class StoreEngine:
+    """``ResourceStore`` over a ``Backend``. Construct through a backend's ``open()``."""
+
+    def __init__(self, backend: Backend, options: StoreOptions) -> None:
+        self._backend = backend
+        self._options = options
+        self._registry = KindRegistry(builtin_kind_specs())
+        self._hub = WatchHub(
+            read_changes=self._read_changes,
+            read_snapshot=self._read_snapshot,
+            compact=self._compact,
+            on_change=self._apply_registry_change,
+            options=options,
+        )
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        async with self._backend.read() as conn:
+            crds = await sql.list_objects(conn, *_CRD_STORAGE, None)
+            rv = await sql.read_counter(conn, "rv")
+            compacted = await sql.read_counter(conn, "compacted_rv")
+        for crd in crds:
+            self._register_crd(crd)
+        self._hub.start(rv, compacted)
+        self._backend.listen(self._hub.wake)
+        await self._seed()
+
+    async def _seed(self) -> None:
+        for crd in builtin_crds():
+            name = crd["metadata"]["name"]
+            try:
+                existing = await self.get(CRD_KIND, name)
+            except NotFound:
+                with contextlib.suppress(AlreadyExists):  # another replica seeded it concurrently
+                    await self.create(CRD_KIND, crd)
+                continue
+            if existing.get("spec") != crd["spec"]:
+                existing["spec"] = crd["spec"]
+                with contextlib.suppress(Conflict):  # another replica updated it concurrently
+                    await self.update(CRD_KIND, existing)
+        with contextlib.suppress(AlreadyExists):
+            await self.create(NAMESPACE_KIND, {"metadata": {"name": "default"}})
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._hub.aclose()
+        await self._backend.aclose()
+
+    @property
+    def registry(self) -> KindRegistry:
+        return self._registry
+
+    @property
+    def options(self) -> StoreOptions:
+        return self._options
+
+    # -- reads -------------------------------------------------------------------------------------------------
+
+    async def get(self, ref: KindRef, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        spec = self._registry.get(ref)
+        key = self._key(spec, self._namespace(spec, None, namespace), name)
+        async with self._backend.read() as conn:
+            body = await sql.get_object(conn, key)
+        if body is None:
+            raise self._not_found(spec, name)
+        return present(spec, body)
+
+    async def list(
+        self,
+        ref: KindRef,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+    ) -> ObjectList:
+        spec = self._registry.get(ref)
+        labels = LabelSelector.parse(label_selector)
+        fields = FieldSelector.parse(field_selector)
+        scope = (namespace or None) if spec.namespaced else None
+        after = _decode_continue(continue_token) if continue_token else None
+        if limit is not None and limit < 0:
+            raise BadRequest("limit must not be negative")
+        async with self._backend.read() as conn:
+            rv = await sql.read_counter(conn, "rv")
+            bodies = await sql.list_objects(conn, *spec.storage_key, scope, after)
+        items: list[dict[str, Any]] = []
+        next_token: str | None = None
+        for body in bodies:
+            if not (labels.matches(_metadata(body).get("labels")) and fields.matches(body)):
+                continue
+            if limit and len(items) >= limit:
+                last = _metadata(items[-1])
+                next_token = _encode_continue(str(last.get("namespace", "")), str(last.get("name", "")))
+                break
+            items.append(present(spec, body))
+        return ObjectList(items=items, resource_version=str(rv), continue_token=next_token)
+
+    async def current_resource_version(self) -> str:
+        async with self._backend.read() as conn:
+            return str(await sql.read_counter(conn, "rv"))
+
+    def watch(
+        self,
+        ref: KindRef,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        bookmarks: bool = False,
+    ) -> Watch:
+        spec = self._registry.get(ref)
+        if resource_version not in (None, "") and not (resource_version.isascii() and resource_version.isdigit()):
+            raise BadRequest(f"invalid resource version: {resource_version!r}")
+        target = WatchTarget(
+            spec=spec,
+            namespace=(namespace or None) if spec.namespaced else None,
+            labels=LabelSelector.parse(label_selector),
+            fields=FieldSelector.parse(field_selector),
+        )
+        return Watch(self._hub, target, resource_version, bookmarks)
+
+    # -- writes ------------------------------------------------------------------------------------------------
+
+    async def create(
+        self,
+        ref: KindRef,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+        field_validation: FieldValidation = "Ignore",
+    ) -> dict[str, Any]:
+        spec = self._registry.get(ref)
+        key, body = self._prepare_create(spec, obj, namespace, strict=field_validation == "Strict")
+
+        async def op(tx: _WriteTx) -> dict[str, Any]:
+            return await self._create_in_tx(tx, spec, key, body)
+
+        return present(spec, await self._transact(op, dry_run))
+
+    async def update(
+        self,
+        ref: KindRef,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        dry_run: bool = False,
+        field_validation: FieldValidation = "Ignore",
+    ) -> dict[str, Any]:
+        return await self._update(ref, obj, namespace, dry_run, status=False, strict=field_validation == "Strict")
+
+    async def update_status(
+        self, ref: KindRef, obj: Mapping[str, Any], *, namespace: str | None = None, dry_run: bool = False
+    ) -> dict[str, Any]:
+        return await self._update(ref, obj, namespace, dry_run, status=True, strict=False)
+
+    async def _update(
+        self, ref: KindRef, obj: Mapping[str, Any], namespace: str | None, dry_run: bool, *, status: bool, strict: bool
+    ) -> dict[str, Any]:
+        spec = self._registry.get(ref)
+        body = self._input(spec, obj)
+        meta = _metadata(body)
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid_error(
+                spec, "", [Cause("FieldValueRequired", "Required value: name is required", "metadata.name")]
+            )
+        key = self._key(spec, self._namespace(spec, meta.get("namespace"), namespace), name)
+        if status and not spec.status_subresource:
+            raise NotFound(f"{spec.qualified_resource} has no status subresource", details=spec.details(name))
+
+        async def op(tx: _WriteTx) -> dict[str, Any]:
+            existing = await sql.get_object(tx.conn, key)
+            if existing is None:
+                raise self._not_found(spec, name)
+            self._check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
+            new = self._compose_status(spec, existing, body) if status else self._compose(spec, existing, body, strict)
+            return await self._replace(tx, spec, key, existing, new)
+
+        return present(spec, await self._transact(op, dry_run))
+
+    async def patch(
+        self,
+        ref: KindRef,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: Literal["status"] | None = None,
+        dry_run: bool = False,
+        field_validation: FieldValidation = "Ignore",
+    ) -> dict[str, Any]:
+        spec = self._registry.get(ref)
+        if subresource not in (None, "status"):
+            raise NotFound(f"unknown subresource {subresource!r}")
+        if subresource == "status" and not spec.status_subresource:
+            raise NotFound(f"{spec.qualified_resource} has no status subresource", details=spec.details(name))
+        strict = field_validation == "Strict"
+        key = self._key(spec, self._namespace(spec, None, namespace), name)
+
+        async def op(tx: _WriteTx) -> dict[str, Any]:
+            existing = await sql.get_object(tx.conn, key)
+            if existing is None:
+                if patch_type != "apply" or subresource is not None:
+                    raise self._not_found(spec, name)
+                applied = apply_patch({}, patch, patch_type)
+                applied.setdefault("metadata", {})
+                if isinstance(applied["metadata"], dict):
+                    applied["metadata"].setdefault("name", name)
+                new_key, body = self._prepare_create(spec, applied, namespace or None, strict=strict)
+                if new_key != key:
+                    raise BadRequest("the name or namespace of the object does not match the request")
+                return await self._create_in_tx(tx, spec, key, body)
+            patched = apply_patch(present(spec, existing), patch, patch_type)
+            meta = _metadata(patched)
+            if meta.get("name") != name:
+                raise BadRequest("the name of the object may not be changed by a patch")
+            self._check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
+            if subresource == "status":
+                new = self._compose_status(spec, existing, patched)
+            else:
+                new = self._compose(spec, existing, patched, strict)
+            return await self._replace(tx, spec, key, existing, new)
+
+        return present(spec, await self._transact(op, dry_run))
+
+    async def delete(
+        self,
+        ref: KindRef,
+        name: str,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        uid: str | None = None,
+        propagation_policy: PropagationPolicy = "Background",
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        spec = self._registry.get(ref)
+        if propagation_policy not in ("Background", "Foreground", "Orphan"):
+            raise BadRequest(f"unsupported propagationPolicy {propagation_policy!r}")
+        key = self._key(spec, self._namespace(spec, None, namespace), name)
+
+        async def op(tx: _WriteTx) -> dict[str, Any]:
+            existing = await sql.get_object(tx.conn, key)
+            if existing is None:
+                raise self._not_found(spec, name)
+            existing_uid = str(_metadata(existing).get("uid", ""))
+            if uid and uid != existing_uid:
+                raise Conflict(
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {existing_uid}",
+                    details=spec.details(name),
+                )
+            if resource_version and resource_version != _rv_of(existing):
+                raise Conflict(
+                    f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+                    f"ResourceVersion in object meta: {_rv_of(existing)}",
+                    details=spec.details(name),
+                )
+            if spec.storage_key == _CRD_STORAGE and self._crd_is_builtin(existing):
+                raise Forbidden(f'the built-in CustomResourceDefinition "{name}" cannot be deleted')
+            return await self._delete_in_tx(tx, spec, key, existing, propagation_policy)
+
+        return present(spec, await self._transact(op, dry_run))
+
+    # -- transaction plumbing ----------------------------------------------------------------------------------
+
+    async def _transact(self, op: Callable[[_WriteTx], Awaitable[_T]], dry_run: bool) -> _T:
+        tx: _WriteTx | None = None
+        try:
+            async with self._backend.write() as conn:
+                rv = await sql.read_counter(conn, "rv")
+                tx = _WriteTx(conn=conn, rv=rv, start_rv=rv)
+                result = await op(tx)
+                if dry_run:
+                    raise _Rollback(result)
+                if tx.rv != tx.start_rv:
+                    await sql.write_counter(conn, "rv", tx.rv)
+                    await self._backend.announce(conn)
+        except _Rollback as rollback:
+            return rollback.result  # type: ignore[return-value]
+        for change in tx.changes:
+            self._apply_registry_change(change)
+        if tx.changes:
+            self._hub.notify()
+        return result
+
+    async def _read_changes(self, after: int, limit: int) -> tuple[builtins.list[Change], int]:
+        async with self._backend.read() as conn:
+            compacted = await sql.read_counter(conn, "compacted_rv")
+            changes = await sql.events_after(conn, after, limit)
+        return changes, compacted
+
+    async def _read_snapshot(self, spec: KindSpec, namespace: str | None) -> tuple[builtins.list[dict[str, Any]], int]:
+        async with self._backend.read() as conn:
+            rv = await sql.read_counter(conn, "rv")
+            bodies = await sql.list_objects(conn, *spec.storage_key, namespace)
+        return bodies, rv
+
+    async def _compact(self, through_rv: int) -> None:
+        async with self._backend.write() as conn:
+            await sql.compact_events(conn, through_rv)
+
+    # -- composition of new object states (pure) ---------------------------------------------------------------
+
+    def _input(self, spec: KindSpec, obj: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(obj, Mapping):
+            raise BadRequest("the object must be a JSON object")
+        try:
+            body: dict[str, Any] = json.loads(json.dumps(obj))
+        except (TypeError, ValueError) as exc:
+            raise BadRequest(f"the object is not JSON-serializable: {exc}") from exc
+        api_version = body.get("apiVersion")
+        if api_version not in (None, "") and api_version != spec.api_version:
+            raise BadRequest(
+                f"the API version in the data ({api_version}) does not match the expected API version "
+                f"({spec.api_version})"
+            )
+        kind = body.get("kind")
+        if kind not in (None, "") and kind != spec.kind:
+            raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({spec.kind})")
+        body["apiVersion"], body["kind"] = spec.api_version, spec.kind
+        metadata = body.get("metadata")
+        if metadata is None:
+            body["metadata"] = {}
+        elif not isinstance(metadata, dict):
+            raise BadRequest("metadata must be a JSON object")
+        return body
+
+    def _prepare_create(
+        self, spec: KindSpec, obj: Mapping[str, Any], namespace: str | None, *, strict: bool
+    ) -> tuple[ObjectKey, dict[str, Any]]:
+        body = self._input(spec, obj)
+        meta = body["metadata"]
+        if meta.get("resourceVersion"):
+            raise BadRequest("resourceVersion should not be set on objects to be created")
+        ns = self._namespace(spec, meta.get("namespace"), namespace)
+        if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
+            suffix = "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
+            meta["name"] = f"{meta['generateName']}{suffix}"
+        for key in _SYSTEM_METADATA:
+            meta.pop(key, None)
+        if ns:
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        if spec.status_subresource:
+            body.pop("status", None)
+        body = validate_object(spec, body, strict=strict)
+        body = self._kind_hooks(spec, body)
+        return self._key(spec, ns, str(body["metadata"]["name"])), body
+
+    def _compose(self, spec: KindSpec, existing: dict[str, Any], body: dict[str, Any], strict: bool) -> dict[str, Any]:
+        new = copy.deepcopy(body)
+        new["apiVersion"], new["kind"] = spec.api_version, spec.kind
+        meta = new.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise BadRequest("metadata must be a JSON object")
+        old_meta = _metadata(existing)
+        for key in ("name", "namespace"):
+            if meta.get(key) not in (None, "", old_meta.get(key)):
+                raise BadRequest(f"metadata.{key} may not be changed")
+        for key in (*_SYSTEM_METADATA, "name", "namespace"):
+            meta.pop(key, None)
+            if key in old_meta and key != "resourceVersion":
+                meta[key] = old_meta[key]
+        if spec.status_subresource:
+            new.pop("status", None)
+            if "status" in existing:
+                new["status"] = copy.deepcopy(existing["status"])
+        new = validate_object(spec, new, strict=strict)
+        new = self._kind_hooks(spec, new)
+        new_meta = new["metadata"]
+        if old_meta.get("deletionTimestamp"):
+            added = set(new_meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
+            if added:
+                raise invalid_error(
+                    spec,
+                    str(old_meta.get("name", "")),
+                    [
+                        Cause(
+                            "FieldValueForbidden",
+                            "Forbidden: no new finalizers can be added if the object is being deleted, "
+                            f"found new finalizers {sorted(added)!r}",
+                            "metadata.finalizers",
+                        )
+                    ],
+                )
+        include_status = not spec.status_subresource
+        if _spec_part(new, include_status=include_status) != _spec_part(existing, include_status=include_status):
+            new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        return new
+
+    def _compose_status(self, spec: KindSpec, existing: dict[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
+        new = copy.deepcopy(existing)
+        new["apiVersion"] = spec.api_version
+        status = body.get("status")
+        if status is None:
+            new.pop("status", None)
+        else:
+            new["status"] = copy.deepcopy(status)
+        return validate_object(spec, new)
+
+    def _kind_hooks(self, spec: KindSpec, body: dict[str, Any]) -> dict[str, Any]:
+        if spec.storage_key == _NAMESPACE_STORAGE:
+            body.setdefault("spec", {})
+            body["status"] = {"phase": "Terminating" if _metadata(body).get("deletionTimestamp") else "Active"}
+        elif spec.storage_key == _CRD_STORAGE:
+            specs = kind_specs_from_crd(body)
+            body["status"] = _crd_status(body, specs, self._now())
+        return body
+
+    def _check_preconditions(self, spec: KindSpec, existing: dict[str, Any], rv: Any, uid: Any) -> None:
+        name = str(_metadata(existing).get("name", ""))
+        if rv not in (None, "") and str(rv) != _rv_of(existing):
+            raise Conflict(
+                f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": the object has been '
+                "modified; please apply your changes to the latest version and try again",
+                details=spec.details(name),
+            )
+        if uid not in (None, "") and str(uid) != str(_metadata(existing).get("uid", "")):
+            current_uid = _metadata(existing).get("uid")
+            raise Conflict(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}",
+                details=spec.details(name),
+            )
+
+    # -- writes inside a transaction ---------------------------------------------------------------------------
+
+    async def _create_in_tx(self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, body: dict[str, Any]) -> dict[str, Any]:
+        name = key[3]
+        if await sql.get_object(tx.conn, key) is not None:
+            raise AlreadyExists(f'{spec.qualified_resource} "{name}" already exists', details=spec.details(name))
+        if spec.namespaced:
+            await self._ensure_namespace(tx, key[2])
+        stored = copy.deepcopy(body)
+        meta = stored["metadata"]
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = self._now()
+        meta["generation"] = 1
+        meta["resourceVersion"] = str(tx.next_rv())
+        await sql.put_object(tx.conn, key, stored, tx.rv, _owner_uids(stored))
+        await tx.record(key, "ADDED", stored, None)
+        return stored
+
+    async def _ensure_namespace(self, tx: _WriteTx, namespace: str) -> None:
+        key: ObjectKey = ("", "namespaces", "", namespace)
+        if await sql.get_object(tx.conn, key) is not None:
+            return
+        spec = self._registry.get(NAMESPACE_KIND)
+        _, body = self._prepare_create(spec, {"metadata": {"name": namespace}}, None, strict=False)
+        await self._create_in_tx(tx, spec, key, body)
+
+    async def _replace(
+        self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, existing: dict[str, Any], new: dict[str, Any]
+    ) -> dict[str, Any]:
+        new["metadata"]["resourceVersion"] = _rv_of(existing)
+        if new == existing:
+            return existing
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return await self._remove(tx, spec, key, new, "Background")
+        meta["resourceVersion"] = str(tx.next_rv())
+        await sql.put_object(tx.conn, key, new, tx.rv, _owner_uids(new))
+        await tx.record(key, "MODIFIED", new, existing)
+        return new
+
+    async def _delete_in_tx(
+        self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
+    ) -> dict[str, Any]:
+        meta = _metadata(obj)
+        if meta.get("finalizers"):
+            if policy == "Orphan":
+                await self._orphan_dependents(tx, str(meta.get("uid", "")))
+            if meta.get("deletionTimestamp"):
+                return obj
+            new = copy.deepcopy(obj)
+            new["metadata"]["deletionTimestamp"] = self._now()
+            if spec.storage_key == _NAMESPACE_STORAGE:
+                new = self._kind_hooks(spec, new)
+            return await self._replace(tx, spec, key, obj, new)
+        return await self._remove(tx, spec, key, obj, policy)
+
+    async def _remove(
+        self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
+    ) -> dict[str, Any]:
+        final = copy.deepcopy(obj)
+        final["metadata"]["resourceVersion"] = str(tx.next_rv())
+        await sql.delete_object(tx.conn, key)
+        await tx.record(key, "DELETED", final, None)
+        uid = str(final["metadata"].get("uid", ""))
+        if policy == "Orphan":
+            await self._orphan_dependents(tx, uid)
+        else:
+            await self._collect_dependents(tx, uid)
+        if spec.storage_key == _NAMESPACE_STORAGE:
+            for dependent_key in await sql.keys_in_namespace(tx.conn, key[3]):
+                await self._delete_key(tx, dependent_key)
+        elif spec.storage_key == _CRD_STORAGE and not self._crd_is_builtin(final):
+            crd_spec = final.get("spec") or {}
+            group, plural = str(crd_spec.get("group", "")), str((crd_spec.get("names") or {}).get("plural", ""))
+            for instance in await sql.list_objects(tx.conn, group, plural, None):
+                instance_meta = _metadata(instance)
+                instance_key = (group, plural, str(instance_meta.get("namespace", "")), str(instance_meta["name"]))
+                instance_spec = self._storage_spec(group, plural) or spec
+                await self._remove(tx, instance_spec, instance_key, instance, "Background")
+        return final
+
+    async def _delete_key(self, tx: _WriteTx, key: ObjectKey) -> None:
+        obj = await sql.get_object(tx.conn, key)
+        if obj is None:
+            return
+        spec = self._storage_spec(key[0], key[1])
+        if spec is None:
+            await sql.delete_object(tx.conn, key)
+            return
+        await self._delete_in_tx(tx, spec, key, obj, "Background")
+
+    async def _collect_dependents(self, tx: _WriteTx, owner_uid: str) -> None:
+        for key in await sql.dependents_of(tx.conn, owner_uid):
+            dependent = await sql.get_object(tx.conn, key)
+            if dependent is None:
+                continue
+            spec = self._storage_spec(key[0], key[1])
+            refs = _metadata(dependent).get("ownerReferences") or []
+            others = [ref for ref in refs if isinstance(ref, dict) and ref.get("uid") != owner_uid]
+            if spec is None:
+                await sql.delete_object(tx.conn, key)
+            elif others and await self._any_owner_alive(tx, key, others):
+                new = copy.deepcopy(dependent)
+                new["metadata"]["ownerReferences"] = others
+                await self._replace(tx, spec, key, dependent, new)
+            else:
+                await self._delete_in_tx(tx, spec, key, dependent, "Background")
+
+    async def _orphan_dependents(self, tx: _WriteTx, owner_uid: str) -> None:
+        for key in await sql.dependents_of(tx.conn, owner_uid):
+            dependent = await sql.get_object(tx.conn, key)
+            spec = self._storage_spec(key[0], key[1])
+            if dependent is None or spec is None:
+                continue
+            new = copy.deepcopy(dependent)
+            refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
+            if refs:
+                new["metadata"]["ownerReferences"] = refs
+            else:
+                new["metadata"].pop("ownerReferences", None)
+            await self._replace(tx, spec, key, dependent, new)
+
+    async def _any_owner_alive(self, tx: _WriteTx, key: ObjectKey, refs: builtins.list[dict[str, Any]]) -> bool:
+        for ref in refs:
+            try:
+                owner_spec = self._registry.get(KindRef(str(ref.get("apiVersion", "")), str(ref.get("kind", ""))))
+            except NotFound:
+                continue
+            owner_key = self._key(owner_spec, key[2] if owner_spec.namespaced else "", str(ref.get("name", "")))
+            owner = await sql.get_object(tx.conn, owner_key)
+            if owner is not None and _metadata(owner).get("uid") == ref.get("uid"):
+                return True
+        return False
+
+    # -- registry ----------------------------------------------------------------------------------------------
+
+    def _apply_registry_change(self, change: Change) -> None:
+        if change.key[:2] != _CRD_STORAGE:
+            return
+        if change.type == "DELETED":
+            self._registry.unregister(change.key[3])
+        else:
+            self._register_crd(change.body)
+
+    def _register_crd(self, crd: dict[str, Any]) -> None:
+        name = str(_metadata(crd).get("name", ""))
+        try:
+            self._registry.register(name, kind_specs_from_crd(crd))
+        except Invalid as exc:
+            _log.warning("ignoring invalid stored CustomResourceDefinition %s: %s", name, exc.message)
+
+    def _crd_is_builtin(self, crd: Mapping[str, Any]) -> bool:
+        crd_spec = crd.get("spec") or {}
+        return self._registry.is_builtin(
+            str(crd_spec.get("group", "")), str((crd_spec.get("names") or {}).get("plural", ""))
+        )
+
+    def _storage_spec(self, group: str, plural: str) -> KindSpec | None:
+        specs = self._registry.storage_specs(group, plural)
+        return specs[0] if specs else None
+
+    # -- small helpers -----------------------------------------------------------------------------------------
+
+    def _now(self) -> str:
+        return self._options.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _namespace(self, spec: KindSpec, in_body: Any, in_request: str | None) -> str:
+        if not spec.namespaced:
+            return ""
+        if in_body not in (None, "") and in_request not in (None, "") and in_body != in_request:
+            raise BadRequest("the namespace of the provided object does not match the namespace sent on the request")
+        namespace = str(in_request or in_body or "default")
+        if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
+            raise BadRequest(f"invalid namespace {namespace!r}")
+        return namespace
+
+    @staticmethod
+    def _key(spec: KindSpec, namespace: str, name: str) -> ObjectKey:
+        if not name:
+            raise BadRequest("a resource name is required")
+        return (spec.group, spec.plural, namespace if spec.namespaced else "", name)
+
+    @staticmethod
+    def _not_found(spec: KindSpec, name: str) -> NotFound:
+        return NotFound(f'{spec.qualified_resource} "{name}" not found', details=spec.details(name))
+
+
+def _owner_uids(body: Mapping[str, Any]) -> list[str]:
+    refs = _metadata(body).get("ownerReferences") or []
+    return [str(ref["uid"]) for ref in refs if isinstance(ref, dict) and ref.get("uid")]
+
+
+def _crd_status(crd: Mapping[str, Any], specs: list[KindSpec], now: str) -> dict[str, Any]:
+    crd_spec = crd.get("spec") or {}
+    names = dict(crd_spec.get("names") or {})
+    names.setdefault("singular", str(names.get("kind", "")).lower())
+    names.setdefault("listKind", f"{names.get('kind', '')}List")
+    storage = [str(v.get("name")) for v in crd_spec.get("versions") or [] if v.get("storage") is True]
+    conditions = [
+        {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
+        for kind, reason, message in (
+            ("NamesAccepted", "NoConflicts", "no conflicts found"),
+            ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        )
+    ]
+    previous = crd.get("status") or {}
+    if isinstance(previous, dict) and previous.get("conditions"):
+        conditions = previous["conditions"]
+    return {"acceptedNames": names, "conditions": conditions, "storedVersions": storage}
+
+
+def _encode_continue(namespace: str, name: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([namespace, name]).encode()).decode()
+
+
+def _decode_continue(token: str) -> tuple[str, str]:
+    try:
+        namespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError, binascii.Error) as exc:
+        raise BadRequest("invalid continue token") from exc
+    return str(namespace), str(name)
+
+
+def _conforms(engine: StoreEngine) -> ResourceStore:
+    """Static check (mypy): the engine implements the ``ResourceStore`` protocol."""
+    return engine

@@ -1,0 +1,216 @@
+"""Time for the reconcile runtime: the ``Clock`` seam, the system clock and a virtual clock for tests.
+
+Owns: reading time (monotonic for decisions, UTC wall time for timestamps written into objects), sleeping,
+and waiting with a deadline measured on a clock.
+Must not do: anything else. Every time-dependent part of the runtime (work-queue delays, backoff, lease
+expiry, drain timeouts, informer retry) goes through a ``Clock`` so tests run on ``VirtualClock`` exactly and
+instantly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Where the runtime reads time and sleeps."""
+
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes backwards; only differences mean anything."""
+        ...
+
+    def utcnow(self) -> datetime:
+        """Aware UTC wall time, for timestamps written into objects (never for decisions)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``datetime.now(UTC)`` and ``asyncio.sleep``."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def utcnow(self) -> datetime:
+        return datetime.now(UTC)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+class VirtualClock:
+    """A clock that moves only when a test says so; sleeping tasks wake exactly at their deadline.
+
+    ``await clock.advance(5)`` runs every sleeper due within the next five virtual seconds, in deadline
+    order, letting the event loop settle after each wake-up. ``await clock.run_until(predicate)`` jumps from
+    deadline to deadline until the predicate holds (Trio's ``autojump_clock``, on demand). Code under test must
+    do no real I/O and no real sleeping: the in-memory twin qualifies.
+    """
+
+    def __init__(self, start: float = 0.0, *, wall_start: datetime | None = None) -> None:
+        self._now = start
+        self._wall_start = wall_start or datetime(2030, 1, 1, tzinfo=UTC)
+        self._start = start
+        self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def utcnow(self) -> datetime:
+        return self._wall_start + timedelta(seconds=self._now - self._start)
+
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (self._now + seconds, next(self._order), future))
+        await future
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When the earliest pending sleeper wakes, if any."""
+        self._drop_cancelled()
+        return self._sleepers[0][0] if self._sleepers else None
+
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, waking every sleeper due on the way."""
+        if seconds < 0:
+            raise ValueError("time does not go backwards")
+        await settle()
+        target = self._now + seconds
+        while (deadline := self.next_deadline) is not None and deadline <= target:
+            self._wake_until(deadline)
+            await settle()
+        self._now = target
+        await settle()
+
+    async def run_until(self, predicate: Callable[[], bool], *, limit: float = 3600.0) -> float:
+        """Jump from deadline to deadline until ``predicate()`` holds; returns the virtual time spent.
+
+        Raises ``TimeoutError`` when the predicate still fails after ``limit`` virtual seconds or when nothing
+        is left to wake (a deadlock in virtual time).
+        """
+        begin = self._now
+        await settle()
+        while not predicate():
+            deadline = self.next_deadline
+            if deadline is None:
+                raise TimeoutError("nothing is sleeping and the condition does not hold")
+            if deadline - begin > limit:
+                self._now = begin + limit
+                raise TimeoutError(f"the condition did not hold within {limit} virtual seconds")
+            self._wake_until(deadline)
+            await settle()
+        return self._now - begin
+
+    def _wake_until(self, deadline: float) -> None:
+        self._now = max(self._now, deadline)
+        while self._sleepers and self._sleepers[0][0] <= deadline:
+            _, _, future = heapq.heappop(self._sleepers)
+            if not future.done():
+                future.set_result(None)
+
+    def _drop_cancelled(self) -> None:
+        while self._sleepers and self._sleepers[0][2].done():
+            heapq.heappop(self._sleepers)
+
+
+async def settle(max_rounds: int = 10_000) -> None:
+    """Let every task that can run without time passing run, until the event loop is idle."""
+    loop = asyncio.get_running_loop()
+    idle_rounds = 0
+    for _ in range(max_rounds):
+        await asyncio.sleep(0)
+        ready = getattr(loop, "_ready", None)
+        if ready is None:
+            idle_rounds += 1
+            if idle_rounds >= 50:
+                return
+        elif not ready:
+            idle_rounds += 1
+            if idle_rounds >= 3:
+                return
+        else:
+            idle_rounds = 0
+
+
+async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait for ``event`` at most ``timeout`` seconds of ``clock`` time; whether it is set."""
+    if event.is_set():
+        return True
+    if timeout is None:
+        await event.wait()
+        return True
+    if timeout <= 0:
+        return False
+    waiter = asyncio.ensure_future(event.wait())
+    try:
+        await wait_first(clock, [waiter], timeout)
+    finally:
+        waiter.cancel()
+    return event.is_set()
+
+
+async def wait_first(clock: Clock, tasks: Iterable[asyncio.Future[Any]], timeout: float) -> set[asyncio.Future[Any]]:
+    """Wait until one of ``tasks`` finishes or ``timeout`` passes on ``clock``; the finished ones.
+
+    Tasks created only for this wait (like ``event.wait()``) are the caller's to cancel; this function cancels
+    nothing but its own timer.
+    """
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    timer: asyncio.Future[Any] = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        done, _ = await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        timer.cancel()
+    return {task for task in done if task is not timer}
+
+
+async def wait_all(clock: Clock, tasks: Iterable[asyncio.Future[Any]], timeout: float) -> bool:
+    """Wait until all ``tasks`` finish or ``timeout`` passes on ``clock``; whether all finished."""
+    pending: set[asyncio.Future[Any]] = {task for task in tasks if not task.done()}
+    if not pending:
+        return True
+    timer: asyncio.Future[Any] = asyncio.ensure_future(clock.sleep(timeout))
+    try:
+        while pending and not timer.done():
+            done, _ = await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+            pending -= done
+    finally:
+        timer.cancel()
+    return not pending
+
+
+async def with_timeout(clock: Clock, awaitable: Awaitable[T], timeout: float) -> T:
+    """Await ``awaitable`` for at most ``timeout`` seconds of ``clock`` time; ``TimeoutError`` after that."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done = await wait_first(clock, [task], timeout)
+    except BaseException:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if _current_task_cancelling():
+                raise
+        raise TimeoutError(f"timed out after {timeout} s")
+    return task.result()
+
+
+def _current_task_cancelling() -> bool:
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0

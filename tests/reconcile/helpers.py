@@ -1,0 +1,147 @@
+"""Test helpers for the reconcile runtime: objects, a fault-injecting client wrapper, small waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal
+
+from loopd.resources import ObjectList, WatchEvent
+from loopd.resources.client import (
+    TASKS,
+    JsonObject,
+    PatchType,
+    ResourceClient,
+    ResourceType,
+    TransportError,
+)
+
+
+def task(
+    name: str, *, namespace: str = "default", revision: int = 1, labels: dict[str, str] | None = None
+) -> JsonObject:
+    """A minimal valid Task object."""
+    metadata: JsonObject = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = labels
+    return {
+        "apiVersion": TASKS.api_version,
+        "kind": TASKS.kind,
+        "metadata": metadata,
+        "spec": {"target": {"kind": "operator", "key": "router"}, "revision": revision},
+    }
+
+
+class FaultyClient:
+    """Wraps a client; while ``failing`` is true every call raises ``TransportError`` (a network partition)."""
+
+    def __init__(self, inner: ResourceClient) -> None:
+        self.inner = inner
+        self.failing = False
+        self.fail_resources: set[ResourceType] | None = None  # None: every resource
+
+    def _check(self, resource: ResourceType) -> None:
+        if self.failing and (self.fail_resources is None or resource in self.fail_resources):
+            raise TransportError("injected partition")
+
+    async def get(self, resource: ResourceType, name: str, *, namespace: str | None = None) -> JsonObject:
+        self._check(resource)
+        return await self.inner.get(resource, name, namespace=namespace)
+
+    async def list(
+        self, resource: ResourceType, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> ObjectList:
+        self._check(resource)
+        return await self.inner.list(resource, namespace=namespace, label_selector=label_selector)
+
+    async def create(
+        self, resource: ResourceType, obj: Mapping[str, Any], *, namespace: str | None = None
+    ) -> JsonObject:
+        self._check(resource)
+        return await self.inner.create(resource, obj, namespace=namespace)
+
+    async def update(self, resource: ResourceType, obj: Mapping[str, Any]) -> JsonObject:
+        self._check(resource)
+        return await self.inner.update(resource, obj)
+
+    async def update_status(self, resource: ResourceType, obj: Mapping[str, Any]) -> JsonObject:
+        self._check(resource)
+        return await self.inner.update_status(resource, obj)
+
+    async def patch(
+        self,
+        resource: ResourceType,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: Literal["status"] | None = None,
+    ) -> JsonObject:
+        self._check(resource)
+        return await self.inner.patch(
+            resource, name, patch, namespace=namespace, patch_type=patch_type, subresource=subresource
+        )
+
+    async def delete(
+        self,
+        resource: ResourceType,
+        name: str,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        self._check(resource)
+        await self.inner.delete(resource, name, namespace=namespace, resource_version=resource_version)
+
+    def open_watch(
+        self,
+        resource: ResourceType,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        allow_bookmarks: bool = True,
+        timeout_seconds: float | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        self._check(resource)
+        return self.inner.open_watch(
+            resource,
+            namespace=namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            allow_bookmarks=allow_bookmarks,
+            timeout_seconds=timeout_seconds,
+        )
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def eventually(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.01) -> None:
+    """Wait in real time until ``predicate()`` holds (for tests over real I/O); fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(interval)
+
+
+async def stop_task(task: asyncio.Task[Any]) -> None:
+    """Cancel a task and wait for it; re-raise anything but the cancellation."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+
+
+async def shut_down(clock: Any, manager: Any, runner: asyncio.Task[None]) -> None:
+    """Stop a manager gracefully on a virtual clock (draining may need virtual time to pass)."""
+    manager.shutdown()
+    await clock.run_until(runner.done)
+    await runner
