@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-import loopd.resources
-from loopd.resources import StoreOptions, open_sqlite_store
+from loopd.resources import (
+    StoreOptions,
+    load_or_create_credentials,
+    open_api_server,
+    open_sqlite_store,
+    render_kubeconfig,
+)
 from loopd.resources.client import InMemoryClient, ResourceClient, StoreClient, open_http_client
 from loopd.resources.reconcile import VirtualClock
 
@@ -55,31 +60,18 @@ def _nothing() -> None:
     return None
 
 
-@pytest.fixture
-async def store_client(tmp_path: Path) -> AsyncIterator[StoreClient]:
-    async with open_sqlite_store(tmp_path / "resources.db", options=_store_options()) as store:
-        yield StoreClient(store)
-
-
-def serving() -> tuple[Any, Any, Any]:
-    """The embedded API's serving helpers (from ``loopd.resources``)."""
+def require_kubernetes_client() -> None:
+    """The HTTP client needs the optional ``k8s`` extra (kubernetes_asyncio)."""
     try:
         import kubernetes_asyncio  # noqa: F401
     except ImportError:
         missing("the k8s extra (kubernetes_asyncio)")
-    helpers = [
-        getattr(loopd.resources, name, None)
-        for name in ("open_api_server", "load_or_create_credentials", "render_kubeconfig")
-    ]
-    if any(helper is None for helper in helpers):
-        missing("loopd.resources.open_api_server / load_or_create_credentials / render_kubeconfig")
-    return helpers[0], helpers[1], helpers[2]
 
 
 @asynccontextmanager
 async def serve_api(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
     """The embedded API over TLS on 127.0.0.1 (a fresh SQLite store), and a parsed kubeconfig to reach it."""
-    open_api_server, load_or_create_credentials, render_kubeconfig = serving()
+    require_kubernetes_client()
     credentials = load_or_create_credentials(tmp_path / "data")
     async with (
         open_sqlite_store(tmp_path / "resources.db", options=_store_options()) as store,

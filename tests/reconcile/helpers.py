@@ -39,6 +39,7 @@ class FaultyClient:
     def __init__(self, inner: ResourceClient) -> None:
         self.inner = inner
         self.failing = False
+        self.failing_watches = False  # only open_watch fails (lists and writes still work)
         self.fail_resources: set[ResourceType] | None = None  # None: every resource
 
     def _check(self, resource: ResourceType) -> None:
@@ -106,6 +107,8 @@ class FaultyClient:
         timeout_seconds: float | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
         self._check(resource)
+        if self.failing_watches:
+            raise TransportError("injected watch failure")
         return self.inner.open_watch(
             resource,
             namespace=namespace,

@@ -7,10 +7,10 @@ import asyncio
 from pathlib import Path
 
 from loopd.resources.client import LEASES, TASKS, ResourceClient, open_http_client
-from loopd.resources.reconcile import LeaderElection, Manager, Request, Result
+from loopd.resources.reconcile import Backoff, Informer, InformerEvent, LeaderElection, Manager, Request, Result
 from loopd.resources.reconcile.example import TaskPhaseReconciler
 
-from .conftest import Target, serve_api
+from .conftest import HISTORY, Target, serve_api
 from .helpers import FaultyClient, eventually, task
 
 
@@ -56,6 +56,40 @@ async def test_the_sample_reconciler_moves_a_task_through_its_phases(target: Tar
     finally:
         manager.shutdown()
         await asyncio.wait_for(runner, 10)
+
+
+async def test_an_informer_relists_after_its_resume_point_expired(target: Target) -> None:
+    client = FaultyClient(target.client)
+    seen: list[tuple[str, str]] = []
+
+    def record(event: InformerEvent) -> None:
+        seen.append((event.type, event.object["metadata"]["name"]))
+
+    informer = Informer(
+        client, TASKS, namespace="default", watch_timeout=1.0, retry_backoff=Backoff(base=0.05, max_delay=0.2)
+    )
+    informer.add_handler(record)
+    runner = asyncio.ensure_future(informer.run())
+    try:
+        await target.client.create(TASKS, task("kept"))
+        await target.client.create(TASKS, task("removed"))
+        await eventually(lambda: len(seen) == 2)
+        client.failing_watches = True  # the watch ends within a second and cannot be reopened
+        await eventually(lambda: informer.statistics().errors > 0)
+        await target.client.delete(TASKS, "removed", namespace="default")
+        for index in range(HISTORY + 5):  # push the informer's resume point out of the retained history
+            await target.client.patch(TASKS, "kept", {"metadata": {"labels": {"n": str(index)}}}, namespace="default")
+        client.failing_watches = False
+        await eventually(lambda: informer.statistics().expired == 1 and informer.statistics().lists == 2)
+        assert ("DELETED", "removed") in seen
+        assert informer.cache_keys() == [("default", "kept")]
+        cached = informer.get("kept", "default")
+        assert cached is not None and cached["metadata"]["labels"] == {"n": str(HISTORY + 4)}
+        await target.client.create(TASKS, task("after"))
+        await eventually(lambda: ("ADDED", "after") in seen)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
 
 
 async def test_controllers_fail_over_through_a_lease_on_the_embedded_api(tmp_path: Path) -> None:

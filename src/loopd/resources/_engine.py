@@ -8,15 +8,10 @@ Must not do: SQL dialect or driver details (``_sql`` and the backends), HTTP (``
 
 from __future__ import annotations
 
-import base64
-import binascii
 import builtins
 import contextlib
 import copy
-import json
 import logging
-import re
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +19,24 @@ from typing import Any, Literal, TypeVar
 
 from . import _sql as sql
 from ._builtin_kinds import CRD_KIND, NAMESPACE_KIND, builtin_crds, builtin_kind_specs
+from ._composing import (
+    CRD_STORAGE,
+    NAMESPACE_STORAGE,
+    apply_kind_rules,
+    check_preconditions,
+    compose_status,
+    compose_update,
+    decode_continue,
+    encode_continue,
+    metadata_of,
+    normalize_input,
+    not_found,
+    object_key,
+    owner_uids,
+    prepare_create,
+    resolve_namespace,
+    rv_of,
+)
 from ._crds import kind_specs_from_crd
 from ._errors import (
     AlreadyExists,
@@ -39,26 +52,12 @@ from ._patching import PatchType, apply_patch
 from ._selectors import FieldSelector, LabelSelector
 from ._sql import Backend, Change, ObjectKey
 from ._store import FieldValidation, ObjectList, PropagationPolicy, ResourceStore, StoreOptions
-from ._validation import invalid_error, validate_object
+from ._validation import invalid_error
 from ._watching import Watch, WatchHub, WatchTarget, present
 
 _log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_CRD_STORAGE = ("apiextensions.k8s.io", "customresourcedefinitions")
-_NAMESPACE_STORAGE = ("", "namespaces")
-_SYSTEM_METADATA = (
-    "uid",
-    "creationTimestamp",
-    "generation",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "resourceVersion",
-    "managedFields",
-    "selfLink",
-)
-_NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class _Rollback(Exception):
@@ -84,20 +83,6 @@ class _WriteTx:
         self.changes.append(change)
 
 
-def _metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def _rv_of(obj: Mapping[str, Any]) -> str:
-    return str(_metadata(obj).get("resourceVersion", ""))
-
-
-def _spec_part(obj: Mapping[str, Any], *, include_status: bool) -> dict[str, Any]:
-    skipped = {"metadata", "apiVersion", "kind"} if include_status else {"metadata", "apiVersion", "kind", "status"}
-    return {k: v for k, v in obj.items() if k not in skipped}
-
-
 class StoreEngine:
     """``ResourceStore`` over a ``Backend``. Construct through a backend's ``open()``."""
 
@@ -118,7 +103,7 @@ class StoreEngine:
 
     async def _start(self) -> None:
         async with self._backend.read() as conn:
-            crds = await sql.list_objects(conn, *_CRD_STORAGE, None)
+            crds = await sql.list_objects(conn, *CRD_STORAGE, None)
             rv = await sql.read_counter(conn, "rv")
             compacted = await sql.read_counter(conn, "compacted_rv")
         for crd in crds:
@@ -162,11 +147,11 @@ class StoreEngine:
 
     async def get(self, ref: KindRef, name: str, *, namespace: str | None = None) -> dict[str, Any]:
         spec = self._registry.get(ref)
-        key = self._key(spec, self._namespace(spec, None, namespace), name)
+        key = object_key(spec, resolve_namespace(spec, None, namespace), name)
         async with self._backend.read() as conn:
             body = await sql.get_object(conn, key)
         if body is None:
-            raise self._not_found(spec, name)
+            raise not_found(spec, name)
         return present(spec, body)
 
     async def list(
@@ -183,7 +168,7 @@ class StoreEngine:
         labels = LabelSelector.parse(label_selector)
         fields = FieldSelector.parse(field_selector)
         scope = (namespace or None) if spec.namespaced else None
-        after = _decode_continue(continue_token) if continue_token else None
+        after = decode_continue(continue_token) if continue_token else None
         if limit is not None and limit < 0:
             raise BadRequest("limit must not be negative")
         async with self._backend.read() as conn:
@@ -192,11 +177,11 @@ class StoreEngine:
         items: list[dict[str, Any]] = []
         next_token: str | None = None
         for body in bodies:
-            if not (labels.matches(_metadata(body).get("labels")) and fields.matches(body)):
+            if not (labels.matches(metadata_of(body).get("labels")) and fields.matches(body)):
                 continue
             if limit and len(items) >= limit:
-                last = _metadata(items[-1])
-                next_token = _encode_continue(str(last.get("namespace", "")), str(last.get("name", "")))
+                last = metadata_of(items[-1])
+                next_token = encode_continue(str(last.get("namespace", "")), str(last.get("name", "")))
                 break
             items.append(present(spec, body))
         return ObjectList(items=items, resource_version=str(rv), continue_token=next_token)
@@ -238,7 +223,7 @@ class StoreEngine:
         field_validation: FieldValidation = "Ignore",
     ) -> dict[str, Any]:
         spec = self._registry.get(ref)
-        key, body = self._prepare_create(spec, obj, namespace, strict=field_validation == "Strict")
+        key, body = prepare_create(spec, obj, namespace, strict=field_validation == "Strict", now=self._now())
 
         async def op(tx: _WriteTx) -> dict[str, Any]:
             return await self._create_in_tx(tx, spec, key, body)
@@ -265,23 +250,27 @@ class StoreEngine:
         self, ref: KindRef, obj: Mapping[str, Any], namespace: str | None, dry_run: bool, *, status: bool, strict: bool
     ) -> dict[str, Any]:
         spec = self._registry.get(ref)
-        body = self._input(spec, obj)
-        meta = _metadata(body)
+        body = normalize_input(spec, obj)
+        meta = metadata_of(body)
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise invalid_error(
                 spec, "", [Cause("FieldValueRequired", "Required value: name is required", "metadata.name")]
             )
-        key = self._key(spec, self._namespace(spec, meta.get("namespace"), namespace), name)
+        key = object_key(spec, resolve_namespace(spec, meta.get("namespace"), namespace), name)
         if status and not spec.status_subresource:
             raise NotFound(f"{spec.qualified_resource} has no status subresource", details=spec.details(name))
 
         async def op(tx: _WriteTx) -> dict[str, Any]:
             existing = await sql.get_object(tx.conn, key)
             if existing is None:
-                raise self._not_found(spec, name)
-            self._check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
-            new = self._compose_status(spec, existing, body) if status else self._compose(spec, existing, body, strict)
+                raise not_found(spec, name)
+            check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
+            new = (
+                compose_status(spec, existing, body)
+                if status
+                else compose_update(spec, existing, body, strict=strict, now=self._now())
+            )
             return await self._replace(tx, spec, key, existing, new)
 
         return present(spec, await self._transact(op, dry_run))
@@ -304,30 +293,30 @@ class StoreEngine:
         if subresource == "status" and not spec.status_subresource:
             raise NotFound(f"{spec.qualified_resource} has no status subresource", details=spec.details(name))
         strict = field_validation == "Strict"
-        key = self._key(spec, self._namespace(spec, None, namespace), name)
+        key = object_key(spec, resolve_namespace(spec, None, namespace), name)
 
         async def op(tx: _WriteTx) -> dict[str, Any]:
             existing = await sql.get_object(tx.conn, key)
             if existing is None:
                 if patch_type != "apply" or subresource is not None:
-                    raise self._not_found(spec, name)
+                    raise not_found(spec, name)
                 applied = apply_patch({}, patch, patch_type)
                 applied.setdefault("metadata", {})
                 if isinstance(applied["metadata"], dict):
                     applied["metadata"].setdefault("name", name)
-                new_key, body = self._prepare_create(spec, applied, namespace or None, strict=strict)
+                new_key, body = prepare_create(spec, applied, namespace or None, strict=strict, now=self._now())
                 if new_key != key:
                     raise BadRequest("the name or namespace of the object does not match the request")
                 return await self._create_in_tx(tx, spec, key, body)
             patched = apply_patch(present(spec, existing), patch, patch_type)
-            meta = _metadata(patched)
+            meta = metadata_of(patched)
             if meta.get("name") != name:
                 raise BadRequest("the name of the object may not be changed by a patch")
-            self._check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
+            check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
             if subresource == "status":
-                new = self._compose_status(spec, existing, patched)
+                new = compose_status(spec, existing, patched)
             else:
-                new = self._compose(spec, existing, patched, strict)
+                new = compose_update(spec, existing, patched, strict=strict, now=self._now())
             return await self._replace(tx, spec, key, existing, new)
 
         return present(spec, await self._transact(op, dry_run))
@@ -346,25 +335,25 @@ class StoreEngine:
         spec = self._registry.get(ref)
         if propagation_policy not in ("Background", "Foreground", "Orphan"):
             raise BadRequest(f"unsupported propagationPolicy {propagation_policy!r}")
-        key = self._key(spec, self._namespace(spec, None, namespace), name)
+        key = object_key(spec, resolve_namespace(spec, None, namespace), name)
 
         async def op(tx: _WriteTx) -> dict[str, Any]:
             existing = await sql.get_object(tx.conn, key)
             if existing is None:
-                raise self._not_found(spec, name)
-            existing_uid = str(_metadata(existing).get("uid", ""))
+                raise not_found(spec, name)
+            existing_uid = str(metadata_of(existing).get("uid", ""))
             if uid and uid != existing_uid:
                 raise Conflict(
                     f"Precondition failed: UID in precondition: {uid}, UID in object meta: {existing_uid}",
                     details=spec.details(name),
                 )
-            if resource_version and resource_version != _rv_of(existing):
+            if resource_version and resource_version != rv_of(existing):
                 raise Conflict(
                     f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
-                    f"ResourceVersion in object meta: {_rv_of(existing)}",
+                    f"ResourceVersion in object meta: {rv_of(existing)}",
                     details=spec.details(name),
                 )
-            if spec.storage_key == _CRD_STORAGE and self._crd_is_builtin(existing):
+            if spec.storage_key == CRD_STORAGE and self._crd_is_builtin(existing):
                 raise Forbidden(f'the built-in CustomResourceDefinition "{name}" cannot be deleted')
             return await self._delete_in_tx(tx, spec, key, existing, propagation_policy)
 
@@ -408,130 +397,6 @@ class StoreEngine:
         async with self._backend.write() as conn:
             await sql.compact_events(conn, through_rv)
 
-    # -- composition of new object states (pure) ---------------------------------------------------------------
-
-    def _input(self, spec: KindSpec, obj: Mapping[str, Any]) -> dict[str, Any]:
-        if not isinstance(obj, Mapping):
-            raise BadRequest("the object must be a JSON object")
-        try:
-            body: dict[str, Any] = json.loads(json.dumps(obj))
-        except (TypeError, ValueError) as exc:
-            raise BadRequest(f"the object is not JSON-serializable: {exc}") from exc
-        api_version = body.get("apiVersion")
-        if api_version not in (None, "") and api_version != spec.api_version:
-            raise BadRequest(
-                f"the API version in the data ({api_version}) does not match the expected API version "
-                f"({spec.api_version})"
-            )
-        kind = body.get("kind")
-        if kind not in (None, "") and kind != spec.kind:
-            raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({spec.kind})")
-        body["apiVersion"], body["kind"] = spec.api_version, spec.kind
-        metadata = body.get("metadata")
-        if metadata is None:
-            body["metadata"] = {}
-        elif not isinstance(metadata, dict):
-            raise BadRequest("metadata must be a JSON object")
-        return body
-
-    def _prepare_create(
-        self, spec: KindSpec, obj: Mapping[str, Any], namespace: str | None, *, strict: bool
-    ) -> tuple[ObjectKey, dict[str, Any]]:
-        body = self._input(spec, obj)
-        meta = body["metadata"]
-        if meta.get("resourceVersion"):
-            raise BadRequest("resourceVersion should not be set on objects to be created")
-        ns = self._namespace(spec, meta.get("namespace"), namespace)
-        if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
-            suffix = "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
-            meta["name"] = f"{meta['generateName']}{suffix}"
-        for key in _SYSTEM_METADATA:
-            meta.pop(key, None)
-        if ns:
-            meta["namespace"] = ns
-        else:
-            meta.pop("namespace", None)
-        if spec.status_subresource:
-            body.pop("status", None)
-        body = validate_object(spec, body, strict=strict)
-        body = self._kind_hooks(spec, body)
-        return self._key(spec, ns, str(body["metadata"]["name"])), body
-
-    def _compose(self, spec: KindSpec, existing: dict[str, Any], body: dict[str, Any], strict: bool) -> dict[str, Any]:
-        new = copy.deepcopy(body)
-        new["apiVersion"], new["kind"] = spec.api_version, spec.kind
-        meta = new.setdefault("metadata", {})
-        if not isinstance(meta, dict):
-            raise BadRequest("metadata must be a JSON object")
-        old_meta = _metadata(existing)
-        for key in ("name", "namespace"):
-            if meta.get(key) not in (None, "", old_meta.get(key)):
-                raise BadRequest(f"metadata.{key} may not be changed")
-        for key in (*_SYSTEM_METADATA, "name", "namespace"):
-            meta.pop(key, None)
-            if key in old_meta and key != "resourceVersion":
-                meta[key] = old_meta[key]
-        if spec.status_subresource:
-            new.pop("status", None)
-            if "status" in existing:
-                new["status"] = copy.deepcopy(existing["status"])
-        new = validate_object(spec, new, strict=strict)
-        new = self._kind_hooks(spec, new)
-        new_meta = new["metadata"]
-        if old_meta.get("deletionTimestamp"):
-            added = set(new_meta.get("finalizers") or ()) - set(old_meta.get("finalizers") or ())
-            if added:
-                raise invalid_error(
-                    spec,
-                    str(old_meta.get("name", "")),
-                    [
-                        Cause(
-                            "FieldValueForbidden",
-                            "Forbidden: no new finalizers can be added if the object is being deleted, "
-                            f"found new finalizers {sorted(added)!r}",
-                            "metadata.finalizers",
-                        )
-                    ],
-                )
-        include_status = not spec.status_subresource
-        if _spec_part(new, include_status=include_status) != _spec_part(existing, include_status=include_status):
-            new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
-        return new
-
-    def _compose_status(self, spec: KindSpec, existing: dict[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
-        new = copy.deepcopy(existing)
-        new["apiVersion"] = spec.api_version
-        status = body.get("status")
-        if status is None:
-            new.pop("status", None)
-        else:
-            new["status"] = copy.deepcopy(status)
-        return validate_object(spec, new)
-
-    def _kind_hooks(self, spec: KindSpec, body: dict[str, Any]) -> dict[str, Any]:
-        if spec.storage_key == _NAMESPACE_STORAGE:
-            body.setdefault("spec", {})
-            body["status"] = {"phase": "Terminating" if _metadata(body).get("deletionTimestamp") else "Active"}
-        elif spec.storage_key == _CRD_STORAGE:
-            specs = kind_specs_from_crd(body)
-            body["status"] = _crd_status(body, specs, self._now())
-        return body
-
-    def _check_preconditions(self, spec: KindSpec, existing: dict[str, Any], rv: Any, uid: Any) -> None:
-        name = str(_metadata(existing).get("name", ""))
-        if rv not in (None, "") and str(rv) != _rv_of(existing):
-            raise Conflict(
-                f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": the object has been '
-                "modified; please apply your changes to the latest version and try again",
-                details=spec.details(name),
-            )
-        if uid not in (None, "") and str(uid) != str(_metadata(existing).get("uid", "")):
-            current_uid = _metadata(existing).get("uid")
-            raise Conflict(
-                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}",
-                details=spec.details(name),
-            )
-
     # -- writes inside a transaction ---------------------------------------------------------------------------
 
     async def _create_in_tx(self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, body: dict[str, Any]) -> dict[str, Any]:
@@ -546,7 +411,7 @@ class StoreEngine:
         meta["creationTimestamp"] = self._now()
         meta["generation"] = 1
         meta["resourceVersion"] = str(tx.next_rv())
-        await sql.put_object(tx.conn, key, stored, tx.rv, _owner_uids(stored))
+        await sql.put_object(tx.conn, key, stored, tx.rv, owner_uids(stored))
         await tx.record(key, "ADDED", stored, None)
         return stored
 
@@ -555,27 +420,27 @@ class StoreEngine:
         if await sql.get_object(tx.conn, key) is not None:
             return
         spec = self._registry.get(NAMESPACE_KIND)
-        _, body = self._prepare_create(spec, {"metadata": {"name": namespace}}, None, strict=False)
+        _, body = prepare_create(spec, {"metadata": {"name": namespace}}, None, strict=False, now=self._now())
         await self._create_in_tx(tx, spec, key, body)
 
     async def _replace(
         self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, existing: dict[str, Any], new: dict[str, Any]
     ) -> dict[str, Any]:
-        new["metadata"]["resourceVersion"] = _rv_of(existing)
+        new["metadata"]["resourceVersion"] = rv_of(existing)
         if new == existing:
             return existing
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             return await self._remove(tx, spec, key, new, "Background")
         meta["resourceVersion"] = str(tx.next_rv())
-        await sql.put_object(tx.conn, key, new, tx.rv, _owner_uids(new))
+        await sql.put_object(tx.conn, key, new, tx.rv, owner_uids(new))
         await tx.record(key, "MODIFIED", new, existing)
         return new
 
     async def _delete_in_tx(
         self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
     ) -> dict[str, Any]:
-        meta = _metadata(obj)
+        meta = metadata_of(obj)
         if meta.get("finalizers"):
             if policy == "Orphan":
                 await self._orphan_dependents(tx, str(meta.get("uid", "")))
@@ -583,8 +448,8 @@ class StoreEngine:
                 return obj
             new = copy.deepcopy(obj)
             new["metadata"]["deletionTimestamp"] = self._now()
-            if spec.storage_key == _NAMESPACE_STORAGE:
-                new = self._kind_hooks(spec, new)
+            if spec.storage_key == NAMESPACE_STORAGE:
+                new = apply_kind_rules(spec, new, self._now())
             return await self._replace(tx, spec, key, obj, new)
         return await self._remove(tx, spec, key, obj, policy)
 
@@ -600,14 +465,14 @@ class StoreEngine:
             await self._orphan_dependents(tx, uid)
         else:
             await self._collect_dependents(tx, uid)
-        if spec.storage_key == _NAMESPACE_STORAGE:
+        if spec.storage_key == NAMESPACE_STORAGE:
             for dependent_key in await sql.keys_in_namespace(tx.conn, key[3]):
                 await self._delete_key(tx, dependent_key)
-        elif spec.storage_key == _CRD_STORAGE and not self._crd_is_builtin(final):
+        elif spec.storage_key == CRD_STORAGE and not self._crd_is_builtin(final):
             crd_spec = final.get("spec") or {}
             group, plural = str(crd_spec.get("group", "")), str((crd_spec.get("names") or {}).get("plural", ""))
             for instance in await sql.list_objects(tx.conn, group, plural, None):
-                instance_meta = _metadata(instance)
+                instance_meta = metadata_of(instance)
                 instance_key = (group, plural, str(instance_meta.get("namespace", "")), str(instance_meta["name"]))
                 instance_spec = self._storage_spec(group, plural) or spec
                 await self._remove(tx, instance_spec, instance_key, instance, "Background")
@@ -629,7 +494,7 @@ class StoreEngine:
             if dependent is None:
                 continue
             spec = self._storage_spec(key[0], key[1])
-            refs = _metadata(dependent).get("ownerReferences") or []
+            refs = metadata_of(dependent).get("ownerReferences") or []
             others = [ref for ref in refs if isinstance(ref, dict) and ref.get("uid") != owner_uid]
             if spec is None:
                 await sql.delete_object(tx.conn, key)
@@ -660,16 +525,16 @@ class StoreEngine:
                 owner_spec = self._registry.get(KindRef(str(ref.get("apiVersion", "")), str(ref.get("kind", ""))))
             except NotFound:
                 continue
-            owner_key = self._key(owner_spec, key[2] if owner_spec.namespaced else "", str(ref.get("name", "")))
+            owner_key = object_key(owner_spec, key[2] if owner_spec.namespaced else "", str(ref.get("name", "")))
             owner = await sql.get_object(tx.conn, owner_key)
-            if owner is not None and _metadata(owner).get("uid") == ref.get("uid"):
+            if owner is not None and metadata_of(owner).get("uid") == ref.get("uid"):
                 return True
         return False
 
     # -- registry ----------------------------------------------------------------------------------------------
 
     def _apply_registry_change(self, change: Change) -> None:
-        if change.key[:2] != _CRD_STORAGE:
+        if change.key[:2] != CRD_STORAGE:
             return
         if change.type == "DELETED":
             self._registry.unregister(change.key[3])
@@ -677,7 +542,7 @@ class StoreEngine:
             self._register_crd(change.body)
 
     def _register_crd(self, crd: dict[str, Any]) -> None:
-        name = str(_metadata(crd).get("name", ""))
+        name = str(metadata_of(crd).get("name", ""))
         try:
             self._registry.register(name, kind_specs_from_crd(crd))
         except Invalid as exc:
@@ -697,62 +562,6 @@ class StoreEngine:
 
     def _now(self) -> str:
         return self._options.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def _namespace(self, spec: KindSpec, in_body: Any, in_request: str | None) -> str:
-        if not spec.namespaced:
-            return ""
-        if in_body not in (None, "") and in_request not in (None, "") and in_body != in_request:
-            raise BadRequest("the namespace of the provided object does not match the namespace sent on the request")
-        namespace = str(in_request or in_body or "default")
-        if len(namespace) > 63 or not _DNS_LABEL.match(namespace):
-            raise BadRequest(f"invalid namespace {namespace!r}")
-        return namespace
-
-    @staticmethod
-    def _key(spec: KindSpec, namespace: str, name: str) -> ObjectKey:
-        if not name:
-            raise BadRequest("a resource name is required")
-        return (spec.group, spec.plural, namespace if spec.namespaced else "", name)
-
-    @staticmethod
-    def _not_found(spec: KindSpec, name: str) -> NotFound:
-        return NotFound(f'{spec.qualified_resource} "{name}" not found', details=spec.details(name))
-
-
-def _owner_uids(body: Mapping[str, Any]) -> list[str]:
-    refs = _metadata(body).get("ownerReferences") or []
-    return [str(ref["uid"]) for ref in refs if isinstance(ref, dict) and ref.get("uid")]
-
-
-def _crd_status(crd: Mapping[str, Any], specs: list[KindSpec], now: str) -> dict[str, Any]:
-    crd_spec = crd.get("spec") or {}
-    names = dict(crd_spec.get("names") or {})
-    names.setdefault("singular", str(names.get("kind", "")).lower())
-    names.setdefault("listKind", f"{names.get('kind', '')}List")
-    storage = [str(v.get("name")) for v in crd_spec.get("versions") or [] if v.get("storage") is True]
-    conditions = [
-        {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
-        for kind, reason, message in (
-            ("NamesAccepted", "NoConflicts", "no conflicts found"),
-            ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-        )
-    ]
-    previous = crd.get("status") or {}
-    if isinstance(previous, dict) and previous.get("conditions"):
-        conditions = previous["conditions"]
-    return {"acceptedNames": names, "conditions": conditions, "storedVersions": storage}
-
-
-def _encode_continue(namespace: str, name: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([namespace, name]).encode()).decode()
-
-
-def _decode_continue(token: str) -> tuple[str, str]:
-    try:
-        namespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise BadRequest("invalid continue token") from exc
-    return str(namespace), str(name)
 
 
 def _conforms(engine: StoreEngine) -> ResourceStore:

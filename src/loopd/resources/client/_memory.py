@@ -2,8 +2,8 @@
 
 Owns: objects, a global resourceVersion, a bounded event history for watch resumption, and test controls
 (``send_bookmarks``, ``compact``, ``end_watches``) that make rare server behaviour happen on demand.
-Must not do: I/O, threads, or sleeping; it never blocks the event loop and never reads a clock except the
-``now`` callable it is given (timestamps only).
+Must not do: I/O, threads, or sleeping; it never blocks the event loop. Timestamps come from the ``now``
+callable it is given; only a watch's ``timeout_seconds`` uses the event loop's clock.
 
 It follows the rules written in ``loopd.resources`` (README_API.md) and is checked by the same contract tests as
 the in-process store client and the HTTP client, so controllers can be unit-tested against it, with a virtual

@@ -9,7 +9,7 @@ A controller in twenty lines::
 
     from loopd.resources import NotFound
     from loopd.resources.client import TASKS, open_http_client
-    from loopd.resources.reconcile import LeaderElection, Manager, Request, Result, TemporaryError
+    from loopd.resources.reconcile import LeaderElection, Manager, Request, Result
 
     class Greeter:
         def __init__(self, client):
@@ -24,7 +24,7 @@ A controller in twenty lines::
                 return Result()
             task["status"] = {"phase": "Succeeded", "observedRevision": task["spec"]["revision"]}
             await self.client.update_status(TASKS, task)  # Conflict → retried with backoff
-            return Result(requeue_after=None)
+            return Result()
 
     async def main() -> None:
         async with open_http_client() as client:        # kubeconfig: embedded API or a real cluster

@@ -31,7 +31,7 @@ from ._queue import QueueShutDown, QueueStatistics, WorkQueue
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """Which object to reconcile: a key, never a snapshot (the reconciler reads the current state)."""
 
@@ -213,12 +213,14 @@ class Controller:
         if queue is None:
             return
         queue.shut_down()
-        if drain_timeout is not None and drain_timeout > 0:
-            await wait_all(self._clock, tasks, drain_timeout)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await queue.aclose()
+        try:
+            if drain_timeout is not None and drain_timeout > 0:
+                await wait_all(self._clock, tasks, drain_timeout)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await queue.aclose()
 
     # -- events ----------------------------------------------------------------------------------------------
 
@@ -235,7 +237,7 @@ class Controller:
             requests = set(watch.to_requests(event.object))
             if event.old is not None:
                 requests.update(watch.to_requests(event.old))
-            for request in sorted(requests):
+            for request in sorted(requests, key=_request_order):
                 queue.add(request)
 
         return on_secondary
@@ -296,6 +298,10 @@ class Controller:
                 self._requeued += 1
             else:
                 queue.forget(request)
+
+
+def _request_order(request: Request) -> tuple[str, str]:
+    return (request.namespace or "", request.name)
 
 
 def _as_function(reconciler: Reconciler | ReconcileFunction) -> ReconcileFunction:

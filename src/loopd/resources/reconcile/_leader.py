@@ -233,6 +233,10 @@ class LeaderElector:
         except (ResourceError, TimeoutError) as exc:
             logger.info("%s: lease %s attempt failed: %s", self._config.identity, self._config.lease_name, exc)
             ok = False
+        except Exception:
+            # A malformed lease or a client bug must not end the campaign: count it and try again later.
+            logger.warning("%s: lease %s attempt failed", self._config.identity, self._config.lease_name, exc_info=True)
+            ok = False
         if not ok:
             self._failed_attempts += 1
         return ok
