@@ -49,7 +49,7 @@ class HttpResourceClient:
 
     def __init__(
         self,
-        api_client: Any,
+        api_client: k8s_client.ApiClient,
         *,
         default_namespace: str = "default",
         request_timeout: float = 30.0,
