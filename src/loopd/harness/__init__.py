@@ -6,6 +6,7 @@ The public face. Implementation lives in private modules and the subpackages:
 
 from loopd.harness import core
 from loopd.harness._errors import (
+    BudgetExceeded,
     HarnessError,
     JournalCorruptError,
     JournalError,
@@ -28,10 +29,22 @@ from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, 
 from loopd.harness.core.events import Lifecycle, Scope
 from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal
 from loopd.harness.models import Model, ModelRequest, Reply, ScriptedModel, ToolSpec
-from loopd.harness.runtime import Envelope, LoopDefinition, Rig, Session, SessionStatistics, Subscription
+from loopd.harness.runtime import (
+    Budget,
+    BudgetPolicy,
+    Envelope,
+    LoopDefinition,
+    Rig,
+    Session,
+    SessionStatistics,
+    Subscription,
+)
 from loopd.harness.tools import EchoTool, PreparedCall, Requirement, Tool, ToolContext, ToolResult
 
 __all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "BudgetPolicy",
     "CancelQueuedInput",
     "EchoTool",
     "EffectKind",

@@ -7,6 +7,7 @@
     ├── SessionBusyError            a writer already owns this session
     ├── MailboxFullError            a command could not be queued in time (back-pressure)
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
+    ├── BudgetExceeded              the session spent its token or USD budget; the turn fails with this type
     ├── JournalError
     │   ├── JournalFencedError      another writer took over the session
     │   └── JournalCorruptError     a stored record could not be decoded
@@ -53,6 +54,19 @@ class SessionBusyError(HarnessError):
 
 class MailboxFullError(HarnessError):
     """A command could not be queued before its deadline."""
+
+
+class BudgetExceeded(HarnessError):
+    """A session's token or USD budget is spent. The turn that needed another model call fails with this type."""
+
+    def __init__(self, limit: str, allowed: float, used: float) -> None:
+        unit = "USD" if limit == "usd" else "tokens"
+        shown_used = f"{used:.4f}" if limit == "usd" else f"{int(used)}"
+        shown_allowed = f"{allowed:.4f}" if limit == "usd" else f"{int(allowed)}"
+        super().__init__(f"the session's {unit} budget is spent: used {shown_used} of {shown_allowed} {unit}")
+        self.limit = limit
+        self.allowed = allowed
+        self.used = used
 
 
 class SubscriptionLostError(HarnessError):

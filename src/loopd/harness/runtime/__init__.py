@@ -1,5 +1,6 @@
 """The harness runtime: rig, sessions, loop actors, mailbox, hub, effect execution (the I/O side)."""
 
+from loopd.harness.runtime._budget import UNLIMITED, Budget, BudgetPolicy
 from loopd.harness.runtime._hub import Envelope, EventFilter, Hub, Subscription
 from loopd.harness.runtime._loop import LoopDefinition
 from loopd.harness.runtime._mailbox import Mailbox
@@ -7,6 +8,9 @@ from loopd.harness.runtime._rig import RecoveryMode, Rig
 from loopd.harness.runtime._session import Session, SessionStatistics
 
 __all__ = [
+    "UNLIMITED",
+    "Budget",
+    "BudgetPolicy",
     "Envelope",
     "EventFilter",
     "Hub",

@@ -298,6 +298,12 @@ class LoopActor:
             temperature=d.temperature,
             max_output_tokens=d.max_output_tokens,
         )
+        refused = self.session._budget_refusal()
+        if refused is not None:
+            self.mailbox.put_result(
+                ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="BudgetExceeded", message=str(refused))
+            )
+            return
         text: list[str] = []
         deltas: list[ToolCallDelta] = []
         usage: Usage = ZERO_USAGE

@@ -20,6 +20,7 @@ from loopd.harness.core.events import SessionRestored, SessionStarted
 from loopd.harness.core.state import LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
 from loopd.harness.journal._protocol import Journal, SessionInfo
+from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.runtime._loop import LoopActor, LoopDefinition
 from loopd.harness.runtime._session import Session
 
@@ -41,6 +42,7 @@ class Rig:
     now: Callable[[], float] = field(default=time.time)
     price: Callable[[str, Usage], Usage] = field(default=_no_pricing)
     rules: RuleStore = field(default_factory=MemoryRuleStore)
+    budget: BudgetPolicy = UNLIMITED
     submit_timeout: float = 10.0
     drain_timeout: float = 5.0
 
@@ -59,6 +61,7 @@ class Rig:
             writer=writer,  # type: ignore[arg-type]
             now=self.now,
             price=self.price,
+            budget=self.budget,
             submit_timeout=self.submit_timeout,
             drain_timeout=self.drain_timeout,
         )

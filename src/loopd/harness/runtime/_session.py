@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from loopd._ids import new_id
-from loopd.harness._errors import HarnessError, SessionClosedError, SessionFaultError
+from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
@@ -33,6 +33,7 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord
+from loopd.harness.runtime._budget import BudgetPolicy
 from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Session:
         writer: JournalWriter,
         now: Callable[[], float],
         price: Callable[[str, Usage], Usage],
+        budget: BudgetPolicy,
         submit_timeout: float,
         drain_timeout: float,
     ) -> None:
@@ -75,6 +77,7 @@ class Session:
         self._writer = writer
         self._now = now
         self._price_fn = price
+        self._budget = budget
         self._submit_timeout = submit_timeout
         self._drain_timeout = drain_timeout
         self._hub = Hub(session_id, self._read_envelopes)
@@ -303,6 +306,9 @@ class Session:
 
     def _price(self, model: str, usage: Usage) -> Usage:
         return self._price_fn(model, usage)
+
+    def _budget_refusal(self) -> BudgetExceeded | None:
+        return self._budget.check(self.usage)
 
     async def _append(self, events: tuple[SessionEvent | LoopEvent, ...]) -> list[int]:
         records = [NewRecord(*codec.encode(e), at=self._now()) for e in events]
