@@ -8,9 +8,11 @@ from types import MappingProxyType
 
 from loopd.harness.core._history import History
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_message, user_message
+from loopd.harness.core.compaction import summary_message
 from loopd.harness.core.events import (
     GateOpened,
     GateResolved,
+    HistoryCompacted,
     InputCancelled,
     InputQueued,
     InputRejected,
@@ -67,11 +69,26 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case ModelReplied(text=text, tool_calls=calls, usage=usage):
             turn = state.turn
             assert turn is not None, "ModelReplied outside a turn"
+            history = state.history.appended(Message(role="assistant", content=text, tool_calls=calls))
             return replace(
                 state,
-                history=state.history.appended(Message(role="assistant", content=text, tool_calls=calls)),
+                history=history,
                 turn=replace(turn, phase="tools", calls=calls, outcomes=(), step_usage=usage, usage=turn.usage + usage),
                 usage=state.usage + usage,
+                context_tokens=usage.input_tokens + usage.output_tokens,
+                context_mark=len(history),
+            )
+        case HistoryCompacted(summary=summary, replaced=replaced, usage=usage):
+            turn = state.turn
+            assert turn is not None, "HistoryCompacted outside a turn"
+            kept = state.history[replaced:]
+            return replace(
+                state,
+                history=History((summary_message(summary), *kept)),
+                turn=replace(turn, usage=turn.usage + usage),
+                usage=state.usage + usage,
+                context_tokens=0,
+                context_mark=0,
             )
         case ToolCompleted(outcome=outcome):
             turn = state.turn
@@ -98,12 +115,15 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 turn=replace(turn, step=turn.step + 1, phase="model", calls=(), outcomes=(), step_usage=ZERO_USAGE),
             )
         case TurnDone(text=text, step_usage=step_usage):
+            history = state.history.appended(Message(role="assistant", content=text))
             return replace(
                 state,
-                history=state.history.appended(Message(role="assistant", content=text)),
+                history=history,
                 turn=None,
                 usage=state.usage + step_usage,
                 last_reply=text,
+                context_tokens=step_usage.input_tokens + step_usage.output_tokens,
+                context_mark=len(history),
             )
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)

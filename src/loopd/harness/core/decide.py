@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from loopd.harness.core._values import ToolOutcome
 from loopd.harness.core.apply import apply_loop
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.compaction import should_compact
 from loopd.harness.core.events import (
     GateOpened,
     GateResolved,
+    HistoryCompacted,
     InputCancelled,
     InputQueued,
     InputRejected,
@@ -42,6 +44,9 @@ from loopd.harness.core.inputs import (
     ArmGate,
     CallModel,
     CancelTurn,
+    Compact,
+    CompactionDone,
+    CompactionFailed,
     Effect,
     GateAnswered,
     GateNeeded,
@@ -54,7 +59,9 @@ from loopd.harness.core.inputs import (
 from loopd.harness.core.state import LoopState
 
 LoopInput = (
-    UserInput
+    CompactionDone
+    | CompactionFailed
+    | UserInput
     | CancelQueuedInput
     | AnswerGate
     | Interrupt
@@ -73,6 +80,8 @@ class LoopConfig:
     name: str
     max_steps: int = 25
     max_queued: int = 16
+    compact_at_tokens: int | None = None
+    compact_keep_recent: int = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,7 @@ class _Builder:
     """Accumulates events, folding each one so later decisions see the post-state."""
 
     state: LoopState
+    config: LoopConfig
     events: list[LoopEvent] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
 
@@ -93,9 +103,17 @@ class _Builder:
         self.events.append(event)
         self.state = apply_loop(self.state, event)
 
-    def call_model(self) -> None:
+    def call_model(self, *, compact: bool = True) -> None:
+        """The next model call — or first a compaction of the history, when the context is past the threshold."""
         turn = self.state.turn
         assert turn is not None
+        if compact:
+            cut = should_compact(
+                self.state, threshold=self.config.compact_at_tokens, keep_recent=self.config.compact_keep_recent
+            )
+            if cut:
+                self.effects.append(Compact(turn_id=turn.turn_id, step=turn.step, messages=self.state.history[:cut]))
+                return
         self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history.as_tuple()))
 
     def start_queued_turn(self, now: float) -> None:
@@ -131,7 +149,7 @@ def _is_current(state: LoopState, turn_id: str, step: int, phase: str) -> bool:
 
 def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now: float) -> Decision:
     """Decide what one input means for a loop. Stale completions (of an ended turn) decide nothing."""
-    b = _Builder(state)
+    b = _Builder(state, config)
     name = state.name
     match event_input:
         case UserInput(command_id=command_id, text=text):
@@ -154,6 +172,21 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                 b.emit(InputCancelled(loop=name, command_id=target, reason="cancelled"))
         case Interrupt(reason=reason):
             _interrupt(b, reason, now, status="interrupted", message="interrupted before it completed")
+        case CompactionDone(turn_id=turn_id, step=step, summary=summary, replaced=replaced, usage=usage):
+            if not _is_current(state, turn_id, step, "model"):
+                return Decision()
+            if 0 < replaced <= len(state.history) and summary.strip():
+                b.emit(
+                    HistoryCompacted(
+                        loop=name, turn_id=turn_id, step=step, summary=summary, replaced=replaced, usage=usage, at=now
+                    )
+                )
+            b.call_model(compact=False)
+        case CompactionFailed(turn_id=turn_id, step=step):
+            # Compaction is an optimization: without a summary the call goes out with the full history.
+            if not _is_current(state, turn_id, step, "model"):
+                return Decision()
+            b.call_model(compact=False)
         case ModelCompleted(turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage):
             if not _is_current(state, turn_id, step, "model"):
                 return Decision()
@@ -340,7 +373,7 @@ def recover(
     its tool declares itself idempotent, otherwise its outcome is recorded as ``unknown`` and surfaced to the
     model, never silently repeated; queued inputs start or join the turn as usual.
     """
-    b = _Builder(state)
+    b = _Builder(state, config)
     turn = state.turn
     if turn is not None and turn.gate is not None:
         parked = {c.id for c in turn.open_calls} <= set(turn.gate.call_ids)

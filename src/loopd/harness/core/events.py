@@ -169,6 +169,18 @@ class GateResolved(_LoopEvent):
     at: float
 
 
+class HistoryCompacted(_LoopEvent):
+    """The oldest ``replaced`` messages of the history were replaced by ``summary`` (written by the model)."""
+
+    kind: Literal["history_compacted"] = "history_compacted"
+    turn_id: str
+    step: int
+    summary: str
+    replaced: int
+    usage: Usage
+    at: float
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -259,6 +271,7 @@ LoopEvent = (
     | StepDone
     | GateOpened
     | GateResolved
+    | HistoryCompacted
     | TurnDone
     | TurnFailed
     | TurnInterrupted
@@ -282,6 +295,7 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     StepDone,
     GateOpened,
     GateResolved,
+    HistoryCompacted,
     TurnDone,
     TurnFailed,
     TurnInterrupted,

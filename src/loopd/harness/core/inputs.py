@@ -62,10 +62,38 @@ class GateAnswered:
     reason: str = ""
 
 
-Completion = ModelCompleted | ModelFailed | ToolFinished | GateNeeded | GateAnswered
+@dataclass(frozen=True, slots=True)
+class CompactionDone:
+    """The model summarized the history prefix ``messages[:replaced]`` of a `Compact` effect."""
+
+    turn_id: str
+    step: int
+    summary: str
+    replaced: int
+    usage: Usage = ZERO_USAGE
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionFailed:
+    turn_id: str
+    step: int
+    error_type: str
+    message: str
+
+
+Completion = CompactionDone | CompactionFailed | ModelCompleted | ModelFailed | ToolFinished | GateNeeded | GateAnswered
 
 
 # --- effects -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Compact:
+    """Ask the model for a summary of ``messages`` (the history prefix that will be replaced)."""
+
+    turn_id: str
+    step: int
+    messages: tuple[Message, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,4 +144,4 @@ class CancelTurn:
     turn_id: str
 
 
-Effect = CallModel | RunTools | ArmGate | ResolveGate | CancelTurn
+Effect = Compact | CallModel | RunTools | ArmGate | ResolveGate | CancelTurn

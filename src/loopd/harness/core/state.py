@@ -48,6 +48,9 @@ class LoopState:
     turns: int = 0
     usage: Usage = ZERO_USAGE
     last_reply: str | None = None
+    # Context size reported by the last model call, and the history length it covered (see `compaction`).
+    context_tokens: int = 0
+    context_mark: int = 0
 
     @property
     def idle(self) -> bool:

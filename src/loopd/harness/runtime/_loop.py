@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
-from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
+from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
+from loopd.harness.core.compaction import SUMMARIZER_PROMPT, render_transcript
 from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide
 from loopd.harness.core.events import (
     GateResolved,
@@ -30,6 +31,9 @@ from loopd.harness.core.inputs import (
     ArmGate,
     CallModel,
     CancelTurn,
+    Compact,
+    CompactionDone,
+    CompactionFailed,
     Effect,
     GateAnswered,
     GateNeeded,
@@ -89,19 +93,29 @@ class LoopDefinition:
     max_output_tokens: int | None = None
     access: AccessConfig = field(default_factory=AccessConfig)
     gate_timeout: float = GATE_TIMEOUT_DEFAULT
+    compact_at_tokens: int | None = None
+    compact_keep_recent: int = 8
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"invalid loop name {self.name!r}")
         if self.max_steps < 1 or self.max_parallel_tools < 1 or self.max_queued < 0:
             raise ValueError("loop limits must be positive")
+        if (self.compact_at_tokens is not None and self.compact_at_tokens < 1) or self.compact_keep_recent < 1:
+            raise ValueError("compaction limits must be positive")
         names = [t.spec.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"loop {self.name!r} has duplicate tool names")
 
     @property
     def config(self) -> LoopConfig:
-        return LoopConfig(name=self.name, max_steps=self.max_steps, max_queued=self.max_queued)
+        return LoopConfig(
+            name=self.name,
+            max_steps=self.max_steps,
+            max_queued=self.max_queued,
+            compact_at_tokens=self.compact_at_tokens,
+            compact_keep_recent=self.compact_keep_recent,
+        )
 
     def is_idempotent(self, tool_name: str) -> bool:
         for tool in self.tools:
@@ -263,6 +277,8 @@ class LoopActor:
         match effect:
             case CallModel():
                 self._track(effect.turn_id, self._call_model(effect))
+            case Compact():
+                self._track(effect.turn_id, self._compact(effect))
             case RunTools(turn_id=turn_id, step=step, calls=calls, gated=True):
                 self._track(turn_id, self._gate_batch(turn_id, step, calls))
             case RunTools(turn_id=turn_id, step=step, calls=calls):
@@ -339,6 +355,51 @@ class LoopActor:
             )
         except Exception as exc:  # a model adapter bug must end the turn, not the session
             result = ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc))
+        self.mailbox.put_result(result)
+
+    async def _compact(self, effect: Compact) -> None:
+        """Ask the loop's model to summarize the history prefix; any failure just skips the compaction."""
+        d = self.definition
+        request = ModelRequest(
+            model=d.model_name or d.model.name,
+            messages=(user_message(render_transcript(effect.messages)),),
+            tools=(),
+            system=SUMMARIZER_PROMPT,
+            temperature=0.0,
+            max_output_tokens=d.max_output_tokens,
+        )
+        result: CompactionDone | CompactionFailed
+        refused = self.session._budget_refusal()
+        if refused is not None:
+            result = CompactionFailed(effect.turn_id, effect.step, "BudgetExceeded", str(refused))
+            self.mailbox.put_result(result)
+            return
+        text: list[str] = []
+        usage: Usage = ZERO_USAGE
+        try:
+            async with asyncio.timeout(d.model_timeout):
+                async for chunk in d.model.stream(request):
+                    match chunk:
+                        case TextDelta(text=piece):
+                            text.append(piece)
+                        case UsageReport(usage=reported):
+                            usage = usage + reported
+            usage = self.session._price(request.model, usage)
+            result = CompactionDone(
+                turn_id=effect.turn_id,
+                step=effect.step,
+                summary="".join(text).strip(),
+                replaced=len(effect.messages),
+                usage=usage,
+            )
+        except ModelError as exc:
+            result = CompactionFailed(effect.turn_id, effect.step, type(exc).__name__, str(exc))
+        except TimeoutError:
+            result = CompactionFailed(
+                effect.turn_id, effect.step, "ModelTimeout", f"no summary within {d.model_timeout:g}s"
+            )
+        except Exception as exc:  # a model adapter bug must not end the turn: the call goes out uncompacted
+            result = CompactionFailed(effect.turn_id, effect.step, "ModelCrashed", repr(exc))
         self.mailbox.put_result(result)
 
     async def _run_tool(self, turn_id: str, step: int, call: ToolCall) -> None:

@@ -1,0 +1,73 @@
+"""Context compaction, the pure part: when to compact, where to cut, and what the summarizer reads.
+
+Past ``compact_at_tokens`` (estimated context size) and before the next model call, the oldest part of a loop's
+history is replaced by a summary the model writes; the most recent ``keep_recent`` messages stay verbatim. The cut
+never separates a tool result from the assistant message that asked for it (providers reject orphan tool results).
+
+The estimate is what the provider reported for the last call (prompt + completion tokens) plus about four
+characters per token for every message added since; after a compaction it restarts from the new history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from loopd.harness.core._values import Message
+from loopd.harness.core.state import LoopState
+
+CHARS_PER_TOKEN: Final = 4
+SUMMARY_PREFIX: Final = "Summary of the conversation so far (older messages were compacted):\n\n"
+
+SUMMARIZER_PROMPT: Final = (
+    "You compact an agent's conversation history. Write a faithful summary that lets the agent continue the work: "
+    "the user's goals and constraints, decisions made, files and commands touched with their results, open "
+    "questions and the next steps. Keep exact names, paths, numbers and error messages. Do not invent anything. "
+    "Answer with the summary only."
+)
+
+
+def message_chars(message: Message) -> int:
+    size = len(message.content)
+    for call in message.tool_calls:
+        size += len(call.name) + len(str(call.arguments))
+    return size
+
+
+def estimate_context(state: LoopState) -> int:
+    """Estimated tokens the next model call will send (history only; the system prompt and tools are extra)."""
+    added = sum(message_chars(m) for m in state.history[state.context_mark :])
+    return state.context_tokens + added // CHARS_PER_TOKEN
+
+
+def cut_point(history: Sequence[Message], keep_recent: int) -> int:
+    """How many leading messages a compaction replaces (0: nothing worth compacting)."""
+    cut = len(history) - max(keep_recent, 1)
+    while cut > 0 and history[cut].role == "tool":
+        cut -= 1
+    return cut if cut >= 2 else 0
+
+
+def should_compact(state: LoopState, *, threshold: int | None, keep_recent: int) -> int:
+    """The cut point if the loop should compact before its next model call, else 0."""
+    if threshold is None or estimate_context(state) < threshold:
+        return 0
+    return cut_point(state.history, keep_recent)
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """The history prefix as plain text for the summarizer (no provider-specific tool-call structure)."""
+    lines: list[str] = []
+    for m in messages:
+        if m.role == "tool":
+            lines.append(f"[tool result {m.name or ''} {m.tool_call_id or ''}]\n{m.content}")
+            continue
+        text = m.content
+        for call in m.tool_calls:
+            text += f"\n[calls tool {call.name} {call.arguments}]"
+        lines.append(f"[{m.role}]\n{text}")
+    return "\n\n".join(lines)
+
+
+def summary_message(summary: str) -> Message:
+    return Message(role="user", content=SUMMARY_PREFIX + summary)
