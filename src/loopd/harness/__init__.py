@@ -42,10 +42,12 @@ from loopd.harness.runtime import (
 from loopd.harness.tools import EchoTool, PreparedCall, Requirement, Tool, ToolContext, ToolResult
 
 __all__ = [
+    "AgentStatus",
     "Budget",
     "BudgetExceeded",
     "BudgetPolicy",
     "CancelQueuedInput",
+    "DelegationError",
     "EchoTool",
     "EffectKind",
     "Envelope",

@@ -8,8 +8,11 @@ from types import MappingProxyType
 
 from loopd.harness.core._history import History
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_message, user_message
+from loopd.harness.core.agents import apply_agents
 from loopd.harness.core.compaction import summary_message
 from loopd.harness.core.events import (
+    AgentStarted,
+    AgentStopped,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -144,6 +147,12 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             new = replace(state, status="active")
         case SessionStopped():
             new = replace(state, status="stopped")
+        case AgentStarted(agent=name):
+            loops = dict(state.loops)
+            loops.setdefault(name, LoopState(name=name))
+            new = replace(state, loops=MappingProxyType(loops), agents=apply_agents(state.agents, event))
+        case AgentStopped():
+            new = replace(state, agents=apply_agents(state.agents, event))
         case _:
             loop = state.loops.get(event.loop) or LoopState(name=event.loop)
             new = state.with_loop(apply_loop(loop, event))

@@ -73,6 +73,24 @@ class SessionStopped(_SessionEvent):
     at: float
 
 
+class AgentStarted(_SessionEvent):
+    """A loop started a subagent: a new loop ``agent`` built from the rig's agent definition ``definition``."""
+
+    kind: Literal["agent_started"] = "agent_started"
+    agent: str
+    definition: str
+    parent: str
+    depth: int
+    at: float
+
+
+class AgentStopped(_SessionEvent):
+    kind: Literal["agent_stopped"] = "agent_stopped"
+    agent: str
+    reason: str
+    at: float
+
+
 # --- loop scope: enduring ------------------------------------------------------------------------------------
 
 
@@ -259,7 +277,7 @@ class ModelRetrying(_Ephemeral):
     error: str
 
 
-SessionEvent = SessionStarted | SessionRestored | SessionStopped
+SessionEvent = SessionStarted | SessionRestored | SessionStopped | AgentStarted | AgentStopped
 LoopEvent = (
     TurnStarted
     | InputQueued
@@ -285,6 +303,8 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     SessionStarted,
     SessionRestored,
     SessionStopped,
+    AgentStarted,
+    AgentStopped,
     TurnStarted,
     InputQueued,
     InputsFolded,

@@ -58,12 +58,24 @@ class LoopState:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """A subagent: a loop started at run time by ``parent`` from the rig's agent definition ``definition``."""
+
+    name: str
+    definition: str
+    parent: str
+    depth: int
+    stopped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SessionState:
     session_id: str
     rig: str = ""
     status: Literal["new", "active", "stopped"] = "new"
     loops: Mapping[str, LoopState] = field(default_factory=lambda: MappingProxyType({}))
     last_seq: int = 0
+    agents: Mapping[str, AgentInfo] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def usage(self) -> Usage:
@@ -81,4 +93,5 @@ class SessionState:
             status=self.status,
             loops=MappingProxyType(loops),
             last_seq=self.last_seq,
+            agents=self.agents,
         )

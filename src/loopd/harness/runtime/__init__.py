@@ -1,16 +1,20 @@
 """The harness runtime: rig, sessions, loop actors, mailbox, hub, effect execution (the I/O side)."""
 
 from loopd.harness.runtime._budget import UNLIMITED, Budget, BudgetPolicy
+from loopd.harness.runtime._delegation import DELEGATION_TOOL_NAMES, DelegationError
 from loopd.harness.runtime._hub import Envelope, EventFilter, Hub, Subscription
 from loopd.harness.runtime._loop import LoopDefinition
 from loopd.harness.runtime._mailbox import Mailbox
 from loopd.harness.runtime._rig import RecoveryMode, Rig
-from loopd.harness.runtime._session import Session, SessionStatistics
+from loopd.harness.runtime._session import AgentStatus, Session, SessionStatistics
 
 __all__ = [
+    "DELEGATION_TOOL_NAMES",
     "UNLIMITED",
+    "AgentStatus",
     "Budget",
     "BudgetPolicy",
+    "DelegationError",
     "Envelope",
     "EventFilter",
     "Hub",

@@ -25,6 +25,8 @@ from loopd.harness.core.events import (
     TokenDelta,
     ToolCallStarted,
     ToolProgress,
+    TurnDone,
+    TurnFailed,
     TurnInterrupted,
 )
 from loopd.harness.core.inputs import (
@@ -149,6 +151,7 @@ class LoopActor:
         now: Callable[[], float],
         workspace: Path | None,
         rules: RuleStore,
+        extra_tools: tuple[Tool, ...] = (),
     ) -> None:
         self.session = session
         self.definition = definition
@@ -160,8 +163,12 @@ class LoopActor:
         self._gate_timers: dict[str, asyncio.Task[None]] = {}
         self._resolving: set[str] = set()
         self._config = definition.config
-        self._tools: Mapping[str, Tool] = {t.spec.name: t for t in definition.tools}
-        self._specs: tuple[ToolSpec, ...] = tuple(t.spec for t in definition.tools)
+        tools = (
+            *definition.tools,
+            *(t for t in extra_tools if t.spec.name not in {d.spec.name for d in definition.tools}),
+        )
+        self._tools: Mapping[str, Tool] = {t.spec.name: t for t in tools}
+        self._specs: tuple[ToolSpec, ...] = tuple(t.spec for t in tools)
         self._effects: dict[str, set[asyncio.Task[None]]] = {}
         self._tool_slots = asyncio.Semaphore(definition.max_parallel_tools)
         self._task: asyncio.Task[None] | None = None
@@ -251,6 +258,8 @@ class LoopActor:
             state = apply_loop(state, event)
             self.state = state
             self.session._hub.publish(Envelope(self.session.id, seq, event))
+            if isinstance(event, TurnDone | TurnFailed):
+                self.session._report(self.name, event)
             if isinstance(event, GateResolved):
                 self._resolving.discard(event.gate_id)
                 timer = self._gate_timers.pop(event.gate_id, None)

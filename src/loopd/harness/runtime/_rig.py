@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -14,15 +14,27 @@ from loopd._ids import new_id
 from loopd.harness._errors import HarnessError, SessionNotFoundError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
+from loopd.harness.core.agents import REPORT_PREFIX, report_id
 from loopd.harness.core.apply import fold
 from loopd.harness.core.decide import recover
-from loopd.harness.core.events import SessionRestored, SessionStarted
+from loopd.harness.core.events import (
+    InputCancelled,
+    InputQueued,
+    InputRejected,
+    SessionRestored,
+    SessionStarted,
+    TurnDone,
+    TurnFailed,
+    TurnStarted,
+)
 from loopd.harness.core.state import LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
-from loopd.harness.journal._protocol import Journal, SessionInfo
+from loopd.harness.journal._protocol import Journal, Record, SessionInfo
 from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
+from loopd.harness.runtime._delegation import delegation_tools
 from loopd.harness.runtime._loop import LoopActor, LoopDefinition
 from loopd.harness.runtime._session import Session
+from loopd.harness.tools._protocol import Tool
 
 RecoveryMode = Literal["interrupt", "resume"]
 
@@ -43,6 +55,9 @@ class Rig:
     price: Callable[[str, Usage], Usage] = field(default=_no_pricing)
     rules: RuleStore = field(default_factory=MemoryRuleStore)
     budget: BudgetPolicy = UNLIMITED
+    agents: Sequence[LoopDefinition] = ()
+    max_agent_depth: int = 2
+    max_agents: int = 8
     submit_timeout: float = 10.0
     drain_timeout: float = 5.0
 
@@ -52,6 +67,29 @@ class Rig:
         names = [loop.name for loop in self.loops]
         if len(set(names)) != len(names):
             raise ValueError("loop names must be unique")
+        agent_names = [a.name for a in self.agents]
+        if len(set(agent_names)) != len(agent_names) or set(agent_names) & set(names):
+            raise ValueError("agent definition names must be unique and differ from loop names")
+        if self.max_agent_depth < 1 or self.max_agents < 0:
+            raise ValueError("agent limits must be positive")
+
+    def _actor(
+        self, session: Session, definition: LoopDefinition, state: LoopState, name: str, depth: int
+    ) -> LoopActor:
+        extra: tuple[Tool, ...] = ()
+        if self.agents and depth < self.max_agent_depth:
+            extra = delegation_tools(session, name, tuple(a.name for a in self.agents))
+        if name != definition.name:
+            definition = replace(definition, name=name)
+        return LoopActor(
+            session, definition, state, now=self.now, workspace=self.workspace, rules=self.rules, extra_tools=extra
+        )
+
+    def _agent_actor(self, session: Session, name: str, definition: str, state: LoopState, depth: int) -> LoopActor:
+        found = next((a for a in self.agents if a.name == definition), None)
+        if found is None:
+            raise HarnessError(f"rig {self.name!r} has no agent definition {definition!r}")
+        return self._actor(session, found, state, name, depth)
 
     def _session(self, session_id: str, writer: object) -> Session:
         return Session(
@@ -62,6 +100,7 @@ class Rig:
             now=self.now,
             price=self.price,
             budget=self.budget,
+            rig=self,
             submit_timeout=self.submit_timeout,
             drain_timeout=self.drain_timeout,
         )
@@ -73,16 +112,7 @@ class Rig:
         writer = await self.journal.create_session(sid, meta=json.dumps({"rig": self.name}), at=now)
         session = self._session(sid, writer)
         for definition in self.loops:
-            session._add_actor(
-                LoopActor(
-                    session,
-                    definition,
-                    LoopState(name=definition.name),
-                    now=self.now,
-                    workspace=self.workspace,
-                    rules=self.rules,
-                )
-            )
+            session._add_actor(self._actor(session, definition, LoopState(name=definition.name), definition.name, 0))
         await session._commit_session(
             SessionStarted(session_id=sid, rig=self.name, loops=tuple(d.name for d in self.loops), at=now)
         )
@@ -101,18 +131,24 @@ class Rig:
             raise SessionNotFoundError(session_id)
         state = fold((r.seq, codec.decode(r.kind, r.version, r.data)) for r in records)
         by_name = {d.name: d for d in self.loops}
-        unknown = set(state.loops) - set(by_name)
+        agent_defs = {a.name for a in self.agents}
+        unknown = set(state.loops) - set(by_name) - set(state.agents)
+        unknown |= {f"{a.name} ({a.definition})" for a in state.agents.values() if a.definition not in agent_defs}
         if unknown:
             await writer.aclose()
             raise HarnessError(f"session {session_id} has loops this rig does not define: {sorted(unknown)}")
         session = self._session(session_id, writer)
+        session._agents = state.agents
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
+            session._add_actor(self._actor(session, definition, loop_state, definition.name, 0))
+        for info in state.agents.values():
             session._add_actor(
-                LoopActor(session, definition, loop_state, now=self.now, workspace=self.workspace, rules=self.rules)
+                self._agent_actor(session, info.name, info.definition, state.loops[info.name], info.depth)
             )
         await session._commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.now()))
-        for actor in session.actors.values():
+        _redeliver_reports(session, records)
+        for actor in session._running_actors():
             decision = recover(
                 actor.state,
                 config=actor.definition.config,
@@ -135,3 +171,27 @@ class Rig:
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         return await self.journal.sessions(limit=limit)
+
+
+def _redeliver_reports(session: Session, records: Sequence[Record]) -> None:
+    """Reports of agent turns that ended before a crash but never reached their parent are sent again."""
+    if not session.agents:
+        return
+    seen: set[str] = set()
+    last_end: dict[str, TurnDone | TurnFailed] = {}
+    for record in records:
+        if not (record.kind.startswith("turn_") or record.kind.startswith("input_")):
+            continue
+        event = codec.decode(record.kind, record.version, record.data)
+        match event:
+            case TurnStarted(inputs=inputs):
+                seen.update(i.command_id for i in inputs if i.command_id.startswith(REPORT_PREFIX))
+            case InputQueued(command_id=cid) | InputRejected(command_id=cid) | InputCancelled(command_id=cid):
+                if cid.startswith(REPORT_PREFIX):
+                    seen.add(cid)
+            case TurnDone() | TurnFailed():
+                if event.loop in session.agents:
+                    last_end[event.loop] = event
+    for agent, end in last_end.items():
+        if report_id(agent, end.turn_id) not in seen:
+            session._report(agent, end)

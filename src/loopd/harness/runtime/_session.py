@@ -18,8 +18,19 @@ from loopd._ids import new_id
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
+from loopd.harness.core.agents import (
+    apply_agents,
+    depth_of,
+    next_agent_name,
+    refuse_start,
+    report_id,
+    report_text,
+)
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.decide import decide
 from loopd.harness.core.events import (
+    AgentStarted,
+    AgentStopped,
     InputsFolded,
     Lifecycle,
     LoopEvent,
@@ -31,13 +42,14 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
 )
-from loopd.harness.core.state import SessionState
+from loopd.harness.core.state import AgentInfo, LoopState, SessionState
 from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord
 from loopd.harness.runtime._budget import BudgetPolicy
 from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 
 if TYPE_CHECKING:
     from loopd.harness.runtime._loop import LoopActor
+    from loopd.harness.runtime._rig import Rig
 
 AnyCommand = UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown
 
@@ -55,6 +67,17 @@ class SessionStatistics:
     effects_running: int
 
 
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    name: str
+    definition: str
+    parent: str
+    depth: int
+    status: str
+    turns: int
+    last_reply: str | None
+
+
 class Session:
     """Handle on a live session. Create with `Rig.start_session` / `Rig.restore_session`."""
 
@@ -70,6 +93,7 @@ class Session:
         budget: BudgetPolicy,
         submit_timeout: float,
         drain_timeout: float,
+        rig: Rig | None = None,
     ) -> None:
         self.id = session_id
         self.rig_name = rig_name
@@ -89,6 +113,9 @@ class Session:
         self._closing = False
         self._stopped = asyncio.Event()
         self._fault: SessionFaultError | None = None
+        self._rig = rig
+        self._agents: Mapping[str, AgentInfo] = MappingProxyType({})
+        self._agent_lock = asyncio.Lock()
 
     # --- wiring (used by the rig) --------------------------------------------------------------------------
 
@@ -96,8 +123,12 @@ class Session:
         self._actors[actor.name] = actor
 
     def _start_actors(self) -> None:
-        for actor in self._actors.values():
+        for actor in self._running_actors():
             actor.start()
+
+    def _running_actors(self) -> tuple[LoopActor, ...]:
+        """Every actor except those of stopped agents (whose loops stay in the state but never run again)."""
+        return tuple(a for n, a in self._actors.items() if not (n in self._agents and self._agents[n].stopped))
 
     # --- public API ----------------------------------------------------------------------------------------
 
@@ -130,6 +161,7 @@ class Session:
             status="stopped" if self._status == "stopped" else "active",
             loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
             last_seq=self._last_seq,
+            agents=self._agents,
         )
 
     @property
@@ -154,6 +186,9 @@ class Session:
         actor = self._actors.get(name)
         if actor is None:
             raise HarnessError(f"session {self.id} has no loop {name!r}")
+        info = self._agents.get(name)
+        if info is not None and info.stopped:
+            raise HarnessError(f"agent {name} is stopped")
         return actor
 
     def _check_accepting(self) -> None:
@@ -177,7 +212,7 @@ class Session:
             case Interrupt():
                 self._check_accepting()
                 if command.loop is None:
-                    results = [await a.interrupt(command) for a in tuple(self._actors.values())]
+                    results = [await a.interrupt(command) for a in self._running_actors()]
                     return any(results)
                 return await self._actor(command.loop).interrupt(command)
             case AnswerGate():
@@ -275,7 +310,7 @@ class Session:
                 drain = self._drain_timeout if drain_timeout is None else drain_timeout
                 with contextlib.suppress(TimeoutError):
                     await self.wait_idle(timeout=drain)
-                for actor in tuple(self._actors.values()):
+                for actor in self._running_actors():
                     if not actor.state.idle:
                         await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
                 await self._commit_session(SessionStopped(reason=reason, at=self._now()))
@@ -345,8 +380,121 @@ class Session:
                 raise self._fault
             (seq,) = await self._append((event,))
             self._last_seq = seq
+            if isinstance(event, AgentStarted | AgentStopped):
+                self._agents = apply_agents(self._agents, event)
             self._hub.publish(Envelope(self.id, seq, event))
             return seq
+
+    # --- subagents -----------------------------------------------------------------------------------------
+
+    @property
+    def agents(self) -> Mapping[str, AgentInfo]:
+        return self._agents
+
+    async def start_agent(self, parent: str, definition: str, task: str) -> str:
+        """Start a subagent of ``parent`` from the rig's agent ``definition`` working on ``task``; its id.
+
+        The start and the agent's first turn are journaled in one append, so a crash never leaves an agent
+        without its task. Raises `DelegationError` when a limit or the definition refuses it.
+        """
+        from loopd.harness.runtime._delegation import DelegationError
+
+        rig = self._rig
+        if rig is None or not rig.agents:
+            raise DelegationError("this rig defines no agents")
+        async with self._agent_lock:
+            self._check_accepting()
+            state = self.state
+            why = refuse_start(
+                state,
+                parent=parent,
+                definition=definition,
+                known=frozenset(a.name for a in rig.agents),
+                max_depth=rig.max_agent_depth,
+                max_agents=rig.max_agents,
+            )
+            if why is not None:
+                raise DelegationError(why)
+            name = next_agent_name(state, definition)
+            depth = depth_of(state, parent) + 1
+            started = AgentStarted(agent=name, definition=definition, parent=parent, depth=depth, at=self._now())
+            actor = rig._agent_actor(self, name, definition, LoopState(name=name), depth)
+            decision = decide(
+                actor.state, UserInput(command_id=new_id(), loop=name, text=task), config=actor._config, now=self._now()
+            )
+            async with self._commit_lock:
+                if self._fault is not None:
+                    raise self._fault
+                seqs = await self._append((started, *decision.events))
+                self._last_seq = seqs[-1]
+                self._agents = apply_agents(self._agents, started)
+                self._hub.publish(Envelope(self.id, seqs[0], started))
+                self._add_actor(actor)
+                actor._apply_committed(decision.events, seqs[1:])
+            for effect in decision.effects:
+                actor._start_effect(effect)
+            actor.start()
+            return name
+
+    def _own_agent(self, parent: str | None, agent: str) -> AgentInfo:
+        from loopd.harness.runtime._delegation import DelegationError
+
+        info = self._agents.get(agent)
+        if info is None or (parent is not None and info.parent != parent):
+            raise DelegationError(f"no agent {agent!r}" + (f" started by {parent}" if parent else ""))
+        if info.stopped:
+            raise DelegationError(f"agent {agent} is stopped")
+        return info
+
+    async def message_agent(self, parent: str | None, agent: str, text: str) -> str:
+        """Send ``text`` to a running agent (``parent``: only that loop's own agents; None: any)."""
+        self._own_agent(parent, agent)
+        return await self.submit(text, loop=agent)
+
+    def list_agents(self, parent: str | None = None) -> list[AgentStatus]:
+        rows = []
+        for info in self._agents.values():
+            if parent is not None and info.parent != parent:
+                continue
+            loop = self._actors[info.name].state
+            status = "stopped" if info.stopped else ("working" if not loop.idle else "idle")
+            rows.append(
+                AgentStatus(
+                    name=info.name,
+                    definition=info.definition,
+                    parent=info.parent,
+                    depth=info.depth,
+                    status=status,
+                    turns=loop.turns,
+                    last_reply=loop.last_reply,
+                )
+            )
+        return rows
+
+    async def stop_agent(self, agent: str, *, by: str | None = None, reason: str = "stopped") -> None:
+        """Stop an agent and, first, every agent it started; its running turn is interrupted."""
+        self._own_agent(by, agent)
+        for child in [a.name for a in self._agents.values() if a.parent == agent and not a.stopped]:
+            await self.stop_agent(child, reason=f"parent {agent} stopped")
+        actor = self._actors[agent]
+        if not actor.state.idle:
+            await actor.interrupt(Interrupt(command_id=new_id(), loop=agent, reason=reason))
+        await self._commit_session(AgentStopped(agent=agent, reason=reason, at=self._now()))
+        await actor.stop()
+
+    def _report(self, agent: str, event: TurnDone | TurnFailed) -> None:
+        """An agent's turn ended: its parent receives the result as an input (if the parent still runs)."""
+        info = self._agents.get(agent)
+        if info is None:
+            return
+        parent = self._actors.get(info.parent)
+        parent_info = self._agents.get(info.parent)
+        if parent is None or (parent_info is not None and parent_info.stopped) or self._closing:
+            return
+        command = UserInput(
+            command_id=report_id(agent, event.turn_id), loop=info.parent, text=report_text(agent, event)
+        )
+        parent.mailbox.put_result(command)
 
     async def _read_envelopes(self, from_seq: int, limit: int) -> list[Envelope]:
         records = await self._journal.read(self.id, from_seq, limit)
