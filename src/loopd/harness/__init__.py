@@ -30,8 +30,10 @@ from loopd.harness.core.events import Lifecycle, Scope
 from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal
 from loopd.harness.models import Model, ModelRequest, Reply, ScriptedModel, ToolSpec
 from loopd.harness.runtime import (
+    AgentStatus,
     Budget,
     BudgetPolicy,
+    DelegationError,
     Envelope,
     LoopDefinition,
     Rig,
