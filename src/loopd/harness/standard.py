@@ -2,7 +2,8 @@
 
 One loop (``main``) with the configured model, the workspace-confined built-in tools, the gate (configured access
 from a headless policy + stored rules in ``<workspace>/.loopd/gate-rules.json``), pricing from the model's price
-table, and a SQLite journal in the data directory. Open it with `open_standard_rig`; it closes the journal and the
+table, an optional budget, compaction past ``compact_at_tokens``, a ``helper`` subagent definition the main loop
+may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. Open it with `open_standard_rig`; it closes the journal and the
 model (and the demo model's in-process server) when the block exits.
 """
 
@@ -23,6 +24,12 @@ from loopd.harness.tools import Workspace, default_tools
 
 JOURNAL_FILE: Final = "journal.db"
 MAIN_LOOP: Final = "main"
+
+HELPER_AGENT: Final = "helper"
+HELPER_PROMPT: Final = (
+    "You are a helper agent started by another agent for one focused task in the same workspace. Do the task with "
+    "the tools, then answer with a short, complete report of what you found or changed."
+)
 
 DEFAULT_SYSTEM_PROMPT: Final = (
     "You are a careful coding assistant working inside one workspace directory. Use the tools to look before you "
@@ -52,6 +59,8 @@ class HarnessSettings:
     gate_timeout: float = GATE_TIMEOUT_DEFAULT
     tool_timeout: float = 600.0
     budget: Budget = UNLIMITED
+    compact_at_tokens: int | None = 100_000
+    max_agents: int = 4
     name: str = "loopd"
 
 
@@ -66,19 +75,29 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
         stack.push_async_callback(journal.aclose)
         model = await stack.enter_async_context(open_model(settings.model))
         prices = settings.model.price_table()
-        loop = LoopDefinition(
-            name=MAIN_LOOP,
-            model=model,
-            model_name=settings.model.model,
-            tools=tuple(default_tools(workspace)),
-            system_prompt=settings.system_prompt,
-            max_steps=settings.max_steps,
-            access=settings.policy.access,
-            gate_timeout=settings.gate_timeout,
-            tool_timeout=settings.tool_timeout,
-        )
+        tools = tuple(default_tools(workspace))
+
+        def define(name: str, prompt: str) -> LoopDefinition:
+            return LoopDefinition(
+                name=name,
+                model=model,
+                model_name=settings.model.model,
+                tools=tools,
+                system_prompt=prompt,
+                max_steps=settings.max_steps,
+                access=settings.policy.access,
+                gate_timeout=settings.gate_timeout,
+                tool_timeout=settings.tool_timeout,
+                compact_at_tokens=settings.compact_at_tokens,
+            )
+
+        loop = define(MAIN_LOOP, settings.system_prompt)
+        helper = define(HELPER_AGENT, HELPER_PROMPT)
         yield Rig(
             loops=[loop],
+            agents=[helper] if settings.max_agents > 0 else [],
+            max_agent_depth=1,
+            max_agents=max(settings.max_agents, 0),
             journal=journal,
             name=settings.name,
             workspace=workspace.root,
