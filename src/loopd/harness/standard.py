@@ -3,8 +3,8 @@
 One loop (``main``) with the configured model, the workspace-confined built-in tools, the gate (configured access
 from a headless policy + stored rules in ``<workspace>/.loopd/gate-rules.json``), pricing from the model's price
 table, an optional budget, compaction past ``compact_at_tokens``, a ``helper`` subagent definition the main loop
-may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. Open it with `open_standard_rig`; it closes the journal and the
-model (and the demo model's in-process server) when the block exits.
+may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. Open it with
+`open_standard_rig`; it closes the journal and the model (and the demo model's in-process server) on exit.
 """
 
 from __future__ import annotations
