@@ -45,7 +45,7 @@ from ._errors import (
 )
 from ._kinds import KindRef, KindRegistry, KindSpec, PrinterColumn
 from ._models import KindDeclaration, KubeObject, ObjectMeta, OwnerReference, WireModel, crd_from_model
-from ._patching import PatchType
+from ._patching import PatchType, apply_patch
 from ._selectors import FieldSelector, LabelSelector
 from ._serving import ApiServer, open_api_server, render_kubeconfig
 from ._store import (
@@ -115,6 +115,7 @@ __all__ = [
     "WatchEventType",
     "WatchStream",
     "WireModel",
+    "apply_patch",
     "builtin_crds",
     "builtin_kind_specs",
     "crd_from_model",

@@ -33,10 +33,10 @@ from loopd.resources import (
     NotFound,
     ObjectList,
     WatchEvent,
+    apply_patch,
 )
 
 from ._errors import TransportError
-from ._patches import apply_patch
 from ._types import JsonObject, PatchType, ResourceType, metadata_of
 
 _Key = tuple[str, str, str]  # (qualified resource, namespace or "", name)
@@ -254,7 +254,7 @@ class InMemoryClient:
             self._check_status_subresource(resource)
         key = self._key(resource, name, self._namespace(resource, namespace, None))
         current = self._require(resource, key)
-        patched = apply_patch(current, patch, patch_type)
+        patched = apply_patch(copy.deepcopy(current), patch, patch_type)
         meta = patched.get("metadata")
         if not isinstance(meta, dict) or meta.get("name") != name:
             raise BadRequest("a patch must not change metadata.name")
