@@ -1,7 +1,32 @@
-"""Journal seam and implementations (SQLite with group commit, in-memory with fault injection)."""
+"""Journal seam and implementations (SQLite and PostgreSQL with group commit, in-memory with fault injection).
+
+``PostgresJournal`` needs the optional 'postgres' extra, so it is imported only when first asked for.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from loopd.harness.journal._memory import MemoryJournal
 from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord, Record, SessionInfo
 from loopd.harness.journal._sqlite import SqliteJournal
 
-__all__ = ["Journal", "JournalWriter", "MemoryJournal", "NewRecord", "Record", "SessionInfo", "SqliteJournal"]
+if TYPE_CHECKING:
+    from loopd.harness.journal._postgres import PostgresJournal
+
+__all__ = [
+    "Journal",
+    "JournalWriter",
+    "MemoryJournal",
+    "NewRecord",
+    "PostgresJournal",
+    "Record",
+    "SessionInfo",
+    "SqliteJournal",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresJournal":
+        from loopd.harness.journal._postgres import PostgresJournal
+
+        return PostgresJournal
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """The Journal seam: an append-only, per-session, gap-free record of enduring events.
 
-Contract (shared by every implementation and checked by tests/harness/test_journal_contract.py):
+Contract (shared by every implementation and checked by tests/harness_journal/test_contract.py):
   * per-session ``seq`` starts at 1 and increases by exactly 1 per stored record, with no gaps;
   * one writer per session: opening a writer fences any earlier writer (its appends fail with
     `JournalFencedError`);

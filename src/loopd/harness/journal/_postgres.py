@@ -1,0 +1,649 @@
+"""PostgreSQL journal: group commit, epoch fencing in the database, LISTEN/NOTIFY for followers.
+
+Owns: ``PostgresJournal``, its schema (created idempotently, versioned by a row in ``journal_meta``) and the
+translation of psycopg failures into the harness error tree. Must not import ``loopd.resources`` or
+``loopd.server`` (the harness sits below them).
+
+Writes: appends from every session of this process are gathered while the previous batch commits and are
+written together by one call of the ``journal_append`` function, one statement and so one transaction (group
+commit in a single round trip). It locks the rows of the sessions it touches (in sid order, so replicas cannot
+deadlock) and compares each append's epoch with the stored one: a writer fenced by ``open_writer`` on *any*
+replica fails with `JournalFencedError` and stores nothing, because ``open_writer`` bumps the epoch under the
+same row lock. A statement that fails fails every append of its batch (fail-closed, as in the SQLite journal).
+
+Reads and followers use pooled connections. A committed transaction sends ``pg_notify`` with the internal ids
+of the sessions it extended; one listening connection per journal wakes the local followers of those sessions,
+and followers also poll, so a lost notification only costs latency.
+
+Every database call runs under ``timeout`` seconds on the client (``asyncio.timeout``, pool checkout included);
+the server's ``statement_timeout`` and ``lock_timeout`` are set a little shorter, so that normally the server
+aborts a slow statement cleanly (its transaction rolled back, nothing stored) before the client gives up. An
+append is answered within ``2 * timeout``: the batch in flight ahead of it, then its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from loopd.harness._errors import (
+    JournalCorruptError,
+    JournalError,
+    JournalFencedError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
+
+try:
+    import psycopg
+    from psycopg import sql
+    from psycopg.rows import TupleRow
+    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("PostgresJournal needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
+
+_log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+_NOTIFY_ALL = "*"
+_SID_CACHE = 8_192
+_FOLLOW_PAGE = 512
+
+_Connection = psycopg.AsyncConnection[TupleRow]
+
+_META = (
+    "CREATE SCHEMA IF NOT EXISTS {schema}",
+    """CREATE TABLE IF NOT EXISTS {schema}.journal_meta (
+        key text PRIMARY KEY,
+        value text NOT NULL
+    )""",
+)
+
+# Created once, in the transaction that writes the schema_version row (so: all of them or none).
+_OBJECTS = (
+    """CREATE TABLE {schema}.journal_sessions (
+        sid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        created_at double precision NOT NULL,
+        last_seq bigint NOT NULL DEFAULT 0,
+        epoch bigint NOT NULL DEFAULT 1,
+        meta text NOT NULL DEFAULT ''
+    )""",
+    "CREATE INDEX journal_sessions_created ON {schema}.journal_sessions (created_at DESC, sid DESC)",
+    """CREATE TABLE {schema}.journal_records (
+        sid bigint NOT NULL,
+        seq bigint NOT NULL,
+        kind text NOT NULL,
+        v integer NOT NULL,
+        at double precision NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (sid, seq)
+    )""",
+    # One group commit in one statement (one round trip, one implicit transaction). The rows of the batch's
+    # sessions are locked first, in sid order, so replicas never deadlock, and an ``open_writer`` elsewhere (which
+    # bumps the epoch under the same lock) lands wholly before or after. Per append: if the stored epoch is no
+    # longer the writer's, it is fenced (0 in the result) and stores nothing; otherwise its records take the next
+    # seqs of its session. The loop only does arithmetic; rows are written by one INSERT and one UPDATE.
+    """CREATE FUNCTION {schema}.journal_append(
+        p_sid bigint[], p_epoch bigint[], p_count integer[],
+        r_kind text[], r_v integer[], r_at double precision[], r_data bytea[], p_channel text
+    ) RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+    DECLARE
+        n integer := coalesce(array_length(p_sid, 1), 0);
+        h_sid bigint[];
+        h_epoch bigint[];
+        h_last bigint[];
+        firsts bigint[] := array_fill(0::bigint, ARRAY[n]);
+        offsets integer[] := array_fill(0, ARRAY[n]);
+        pos integer := 0;
+        j integer;
+        payload text;
+    BEGIN
+        SELECT array_agg(sid), array_agg(epoch), array_agg(last_seq) INTO h_sid, h_epoch, h_last
+          FROM (SELECT sid, epoch, last_seq FROM {schema}.journal_sessions
+                 WHERE sid = ANY(p_sid) ORDER BY sid FOR UPDATE) AS locked;
+        FOR i IN 1 .. n LOOP
+            j := array_position(h_sid, p_sid[i]);
+            IF j IS NOT NULL AND h_epoch[j] = p_epoch[i] THEN
+                firsts[i] := h_last[j] + 1;
+                h_last[j] := h_last[j] + p_count[i];
+            END IF;
+            offsets[i] := pos;
+            pos := pos + p_count[i];
+        END LOOP;
+        INSERT INTO {schema}.journal_records (sid, seq, kind, v, at, data)
+        SELECT a.sid, a.first + k - 1, r_kind[a.off + k], r_v[a.off + k], r_at[a.off + k], r_data[a.off + k]
+          FROM unnest(p_sid, firsts, p_count, offsets) AS a(sid, first, cnt, off), generate_series(1, a.cnt) AS k
+         WHERE a.first > 0;
+        IF NOT FOUND THEN
+            RETURN firsts;
+        END IF;
+        UPDATE {schema}.journal_sessions AS s SET last_seq = h.last
+          FROM unnest(h_sid, h_last) AS h(sid, last)
+         WHERE s.sid = h.sid AND s.last_seq <> h.last;
+        SELECT string_agg(DISTINCT a.sid::text, ',') INTO payload
+          FROM unnest(p_sid, firsts) AS a(sid, first) WHERE a.first > 0;
+        IF length(payload) > 7000 THEN  -- NOTIFY payloads stop at 8000 bytes: wake every follower instead
+            payload := '*';
+        END IF;
+        PERFORM pg_notify(p_channel, payload);
+        RETURN firsts;
+    END
+    $fn$""",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    """Every statement, rendered once with the journal's (quoted) schema name.
+
+    Plain strings rather than ``sql.Composed``: psycopg caches the parsing of a string query, while a composed
+    one is rendered again on every execution (measurable at thousands of appends per second).
+    """
+
+    meta: tuple[str, ...]
+    objects: tuple[str, ...]
+    version_get: str
+    version_set: str
+    create: str
+    take: str
+    append: str
+    sid_of: str
+    read: str
+    session: str
+    sessions: str
+
+    @classmethod
+    def build(cls, schema: str) -> _Statements:
+        name = sql.Identifier(schema)
+
+        def q(text: str) -> str:
+            return sql.SQL(text).format(schema=name).as_string()
+
+        return cls(
+            meta=tuple(q(s) for s in _META),
+            objects=tuple(q(s) for s in _OBJECTS),
+            version_get=q("SELECT value FROM {schema}.journal_meta WHERE key = 'schema_version'"),
+            version_set=q("INSERT INTO {schema}.journal_meta (key, value) VALUES ('schema_version', %s)"),
+            create=q(
+                "INSERT INTO {schema}.journal_sessions (id, created_at, meta) VALUES (%s, %s, %s) "
+                "ON CONFLICT (id) DO NOTHING RETURNING sid, epoch"
+            ),
+            take=q(
+                "UPDATE {schema}.journal_sessions SET epoch = epoch + 1 WHERE id = %s RETURNING sid, epoch, last_seq"
+            ),
+            append=q(
+                "SELECT {schema}.journal_append(%s::bigint[], %s::bigint[], %s::integer[], %s::text[], "
+                "%s::integer[], %s::double precision[], %s::bytea[], %s)"
+            ),
+            sid_of=q("SELECT sid FROM {schema}.journal_sessions WHERE id = %s"),
+            read=q(
+                "SELECT seq, kind, v, at, data FROM {schema}.journal_records "
+                "WHERE sid = %s AND seq >= %s ORDER BY seq LIMIT %s"
+            ),
+            session=q("SELECT id, created_at, last_seq, meta FROM {schema}.journal_sessions WHERE id = %s"),
+            sessions=q(
+                "SELECT id, created_at, last_seq, meta FROM {schema}.journal_sessions "
+                "ORDER BY created_at DESC, sid DESC LIMIT %s"
+            ),
+        )
+
+
+@dataclass(slots=True)
+class _Append:
+    sid: int
+    epoch: int
+    records: Sequence[NewRecord]
+    future: asyncio.Future[list[int]]
+
+
+@dataclass(slots=True)
+class _Batch:
+    items: list[_Append] = field(default_factory=list)
+    size: int = 0
+
+
+@dataclass(slots=True)
+class _Columns:
+    """One batch as the parallel arrays ``journal_append`` takes."""
+
+    sid: list[int] = field(default_factory=list)
+    epoch: list[int] = field(default_factory=list)
+    count: list[int] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    v: list[int] = field(default_factory=list)
+    at: list[float] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, items: Sequence[_Append]) -> _Columns:
+        columns = cls()
+        for item in items:
+            columns.sid.append(item.sid)
+            columns.epoch.append(item.epoch)
+            columns.count.append(len(item.records))
+            for record in item.records:
+                columns.kind.append(record.kind)
+                columns.v.append(record.version)
+                columns.at.append(record.at)
+                columns.data.append(record.data)
+        return columns
+
+
+class PostgresJournal:
+    """A `Journal` in a PostgreSQL schema, shared safely by many processes (server replicas).
+
+    Open with ``await PostgresJournal.open(dsn)``; close with `aclose`. ``commits`` and ``records_written``
+    count this instance's append transactions and the records they stored (group commit makes the first much
+    smaller than the second under concurrency).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "loopd_journal",
+        timeout: float = 10.0,
+        max_connections: int = 10,
+        max_pending: int = 65_536,
+        keepalive: float = 30.0,
+    ) -> None:
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ValueError(f"schema must match {_SCHEMA_NAME.pattern!r}, got {schema!r}")
+        if timeout <= 0 or keepalive <= 0:
+            raise ValueError("timeout and keepalive must be positive")
+        if max_connections < 2:
+            raise ValueError("max_connections must be at least 2 (one writer, one reader)")
+        if max_pending < 1:
+            raise ValueError("max_pending must be positive")
+        self.dsn = dsn
+        self.schema = schema
+        self._timeout = timeout
+        self._max_pending = max_pending
+        self._keepalive = keepalive
+        self._q = _Statements.build(schema)
+        self._channel = f"loopd_journal.{schema}"
+        millis = max(1, int(timeout * 800))
+        self._connect_kwargs: dict[str, object] = {
+            "autocommit": True,
+            "connect_timeout": max(1, int(timeout)),
+            "application_name": "loopd-journal",
+            "options": (
+                f"-c statement_timeout={millis} -c lock_timeout={millis} "
+                f"-c idle_in_transaction_session_timeout={2 * millis}"
+            ),
+        }
+        self._pool: AsyncConnectionPool[_Connection] = AsyncConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max_connections,
+            timeout=timeout,
+            open=False,
+            kwargs=self._connect_kwargs,
+            name=f"loopd-journal-{schema}",
+        )
+        self._pending = _Batch()
+        self._flusher: asyncio.Task[None] | None = None
+        self._room = asyncio.Event()
+        self._sids: dict[str, int] = {}
+        self._followers: dict[int, set[asyncio.Event]] = {}
+        self._listener: asyncio.Task[None] | None = None
+        self._closed = False
+        self.commits = 0
+        self.records_written = 0
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        schema: str = "loopd_journal",
+        timeout: float = 10.0,
+        max_connections: int = 10,
+        max_pending: int = 65_536,
+        keepalive: float = 30.0,
+    ) -> PostgresJournal:
+        """Connect, create the schema if needed (safe to race with other replicas) and check its version."""
+        journal = cls(
+            dsn,
+            schema=schema,
+            timeout=timeout,
+            max_connections=max_connections,
+            max_pending=max_pending,
+            keepalive=keepalive,
+        )
+        try:
+            await journal._start()
+        except BaseException:
+            await journal._pool.close(timeout=timeout)
+            raise
+        return journal
+
+    async def _start(self) -> None:
+        async with self._io("opening the journal"):
+            await self._pool.open(wait=True, timeout=self._timeout)
+        async with self._io("creating the journal schema"), self._transaction() as conn:
+            # Replicas starting together would race on CREATE ... IF NOT EXISTS; one lock per schema name.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._channel,))
+            for statement in self._q.meta:
+                await conn.execute(statement)
+            cur = await conn.execute(self._q.version_get)
+            row = await cur.fetchone()
+            if row is None:
+                for statement in self._q.objects:
+                    await conn.execute(statement)
+                await conn.execute(self._q.version_set, (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                raise JournalError(
+                    f"journal schema {self.schema!r} has version {row[0]!r}; this loopd uses version {SCHEMA_VERSION}"
+                )
+
+    # --- plumbing ------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _io(self, what: str) -> AsyncIterator[None]:
+        """A deadline for one database call, and psycopg failures translated into `JournalError`."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                yield
+        except TimeoutError as exc:
+            raise JournalError(f"{what}: timed out after {self._timeout}s") from exc
+        except PoolTimeout as exc:
+            raise JournalError(f"{what}: no PostgreSQL connection available") from exc
+        except psycopg.Error as exc:
+            raise JournalError(f"{what}: {exc}") from exc
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[_Connection]:
+        async with self._pool.connection(timeout=self._timeout) as conn, conn.transaction():
+            yield conn
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[_Connection]:
+        async with self._pool.connection(timeout=self._timeout) as conn:
+            yield conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalError("journal is closed")
+
+    def _remember(self, session_id: str, sid: int) -> None:
+        if session_id not in self._sids and len(self._sids) >= _SID_CACHE:
+            del self._sids[next(iter(self._sids))]
+        self._sids[session_id] = sid
+
+    async def _sid(self, session_id: str) -> int:
+        sid = self._sids.get(session_id)
+        if sid is not None:
+            return sid
+        async with self._io("looking up a session"), self._connection() as conn:
+            cur = await conn.execute(self._q.sid_of, (session_id,))
+            row = await cur.fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        self._remember(session_id, int(row[0]))
+        return int(row[0])
+
+    # --- sessions ------------------------------------------------------------------------------------------
+
+    async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
+        self._check_open()
+        async with self._io("creating a session"), self._connection() as conn:
+            cur = await conn.execute(self._q.create, (session_id, at, meta))
+            row = await cur.fetchone()
+        if row is None:
+            raise SessionBusyError(session_id)
+        sid, epoch = int(row[0]), int(row[1])
+        self._remember(session_id, sid)
+        return _PostgresWriter(self, session_id, sid, epoch, 0)
+
+    async def open_writer(self, session_id: str) -> JournalWriter:
+        self._check_open()
+        # Waits for the row lock, so an append in flight on another replica lands before we read last_seq.
+        async with self._io("taking over a session"), self._connection() as conn:
+            cur = await conn.execute(self._q.take, (session_id,))
+            row = await cur.fetchone()
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        sid, epoch, last_seq = int(row[0]), int(row[1]), int(row[2])
+        self._remember(session_id, sid)
+        return _PostgresWriter(self, session_id, sid, epoch, last_seq)
+
+    # --- group commit --------------------------------------------------------------------------------------
+
+    async def _append(self, sid: int, epoch: int, records: Sequence[NewRecord]) -> list[int]:
+        self._check_open()
+        if not records:
+            return []
+        try:
+            async with asyncio.timeout(2 * self._timeout):
+                while self._pending.size >= self._max_pending:  # back-pressure: wait for the next transaction
+                    self._room.clear()
+                    await self._room.wait()
+                future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+                self._pending.items.append(_Append(sid, epoch, records, future))
+                self._pending.size += len(records)
+                if self._flusher is None or self._flusher.done():
+                    self._flusher = asyncio.create_task(self._flush(), name="loopd-journal-pg-flush")
+                # Shielded: a caller giving up must not abort a transaction that other sessions share.
+                return await asyncio.shield(future)
+        except TimeoutError as exc:
+            raise JournalError(f"append timed out after {2 * self._timeout}s; its outcome is unknown") from exc
+
+    async def _flush(self) -> None:
+        while self._pending.items:
+            batch, self._pending = self._pending, _Batch()
+            self._room.set()
+            try:
+                results = await self._write_batch(batch.items)
+            except asyncio.CancelledError:
+                self._fail(batch, JournalError("journal closed during append"))
+                raise
+            except JournalError as exc:  # the transaction failed: every append in it failed (fail-closed)
+                self._fail(batch, exc)
+                continue
+            except Exception as exc:  # e.g. a record psycopg cannot send: still fail-closed, never hang the callers
+                error = JournalError(f"append failed: {exc!r}")
+                error.__cause__ = exc
+                self._fail(batch, error)
+                continue
+            extended: set[int] = set()
+            for item, result in zip(batch.items, results, strict=True):
+                if isinstance(result, JournalError):
+                    if not item.future.done():
+                        item.future.set_exception(result)
+                    continue
+                extended.add(item.sid)
+                if not item.future.done():
+                    item.future.set_result(result)
+            for sid in extended:
+                self._wake(sid)
+
+    @staticmethod
+    def _fail(batch: _Batch, error: JournalError) -> None:
+        for item in batch.items:
+            if not item.future.done():
+                item.future.set_exception(error)
+
+    async def _write_batch(self, items: list[_Append]) -> list[list[int] | JournalError]:
+        """One statement (so one transaction) for the whole batch; fenced appends get `JournalFencedError`."""
+        c = _Columns.of(items)
+        params = (c.sid, c.epoch, c.count, c.kind, c.v, c.at, c.data, self._channel)
+        async with self._io("appending to the journal"), self._connection() as conn:
+            cur = await conn.execute(self._q.append, params)
+            row = await cur.fetchone()
+        firsts = row[0] if row is not None else None
+        if not isinstance(firsts, list) or len(firsts) != len(items):
+            raise JournalError(f"append returned {firsts!r} for {len(items)} appends")
+        results: list[list[int] | JournalError] = []
+        for item, first in zip(items, firsts, strict=True):
+            if first == 0:
+                results.append(JournalFencedError(f"session writer (epoch {item.epoch}) was fenced"))
+                continue
+            results.append(list(range(int(first), int(first) + len(item.records))))
+            self.records_written += len(item.records)
+        self.commits += 1
+        return results
+
+    # --- reading -------------------------------------------------------------------------------------------
+
+    async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
+        self._check_open()
+        if limit is not None and limit < 0:
+            raise ValueError("limit must not be negative")
+        start = max(from_seq, 1)
+        sid = await self._sid(session_id)
+        async with self._io("reading the journal"), self._connection() as conn:
+            cur = await conn.execute(self._q.read, (sid, start, limit))
+            rows = await cur.fetchall()
+        records: list[Record] = []
+        for expected, (seq, kind, v, at, data) in enumerate(rows, start):
+            if seq != expected:
+                raise JournalCorruptError(f"session {session_id!r}: expected seq {expected}, found {seq}")
+            records.append(Record(session_id, int(seq), str(kind), int(v), bytes(data), float(at)))
+        return records
+
+    async def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
+        self._check_open()
+        sid = await self._sid(session_id)
+        self._ensure_listener()
+        signal = asyncio.Event()
+        self._followers.setdefault(sid, set()).add(signal)
+        next_seq = max(from_seq, 1)
+        try:
+            while True:
+                signal.clear()
+                page = await self.read(session_id, next_seq, _FOLLOW_PAGE)
+                for record in page:
+                    yield record
+                    next_seq = record.seq + 1
+                if len(page) < _FOLLOW_PAGE:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(signal.wait(), poll_interval)
+        finally:
+            waiting = self._followers.get(sid)
+            if waiting is not None:
+                waiting.discard(signal)
+                if not waiting:
+                    del self._followers[sid]
+
+    def _wake(self, sid: int) -> None:
+        for signal in self._followers.get(sid, ()):
+            signal.set()
+
+    def _wake_all(self) -> None:
+        for signals in self._followers.values():
+            for signal in signals:
+                signal.set()
+
+    def _on_notify(self, payload: str) -> None:
+        if payload == _NOTIFY_ALL:
+            self._wake_all()
+            return
+        for part in payload.split(","):
+            with contextlib.suppress(ValueError):
+                self._wake(int(part))
+
+    def _ensure_listener(self) -> None:
+        if self._listener is None or self._listener.done():
+            self._listener = asyncio.create_task(self._listen(), name="loopd-journal-pg-listener")
+
+    async def _listen(self) -> None:
+        """Keep one LISTEN connection up; reconnect with backoff. Followers poll meanwhile."""
+        failures = 0
+        while True:
+            try:
+                async with asyncio.timeout(self._timeout):
+                    conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs)  # type: ignore[arg-type]
+            except Exception as exc:  # whatever broke, followers still poll; keep trying with backoff
+                failures += 1
+                _log.warning("journal listener cannot connect (%s); retrying", exc)
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+                continue
+            try:
+                async with conn:
+                    async with asyncio.timeout(self._timeout):
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+                    failures = 0
+                    self._wake_all()  # appends may have committed while nobody listened
+                    while True:
+                        async for note in conn.notifies(timeout=self._keepalive):
+                            self._on_notify(note.payload)
+                        async with asyncio.timeout(self._timeout):  # a quiet channel: is the connection alive?
+                            await conn.execute("SELECT 1")
+            except Exception as exc:
+                failures += 1
+                _log.warning("journal listener lost its connection (%s); reconnecting", exc)
+                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+
+    async def session(self, session_id: str) -> SessionInfo | None:
+        self._check_open()
+        async with self._io("reading a session"), self._connection() as conn:
+            cur = await conn.execute(self._q.session, (session_id,))
+            row = await cur.fetchone()
+        return None if row is None else SessionInfo(str(row[0]), float(row[1]), int(row[2]), str(row[3]))
+
+    async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        self._check_open()
+        if limit < 0:
+            raise ValueError("limit must not be negative")
+        async with self._io("listing sessions"), self._connection() as conn:
+            cur = await conn.execute(self._q.sessions, (limit,))
+            rows = await cur.fetchall()
+        return [SessionInfo(str(r[0]), float(r[1]), int(r[2]), str(r[3])) for r in rows]
+
+    async def aclose(self) -> None:
+        """Let the transaction in flight finish (bounded by ``timeout``), stop the listener, close the pool."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is not None and not self._flusher.done():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._flusher), self._timeout)
+            if not self._flusher.done():
+                self._flusher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._flusher
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        self._wake_all()  # followers find the journal closed on their next read
+        await self._pool.close(timeout=self._timeout)
+
+
+class _PostgresWriter:
+    def __init__(self, journal: PostgresJournal, session_id: str, sid: int, epoch: int, last_seq: int) -> None:
+        self._journal = journal
+        self._session_id = session_id
+        self._sid = sid
+        self._epoch = epoch
+        self._last_seq = last_seq
+        self._closed = False
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    async def append(self, records: Sequence[NewRecord]) -> list[int]:
+        if self._closed:
+            raise JournalError("writer is closed")
+        seqs = await self._journal._append(self._sid, self._epoch, records)
+        if seqs:
+            self._last_seq = seqs[-1]
+        return seqs
+
+    async def aclose(self) -> None:
+        self._closed = True

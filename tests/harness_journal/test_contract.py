@@ -1,0 +1,309 @@
+"""The Journal contract, on every implementation: memory, SQLite and PostgreSQL.
+
+Sequences start at 1 and have no gaps; an append stores all its records or none; opening a writer fences the
+earlier one (also from another replica over the same storage); reads honour ranges; followers see later appends;
+many sessions append concurrently; a session restored through the Rig rebuilds the same state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import pytest
+
+from loopd.harness import (
+    EchoTool,
+    JournalError,
+    JournalFencedError,
+    LoopDefinition,
+    Reply,
+    Rig,
+    ScriptedModel,
+    SessionBusyError,
+    SessionNotFoundError,
+)
+from loopd.harness.core import codec, fold
+from loopd.harness.core.events import TurnDone
+from loopd.harness.journal import Journal, NewRecord, Record
+
+from .conftest import Storage, records
+
+
+async def seqs_of(journal: Journal, session_id: str) -> list[int]:
+    return [r.seq for r in await journal.read(session_id)]
+
+
+def payloads(rs: list[Record]) -> list[tuple[str, int, bytes, float]]:
+    return [(r.kind, r.version, r.data, r.at) for r in rs]
+
+
+async def collect(journal: Journal, session_id: str, from_seq: int, until: int, *, poll: float) -> list[Record]:
+    out: list[Record] = []
+    async for record in journal.follow(session_id, from_seq, poll_interval=poll):
+        out.append(record)
+        if record.seq >= until:
+            break
+    return out
+
+
+# --- sequences and atomicity ---------------------------------------------------------------------------------
+
+
+async def test_seqs_start_at_one_and_have_no_gaps(journal: Journal) -> None:
+    writer = await journal.create_session("s", at=1.0)
+    assert writer.session_id == "s" and writer.last_seq == 0
+    assert await writer.append(records(1)) == [1]
+    assert await writer.append(records(3)) == [2, 3, 4]
+    assert await writer.append([]) == []
+    assert await writer.append(records(2)) == [5, 6]
+    assert writer.last_seq == 6
+    assert await seqs_of(journal, "s") == [1, 2, 3, 4, 5, 6]
+    info = await journal.session("s")
+    assert info is not None and info.last_seq == 6
+
+
+async def test_what_is_read_back_is_what_was_appended(journal: Journal) -> None:
+    writer = await journal.create_session("s", meta='{"rig":"x"}', at=7.5)
+    batch = [
+        NewRecord("model_replied", 3, b'{"text":"h\xc3\xa9"}', 1.25),
+        NewRecord("raw", 1, bytes(range(256)), 2.5),
+        NewRecord("empty", 0, b"", 0.0),
+    ]
+    await writer.append(batch)
+    stored = await journal.read("s")
+    assert payloads(stored) == [(r.kind, r.version, r.data, r.at) for r in batch]
+    assert {r.session_id for r in stored} == {"s"}
+
+
+async def test_sessions_are_independent(journal: Journal) -> None:
+    a = await journal.create_session("a", at=1.0)
+    b = await journal.create_session("b", at=1.0)
+    assert await a.append(records(2)) == [1, 2]
+    assert await b.append(records(1)) == [1]
+    assert await a.append(records(1)) == [3]
+    assert await seqs_of(journal, "b") == [1]
+
+
+async def test_an_append_that_fails_stores_none_of_its_records(storage: Storage) -> None:
+    journal = await storage.open()
+    await storage.refuse_kind("poison")
+    writer = await journal.create_session("s", at=1.0)
+    assert await writer.append(records(2)) == [1, 2]
+    batch = [*records(2, tag="x"), NewRecord("poison", 1, b"{}", 0.0), *records(2, tag="y")]
+    with pytest.raises(JournalError, match="injected failure") as caught:
+        await writer.append(batch)
+    assert not isinstance(caught.value, JournalFencedError)
+    assert await seqs_of(journal, "s") == [1, 2]
+    # The failure is not a fence: the same writer goes on, with no gap.
+    assert await writer.append(records(1, tag="z")) == [3]
+    assert [json.loads(r.data)["tag"] for r in await journal.read("s")] == ["", "", "z"]
+
+
+async def test_unknown_and_duplicate_sessions_are_typed_errors(journal: Journal) -> None:
+    await journal.create_session("s", at=1.0)
+    with pytest.raises(SessionBusyError):
+        await journal.create_session("s", at=2.0)
+    with pytest.raises(SessionNotFoundError):
+        await journal.open_writer("nope")
+    with pytest.raises(SessionNotFoundError):
+        await journal.read("nope")
+    with pytest.raises(SessionNotFoundError):
+        await anext(aiter(journal.follow("nope")))
+    assert await journal.session("nope") is None
+
+
+async def test_a_closed_writer_refuses_appends(journal: Journal) -> None:
+    writer = await journal.create_session("s", at=1.0)
+    await writer.aclose()
+    with pytest.raises(JournalError):
+        await writer.append(records(1))
+    assert await seqs_of(journal, "s") == []
+
+
+# --- fencing -------------------------------------------------------------------------------------------------
+
+
+async def test_a_second_writer_fences_the_first(journal: Journal) -> None:
+    first = await journal.create_session("s", at=1.0)
+    await first.append(records(2))
+    second = await journal.open_writer("s")
+    assert second.last_seq == 2
+    with pytest.raises(JournalFencedError):
+        await first.append(records(3, tag="fenced"))
+    assert await seqs_of(journal, "s") == [1, 2]
+    assert await second.append(records(1)) == [3]
+    third = await journal.open_writer("s")
+    with pytest.raises(JournalFencedError):
+        await second.append(records(1, tag="fenced"))
+    assert await third.append(records(1)) == [4]
+    assert all(json.loads(r.data)["tag"] != "fenced" for r in await journal.read("s"))
+
+
+async def test_a_writer_on_replica_b_takes_over_from_replica_a(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    on_a = await replica_a.create_session("s", at=1.0)
+    assert await on_a.append(records(3)) == [1, 2, 3]
+    on_b = await replica_b.open_writer("s")
+    assert on_b.last_seq == 3
+    with pytest.raises(JournalFencedError):
+        await on_a.append(records(2, tag="fenced"))
+    assert await on_b.append(records(1, tag="b")) == [4]
+    for replica in (replica_a, replica_b):
+        stored = await replica.read("s")
+        assert [r.seq for r in stored] == [1, 2, 3, 4]
+        assert [json.loads(r.data)["tag"] for r in stored][-1] == "b"
+
+
+async def test_a_takeover_racing_appends_loses_nothing_and_stores_nothing_fenced(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    on_a = await replica_a.create_session("s", at=1.0)
+    acknowledged: list[int] = []
+
+    async def keep_appending() -> None:
+        with pytest.raises(JournalFencedError):
+            for i in range(10_000):
+                acknowledged.extend(await on_a.append(records(1 + i % 3, tag="a")))
+
+    task = asyncio.create_task(keep_appending())
+    while len(acknowledged) < 10:
+        await asyncio.sleep(0.001)
+    on_b = await replica_b.open_writer("s")
+    await asyncio.wait_for(task, 20)
+    taken_at = on_b.last_seq
+    assert acknowledged == list(range(1, taken_at + 1))  # every acknowledged append is kept, nothing after
+    assert await on_b.append(records(1, tag="b")) == [taken_at + 1]
+    assert await seqs_of(replica_a, "s") == list(range(1, taken_at + 2))
+
+
+# --- reading -------------------------------------------------------------------------------------------------
+
+
+async def test_read_honours_from_seq_and_limit(journal: Journal) -> None:
+    writer = await journal.create_session("s", at=1.0)
+    await writer.append(records(10))
+    assert [r.seq for r in await journal.read("s")] == list(range(1, 11))
+    assert [r.seq for r in await journal.read("s", 4, 3)] == [4, 5, 6]
+    assert [r.seq for r in await journal.read("s", 9)] == [9, 10]
+    assert [r.seq for r in await journal.read("s", 8, 100)] == [8, 9, 10]
+    assert [r.seq for r in await journal.read("s", 0, 2)] == [1, 2]
+    assert await journal.read("s", 11) == []
+    assert await journal.read("s", 3, 0) == []
+    assert [json.loads(r.data)["i"] for r in await journal.read("s", 5, 2)] == [4, 5]
+
+
+async def test_sessions_lists_newest_first_with_their_heads(storage: Storage) -> None:
+    journal = await storage.open()
+    for name, at in (("old", 1.0), ("new", 3.0), ("mid", 2.0)):
+        writer = await journal.create_session(name, meta=f"meta-{name}", at=at)
+        await writer.append(records(int(at)))
+    listed = await journal.sessions()
+    assert [(s.session_id, s.created_at, s.last_seq, s.meta) for s in listed] == [
+        ("new", 3.0, 3, "meta-new"),
+        ("mid", 2.0, 2, "meta-mid"),
+        ("old", 1.0, 1, "meta-old"),
+    ]
+    assert [s.session_id for s in await journal.sessions(limit=2)] == ["new", "mid"]
+    # Another replica sees the same sessions.
+    other = await storage.open()
+    assert [s.session_id for s in await other.sessions()] == ["new", "mid", "old"]
+    info = await other.session("mid")
+    assert info is not None and (info.last_seq, info.meta) == (2, "meta-mid")
+
+
+# --- following -----------------------------------------------------------------------------------------------
+
+
+async def test_follow_yields_stored_then_later_records(journal: Journal) -> None:
+    writer = await journal.create_session("s", at=1.0)
+    await writer.append(records(3))
+    follower = asyncio.create_task(collect(journal, "s", 2, 6, poll=0.05))
+    await asyncio.sleep(0.05)
+    await writer.append(records(1, tag="later"))
+    await writer.append(records(2, tag="later"))
+    got = await asyncio.wait_for(follower, 10)
+    assert [r.seq for r in got] == [2, 3, 4, 5, 6]
+    assert payloads(got) == payloads(await journal.read("s", 2))
+
+
+async def test_a_follower_on_another_replica_sees_appends(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    writer = await replica_a.create_session("s", at=1.0)
+    await writer.append(records(1))
+    follower = asyncio.create_task(collect(replica_b, "s", 1, 4, poll=0.1))
+    await asyncio.sleep(0.05)
+    for _ in range(3):
+        await writer.append(records(1))
+        await asyncio.sleep(0.01)
+    got = await asyncio.wait_for(follower, 10)
+    assert [r.seq for r in got] == [1, 2, 3, 4]
+
+
+# --- concurrency ---------------------------------------------------------------------------------------------
+
+
+async def test_fifty_sessions_appending_concurrently_all_land(storage: Storage) -> None:
+    replicas = [await storage.open(), await storage.open()]
+    rng = random.Random(7)
+    plans = {f"s{i}": [rng.randint(1, 4) for _ in range(8)] for i in range(50)}
+    writers = {sid: await replicas[i % 2].create_session(sid, at=float(i)) for i, sid in enumerate(sorted(plans))}
+
+    async def drive(sid: str) -> None:
+        for step, size in enumerate(plans[sid]):
+            await writers[sid].append(records(size, tag=f"{sid}/{step}"))
+
+    await asyncio.gather(*(drive(sid) for sid in plans))
+    for sid, sizes in plans.items():
+        stored = await replicas[0].read(sid)
+        assert [r.seq for r in stored] == list(range(1, sum(sizes) + 1))
+        expected = [f"{sid}/{step}" for step, size in enumerate(sizes) for _ in range(size)]
+        assert [json.loads(r.data)["tag"] for r in stored] == expected
+    appends = sum(len(sizes) for sizes in plans.values())
+    commits = sum(getattr(r, "commits", 0) for r in {id(r): r for r in replicas}.values())
+    if storage.backend != "memory":
+        # Group commit: concurrent appends share transactions.
+        assert 0 < commits < appends / 4, (commits, appends)
+
+
+# --- restore through the rig ---------------------------------------------------------------------------------
+
+
+def tool_rig(journal: Journal) -> Rig:
+    model = ScriptedModel(
+        [Reply(tool_calls=[("echo", {"text": "one"}), ("echo", {"text": "two"})]), Reply(text="done")],
+        default=Reply(text="again"),
+    )
+    return Rig(loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))], journal=journal)
+
+
+async def test_restore_on_another_replica_rebuilds_the_same_state_and_fences_the_first(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    session = await tool_rig(replica_a).start_session()
+    assert isinstance(await session.ask("go", timeout=10), TurnDone)
+    live = dict(session.state.loops)
+    old_writer = session._writer
+    session.abort()  # replica A dies without a goodbye
+
+    restored = await tool_rig(replica_b).restore_session(session.id)
+    try:
+        assert dict(restored.state.loops) == live
+        stored = await replica_b.read(session.id)
+        assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
+        rebuilt = fold((r.seq, codec.decode(r.kind, r.version, r.data)) for r in stored)
+        assert dict(rebuilt.loops) == live
+        history = live["main"].history
+        assert [m.content for m in history if m.role == "tool"] == ["one", "two"]
+        with pytest.raises(JournalFencedError):
+            await old_writer.append(records(1, tag="late"))
+        # The restored session goes on where the first one stopped.
+        assert isinstance(await restored.ask("more", timeout=10), TurnDone)
+    finally:
+        await restored.shutdown()
+    stored = await replica_a.read(session.id)
+    assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
+    assert all(r.kind != "k" for r in stored)
