@@ -1,0 +1,95 @@
+"""The ledger (AgentLedger): the append-only trail of what agents did, separate from visible chat.
+
+Public face only. Hierarchy: Session → Run → Lane → Turn → Action → Attempt, with immutable Events about any of
+them, each by an Actor. Session and run ids are opaque strings (no rows); a Lane is a serial line of events and
+the unit of optimistic concurrency; an Action is classified before it runs (type, effect kind, idempotency).
+
+Two stores keep one contract (``LedgerStore``, rules in ``_store``): ``MemoryLedgerStore`` and
+``SqlLedgerStore`` on the loop-server ``Database`` (tables ``ledger_actors``, ``ledger_lanes``,
+``ledger_turns``, ``ledger_actions``, ``ledger_attempts``, ``ledger_events``, ``ledger_appends``,
+``ledger_checkpoints``; see ``_sql``). ``append(lane_id, expected_last_seq, append_id, events)`` is atomic and
+idempotent by ``append_id`` (digest: SHA-256 of canonical JSON, an approximation of RFC 8785 — see
+``loopd.server.storage.canonical_json``). Lanes carry ``task_id``, ``conversation_id`` and ``harness_call_id`` so
+facts, unresolved attempts and token/USD roll-ups can be queried from the chat side (``Scope``).
+
+This package imports loopd.server.storage and nothing else of loopd (besides ``loopd._ids``).
+"""
+
+from __future__ import annotations
+
+from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
+from ._memory import MemoryLedgerStore
+from ._recording import LaneRecorder, completed, failed, requested
+from ._records import (
+    Action,
+    Actor,
+    AppendReceipt,
+    ArtifactRef,
+    Attempt,
+    Checkpoint,
+    CheckpointAnchor,
+    Event,
+    Lane,
+    LedgerView,
+    NewEvent,
+    Scope,
+    Turn,
+    UnresolvedAttempt,
+    Usage,
+    UsageTotals,
+)
+from ._rules import batch_digest
+from ._sql import SqlLedgerStore
+from ._store import LedgerStore
+from ._vocabulary import (
+    ATTEMPT_TERMINAL_EVENTS,
+    CORE_EVENT_TYPES,
+    SCHEMA_VERSION,
+    ActionType,
+    ActorType,
+    EffectKind,
+    EventType,
+    Idempotency,
+    SubjectKind,
+    subject_kind,
+)
+
+__all__ = [
+    "ATTEMPT_TERMINAL_EVENTS",
+    "CORE_EVENT_TYPES",
+    "SCHEMA_VERSION",
+    "Action",
+    "ActionType",
+    "Actor",
+    "ActorType",
+    "AppendReceipt",
+    "ArtifactRef",
+    "Attempt",
+    "Checkpoint",
+    "CheckpointAnchor",
+    "EffectKind",
+    "Event",
+    "EventType",
+    "Idempotency",
+    "IdempotencyViolation",
+    "Lane",
+    "LaneConflict",
+    "LaneRecorder",
+    "LedgerStore",
+    "LedgerView",
+    "MemoryLedgerStore",
+    "NewEvent",
+    "RevisionConflict",
+    "Scope",
+    "SqlLedgerStore",
+    "SubjectKind",
+    "Turn",
+    "UnresolvedAttempt",
+    "Usage",
+    "UsageTotals",
+    "batch_digest",
+    "completed",
+    "failed",
+    "requested",
+    "subject_kind",
+]

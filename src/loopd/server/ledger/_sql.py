@@ -1,0 +1,710 @@
+"""``SqlLedgerStore``: the ledger contract on the loop-server ``Database`` (SQLite or PostgreSQL).
+
+Tables (created by storage migration 2): ``ledger_actors`` (id, actor_type, framework, actor_key UNIQUE,
+attributes), ``ledger_lanes`` (id, session/run/name UNIQUE, parent_lane_id, task_id, conversation_id,
+harness_call_id — indexed —, attributes, last_seq), ``ledger_turns``, ``ledger_actions`` (type, effect_kind,
+idempotency, name, parent_action_id), ``ledger_attempts`` (UNIQUE (action_id, attempt_no)), ``ledger_events``
+(UNIQUE (lane_id, seq); usage of ``attempt.completed`` copied into input_tokens / output_tokens / cost_usd for
+roll-ups), ``ledger_appends`` (id, lane_id, digest, first/last seq, event ids) and ``ledger_checkpoints``
+(UNIQUE (checkpoint_key, revision)). No foreign keys: the store checks ownership itself.
+
+An append locks its lane row (PostgreSQL ``FOR UPDATE``; SQLite writers are serialized), then checks the append
+id, the expected seq and the batch, then writes events, receipt and head in the same transaction.
+``SqlLedgerStore(db)`` runs each call in its own transaction; ``SqlLedgerStore.within(tx)`` joins a transaction
+the caller already opened (so ledger facts commit together with, say, a harness call checkpoint).
+Must not do: decide what to record (callers and ``LaneRecorder`` do).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from loopd.server.storage import Conflict, Database, NotFound, TransactionCore
+from loopd.server.storage._values import dumps, loads, optional_time, parse_time, time_text
+
+from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
+from ._records import (
+    Action,
+    Actor,
+    AppendReceipt,
+    ArtifactRef,
+    Attempt,
+    Checkpoint,
+    CheckpointAnchor,
+    Event,
+    Lane,
+    LedgerView,
+    NewEvent,
+    Scope,
+    Turn,
+    UnresolvedAttempt,
+    UsageTotals,
+)
+from ._rules import (
+    batch_digest,
+    check_batch,
+    check_expected_seq,
+    checkpoint_digest,
+    normalize_action,
+    normalize_actor,
+    normalize_attempt,
+    normalize_checkpoint,
+    normalize_lane,
+    normalize_turn,
+    same_identity,
+)
+from ._vocabulary import ActionType, EffectKind, EventType, Idempotency, SubjectKind
+
+_T = TypeVar("_T")
+
+_ACTOR = "id, actor_type, actor_key, framework, attributes, created_at"
+_LANE = (
+    "id, session_id, run_id, name, parent_lane_id, task_id, conversation_id, harness_call_id, attributes, "
+    "last_seq, created_at"
+)
+_TURN = "id, lane_id, attributes, created_at"
+_ACTION = "id, turn_id, action_type, effect_kind, idempotency, name, parent_action_id, attributes, lane_id, created_at"
+_ATTEMPT = "id, action_id, attempt_no, lane_id, created_at"
+_EVENT = (
+    "id, lane_id, seq, subject_id, event_type, actor_id, occurred_at, payload, extensions, causation_id, "
+    "schema_version, append_id, committed_at"
+)
+_CHECKPOINT = (
+    "id, checkpoint_key, revision, actor_id, format, state, artifact_ref, anchor, extensions, schema_version, "
+    "created_at"
+)
+_TERMINAL = "('attempt.completed', 'attempt.failed')"
+
+
+def _prefixed(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{column.strip()}" for column in columns.split(","))
+
+
+def _actor(row: Sequence[Any]) -> Actor:
+    return Actor(
+        id=row[0], type=row[1], key=row[2], framework=row[3], attributes=loads(row[4]), created_at=parse_time(row[5])
+    )
+
+
+def _lane(row: Sequence[Any]) -> Lane:
+    return Lane(
+        id=row[0],
+        session_id=row[1],
+        run_id=row[2],
+        name=row[3],
+        parent_lane_id=row[4],
+        task_id=row[5],
+        conversation_id=row[6],
+        harness_call_id=row[7],
+        attributes=loads(row[8]),
+        last_seq=int(row[9]),
+        created_at=parse_time(row[10]),
+    )
+
+
+def _turn(row: Sequence[Any]) -> Turn:
+    return Turn(id=row[0], lane_id=row[1], attributes=loads(row[2]), created_at=parse_time(row[3]))
+
+
+def _action(row: Sequence[Any]) -> Action:
+    return Action(
+        id=row[0],
+        turn_id=row[1],
+        type=ActionType(row[2]),
+        effect_kind=EffectKind(row[3]),
+        idempotency=Idempotency(row[4]),
+        name=row[5],
+        parent_action_id=row[6],
+        attributes=loads(row[7]),
+        lane_id=row[8],
+        created_at=parse_time(row[9]),
+    )
+
+
+def _attempt(row: Sequence[Any]) -> Attempt:
+    return Attempt(id=row[0], action_id=row[1], attempt_no=int(row[2]), lane_id=row[3], created_at=parse_time(row[4]))
+
+
+def _event(row: Sequence[Any]) -> Event:
+    return Event(
+        id=row[0],
+        lane_id=row[1],
+        seq=int(row[2]),
+        subject_id=row[3],
+        event_type=row[4],
+        actor_id=row[5],
+        occurred_at=parse_time(row[6]),
+        payload=loads(row[7]),
+        extensions=loads(row[8]),
+        causation_id=row[9],
+        schema_version=row[10],
+        append_id=row[11],
+        committed_at=parse_time(row[12]),
+    )
+
+
+def _checkpoint(row: Sequence[Any]) -> Checkpoint:
+    ref = loads(row[6])
+    anchor = loads(row[7])
+    return Checkpoint(
+        id=row[0],
+        key=row[1],
+        revision=int(row[2]),
+        actor_id=row[3],
+        format=row[4],
+        state=loads(row[5]),
+        artifact_ref=None if ref is None else ArtifactRef(**ref),
+        anchor=None if anchor is None else CheckpointAnchor(**anchor),
+        extensions=loads(row[8]),
+        schema_version=row[9],
+        created_at=optional_time(row[10]),
+    )
+
+
+def _scope_sql(scope: Scope, alias: str) -> tuple[str, list[Any]]:
+    filters = scope.filters()
+    return " AND ".join(f"{alias}.{column} = ?" for column in filters), list(filters.values())
+
+
+class _LedgerSql:
+    """The ledger's SQL on one open transaction; also the ``Lookups`` the batch rules read through."""
+
+    def __init__(self, tx: TransactionCore) -> None:
+        self._tx = tx
+
+    # -- lookups ---------------------------------------------------------------------------------------------
+
+    async def entity_lane(self, kind: SubjectKind, entity_id: str) -> str | None:
+        table = {SubjectKind.TURN: "ledger_turns", SubjectKind.ACTION: "ledger_actions"}.get(kind, "ledger_attempts")
+        row = await self._tx.fetch_one(f"SELECT lane_id FROM {table} WHERE id = ?", (entity_id,))
+        return None if row is None else str(row[0])
+
+    async def lane_session(self, lane_id: str) -> str | None:
+        row = await self._tx.fetch_one("SELECT session_id FROM ledger_lanes WHERE id = ?", (lane_id,))
+        return None if row is None else str(row[0])
+
+    async def event_session(self, event_id: str) -> str | None:
+        row = await self._tx.fetch_one(
+            "SELECT l.session_id FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id WHERE e.id = ?",
+            (event_id,),
+        )
+        return None if row is None else str(row[0])
+
+    async def actor_exists(self, actor_id: str) -> bool:
+        return await self._tx.fetch_one("SELECT 1 FROM ledger_actors WHERE id = ?", (actor_id,)) is not None
+
+    async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
+        rows = await self._tx.fetch(
+            "SELECT DISTINCT event_type FROM ledger_events WHERE subject_id = ? AND event_type IN "
+            "('attempt.requested', 'attempt.completed', 'attempt.failed')",
+            (attempt_id,),
+        )
+        types = {str(row[0]) for row in rows}
+        return EventType.ATTEMPT_REQUESTED in types, bool(types - {EventType.ATTEMPT_REQUESTED})
+
+    # -- entities --------------------------------------------------------------------------------------------
+
+    async def get_actor(self, actor_id: str) -> Actor:
+        row = await self._tx.fetch_one(f"SELECT {_ACTOR} FROM ledger_actors WHERE id = ?", (actor_id,))
+        if row is None:
+            raise NotFound(f"actor {actor_id} not found")
+        return _actor(row)
+
+    async def get_actor_by_key(self, key: str) -> Actor | None:
+        row = await self._tx.fetch_one(f"SELECT {_ACTOR} FROM ledger_actors WHERE actor_key = ?", (key,))
+        return None if row is None else _actor(row)
+
+    async def create_actor(self, actor: Actor) -> Actor:
+        actor = normalize_actor(actor)
+        inserted = await self._tx.execute(
+            f"INSERT INTO ledger_actors ({_ACTOR}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (actor.id, actor.type, actor.key, actor.framework, dumps(actor.attributes), time_text(self._tx.now())),
+        )
+        if inserted == 1:
+            return await self.get_actor(actor.id)
+        row = await self._tx.fetch_one(f"SELECT {_ACTOR} FROM ledger_actors WHERE id = ?", (actor.id,))
+        if row is None:
+            raise Conflict(f"actor key {actor.key!r} already names another actor")
+        existing = _actor(row)
+        same_identity(existing, actor, "actor")
+        return existing
+
+    async def ensure_actor(self, actor: Actor) -> Actor:
+        actor = normalize_actor(actor)
+        if actor.key is None:
+            raise Conflict("ensure_actor needs an actor key")
+        existing = await self.get_actor_by_key(actor.key)
+        if existing is None:
+            inserted = await self._tx.execute(
+                f"INSERT INTO ledger_actors ({_ACTOR}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (actor.id, actor.type, actor.key, actor.framework, dumps(actor.attributes), time_text(self._tx.now())),
+            )
+            if inserted == 1:
+                return await self.get_actor(actor.id)
+            existing = await self.get_actor_by_key(actor.key)
+            if existing is None:
+                raise Conflict(f"actor id {actor.id} is already used by an actor with another key")
+        same_identity(existing, dataclasses.replace(actor, id=existing.id), "actor")
+        return existing
+
+    async def get_lane(self, lane_id: str, *, lock: bool = False) -> Lane:
+        suffix = self._tx.for_update if lock else ""
+        row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?{suffix}", (lane_id,))
+        if row is None:
+            raise NotFound(f"lane {lane_id} not found")
+        return _lane(row)
+
+    async def find_lane(self, session_id: str, run_id: str, name: str) -> Lane | None:
+        row = await self._tx.fetch_one(
+            f"SELECT {_LANE} FROM ledger_lanes WHERE session_id = ? AND run_id = ? AND name = ?",
+            (session_id, run_id, name),
+        )
+        return None if row is None else _lane(row)
+
+    async def find_lanes(self, scope: Scope) -> list[Lane]:
+        where, params = _scope_sql(scope, "l")
+        rows = await self._tx.fetch(
+            f"SELECT {_prefixed(_LANE, 'l')} FROM ledger_lanes l WHERE {where} ORDER BY l.created_at, l.id", params
+        )
+        return [_lane(row) for row in rows]
+
+    async def create_lane(self, lane: Lane) -> Lane:
+        lane = normalize_lane(lane)
+        if lane.parent_lane_id is not None:
+            parent = await self.get_lane(lane.parent_lane_id)
+            if parent.session_id != lane.session_id:
+                raise Conflict(f"parent lane {parent.id} belongs to another session")
+        inserted = await self._tx.execute(
+            f"INSERT INTO ledger_lanes ({_LANE}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING",
+            (
+                lane.id,
+                lane.session_id,
+                lane.run_id,
+                lane.name,
+                lane.parent_lane_id,
+                lane.task_id,
+                lane.conversation_id,
+                lane.harness_call_id,
+                dumps(lane.attributes),
+                time_text(self._tx.now()),
+            ),
+        )
+        if inserted == 1:
+            return await self.get_lane(lane.id)
+        row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?", (lane.id,))
+        if row is None:
+            raise Conflict(f"run {lane.run_id} of session {lane.session_id} already has a lane {lane.name!r}")
+        existing = _lane(row)
+        same_identity(existing, lane, "lane")
+        return existing
+
+    async def create_turn(self, turn: Turn) -> Turn:
+        turn = normalize_turn(turn)
+        row = await self._tx.fetch_one(f"SELECT {_TURN} FROM ledger_turns WHERE id = ?", (turn.id,))
+        if row is not None:
+            same_identity(_turn(row), turn, "turn")
+            return _turn(row)
+        await self.get_lane(turn.lane_id)
+        await self._insert_or_compare(
+            "ledger_turns",
+            _TURN,
+            (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
+            turn,
+            _turn,
+        )
+        return await self._get(_TURN, "ledger_turns", turn.id, _turn)
+
+    async def create_action(self, action: Action) -> Action:
+        action = normalize_action(action)
+        row = await self._tx.fetch_one(f"SELECT {_ACTION} FROM ledger_actions WHERE id = ?", (action.id,))
+        if row is not None:
+            same_identity(_action(row), action, "action")
+            return _action(row)
+        turn_row = await self._tx.fetch_one("SELECT lane_id FROM ledger_turns WHERE id = ?", (action.turn_id,))
+        if turn_row is None:
+            raise NotFound(f"turn {action.turn_id} not found")
+        lane_id = str(turn_row[0])
+        if action.parent_action_id is not None:
+            parent_lane = await self.entity_lane(SubjectKind.ACTION, action.parent_action_id)
+            if parent_lane is None:
+                raise NotFound(f"parent action {action.parent_action_id} not found")
+            if parent_lane != lane_id:
+                raise Conflict(f"parent action {action.parent_action_id} belongs to another lane")
+        await self._insert_or_compare(
+            "ledger_actions",
+            _ACTION,
+            (
+                action.id,
+                action.turn_id,
+                str(action.type),
+                str(action.effect_kind),
+                str(action.idempotency),
+                action.name,
+                action.parent_action_id,
+                dumps(action.attributes),
+                lane_id,
+                time_text(self._tx.now()),
+            ),
+            action,
+            _action,
+        )
+        return await self._get(_ACTION, "ledger_actions", action.id, _action)
+
+    async def create_attempt(self, attempt: Attempt) -> Attempt:
+        attempt = normalize_attempt(attempt)
+        row = await self._tx.fetch_one(f"SELECT {_ATTEMPT} FROM ledger_attempts WHERE id = ?", (attempt.id,))
+        if row is not None:
+            return self._same_attempt(_attempt(row), attempt)
+        # Lock the action: concurrent attempts of one action pick their numbers one at a time.
+        action_row = await self._tx.fetch_one(
+            f"SELECT lane_id FROM ledger_actions WHERE id = ?{self._tx.for_update}", (attempt.action_id,)
+        )
+        if action_row is None:
+            raise NotFound(f"action {attempt.action_id} not found")
+        number = attempt.attempt_no
+        if number is None:
+            last = await self._tx.fetch_one(
+                "SELECT MAX(attempt_no) FROM ledger_attempts WHERE action_id = ?", (attempt.action_id,)
+            )
+            number = int(last[0] or 0) + 1 if last is not None else 1
+        inserted = await self._tx.execute(
+            f"INSERT INTO ledger_attempts ({_ATTEMPT}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (attempt.id, attempt.action_id, number, str(action_row[0]), time_text(self._tx.now())),
+        )
+        if inserted != 1:
+            row = await self._tx.fetch_one(f"SELECT {_ATTEMPT} FROM ledger_attempts WHERE id = ?", (attempt.id,))
+            if row is None:
+                raise Conflict(f"action {attempt.action_id} already has attempt {number}")
+            return self._same_attempt(_attempt(row), attempt)
+        return await self.get_attempt(attempt.id)
+
+    @staticmethod
+    def _same_attempt(existing: Attempt, proposed: Attempt) -> Attempt:
+        if proposed.attempt_no is None:
+            proposed = dataclasses.replace(proposed, attempt_no=existing.attempt_no)
+        same_identity(existing, proposed, "attempt")
+        return existing
+
+    async def get_attempt(self, attempt_id: str) -> Attempt:
+        return await self._get(_ATTEMPT, "ledger_attempts", attempt_id, _attempt)
+
+    async def _get(self, columns: str, table: str, entity_id: str, decode: Callable[[Sequence[Any]], _T]) -> _T:
+        row = await self._tx.fetch_one(f"SELECT {columns} FROM {table} WHERE id = ?", (entity_id,))
+        if row is None:
+            raise NotFound(f"{table.removeprefix('ledger_').rstrip('s')} {entity_id} not found")
+        return decode(row)
+
+    async def _insert_or_compare(
+        self, table: str, columns: str, values: tuple[Any, ...], proposed: Any, decode: Callable[[Sequence[Any]], Any]
+    ) -> None:
+        marks = ", ".join("?" for _ in values)
+        inserted = await self._tx.execute(
+            f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING", values
+        )
+        if inserted != 1:  # created concurrently under the same id
+            what = table.removeprefix("ledger_").rstrip("s")
+            same_identity(await self._get(columns, table, proposed.id, decode), proposed, what)
+
+    # -- events ----------------------------------------------------------------------------------------------
+
+    async def append(
+        self, lane_id: str, expected_last_seq: int, append_id: str, events: Sequence[NewEvent]
+    ) -> AppendReceipt:
+        check_expected_seq(expected_last_seq)
+        events = list(events)
+        digest = batch_digest(events)
+        lane = await self.get_lane(lane_id, lock=True)
+        row = await self._tx.fetch_one(
+            "SELECT id, lane_id, digest, first_seq, last_seq, event_ids, committed_at FROM ledger_appends WHERE id = ?",
+            (append_id,),
+        )
+        if row is not None:
+            if row[1] != lane_id or row[2] != digest:
+                raise IdempotencyViolation(f"append {append_id} was already used for different events")
+            return AppendReceipt(
+                append_id=row[0],
+                lane_id=row[1],
+                digest=row[2],
+                first_seq=int(row[3]),
+                last_seq=int(row[4]),
+                event_ids=tuple(loads(row[5])),
+                committed_at=parse_time(row[6]),
+            )
+        if lane.last_seq != expected_last_seq:
+            raise LaneConflict(lane_id, expected_last_seq, lane.last_seq)
+        usages = await check_batch(lane, events, self)
+        now = time_text(self._tx.now())
+        for offset, (event, usage) in enumerate(zip(events, usages, strict=True), start=1):
+            await self._tx.execute(
+                f"INSERT INTO ledger_events ({_EVENT}, input_tokens, output_tokens, cost_usd) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    event.id,
+                    lane_id,
+                    lane.last_seq + offset,
+                    event.subject_id,
+                    event.event_type,
+                    event.actor_id,
+                    time_text(event.occurred_at),
+                    dumps(event.payload),
+                    dumps(event.extensions),
+                    event.causation_id,
+                    event.schema_version,
+                    append_id,
+                    now,
+                    None if usage is None else usage.input_tokens,
+                    None if usage is None else usage.output_tokens,
+                    None if usage is None else usage.cost_usd,
+                ),
+            )
+        receipt = AppendReceipt(
+            append_id=append_id,
+            lane_id=lane_id,
+            first_seq=lane.last_seq + 1,
+            last_seq=lane.last_seq + len(events),
+            digest=digest,
+            event_ids=tuple(event.id for event in events),
+            committed_at=parse_time(now),
+        )
+        await self._tx.execute(
+            "INSERT INTO ledger_appends (id, lane_id, digest, first_seq, last_seq, event_ids, committed_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (append_id, lane_id, digest, receipt.first_seq, receipt.last_seq, dumps(list(receipt.event_ids)), now),
+        )
+        await self._tx.execute("UPDATE ledger_lanes SET last_seq = ? WHERE id = ?", (receipt.last_seq, lane_id))
+        return receipt
+
+    async def load_lane(self, lane_id: str, after_seq: int = 0) -> list[Event]:
+        check_expected_seq(after_seq, "after_seq")
+        await self.get_lane(lane_id)
+        rows = await self._tx.fetch(
+            f"SELECT {_EVENT} FROM ledger_events WHERE lane_id = ? AND seq > ? ORDER BY seq", (lane_id, after_seq)
+        )
+        return [_event(row) for row in rows]
+
+    async def view(self, scope: Scope) -> LedgerView:
+        lanes = await self.find_lanes(scope)
+        where, params = _scope_sql(scope, "l")
+        rows = await self._tx.fetch(
+            f"SELECT {_prefixed(_EVENT, 'e')} FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            f"WHERE {where} ORDER BY l.created_at, l.id, e.seq",
+            params,
+        )
+        return LedgerView(lanes=lanes, events=[_event(row) for row in rows])
+
+    async def unresolved_attempts(self, scope: Scope) -> list[UnresolvedAttempt]:
+        where, params = _scope_sql(scope, "l")
+        rows = await self._tx.fetch(
+            f"SELECT {_prefixed(_EVENT, 'e')}, {_prefixed(_ATTEMPT, 'a')}, {_prefixed(_ACTION, 'c')} "
+            "FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            "JOIN ledger_attempts a ON a.id = e.subject_id JOIN ledger_actions c ON c.id = a.action_id "
+            f"WHERE e.event_type = 'attempt.requested' AND {where} AND NOT EXISTS (SELECT 1 FROM ledger_events t "
+            f"WHERE t.subject_id = e.subject_id AND t.event_type IN {_TERMINAL}) "
+            "ORDER BY l.created_at, l.id, e.seq",
+            params,
+        )
+        event_width, attempt_width = len(_EVENT.split(",")), len(_ATTEMPT.split(","))
+        return [
+            UnresolvedAttempt(
+                attempt=_attempt(row[event_width : event_width + attempt_width]),
+                action=_action(row[event_width + attempt_width :]),
+                requested=_event(row[:event_width]),
+            )
+            for row in rows
+        ]
+
+    async def usage(self, scope: Scope) -> UsageTotals:
+        where, params = _scope_sql(scope, "l")
+        row = await self._tx.fetch_one(
+            "SELECT COALESCE(SUM(e.input_tokens), 0), COALESCE(SUM(e.output_tokens), 0), "
+            "COALESCE(SUM(e.cost_usd), 0), COUNT(*) FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            f"WHERE e.event_type = 'attempt.completed' AND {where}",
+            params,
+        )
+        if row is None:  # pragma: no cover - an aggregate always returns one row
+            return UsageTotals()
+        return UsageTotals(int(row[0]), int(row[1]), float(row[2]), int(row[3]))
+
+    # -- checkpoints -----------------------------------------------------------------------------------------
+
+    async def save_checkpoint(self, expected_revision: int, checkpoint: Checkpoint) -> Checkpoint:
+        check_expected_seq(expected_revision, "expected_revision")
+        checkpoint = normalize_checkpoint(checkpoint)
+        existing = await self._find_checkpoint(checkpoint.id)
+        if existing is not None:
+            if checkpoint_digest(existing) != checkpoint_digest(checkpoint):
+                raise IdempotencyViolation(f"checkpoint {checkpoint.id} was already saved with different content")
+            return existing
+        current = await self._checkpoint_revision(checkpoint.key)
+        if current != expected_revision:
+            raise RevisionConflict(checkpoint.key, expected_revision, current)
+        anchor = checkpoint.anchor
+        if anchor is not None:
+            await self.get_lane(anchor.lane_id)
+            row = await self._tx.fetch_one(
+                "SELECT id FROM ledger_events WHERE lane_id = ? AND seq = ?",
+                (anchor.lane_id, anchor.last_applied_seq),
+            )
+            if row is None or row[0] != anchor.last_applied_event_id:
+                raise Conflict("the checkpoint anchor does not match the lane's event at that seq")
+        if not await self.actor_exists(checkpoint.actor_id):
+            raise NotFound(f"actor {checkpoint.actor_id} not found")
+        identity = checkpoint.identity()
+        inserted = await self._tx.execute(
+            f"INSERT INTO ledger_checkpoints ({_CHECKPOINT}, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (
+                checkpoint.id,
+                checkpoint.key,
+                current + 1,
+                checkpoint.actor_id,
+                checkpoint.format,
+                None if checkpoint.state is None else dumps(checkpoint.state),
+                None if "artifact_ref" not in identity else dumps(identity["artifact_ref"]),
+                None if "anchor" not in identity else dumps(identity["anchor"]),
+                dumps(checkpoint.extensions),
+                checkpoint.schema_version,
+                time_text(self._tx.now()),
+                checkpoint_digest(checkpoint),
+            ),
+        )
+        if inserted != 1:  # a concurrent save took this revision (or this id)
+            existing = await self._find_checkpoint(checkpoint.id)
+            if existing is not None and checkpoint_digest(existing) == checkpoint_digest(checkpoint):
+                return existing
+            raise RevisionConflict(checkpoint.key, expected_revision, await self._checkpoint_revision(checkpoint.key))
+        return await self.get_checkpoint(checkpoint.id)
+
+    async def _checkpoint_revision(self, key: str) -> int:
+        row = await self._tx.fetch_one("SELECT MAX(revision) FROM ledger_checkpoints WHERE checkpoint_key = ?", (key,))
+        return int(row[0]) if row is not None and row[0] is not None else 0
+
+    async def _find_checkpoint(self, checkpoint_id: str) -> Checkpoint | None:
+        row = await self._tx.fetch_one(f"SELECT {_CHECKPOINT} FROM ledger_checkpoints WHERE id = ?", (checkpoint_id,))
+        return None if row is None else _checkpoint(row)
+
+    async def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        found = await self._find_checkpoint(checkpoint_id)
+        if found is None:
+            raise NotFound(f"checkpoint {checkpoint_id} not found")
+        return found
+
+    async def load_latest_checkpoint(self, key: str) -> Checkpoint | None:
+        row = await self._tx.fetch_one(
+            f"SELECT {_CHECKPOINT} FROM ledger_checkpoints WHERE checkpoint_key = ? ORDER BY revision DESC LIMIT 1",
+            (key,),
+        )
+        return None if row is None else _checkpoint(row)
+
+
+class SqlLedgerStore:
+    """A ``LedgerStore`` on the loop-server database."""
+
+    def __init__(self, database: Database | None = None, *, transaction: TransactionCore | None = None) -> None:
+        if (database is None) == (transaction is None):
+            raise TypeError("SqlLedgerStore needs exactly one of a database or an open transaction")
+        self._database = database
+        self._bound = transaction
+
+    @classmethod
+    def within(cls, transaction: TransactionCore) -> SqlLedgerStore:
+        """A store whose calls run inside ``transaction`` (committed or rolled back by its owner)."""
+        return cls(transaction=transaction)
+
+    @asynccontextmanager
+    async def _sql(self, *, read_only: bool = False) -> AsyncIterator[_LedgerSql]:
+        if self._bound is not None:
+            yield _LedgerSql(self._bound)
+            return
+        assert self._database is not None  # guaranteed by __init__
+        async with self._database.transaction(read_only=read_only) as tx:
+            yield _LedgerSql(tx)
+
+    async def create_actor(self, actor: Actor) -> Actor:
+        async with self._sql() as sql:
+            return await sql.create_actor(actor)
+
+    async def get_actor(self, actor_id: str) -> Actor:
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_actor(actor_id)
+
+    async def get_actor_by_key(self, key: str) -> Actor | None:
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_actor_by_key(key)
+
+    async def ensure_actor(self, actor: Actor) -> Actor:
+        async with self._sql() as sql:
+            return await sql.ensure_actor(actor)
+
+    async def create_lane(self, lane: Lane) -> Lane:
+        async with self._sql() as sql:
+            return await sql.create_lane(lane)
+
+    async def get_lane(self, lane_id: str) -> Lane:
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_lane(lane_id)
+
+    async def find_lane(self, session_id: str, run_id: str, name: str) -> Lane | None:
+        async with self._sql(read_only=True) as sql:
+            return await sql.find_lane(session_id, run_id, name)
+
+    async def find_lanes(self, scope: Scope) -> list[Lane]:
+        async with self._sql(read_only=True) as sql:
+            return await sql.find_lanes(scope)
+
+    async def create_turn(self, turn: Turn) -> Turn:
+        async with self._sql() as sql:
+            return await sql.create_turn(turn)
+
+    async def create_action(self, action: Action) -> Action:
+        async with self._sql() as sql:
+            return await sql.create_action(action)
+
+    async def create_attempt(self, attempt: Attempt) -> Attempt:
+        async with self._sql() as sql:
+            return await sql.create_attempt(attempt)
+
+    async def get_attempt(self, attempt_id: str) -> Attempt:
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_attempt(attempt_id)
+
+    async def append(
+        self, lane_id: str, expected_last_seq: int, append_id: str, events: Sequence[NewEvent]
+    ) -> AppendReceipt:
+        async with self._sql() as sql:
+            return await sql.append(lane_id, expected_last_seq, append_id, events)
+
+    async def load_lane(self, lane_id: str, after_seq: int = 0) -> list[Event]:
+        async with self._sql(read_only=True) as sql:
+            return await sql.load_lane(lane_id, after_seq)
+
+    async def load_run(self, session_id: str, run_id: str) -> LedgerView:
+        async with self._sql(read_only=True) as sql:
+            return await sql.view(Scope(session_id=session_id, run_id=run_id))
+
+    async def load_session(self, session_id: str) -> LedgerView:
+        async with self._sql(read_only=True) as sql:
+            return await sql.view(Scope(session_id=session_id))
+
+    async def unresolved_attempts(self, scope: Scope) -> list[UnresolvedAttempt]:
+        async with self._sql(read_only=True) as sql:
+            return await sql.unresolved_attempts(scope)
+
+    async def usage(self, scope: Scope) -> UsageTotals:
+        async with self._sql(read_only=True) as sql:
+            return await sql.usage(scope)
+
+    async def save_checkpoint(self, expected_revision: int, checkpoint: Checkpoint) -> Checkpoint:
+        async with self._sql() as sql:
+            return await sql.save_checkpoint(expected_revision, checkpoint)
+
+    async def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_checkpoint(checkpoint_id)
+
+    async def load_latest_checkpoint(self, key: str) -> Checkpoint | None:
+        async with self._sql(read_only=True) as sql:
+            return await sql.load_latest_checkpoint(key)

@@ -1,0 +1,115 @@
+"""Conversations: user conversations (listed per owner) and at most one work conversation per Task.
+
+Table ``conversations`` (id, name, actor_kind, actor_key, task_id UNIQUE NULL, created_at, updated_at) plus one
+``conversation_cursors`` row per conversation (the counter behind its event cursor, see ``_message_events``).
+Must not do: message rules (``_messages``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from ._errors import Conflict, InvalidRecord, NotFound
+from ._records import CONVERSATION_ACTOR_KINDS, Conversation, ConversationActorKind
+from ._tx import TransactionCore
+from ._values import page_limit, parse_time, require_choice, require_text, time_text
+
+_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
+
+
+def _conversation(row: tuple[Any, ...]) -> Conversation:
+    return Conversation(
+        id=str(row[0]),
+        name=str(row[1]),
+        actor_kind=cast(ConversationActorKind, row[2]),
+        actor_key=str(row[3]),
+        task_id=None if row[4] is None else str(row[4]),
+        created_at=parse_time(row[5]),
+        updated_at=parse_time(row[6]),
+    )
+
+
+class Conversations:
+    def __init__(self, tx: TransactionCore) -> None:
+        self._tx = tx
+
+    async def create(
+        self,
+        *,
+        actor_kind: ConversationActorKind,
+        actor_key: str,
+        name: str = "",
+        task_id: str | None = None,
+        id: str | None = None,
+    ) -> Conversation:
+        """A user conversation (``actor_kind="user"``, no task) or a Task's work conversation.
+
+        A second work conversation for the same task is a ``Conflict``.
+        """
+        require_choice(actor_kind, CONVERSATION_ACTOR_KINDS, "conversation actor_kind")
+        require_text(actor_key, "conversation actor_key")
+        if not isinstance(name, str):
+            raise InvalidRecord("conversation name must be a string")
+        if (actor_kind == "user") != (task_id is None):
+            raise InvalidRecord("a user conversation has no task_id; an operator or harness one needs its task_id")
+        if task_id is not None:
+            require_text(task_id, "conversation task_id")
+        conversation_id = self._tx.new_id() if id is None else require_text(id, "conversation id")
+        now = time_text(self._tx.now())
+        inserted = await self._tx.execute(
+            f"INSERT INTO conversations ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (conversation_id, name, actor_kind, actor_key, task_id, now, now),
+        )
+        if inserted != 1:
+            if task_id is not None and await self.find_work(task_id) is not None:
+                raise Conflict(f"task {task_id} already has a work conversation")
+            raise Conflict(f"conversation {conversation_id} already exists")
+        await self._tx.execute(
+            "INSERT INTO conversation_cursors (conversation_id, last_cursor) VALUES (?, 0)", (conversation_id,)
+        )
+        return await self.get(conversation_id)
+
+    async def get(self, conversation_id: str) -> Conversation:
+        row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,))
+        if row is None:
+            raise NotFound(f"conversation {conversation_id} not found")
+        return _conversation(row)
+
+    async def find_work(self, task_id: str) -> Conversation | None:
+        """The work conversation of a Task, if it was created."""
+        row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM conversations WHERE task_id = ?", (task_id,))
+        return None if row is None else _conversation(row)
+
+    async def list_for_owner(
+        self, owner_key: str, *, after: str | None = None, limit: int = 50, newest_first: bool = True
+    ) -> list[Conversation]:
+        """User conversations of one owner, paged by id; ``after`` is the last id of the previous page."""
+        page_limit(limit)
+        sql = f"SELECT {_COLUMNS} FROM conversations WHERE actor_kind = 'user' AND actor_key = ?"
+        params: list[Any] = [owner_key]
+        if after is not None:
+            sql += " AND id < ?" if newest_first else " AND id > ?"
+            params.append(after)
+        sql += " ORDER BY id DESC" if newest_first else " ORDER BY id"
+        sql += " LIMIT ?"
+        params.append(limit)
+        return [_conversation(row) for row in await self._tx.fetch(sql, params)]
+
+    async def rename(self, conversation_id: str, name: str) -> Conversation:
+        if not isinstance(name, str):
+            raise InvalidRecord("conversation name must be a string")
+        changed = await self._tx.execute(
+            "UPDATE conversations SET name = ?, updated_at = ? WHERE id = ?",
+            (name, time_text(self._tx.now()), conversation_id),
+        )
+        if changed != 1:
+            raise NotFound(f"conversation {conversation_id} not found")
+        return await self.get(conversation_id)
+
+    async def touch(self, conversation_id: str) -> None:
+        """Record activity (a new message) in ``updated_at``."""
+        changed = await self._tx.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?", (time_text(self._tx.now()), conversation_id)
+        )
+        if changed != 1:
+            raise NotFound(f"conversation {conversation_id} not found")

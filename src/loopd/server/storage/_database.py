@@ -1,0 +1,163 @@
+"""The loop-server database: one handle over SQLite (default) or PostgreSQL, and its transactions.
+
+Owns: ``Database`` (open → migrate → transactions → ``aclose``), ``DatabaseOptions``, ``open_database`` and
+``Transaction``, which binds every repository to one open transaction so their writes commit or roll back
+together. Must not do: SQL of any table (repositories) or driver details (backends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from pathlib import Path
+
+from ._backend import Backend, Dialect
+from ._conversations import Conversations
+from ._errors import InvalidRecord
+from ._harness_calls import HarnessCalls
+from ._human_requests import HumanRequests
+from ._leases import Leases
+from ._message_events import MessageEvents
+from ._messages import Messages
+from ._migrations import MIGRATIONS, Migration, migrate, schema_version
+from ._registry import Registry
+from ._tx import TransactionCore
+from ._values import MonotonicIds, utc_now
+
+
+@dataclass(frozen=True)
+class DatabaseOptions:
+    operation_timeout: float = 10.0
+    """Upper bound, in seconds, for every database call (and for waiting to start a transaction)."""
+    max_connections: int = 10
+    """PostgreSQL pool size."""
+    clock: Callable[[], datetime] = field(default=utc_now)
+    """Source of ``now()`` for timestamps, deadlines and lease expiry."""
+    migrate: bool = True
+    """Apply missing schema steps on open (otherwise a database behind the code is used as it is)."""
+
+
+class Transaction(TransactionCore):
+    """One open transaction and the repositories bound to it.
+
+    ``async with db.transaction() as tx: await tx.messages.insert(...)``: everything done through ``tx``
+    commits when the block ends and rolls back if it raises.
+    """
+
+    @cached_property
+    def conversations(self) -> Conversations:
+        return Conversations(self)
+
+    @cached_property
+    def messages(self) -> Messages:
+        return Messages(self)
+
+    @cached_property
+    def message_events(self) -> MessageEvents:
+        return MessageEvents(self)
+
+    @cached_property
+    def human_requests(self) -> HumanRequests:
+        return HumanRequests(self)
+
+    @cached_property
+    def registry(self) -> Registry:
+        return Registry(self)
+
+    @cached_property
+    def harness_calls(self) -> HarnessCalls:
+        return HarnessCalls(self)
+
+    @cached_property
+    def leases(self) -> Leases:
+        return Leases(self)
+
+
+def _is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+class Database:
+    """The loop-server database. Open with ``await Database.open(url)`` or ``async with open_database(url)``.
+
+    ``url`` is a PostgreSQL DSN (``postgresql://…``) or a SQLite file path (optionally ``sqlite:///path``).
+
+    Transactions do not nest: pass ``tx`` down instead of opening another one inside. Keep write transactions
+    short: on SQLite they run one at a time (a second writer waits up to ``operation_timeout``, then gets
+    ``StorageUnavailable``); on PostgreSQL they run concurrently at READ COMMITTED and the repositories take the
+    row locks their rules need. Read-only transactions see one snapshot and never wait for a writer.
+    """
+
+    def __init__(self, backend: Backend, options: DatabaseOptions) -> None:
+        self._backend = backend
+        self._options = options
+        self._ids = MonotonicIds()
+
+    @classmethod
+    async def open(
+        cls, url: str | Path, *, options: DatabaseOptions | None = None, migrations: Sequence[Migration] = MIGRATIONS
+    ) -> Database:
+        options = options or DatabaseOptions()
+        if not (options.operation_timeout > 0) or options.max_connections < 1:
+            raise InvalidRecord("operation_timeout must be positive and max_connections at least 1")
+        backend: Backend
+        text = str(url)
+        if isinstance(url, str) and _is_postgres(text):
+            from ._postgres import PostgresBackend
+
+            backend = await PostgresBackend.connect(text, options.operation_timeout, options.max_connections)
+        else:
+            from ._sqlite import SqliteBackend
+
+            path = text.removeprefix("sqlite:///") if text.startswith("sqlite:///") else text
+            backend = await SqliteBackend.connect(path, options.operation_timeout)
+        database = cls(backend, options)
+        if options.migrate:
+            try:
+                await migrate(backend, migrations)
+            except BaseException:
+                await backend.aclose()
+                raise
+        return database
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._backend.dialect
+
+    @property
+    def options(self) -> DatabaseOptions:
+        return self._options
+
+    def now(self) -> datetime:
+        return self._options.clock()
+
+    @asynccontextmanager
+    async def transaction(self, *, read_only: bool = False) -> AsyncIterator[Transaction]:
+        """A transaction with every repository bound to it; ``read_only`` reads one consistent snapshot."""
+        async with self._backend.transaction(read_only=read_only) as conn:
+            yield Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
+
+    async def schema_version(self) -> int:
+        return await schema_version(self._backend)
+
+    async def migrate(self, migrations: Sequence[Migration] = MIGRATIONS) -> list[int]:
+        """Apply missing steps; returns the versions applied now."""
+        return await migrate(self._backend, migrations)
+
+    async def aclose(self) -> None:
+        await self._backend.aclose()
+
+
+@asynccontextmanager
+async def open_database(
+    url: str | Path, *, options: DatabaseOptions | None = None, migrations: Sequence[Migration] = MIGRATIONS
+) -> AsyncIterator[Database]:
+    """Open (and migrate) a database for the duration of the block."""
+    database = await Database.open(url, options=options, migrations=migrations)
+    try:
+        yield database
+    finally:
+        await database.aclose()

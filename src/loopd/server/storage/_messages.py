@@ -1,0 +1,218 @@
+"""Messages: the visible history. Public roles are only ``user``, ``harness`` and ``operator``.
+
+Table ``messages`` (id UUIDv7 = paging cursor, conversation_id, task_id, kind, actor_key, reply_to_message_id,
+purpose, status, revision, content JSON, delivery_state, completion JSON, human_due_at, created_at, updated_at).
+Updates are compare-and-set on ``revision`` (each one bumps it); ``lock`` takes the row lock that serializes
+output creation, Human transitions and completion of a Task on its response row.
+Must not do: validate AgentUE content (the layer above does), or order events (``_message_events``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, cast
+
+from ._errors import Conflict, InvalidRecord, NotFound
+from ._records import (
+    DELIVERY_STATES,
+    MESSAGE_KINDS,
+    MESSAGE_PURPOSES,
+    MESSAGE_STATUSES,
+    DeliveryState,
+    Message,
+    MessageKind,
+    MessagePurpose,
+    MessageStatus,
+    NewMessage,
+)
+from ._tx import TransactionCore
+from ._values import (
+    UNSET,
+    Unset,
+    dumps,
+    loads,
+    optional_time,
+    page_limit,
+    parse_time,
+    require_choice,
+    require_object,
+    require_text,
+    time_text,
+)
+
+_COLUMNS = (
+    "id, conversation_id, task_id, kind, actor_key, reply_to_message_id, purpose, status, revision, content, "
+    "delivery_state, completion, human_due_at, created_at, updated_at"
+)
+
+
+def _message(row: tuple[Any, ...]) -> Message:
+    return Message(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        task_id=None if row[2] is None else str(row[2]),
+        kind=cast(MessageKind, row[3]),
+        key=str(row[4]),
+        reply_to_message_id=None if row[5] is None else str(row[5]),
+        purpose=cast(MessagePurpose, row[6]),
+        status=cast(MessageStatus, row[7]),
+        revision=int(row[8]),
+        content=loads(row[9]),
+        delivery_state=cast(DeliveryState, row[10]),
+        completion=loads(row[11]),
+        human_due_at=optional_time(row[12]),
+        created_at=parse_time(row[13]),
+        updated_at=parse_time(row[14]),
+    )
+
+
+class Messages:
+    def __init__(self, tx: TransactionCore) -> None:
+        self._tx = tx
+
+    async def insert(self, new: NewMessage) -> Message:
+        """Store a new message at revision 1 in an existing conversation."""
+        require_choice(new.kind, MESSAGE_KINDS, "message kind")
+        require_choice(new.purpose, MESSAGE_PURPOSES, "message purpose")
+        require_choice(new.status, MESSAGE_STATUSES, "message status")
+        require_text(new.key, "message key")
+        require_object(new.content, "message content")
+        if new.task_id is not None:
+            require_text(new.task_id, "message task_id")
+        if await self._tx.fetch_one("SELECT 1 FROM conversations WHERE id = ?", (new.conversation_id,)) is None:
+            raise NotFound(f"conversation {new.conversation_id} not found")
+        if new.reply_to_message_id is not None:
+            await self.get(new.reply_to_message_id)
+        message_id = self._tx.new_id() if new.id is None else require_text(new.id, "message id")
+        now = time_text(self._tx.now())
+        inserted = await self._tx.execute(
+            f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, '', NULL, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (
+                message_id,
+                new.conversation_id,
+                new.task_id,
+                new.kind,
+                new.key,
+                new.reply_to_message_id,
+                new.purpose,
+                new.status,
+                dumps(new.content),
+                None if new.human_due_at is None else time_text(new.human_due_at),
+                now,
+                now,
+            ),
+        )
+        if inserted != 1:
+            raise Conflict(f"message {message_id} already exists")
+        return await self.get(message_id)
+
+    async def get(self, message_id: str) -> Message:
+        row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,))
+        if row is None:
+            raise NotFound(f"message {message_id} not found")
+        return _message(row)
+
+    async def lock(self, message_id: str) -> Message:
+        """Read a message and hold its row lock until the transaction ends (the Task's shared lock)."""
+        row = await self._tx.fetch_one(
+            f"SELECT {_COLUMNS} FROM messages WHERE id = ?{self._tx.for_update}", (message_id,)
+        )
+        if row is None:
+            raise NotFound(f"message {message_id} not found")
+        return _message(row)
+
+    async def list_conversation(
+        self, conversation_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        """Messages of a conversation in id order, after the id ``after``."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (conversation_id, after or "", limit),
+        )
+        return [_message(row) for row in rows]
+
+    async def list_task(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
+        """Every message of a task, in both its conversations, in id order."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND id > ? ORDER BY id LIMIT ?",
+            (task_id, after or "", limit),
+        )
+        return [_message(row) for row in rows]
+
+    async def find_by_purpose(self, task_id: str, purpose: MessagePurpose, *, limit: int = 100) -> list[Message]:
+        require_choice(purpose, MESSAGE_PURPOSES, "message purpose")
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND purpose = ? ORDER BY id LIMIT ?",
+            (task_id, purpose, limit),
+        )
+        return [_message(row) for row in rows]
+
+    async def task_pair(self, task_id: str) -> tuple[Message, Message]:
+        """The task's ``input`` and ``response`` messages: ``NotFound`` if either is missing (not committed yet),
+        ``Conflict`` if either is ambiguous."""
+        found: list[Message] = []
+        purposes: tuple[MessagePurpose, ...] = ("input", "response")
+        for purpose in purposes:
+            rows = await self.find_by_purpose(task_id, purpose, limit=2)
+            if not rows:
+                raise NotFound(f"task {task_id} has no {purpose} message")
+            if len(rows) > 1:
+                raise Conflict(f"task {task_id} has more than one {purpose} message")
+            found.append(rows[0])
+        return found[0], found[1]
+
+    async def list_closing(self, *, limit: int = 100) -> list[Message]:
+        """Messages whose delivery is ``closing``: completions to resume after a crash."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE delivery_state = 'closing' ORDER BY id LIMIT ?", (limit,)
+        )
+        return [_message(row) for row in rows]
+
+    async def update(
+        self,
+        message_id: str,
+        *,
+        expected_revision: int,
+        status: MessageStatus | Unset = UNSET,
+        content: dict[str, Any] | Unset = UNSET,
+        delivery_state: DeliveryState | Unset = UNSET,
+        completion: dict[str, Any] | Unset | None = UNSET,
+        human_due_at: datetime | Unset | None = UNSET,
+    ) -> Message:
+        """Change fields if the stored revision is ``expected_revision``; the revision becomes one larger.
+
+        A different stored revision is a ``Conflict`` (re-read and decide again).
+        """
+        if isinstance(expected_revision, bool) or not isinstance(expected_revision, int):
+            raise InvalidRecord("expected_revision must be an integer")
+        sets: list[str] = []
+        params: list[Any] = []
+        if not isinstance(status, Unset):
+            sets.append("status = ?")
+            params.append(require_choice(status, MESSAGE_STATUSES, "message status"))
+        if not isinstance(content, Unset):
+            sets.append("content = ?")
+            params.append(dumps(require_object(content, "message content")))
+        if not isinstance(delivery_state, Unset):
+            sets.append("delivery_state = ?")
+            params.append(require_choice(delivery_state, DELIVERY_STATES, "message delivery_state"))
+        if not isinstance(completion, Unset):
+            sets.append("completion = ?")
+            params.append(None if completion is None else dumps(require_object(completion, "completion intent")))
+        if not isinstance(human_due_at, Unset):
+            sets.append("human_due_at = ?")
+            params.append(None if human_due_at is None else time_text(human_due_at))
+        sets += ["revision = revision + 1", "updated_at = ?"]
+        params += [time_text(self._tx.now()), message_id, expected_revision]
+        changed = await self._tx.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ? AND revision = ?", params)
+        if changed != 1:
+            current = await self.get(message_id)
+            raise Conflict(
+                f"message {message_id} is at revision {current.revision}, not {expected_revision}: re-read it"
+            )
+        return await self.get(message_id)

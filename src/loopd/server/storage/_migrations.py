@@ -1,0 +1,311 @@
+"""Versioned schema migrations for the loop-server database (both backends run the same DDL).
+
+Owns: the numbered steps (``MIGRATIONS``), the ``schema_migrations`` table that records which ran, and
+``migrate``: under one write transaction (plus a PostgreSQL advisory lock, so replicas starting together take
+turns) it applies the missing steps in order. Applying twice is a no-op; a database that has a step this code
+does not know is refused with ``SchemaTooNew``. Steps are append-only: never edit one that has shipped.
+Must not do: data access beyond the schema (repositories own that).
+
+Portable column types: ids and enums are ``TEXT``; timestamps are fixed-width UTC ``TEXT`` (they sort by time);
+JSON is ``TEXT`` (byte-exact round trips, which canonical digests rely on); flags are ``BOOLEAN``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._backend import Backend
+from ._errors import InvalidRecord, SchemaTooNew
+from ._values import time_text, utc_now
+
+_ADVISORY_LOCK = 7_305_553_271  # pg_advisory_xact_lock key: one migrator at a time
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered schema step: its statements run in one transaction, in order."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_CHAT = Migration(
+    1,
+    "chat, human requests, registry, harness calls, leases",
+    (
+        """CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            actor_kind TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            task_id TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE UNIQUE INDEX conversations_by_task ON conversations (task_id)",
+        "CREATE INDEX conversations_by_owner ON conversations (actor_kind, actor_key, id)",
+        """CREATE TABLE conversation_cursors (
+            conversation_id TEXT PRIMARY KEY,
+            last_cursor BIGINT NOT NULL
+        )""",
+        """CREATE TABLE messages (
+            id TEXT PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            task_id TEXT,
+            kind TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            reply_to_message_id TEXT,
+            purpose TEXT NOT NULL,
+            status TEXT NOT NULL,
+            revision BIGINT NOT NULL,
+            content TEXT NOT NULL,
+            delivery_state TEXT NOT NULL,
+            completion TEXT,
+            human_due_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX messages_by_conversation ON messages (conversation_id, id)",
+        "CREATE INDEX messages_by_task ON messages (task_id, purpose, id)",
+        "CREATE INDEX messages_by_delivery ON messages (delivery_state, id)",
+        """CREATE TABLE message_events (
+            message_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            event_cursor BIGINT NOT NULL,
+            event TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (message_id, seq)
+        )""",
+        "CREATE UNIQUE INDEX message_events_by_cursor ON message_events (conversation_id, event_cursor)",
+        """CREATE TABLE human_requests (
+            message_id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL,
+            conversation_id TEXT NOT NULL,
+            effect_key TEXT NOT NULL,
+            params_hash TEXT NOT NULL,
+            request_type TEXT NOT NULL,
+            title TEXT NOT NULL,
+            prompt TEXT NOT NULL,
+            choices TEXT NOT NULL,
+            allow_other BOOLEAN NOT NULL,
+            confirm_label TEXT,
+            decline_label TEXT,
+            asker_kind TEXT NOT NULL,
+            asker_key TEXT NOT NULL,
+            timeout_seconds DOUBLE PRECISION NOT NULL,
+            due_at TEXT NOT NULL,
+            outcome TEXT NOT NULL,
+            outcome_value TEXT,
+            outcome_reason TEXT,
+            reply_message_id TEXT,
+            resolved_by TEXT,
+            resolved_at TEXT,
+            created_at TEXT NOT NULL,
+            UNIQUE (task_id, effect_key)
+        )""",
+        "CREATE INDEX human_requests_by_due ON human_requests (outcome, due_at)",
+        """CREATE TABLE registry_actors (
+            kind TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            id TEXT NOT NULL UNIQUE,
+            display_name TEXT NOT NULL,
+            description TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (kind, actor_key)
+        )""",
+        """CREATE TABLE harness_calls (
+            id TEXT PRIMARY KEY,
+            owner_uid TEXT NOT NULL,
+            effect_key TEXT NOT NULL,
+            params TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            target TEXT NOT NULL,
+            conversation_id TEXT,
+            message_id TEXT,
+            phase TEXT NOT NULL,
+            result TEXT,
+            error TEXT,
+            deadline_at TEXT NOT NULL,
+            checkpoint BIGINT NOT NULL,
+            replay_hash TEXT NOT NULL,
+            execution_ref TEXT,
+            cancel_requested BOOLEAN NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (owner_uid, effect_key)
+        )""",
+        "CREATE INDEX harness_calls_by_phase ON harness_calls (phase, id)",
+        """CREATE TABLE leases (
+            resource TEXT PRIMARY KEY,
+            holder TEXT NOT NULL,
+            token BIGINT NOT NULL,
+            expires_at TEXT NOT NULL,
+            acquired_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )""",
+    ),
+)
+
+_LEDGER = Migration(
+    2,
+    "ledger",
+    (
+        """CREATE TABLE ledger_actors (
+            id TEXT PRIMARY KEY,
+            actor_type TEXT NOT NULL,
+            framework TEXT,
+            actor_key TEXT UNIQUE,
+            attributes TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE ledger_lanes (
+            id TEXT PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            run_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            parent_lane_id TEXT,
+            task_id TEXT,
+            conversation_id TEXT,
+            harness_call_id TEXT,
+            attributes TEXT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (session_id, run_id, name)
+        )""",
+        "CREATE INDEX ledger_lanes_by_task ON ledger_lanes (task_id)",
+        "CREATE INDEX ledger_lanes_by_conversation ON ledger_lanes (conversation_id)",
+        "CREATE INDEX ledger_lanes_by_call ON ledger_lanes (harness_call_id)",
+        """CREATE TABLE ledger_turns (
+            id TEXT PRIMARY KEY,
+            lane_id TEXT NOT NULL,
+            attributes TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE ledger_actions (
+            id TEXT PRIMARY KEY,
+            turn_id TEXT NOT NULL,
+            lane_id TEXT NOT NULL,
+            action_type TEXT NOT NULL,
+            parent_action_id TEXT,
+            effect_kind TEXT NOT NULL DEFAULT 'unknown',
+            idempotency TEXT NOT NULL DEFAULT 'unknown',
+            name TEXT,
+            attributes TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE ledger_attempts (
+            id TEXT PRIMARY KEY,
+            action_id TEXT NOT NULL,
+            lane_id TEXT NOT NULL,
+            attempt_no INTEGER NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (action_id, attempt_no)
+        )""",
+        """CREATE TABLE ledger_events (
+            id TEXT PRIMARY KEY,
+            lane_id TEXT NOT NULL,
+            seq BIGINT NOT NULL,
+            subject_id TEXT NOT NULL,
+            event_type TEXT NOT NULL,
+            actor_id TEXT NOT NULL,
+            occurred_at TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            extensions TEXT NOT NULL,
+            causation_id TEXT,
+            schema_version TEXT NOT NULL,
+            append_id TEXT NOT NULL,
+            committed_at TEXT NOT NULL,
+            input_tokens BIGINT,
+            output_tokens BIGINT,
+            cost_usd DOUBLE PRECISION,
+            UNIQUE (lane_id, seq)
+        )""",
+        "CREATE INDEX ledger_events_by_subject ON ledger_events (subject_id, event_type)",
+        "CREATE INDEX ledger_events_by_type ON ledger_events (event_type, lane_id)",
+        """CREATE TABLE ledger_appends (
+            id TEXT PRIMARY KEY,
+            lane_id TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            first_seq BIGINT NOT NULL,
+            last_seq BIGINT NOT NULL,
+            event_ids TEXT NOT NULL,
+            committed_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE ledger_checkpoints (
+            id TEXT PRIMARY KEY,
+            checkpoint_key TEXT NOT NULL,
+            revision BIGINT NOT NULL,
+            actor_id TEXT NOT NULL,
+            format TEXT NOT NULL,
+            state TEXT,
+            artifact_ref TEXT,
+            anchor TEXT,
+            extensions TEXT NOT NULL,
+            schema_version TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            UNIQUE (checkpoint_key, revision)
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER)
+"""Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
+
+_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TEXT NOT NULL
+)"""
+
+
+def _check_steps(steps: Sequence[Migration]) -> None:
+    for expected, step in enumerate(steps, start=1):
+        if step.version != expected:
+            raise InvalidRecord(f"migration steps must be numbered 1, 2, 3…; step {expected} is {step.version}")
+
+
+async def migrate(backend: Backend, steps: Sequence[Migration] = MIGRATIONS) -> list[int]:
+    """Bring the schema up to ``steps[-1].version``; returns the versions applied now (empty when current).
+
+    Raises ``SchemaTooNew`` when the database has a version this code does not know.
+    """
+    _check_steps(steps)
+    async with backend.transaction(read_only=False) as conn:
+        if backend.dialect == "postgres":
+            await conn.fetch("SELECT pg_advisory_xact_lock(?)", (_ADVISORY_LOCK,))
+        await conn.execute(_TABLE)
+        rows = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
+        applied = [int(row[0]) for row in rows]
+        known = len(steps)
+        if applied and applied[-1] > known:
+            raise SchemaTooNew(
+                f"the database schema is at version {applied[-1]} but this code knows only up to {known}: "
+                "run a newer loopd (databases are never downgraded)"
+            )
+        done = set(applied)
+        ran: list[int] = []
+        for step in steps:
+            if step.version in done:
+                continue
+            for statement in step.statements:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (step.version, step.name, time_text(utc_now())),
+            )
+            ran.append(step.version)
+        return ran
+
+
+async def schema_version(backend: Backend) -> int:
+    """The highest applied step (0 for an empty database)."""
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute(_TABLE)
+        rows = await conn.fetch("SELECT MAX(version) FROM schema_migrations")
+    return int(rows[0][0] or 0)

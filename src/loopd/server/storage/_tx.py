@@ -1,0 +1,61 @@
+"""The handle repositories work through: one open transaction, its dialect and the database clock.
+
+Owns: ``TransactionCore`` (fetch / fetch_one / execute, ``now()``, ``new_id()``, row-lock clauses per dialect).
+Must not do: SQL of any table, or commit/rollback (the ``Database`` that opened the transaction does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from loopd._ids import new_id
+
+from ._backend import Connection, Dialect
+
+
+class TransactionCore:
+    def __init__(
+        self,
+        conn: Connection,
+        dialect: Dialect,
+        clock: Callable[[], datetime],
+        *,
+        read_only: bool,
+        ids: Callable[[], str] = new_id,
+    ) -> None:
+        self._conn = conn
+        self.dialect: Dialect = dialect
+        self._clock = clock
+        self._ids = ids
+        self.read_only = read_only
+
+    def new_id(self) -> str:
+        """A new UUIDv7, larger than every id this database handle made before (ids are paging cursors)."""
+        return self._ids()
+
+    def now(self) -> datetime:
+        """The database clock (injectable, so tests control expiry and deadlines)."""
+        return self._clock()
+
+    @property
+    def for_update(self) -> str:
+        """Suffix that locks the selected rows until commit (PostgreSQL); SQLite writers are serialized anyway."""
+        return " FOR UPDATE" if self.dialect == "postgres" and not self.read_only else ""
+
+    @property
+    def for_share(self) -> str:
+        """Suffix that keeps the selected rows from changing until commit (PostgreSQL)."""
+        return " FOR SHARE" if self.dialect == "postgres" and not self.read_only else ""
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return await self._conn.fetch(sql, params)
+
+    async def fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+        rows = await self._conn.fetch(sql, params)
+        return rows[0] if rows else None
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement; returns how many rows it changed."""
+        return await self._conn.execute(sql, params)

@@ -1,0 +1,174 @@
+"""Conversations and messages: ownership, work conversations, public roles, paging, compare-and-set updates."""
+
+from __future__ import annotations
+
+import pytest
+
+from loopd.server.storage import Conflict, Database, InvalidRecord, Message, NewMessage, NotFound
+from tests.server_storage.conftest import ManualClock
+from tests.server_storage.helpers import question, text_content, user_conversation
+
+
+async def test_user_conversations_are_listed_per_owner_with_paging(db: Database) -> None:
+    async with db.transaction() as tx:
+        mine = [await user_conversation(tx, "alice", f"c{i}") for i in range(5)]
+        await user_conversation(tx, "bob")
+        await tx.conversations.create(actor_kind="operator", actor_key="router", task_id="t1")
+    async with db.transaction(read_only=True) as tx:
+        first = await tx.conversations.list_for_owner("alice", limit=2)
+        rest = await tx.conversations.list_for_owner("alice", after=first[-1].id, limit=10)
+        oldest_first = await tx.conversations.list_for_owner("alice", newest_first=False, limit=10)
+        with pytest.raises(InvalidRecord):
+            await tx.conversations.list_for_owner("alice", limit=0)
+    assert [c.name for c in first + rest] == ["c4", "c3", "c2", "c1", "c0"]
+    assert [c.id for c in oldest_first] == [c.id for c in mine]
+
+
+async def test_a_task_has_at_most_one_work_conversation(db: Database) -> None:
+    async with db.transaction() as tx:
+        work = await tx.conversations.create(actor_kind="operator", actor_key="router", task_id="t1", name="detail")
+    with pytest.raises(Conflict, match="already has a work conversation"):
+        async with db.transaction() as tx:
+            await tx.conversations.create(actor_kind="harness", actor_key="h", task_id="t1")
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.conversations.find_work("t1") == work
+        assert await tx.conversations.find_work("t2") is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "task_id"),
+    [("user", "alice", "t1"), ("operator", "router", None), ("assistant", "x", None), ("user", "", None)],
+)
+async def test_conversation_shape_rules(db: Database, kind: str, key: str, task_id: str | None) -> None:
+    with pytest.raises(InvalidRecord):
+        async with db.transaction() as tx:
+            await tx.conversations.create(actor_kind=kind, actor_key=key, task_id=task_id)  # type: ignore[arg-type]
+
+
+async def test_rename_and_touch_update_the_conversation(db: Database, clock: ManualClock) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+    clock.advance(5)
+    async with db.transaction() as tx:
+        renamed = await tx.conversations.rename(conversation.id, "renamed")
+        with pytest.raises(NotFound):
+            await tx.conversations.touch("missing")
+    assert renamed.name == "renamed" and renamed.updated_at > conversation.updated_at
+
+
+@pytest.mark.parametrize("kind", ["assistant", "tool", "system", "model", ""])
+async def test_only_public_roles_are_stored(db: Database, kind: str) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+    with pytest.raises(InvalidRecord, match="message kind"):
+        async with db.transaction() as tx:
+            await tx.messages.insert(NewMessage(conversation.id, kind, "k", "output", {}))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("purpose", "answer"), ("status", "done"), ("content", "text"), ("key", ""), ("conversation_id", "missing")],
+)
+async def test_message_fields_are_checked(db: Database, field: str, value: str) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+    fields = {
+        "conversation_id": conversation.id,
+        "kind": "user",
+        "key": "alice",
+        "purpose": "input",
+        "content": text_content("x"),
+        field: value,
+    }
+    with pytest.raises((InvalidRecord, NotFound)):
+        async with db.transaction() as tx:
+            await tx.messages.insert(NewMessage(**fields))  # type: ignore[arg-type]
+
+
+async def test_messages_page_by_id_in_insertion_order(db: Database) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        work = await tx.conversations.create(actor_kind="operator", actor_key="router", task_id="t1")
+        inserted: list[Message] = []
+        for i in range(7):  # several per millisecond: ids must still sort in insertion order
+            pair = await question(tx, conversation, f"t{i}", f"q{i}")
+            inserted.extend(pair)
+        output = await tx.messages.insert(NewMessage(work.id, "harness", "h1", "output", {}, task_id="t1"))
+    async with db.transaction(read_only=True) as tx:
+        pages, after = [], None
+        while page := await tx.messages.list_conversation(conversation.id, after=after, limit=3):
+            pages.append(page)
+            after = page[-1].id
+        task_messages = await tx.messages.list_task("t1")
+    assert [m.id for page in pages for m in page] == [m.id for m in inserted]
+    assert [len(page) for page in pages] == [3, 3, 3, 3, 2]
+    assert [m.purpose for m in task_messages] == ["input", "response", "output"]  # both conversations
+    assert task_messages[-1] == output
+
+
+async def test_task_pair_finds_input_and_response_by_purpose(db: Database) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        input_, response = await question(tx, conversation, "t1")
+        with pytest.raises(NotFound):
+            await tx.messages.task_pair("t-missing")  # not committed yet / never created: the reconcile retries
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.messages.task_pair("t1") == (input_, response)
+        assert response.reply_to_message_id == input_.id and response.revision == 1
+    async with db.transaction() as tx:
+        await tx.messages.insert(NewMessage(conversation.id, "operator", "router", "response", {}, task_id="t1"))
+    with pytest.raises(Conflict, match="more than one response"):
+        async with db.transaction(read_only=True) as tx:
+            await tx.messages.task_pair("t1")
+
+
+async def test_updates_compare_and_set_the_revision(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+    async with db.transaction() as tx:
+        locked = await tx.messages.lock(response.id)
+        closing = await tx.messages.update(
+            locked.id, expected_revision=locked.revision, delivery_state="closing", completion={"code": "x"}
+        )
+    assert (closing.revision, closing.delivery_state, closing.completion) == (2, "closing", {"code": "x"})
+    with pytest.raises(Conflict, match="revision 2, not 1"):
+        async with db.transaction() as tx:
+            await tx.messages.update(response.id, expected_revision=1, status="completed")
+    async with db.transaction() as tx:
+        assert [m.id for m in await tx.messages.list_closing()] == [response.id]
+        done = await tx.messages.update(
+            response.id,
+            expected_revision=2,
+            status="completed",
+            content=text_content("answer"),
+            delivery_state="closed",
+            completion=None,
+        )
+        with pytest.raises(InvalidRecord):
+            await tx.messages.update(response.id, expected_revision=3, delivery_state="open")  # type: ignore[arg-type]
+        with pytest.raises(NotFound):
+            await tx.messages.update("missing", expected_revision=1, status="failed")
+    assert (done.revision, done.status, done.delivery_state, done.completion) == (3, "completed", "closed", None)
+    assert done.content["blocks"][0]["content"] == "answer"
+
+
+async def test_concurrent_updates_of_one_revision_have_one_winner(db: Database) -> None:
+    import asyncio
+
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+
+    async def close(status: str) -> str:
+        try:
+            async with db.transaction() as tx:
+                await tx.messages.update(response.id, expected_revision=1, status=status)  # type: ignore[arg-type]
+        except Conflict:
+            return "lost"
+        return status
+
+    results = await asyncio.gather(*(close(s) for s in ["completed", "failed", "cancelled", "expired"]))
+    winners = [r for r in results if r != "lost"]
+    assert len(winners) == 1
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.messages.get(response.id)
+    assert (stored.status, stored.revision) == (winners[0], 2)

@@ -1,0 +1,137 @@
+"""The durable message event log: per-message seqs and the per-conversation cursor used for SSE resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loopd.server.storage import Conflict, Database, InvalidRecord, Message, NewMessage, NotFound
+from tests.server_storage.helpers import question, user_conversation
+
+
+def start(seq: int) -> dict[str, object]:
+    return {"op": "start", "seq": seq, "model": {"version": "1.1", "biz": "chat", "meta": {}, "blocks": []}}
+
+
+def append(seq: int, text: str) -> dict[str, object]:
+    return {"op": "append", "seq": seq, "mask": "block.content", "block": {"id": "a", "type": "text", "content": text}}
+
+
+async def test_seqs_start_at_one_and_have_no_gaps(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+        first, appended = await tx.message_events.append(response.id, 1, start(1))
+        assert appended and (first.seq, first.cursor) == (1, 1)
+        with pytest.raises(Conflict, match="next event must be 2"):
+            await tx.message_events.append(response.id, 3, append(3, "x"))
+        with pytest.raises(InvalidRecord):
+            await tx.message_events.append(response.id, 0, start(0))
+        with pytest.raises(NotFound):
+            await tx.message_events.append("missing", 1, start(1))
+        await tx.message_events.append(response.id, 2, append(2, "Hel"))
+        await tx.message_events.append(response.id, 3, append(3, "lo"))
+    async with db.transaction(read_only=True) as tx:
+        assert [e.seq for e in await tx.message_events.read(response.id)] == [1, 2, 3]
+        assert [e.event["op"] for e in await tx.message_events.read(response.id, after_seq=1)] == ["append"] * 2
+        assert await tx.message_events.last_seq(response.id) == 3
+
+
+async def test_a_repeated_seq_is_idempotent_only_with_identical_content(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+        stored, _ = await tx.message_events.append(response.id, 1, start(1))
+        await tx.message_events.append(response.id, 2, append(2, "a"))
+    async with db.transaction() as tx:
+        again, appended = await tx.message_events.append(response.id, 1, dict(reversed(list(start(1).items()))))
+        assert not appended and again == stored  # key order does not matter, content does
+        with pytest.raises(Conflict, match="different event at seq 2"):
+            await tx.message_events.append(response.id, 2, append(2, "b"))
+        assert await tx.message_events.last_cursor(response.conversation_id) == 2
+
+
+async def test_the_conversation_cursor_spans_every_message_in_commit_order(db: Database) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        _, first = await question(tx, conversation, "t1")
+        _, second = await question(tx, conversation, "t2")
+        other = await user_conversation(tx, "bob")
+        _, elsewhere = await question(tx, other, "t3")
+    order = [(first, 1), (second, 1), (first, 2), (elsewhere, 1), (second, 2)]
+    for message, seq in order:
+        async with db.transaction() as tx:
+            await tx.message_events.append(message.id, seq, start(seq) if seq == 1 else append(seq, "x"))
+    async with db.transaction(read_only=True) as tx:
+        events = await tx.message_events.read_conversation_events(conversation.id)
+        resumed = await tx.message_events.read_conversation_events(conversation.id, after_cursor=2, limit=1)
+    assert [(e.message_id, e.seq, e.cursor) for e in events] == [
+        (first.id, 1, 1),
+        (second.id, 1, 2),
+        (first.id, 2, 3),
+        (second.id, 2, 4),
+    ]
+    assert [(e.message_id, e.seq) for e in resumed] == [(first.id, 2)]
+
+
+async def test_concurrent_appends_give_a_gap_free_cursor_that_readers_never_skip(db: Database) -> None:
+    """Writers on many messages of one conversation, and a reader resuming by cursor while they run."""
+    writers, per_writer = 6, 8
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        messages: list[Message] = []
+        for i in range(writers):
+            messages.append(
+                await tx.messages.insert(NewMessage(conversation.id, "harness", f"h{i}", "output", {}, task_id="t"))
+            )
+    done = asyncio.Event()
+
+    async def write(message: Message) -> None:
+        for seq in range(1, per_writer + 1):
+            async with db.transaction() as tx:
+                await tx.message_events.append(message.id, seq, append(seq, f"{message.key}:{seq}"))
+
+    async def read() -> list[int]:
+        seen: list[int] = []
+        while True:
+            finished = done.is_set()
+            async with db.transaction(read_only=True) as tx:
+                batch = await tx.message_events.read_conversation_events(
+                    conversation.id, after_cursor=seen[-1] if seen else 0
+                )
+            seen.extend(e.cursor for e in batch)
+            if finished and not batch:
+                return seen
+            await asyncio.sleep(0)
+
+    reader = asyncio.create_task(read())
+    await asyncio.gather(*(write(m) for m in messages))
+    done.set()
+    seen = await asyncio.wait_for(reader, 20)
+    total = writers * per_writer
+    assert seen == list(range(1, total + 1))
+    async with db.transaction(read_only=True) as tx:
+        events = await tx.message_events.read_conversation_events(conversation.id, limit=1000)
+    assert [e.cursor for e in events] == list(range(1, total + 1))
+    for message in messages:
+        assert [e.seq for e in events if e.message_id == message.id] == list(range(1, per_writer + 1))
+
+
+async def test_racing_writers_of_one_seq_store_it_once(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+
+    async def write(text: str) -> str:
+        try:
+            async with db.transaction() as tx:
+                _, appended = await tx.message_events.append(response.id, 1, append(1, text))
+        except Conflict:
+            return "conflict"
+        return "appended" if appended else "replayed"
+
+    results = await asyncio.gather(*(write(text) for text in ["a", "a", "b", "c"]))
+    assert results.count("appended") == 1
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.message_events.read(response.id)
+    assert len(stored) == 1 and stored[0].cursor == 1
+    winner = stored[0].event["block"]["content"]
+    assert all(r == "conflict" for r, t in zip(results, ["a", "a", "b", "c"], strict=True) if t != winner)
