@@ -47,6 +47,10 @@ class Transaction(TransactionCore):
     commits when the block ends and rolls back if it raises.
     """
 
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once this transaction has committed (never on rollback). For wake-ups, not writes."""
+        self._after_commit.append(callback)
+
     @cached_property
     def conversations(self) -> Conversations:
         return Conversations(self)
@@ -138,7 +142,10 @@ class Database:
     async def transaction(self, *, read_only: bool = False) -> AsyncIterator[Transaction]:
         """A transaction with every repository bound to it; ``read_only`` reads one consistent snapshot."""
         async with self._backend.transaction(read_only=read_only) as conn:
-            yield Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
+            tx = Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
+            yield tx
+        for callback in tx._after_commit:
+            callback()
 
     async def schema_version(self) -> int:
         return await schema_version(self._backend)

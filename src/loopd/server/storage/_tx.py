@@ -30,6 +30,7 @@ class TransactionCore:
         self._clock = clock
         self._ids = ids
         self.read_only = read_only
+        self._after_commit: list[Callable[[], None]] = []
 
     def new_id(self) -> str:
         """A new UUIDv7, larger than every id this database handle made before (ids are paging cursors)."""

@@ -1,0 +1,29 @@
+"""Visible message streams: the durable AgentUE event log of each message and wake-ups for its readers.
+
+`open_message`, `emit` and `finish` are the only writers of message content (see ``_log``); `ConversationBus`
+wakes readers after a commit.
+"""
+
+from loopd.server.streams._bus import ConversationBus
+from loopd.server.streams._log import (
+    HUMAN_BLOCK_TYPES,
+    TERMINAL_STATUSES,
+    TerminalStatus,
+    emit,
+    empty_model,
+    finish,
+    open_message,
+    state_of,
+)
+
+__all__ = [
+    "HUMAN_BLOCK_TYPES",
+    "TERMINAL_STATUSES",
+    "ConversationBus",
+    "TerminalStatus",
+    "emit",
+    "empty_model",
+    "finish",
+    "open_message",
+    "state_of",
+]

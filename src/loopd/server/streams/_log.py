@@ -1,0 +1,172 @@
+"""A message's visible stream: AgentUE events stored in order, the folded snapshot kept in ``messages.content``.
+
+Every writer of visible content (the chat flow, the Harness Engine's projection, Human requests, operators'
+emits) goes through these functions inside a transaction, so for every message:
+
+* its events are ``start`` (seq 1, the initial model), then ``set`` / ``append`` / ``error`` events, then ``end``;
+* ``messages.content`` always equals the fold of its stored events (the AgentUE reducer), and
+  ``messages.revision`` grows with every change;
+* a terminal message (``end`` stored, status completed / failed / cancelled / expired) takes no more events.
+
+Readers follow a conversation by its cursor (``read_conversation_events``), which orders events of all its messages
+in commit order; `ConversationBus` only wakes them. Callers pass ``bus`` so a commit wakes the readers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from loopd.agentue import (
+    AgentUEError,
+    EndEvent,
+    ErrorEvent,
+    Model,
+    PingEvent,
+    StartEvent,
+    StreamState,
+    event_from_json,
+    reduce,
+)
+from loopd.server.storage import Conflict, InvalidRecord, Message, MessageEvent, NewMessage, Transaction
+from loopd.server.streams._bus import ConversationBus
+
+TerminalStatus = Literal["completed", "failed", "cancelled", "expired"]
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "expired"})
+HUMAN_BLOCK_TYPES: Final = frozenset({"ask", "confirm", "human_reply"})
+
+
+def empty_model(biz: str = "loopd.chat") -> dict[str, Any]:
+    return {"version": "1.1", "biz": biz, "meta": {}, "blocks": []}
+
+
+def _checked_model(content: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return Model.from_json(dict(content)).to_json()
+    except AgentUEError as exc:
+        raise InvalidRecord(f"content is not an AgentUE model: {exc}") from exc
+
+
+def _wake(tx: Transaction, bus: ConversationBus | None, conversation_id: str) -> None:
+    if bus is not None:
+        tx.after_commit(lambda: bus.notify(conversation_id))
+
+
+async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus | None = None) -> Message:
+    """Insert a message and its ``start`` event (seq 1). A message created as ``completed`` also gets ``end``."""
+    model = _checked_model(new.content)
+    message = await tx.messages.insert(
+        NewMessage(
+            conversation_id=new.conversation_id,
+            kind=new.kind,
+            key=new.key,
+            purpose=new.purpose,
+            content=model,
+            task_id=new.task_id,
+            reply_to_message_id=new.reply_to_message_id,
+            status=new.status,
+            human_due_at=new.human_due_at,
+            id=new.id,
+        )
+    )
+    await tx.message_events.append(message.id, 1, StartEvent(seq=1, model=Model.from_json(model)).to_json())
+    if message.status in TERMINAL_STATUSES:
+        await tx.message_events.append(message.id, 2, EndEvent(seq=2).to_json())
+    _wake(tx, bus, message.conversation_id)
+    return message
+
+
+async def state_of(tx: Transaction, message: Message) -> StreamState:
+    seq = await tx.message_events.last_seq(message.id)
+    return StreamState.of(message.content, seq=seq or None)
+
+
+async def emit(
+    tx: Transaction,
+    message_id: str,
+    events: Sequence[Mapping[str, Any]],
+    *,
+    bus: ConversationBus | None = None,
+    allow_human_blocks: bool = False,
+) -> tuple[Message, list[MessageEvent]]:
+    """Append ``set`` / ``append`` / ``error`` events (their ``seq`` is assigned here) and refresh the snapshot.
+
+    Raises ``InvalidRecord`` for anything that is not such an event or that the reducer rejects, and ``Conflict``
+    when the message is terminal. ``ping`` events are accepted and not stored.
+    """
+    message = await tx.messages.lock(message_id)
+    if message.status in TERMINAL_STATUSES:
+        raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
+    state = await state_of(tx, message)
+    seq = state.seq or 0
+    stored: list[MessageEvent] = []
+    for raw in events:
+        body = dict(raw)
+        body["seq"] = seq + 1
+        body.pop("stream_id", None)
+        try:
+            event = event_from_json(body)
+        except AgentUEError as exc:
+            raise InvalidRecord(f"not an AgentUE event: {exc}") from exc
+        if isinstance(event, PingEvent):
+            continue
+        if isinstance(event, StartEvent | EndEvent):
+            raise InvalidRecord(f"'{event.op}' events are managed by the server; send set, append or error")
+        if not allow_human_blocks:
+            _refuse_human(body)
+        try:
+            state = reduce(state, event)
+        except AgentUEError as exc:
+            raise InvalidRecord(f"event rejected: {exc}") from exc
+        seq += 1
+        record, _ = await tx.message_events.append(message_id, seq, event.to_json())
+        stored.append(record)
+    if stored:
+        assert state.model is not None
+        message = await tx.messages.update(
+            message_id, expected_revision=message.revision, content=state.model.to_json()
+        )
+        _wake(tx, bus, message.conversation_id)
+    return message, stored
+
+
+def _refuse_human(body: Mapping[str, Any]) -> None:
+    block = body.get("block")
+    if isinstance(block, Mapping) and block.get("type") in HUMAN_BLOCK_TYPES:
+        raise InvalidRecord("ask / confirm / human_reply blocks are created through the Human API only")
+    meta = body.get("meta")
+    if isinstance(meta, Mapping) and "human" in meta:
+        raise InvalidRecord("meta.human is reserved for the Human API")
+    mask = body.get("mask")
+    if isinstance(mask, str) and mask.startswith("meta.human"):
+        raise InvalidRecord("meta.human is reserved for the Human API")
+
+
+async def finish(
+    tx: Transaction,
+    message_id: str,
+    status: TerminalStatus,
+    *,
+    error: Mapping[str, str] | None = None,
+    bus: ConversationBus | None = None,
+) -> Message:
+    """End a message's stream (an ``error`` event first when ``error`` is given). Idempotent once terminal."""
+    message = await tx.messages.lock(message_id)
+    if message.status in TERMINAL_STATUSES:
+        return message
+    state = await state_of(tx, message)
+    seq = state.seq or 0
+    if error is not None and not (state.model is not None and state.model.to_json().get("meta", {}).get("error")):
+        event = ErrorEvent.of(seq + 1, code=str(error.get("code", "error")), message=str(error.get("message", "")))
+        state = reduce(state, event)
+        seq += 1
+        await tx.message_events.append(message_id, seq, event.to_json())
+    end = EndEvent(seq=seq + 1)
+    state = reduce(state, end)
+    await tx.message_events.append(message_id, seq + 1, end.to_json())
+    assert state.model is not None
+    message = await tx.messages.update(
+        message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
+    )
+    _wake(tx, bus, message.conversation_id)
+    return message

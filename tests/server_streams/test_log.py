@@ -1,0 +1,124 @@
+"""The visible stream of a message: ordered durable events, snapshot == fold, terminal is final, readers woken."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from loopd.agentue import fold
+from loopd.server.storage import Conflict, Database, InvalidRecord, NewMessage, open_database
+from loopd.server.streams import ConversationBus, emit, empty_model, finish, open_message
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    async with open_database(tmp_path / "loopd.db") as database:
+        yield database
+
+
+async def _conversation(db: Database) -> str:
+    async with db.transaction() as tx:
+        return (await tx.conversations.create(actor_kind="user", actor_key="alice")).id
+
+
+def _streaming(conversation_id: str) -> NewMessage:
+    return NewMessage(
+        conversation_id=conversation_id,
+        kind="harness",
+        key="assistant",
+        purpose="response",
+        content=empty_model(),
+        task_id="t1",
+        status="streaming",
+    )
+
+
+async def test_snapshot_is_the_fold_of_the_stored_events(db: Database) -> None:
+    cid = await _conversation(db)
+    bus = ConversationBus()
+    async with db.transaction() as tx:
+        message = await open_message(tx, _streaming(cid), bus=bus)
+    async with db.transaction() as tx:
+        await emit(
+            tx,
+            message.id,
+            [
+                {"op": "set", "block": {"id": "answer", "type": "text", "text": ""}},
+                {"op": "append", "mask": "block.text", "block": {"id": "answer", "text": "Hel"}},
+                {"op": "ping"},
+                {"op": "append", "mask": "block.text", "block": {"id": "answer", "text": "lo"}},
+            ],
+            bus=bus,
+        )
+    async with db.transaction() as tx:
+        done = await finish(tx, message.id, "completed", bus=bus)
+        again = await finish(tx, message.id, "completed", bus=bus)  # idempotent
+        events = await tx.message_events.read(message.id)
+    assert again.revision == done.revision
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert [e.event["op"] for e in events] == ["start", "set", "append", "append", "end"]
+    folded = fold([e.event for e in events])
+    assert folded.model is not None and folded.ended
+    assert folded.model.to_json() == done.content
+    assert done.content["blocks"] == [{"id": "answer", "type": "text", "text": "Hello"}]
+    assert done.status == "completed"
+    # Cursors order every event of the conversation.
+    async with db.transaction(read_only=True) as tx:
+        cursors = [e.cursor for e in await tx.message_events.read_conversation_events(cid)]
+    assert cursors == [1, 2, 3, 4, 5]
+
+
+async def test_bad_events_are_refused_and_nothing_is_stored(db: Database) -> None:
+    cid = await _conversation(db)
+    async with db.transaction() as tx:
+        message = await open_message(tx, _streaming(cid))
+    bad = [
+        [{"op": "start", "model": empty_model()}],
+        [{"op": "end"}],
+        [{"op": "set", "block": {"id": "q", "type": "ask", "prompt": "?"}}],
+        [{"op": "set", "mask": "meta.human", "meta": {"human": {"x": 1}}}],
+        [{"op": "append", "mask": "block.text", "block": {"id": "nope", "text": 3}}],
+        [{"op": "teleport"}],
+        [
+            {"op": "set", "block": {"id": "a", "type": "text", "text": ""}},
+            {"op": "append", "mask": "block.text", "block": {"id": "a", "text": ["not", "text"]}},
+        ],
+    ]
+    for events in bad:
+        with pytest.raises(InvalidRecord):
+            async with db.transaction() as tx:
+                await emit(tx, message.id, events)
+    async with db.transaction(read_only=True) as tx:
+        assert [e.seq for e in await tx.message_events.read(message.id)] == [1]
+
+
+async def test_a_terminal_message_takes_no_more_events(db: Database) -> None:
+    cid = await _conversation(db)
+    async with db.transaction() as tx:
+        message = await open_message(tx, _streaming(cid))
+        failed = await finish(tx, message.id, "failed", error={"code": "harness_failed", "message": "boom"})
+    assert failed.content["meta"]["error"]["code"] == "harness_failed"
+    with pytest.raises(Conflict):
+        async with db.transaction() as tx:
+            await emit(tx, message.id, [{"op": "set", "block": {"id": "a", "type": "text", "text": "late"}}])
+
+
+async def test_readers_are_woken_after_commit_and_not_on_rollback(db: Database) -> None:
+    cid = await _conversation(db)
+    bus = ConversationBus()
+    waiter = asyncio.create_task(bus.wait(cid, timeout=0.5))
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await open_message(tx, _streaming(cid), bus=bus)
+            raise RuntimeError("rolled back")
+    assert await waiter is False
+    waiter = asyncio.create_task(bus.wait(cid, timeout=5))
+    await asyncio.sleep(0)
+    async with db.transaction() as tx:
+        await open_message(tx, _streaming(cid), bus=bus)
+    assert await waiter is True
+    assert bus.watched == 0
