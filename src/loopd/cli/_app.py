@@ -6,7 +6,9 @@ import typer
 
 from loopd import __version__
 from loopd.cli._demo import demo_command
+from loopd.cli._harness_serve import harness_app
 from loopd.cli._resources_commands import kubeconfig_command, manifests_app
+from loopd.cli._run import run_command
 
 app = typer.Typer(
     name="loopd",
@@ -23,8 +25,10 @@ def version_command() -> None:
 
 
 app.command("demo")(demo_command)
+app.command("run")(run_command)
 app.command("kubeconfig")(kubeconfig_command)
 app.add_typer(manifests_app, name="manifests")
+app.add_typer(harness_app, name="harness")
 
 
 def main() -> None:

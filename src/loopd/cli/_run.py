@@ -1,0 +1,212 @@
+"""`loopd run`: the harness's terminal transport — one prompt, or a REPL, on the standard rig.
+
+Exit codes: 0 the turn (or the REPL) ended normally; 1 the turn failed or the session broke; 2 bad input (an
+unknown session id, an unreadable policy file, a model that cannot be configured); 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM). Every exit path shuts the session down and closes the rig (journal, model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TextIO
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation
+from loopd.cli._run_input import LineInput
+from loopd.cli._run_view import RunView
+from loopd.harness import HarnessError, Session, SessionNotFoundError
+from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
+from loopd.harness.models import ModelConfig, PriceTableError
+from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
+
+EXIT_USAGE: Final = 2
+EXIT_TERMINATED: Final = 143
+SHUTDOWN_TIMEOUT: Final = 15.0
+"""Seconds the session gets to stop on exit before it is dropped (its journal stays consistent either way)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    workspace: Path
+    data_dir: Path
+    prompt: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    policy: Path | None = None
+    resume: str | None = None
+
+
+def run_command(
+    prompt: str | None = typer.Argument(None, help="Answer this one prompt, then exit. Without it: a REPL."),
+    workspace: Path | None = typer.Option(
+        None,
+        "--workspace",
+        "-w",
+        exists=True,
+        file_okay=False,
+        resolve_path=True,
+        help="The directory the tools work in (default: the current directory).",
+    ),
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        help="Where the session journal lives (default: $LOOPD_DATA_DIR/harness, or ~/.local/share/loopd/harness).",
+    ),
+    model: str | None = typer.Option(None, "--model", help="Model id (default: $LOOPD_MODEL, else demo)."),
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="An OpenAI-compatible endpoint (default: $OPENAI_BASE_URL)."
+    ),
+    policy: Path | None = typer.Option(
+        None, "--policy", help="Gate policy file (YAML/JSON): tool access and the unattended answer."
+    ),
+    resume: str | None = typer.Option(
+        None, "--resume", metavar="SESSION_ID", help="Continue a session from the journal."
+    ),
+) -> None:
+    """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
+
+    Permission questions take a (approve once), l (always: stored in <workspace>/.loopd/gate-rules.json) or
+    d (deny). Without a terminal on stdin they get the policy file's `unattended` answer (default: deny).
+    """
+    options = RunOptions(
+        workspace=(workspace or Path.cwd()).resolve(),
+        data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
+        prompt=prompt,
+        model=model,
+        base_url=base_url,
+        policy=policy,
+        resume=resume,
+    )
+    code = asyncio.run(run_harness(options))
+    if code:
+        raise typer.Exit(code)
+
+
+async def run_harness(
+    options: RunOptions,
+    *,
+    console: Console | None = None,
+    out: TextIO | None = None,
+    terminal: LineInput | None = None,
+) -> int:
+    """Run `loopd run` with ``options``; returns the exit code.
+
+    ``console`` (stderr), ``out`` (stdout) and ``terminal`` (stdin) default to the process's own.
+    """
+    view = RunView(console=console or Console(stderr=True, highlight=False), out=out or sys.stdout)
+    if options.prompt is not None and not options.prompt.strip():
+        view.error("the prompt is empty")
+        return EXIT_USAGE
+    try:
+        policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
+        config = ModelConfig.from_env(model=options.model, base_url=options.base_url)
+    except (GatePolicyError, ValidationError) as exc:
+        view.error(str(exc))
+        return EXIT_USAGE
+    settings = HarnessSettings(workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy)
+    conversation = Conversation(
+        view=view,
+        terminal=terminal or LineInput.for_stdin(),
+        policy=policy,
+        rules_file=FileRuleStore.for_workspace(options.workspace).path,
+    )
+    main = asyncio.current_task()
+    if main is None:
+        raise RuntimeError("run_harness must run in a task")
+    conversation.bind_main_task(main)
+    with _signal_handlers(conversation):
+        try:
+            return await _converse(settings, options, conversation, view)
+        except asyncio.CancelledError:
+            if conversation.quit_code is None:
+                raise
+            main.uncancel()  # our own cancellation (Ctrl-C / SIGTERM): it ends here as an exit code
+            return conversation.quit_code
+        finally:
+            view.close()
+
+
+async def _converse(settings: HarnessSettings, options: RunOptions, conversation: Conversation, view: RunView) -> int:
+    journal = settings.data_dir / JOURNAL_FILE
+    async with AsyncExitStack() as stack:
+        try:
+            rig = await stack.enter_async_context(open_standard_rig(settings))
+        except (HarnessError, PriceTableError, OSError) as exc:
+            view.error(f"cannot open the harness: {exc}")
+            return EXIT_USAGE
+        try:
+            session = await (rig.restore_session(options.resume) if options.resume else rig.start_session())
+        except SessionNotFoundError:
+            view.error(f"no session {options.resume!r} in {journal} (check the id and --data-dir)")
+            return EXIT_USAGE
+        except HarnessError as exc:
+            view.error(f"cannot open the session: {exc}")
+            return EXIT_USAGE
+        stack.push_async_callback(_close_session, session, conversation, view)
+        conversation.attach(session)
+        view.session_opened(session.id, workspace=settings.workspace, model=settings.model.model, journal=journal)
+        if settings.model.is_demo:
+            view.demo_note()
+        if options.resume:
+            loop = session.state.loops.get(MAIN_LOOP)
+            view.recap(
+                turns=loop.turns if loop else 0, last_reply=loop.last_reply if loop else None, usage=session.usage
+            )
+        try:
+            if options.prompt is not None:
+                return await conversation.one_shot(options.prompt)
+            return await conversation.repl()
+        except HarnessError as exc:
+            view.error(str(exc))
+            return EXIT_FAILED
+
+
+async def _close_session(session: Session, conversation: Conversation, view: RunView) -> None:
+    conversation.closing()
+    view.stop_spinner()
+    drain = 0.0 if conversation.quit_code is not None else None
+    try:
+        async with asyncio.timeout(SHUTDOWN_TIMEOUT):
+            await session.shutdown(drain_timeout=drain, reason="loopd run exited")
+    except TimeoutError:
+        session.abort()
+        view.warning(f"the session did not stop within {SHUTDOWN_TIMEOUT:g}s; it was dropped (restore it later)")
+    except HarnessError as exc:
+        view.warning(f"closing the session: {exc}")
+    stats = session.statistics()
+    view.session_closed(session.id, turns=stats.turns, usage=stats.usage)
+
+
+@contextlib.contextmanager
+def _signal_handlers(conversation: Conversation) -> Iterator[None]:
+    """Ctrl-C and SIGTERM go to the conversation while the block runs (only possible in the main thread)."""
+    loop = asyncio.get_running_loop()
+    handlers = {
+        signal.SIGINT: conversation.on_sigint,
+        signal.SIGTERM: lambda: conversation.quit(EXIT_TERMINATED),
+    }
+    installed: list[signal.Signals] = []
+    for signum, handler in handlers.items():
+        try:
+            loop.add_signal_handler(signum, handler)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue
+        installed.append(signum)
+    try:
+        yield
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "EXIT_USAGE", "RunOptions", "run_command", "run_harness"]

@@ -1,0 +1,372 @@
+"""A conversation with one harness session in the terminal: turns, the REPL, inline gates and Ctrl-C.
+
+`Conversation.on_sigint` is the only Ctrl-C handler while the session is open. What it does depends on the
+phase: at the prompt it wakes the pending read (the REPL quits on the second press in a row); during a turn the
+first press interrupts the turn (`Session.interrupt`) and a second one quits; in any other phase it quits. Quitting
+cancels the main task; the caller shuts the session down and closes the rig while that cancellation unwinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Literal
+
+from loopd.cli._run_input import InputInterrupted, LineInput
+from loopd.cli._run_view import RunView
+from loopd.harness import (
+    HarnessError,
+    MailboxFullError,
+    Session,
+    SessionClosedError,
+    SubscriptionLostError,
+    ToolCall,
+)
+from loopd.harness.core.events import (
+    EphemeralEvent,
+    GateOpened,
+    GateResolved,
+    InputCancelled,
+    InputRejected,
+    InputsFolded,
+    LoopEvent,
+    ModelReplied,
+    ModelRetrying,
+    SessionEvent,
+    TokenDelta,
+    ToolCallStarted,
+    ToolCompleted,
+    ToolProgress,
+    TurnDone,
+    TurnFailed,
+    TurnInterrupted,
+    TurnStarted,
+)
+from loopd.harness.gate import GateAnswer, GatePolicy
+from loopd.harness.runtime import Envelope, Subscription
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_INTERRUPTED: Final = 130
+
+Phase = Literal["starting", "prompt", "turn", "idle", "closing"]
+TurnEnd = Literal["done", "failed", "interrupted", "dropped"]
+
+_ANSWERS: Final = {
+    "a": GateAnswer.APPROVE,
+    "approve": GateAnswer.APPROVE,
+    "once": GateAnswer.APPROVE,
+    "y": GateAnswer.APPROVE,
+    "yes": GateAnswer.APPROVE,
+    "l": GateAnswer.APPROVE_ALWAYS,
+    "always": GateAnswer.APPROVE_ALWAYS,
+    "d": GateAnswer.DENY,
+    "deny": GateAnswer.DENY,
+    "n": GateAnswer.DENY,
+    "no": GateAnswer.DENY,
+}
+_QUIT_COMMANDS: Final = frozenset({"/exit", "/quit"})
+_SUBSCRIPTION_QUEUE: Final = 1024
+
+Event = SessionEvent | LoopEvent | EphemeralEvent
+
+
+def parse_gate_answer(line: str) -> GateAnswer | None:
+    """``a`` / ``l`` / ``d`` (or approve / always / deny, yes / no); None for anything else."""
+    return _ANSWERS.get(line.strip().lower())
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    end: TurnEnd
+    event: TurnDone | TurnFailed | TurnInterrupted | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.end == "done":
+            return EXIT_OK
+        if self.end == "interrupted":
+            return EXIT_INTERRUPTED
+        return EXIT_FAILED
+
+
+class Conversation:
+    """Drives ``session`` from the terminal. Create it before the session opens; `attach` it once open."""
+
+    def __init__(
+        self,
+        *,
+        view: RunView,
+        terminal: LineInput,
+        policy: GatePolicy,
+        rules_file: Path,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._view = view
+        self._terminal = terminal
+        self._policy = policy
+        self._rules_file = rules_file
+        self._clock = clock
+        self._session: Session | None = None
+        self._main: asyncio.Task[object] | None = None
+        self._phase: Phase = "starting"
+        self._interrupt_requested = False
+        self._interrupt_task: asyncio.Task[None] | None = None
+        self.quit_code: int | None = None
+
+    @property
+    def session(self) -> Session:
+        if self._session is None:
+            raise RuntimeError("the conversation has no session yet")
+        return self._session
+
+    def bind_main_task(self, task: asyncio.Task[object]) -> None:
+        self._main = task
+
+    def attach(self, session: Session) -> None:
+        self._session = session
+        self._enter("idle")
+
+    def closing(self) -> None:
+        self._phase = "closing"
+
+    # --- Ctrl-C -------------------------------------------------------------------------------------------
+
+    def on_sigint(self) -> None:
+        match self._phase:
+            case "prompt":
+                self._terminal.interrupt()
+            case "turn" if not self._interrupt_requested and self._session is not None:
+                self._interrupt_requested = True
+                self._view.interrupting()
+                self._terminal.interrupt()  # stops a pending permission question
+                self._interrupt_task = asyncio.create_task(self._interrupt(self._session))
+            case "closing":
+                self._view.note("closing the session…")
+            case _:
+                self.quit()
+
+    def quit(self, code: int = EXIT_INTERRUPTED) -> None:
+        """Leave now: cancel the main task (once); the caller cleans up and exits with ``code``."""
+        if self.quit_code is not None:
+            return
+        self.quit_code = code
+        if self._phase == "closing":
+            return  # already cleaning up: let it finish
+        self._phase = "closing"
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    def _enter(self, phase: Phase) -> None:
+        if self._phase != "closing":  # nothing leaves "closing": later presses must not cancel the cleanup
+            self._phase = phase
+
+    async def _interrupt(self, session: Session) -> None:
+        try:
+            await session.interrupt(reason="interrupted from the terminal (Ctrl-C)")
+        except HarnessError as exc:
+            self._view.warning(f"could not interrupt: {exc}")
+
+    # --- modes --------------------------------------------------------------------------------------------
+
+    async def one_shot(self, text: str) -> int:
+        outcome = await self.run_turn(text)
+        return outcome.exit_code
+
+    async def repl(self) -> int:
+        interactive = self._terminal.interactive
+        if interactive:
+            self._view.repl_banner()
+        presses = 0
+        while True:
+            if interactive:
+                self._view.prompt()
+            self._enter("prompt")
+            try:
+                line = await self._terminal.readline()
+            except InputInterrupted:
+                presses += 1
+                if presses >= 2:
+                    self._view.close()
+                    return EXIT_INTERRUPTED
+                self._view.note("(Ctrl-C again to quit; /exit or Ctrl-D also quit)")
+                continue
+            finally:
+                self._enter("idle")
+            if line is None:
+                self._view.close()
+                return EXIT_OK
+            self._view.answered()
+            presses = 0
+            text = line.strip()
+            if not text:
+                continue
+            if text in _QUIT_COMMANDS:
+                return EXIT_OK
+            if text == "/help":
+                self._view.repl_help()
+                continue
+            if not interactive:
+                self._view.echo_input(text)
+            await self.run_turn(text)
+
+    # --- one turn -----------------------------------------------------------------------------------------
+
+    async def run_turn(self, text: str) -> TurnOutcome:
+        """Submit ``text`` and render its turn until the turn ends. Raises the session's fault if it breaks."""
+        session = self.session
+        self._interrupt_requested = False
+        self._enter("turn")
+        subscription = session.subscribe(maxsize=_SUBSCRIPTION_QUEUE)
+        turn = _TurnTracker()
+        try:
+            try:
+                command_id = await session.submit(text)
+            except MailboxFullError as exc:
+                self._view.warning(f"the session is busy, the input was not queued: {exc}")
+                return TurnOutcome("dropped")
+            self._view.thinking()
+            async with contextlib.aclosing(self._follow(session, subscription)) as events:
+                async for env in events:
+                    outcome = await self._on_event(session, turn, command_id, env.event)
+                    if outcome is not None:
+                        return outcome
+            raise session.fault or SessionClosedError(f"session {session.id} stopped during the turn")
+        finally:
+            await _cancel(turn.gate_task)
+            await subscription.aclose()
+            if self._interrupt_task is not None:
+                await asyncio.wait({self._interrupt_task}, timeout=5.0)
+                self._interrupt_task = None
+            self._view.stop_spinner()
+            self._enter("idle")
+
+    async def _on_event(
+        self, session: Session, turn: _TurnTracker, command_id: str, event: Event
+    ) -> TurnOutcome | None:
+        """Render one event of the session; the outcome once this input's turn has ended."""
+        if isinstance(event, TurnStarted | InputsFolded):
+            if any(i.command_id == command_id for i in event.inputs):
+                turn.turn_id = event.turn_id
+            return None
+        if isinstance(event, InputCancelled | InputRejected):
+            if event.command_id != command_id:
+                return None
+            self._view.input_dropped(event.kind, event.reason)
+            return TurnOutcome("interrupted" if self._interrupt_requested else "dropped")
+        if turn.turn_id is None or getattr(event, "turn_id", None) != turn.turn_id:
+            return None
+        match event:
+            case TokenDelta(step=step, text=piece):
+                turn.text_steps.add(step)
+                self._view.text(piece)
+            case ModelReplied(tool_calls=calls):
+                turn.calls.update({c.id: c for c in calls})
+            case ToolCallStarted(name=name, summary=summary):
+                self._view.tool_started(name, summary)
+            case ToolProgress(call_id=call_id, message=message):
+                call = turn.calls.get(call_id)
+                self._view.tool_progress(call.name if call else "tool", message)
+            case ToolCompleted(outcome=outcome):
+                self._view.tool_completed(outcome)
+            case ModelRetrying():
+                self._view.retrying(event)
+            case GateOpened():
+                await _cancel(turn.gate_task)
+                self._view.gate_opened(event, turn.calls_for(session), now=self._clock())
+                turn.gate_task = asyncio.create_task(self._answer_gate(session, event))
+            case GateResolved():
+                await _cancel(turn.gate_task)
+                turn.gate_task = None
+                self._view.gate_resolved(event, rules_file=self._rules_file)
+            case TurnDone():
+                self._view.turn_done(event, text_shown=event.step in turn.text_steps)
+                return TurnOutcome("done", event)
+            case TurnFailed():
+                self._view.turn_failed(event)
+                return TurnOutcome("failed", event)
+            case TurnInterrupted():
+                self._view.turn_interrupted(event)
+                return TurnOutcome("interrupted", event)
+        return None
+
+    async def _follow(self, session: Session, subscription: Subscription) -> AsyncGenerator[Envelope, None]:
+        """The subscription's events; after a lost subscription, catch up from the journal and go on."""
+        sub = subscription
+        try:
+            while True:
+                try:
+                    async for env in sub:
+                        yield env
+                    return
+                except SubscriptionLostError as exc:
+                    if sub is not subscription:
+                        await sub.aclose()
+                    self._view.warning("fell behind the live events; catching up from the journal")
+                    sub = session.subscribe(from_seq=exc.last_seq + 1, maxsize=_SUBSCRIPTION_QUEUE)
+        finally:
+            if sub is not subscription:
+                await sub.aclose()
+
+    # --- the gate -----------------------------------------------------------------------------------------
+
+    async def _answer_gate(self, session: Session, event: GateOpened) -> None:
+        if self._terminal.interactive:
+            answer = await self._ask(event)
+            if answer is None:
+                return  # no answer: the runtime denies at the deadline, or the turn is being interrupted
+        else:
+            answer = self._policy.unattended
+            self._view.gate_unattended(answer)
+        try:
+            await session.answer_gate(event.gate_id, answer.value)
+        except HarnessError as exc:
+            self._view.warning(f"the answer was not taken: {exc}")
+
+    async def _ask(self, event: GateOpened) -> GateAnswer | None:
+        self._terminal.discard_pending()
+        try:
+            async with asyncio.timeout(max(0.0, event.deadline - self._clock())):
+                while True:
+                    self._view.gate_question()
+                    line = await self._terminal.readline()
+                    if line is None:
+                        return GateAnswer.DENY  # Ctrl-D
+                    self._view.answered()
+                    answer = parse_gate_answer(line)
+                    if answer is not None:
+                        return answer
+                    self._view.gate_invalid(line)
+        except (TimeoutError, InputInterrupted):
+            return None
+
+
+class _TurnTracker:
+    def __init__(self) -> None:
+        self.turn_id: str | None = None
+        self.calls: dict[str, ToolCall] = {}
+        self.text_steps: set[int] = set()
+        self.gate_task: asyncio.Task[None] | None = None
+
+    def calls_for(self, session: Session) -> dict[str, ToolCall]:
+        """Calls seen in this turn, plus those of the turn's state (a turn restored with an open gate)."""
+        calls = dict(self.calls)
+        for loop in session.state.loops.values():
+            if loop.turn is not None and loop.turn.turn_id == self.turn_id:
+                calls.update({c.id: c for c in loop.turn.calls})
+        return calls
+
+
+async def _cancel(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if still running), wait for it, and re-raise what it raised (other than cancellation)."""
+    if task is not None:
+        if not task.done():
+            task.cancel()
+        await asyncio.wait({task})
+        error = None if task.cancelled() else task.exception()
+        if error is not None:
+            raise error

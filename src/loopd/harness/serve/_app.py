@@ -1,0 +1,389 @@
+"""`create_app`: the harness's HTTP/SSE API over one rig (routes, error mapping, lifespan).
+
+The app owns a `SessionRegistry` (its live sessions) and an idempotency key store; both live exactly as long as
+the app's lifespan and are shut down with it (sessions drained and stopped, so the journal can be closed after).
+
+Must not do: bind sockets or choose hosts (see `loopd.harness.serve._server`), own the rig (the caller does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from fastapi import APIRouter, Body, FastAPI, Header, Query, Request, Response
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from loopd import __version__
+from loopd.harness._errors import HarnessError
+from loopd.harness.core import codec
+from loopd.harness.runtime import RecoveryMode, Rig
+from loopd.harness.serve._errors import ApiError, ErrorType, error_response, from_harness
+from loopd.harness.serve._guard import Guard
+from loopd.harness.serve._idempotency import (
+    IdempotencyStore,
+    IdempotencyStoreError,
+    MemoryIdempotencyStore,
+    SqliteIdempotencyStore,
+)
+from loopd.harness.serve._operations import answer_gate, cancel_queued_input
+from loopd.harness.serve._registry import SessionRegistry, SessionView
+from loopd.harness.serve._streaming import EventStreamResponse, event_frames
+from loopd.harness.serve._wire import (
+    MAX_NAME,
+    CancelResult,
+    CreatedSession,
+    CreateSessionRequest,
+    ErrorEnvelope,
+    EventItem,
+    GateAnswerRequest,
+    GateAnswerResult,
+    Health,
+    InputAccepted,
+    InputRequest,
+    InterruptRequest,
+    InterruptResult,
+    JournalPage,
+    RestoredSession,
+    SessionBody,
+    SessionList,
+    SessionSummary,
+    event_item,
+    session_body,
+)
+
+IDEMPOTENCY_FILE: Final = "serve-idempotency.db"
+MAX_JOURNAL_PAGE: Final = 1000
+MAX_SEQ: Final = 2**62  # journal seqs are SQLite integers; larger cursors are refused, not overflowed
+
+_STATUS_TYPES: Final[dict[int, ErrorType]] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "invalid_request",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",
+    429: "too_many_requests",
+    503: "service_unavailable",
+}
+
+_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
+    status: {"model": ErrorEnvelope, "description": kind} for status, kind in _STATUS_TYPES.items() if status != 422
+}
+
+_GATE_ANSWERS: Final[dict[str, Literal["approve", "approve_always", "deny"]]] = {
+    "approve": "approve",
+    "always": "approve_always",
+    "approve_always": "approve_always",
+    "deny": "deny",
+}
+
+SessionId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+
+
+def create_app(
+    rig: Rig,
+    *,
+    token: str | None,
+    max_body_bytes: int = 1_048_576,
+    heartbeat: float = 15.0,
+    idempotency_path: Path | None = None,
+    idempotency: IdempotencyStore | None = None,
+    max_live_sessions: int = 256,
+    restore_mode: RecoveryMode = "interrupt",
+    stream_queue: int = 256,
+    command_timeout: float = 10.0,
+) -> FastAPI:
+    """The API for ``rig``. ``token`` (if given) is required as a bearer token on every route but /healthz and
+    /openapi.json. Idempotency keys live in ``idempotency_path`` (a SQLite file, kept across restarts), or in
+    ``idempotency``, or in memory. The caller keeps the rig (and its journal) open for the app's lifespan.
+    """
+    if heartbeat <= 0:
+        raise ValueError("heartbeat must be positive")
+    keys: IdempotencyStore
+    if idempotency is not None:
+        keys = idempotency
+    elif idempotency_path is not None:
+        keys = SqliteIdempotencyStore(idempotency_path)
+    else:
+        keys = MemoryIdempotencyStore()
+    registry = SessionRegistry(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await registry.aclose()
+            await keys.aclose()
+
+    app = _HarnessApi(
+        bearer=token is not None,
+        title="loopd harness",
+        version=__version__,
+        summary="Sessions, inputs, gates and a resumable event stream over one loopd rig.",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.registry = registry
+    _install_error_handlers(app)
+    app.include_router(_routes(registry, heartbeat=heartbeat, stream_queue=stream_queue, timeout=command_timeout))
+    app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
+    return app
+
+
+class _HarnessApi(FastAPI):
+    """FastAPI whose OpenAPI document says what the app does: invalid requests are 400 (never 422), and the
+    bearer scheme is declared when a token is required."""
+
+    def __init__(self, *, bearer: bool, **options: Any) -> None:
+        super().__init__(**options)
+        self._bearer = bearer
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is not None:
+            return self.openapi_schema
+        schema = super().openapi()
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        schemas = schema.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        if self._bearer:
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+            schema["security"] = [{"bearer": []}]
+        self.openapi_schema = schema
+        return schema
+
+
+def registry_of(app: FastAPI) -> SessionRegistry:
+    registry = app.state.registry
+    assert isinstance(registry, SessionRegistry)
+    return registry
+
+
+# --- errors ----------------------------------------------------------------------------------------------------
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ApiError)
+        return error_response(exc)
+
+    async def on_harness_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HarnessError)
+        return error_response(from_harness(exc))
+
+    async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(ApiError("invalid_request", _describe(exc)))
+
+    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        kind = _STATUS_TYPES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "invalid_request")
+        status = exc.status_code if exc.status_code != 422 else 400
+        return error_response(ApiError(kind, str(exc.detail), status=status, headers=exc.headers))
+
+    async def on_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        return error_response(ApiError("service_unavailable", str(exc)))
+
+    async def on_bug(_request: Request, exc: Exception) -> JSONResponse:
+        return error_response(ApiError("internal_error", f"internal error ({type(exc).__name__}); see the server log"))
+
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(HarnessError, on_harness_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(IdempotencyStoreError, on_unavailable)
+    app.add_exception_handler(codec.CodecError, on_unavailable)
+    app.add_exception_handler(Exception, on_bug)
+
+
+def _describe(exc: RequestValidationError) -> str:
+    problems = []
+    for error in list(exc.errors())[:5]:
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
+    return "; ".join(problems) or "invalid request"
+
+
+# --- routes ----------------------------------------------------------------------------------------------------
+
+
+def _body(view: SessionView) -> dict[str, Any]:
+    return session_body(
+        view.state, status=view.status, live=view.live, created_at=view.created_at, session_id=view.session_id
+    )
+
+
+def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, timeout: float) -> APIRouter:
+    router = APIRouter(responses=_ERRORS)
+
+    @router.get("/healthz", tags=["server"])
+    async def healthz() -> Health:
+        """Liveness; needs no token."""
+        return Health(status="ok", live_sessions=registry.live_count)
+
+    @router.post("/v1/sessions", status_code=201, tags=["sessions"])
+    async def create_session(
+        response: Response,
+        body: Annotated[CreateSessionRequest | None, Body()] = None,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+    ) -> CreatedSession:
+        """Start a session (and submit its optional first input).
+
+        With ``Idempotency-Key`` the same key returns the same session: 201 the first time, 200 after (also across
+        restarts); the same key with a different body is 409.
+        """
+        created = await registry.create(body or CreateSessionRequest(), key=idempotency_key)
+        response.status_code = 201 if created.created else 200
+        response.headers["Location"] = f"/v1/sessions/{created.session_id}"
+        view = await registry.view(created.session_id)
+        return CreatedSession(**_body(view), input_command_id=created.command_id)
+
+    @router.get("/v1/sessions", tags=["sessions"])
+    async def list_sessions(limit: Annotated[int, Query(ge=1, le=500)] = 100) -> SessionList:
+        """Sessions in the journal, newest first, with their status on this server."""
+        infos = await registry.io(registry.rig.journal.sessions(limit=limit))
+        items = [
+            SessionSummary(
+                id=info.session_id,
+                created_at=info.created_at,
+                last_seq=info.last_seq,
+                live=registry.live(info.session_id) is not None,
+                status=await registry.status_of(info.session_id, info.last_seq),
+            )
+            for info in infos
+        ]
+        return SessionList(items=items)
+
+    @router.get("/v1/sessions/{session_id}", tags=["sessions"])
+    async def get_session(session_id: SessionId) -> SessionBody:
+        """Status, last journal seq, usage, loops (running turn, queued inputs) and open gates."""
+        return SessionBody(**_body(await registry.view(session_id)))
+
+    @router.post("/v1/sessions/{session_id}/restore", tags=["sessions"])
+    async def restore_session(session_id: SessionId) -> RestoredSession:
+        """Bring a dormant or faulted session back (an open turn is interrupted); a live one is left as it is."""
+        _session, restored = await registry.restore(session_id)
+        return RestoredSession(**_body(await registry.view(session_id)), restored=restored)
+
+    @router.post("/v1/sessions/{session_id}/inputs", status_code=202, tags=["inputs"])
+    async def submit_input(session_id: SessionId, body: InputRequest) -> InputAccepted:
+        """Queue a user input; its turn's events arrive on the event stream. Restores a dormant session."""
+        session = await registry.ensure_live(session_id)
+        command_id = await registry.submit(session, body.text, loop=body.loop)
+        return InputAccepted(session_id=session.id, command_id=command_id, loop=body.loop or session.default_loop)
+
+    @router.delete("/v1/sessions/{session_id}/inputs/{command_id}", tags=["inputs"])
+    async def cancel_input(
+        session_id: SessionId, command_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+    ) -> CancelResult:
+        """Cancel an input that is still queued (409 once it started, 404 for an unknown id)."""
+        session = await registry.ensure_live(session_id)
+        await cancel_queued_input(registry, session, command_id, timeout=timeout)
+        return CancelResult(command_id=command_id, status="cancelled")
+
+    @router.post("/v1/sessions/{session_id}/interrupt", tags=["inputs"])
+    async def interrupt(
+        session_id: SessionId, body: Annotated[InterruptRequest | None, Body()] = None
+    ) -> InterruptResult:
+        """Stop the running turn (of one loop, or of all) and cancel queued inputs."""
+        request = body or InterruptRequest()
+        session = await registry.ensure_live(session_id)
+        if request.loop is not None and request.loop not in session.loops:
+            raise ApiError("invalid_request", f"session {session.id} has no loop {request.loop!r}")
+        stopped = await session.interrupt(loop=request.loop, reason=request.reason)
+        return InterruptResult(session_id=session.id, interrupted=stopped)
+
+    @router.post(
+        "/v1/sessions/{session_id}/gates/{gate_id:path}",
+        tags=["gates"],
+        responses={202: {"model": GateAnswerResult, "description": "answer accepted, not resolved yet"}},
+    )
+    async def answer(
+        session_id: SessionId,
+        gate_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)],
+        body: GateAnswerRequest,
+        response: Response,
+    ) -> GateAnswerResult:
+        """Answer an open gate: approve (once), always (remember for this workspace), or deny. An answer binds once."""
+        session = await registry.ensure_live(session_id)
+        wire = _GATE_ANSWERS[body.answer]
+        outcome = await answer_gate(registry, session, gate_id, wire, timeout=timeout)
+        resolved = outcome.resolved
+        if resolved is None:
+            response.status_code = 202
+            return GateAnswerResult(gate_id=gate_id, status="pending")
+        return GateAnswerResult(
+            gate_id=gate_id, status="resolved", answer=resolved.answer, granted=resolved.granted, reason=resolved.reason
+        )
+
+    @router.get("/v1/sessions/{session_id}/journal", tags=["events"])
+    async def journal_page(
+        session_id: SessionId,
+        from_seq: Annotated[int, Query(ge=1, le=MAX_SEQ)] = 1,
+        limit: Annotated[int, Query(ge=1, le=MAX_JOURNAL_PAGE)] = 100,
+    ) -> JournalPage:
+        """A page of stored events from ``from_seq``; continue with ``next_from_seq``."""
+        records = await registry.read(session_id, from_seq, limit + 1)
+        info = await registry.io(registry.rig.journal.session(session_id))
+        page = records[:limit]
+        items: list[EventItem] = [event_item(r.seq, codec.decode(r.kind, r.version, r.data)) for r in page]
+        return JournalPage(
+            items=items,
+            next_from_seq=page[-1].seq + 1 if page else from_seq,
+            has_more=len(records) > limit,
+            last_seq=info.last_seq if info is not None else (page[-1].seq if page else 0),
+        )
+
+    @router.get(
+        "/v1/sessions/{session_id}/events",
+        status_code=200,
+        tags=["events"],
+        response_class=EventStreamResponse,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+    )
+    async def events(
+        session_id: SessionId,
+        from_seq: Annotated[int | None, Query(ge=1, le=MAX_SEQ)] = None,
+        last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    ) -> EventStreamResponse:
+        """Server-sent events: stored events carry ``id:`` = journal seq; resume with ``Last-Event-ID``.
+
+        Without ``Last-Event-ID`` or ``from_seq`` the stream starts after the session's current last seq.
+        """
+        start = await _start_seq(registry, session_id, from_seq, last_event_id)
+        frames = event_frames(registry, session_id, from_seq=start, heartbeat=heartbeat, queue_size=stream_queue)
+        return EventStreamResponse(frames)
+
+    return router
+
+
+async def _start_seq(
+    registry: SessionRegistry, session_id: str, from_seq: int | None, last_event_id: str | None
+) -> int:
+    if last_event_id is not None:
+        value = last_event_id.strip()
+        if not value.isdigit() or int(value) >= MAX_SEQ:
+            raise ApiError("invalid_request", "Last-Event-ID must be a journal seq (a non-negative integer)")
+        if not await registry.exists(session_id):
+            raise ApiError("not_found", f"no session {session_id!r}")
+        return int(value) + 1
+    session = registry.live(session_id)
+    if session is not None:
+        return from_seq if from_seq is not None else session.last_seq + 1
+    info = await registry.io(registry.rig.journal.session(session_id))
+    if info is None:
+        raise ApiError("not_found", f"no session {session_id!r}")
+    return from_seq if from_seq is not None else info.last_seq + 1

@@ -1,0 +1,205 @@
+"""Server-sent events for one session: gap-free from any journal seq, then live, with heartbeats.
+
+Framing: an enduring or terminal event is sent with ``id:`` = its journal seq and ``event:`` = its kind; an
+ephemeral one (token deltas, tool progress) with ``event:`` but no ``id:``, so a client's Last-Event-ID is always the
+seq of the last *stored* event it saw. ``data:`` is the `EventItem` JSON. A comment line (``: ping``) goes out after
+``heartbeat`` seconds of silence.
+
+Resuming: the stream is served through ``Session.subscribe(from_seq=...)``: catch-up from the journal, then live,
+without a gap or a duplicate and without a time window. A dormant session is served from the journal, and the stream
+attaches to it when it becomes live here. If the client reads too slowly and its subscription overflows, the stream
+ends with an ``error`` event (``resume_from`` in its data); the client reconnects with its Last-Event-ID.
+
+A stream only observes: closing it closes its subscription and nothing else (a connection never owns execution).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Final
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from loopd.harness._errors import HarnessError, SubscriptionLostError
+from loopd.harness.core import codec
+from loopd.harness.runtime import Envelope, Subscription
+from loopd.harness.serve._errors import ApiError, ErrorType, error_body
+from loopd.harness.serve._registry import SessionRegistry
+from loopd.harness.serve._wire import event_json
+
+PING: Final = b": ping\n\n"
+RETRY: Final = b"retry: 2000\n\n"  # how long a browser's EventSource waits before it reconnects
+_CATCH_UP_PAGE: Final = 256
+
+
+def frame(data: str, *, event: str | None = None, id: int | None = None) -> bytes:
+    lines: list[str] = []
+    if id is not None:
+        lines.append(f"id: {id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    lines.extend(f"data: {line}" for line in (data.splitlines() or [""]))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def envelope_frame(env: Envelope) -> bytes:
+    return frame(event_json(env.seq, env.event), event=env.event.kind, id=env.seq)
+
+
+def error_frame(type: ErrorType, message: str, **extra: Any) -> bytes:
+    body: dict[str, Any] = error_body(type, message)
+    body["error"].update(extra)
+    return frame(json.dumps(body, separators=(",", ":")), event="error")
+
+
+async def event_frames(
+    registry: SessionRegistry,
+    session_id: str,
+    *,
+    from_seq: int,
+    heartbeat: float,
+    queue_size: int = 256,
+) -> AsyncGenerator[bytes, None]:
+    """The SSE byte frames of ``session_id`` from journal seq ``from_seq`` on, until the server closes."""
+    next_seq = from_seq
+    greeted = False  # the first frame goes out once the stream is attached, so a client that sees the response
+    # start can act (e.g. send an input) without missing its live-only events
+    while not registry.closing.is_set():
+        changed = registry.changed()
+        session = registry.live(session_id)
+        if session is not None and session.status == "active" and session.fault is None:
+            sub = session.subscribe(from_seq=next_seq, maxsize=queue_size)
+            try:
+                if not greeted:
+                    greeted = True
+                    yield RETRY
+                async with contextlib.aclosing(_with_heartbeat(sub, heartbeat, registry.closing)) as items:
+                    async for item in items:
+                        if item is None:
+                            yield PING
+                            continue
+                        if item.seq is not None:
+                            next_seq = item.seq + 1
+                        yield envelope_frame(item)
+            except SubscriptionLostError as exc:
+                yield error_frame(
+                    "service_unavailable",
+                    f"this stream fell behind the session; reconnect with Last-Event-ID: {exc.last_seq}",
+                    resume_from=exc.last_seq + 1,
+                )
+                return
+            except (HarnessError, codec.CodecError) as exc:  # the session faulted, or the journal failed
+                yield error_frame("service_unavailable", str(exc), resume_from=next_seq)
+                return
+            finally:
+                await sub.aclose()
+            continue  # the session stopped: serve the rest from the journal below
+        # Not live here: serve what the journal holds, then wait for the session to come alive.
+        if not greeted:
+            greeted = True
+            yield RETRY
+        try:
+            page = await registry.read(session_id, next_seq, _CATCH_UP_PAGE)
+            envelopes = [Envelope(session_id, r.seq, codec.decode(r.kind, r.version, r.data)) for r in page]
+        except (ApiError, HarnessError, codec.CodecError) as exc:
+            yield error_frame("service_unavailable", f"the journal could not be read: {exc}", resume_from=next_seq)
+            return
+        for env in envelopes:
+            next_seq = env.seq + 1 if env.seq is not None else next_seq
+            yield envelope_frame(env)
+        if len(page) == _CATCH_UP_PAGE:
+            continue
+        if session is not None and session.fault is not None:
+            yield error_frame("service_unavailable", str(session.fault), resume_from=next_seq)
+            return
+        waited = await _wait_any(changed, registry.closing, timeout=heartbeat)
+        if not waited:
+            yield PING
+
+
+async def _with_heartbeat(
+    sub: Subscription, heartbeat: float, closing: asyncio.Event
+) -> AsyncGenerator[Envelope | None, None]:
+    """The subscription's envelopes, with ``None`` after each ``heartbeat`` seconds of silence; ends on ``closing``."""
+    pending: asyncio.Future[Any] | None = None
+    closer: asyncio.Future[Any] = asyncio.ensure_future(closing.wait())
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(sub.__anext__())
+            done, _ = await asyncio.wait({pending, closer}, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
+            if pending in done:
+                finished, pending = pending, None
+                try:
+                    env: Envelope = finished.result()
+                except StopAsyncIteration:
+                    return
+                yield env
+            elif closer in done:
+                return
+            else:
+                yield None
+    finally:
+        for task in (pending, closer):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def _wait_any(first: asyncio.Event, second: asyncio.Event, *, timeout: float) -> bool:
+    """Whether either event was set within ``timeout``."""
+    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    try:
+        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        return bool(done)
+    finally:
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+
+
+class EventStreamResponse(StreamingResponse):
+    """``text/event-stream`` that notices a client leaving right away (not only at its next write)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, frames: AsyncGenerator[bytes, None], *, headers: Mapping[str, str] | None = None) -> None:
+        base = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(frames, headers={**base, **(headers or {})})
+        self._frames = frames
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streamer = asyncio.ensure_future(self._stream(send))
+        watcher = asyncio.ensure_future(self._client_left(receive))
+        try:
+            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (streamer, watcher):
+                task.cancel()
+            await asyncio.gather(streamer, watcher, return_exceptions=True)
+        if not streamer.cancelled() and (error := streamer.exception()) is not None and not isinstance(error, OSError):
+            raise error
+
+    async def _stream(self, send: Send) -> None:
+        async with contextlib.aclosing(self._frames) as frames:
+            first = await anext(frames, b"")  # attach first, then answer: see `event_frames`
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            async for chunk in frames:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def _client_left(receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return

@@ -1,0 +1,251 @@
+"""Request and response bodies of the HTTP API (pydantic v2, so the OpenAPI document is the real contract).
+
+Events travel as `EventItem`: ``{"seq", "kind", "lifecycle", "loop", "event"}`` where ``event`` is the event's own
+JSON (with its ``kind``) and ``seq`` its journal seq (``null`` for ephemeral events). The SSE stream's ``data:``
+lines and the journal pages use this one shape.
+
+Must not do: I/O. Builders here are functions of a session state or an envelope.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopd.harness.core._values import Usage
+from loopd.harness.core.events import EphemeralEvent, Event, Lifecycle, LoopEvent, SessionEvent
+from loopd.harness.core.state import LoopState, SessionState
+
+MAX_TEXT: Final = 200_000
+MAX_NAME: Final = 200
+
+SessionStatus = Literal["active", "faulted", "stopped", "dormant"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- requests ----------------------------------------------------------------------------------------------
+
+
+class CreateSessionRequest(_Request):
+    """Optional first input, submitted once when the session is created (not again on an idempotent replay)."""
+
+    input: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    loop: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+
+
+class InputRequest(_Request):
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    loop: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+
+
+class InterruptRequest(_Request):
+    loop: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    reason: str = Field(default="interrupted", min_length=1, max_length=500)
+
+
+class GateAnswerRequest(_Request):
+    """``approve`` (once), ``always`` (approve and remember for this workspace; ``approve_always`` too) or ``deny``."""
+
+    answer: Literal["approve", "always", "approve_always", "deny"]
+
+
+# --- responses ---------------------------------------------------------------------------------------------
+
+
+class ErrorDetail(_Response):
+    type: str
+    message: str
+
+
+class ErrorEnvelope(_Response):
+    error: ErrorDetail
+
+
+class QueuedInputBody(_Response):
+    command_id: str
+    text: str
+
+
+class GateBody(_Response):
+    gate_id: str
+    loop: str
+    turn_id: str
+    step: int
+    call_ids: list[str]
+    prompt: dict[str, Any]
+    deadline: float
+
+
+class LoopBody(_Response):
+    name: str
+    busy: bool
+    turn_id: str | None
+    step: int | None
+    phase: Literal["model", "tools"] | None
+    queued: list[QueuedInputBody]
+    turns: int
+    usage: Usage
+    last_reply: str | None
+
+
+class SessionBody(_Response):
+    id: str
+    status: SessionStatus
+    live: bool
+    rig: str
+    created_at: float | None
+    last_seq: int
+    turns: int
+    usage: Usage
+    loops: list[LoopBody]
+    gates: list[GateBody]
+
+
+class CreatedSession(SessionBody):
+    input_command_id: str | None = None
+
+
+class RestoredSession(SessionBody):
+    restored: bool
+
+
+class SessionSummary(_Response):
+    id: str
+    created_at: float
+    last_seq: int
+    live: bool
+    status: SessionStatus
+
+
+class SessionList(_Response):
+    items: list[SessionSummary]
+
+
+class InputAccepted(_Response):
+    session_id: str
+    command_id: str
+    loop: str
+
+
+class InterruptResult(_Response):
+    session_id: str
+    interrupted: bool
+
+
+class GateAnswerResult(_Response):
+    gate_id: str
+    status: Literal["resolved", "pending"]
+    answer: Literal["approve", "approve_always", "deny"] | None = None
+    granted: bool | None = None
+    reason: str = ""
+
+
+class CancelResult(_Response):
+    command_id: str
+    status: Literal["cancelled"]
+
+
+class EventItem(_Response):
+    seq: int | None
+    kind: str
+    lifecycle: Lifecycle
+    loop: str | None
+    event: Event
+
+
+class JournalPage(_Response):
+    items: list[EventItem]
+    next_from_seq: int
+    has_more: bool
+    last_seq: int
+
+
+class Health(_Response):
+    status: Literal["ok"]
+    live_sessions: int
+
+
+# --- builders ----------------------------------------------------------------------------------------------
+
+
+def event_item(seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> EventItem:
+    return EventItem(
+        seq=seq, kind=event.kind, lifecycle=event.lifecycle, loop=getattr(event, "loop", None), event=event
+    )
+
+
+def event_json(seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> str:
+    """The `EventItem` JSON of one event, built without re-validating it (the SSE hot path)."""
+    return json.dumps(
+        {
+            "seq": seq,
+            "kind": event.kind,
+            "lifecycle": event.lifecycle.value,
+            "loop": getattr(event, "loop", None),
+            "event": event.model_dump(mode="json"),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _loop_body(loop: LoopState) -> LoopBody:
+    turn = loop.turn
+    return LoopBody(
+        name=loop.name,
+        busy=turn is not None,
+        turn_id=turn.turn_id if turn else None,
+        step=turn.step if turn else None,
+        phase=turn.phase if turn else None,
+        queued=[QueuedInputBody(command_id=q.command_id, text=q.text) for q in loop.queued],
+        turns=loop.turns,
+        usage=loop.usage,
+        last_reply=loop.last_reply,
+    )
+
+
+def open_gates(state: SessionState) -> list[GateBody]:
+    gates: list[GateBody] = []
+    for loop in state.loops.values():
+        turn = loop.turn
+        if turn is not None and turn.gate is not None:
+            gate = turn.gate
+            gates.append(
+                GateBody(
+                    gate_id=gate.gate_id,
+                    loop=loop.name,
+                    turn_id=turn.turn_id,
+                    step=turn.step,
+                    call_ids=list(gate.call_ids),
+                    prompt=dict(gate.prompt),
+                    deadline=gate.deadline,
+                )
+            )
+    return gates
+
+
+def session_body(
+    state: SessionState, *, status: SessionStatus, live: bool, created_at: float | None, session_id: str
+) -> dict[str, Any]:
+    """The fields of `SessionBody` (a dict, so the `CreatedSession` / `RestoredSession` variants can extend it)."""
+    return {
+        "id": session_id,
+        "status": status,
+        "live": live,
+        "rig": state.rig,
+        "created_at": created_at,
+        "last_seq": state.last_seq,
+        "turns": sum(loop.turns for loop in state.loops.values()),
+        "usage": state.usage,
+        "loops": [_loop_body(loop) for loop in state.loops.values()],
+        "gates": open_gates(state),
+    }

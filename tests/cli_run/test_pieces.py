@@ -1,0 +1,103 @@
+"""The pieces of `loopd run` that need no process: line input, answer parsing, shortening, plain-text output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from loopd.cli._run_conversation import parse_gate_answer
+from loopd.cli._run_input import InputInterrupted, LineInput
+from loopd.cli._run_view import RunView, shorten
+from loopd.harness import ToolOutcome
+from loopd.harness.gate import GateAnswer
+
+
+@pytest.fixture
+def pipe() -> Iterator[tuple[int, int]]:
+    read_fd, write_fd = os.pipe()
+    yield read_fd, write_fd
+    for fd in (read_fd, write_fd):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+async def test_lines_from_a_pipe_split_anywhere(pipe: tuple[int, int]) -> None:
+    read_fd, write_fd = pipe
+    reader = LineInput(read_fd, interactive=False)
+    data = "first\r\nsecond “quoted”\nlast without newline".encode()
+    pending = asyncio.create_task(reader.readline())
+    for i in range(0, len(data), 5):  # splits a multi-byte character too
+        os.write(write_fd, data[i : i + 5])
+        await asyncio.sleep(0)
+    os.close(write_fd)
+    assert await asyncio.wait_for(pending, 5) == "first"
+    assert await asyncio.wait_for(reader.readline(), 5) == "second “quoted”"
+    assert await asyncio.wait_for(reader.readline(), 5) == "last without newline"
+    assert await asyncio.wait_for(reader.readline(), 5) is None
+    assert await asyncio.wait_for(reader.readline(), 5) is None
+
+
+async def test_interrupt_wakes_a_pending_read_and_reading_goes_on(pipe: tuple[int, int]) -> None:
+    read_fd, write_fd = pipe
+    reader = LineInput(read_fd, interactive=False)
+    pending = asyncio.create_task(reader.readline())
+    await asyncio.sleep(0.05)
+    assert not pending.done()
+    reader.interrupt()
+    with pytest.raises(InputInterrupted):
+        await asyncio.wait_for(pending, 5)
+    os.write(write_fd, b"after\n")
+    assert await asyncio.wait_for(reader.readline(), 5) == "after"
+
+
+async def test_a_regular_file_is_read_without_polling(tmp_path: Path) -> None:
+    path = tmp_path / "input.txt"
+    path.write_text("one\ntwo\n")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reader = LineInput(fd, interactive=False)
+        assert [await reader.readline() for _ in range(3)] == ["one", "two", None]
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("typed", "answer"),
+    [
+        ("a", GateAnswer.APPROVE),
+        (" A ", GateAnswer.APPROVE),
+        ("yes", GateAnswer.APPROVE),
+        ("l", GateAnswer.APPROVE_ALWAYS),
+        ("always", GateAnswer.APPROVE_ALWAYS),
+        ("d", GateAnswer.DENY),
+        ("no", GateAnswer.DENY),
+        ("", None),
+        ("al", None),
+        ("approve always please", None),
+    ],
+)
+def test_gate_answers(typed: str, answer: GateAnswer | None) -> None:
+    assert parse_gate_answer(typed) is answer
+
+
+def test_shorten_says_what_it_left_out() -> None:
+    assert shorten("one\ntwo") == "one\ntwo"
+    assert shorten("\n".join(str(i) for i in range(10)), lines=3) == "0\n1\n2\n… (+7 more lines)"
+    assert shorten("x" * 50, width=10) == "x" * 9 + "…"
+
+
+def test_text_from_tools_and_models_is_never_markup() -> None:
+    err, out = io.StringIO(), io.StringIO()
+    view = RunView(console=Console(file=err, width=200), out=out)
+    view.text("answer with [bold]brackets[/bold]")
+    view.tool_completed(ToolOutcome(call_id="c1", name="read_file", status="ok", output="[red]not red[/red]"))
+    view.close()
+    assert out.getvalue() == "answer with [bold]brackets[/bold]\n"  # the open answer line is ended first
+    assert "✓ read_file → [red]not red[/red]" in err.getvalue()
