@@ -48,7 +48,9 @@ async def open_api_server(
 ) -> AsyncIterator[ApiServer]:
     """Serve ``store`` over HTTPS with bearer-token auth until the block exits (``port=0`` picks a free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and without it each response
+    # body on a kept-alive connection waits ~40 ms for the ACK of its headers (Nagle + delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)

@@ -645,7 +645,7 @@ async def open_scripted_server(
     The server stops when the block exits (in-flight replies get up to ``shutdown_timeout`` seconds).
     """
     server = script if isinstance(script, ScriptedServer) else ScriptedServer(script)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
