@@ -188,6 +188,23 @@ async def test_an_open_gate_survives_restore(sqlite_journal: SqliteJournal) -> N
     await restored.shutdown()
 
 
+async def test_an_open_gate_survives_a_graceful_shutdown(sqlite_journal: SqliteJournal) -> None:
+    tool = TouchTool()
+    rig = gated_rig(sqlite_journal, two_touches(), tool)
+    session = await rig.start_session()
+    gate = await open_gate(session)
+    await asyncio.wait_for(session.shutdown(drain_timeout=30), 5)  # a parked gate does not hold up the drain
+    kinds = [r.kind for r in await sqlite_journal.read(session.id)]
+    assert "turn_interrupted" not in kinds and kinds[-1] == "session_stopped"
+    restored = await rig.restore_session(session.id)
+    turn = restored.state.loops["main"].turn
+    assert turn is not None and turn.gate is not None and turn.gate.gate_id == gate.gate_id
+    await restored.answer_gate(gate.gate_id, "approve")
+    await restored.wait_idle(timeout=5)
+    assert sorted(tool.ran) == ["a.txt", "b.txt"]
+    await restored.shutdown()
+
+
 async def test_an_answer_binds_once(journal: Journal) -> None:
     tool = TouchTool()
     session = await gated_rig(journal, two_touches(), tool).start_session()

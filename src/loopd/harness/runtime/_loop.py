@@ -186,6 +186,14 @@ class LoopActor:
     def quiescent(self) -> bool:
         return self.state.idle and not self.busy and not len(self.mailbox) and not self.effects_running
 
+    @property
+    def parked(self) -> bool:
+        """The turn only waits for a human at an open gate: nothing else runs or waits in the mailbox."""
+        turn = self.state.turn
+        if turn is None or turn.gate is None or self.busy or len(self.mailbox) or self.state.queued:
+            return False
+        return {c.id for c in turn.open_calls} <= set(turn.gate.call_ids)
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"loopd-loop-{self.session.id}-{self.name}")
 

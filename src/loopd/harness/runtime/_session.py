@@ -284,6 +284,11 @@ class Session:
         async with asyncio.timeout(timeout), self._idle:
             await self._idle.wait_for(self._quiescent)
 
+    def _drained(self) -> bool:
+        if self._fault is not None:
+            raise self._fault
+        return all(a.quiescent or a.parked for a in self._running_actors())
+
     def _quiescent(self) -> bool:
         if self._fault is not None:
             raise self._fault
@@ -309,9 +314,11 @@ class Session:
             if self._fault is None:
                 drain = self._drain_timeout if drain_timeout is None else drain_timeout
                 with contextlib.suppress(TimeoutError):
-                    await self.wait_idle(timeout=drain)
+                    async with asyncio.timeout(drain), self._idle:
+                        await self._idle.wait_for(self._drained)
                 for actor in self._running_actors():
-                    if not actor.state.idle:
+                    # A turn parked at an open gate stays open: the gate is journaled and survives the restart.
+                    if not actor.state.idle and not actor.parked:
                         await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
                 await self._commit_session(SessionStopped(reason=reason, at=self._now()))
                 self._status = "stopped"
