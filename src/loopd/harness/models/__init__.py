@@ -1,7 +1,12 @@
-"""Model seam and implementations."""
+"""Model seam and implementations.
+
+The OpenAI adapter and the scripted OpenAI-compatible server are loaded on first use: the ``openai`` client and the
+ASGI stack take ~0.5 s to import, which every CLI start would otherwise pay.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from loopd.harness.models._config import DEMO_MODEL, ModelConfig, build_model, open_model
-from loopd.harness.models._openai import Backoff, OpenAICompatibleModel
 from loopd.harness.models._pricing import CostQuote, ModelPrice, PriceTable, PriceTableError
 from loopd.harness.models._protocol import (
     Model,
@@ -15,18 +20,46 @@ from loopd.harness.models._protocol import (
     tool_calls_from_deltas,
 )
 from loopd.harness.models._scripted import Reply, ScriptedModel
-from loopd.harness.models._scripted_server import (
-    DemoOptions,
-    DropAfter,
-    FailWithStatus,
-    IncomingRequest,
-    ScriptedServer,
-    ServerReply,
-    ServerStatistics,
-    ServerToolCall,
-    demo_reply,
-    open_scripted_server,
-)
+
+if TYPE_CHECKING:
+    from loopd.harness.models._openai import Backoff, OpenAICompatibleModel
+    from loopd.harness.models._scripted_server import (
+        DemoOptions,
+        DropAfter,
+        FailWithStatus,
+        IncomingRequest,
+        ScriptedServer,
+        ServerReply,
+        ServerStatistics,
+        ServerToolCall,
+        demo_reply,
+        open_scripted_server,
+    )
+
+_LAZY = {
+    "Backoff": "_openai",
+    "OpenAICompatibleModel": "_openai",
+    "DemoOptions": "_scripted_server",
+    "DropAfter": "_scripted_server",
+    "FailWithStatus": "_scripted_server",
+    "IncomingRequest": "_scripted_server",
+    "ScriptedServer": "_scripted_server",
+    "ServerReply": "_scripted_server",
+    "ServerStatistics": "_scripted_server",
+    "ServerToolCall": "_scripted_server",
+    "demo_reply": "_scripted_server",
+    "open_scripted_server": "_scripted_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "DEMO_MODEL",

@@ -21,14 +21,17 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field, SecretStr
 
 from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Frozen
-from loopd.harness.models._openai import OpenAICompatibleModel
 from loopd.harness.models._pricing import PriceTable
-from loopd.harness.models._scripted_server import DemoOptions, ScriptedServer, open_scripted_server
+
+if TYPE_CHECKING:
+    from loopd.harness.models._openai import OpenAICompatibleModel
+    from loopd.harness.models._scripted_server import DemoOptions
 
 DEMO_MODEL = "demo"
 _DEMO_API_KEY = "demo"
@@ -96,6 +99,8 @@ def build_model(config: ModelConfig, *, demo_base_url: str | None = None) -> Ope
     Raises `ModelPermanentError` when OpenAI's own endpoint is configured without an API key, and `ValueError`
     when the demo is asked for without a server URL (use `open_model`, which starts one).
     """
+    from loopd.harness.models._openai import OpenAICompatibleModel
+
     prices = config.price_table()
     base_url: str | None
     if config.is_demo:
@@ -129,6 +134,8 @@ def build_model(config: ModelConfig, *, demo_base_url: str | None = None) -> Ope
 @asynccontextmanager
 async def open_model(config: ModelConfig, *, demo: DemoOptions | None = None) -> AsyncIterator[OpenAICompatibleModel]:
     """The configured model for the block's duration; for ``demo`` an in-process scripted server serves it."""
+    from loopd.harness.models._scripted_server import ScriptedServer, open_scripted_server
+
     async with AsyncExitStack() as stack:
         demo_base_url: str | None = None
         if config.is_demo:

@@ -1,18 +1,13 @@
-"""Tool seam, built-in tools and MCP tools."""
+"""Tool seam, built-in tools and MCP tools.
+
+The MCP names are loaded on first use (the MCP SDK takes ~0.5 s to import, and most processes never need it).
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from loopd.harness.tools._bash import BashTool, scrubbed_environment
 from loopd.harness.tools._builtins import default_tools
 from loopd.harness.tools._files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
-from loopd.harness.tools._mcp import (
-    MCP_KIND,
-    McpConnectError,
-    McpHttpServer,
-    McpServer,
-    McpStdioServer,
-    McpTool,
-    McpToolset,
-    open_mcp_toolset,
-)
 from loopd.harness.tools._protocol import (
     GrantCandidate,
     PreparedCall,
@@ -25,6 +20,39 @@ from loopd.harness.tools._requirements import EXEC, FS_READ, FS_WRITE
 from loopd.harness.tools._search import GlobTool, GrepTool
 from loopd.harness.tools._testing import EchoTool
 from loopd.harness.tools._workspace import Workspace, WorkspaceEscapeError
+
+if TYPE_CHECKING:
+    from loopd.harness.tools._mcp import (
+        MCP_KIND,
+        McpConnectError,
+        McpHttpServer,
+        McpServer,
+        McpStdioServer,
+        McpTool,
+        McpToolset,
+        open_mcp_toolset,
+    )
+
+_LAZY_MCP = frozenset(
+    {
+        "MCP_KIND",
+        "McpConnectError",
+        "McpHttpServer",
+        "McpServer",
+        "McpStdioServer",
+        "McpTool",
+        "McpToolset",
+        "open_mcp_toolset",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_MCP:
+        from loopd.harness.tools import _mcp
+
+        return getattr(_mcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "EXEC",
