@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 import yaml
 
+from loopd._paths import default_data_dir
 from loopd.resources import builtin_crds, load_or_create_credentials, read_endpoint, render_kubeconfig
 
 manifests_app = typer.Typer(name="manifests", help="Print deployment manifests.", no_args_is_help=True)
@@ -28,8 +29,10 @@ def crds_command() -> None:
 
 
 def kubeconfig_command(
-    data_dir: Path = typer.Option(
-        Path(".loopd"), "--data-dir", envvar="LOOPD_DATA_DIR", help="The data directory of the running loopd."
+    data_dir: Path | None = typer.Option(
+        None,
+        "--data-dir",
+        help="The data directory of the running loopd (default: $LOOPD_DATA_DIR, else ~/.local/share/loopd).",
     ),
     server: str | None = typer.Option(
         None, "--server", help="API URL (default: the endpoint the running loopd recorded in its data directory)."
@@ -37,6 +40,7 @@ def kubeconfig_command(
     namespace: str = typer.Option("default", "--namespace", "-n", help="Default namespace of the context."),
 ) -> None:
     """Print a kubeconfig (server URL, CA, bearer token) for loopd's Kubernetes-compatible API."""
+    data_dir = data_dir or default_data_dir()
     url = server or read_endpoint(data_dir)
     if not url:
         typer.echo(f"no running loopd API recorded in {data_dir}; start `loopd up` or pass --server", err=True)

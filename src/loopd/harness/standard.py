@@ -9,18 +9,28 @@ may delegate to (same tools and gate, depth 1), and a SQLite journal in the data
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from loopd._paths import default_data_dir
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
 from loopd.harness.journal import SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.runtime import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.tools import Workspace, default_tools
+
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "HELPER_AGENT",
+    "JOURNAL_FILE",
+    "MAIN_LOOP",
+    "HarnessSettings",
+    "default_data_dir",
+    "open_standard_rig",
+]
 
 JOURNAL_FILE: Final = "journal.db"
 MAIN_LOOP: Final = "main"
@@ -35,15 +45,6 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "You are a careful coding assistant working inside one workspace directory. Use the tools to look before you "
     "change anything, keep changes small, and say plainly what you did. Paths are relative to the workspace."
 )
-
-
-def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
-    """``$LOOPD_DATA_DIR``, else ``$XDG_DATA_HOME/loopd``, else ``~/.local/share/loopd``."""
-    source = os.environ if env is None else env
-    if source.get("LOOPD_DATA_DIR"):
-        return Path(source["LOOPD_DATA_DIR"]).expanduser()
-    base = source.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base).expanduser() / "loopd"
 
 
 @dataclass(frozen=True)
