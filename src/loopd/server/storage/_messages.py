@@ -133,6 +133,15 @@ class Messages:
         )
         return [_message(row) for row in rows]
 
+    async def list_through(self, conversation_id: str, through_id: str, *, limit: int = 100) -> list[Message]:
+        """The last ``limit`` messages of a conversation with id <= ``through_id``, in id order (history)."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE conversation_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
+            (conversation_id, through_id, limit),
+        )
+        return [_message(row) for row in reversed(rows)]
+
     async def list_task(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
         """Every message of a task, in both its conversations, in id order."""
         page_limit(limit)

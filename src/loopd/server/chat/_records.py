@@ -1,0 +1,58 @@
+"""What the chat service returns: plain frozen records (the HTTP layer turns them into JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loopd.server.storage import Conversation, Message, MessageEvent
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a responder needs to answer a Task: its input, its (empty) response, bounded history through the input."""
+
+    task_id: str
+    conversation: Conversation
+    input: Message
+    response: Message
+    history: list[Message]
+    """The main conversation's messages up to and including the input (the newest ``history_limit``)."""
+    has_earlier: bool
+    """Whether older messages exist before ``history[0]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A question: the input and response messages sharing one task id."""
+
+    task_id: str
+    conversation: Conversation
+    input: Message
+    response: Message
+    cursor: int
+    """The conversation cursor just before the question's first event: stream from here to see all of it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Every message of a conversation with its content, and the cursor that content is current through."""
+
+    conversation: Conversation
+    messages: list[Message]
+    cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamItem:
+    """One stored event of a conversation, with its message's header on ``start`` and ``end`` events."""
+
+    event: MessageEvent
+    message: Message | None
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """Events stored into a response: the message after them and the stored events (seq and cursor each)."""
+
+    message: Message
+    events: list[MessageEvent]

@@ -1,0 +1,261 @@
+"""The chat routes: conversations, chat requests (JSON or SSE), the conversation stream and snapshot, the Task API.
+
+Must not do: business rules (``ChatService`` owns them); this module translates HTTP to service calls and back.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi import Path as PathParam
+
+from loopd.harness.serve import ApiError
+from loopd.server.chat._records import ChatRequest
+from loopd.server.chat._service import ChatService, check_responder, text_content
+from loopd.server.chat._stream import conversation_frames
+from loopd.server.chat._wire import (
+    MAX_KEY,
+    ChatAccepted,
+    ChatRequestBody,
+    CompleteRequest,
+    CompletionBody,
+    ConversationBody,
+    ConversationList,
+    CreateConversationRequest,
+    EmitAccepted,
+    EmitRequest,
+    MessageList,
+    SnapshotBody,
+    TaskContextBody,
+    conversation_body,
+    message_body,
+)
+from loopd.server.http._errors import ERROR_RESPONSES
+from loopd.server.http._identity import Identity, current_identity, trusted_identity
+from loopd.server.http._sse import EventStreamResponse
+
+MAX_CURSOR: Final = 2**62
+TASK_ID_HEADER: Final = "X-Loopd-Task-ID"
+
+Id = Annotated[str, PathParam(min_length=1, max_length=MAX_KEY)]
+After = Annotated[str | None, Query(min_length=1, max_length=MAX_KEY, description="Last id of the previous page.")]
+Caller = Annotated[Identity, Depends(current_identity)]
+Responder = Annotated[Identity, Depends(trusted_identity)]
+
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+
+
+def parse_cursor(last_event_id: str | None, after: int | None) -> int | None:
+    """The resume cursor: ``Last-Event-ID`` wins over ``?after=``; None when neither was sent."""
+    if last_event_id is not None and last_event_id.strip():
+        text = last_event_id.strip()
+        if not text.isdigit() or int(text) > MAX_CURSOR:
+            raise ApiError("invalid_request", f"Last-Event-ID must be a conversation cursor (an integer), not {text!r}")
+        return int(text)
+    return after
+
+
+def _wants_stream(request: Request) -> bool:
+    return "text/event-stream" in request.headers.get("accept", "").lower()
+
+
+def _accepted(chat: ChatRequest) -> ChatAccepted:
+    return ChatAccepted(
+        task_id=chat.task_id,
+        conversation_id=chat.conversation.id,
+        input=message_body(chat.input),
+        response=message_body(chat.response),
+        cursor=chat.cursor,
+    )
+
+
+def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
+    """Routes over ``chat``; streams send a heartbeat comment after ``heartbeat`` quiet seconds."""
+    if not (heartbeat > 0):
+        raise ValueError("heartbeat must be positive")
+    router = APIRouter(responses=ERROR_RESPONSES)
+
+    # -- conversations -------------------------------------------------------------------------------------
+
+    @router.post("/v1/conversations", status_code=201, tags=["conversations"])
+    async def create_conversation(
+        caller: Caller, body: Annotated[CreateConversationRequest | None, Body()] = None
+    ) -> ConversationBody:
+        """A new conversation owned by the caller (a user)."""
+        created = await chat.create_conversation(caller, name=(body or CreateConversationRequest()).name)
+        return conversation_body(created)
+
+    @router.get("/v1/conversations", tags=["conversations"])
+    async def list_conversations(
+        caller: Caller,
+        after: After = None,
+        limit: Limit = 50,
+        task_id: Annotated[str | None, Query(min_length=1, max_length=MAX_KEY)] = None,
+    ) -> ConversationList:
+        """The caller's conversations, newest first; with ``task_id``: that Task's work conversation (if any)."""
+        if task_id is not None:
+            work = await chat.work_conversation(caller, task_id)
+            return ConversationList(data=[] if work is None else [conversation_body(work)], next_after=None)
+        page = await chat.list_conversations(caller, after=after, limit=limit)
+        return ConversationList(
+            data=[conversation_body(c) for c in page], next_after=page[-1].id if len(page) == limit else None
+        )
+
+    @router.get("/v1/conversations/{conversation_id}", tags=["conversations"])
+    async def get_conversation(caller: Caller, conversation_id: Id) -> ConversationBody:
+        return conversation_body(await chat.conversation(caller, conversation_id))
+
+    @router.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
+    async def list_messages(
+        caller: Caller, conversation_id: Id, after: After = None, limit: Limit = 100
+    ) -> MessageList:
+        """Messages in id order (ids are UUIDv7, so this is creation order)."""
+        page = await chat.messages(caller, conversation_id, after=after, limit=limit)
+        return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
+
+    @router.post(
+        "/v1/conversations/{conversation_id}/messages",
+        tags=["conversations"],
+        status_code=201,
+        response_model=None,
+        responses={
+            201: {"model": ChatAccepted, "description": "The question was stored and its Task created."},
+            200: {
+                "content": {"text/event-stream": {}},
+                "description": "With Accept: text/event-stream: an ack, then the conversation's events until the "
+                "response ends.",
+            },
+        },
+    )
+    async def post_message(
+        caller: Caller,
+        conversation_id: Id,
+        body: ChatRequestBody,
+        request: Request,
+        last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    ) -> Response:
+        """Ask ``target`` a question (or, with ``task_id``, observe one). The reply header ``X-Loopd-Task-ID``
+        names the task; with ``Accept: text/event-stream`` the answer streams in the same response."""
+        if body.task_id is not None:
+            asked = await chat.observe(caller, conversation_id, body.task_id)
+            status = 200
+        else:
+            assert body.target is not None  # the body model guarantees it
+            content = body.content if body.content is not None else text_content(body.text or "")
+            asked = await chat.ask(
+                caller, conversation_id, target_kind=body.target.kind, target_key=body.target.key, content=content
+            )
+            status = 201
+        headers = {TASK_ID_HEADER: asked.task_id}
+        if not _wants_stream(request):
+            return Response(
+                _accepted(asked).model_dump_json(), status_code=status, media_type="application/json", headers=headers
+            )
+        resume = parse_cursor(last_event_id, None)
+        ack = {
+            "task_id": asked.task_id,
+            "conversation_id": asked.conversation.id,
+            "input_message_id": asked.input.id,
+            "response_message_id": asked.response.id,
+            "cursor": asked.cursor,
+        }
+        frames = conversation_frames(
+            chat,
+            asked.conversation.id,
+            after=asked.cursor if resume is None else resume,
+            heartbeat=heartbeat,
+            until_message_id=asked.response.id,
+            ack=ack,
+        )
+        return EventStreamResponse(frames, headers=headers)
+
+    @router.get(
+        "/v1/conversations/{conversation_id}/stream",
+        tags=["conversations"],
+        response_model=None,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "Every message event, live."}},
+    )
+    async def stream(
+        caller: Caller,
+        conversation_id: Id,
+        after: Annotated[int | None, Query(ge=0, le=MAX_CURSOR, description="Resume after this cursor.")] = None,
+        last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    ) -> Response:
+        """Every event of every message of the conversation, from durable state; resume with ``Last-Event-ID``
+        (or ``?after=``). Without either, the stream starts at the current end (load the snapshot first)."""
+        current = await chat.check_readable(caller, conversation_id)
+        resume = parse_cursor(last_event_id, after)
+        frames = conversation_frames(
+            chat, conversation_id, after=current if resume is None else resume, heartbeat=heartbeat
+        )
+        return EventStreamResponse(frames)
+
+    @router.get("/v1/conversations/{conversation_id}/snapshot", tags=["conversations"])
+    async def snapshot(caller: Caller, conversation_id: Id) -> SnapshotBody:
+        """Every message with its current content, and the cursor to resume the stream from."""
+        found = await chat.snapshot(caller, conversation_id)
+        return SnapshotBody(
+            conversation=conversation_body(found.conversation),
+            messages=[message_body(m) for m in found.messages],
+            cursor=found.cursor,
+        )
+
+    # -- the Task API --------------------------------------------------------------------------------------
+
+    @router.get("/v1/tasks/{task_id}", tags=["tasks"])
+    async def task_context(caller: Responder, task_id: Id) -> TaskContextBody:
+        """The Task's input, response, conversation and history through the input. 404 until the question has
+        committed (an operator may see the Task first): requeue and retry."""
+        context = await chat.task_context(task_id)
+        check_responder(caller, context.response)
+        return TaskContextBody(
+            task_id=task_id,
+            conversation=conversation_body(context.conversation),
+            input=message_body(context.input),
+            response=message_body(context.response),
+            history=[message_body(m) for m in context.history],
+            history_from_message_id=context.history[0].id if context.history else None,
+            has_earlier=context.has_earlier,
+        )
+
+    @router.get("/v1/tasks/{task_id}/messages", tags=["tasks"])
+    async def task_messages(caller: Responder, task_id: Id, after: After = None, limit: Limit = 100) -> MessageList:
+        """Every message of the Task (main and work conversation) in id order."""
+        check_responder(caller, await chat.response_of(task_id))
+        page = await chat.task_messages(task_id, after=after, limit=limit)
+        return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
+
+    @router.get("/v1/tasks/{task_id}/followups", tags=["tasks"])
+    async def task_followups(caller: Responder, task_id: Id, after: After = None, limit: Limit = 100) -> MessageList:
+        """User inputs posted to the Task's conversation after its own input (context added while it works)."""
+        check_responder(caller, await chat.response_of(task_id))
+        page = await chat.followups(task_id, after=after, limit=limit)
+        return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
+
+    @router.post("/v1/tasks/{task_id}/events", tags=["tasks"])
+    async def emit_events(caller: Responder, task_id: Id, body: EmitRequest) -> EmitAccepted:
+        """Append ``set`` / ``append`` / ``error`` events to the response (seq assigned by the server). Human
+        blocks and ``meta.human`` are refused (400); once completion has begun, 409."""
+        emitted = await chat.emit(task_id, body.events, actor=caller)
+        last = emitted.events[-1] if emitted.events else None
+        return EmitAccepted(
+            message_id=emitted.message.id,
+            seq=last.seq if last is not None else 0,
+            cursor=last.cursor if last is not None else 0,
+            revision=emitted.message.revision,
+        )
+
+    @router.post("/v1/tasks/{task_id}/complete", tags=["tasks"])
+    async def complete(
+        caller: Responder, task_id: Id, body: Annotated[CompleteRequest | None, Body()] = None
+    ) -> CompletionBody:
+        """Finish the answer and delete the Task. Idempotent; 409 while Human questions are pending (unless
+        ``error`` is given, which ends them with ``failure(task_ended)``); 503 when the Task could not be deleted
+        (the completion resumes by itself)."""
+        error = None if body is None or body.error is None else body.error.model_dump()
+        response = await chat.complete(task_id, error=error, actor=caller)
+        return CompletionBody(task_id=task_id, delivery_state=response.delivery_state, response=message_body(response))
+
+    return router

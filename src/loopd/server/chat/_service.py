@@ -1,0 +1,533 @@
+"""`ChatService`: conversations, the chat request (messages + Task, atomically), Task context, emit, completion.
+
+The chat request (DESIGN §5): in one database transaction the user's ``input`` message and the responder's empty
+``response`` message are stored with one new task id, then the Task resource is created *before* the commit. If
+the Task cannot be created the transaction rolls back (no orphan messages; 503). If the commit fails after the
+Task was created, the Task is deleted again (compensation; no orphan Task in the normal case).
+
+Completion is idempotent and resumable: ``closing`` (the intent is stored on the response row, which closes the
+question and reply entry points) → finalize the Task's outputs, then the response, through ``streams.finish`` →
+delete the Task → ``closed``. A crash anywhere in between leaves the row ``closing``; `sweep_closing` (run by a
+`Sweeper`) resumes it with the stored intent. A normal completion with pending Human questions is refused; a
+failure completion ends them with ``failure(task_ended)``.
+
+Visibility: a user conversation is readable by its owner only; a Task's work conversation by the user who asked.
+Anything else is "not found". Must not do: HTTP (the routes do), or write message content except through
+``loopd.server.streams``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from loopd.agentue import AgentUEError, validate_model
+from loopd.harness.serve import ApiError
+from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
+from loopd.server.chat._questions import resolve_question
+from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, TaskContext
+from loopd.server.http._identity import Identity
+from loopd.server.storage import (
+    MAX_PAGE,
+    Conflict,
+    Conversation,
+    Database,
+    InvalidRecord,
+    Message,
+    NewMessage,
+    NotFound,
+    StorageError,
+    Transaction,
+)
+from loopd.server.streams import (
+    HUMAN_BLOCK_TYPES,
+    TERMINAL_STATUSES,
+    ConversationBus,
+    emit,
+    empty_model,
+    finish,
+    open_message,
+)
+
+_log = logging.getLogger("loopd.server.chat")
+
+DEFAULT_HISTORY_LIMIT: Final = 100
+MAX_INPUT_BLOCKS: Final = 100
+TARGET_KINDS: Final = frozenset({"operator", "harness"})
+
+
+class TargetDirectory(Protocol):
+    """Which responders exist (the registry, with its built-in targets)."""
+
+    async def is_known(self, kind: str, key: str) -> bool: ...
+
+
+def text_content(text: str, *, biz: str = "loopd.chat") -> dict[str, Any]:
+    """The content model of a plain text input: one ``text`` block by the user."""
+    return {
+        "version": "1.1",
+        "biz": biz,
+        "meta": {},
+        "blocks": [{"id": "text", "type": "text", "role": "user", "content": text}],
+    }
+
+
+def _checked_input(content: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        model = validate_model(dict(content), typed_blocks=True).to_json()
+    except AgentUEError as exc:
+        raise InvalidRecord(f"content is not a valid AgentUE model: {exc}") from exc
+    blocks = model["blocks"]
+    if not blocks:
+        raise InvalidRecord("content needs at least one block")
+    if len(blocks) > MAX_INPUT_BLOCKS:
+        raise InvalidRecord(f"content may have at most {MAX_INPUT_BLOCKS} blocks")
+    if any(block.get("type") in HUMAN_BLOCK_TYPES for block in blocks):
+        raise InvalidRecord("ask / confirm / human_reply blocks are created through the Human API only")
+    if "human" in model["meta"]:
+        raise InvalidRecord("meta.human is reserved for the Human API")
+    return model
+
+
+def _intent(error: Mapping[str, str] | None) -> dict[str, Any]:
+    if error is None:
+        return {"error": None}
+    code, message = error.get("code"), error.get("message", "")
+    if not isinstance(code, str) or not code or not isinstance(message, str):
+        raise InvalidRecord("a completion error needs a non-empty code and a message")
+    return {"error": {"code": code, "message": message}}
+
+
+def check_responder(identity: Identity, response: Message) -> None:
+    """Raise 403 unless ``identity`` may act for the Task answered by ``response``.
+
+    Token callers only; an operator or harness identity must be the Task's target (a token ``user:*`` caller —
+    the CLI or an administrator — may act for any Task).
+    """
+    if not identity.trusted:
+        raise ApiError("forbidden", "the Task API is for operators and harnesses: it needs a bearer token")
+    if identity.kind != "user" and (identity.kind, identity.key) != (response.kind, response.key):
+        raise ApiError("forbidden", f"{identity.text} is not the responder of this Task")
+
+
+class ChatService:
+    def __init__(
+        self,
+        db: Database,
+        bus: ConversationBus,
+        tasks: TaskGateway,
+        *,
+        targets: TargetDirectory | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        poll_interval: float = 1.0,
+    ) -> None:
+        if not 1 <= history_limit < MAX_PAGE:
+            raise ValueError(f"history_limit must be from 1 to {MAX_PAGE - 1}")
+        if not (poll_interval > 0):
+            raise ValueError("poll_interval must be positive")
+        self._db = db
+        self._bus = bus
+        self._tasks = tasks
+        self._targets = targets
+        self._history_limit = history_limit
+        self.poll_interval = poll_interval
+        """Longest wait of a stream reader between two reads (a missed wake-up costs at most this)."""
+        self._closing = asyncio.Event()
+
+    @property
+    def db(self) -> Database:
+        return self._db
+
+    @property
+    def bus(self) -> ConversationBus:
+        return self._bus
+
+    @property
+    def tasks(self) -> TaskGateway:
+        return self._tasks
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """End every open stream soon (they notice within ``poll_interval``); nothing else changes."""
+        self._closing.set()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    # -- conversations -------------------------------------------------------------------------------------
+
+    async def create_conversation(self, owner: Identity, *, name: str = "") -> Conversation:
+        _require_user(owner)
+        async with self._db.transaction() as tx:
+            return await tx.conversations.create(actor_kind="user", actor_key=owner.key, name=name)
+
+    async def list_conversations(
+        self, owner: Identity, *, after: str | None = None, limit: int = 50
+    ) -> list[Conversation]:
+        """The owner's user conversations, newest first; ``after`` is the last id of the previous page."""
+        if owner.kind != "user":
+            return []
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.conversations.list_for_owner(owner.key, after=after, limit=limit)
+
+    async def conversation(self, reader: Identity, conversation_id: str) -> Conversation:
+        """A conversation the reader may see (``NotFound`` otherwise)."""
+        async with self._db.transaction(read_only=True) as tx:
+            return await _readable(tx, reader, conversation_id)
+
+    async def work_conversation(self, reader: Identity, task_id: str) -> Conversation | None:
+        """The work conversation of a Task the reader asked, if the Task has one."""
+        async with self._db.transaction(read_only=True) as tx:
+            found = await tx.conversations.find_work(task_id)
+            if found is None:
+                return None
+            try:
+                return await _readable(tx, reader, found.id)
+            except NotFound:
+                return None
+
+    async def messages(
+        self, reader: Identity, conversation_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        async with self._db.transaction(read_only=True) as tx:
+            await _readable(tx, reader, conversation_id)
+            return await tx.messages.list_conversation(conversation_id, after=after, limit=limit)
+
+    async def snapshot(self, reader: Identity, conversation_id: str) -> Snapshot:
+        """Every message with its content and the cursor it is current through, read from one snapshot."""
+        async with self._db.transaction(read_only=True) as tx:
+            conversation = await _readable(tx, reader, conversation_id)
+            cursor = await tx.message_events.last_cursor(conversation_id)
+            messages: list[Message] = []
+            after: str | None = None
+            while True:
+                page = await tx.messages.list_conversation(conversation_id, after=after, limit=MAX_PAGE)
+                messages += page
+                if len(page) < MAX_PAGE:
+                    break
+                after = page[-1].id
+        return Snapshot(conversation, messages, cursor)
+
+    # -- the conversation's event log ----------------------------------------------------------------------
+
+    async def check_readable(self, reader: Identity, conversation_id: str) -> int:
+        """Raise ``NotFound`` unless the reader may follow the conversation; returns its current cursor."""
+        async with self._db.transaction(read_only=True) as tx:
+            await _readable(tx, reader, conversation_id)
+            return await tx.message_events.last_cursor(conversation_id)
+
+    async def read_stream(self, conversation_id: str, *, after: int, limit: int = 500) -> list[StreamItem]:
+        """Stored events with cursor > ``after`` in cursor order; ``start``/``end`` carry their message header."""
+        async with self._db.transaction(read_only=True) as tx:
+            events = await tx.message_events.read_conversation_events(conversation_id, after_cursor=after, limit=limit)
+            headers: dict[str, Message] = {}
+            for event in events:
+                if event.event.get("op") in ("start", "end") and event.message_id not in headers:
+                    headers[event.message_id] = await tx.messages.get(event.message_id)
+        return [
+            StreamItem(event, headers.get(event.message_id) if event.event.get("op") in ("start", "end") else None)
+            for event in events
+        ]
+
+    async def end_cursor(self, message_id: str) -> int | None:
+        """The cursor of a message's ``end`` event, or None while it is still open."""
+        async with self._db.transaction(read_only=True) as tx:
+            message = await tx.messages.get(message_id)
+            if message.status not in TERMINAL_STATUSES:
+                return None
+            last = await tx.message_events.last_seq(message_id)
+            events = await tx.message_events.read(message_id, after_seq=last - 1, limit=1)
+            return events[0].cursor if events else None
+
+    # -- the chat request ----------------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        asker: Identity,
+        conversation_id: str,
+        *,
+        target_kind: str,
+        target_key: str,
+        content: Mapping[str, Any],
+    ) -> ChatRequest:
+        """Store the input and an empty streaming response under a new task id and create the Task, atomically."""
+        _require_user(asker)
+        if target_kind not in TARGET_KINDS:
+            raise InvalidRecord(f"target kind must be operator or harness, not {target_kind!r}")
+        if not isinstance(target_key, str) or not target_key:
+            raise InvalidRecord("target key must be a non-empty string")
+        model = _checked_input(content)
+        if self._targets is not None and not await self._targets.is_known(target_kind, target_key):
+            raise InvalidRecord(f"unknown target {target_kind}:{target_key} (see GET /v1/actors)")
+        task_id: str | None = None
+        task_created = False
+        try:
+            async with self._db.transaction() as tx:
+                conversation = await _owned(tx, asker, conversation_id)
+                cursor = await tx.message_events.last_cursor(conversation.id)
+                task_id = tx.new_id()
+                input_ = await open_message(
+                    tx,
+                    NewMessage(
+                        conversation_id=conversation.id,
+                        kind="user",
+                        key=asker.key,
+                        purpose="input",
+                        content=model,
+                        task_id=task_id,
+                        status="completed",
+                    ),
+                    bus=self._bus,
+                )
+                response = await open_message(
+                    tx,
+                    NewMessage(
+                        conversation_id=conversation.id,
+                        kind=target_kind,  # type: ignore[arg-type]  # checked against TARGET_KINDS above
+                        key=target_key,
+                        purpose="response",
+                        content=empty_model(model["biz"]),
+                        task_id=task_id,
+                        reply_to_message_id=input_.id,
+                        status="streaming",
+                    ),
+                    bus=self._bus,
+                )
+                await tx.conversations.touch(conversation.id)
+                conversation = await tx.conversations.get(conversation.id)
+                # Last step before the commit: a Task that cannot be created rolls everything back.
+                await self._create_task(task_id, target_kind, target_key)
+                task_created = True
+        except BaseException:
+            if task_created and task_id is not None:
+                await self._compensate(task_id)
+            raise
+        return ChatRequest(task_id, conversation, input_, response, cursor)
+
+    async def observe(self, reader: Identity, conversation_id: str, task_id: str) -> ChatRequest:
+        """An existing question of the conversation, with the cursor just before its first event."""
+        async with self._db.transaction(read_only=True) as tx:
+            conversation = await _readable(tx, reader, conversation_id)
+            input_, response = await tx.messages.task_pair(task_id)
+            if input_.conversation_id != conversation.id:
+                raise NotFound(f"task {task_id} is not a question of conversation {conversation_id}")
+            first = await tx.message_events.read(input_.id, limit=1)
+            cursor = first[0].cursor - 1 if first else 0
+        return ChatRequest(task_id, conversation, input_, response, cursor)
+
+    async def _create_task(self, task_id: str, target_kind: str, target_key: str) -> None:
+        try:
+            await self._tasks.create(task_id, target_kind, target_key)
+        except TaskUnavailable:
+            raise
+        except Exception as exc:
+            raise TaskUnavailable(f"cannot create Task {task_id}: {type(exc).__name__}: {exc}") from exc
+
+    async def _compensate(self, task_id: str) -> None:
+        """The messages did not commit: take the Task back (best effort; a failure is logged)."""
+        try:
+            await asyncio.shield(self._tasks.delete(task_id))
+        except Exception:
+            _log.exception("could not delete Task %s after its messages failed to commit", task_id)
+
+    # -- the Task API (responders) -------------------------------------------------------------------------
+
+    async def task_context(self, task_id: str) -> TaskContext:
+        """Input, response, conversation and bounded history; ``NotFound`` in the commit window (requeue)."""
+        async with self._db.transaction(read_only=True) as tx:
+            input_, response = await tx.messages.task_pair(task_id)
+            conversation = await tx.conversations.get(input_.conversation_id)
+            rows = await tx.messages.list_through(conversation.id, input_.id, limit=self._history_limit + 1)
+        has_earlier = len(rows) > self._history_limit
+        return TaskContext(task_id, conversation, input_, response, rows[-self._history_limit :], has_earlier)
+
+    async def task_messages(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
+        """Every message of the Task in both of its conversations, in id order."""
+        async with self._db.transaction(read_only=True) as tx:
+            await tx.messages.task_pair(task_id)
+            return await tx.messages.list_task(task_id, after=after, limit=limit)
+
+    async def followups(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
+        """User inputs added to the Task's conversation after its own input (context given while work goes on)."""
+        async with self._db.transaction(read_only=True) as tx:
+            input_, _ = await tx.messages.task_pair(task_id)
+            start = after if after is not None and after > input_.id else input_.id
+            found: list[Message] = []
+            while len(found) < limit:
+                page = await tx.messages.list_conversation(input_.conversation_id, after=start, limit=MAX_PAGE)
+                found += [m for m in page if m.purpose == "input" and m.kind == "user"]
+                if len(page) < MAX_PAGE:
+                    break
+                start = page[-1].id
+        return found[:limit]
+
+    async def response_of(self, task_id: str) -> Message:
+        async with self._db.transaction(read_only=True) as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            return response
+
+    async def asker_of(self, task_id: str) -> Identity:
+        """The user who asked the Task (its input message's author)."""
+        async with self._db.transaction(read_only=True) as tx:
+            input_, _ = await tx.messages.task_pair(task_id)
+        return Identity(input_.kind, input_.key)
+
+    async def emit(
+        self, task_id: str, events: Sequence[Mapping[str, Any]], *, actor: Identity | None = None
+    ) -> Emitted:
+        """Append ``set`` / ``append`` / ``error`` events to the Task's response (no Human blocks).
+
+        ``Conflict`` once delivery is closing (or the response has ended); ``actor``, when given, must be allowed
+        to act for the Task (`check_responder`).
+        """
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            if actor is not None:
+                check_responder(actor, response)
+            if response.delivery_state:
+                raise Conflict(f"task {task_id} is completing; its response takes no more events")
+            message, stored = await emit(tx, response.id, events, bus=self._bus)
+        return Emitted(message, stored)
+
+    async def open_output(self, task_id: str, *, actor_kind: str, actor_key: str, title: str = "") -> Message:
+        """A streaming ``output`` message in the Task's work conversation (created on first use)."""
+        if actor_kind not in TARGET_KINDS:
+            raise InvalidRecord(f"an output's author is an operator or a harness, not {actor_kind!r}")
+        content = empty_model()
+        if title:
+            content["meta"] = {"title": title}
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            if response.delivery_state:
+                raise Conflict(f"task {task_id} is completing; it takes no new outputs")
+            work = await tx.conversations.find_work(task_id)
+            if work is None:
+                work = await tx.conversations.create(
+                    actor_kind=response.kind, actor_key=response.key, task_id=task_id, name=title
+                )
+            return await open_message(
+                tx,
+                NewMessage(
+                    conversation_id=work.id,
+                    kind=actor_kind,  # type: ignore[arg-type]  # checked against TARGET_KINDS above
+                    key=actor_key,
+                    purpose="output",
+                    content=content,
+                    task_id=task_id,
+                    status="streaming",
+                ),
+                bus=self._bus,
+            )
+
+    # -- completion ----------------------------------------------------------------------------------------
+
+    async def complete(
+        self, task_id: str, *, error: Mapping[str, str] | None = None, actor: Identity | None = None
+    ) -> Message:
+        """Finish the Task's answer (idempotent, resumable); returns the final response message.
+
+        ``Conflict`` when questions are pending and ``error`` is None, or when a different completion was stored.
+        ``TaskUnavailable`` (retryable) when the Task cannot be deleted: the completion stays ``closing`` and is
+        finished by a retry or by `sweep_closing`.
+        """
+        intent = _intent(error)
+        response = await self._begin_completion(task_id, intent, actor)
+        if response.delivery_state == "closed":
+            return response
+        return await self._finish_delivery(task_id, intent)
+
+    async def _begin_completion(self, task_id: str, intent: dict[str, Any], actor: Identity | None) -> Message:
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            if actor is not None:
+                check_responder(actor, response)
+            if response.delivery_state:
+                if (response.completion or {"error": None}) != intent:
+                    raise Conflict(f"task {task_id} is already completing with another outcome")
+                return response
+            if intent["error"] is None:
+                pending = await tx.human_requests.count_pending(task_id)
+                if pending:
+                    raise Conflict(
+                        f"task {task_id} has {pending} pending Human question(s): wait for their outcome, "
+                        "or complete with an error"
+                    )
+            else:
+                for request in await tx.human_requests.list_pending(task_id=task_id, limit=MAX_PAGE):
+                    await resolve_question(tx, request, "failure", reason="task_ended", bus=self._bus)
+            return await tx.messages.update(
+                response.id, expected_revision=response.revision, delivery_state="closing", completion=intent
+            )
+
+    async def _finish_delivery(self, task_id: str, intent: Mapping[str, Any]) -> Message:
+        error = intent.get("error")
+        status = "failed" if error else "completed"
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            await tx.messages.lock(response.id)
+            for output in await tx.messages.find_by_purpose(task_id, "output", limit=MAX_PAGE):
+                if output.status not in TERMINAL_STATUSES:
+                    await finish(tx, output.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
+            await finish(tx, response.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
+        await self._delete_task(task_id)
+        async with self._db.transaction() as tx:
+            response = await tx.messages.lock(response.id)
+            if response.delivery_state == "closing":
+                response = await tx.messages.update(
+                    response.id, expected_revision=response.revision, delivery_state="closed"
+                )
+        return response
+
+    async def _delete_task(self, task_id: str) -> None:
+        try:
+            await self._tasks.delete(task_id)
+        except TaskUnavailable:
+            raise
+        except Exception as exc:
+            raise TaskUnavailable(f"cannot delete Task {task_id}: {type(exc).__name__}: {exc}") from exc
+
+    async def sweep_closing(self, *, limit: int = 20) -> int:
+        """Resume up to ``limit`` completions left ``closing`` (after a crash or a failed delete); how many closed."""
+        async with self._db.transaction(read_only=True) as tx:
+            closing = await tx.messages.list_closing(limit=limit)
+        done = 0
+        for response in closing:
+            if response.task_id is None:
+                continue
+            try:
+                await self._finish_delivery(response.task_id, response.completion or {"error": None})
+                done += 1
+            except StorageError as exc:
+                _log.warning("completion of task %s not finished yet: %s", response.task_id, exc)
+        return done
+
+
+def _require_user(identity: Identity) -> None:
+    if identity.kind != "user":
+        raise ApiError("forbidden", "conversations belong to users; operators answer through the Task API")
+
+
+async def _readable(tx: Transaction, reader: Identity, conversation_id: str) -> Conversation:
+    conversation = await tx.conversations.get(conversation_id)
+    if reader.kind == "user":
+        if conversation.actor_kind == "user" and conversation.actor_key == reader.key:
+            return conversation
+        if conversation.actor_kind != "user" and conversation.task_id is not None:
+            inputs = await tx.messages.find_by_purpose(conversation.task_id, "input", limit=1)
+            if inputs and inputs[0].kind == "user" and inputs[0].key == reader.key:
+                return conversation
+    raise NotFound(f"conversation {conversation_id} not found")
+
+
+async def _owned(tx: Transaction, owner: Identity, conversation_id: str) -> Conversation:
+    conversation = await _readable(tx, owner, conversation_id)
+    if conversation.actor_kind != "user":
+        raise InvalidRecord("a Task's work conversation takes no chat requests; post to the user conversation")
+    return conversation

@@ -1,0 +1,199 @@
+"""Request and response bodies of the chat and Task routes (pydantic, so the OpenAPI document is the contract).
+
+A message is ``{id, conversation_id, task_id, kind, key, reply_to_message_id, purpose, status, revision,
+content, created_at, updated_at}``; its *header* is the same without ``content`` and ``revision``.
+Must not do: I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from loopd.server.storage import Conversation, Message
+
+MAX_TEXT: Final = 200_000
+MAX_KEY: Final = 200
+MAX_EVENTS: Final = 1000
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- requests ----------------------------------------------------------------------------------------------
+
+
+class CreateConversationRequest(_Request):
+    name: str = Field(default="", max_length=MAX_KEY)
+
+
+class Target(_Request):
+    kind: Literal["operator", "harness"]
+    key: str = Field(min_length=1, max_length=MAX_KEY)
+
+
+class ChatRequestBody(_Request):
+    """A question to ``target`` (``content``, an AgentUE model, or ``text``), or with ``task_id`` only: observe an
+    existing question of this conversation."""
+
+    target: Target | None = None
+    content: dict[str, Any] | None = None
+    text: str | None = Field(default=None, min_length=1, max_length=MAX_TEXT)
+    task_id: str | None = Field(default=None, min_length=1, max_length=MAX_KEY)
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Self:
+        if self.task_id is not None:
+            if self.content is not None or self.text is not None:
+                raise ValueError("with task_id the request only observes: send no content or text")
+            return self
+        if self.target is None:
+            raise ValueError("target is required (or task_id, to observe an existing question)")
+        if (self.content is None) == (self.text is None):
+            raise ValueError("send exactly one of content and text")
+        return self
+
+
+class EmitRequest(_Request):
+    events: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_EVENTS)
+
+
+class CompletionError(_Request):
+    code: str = Field(min_length=1, max_length=MAX_KEY)
+    message: str = Field(default="", max_length=10_000)
+
+
+class CompleteRequest(_Request):
+    error: CompletionError | None = None
+
+
+# --- responses ---------------------------------------------------------------------------------------------
+
+
+class ConversationBody(_Response):
+    id: str
+    name: str
+    actor_kind: Literal["user", "operator", "harness"]
+    actor_key: str
+    task_id: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class MessageHeader(_Response):
+    id: str
+    conversation_id: str
+    task_id: str | None
+    kind: Literal["user", "operator", "harness"]
+    key: str
+    reply_to_message_id: str | None
+    purpose: Literal["input", "response", "human_request", "human_reply", "output"]
+    status: Literal["streaming", "completed", "failed", "cancelled", "expired"]
+    created_at: datetime
+
+
+class MessageBody(MessageHeader):
+    revision: int
+    content: dict[str, Any]
+    updated_at: datetime
+
+
+class ConversationList(_Response):
+    data: list[ConversationBody]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null on the last page.")
+
+
+class MessageList(_Response):
+    data: list[MessageBody]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null on the last page.")
+
+
+class ChatAccepted(_Response):
+    task_id: str
+    conversation_id: str
+    input: MessageBody
+    response: MessageBody
+    cursor: int = Field(description="Conversation cursor just before this question: stream with ?after= it.")
+
+
+class SnapshotBody(_Response):
+    conversation: ConversationBody
+    messages: list[MessageBody]
+    cursor: int = Field(description="The content is current through this cursor; resume the stream after it.")
+
+
+class TaskContextBody(_Response):
+    task_id: str
+    conversation: ConversationBody
+    input: MessageBody
+    response: MessageBody
+    history: list[MessageBody]
+    history_from_message_id: str | None
+    has_earlier: bool
+
+
+class EmitAccepted(_Response):
+    message_id: str
+    seq: int
+    cursor: int
+    revision: int
+
+
+class CompletionBody(_Response):
+    task_id: str
+    delivery_state: Literal["", "closing", "closed"]
+    response: MessageBody
+
+
+# --- builders ----------------------------------------------------------------------------------------------
+
+
+def conversation_body(conversation: Conversation) -> ConversationBody:
+    return ConversationBody(
+        id=conversation.id,
+        name=conversation.name,
+        actor_kind=conversation.actor_kind,
+        actor_key=conversation.actor_key,
+        task_id=conversation.task_id,
+        created_at=conversation.created_at,
+        updated_at=conversation.updated_at,
+    )
+
+
+def message_header(message: Message) -> dict[str, Any]:
+    """The message without its content, as JSON (the ``message`` of a stream's start and end events)."""
+    return MessageHeader(
+        id=message.id,
+        conversation_id=message.conversation_id,
+        task_id=message.task_id,
+        kind=message.kind,
+        key=message.key,
+        reply_to_message_id=message.reply_to_message_id,
+        purpose=message.purpose,
+        status=message.status,
+        created_at=message.created_at,
+    ).model_dump(mode="json")
+
+
+def message_body(message: Message) -> MessageBody:
+    return MessageBody(
+        id=message.id,
+        conversation_id=message.conversation_id,
+        task_id=message.task_id,
+        kind=message.kind,
+        key=message.key,
+        reply_to_message_id=message.reply_to_message_id,
+        purpose=message.purpose,
+        status=message.status,
+        revision=message.revision,
+        content=message.content,
+        created_at=message.created_at,
+        updated_at=message.updated_at,
+    )

@@ -1,0 +1,154 @@
+"""`create_server_app`: the loop-server FastAPI app over a `ServerContext`.
+
+The app serves: ``GET /healthz``, ``GET /v1/me``, the placeholder page at ``/``, the chat, Human and registry
+routes of the context's services, and any extra ``routers`` (the Harness Engine's, the web UI's). Every error is
+the envelope of ``_errors``; `SecurityMiddleware` authenticates every request. With ``sweepers`` the app's
+lifespan runs the completion sweeper and the Human deadline sweeper.
+Must not do: bind sockets (``_serving``), build services (the composition root does).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Final, Literal
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import HTMLResponse
+
+from loopd import __version__
+from loopd.server.http._context import ServerContext
+from loopd.server.http._errors import ERROR_RESPONSES, install_error_handlers
+from loopd.server.http._identity import Identity, current_identity, identity_of
+from loopd.server.http._security import COOKIE_NAME, SecurityMiddleware
+
+DEFAULT_HEARTBEAT: Final = 15.0
+
+_PLACEHOLDER: Final = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>loopd</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem;color:#222}}
+code,pre{{background:#f3f3f3;border-radius:4px;padding:.1rem .3rem}}pre{{padding:.6rem;overflow:auto}}</style>
+</head><body>
+<h1>loopd</h1>
+<p>The web UI will be here. This server is running (version {version}); until the UI ships, use the CLI:</p>
+<pre>loopd chat                      # talk to the built-in assistant
+loopd chat --target operator:router</pre>
+<p>or the HTTP API, described at <a href="/docs">/docs</a> (the OpenAPI document is at
+<a href="/openapi.json">/openapi.json</a>).</p>
+<p>Your browser identity here is <code>{identity}</code> (kept in the <code>{cookie}</code> cookie).</p>
+</body></html>
+"""
+
+
+class _ServerApi(FastAPI):
+    """FastAPI whose OpenAPI document says what the app does: 400 for invalid requests (never 422), and both ways
+    to sign in (a bearer token, the browser cookie)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is not None:
+            return self.openapi_schema
+        schema = super().openapi()
+        for operations in schema.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        components = schema.setdefault("components", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            components.get("schemas", {}).pop(unused, None)
+        components["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "cookie": {"type": "apiKey", "in": "cookie", "name": COOKIE_NAME},
+        }
+        schema["security"] = [{"bearer": []}, {"cookie": []}]
+        self.openapi_schema = schema
+        return schema
+
+
+def create_server_app(
+    ctx: ServerContext,
+    *,
+    routers: Sequence[APIRouter] = (),
+    sweepers: bool = True,
+    heartbeat: float = DEFAULT_HEARTBEAT,
+) -> FastAPI:
+    """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones."""
+    # Imported here: those packages import this one (for Identity), so this one must not import them first.
+    from loopd.server.chat import Sweeper, chat_router
+    from loopd.server.human import human_router
+    from loopd.server.registry import registry_router
+
+    background = [
+        Sweeper("completions", lambda: ctx.chat.sweep_closing(limit=20)),
+        Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100)),
+    ]
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if sweepers:
+            for sweeper in background:
+                sweeper.start()
+        try:
+            yield
+        finally:
+            ctx.chat.begin_shutdown()
+            for sweeper in background:
+                await sweeper.stop()
+
+    app = _ServerApi(
+        title="loopd server",
+        version=__version__,
+        summary="Conversations, chat requests and their Tasks, Human Ask/Confirm, the responder registry.",
+        lifespan=lifespan,
+        redoc_url=None,
+    )
+    app.state.context = ctx
+    app.state.begin_shutdown = ctx.chat.begin_shutdown
+    install_error_handlers(app)
+    app.include_router(_base_routes())
+    app.include_router(chat_router(ctx.chat, heartbeat=heartbeat))
+    app.include_router(human_router(ctx.human))
+    app.include_router(registry_router(ctx.registry))
+    for router in routers:
+        app.include_router(router)
+    app.add_middleware(SecurityMiddleware, security=ctx.security)
+    return app
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ok: bool
+
+
+class Me(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["user", "operator", "harness"]
+    key: str
+    trusted: bool = Field(description="Whether you signed in with a server token.")
+
+
+def _base_routes() -> APIRouter:
+    router = APIRouter(responses=ERROR_RESPONSES, tags=["server"])
+
+    @router.get("/healthz")
+    async def healthz() -> Health:
+        """Liveness; needs no credentials."""
+        return Health(ok=True)
+
+    @router.get("/v1/me")
+    async def me(caller: Annotated[Identity, Depends(current_identity)]) -> Me:
+        """Who the server thinks you are (a browser without the cookie gets one here)."""
+        return Me(kind=caller.kind, key=caller.key, trusted=caller.trusted)
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def placeholder(caller: Annotated[Identity | None, Depends(_optional_identity)]) -> HTMLResponse:
+        who = caller.text if caller is not None else "(none: this host serves no browser sessions)"
+        page = _PLACEHOLDER.format(version=html.escape(__version__), identity=html.escape(who), cookie=COOKIE_NAME)
+        return HTMLResponse(page)
+
+    return router
+
+
+async def _optional_identity(request: Request) -> Identity | None:
+    return identity_of(request)

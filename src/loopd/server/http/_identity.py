@@ -1,0 +1,82 @@
+"""Who is calling: `Identity` and the FastAPI dependencies that read it from the request.
+
+The security middleware (``_security``) authenticates every request and leaves the caller's `Identity` in the ASGI
+scope; routes ask for it with ``Depends(current_identity)`` (any caller) or ``Depends(trusted_identity)`` (bearer
+token callers only: operators, harnesses, the CLI).
+Must not do: authenticate (the middleware does) or decide what an identity may read (the services do).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from fastapi import Request
+
+from loopd.harness.serve import ApiError
+
+IdentityKind = Literal["user", "operator", "harness"]
+IDENTITY_KINDS: Final = frozenset({"user", "operator", "harness"})
+SCOPE_KEY: Final = "loopd.identity"
+"""Where the middleware puts the caller's `Identity` in the ASGI scope."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A caller: ``user:<key>``, ``operator:<key>`` or ``harness:<key>``.
+
+    ``trusted`` says the caller presented a server token (it is not part of equality: a token-authenticated
+    ``user:local`` and a cookie ``user:local`` would be the same person).
+    """
+
+    kind: IdentityKind
+    key: str
+    trusted: bool = field(default=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in IDENTITY_KINDS:
+            raise ValueError(f"identity kind must be user, operator or harness, not {self.kind!r}")
+        if not isinstance(self.key, str) or not self.key:
+            raise ValueError("identity key must be a non-empty string")
+
+    @property
+    def text(self) -> str:
+        """``kind:key``."""
+        return f"{self.kind}:{self.key}"
+
+    def __str__(self) -> str:
+        return self.text
+
+    @classmethod
+    def parse(cls, text: str, *, trusted: bool = False) -> Identity:
+        """``kind:key`` → `Identity`; ``ValueError`` when malformed."""
+        kind, colon, key = text.strip().partition(":")
+        if not colon or kind not in IDENTITY_KINDS or not key:
+            raise ValueError(f"expected user:<key>, operator:<key> or harness:<key>, not {text!r}")
+        return cls(kind, key, trusted=trusted)  # type: ignore[arg-type]
+
+
+def identity_of(request: Request) -> Identity | None:
+    """The caller the middleware authenticated, or None (a public path reached without credentials)."""
+    found = request.scope.get(SCOPE_KEY)
+    return found if isinstance(found, Identity) else None
+
+
+async def current_identity(request: Request) -> Identity:
+    """FastAPI dependency: the authenticated caller (401 ``unauthorized`` when there is none)."""
+    identity = identity_of(request)
+    if identity is None:
+        raise ApiError(
+            "unauthorized",
+            "sign in: send 'Authorization: Bearer <token>', or open / in a browser for a cookie identity",
+            headers={"WWW-Authenticate": 'Bearer realm="loopd"'},
+        )
+    return identity
+
+
+async def trusted_identity(request: Request) -> Identity:
+    """FastAPI dependency: a caller that presented a server token (403 ``forbidden`` for browser identities)."""
+    identity = await current_identity(request)
+    if not identity.trusted:
+        raise ApiError("forbidden", "this route is for operators and harnesses: it needs a bearer token")
+    return identity

@@ -1,0 +1,281 @@
+"""The server's front door, one ASGI middleware: who is calling, CSRF rules, body cap, JSON-only writes.
+
+Identity (left in the scope for `current_identity`):
+
+* ``Authorization: Bearer <token>`` with one of the server's tokens (compared in constant time) → a *trusted*
+  caller: ``user:<default_user>`` (the CLI user), or the operator / harness named by ``X-Loopd-Actor:
+  operator:<key>`` / ``harness:<key>``. A wrong token is 401; ``X-Loopd-Actor`` without a token is 401.
+* Otherwise the browser cookie ``loopd-human`` (32 random bytes, hex; HttpOnly, SameSite=Strict, Path=/, one
+  year) → ``user:human-<first 32 hex of sha256(cookie)>``. ``GET /`` and ``GET /v1/me`` set a new cookie when
+  none (or a malformed one) was sent. Cookie identities are accepted only when the request's ``Host`` is a
+  loopback name or one of ``browser_hosts`` (a page on another name that resolves here — DNS rebinding — gets
+  403), and a cookie-authenticated write must carry ``Origin`` equal to the request's own ``scheme://host`` (or
+  one of ``trusted_origins``), else 403.
+* Neither → 401, except on the public paths (``/healthz``, ``/``, ``/openapi.json``, ``/docs``, …).
+
+Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here, at most ``max_body_bytes`` (413) within
+``body_timeout`` (400); a non-empty body must be ``application/json`` (415) holding one JSON object (400).
+Must not do: know routes beyond the public paths, or decide what an identity may do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from loopd.harness.serve import ApiError, is_loopback
+from loopd.server.http._errors import error_response
+from loopd.server.http._identity import SCOPE_KEY, Identity
+
+COOKIE_NAME: Final = "loopd-human"
+COOKIE_MAX_AGE: Final = 365 * 24 * 3600
+DEFAULT_PUBLIC_PATHS: Final = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+COOKIE_ISSUING_PATHS: Final = frozenset({"/", "/v1/me"})
+_WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_COOKIE_VALUE = re.compile(r"[0-9a-f]{64}")
+
+
+def human_key(cookie: str) -> str:
+    """The user key of a browser cookie: ``human-`` and the first 32 hex digits of its SHA-256."""
+    return "human-" + hashlib.sha256(cookie.encode()).hexdigest()[:32]
+
+
+def new_cookie_value() -> str:
+    return secrets.token_hex(32)
+
+
+@dataclass(frozen=True)
+class ServerSecurity:
+    """How the server authenticates callers and bounds requests."""
+
+    tokens: tuple[str, ...] = ()
+    """Bearer tokens that make a caller trusted (the token file in the data directory)."""
+    default_user: str = "local"
+    """The user a token caller is when it names no ``X-Loopd-Actor``."""
+    max_body_bytes: int = 1_048_576
+    body_timeout: float = 30.0
+    secure_cookie: bool = False
+    """Mark the cookie ``Secure`` (set when the server is reached over https)."""
+    browser_hosts: frozenset[str] = frozenset()
+    """Host names besides loopback on which browser (cookie) identities are accepted; ``"*"`` accepts any."""
+    trusted_origins: frozenset[str] = frozenset()
+    """Origins besides the request's own that may send cookie-authenticated writes (e.g. a dev server)."""
+    public_paths: frozenset[str] = field(default=DEFAULT_PUBLIC_PATHS)
+    public_prefixes: tuple[str, ...] = ("/static/",)
+    """Paths reachable without credentials: the placeholder page, health, the API document, static assets."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", tuple(self.tokens))
+        if any(not isinstance(token, str) or not token.strip() for token in self.tokens):
+            raise ValueError("server tokens must be non-empty strings")
+        if not self.default_user:
+            raise ValueError("default_user must not be empty")
+        if self.max_body_bytes < 1 or not (self.body_timeout > 0):
+            raise ValueError("max_body_bytes and body_timeout must be positive")
+
+    def is_public(self, path: str) -> bool:
+        return path in self.public_paths or any(path.startswith(prefix) for prefix in self.public_prefixes)
+
+    def accepts_browser_host(self, host: str) -> bool:
+        name = _host_name(host).lower()
+        return is_loopback(name) or "*" in self.browser_hosts or name in self.browser_hosts
+
+
+def _host_name(value: str) -> str:
+    value = value.strip()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _cookie(header: str) -> str | None:
+    for part in header.split(";"):
+        name, eq, value = part.strip().partition("=")
+        if eq and name == COOKIE_NAME:
+            value = value.strip().strip('"')
+            return value if _COOKIE_VALUE.fullmatch(value) else None
+    return None
+
+
+def _set_cookie_header(value: str, *, secure: bool) -> bytes:
+    text = f"{COOKIE_NAME}={value}; Path=/; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Strict"
+    return (text + "; Secure" if secure else text).encode("latin-1")
+
+
+class SecurityMiddleware:
+    def __init__(self, app: ASGIApp, *, security: ServerSecurity) -> None:
+        self.app = app
+        self._security = security
+        self._tokens = [token.encode() for token in security.tokens]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            identity, minted = self._authenticate(scope, headers)
+            if scope["method"] in _WRITE_METHODS:
+                receive = await self._buffered(headers, receive)
+        except ApiError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        if identity is not None:
+            scope[SCOPE_KEY] = identity
+        if minted is not None:
+            send = _with_cookie(send, minted, secure=self._security.secure_cookie)
+        await self.app(scope, receive, send)
+
+    # -- identity ------------------------------------------------------------------------------------------
+
+    def _authenticate(self, scope: Scope, headers: dict[str, str]) -> tuple[Identity | None, str | None]:
+        path = str(scope.get("path", ""))
+        public = self._security.is_public(path)
+        if "authorization" in headers:
+            identity = self._token_identity(headers)
+            if identity is not None:
+                return identity, None
+            if public:
+                return None, None
+            raise ApiError(
+                "unauthorized",
+                "the bearer token is not valid for this server",
+                headers={"WWW-Authenticate": 'Bearer realm="loopd"'},
+            )
+        if "x-loopd-actor" in headers:
+            raise ApiError("unauthorized", "X-Loopd-Actor is only honoured with a valid bearer token")
+        host = headers.get("host", "")
+        cookie = _cookie(headers.get("cookie", ""))
+        if cookie is not None:
+            if not self._security.accepts_browser_host(host):
+                raise ApiError("forbidden", f"browser sessions are not served on host {_host_name(host)!r}")
+            if scope["method"] in _WRITE_METHODS:
+                self._check_origin(scope, headers)
+            return Identity("user", human_key(cookie)), None
+        if (
+            scope["method"] == "GET"
+            and path in COOKIE_ISSUING_PATHS
+            and host
+            and self._security.accepts_browser_host(host)
+        ):
+            value = new_cookie_value()
+            return Identity("user", human_key(value)), value
+        if public:
+            return None, None
+        raise ApiError(
+            "unauthorized",
+            "sign in: send 'Authorization: Bearer <token>', or open / in a browser for a cookie identity",
+            headers={"WWW-Authenticate": 'Bearer realm="loopd"'},
+        )
+
+    def _token_identity(self, headers: dict[str, str]) -> Identity | None:
+        scheme, _, credentials = headers.get("authorization", "").partition(" ")
+        given = credentials.strip().encode()
+        if scheme.lower() != "bearer" or not given:
+            return None
+        matched = False
+        for token in self._tokens:
+            matched |= hmac.compare_digest(given, token)
+        if not matched:
+            return None
+        actor = headers.get("x-loopd-actor")
+        if actor is None:
+            return Identity("user", self._security.default_user, trusted=True)
+        try:
+            identity = Identity.parse(actor, trusted=True)
+        except ValueError as exc:
+            raise ApiError("invalid_request", f"X-Loopd-Actor: {exc}") from exc
+        if identity.kind == "user":
+            raise ApiError("invalid_request", "X-Loopd-Actor names an operator:<key> or harness:<key>")
+        return identity
+
+    def _check_origin(self, scope: Scope, headers: dict[str, str]) -> None:
+        origin = headers.get("origin")
+        if origin is None:
+            raise ApiError("forbidden", "a browser write must carry an Origin header")
+        own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}".lower()
+        given = origin.strip().lower().rstrip("/")
+        if given != own and given not in {o.lower().rstrip("/") for o in self._security.trusted_origins}:
+            raise ApiError("forbidden", f"cross-origin write refused (Origin {origin!r})")
+
+    # -- body ----------------------------------------------------------------------------------------------
+
+    async def _buffered(self, headers: dict[str, str], receive: Receive) -> Receive:
+        limit = self._security.max_body_bytes
+        length = headers.get("content-length")
+        if length is not None:
+            if not length.strip().isdigit():
+                raise ApiError("invalid_request", "Content-Length is not a number")
+            if int(length) > limit:
+                raise ApiError("payload_too_large", f"the body is larger than {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        timeout = self._security.body_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                more = True
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise ApiError("invalid_request", "the client went away while sending the body")
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise ApiError("payload_too_large", f"the body is larger than {limit} bytes")
+                    chunks.append(chunk)
+                    more = bool(message.get("more_body", False))
+        except TimeoutError as exc:
+            raise ApiError("invalid_request", f"the body did not arrive within {timeout:g}s") from exc
+        body = b"".join(chunks)
+        if body.strip():
+            if not _is_json(headers.get("content-type", "")):
+                raise ApiError("unsupported_media_type", "writes take JSON: send 'Content-Type: application/json'")
+            _check_json_object(body)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return replay
+
+
+def _with_cookie(send: Send, value: str, *, secure: bool) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            cookie = (b"set-cookie", _set_cookie_header(value, secure=secure))
+            message = {**message, "headers": [*message.get("headers", []), cookie]}
+        await send(message)
+
+    return sending
+
+
+def _check_json_object(body: bytes) -> None:
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise ApiError("invalid_request", f"the body is not valid JSON: {str(exc)[:200]}") from exc
+    if not isinstance(value, dict):
+        raise ApiError("invalid_request", f"the body must be a JSON object, not {type(value).__name__}")
+
+
+def tokens_of(values: Iterable[str]) -> tuple[str, ...]:
+    """Non-empty, stripped tokens (e.g. lines of a token file)."""
+    return tuple(value.strip() for value in values if value.strip())

@@ -1,0 +1,278 @@
+"""Conversation streams over a real socket: ack + answer, disconnect and resume with Last-Event-ID (no loss, no
+duplicates), snapshot == fold of the events, heartbeats, observing a question, disconnects disturb nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from tests.server_http.support import (
+    Frame,
+    Rig,
+    ask,
+    build_rig,
+    fold_by_message,
+    frames_of,
+    new_conversation,
+    real_client,
+    served,
+    text_events,
+)
+
+SSE = {"Accept": "text/event-stream"}
+
+
+async def _log(rig: Rig, conversation_id: str) -> list[tuple[int, str, int, dict[str, Any]]]:
+    async with rig.db.transaction(read_only=True) as tx:
+        events = await tx.message_events.read_conversation_events(conversation_id)
+    return [(e.cursor, e.message_id, e.seq, e.event) for e in events]
+
+
+def _entries(frames: list[Frame]) -> list[tuple[int, str, int, dict[str, Any]]]:
+    out = []
+    for frame in frames:
+        if frame.id is not None:
+            assert frame.data is not None
+            out.append((frame.id, frame.data["message_id"], frame.data["seq"], frame.data["event"]))
+    return out
+
+
+async def test_a_streamed_chat_request_acks_then_streams_the_answer_until_it_ends(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        frames: list[Frame] = []
+        answering: asyncio.Task[None] | None = None
+
+        async def answer(task_id: str) -> None:
+            for piece in ("Hel", "lo"):
+                events = [
+                    {"op": "append", "mask": "block.content", "block": {"id": "a", "type": "text", "content": piece}}
+                ]
+                assert (await operator.post(f"/v1/tasks/{task_id}/events", json={"events": events})).status_code == 200
+            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+
+        body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
+        async with (
+            asyncio.timeout(10),
+            user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
+        ):
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            task_id = response.headers["X-Loopd-Task-ID"]
+            async for frame in frames_of(response):
+                frames.append(frame)
+                if frame.event == "ack":
+                    answering = asyncio.ensure_future(answer(task_id))
+        assert answering is not None
+        await answering
+    ack = frames[0]
+    assert ack.event == "ack" and ack.id is None and ack.data is not None
+    assert ack.data["task_id"] == task_id and ack.data["cursor"] == 0
+    entries = _entries(frames[1:])
+    assert entries == await _log(rig, cid)  # the whole question, nothing else, in order
+    by_message = {
+        m: [e[3]["op"] for e in entries if e[1] == m]
+        for m in (ack.data["input_message_id"], ack.data["response_message_id"])
+    }
+    assert by_message[ack.data["input_message_id"]] == ["start", "end"]
+    assert by_message[ack.data["response_message_id"]] == ["start", "append", "append", "end"]
+    starts = [f.data for f in frames if f.data is not None and f.data.get("event", {}).get("op") == "start"]
+    assert {s["message"]["purpose"] for s in starts} == {"input", "response"}
+    end = frames[-1].data
+    assert end is not None and end["event"]["op"] == "end" and end["message"]["status"] == "completed"
+
+
+async def test_disconnect_mid_answer_then_resume_with_last_event_id_loses_and_repeats_nothing(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid, "count")
+        task_id, response_id = accepted["task_id"], accepted["response"]["id"]
+        await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("n", "1", "2", "3")})
+        first: list[Frame] = []
+        async with asyncio.timeout(10):
+            async with user.stream("GET", f"/v1/conversations/{cid}/stream?after={accepted['cursor']}") as response:
+                async for frame in frames_of(response):
+                    first.append(frame)
+                    if len(_entries(first)) == 5:
+                        break  # the client goes away in the middle of the answer
+            # Work goes on while nobody watches.
+            await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("m", "4", "5")})
+            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+            last_id = _entries(first)[-1][0]
+            second: list[Frame] = []
+            headers = {"Last-Event-ID": str(last_id)}
+            async with user.stream("GET", f"/v1/conversations/{cid}/stream", headers=headers) as response:
+                async for frame in frames_of(response):
+                    second.append(frame)
+                    if frame.data and frame.data["message_id"] == response_id and frame.data["event"]["op"] == "end":
+                        break
+        union = _entries(first) + _entries(second)
+        assert union == await _log(rig, cid)  # gap-free and no duplicates
+        assert len({e[0] for e in union}) == len(union)
+        # Reloading the snapshot gives what folding the events gives.
+        snapshot = (await user.get(f"/v1/conversations/{cid}/snapshot")).json()
+        assert snapshot["cursor"] == union[-1][0]
+        folded = fold_by_message([{"message_id": e[1], "event": e[3]} for e in union])
+        assert {m["id"]: m["content"] for m in snapshot["messages"]} == folded
+        answer = folded[response_id]["blocks"]
+        assert [b["content"] for b in answer] == ["123", "45"]
+
+
+async def test_snapshot_then_stream_from_its_cursor_is_the_same_as_streaming_from_the_start(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid)
+        await operator.post(f"/v1/tasks/{accepted['task_id']}/events", json={"events": text_events("a", "x")})
+        snapshot = (await user.get(f"/v1/conversations/{cid}/snapshot")).json()
+        await operator.post(f"/v1/tasks/{accepted['task_id']}/events", json={"events": text_events("b", "y")})
+        await operator.post(f"/v1/tasks/{accepted['task_id']}/complete", json={})
+        tail: list[Frame] = []
+        async with (
+            asyncio.timeout(10),
+            user.stream("GET", f"/v1/conversations/{cid}/stream?after={snapshot['cursor']}") as response,
+        ):
+            async for frame in frames_of(response):
+                tail.append(frame)
+                if frame.data and frame.data["event"]["op"] == "end":
+                    break
+        log = await _log(rig, cid)
+        assert _entries(tail) == [e for e in log if e[0] > snapshot["cursor"]]
+        from loopd.agentue import StreamState, reduce
+
+        state = {m["id"]: StreamState.of(m["content"], seq=None) for m in snapshot["messages"]}
+        for _, message_id, _, event in _entries(tail):
+            state[message_id] = reduce(state[message_id], event)
+        final = (await user.get(f"/v1/conversations/{cid}/snapshot")).json()
+        assert {m["id"]: m["content"] for m in final["messages"]} == {
+            k: v.model.to_json() for k, v in state.items() if v.model is not None
+        }
+
+
+async def test_the_stream_sends_heartbeats_and_wakes_on_new_events(rig: Rig) -> None:
+    quick = build_rig(rig.db, rig.clock, heartbeat=0.2, poll_interval=5.0)
+    async with served(quick) as url:
+        user = real_client(quick, url)
+        operator = real_client(quick, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid)
+        seen: list[Frame] = []
+        async with asyncio.timeout(10), user.stream("GET", f"/v1/conversations/{cid}/stream") as response:
+            async for frame in frames_of(response):
+                seen.append(frame)
+                if len([f for f in seen if f.comments]) == 2 and not any(f.id for f in seen):
+                    # Two heartbeats and no event (the stream started at the current end); now an event arrives,
+                    # woken by the bus long before the 5 s poll.
+                    started = asyncio.get_running_loop().time()
+                    await operator.post(f"/v1/tasks/{accepted['task_id']}/events", json={"events": text_events("a")})
+                if frame.id is not None:
+                    assert asyncio.get_running_loop().time() - started < 2.0
+                    break
+        assert seen[0].comments == ("ping",)
+        assert seen[-1].data is not None and seen[-1].data["event"]["op"] == "set"
+    await quick.aclose()
+
+
+async def test_observing_an_existing_question_by_task_id(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        await ask(user, cid, "earlier")
+        accepted = await ask(user, cid, "this one")
+        task_id = accepted["task_id"]
+        await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
+        await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+        observed = await user.post(f"/v1/conversations/{cid}/messages", json={"task_id": task_id})
+        assert observed.status_code == 200 and observed.json()["cursor"] == accepted["cursor"]
+        frames: list[Frame] = []
+        async with (
+            asyncio.timeout(10),
+            user.stream(
+                "POST", f"/v1/conversations/{cid}/messages", json={"task_id": task_id}, headers=SSE
+            ) as response,
+        ):
+            assert response.headers["X-Loopd-Task-ID"] == task_id
+            frames = [frame async for frame in frames_of(response)]  # ends by itself: the answer is complete
+        log = await _log(rig, cid)
+        assert _entries(frames) == [e for e in log if e[0] > accepted["cursor"]]
+        last = _entries(frames)[-1][0]
+        async with (
+            asyncio.timeout(10),
+            user.stream(
+                "POST",
+                f"/v1/conversations/{cid}/messages",
+                json={"task_id": task_id},
+                headers={**SSE, "Last-Event-ID": str(last)},
+            ) as response,
+        ):
+            rest = [frame async for frame in frames_of(response)]
+        assert [f.event for f in rest] == ["ack"]  # everything was already seen: ack, then the stream ends
+        bad = await user.post(f"/v1/conversations/{cid}/messages", json={"task_id": "nope"})
+        assert bad.status_code == 404
+        wrong = await user.get(f"/v1/conversations/{cid}/stream", headers={"Last-Event-ID": "abc"})
+        assert wrong.status_code == 400
+
+
+async def test_client_disconnects_never_affect_the_answer_or_other_readers(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid)
+        task_id, response_id = accepted["task_id"], accepted["response"]["id"]
+
+        async def reader(leave_after: int | None) -> list[Frame]:
+            got: list[Frame] = []
+            async with (
+                httpx.AsyncClient(base_url=url, headers=dict(user.headers), timeout=10) as own,
+                own.stream("GET", f"/v1/conversations/{cid}/stream?after=0") as response,
+            ):
+                async for frame in frames_of(response):
+                    got.append(frame)
+                    if leave_after is not None and len(got) >= leave_after:
+                        return got
+                    if frame.data and frame.data["message_id"] == response_id and frame.data["event"]["op"] == "end":
+                        return got
+            return got
+
+        async with asyncio.timeout(15):
+            readers = [asyncio.ensure_future(reader(n)) for n in (1, 2, 3, None, None)]
+            await asyncio.sleep(0.2)
+            for piece in "abc":
+                response = await operator.post(
+                    f"/v1/tasks/{task_id}/events", json={"events": text_events(piece, piece)}
+                )
+                assert response.status_code == 200
+            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+            results = await asyncio.gather(*readers)
+        log = await _log(rig, cid)
+        for got in results[3:]:
+            assert _entries(got) == log
+        async with asyncio.timeout(5):  # every reader leaves the bus (the server notices a disconnect promptly)
+            while rig.ctx.bus.watched:
+                await asyncio.sleep(0.01)
+
+
+async def test_a_database_failure_under_an_open_stream_ends_it_with_an_error_event(rig: Rig) -> None:
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid)
+        frames: list[Frame] = []
+        async with asyncio.timeout(10), user.stream("GET", f"/v1/conversations/{cid}/stream?after=0") as response:
+            async for frame in frames_of(response):
+                frames.append(frame)
+                if len(_entries(frames)) == 3:  # input start, end, response start: now the database goes away
+                    await rig.db.aclose()
+        assert frames[-1].event == "error" and frames[-1].data is not None
+        assert frames[-1].data["error"]["type"] == "service_unavailable"
+        assert frames[-1].data["resume_after"] == _entries(frames)[-1][0]
+        assert accepted["task_id"]
