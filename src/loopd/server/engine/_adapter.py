@@ -1,0 +1,233 @@
+"""The adapter seam: what the Harness Engine asks of a harness, and the closed vocabulary of what it reports.
+
+An adapter (`HarnessAdapter`) starts or resumes one execution per call and hands back an `AdapterRun`: an async
+stream of `Update` values plus ``answer_gate`` / ``cancel`` / ``aclose``. Adapters never touch the database or
+messages; the engine projects updates, counts them and writes the ledger. Provider differences stop here.
+
+Updates are *durable* or *previews*:
+
+- durable updates (`TextSet`, `ToolStarted`, `ToolFinished`, `GateOpened`, `GateResolved`, `ModelCalled`,
+  `Finished`, `Failed`) are counted: the engine stores how many it applied (the call's ``checkpoint``) and a hash
+  chain over them. A resumed run of an adapter whose ``replays`` is true replays the same ordered durable
+  updates from the start: those at or below the checkpoint are skipped (a different update at the checkpoint
+  fails the call, "replay differs").
+- `TextPreview` (live token text) is not counted and never replayed: it is appended to the answer block for
+  watchers, and the next durable `TextSet` replaces the answer text with the authoritative one.
+
+Must not do: I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ClassVar, Literal, Protocol
+
+from loopd.server.ledger import EffectKind, Idempotency
+
+GateAnswer = Literal["approve", "always", "deny"]
+GATE_ANSWERS: tuple[GateAnswer, ...] = ("approve", "always", "deny")
+ToolStatus = Literal["completed", "failed"]
+FailurePhase = Literal["failed", "cancelled", "timed_out"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One visible message before the request: who (``kind`` user | harness | operator, ``key``) said what."""
+
+    kind: str
+    key: str
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "key": self.key, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRequest:
+    """What an adapter is asked to run. ``call_id`` doubles as the idempotency key of the execution."""
+
+    call_id: str
+    target: str
+    text: str
+    history: tuple[HistoryEntry, ...]
+    options: Mapping[str, Any]
+    deadline: datetime
+    timeout: float
+    """Seconds left until ``deadline`` when the request was built."""
+
+    def prompt(self) -> str:
+        """The task text, preceded by the visible history when there is any."""
+        if not self.history:
+            return self.text
+        lines = ["Conversation so far:"]
+        lines += [f"[{entry.kind} {entry.key}] {entry.text}" for entry in self.history]
+        lines += ["", "Current request:", self.text]
+        return "\n".join(lines)
+
+
+# --- updates ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextPreview:
+    """Live answer text (not counted, not replayed)."""
+
+    text: str
+    kind: Literal["text_preview"] = "text_preview"
+    durable: ClassVar[bool] = False
+
+
+@dataclass(frozen=True, slots=True)
+class TextSet:
+    """The authoritative answer text so far (replaces previews)."""
+
+    text: str
+    kind: Literal["text_set"] = "text_set"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    call_id: str
+    name: str
+    input: Any = None
+    effect_kind: EffectKind = EffectKind.UNKNOWN
+    idempotency: Idempotency = Idempotency.UNKNOWN
+    kind: Literal["tool_started"] = "tool_started"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFinished:
+    call_id: str
+    name: str
+    status: ToolStatus
+    output: str = ""
+    kind: Literal["tool_finished"] = "tool_finished"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class GateOpened:
+    """The harness waits for permission; answered with approve / always / deny."""
+
+    gate_id: str
+    prompt: str
+    title: str = "Permission needed"
+    kind: Literal["gate_opened"] = "gate_opened"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class GateResolved:
+    gate_id: str
+    answer: GateAnswer
+    granted: bool
+    timed_out: bool = False
+    reason: str = ""
+    kind: Literal["gate_resolved"] = "gate_resolved"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCalled:
+    """A model call the harness made (``action`` model_call, or compact for a history summary)."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    action: Literal["model_call", "compact"] = "model_call"
+    kind: Literal["model_called"] = "model_called"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The final answer: success."""
+
+    content: Any
+    format: Literal["text", "json"] = "text"
+    kind: Literal["finished"] = "finished"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The execution ended without an answer."""
+
+    code: str
+    message: str
+    phase: FailurePhase = "failed"
+    kind: Literal["failed"] = "failed"
+    durable: ClassVar[bool] = True
+
+
+Update = (
+    TextPreview | TextSet | ToolStarted | ToolFinished | GateOpened | GateResolved | ModelCalled | Finished | Failed
+)
+TERMINAL_UPDATES = (Finished, Failed)
+
+
+def update_json(update: Update) -> dict[str, Any]:
+    """The canonical JSON of an update (what the replay hash covers)."""
+    body: dict[str, Any] = {}
+    for name in update.__dataclass_fields__:
+        value = getattr(update, name)
+        body[name] = str(value) if isinstance(value, EffectKind | Idempotency) else value
+    return body
+
+
+# --- the seam --------------------------------------------------------------------------------------------------
+
+
+class AdapterRun(Protocol):
+    """One observed execution. ``updates()`` is iterated once; ``aclose`` stops observing (never cancels)."""
+
+    @property
+    def execution_ref(self) -> str | None:
+        """Where the execution lives (a harness session id, …), stored with the call."""
+        ...
+
+    @property
+    def replays(self) -> bool:
+        """Whether this run (from ``resume``) replays the durable updates from the start.
+
+        False means a resume re-runs the execution (a read effect): its updates are all new and every one of
+        them is applied after the stored checkpoint.
+        """
+        ...
+
+    def updates(self) -> AsyncIterator[Update]: ...
+
+    async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
+        """Forward a gate answer (the first answer binds; a late or unknown gate may be ignored)."""
+        ...
+
+    async def cancel(self) -> None:
+        """Ask the execution to stop (best effort)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop observing and release resources; a running execution stays resumable."""
+        ...
+
+
+class HarnessAdapter(Protocol):
+    """A harness the engine can drive. ``start`` and ``resume`` must return promptly (before the execution ends)."""
+
+    @property
+    def supports_resume(self) -> bool: ...
+
+    @property
+    def effect(self) -> tuple[EffectKind, Idempotency]:
+        """How the ledger classifies one execution of this adapter (fixed before it runs)."""
+        ...
+
+    async def start(self, request: AdapterRequest) -> AdapterRun: ...
+
+    async def resume(self, request: AdapterRequest, execution_ref: str | None) -> AdapterRun:
+        """Reattach to the execution of ``request.call_id`` (or start it if it provably never started)."""
+        ...

@@ -1,0 +1,149 @@
+"""`BuiltinHarnessAdapter`: loopd's own harness, in process, over a `Rig` (e.g. `open_standard_rig`).
+
+The harness session id *is* the call id, so the journal names the execution and no second one can exist:
+
+- ``start``: create session ``call_id`` (if the journal already has it — a crash between the engine's
+  "starting" and here — it is restored instead), then submit the prompt (task text + visible history);
+- ``resume``: ``rig.restore_session(call_id, mode="resume")`` (fencing any earlier writer; a model call in
+  flight is re-issued, a tool is re-run only if idempotent) and submit the prompt only if the journal shows it
+  never started a turn;
+- updates: ``session.subscribe(from_seq=1)`` replays the journal in order and then follows live events, through
+  `HarnessTranslator`, so a resumed run yields the same durable updates as the first one (the engine skips those
+  it applied already);
+- gates: ``session.answer_gate`` (approve / approve_always / deny); cancel: ``session.interrupt``.
+
+Closing a run after the call's turn ended shuts the session down; closing it earlier (the engine stops or
+crashes) aborts the in-process session without a final record, so the journal stays resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError
+from loopd.harness.runtime import Rig, Session
+from loopd.server.ledger import EffectKind, Idempotency
+
+from ._adapter import AdapterRequest, GateAnswer, Update
+from ._errors import ObservationLost
+from ._translation import HarnessTranslator
+
+_log = logging.getLogger("loopd.server.engine")
+
+_WIRE_ANSWER: Final[dict[str, str]] = {"approve": "approve", "always": "approve_always", "deny": "deny"}
+_SHUTDOWN_TIMEOUT: Final = 10.0
+
+
+class BuiltinRun:
+    """One observed session of the built-in harness."""
+
+    def __init__(self, session: Session, rig: Rig, loop: str | None) -> None:
+        self._session = session
+        main = loop or session.default_loop
+        definition = next((d for d in rig.loops if d.name == main), rig.loops[0])
+
+        def effects(name: str) -> tuple[EffectKind, Idempotency]:
+            for tool in definition.tools:
+                if tool.spec.name == name:
+                    return EffectKind(str(tool.effect)), Idempotency(str(tool.idempotency))
+            return EffectKind.UNKNOWN, Idempotency.UNKNOWN
+
+        model_name = definition.model_name or definition.model.name
+        self._translator = HarnessTranslator(model_name=model_name, main_loop=main, tool_effects=effects)
+        self._main = main
+
+    @property
+    def execution_ref(self) -> str | None:
+        return self._session.id
+
+    @property
+    def replays(self) -> bool:
+        return True
+
+    async def submit_once(self, prompt: str) -> None:
+        """Submit the call's input unless the session already took one (its journal shows a turn or a queue)."""
+        loop = self._session.state.loops.get(self._main)
+        if loop is not None and (loop.turns > 0 or loop.turn is not None or loop.queued):
+            return
+        await self._session.submit(prompt, loop=self._main)
+
+    async def updates(self) -> AsyncIterator[Update]:
+        next_seq = 1
+        while True:
+            sub = self._session.subscribe(from_seq=next_seq)
+            try:
+                async for envelope in sub:
+                    if envelope.seq is not None:
+                        next_seq = envelope.seq + 1
+                    for update in self._translator.feed(envelope.event):
+                        yield update
+                    if self._translator.finished:
+                        return
+            except SubscriptionLostError as exc:
+                next_seq = exc.last_seq + 1
+                continue
+            finally:
+                await sub.aclose()
+            fault = self._session.fault
+            raise ObservationLost(str(fault) if fault is not None else "the harness session stopped mid-turn")
+
+    async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
+        await self._session.answer_gate(gate_id, _WIRE_ANSWER[answer], loop=self._main)
+
+    async def cancel(self) -> None:
+        with contextlib.suppress(HarnessError):
+            await self._session.interrupt(reason="cancelled by the harness engine")
+
+    async def aclose(self) -> None:
+        if self._translator.finished or self._session.status != "active":
+            try:
+                async with asyncio.timeout(_SHUTDOWN_TIMEOUT):
+                    await self._session.shutdown(drain_timeout=0, reason="harness call ended")
+            except (TimeoutError, HarnessError):
+                self._session.abort()
+        else:
+            self._session.abort()
+
+
+class BuiltinHarnessAdapter:
+    """The in-process harness over ``rig`` (which the caller keeps open). ``loop``: the loop that answers."""
+
+    def __init__(self, rig: Rig, *, loop: str | None = None) -> None:
+        self._rig = rig
+        self._loop = loop
+
+    @property
+    def supports_resume(self) -> bool:
+        return True
+
+    @property
+    def effect(self) -> tuple[EffectKind, Idempotency]:
+        return EffectKind.WRITE, Idempotency.KEYED
+
+    async def start(self, request: AdapterRequest) -> BuiltinRun:
+        return await self._open(request)
+
+    async def resume(self, request: AdapterRequest, execution_ref: str | None) -> BuiltinRun:
+        return await self._open(request)
+
+    async def _open(self, request: AdapterRequest) -> BuiltinRun:
+        session_id = request.call_id
+        session: Session
+        if await self._rig.journal.session(session_id) is None:
+            try:
+                session = await self._rig.start_session(session_id)
+            except SessionBusyError:  # created concurrently: take it over
+                session = await self._rig.restore_session(session_id, mode="resume")
+        else:
+            session = await self._rig.restore_session(session_id, mode="resume")
+        run = BuiltinRun(session, self._rig, self._loop)
+        try:
+            await run.submit_once(request.prompt())
+        except BaseException:
+            session.abort()
+            raise
+        return run

@@ -1,0 +1,535 @@
+"""Driving one claimed call: begin (phase + attempt), start or resume the adapter, project its updates, watch.
+
+A `Drive` runs while its engine holds the call's lease (fencing token ``token``). Every write is a *fenced*
+transaction: ``leases.check_token`` first, then the call row, then the message (lock order lease → call →
+message), so a stale holder's write is refused (``Fenced``) and the drive ends without touching anything.
+
+Two tasks work side by side:
+
+- the consumer reads the adapter's updates (through a bounded queue, which coalesces previews) and applies
+  each durable one in one transaction: the visible events, the ledger facts, the checkpoint + hash, and the
+  phase; an update at or below the stored checkpoint is a replay and is skipped (at the checkpoint the hash
+  must match, or the call fails with ``replay_differs``);
+- the watcher renews the lease every ttl/3 and, every tick (or when poked), re-reads the call and its message:
+  a cancel request, a passed deadline or a closed message stops the drive; gate answers recorded in the
+  message are forwarded to the adapter.
+
+A drive ends in one of four ways (`Outcome`): ``done`` (the call is terminal), ``lost`` (the lease is gone:
+someone else drives the call now), ``retry`` (the adapter lost sight of the execution: resume later) or it is
+cancelled (the engine stops or crashes: nothing more is written; the execution stays resumable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from loopd.server import streams
+from loopd.server.ledger import EffectKind, Idempotency
+from loopd.server.storage import (
+    Conflict,
+    Database,
+    Fenced,
+    HarnessCall,
+    HarnessPhase,
+    InvalidRecord,
+    NotFound,
+    StorageError,
+    Transaction,
+)
+from loopd.server.streams import ConversationBus
+
+from ._adapter import (
+    GATE_ANSWERS,
+    AdapterRequest,
+    AdapterRun,
+    Failed,
+    Finished,
+    GateAnswer,
+    GateOpened,
+    GateResolved,
+    HarnessAdapter,
+    TextPreview,
+    Update,
+)
+from ._errors import ObservationLost, ResumeUnsupported
+from ._projection import closed_gates, next_hash, project
+from ._requests import history_of
+from ._trail import Trail
+
+_log = logging.getLogger("loopd.server.engine")
+
+Outcome = Literal["done", "lost", "retry"]
+QUEUE_SIZE: Final = 256
+MAX_PREVIEW_BATCH: Final = 64
+
+
+def lease_resource(call_id: str) -> str:
+    return f"harness-call/{call_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class DriveSettings:
+    """What every drive of one engine shares."""
+
+    db: Database
+    bus: ConversationBus
+    clock: Callable[[], datetime]
+    replica_id: str
+    lease_ttl: float
+    tick: float
+    adapter_timeout: float
+
+
+class _End:
+    """The adapter's update stream ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Raised:
+    error: BaseException
+
+
+class _Stop(Exception):
+    """Leave the drive: the call became terminal under us, or the message closed."""
+
+    def __init__(self, outcome: Outcome, *, phase: HarnessPhase | None = None, error: dict[str, str] | None = None):
+        super().__init__(outcome)
+        self.outcome: Outcome = outcome
+        self.phase = phase
+        self.error = error
+
+
+class _ProjectionFailed(Exception):
+    def __init__(self, error: dict[str, str], phase: HarnessPhase = "failed") -> None:
+        super().__init__(error["message"])
+        self.error = error
+        self.phase: HarnessPhase = phase
+
+
+def _error(code: str, message: str) -> dict[str, str]:
+    return {"code": code, "message": message[:2000]}
+
+
+class Drive:
+    """One claimed call, driven until it is terminal, the lease is lost, or the drive is cancelled."""
+
+    def __init__(self, settings: DriveSettings, call: HarnessCall, token: int, adapter: HarnessAdapter | None) -> None:
+        self._s = settings
+        self.call_id = call.id
+        self.token = token
+        self._resource = lease_resource(call.id)
+        self._adapter = adapter
+        self._effect: tuple[EffectKind, Idempotency] = (
+            adapter.effect if adapter is not None else (EffectKind.UNKNOWN, Idempotency.UNKNOWN)
+        )
+        self._attempt_id: str | None = None
+        self._forwarded: set[str] = set()
+        self._task_id: str | None = None
+        self._stopping = False
+        self.poke = asyncio.Event()
+
+    def stop(self) -> None:
+        """The engine is stopping: the watcher ends the drive at its next look (cancellation does the rest)."""
+        self._stopping = True
+        self.poke.set()
+
+    # --- fenced writes -------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _fenced(self) -> AsyncIterator[tuple[Transaction, HarnessCall]]:
+        async with self._s.db.transaction() as tx:
+            await tx.leases.check_token(self._resource, self.token)
+            call = await tx.harness_calls.lock(self.call_id)
+            yield tx, call
+
+    def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
+        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock)
+
+    def _notify(self, tx: Transaction, call: HarnessCall) -> None:
+        if call.conversation_id is not None:
+            conversation_id, bus = call.conversation_id, self._s.bus
+            tx.after_commit(lambda: bus.notify(conversation_id))
+
+    async def _end_in(
+        self, tx: Transaction, call: HarnessCall, phase: HarnessPhase, error: dict[str, Any] | None, result: Any = None
+    ) -> HarnessCall:
+        """Make ``call`` terminal in ``tx`` (with its ledger facts); gates still open in its message close."""
+        await self._close_gates(tx, call, phase)
+        trail = self._trail(tx, call)
+        await trail.open()
+        await trail.close(phase, error, self._attempt_id)
+        if phase == "succeeded":
+            ended = await tx.harness_calls.update(call.id, phase=phase, result=result, error=None)
+        else:
+            ended = await tx.harness_calls.update(call.id, phase=phase, error=error)
+        self._notify(tx, ended)
+        return ended
+
+    async def _close_gates(self, tx: Transaction, call: HarnessCall, phase: HarnessPhase) -> None:
+        if call.message_id is None:
+            return
+        message = await tx.messages.lock(call.message_id)
+        if message.status in streams.TERMINAL_STATUSES:
+            return
+        events = closed_gates(message.content, f"the harness call ended ({phase})")
+        if events:
+            await streams.emit(tx, message.id, events, bus=self._s.bus, allow_human_blocks=True)
+
+    async def _end(self, phase: HarnessPhase, error: dict[str, Any] | None) -> None:
+        async with self._fenced() as (tx, call):
+            if not call.is_terminal:
+                await self._end_in(tx, call, phase, error)
+
+    # --- the drive -----------------------------------------------------------------------------------------------
+
+    async def run(self) -> Outcome:
+        """Drive the call; see the module docstring for the outcomes. Cancellation propagates (writes nothing)."""
+        try:
+            return await self._run()
+        except Fenced:
+            return "lost"
+        except _Stop as stop:
+            return stop.outcome
+
+    async def _run(self) -> Outcome:
+        begun = await self._begin()
+        if begun is None:
+            return "done"
+        call, mode = begun
+        adapter = self._adapter
+        assert adapter is not None  # _begin ends calls without an adapter
+        now = self._s.clock()
+        request = AdapterRequest(
+            call_id=call.id,
+            target=call.target,
+            text=str(call.params.get("text", "")),
+            history=history_of(call.params),
+            options=dict(call.params.get("params") or {}),
+            deadline=call.deadline_at,
+            timeout=max((call.deadline_at - now).total_seconds(), 0.001),
+        )
+        try:
+            async with asyncio.timeout(self._s.adapter_timeout):
+                if mode == "start":
+                    run = await adapter.start(request)
+                else:
+                    run = await adapter.resume(request, call.execution_ref)
+        except ResumeUnsupported as exc:
+            await self._end("unknown", _error("resume_unsupported", str(exc) or "the adapter cannot resume"))
+            return "done"
+        except (ObservationLost, TimeoutError) as exc:
+            await self._attempt_failed(_error("observation_lost", str(exc) or "the adapter did not answer in time"))
+            return "retry"
+        except Exception as exc:  # an adapter that breaks fails its call; the engine goes on
+            _log.warning("harness call %s: adapter %s failed to %s", call.id, call.target, mode, exc_info=True)
+            await self._end("failed", _error("adapter_error", f"{type(exc).__name__}: {exc}"))
+            return "done"
+        try:
+            return await self._follow(run, mode)
+        finally:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self._s.adapter_timeout):
+                    await run.aclose()
+
+    async def _begin(self) -> tuple[HarnessCall, Literal["start", "resume"]] | None:
+        """Check the call, record the attempt and move pending → starting; None when the call ended here."""
+        async with self._fenced() as (tx, call):
+            if call.is_terminal:
+                return None
+            message_task = None
+            if call.message_id is not None:
+                with contextlib.suppress(NotFound):
+                    message_task = (await tx.messages.get(call.message_id)).task_id
+            self._task_id = message_task
+            if call.cancel_requested:
+                await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))
+                return None
+            if self._s.clock() >= call.deadline_at:
+                await self._end_in(tx, call, "timed_out", _error("timed_out", "the call passed its deadline"))
+                return None
+            if self._adapter is None:
+                message = f"no adapter is configured for target {call.target!r} on this server"
+                await self._end_in(tx, call, "unknown", _error("unknown_target", message))
+                return None
+            mode: Literal["start", "resume"] = "start" if call.phase == "pending" else "resume"
+            if mode == "resume" and not self._adapter.supports_resume:
+                message = f"the {call.target!r} adapter cannot resume; the outcome of the earlier attempt is unknown"
+                await self._end_in(tx, call, "unknown", _error("resume_unsupported", message))
+                return None
+            trail = self._trail(tx, call)
+            await trail.open()
+            self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=self._s.replica_id)
+            if call.phase == "pending":
+                call = await tx.harness_calls.update(call.id, phase="starting")
+            return call, mode
+
+    async def _attempt_failed(self, error: dict[str, str]) -> None:
+        if self._attempt_id is None:
+            return
+        async with self._fenced() as (tx, call):
+            if not call.is_terminal:
+                await self._trail(tx, call).fail_attempt(self._attempt_id, error)
+
+    async def _follow(self, run: AdapterRun, mode: str) -> Outcome:
+        async with self._fenced() as (tx, call):
+            if call.is_terminal:
+                return "done"
+            if call.phase == "starting":
+                call = await tx.harness_calls.update(call.id, phase="running", execution_ref=run.execution_ref)
+            elif run.execution_ref is not None and call.execution_ref != run.execution_ref:
+                call = await tx.harness_calls.update(call.id, execution_ref=run.execution_ref)
+        replaying = mode == "resume" and run.replays
+        consumer = asyncio.ensure_future(self._consume(run, call, replaying))
+        watcher = asyncio.ensure_future(self._watch(run))
+        try:
+            await asyncio.wait({consumer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (consumer, watcher):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(consumer, watcher, return_exceptions=True)
+        if consumer.done() and not consumer.cancelled() and consumer.exception() is None:
+            return consumer.result()
+        if consumer.done() and not consumer.cancelled():
+            return await self._consumer_failed(consumer.exception())
+        reason = watcher.result()  # the watcher stopped the drive (it never raises but cancellation)
+        return await self._stopped(run, reason)
+
+    async def _consumer_failed(self, exc: BaseException | None) -> Outcome:
+        match exc:
+            case Fenced():
+                return "lost"
+            case _Stop():
+                if exc.phase is not None:
+                    await self._end(exc.phase, exc.error)
+                return exc.outcome
+            case _ProjectionFailed():
+                await self._end(exc.phase, exc.error)
+                return "done"
+            case ObservationLost():
+                await self._attempt_failed(_error("observation_lost", str(exc)))
+                return "retry"
+            case StorageError() if exc.retryable:
+                await self._attempt_failed(_error("storage_unavailable", str(exc)))
+                return "retry"
+            case _:
+                _log.warning("harness call %s: the adapter's updates failed", self.call_id, exc_info=exc)
+                await self._end("failed", _error("adapter_error", f"{type(exc).__name__}: {exc}"))
+                return "done"
+
+    async def _stopped(self, run: AdapterRun, reason: str) -> Outcome:
+        if reason == "lost":
+            return "lost"
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self._s.adapter_timeout):
+                await run.cancel()
+        if reason == "timed_out":
+            await self._end("timed_out", _error("timed_out", "the call passed its deadline"))
+        elif reason == "message_closed":
+            await self._end("cancelled", _error("message_closed", "the call's message was finished by its owner"))
+        else:
+            await self._end("cancelled", _error("cancelled", "the call was cancelled"))
+        return "done"
+
+    # --- consuming updates ---------------------------------------------------------------------------------------
+
+    async def _consume(self, run: AdapterRun, call: HarnessCall, replaying: bool) -> Outcome:
+        queue: asyncio.Queue[Update | _End | _Raised] = asyncio.Queue(QUEUE_SIZE)
+
+        async def pump() -> None:
+            try:
+                async for update in run.updates():
+                    await queue.put(update)
+                await queue.put(_End())
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                await queue.put(_Raised(exc))
+
+        pumping = asyncio.ensure_future(pump())
+        try:
+            return await self._apply_all(queue, call, replaying)
+        finally:
+            pumping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pumping
+
+    async def _apply_all(
+        self, queue: asyncio.Queue[Update | _End | _Raised], call: HarnessCall, replaying: bool
+    ) -> Outcome:
+        checkpoint, stored_hash = call.checkpoint, call.replay_hash
+        index, chain = (0, "") if replaying else (checkpoint, stored_hash)
+        held: Update | _End | _Raised | None = None
+        while True:
+            item = held if held is not None else await queue.get()
+            held = None
+            if isinstance(item, _End):
+                await self._end("failed", _error("no_result", "the harness stopped without a final answer"))
+                return "done"
+            if isinstance(item, _Raised):
+                raise item.error
+            if not item.durable:
+                if index < checkpoint:
+                    continue  # still replaying what was applied before
+                texts = [item.text] if isinstance(item, TextPreview) else []
+                while len(texts) < MAX_PREVIEW_BATCH and not queue.empty():
+                    following = queue.get_nowait()
+                    if isinstance(following, TextPreview):
+                        texts.append(following.text)
+                    else:
+                        held = following
+                        break
+                await self._apply_preview("".join(texts))
+                continue
+            index += 1
+            chain = next_hash(chain, item)
+            if index < checkpoint:
+                continue
+            if index == checkpoint:
+                if chain != stored_hash:
+                    message = f"the resumed harness replayed a different update at {index}: {item.kind}"
+                    raise _ProjectionFailed(_error("replay_differs", message))
+                continue
+            if await self._apply(index, chain, item):
+                return "done"
+
+    async def _locked_message(self, tx: Transaction, call: HarnessCall) -> dict[str, Any] | None:
+        if call.message_id is None:
+            return None
+        message = await tx.messages.lock(call.message_id)
+        if message.status in streams.TERMINAL_STATUSES:
+            raise _Stop("done", phase="cancelled", error=_error("message_closed", "the call's message was finished"))
+        return message.content
+
+    async def _emit(self, tx: Transaction, call: HarnessCall, events: list[dict[str, Any]]) -> None:
+        if not events or call.message_id is None:
+            return
+        try:
+            await streams.emit(tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True)
+        except Conflict as exc:  # ended between our lock and the emit: cannot happen under the row lock
+            raise _Stop("done", phase="cancelled", error=_error("message_closed", str(exc))) from exc
+        except InvalidRecord as exc:
+            raise _ProjectionFailed(_error("projection_failed", str(exc))) from exc
+
+    async def _apply_preview(self, text: str) -> None:
+        if not text:
+            return
+        async with self._fenced() as (tx, call):
+            if call.is_terminal:
+                raise _Stop("done")
+            content = await self._locked_message(tx, call)
+            if content is not None:
+                await self._emit(tx, call, project(TextPreview(text), content))
+
+    async def _apply(self, index: int, chain: str, update: Update) -> bool:
+        """Apply durable update ``index`` in one transaction; whether the call is now terminal."""
+        async with self._fenced() as (tx, call):
+            if call.is_terminal:
+                raise _Stop("done")
+            content = await self._locked_message(tx, call)
+            if content is not None:
+                await self._emit(tx, call, project(update, content))
+            trail = self._trail(tx, call)
+            await trail.record(index, update)
+            call = await tx.harness_calls.advance_checkpoint(
+                call.id, expected_checkpoint=index - 1, checkpoint=index, replay_hash=chain
+            )
+            match update:
+                case GateOpened():
+                    if call.phase in ("running", "starting"):
+                        await tx.harness_calls.update(call.id, phase="waiting_input")
+                case GateResolved():
+                    if call.phase == "waiting_input":
+                        await tx.harness_calls.update(call.id, phase="running")
+                case Finished(content=result, format=form):
+                    await self._end_in(tx, call, "succeeded", None, {"format": form, "content": result})
+                    return True
+                case Failed(code=code, message=message, phase=phase):
+                    await self._end_in(tx, call, phase, _error(code, message))
+                    return True
+                case _:
+                    pass
+            return False
+
+    # --- watching ------------------------------------------------------------------------------------------------
+
+    async def _watch(self, run: AdapterRun) -> str:
+        """Renew the lease and look for stop conditions and gate answers; returns why the drive must stop."""
+        loop = asyncio.get_running_loop()
+        renew_every = self._s.lease_ttl / 3
+        last_renewal = loop.time()
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._s.tick):
+                    await self.poke.wait()
+            self.poke.clear()
+            if loop.time() - last_renewal >= renew_every:
+                try:
+                    async with self._s.db.transaction() as tx:
+                        await tx.leases.renew(self._resource, self.token, self._s.lease_ttl)
+                    last_renewal = loop.time()
+                except Fenced:
+                    return "lost"
+                except StorageError as exc:  # keep trying; a fenced write ends the drive if the lease expires
+                    _log.warning("harness call %s: lease renewal failed: %s", self.call_id, exc)
+            try:
+                reason = await self._look(run)
+            except StorageError as exc:
+                _log.warning("harness call %s: watch read failed: %s", self.call_id, exc)
+                continue
+            if reason is not None:
+                return reason
+        return "lost"
+
+    async def _look(self, run: AdapterRun) -> str | None:
+        async with self._s.db.transaction(read_only=True) as tx:
+            call = await tx.harness_calls.get(self.call_id)
+            lease = await tx.leases.get(self._resource)
+            message = await tx.messages.get(call.message_id) if call.message_id is not None else None
+        if lease is None or lease.token != self.token:
+            return "lost"
+        if call.is_terminal:
+            return "lost"
+        if call.cancel_requested:
+            return "cancelled"
+        if self._s.clock() >= call.deadline_at:
+            return "timed_out"
+        if message is None:
+            return None
+        if message.status in streams.TERMINAL_STATUSES:
+            return "message_closed"
+        for gate_id, answer in answered_gates(message.content):
+            if gate_id in self._forwarded:
+                continue
+            self._forwarded.add(gate_id)
+            try:
+                async with asyncio.timeout(self._s.adapter_timeout):
+                    await run.answer_gate(gate_id, answer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the first answer binds; a late one is the harness's to refuse
+                _log.info("harness call %s: gate %s answer not taken: %s", self.call_id, gate_id, exc)
+        return None
+
+
+def answered_gates(content: dict[str, Any]) -> list[tuple[str, GateAnswer]]:
+    """Gates whose ask block carries an answer (``status`` success with approve / always / deny)."""
+    found: list[tuple[str, GateAnswer]] = []
+    for block in content.get("blocks") or ():
+        if not isinstance(block, dict) or block.get("type") != "ask":
+            continue
+        block_id = block.get("id")
+        value = block.get("value")
+        answered = block.get("status") == "success" and isinstance(value, str)
+        if answered and isinstance(block_id, str) and block_id.startswith("gate/"):
+            for answer in GATE_ANSWERS:
+                if value == answer:
+                    found.append((block_id.removeprefix("gate/"), answer))
+    return found

@@ -1,0 +1,515 @@
+"""`HarnessEngine`: durable harness calls — identity, capacity, the driver that claims and drives them, reads.
+
+Admission (`start`): inside one transaction, a call with the same identity is returned as it is (same
+fingerprint) or refused (``Conflict``); otherwise a capacity slot is reserved *before* anything is written,
+so a full engine answers `CapacityExceeded` with no call row and no message event, and an idempotent replay
+never takes a slot. The slot is kept by the call while this engine holds it.
+
+Driving: one driver task per engine scans the active calls (every ``poll_interval``, or at once when woken),
+claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease:
+crashed, or another replica) while a slot is free, and runs a `Drive` for each (see ``_driving``). Calls that
+only need closing (cancel requested, deadline passed, no adapter) are claimed without a slot. A call is never
+driven twice at once: the lease is exclusive and every write checks its token.
+
+Lifecycle: ``await engine.open()`` (or ``async with engine``) starts the driver; ``aclose()`` stops every drive
+and releases their leases so another replica carries on at once; ``abort()`` stops like a crash would (leases
+expire on their own). Executions stay resumable either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final, Self
+
+from loopd.server import streams
+from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
+from loopd.server.ledger import Scope as LedgerScope
+from loopd.server.storage import (
+    Conflict,
+    Database,
+    HarnessCall,
+    InvalidRecord,
+    Message,
+    MessageEvent,
+    NewHarnessCall,
+    NewMessage,
+    NotFound,
+    StorageError,
+    Transaction,
+    harness_call_fingerprint,
+)
+from loopd.server.streams import ConversationBus
+
+from ._adapter import GATE_ANSWERS, HarnessAdapter
+from ._driving import Drive, DriveSettings, Outcome, lease_resource
+from ._errors import CapacityExceeded, EngineClosed, GateForbidden, UnknownTarget
+from ._projection import answered_ask, gate_block_id
+from ._requests import MAX_TIMEOUT, CallRequest
+
+_log = logging.getLogger("loopd.server.engine")
+
+PAGE: Final = 100
+STREAM_PAGE: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStatistics:
+    replica_id: str
+    capacity: int
+    slots_used: int
+    """Calls holding a slot here: admitted and not yet claimed, or being driven."""
+    driving: int
+    claims: int
+    """Leases taken to drive or close a call (a call that turns out finished is released at once)."""
+    drives_lost: int
+    """Drives that ended because another holder took the lease."""
+    drives_retried: int
+    """Drives that ended because the adapter lost sight of the execution (resumed later)."""
+
+
+class _Replayed(Exception):
+    """Another writer created the same call concurrently: roll our writes back and return theirs."""
+
+    def __init__(self, call: HarnessCall) -> None:
+        super().__init__(call.id)
+        self.call = call
+
+
+class HarnessEngine:
+    """Starts, drives, observes and cancels harness calls (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        ledger: SqlLedgerStore,
+        adapters: Mapping[str, HarnessAdapter],
+        bus: ConversationBus,
+        replica_id: str,
+        clock: Callable[[], datetime] | None = None,
+        capacity: int = 50,
+        lease_ttl: float = 30.0,
+        poll_interval: float = 1.0,
+        adapter_timeout: float = 30.0,
+        retry_delay: float = 5.0,
+        max_timeout: float = MAX_TIMEOUT,
+        scan_limit: int = 1000,
+    ) -> None:
+        if not isinstance(ledger, SqlLedgerStore):
+            raise TypeError("the engine writes its trail in its own transactions: ledger must be an SqlLedgerStore")
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        if not lease_ttl > 0 or not poll_interval > 0 or not adapter_timeout > 0 or retry_delay < 0:
+            raise ValueError("lease_ttl, poll_interval and adapter_timeout must be positive")
+        if not replica_id:
+            raise ValueError("replica_id must be a non-empty string")
+        self._db = db
+        self._ledger = ledger
+        self._adapters = dict(adapters)
+        self._bus = bus
+        self._replica_id = replica_id
+        self._clock = clock or db.now
+        self._capacity = capacity
+        self._lease_ttl = lease_ttl
+        self._poll_interval = poll_interval
+        self._retry_delay = retry_delay
+        self._max_timeout = max_timeout
+        self._scan_limit = scan_limit
+        self._settings = DriveSettings(
+            db=db,
+            bus=bus,
+            clock=self._clock,
+            replica_id=replica_id,
+            lease_ttl=lease_ttl,
+            tick=min(poll_interval, lease_ttl / 3),
+            adapter_timeout=adapter_timeout,
+        )
+        self._slots: set[str] = set()
+        self._drives: dict[str, tuple[Drive, asyncio.Task[None]]] = {}
+        self._retry_after: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._driver: asyncio.Task[None] | None = None
+        self._closed = False
+        self._started = 0
+        self._lost = 0
+        self._retried = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------------------------
+
+    @property
+    def replica_id(self) -> str:
+        return self._replica_id
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self._adapters)
+
+    async def open(self) -> None:
+        """Start the driver task (once)."""
+        if self._closed:
+            raise EngineClosed("this harness engine is closed")
+        if self._driver is None:
+            self._driver = asyncio.ensure_future(self._drive_forever())
+
+    async def aclose(self) -> None:
+        """Stop driving and release the leases held, so another replica resumes the calls at once."""
+        held = await self._stop()
+        for call_id, token in held:
+            with contextlib.suppress(StorageError, TimeoutError):
+                async with asyncio.timeout(self._db.options.operation_timeout):
+                    await self._release(call_id, token)
+
+    async def abort(self) -> None:
+        """Stop as a crash would: drives are dropped mid-way and their leases left to expire."""
+        await self._stop()
+
+    async def _stop(self) -> list[tuple[str, int]]:
+        self._closed = True
+        held = [(call_id, drive.token) for call_id, (drive, _task) in self._drives.items()]
+        tasks: list[asyncio.Task[None]] = [task for _drive, task in self._drives.values()]
+        if self._driver is not None:
+            tasks.append(self._driver)
+        for drive, _task in self._drives.values():
+            drive.stop()
+        await cancel_all(tasks, timeout=self._db.options.operation_timeout + 5)
+        self._driver = None
+        self._drives.clear()
+        self._slots.clear()
+        return held
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def statistics(self) -> EngineStatistics:
+        return EngineStatistics(
+            replica_id=self._replica_id,
+            capacity=self._capacity,
+            slots_used=len(self._slots),
+            driving=len(self._drives),
+            claims=self._started,
+            drives_lost=self._lost,
+            drives_retried=self._retried,
+        )
+
+    # --- admission -----------------------------------------------------------------------------------------------
+
+    async def start(self, request: CallRequest) -> HarnessCall:
+        """The call for (``owner_uid``, ``effect_key``): created now, or the stored one (see the module docstring).
+
+        Raises ``InvalidRecord`` (bad request), `UnknownTarget`, storage ``Conflict`` (same identity, different
+        parameters; or a finished message), ``NotFound`` (message / conversation), `CapacityExceeded`.
+        """
+        if self._closed:
+            raise EngineClosed("this harness engine is closed")
+        request.validate(max_timeout=self._max_timeout)
+        params = request.stored_params()
+        fingerprint = harness_call_fingerprint(request.target, params)
+        reservation: str | None = None
+        created = False
+        try:
+            async with self._db.transaction() as tx:
+                existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
+                if existing is not None:
+                    if existing.fingerprint != fingerprint:
+                        raise Conflict(
+                            f"harness call {request.effect_key!r} of {request.owner_uid} already exists with "
+                            "different parameters"
+                        )
+                    return existing
+                if request.target not in self._adapters:
+                    known = ", ".join(sorted(self._adapters)) or "none"
+                    raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
+                reservation = self._reserve()
+                message = await self._destination(tx, request)
+                call, created = await tx.harness_calls.get_or_create(
+                    NewHarnessCall(
+                        owner_uid=request.owner_uid,
+                        effect_key=request.effect_key,
+                        target=request.target,
+                        params=params,
+                        deadline_at=self._clock() + timedelta(seconds=request.timeout),
+                        conversation_id=message.conversation_id,
+                        message_id=message.id,
+                    )
+                )
+                if not created:
+                    raise _Replayed(call)
+        except _Replayed as replayed:
+            call = replayed.call
+        finally:
+            if reservation is not None:
+                self._slots.discard(reservation)
+        if created:
+            self._slots.add(call.id)
+            self._wake.set()
+        return call
+
+    def _reserve(self) -> str:
+        if len(self._slots) >= self._capacity:
+            raise CapacityExceeded(f"all {self._capacity} harness call slots of this server are in use; retry later")
+        token = f"reserved:{uuid.uuid4()}"
+        self._slots.add(token)
+        return token
+
+    async def _destination(self, tx: Transaction, request: CallRequest) -> Message:
+        if request.message_id is not None:
+            message = await tx.messages.get(request.message_id)
+            if request.conversation_id is not None and message.conversation_id != request.conversation_id:
+                raise InvalidRecord(f"message {message.id} is not in conversation {request.conversation_id}")
+            if message.status in streams.TERMINAL_STATUSES:
+                raise Conflict(f"message {message.id} is {message.status}; a call needs a streaming message")
+            return message
+        assert request.conversation_id is not None  # validate() requires one of the two
+        conversation = await tx.conversations.get(request.conversation_id)
+        return await streams.open_message(
+            tx,
+            NewMessage(
+                conversation_id=conversation.id,
+                kind="harness",
+                key=request.target,
+                purpose="output",
+                content=streams.empty_model(),
+                task_id=request.task_id or conversation.task_id,
+                status="streaming",
+            ),
+            bus=self._bus,
+        )
+
+    # --- reads ---------------------------------------------------------------------------------------------------
+
+    async def get(self, call_id: str) -> HarnessCall:
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.harness_calls.get(call_id)
+
+    async def find(self, owner_uid: str, effect_key: str) -> HarnessCall | None:
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.harness_calls.find(owner_uid, effect_key)
+
+    async def list_by_owner(self, owner_uid: str, *, limit: int = 100) -> list[HarnessCall]:
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.harness_calls.list_by_owner(owner_uid, limit=limit)
+
+    async def wait(self, call_id: str, timeout: float) -> HarnessCall:
+        """The call once it is terminal, or as it is when ``timeout`` passes (ending a wait never cancels)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout, 0.0)
+        while True:
+            call = await self.get(call_id)
+            remaining = deadline - loop.time()
+            if call.is_terminal or remaining <= 0:
+                return call
+            step = min(remaining, self._poll_interval)
+            if call.conversation_id is not None:
+                await self._bus.wait(call.conversation_id, step)
+            else:  # pragma: no cover - every call has a message and so a conversation
+                await asyncio.sleep(step)
+
+    async def stream(self, call_id: str, *, after_seq: int = 0) -> AsyncGenerator[MessageEvent, None]:
+        """The call's visible events (its message's stored AgentUE events) after ``after_seq``.
+
+        Ends once the call is terminal and everything stored by then was delivered (or the message ended).
+        Served from the database: a reader may stop and come back with the last seq it saw, losing nothing.
+        """
+        call = await self.get(call_id)
+        if call.message_id is None:  # pragma: no cover - every call has a message
+            return
+        seq = max(after_seq, 0)
+        while True:
+            async with self._db.transaction(read_only=True) as tx:
+                events = await tx.message_events.read(call.message_id, after_seq=seq, limit=STREAM_PAGE)
+                call = await tx.harness_calls.get(call_id)
+            for event in events:
+                seq = event.seq
+                yield event
+                if event.event.get("op") == "end":
+                    return
+            if len(events) == STREAM_PAGE:
+                continue
+            if call.is_terminal and not events:
+                return
+            if not events and call.conversation_id is not None:
+                await self._bus.wait(call.conversation_id, self._poll_interval)
+
+    async def read_events(self, call_id: str, *, after_seq: int = 0, limit: int = STREAM_PAGE) -> list[MessageEvent]:
+        """One page of the call's visible events after ``after_seq`` (no waiting)."""
+        async with self._db.transaction(read_only=True) as tx:
+            call = await tx.harness_calls.get(call_id)
+            if call.message_id is None:  # pragma: no cover - every call has a message
+                return []
+            return await tx.message_events.read(call.message_id, after_seq=after_seq, limit=limit)
+
+    async def trail(self, call_id: str) -> LedgerView:
+        """The call's ledger facts (its lane and events)."""
+        call = await self.get(call_id)
+        return await self._ledger.load_run(call.conversation_id or call.owner_uid, call.id)
+
+    async def usage(self, call_id: str) -> UsageTotals:
+        return await self._ledger.usage(LedgerScope(harness_call_id=call_id))
+
+    # --- commands ------------------------------------------------------------------------------------------------
+
+    async def cancel(self, call_id: str) -> HarnessCall:
+        """Ask for the call to stop (idempotent); the driving replica cancels the execution and records it."""
+        async with self._db.transaction() as tx:
+            call = await tx.harness_calls.request_cancel(call_id)
+        if not call.is_terminal:
+            self._poke(call_id)
+            self._wake.set()
+        return call
+
+    async def answer_gate(self, call_id: str, gate_id: str, answer: str, identity: str) -> HarnessCall:
+        """Record ``answer`` (approve / always / deny) to the call's open gate; only the asker (``user:<key>``)
+        may answer, once. The answer is stored in the gate's ask block and forwarded to the harness."""
+        if answer not in GATE_ANSWERS:
+            raise InvalidRecord(f"a gate answer is approve, always or deny, not {answer!r}")
+        async with self._db.transaction() as tx:
+            call = await tx.harness_calls.lock(call_id)
+            asker = call.params.get("asker")
+            if not asker or identity != asker:
+                raise GateForbidden("only the user who asked may answer this call's permission requests")
+            if call.is_terminal:
+                raise Conflict(f"harness call {call_id} is already {call.phase}")
+            if call.message_id is None:  # pragma: no cover - every call has a message
+                raise NotFound(f"harness call {call_id} has no message")
+            message = await tx.messages.lock(call.message_id)
+            block = _find_block(message.content, gate_block_id(gate_id))
+            if block is None or block.get("type") != "ask":
+                raise NotFound(f"harness call {call_id} has no gate {gate_id!r}")
+            status = block.get("status")
+            if status != "pending":
+                if status == "success" and block.get("value") == answer:
+                    return call  # the same answer again
+                raise Conflict(f"gate {gate_id!r} is already closed ({status})")
+            if message.status in streams.TERMINAL_STATUSES:
+                raise Conflict(f"message {message.id} is {message.status}")
+            await streams.emit(
+                tx,
+                message.id,
+                [{"op": "set", "block": answered_ask(block, answer)}],
+                bus=self._bus,
+                allow_human_blocks=True,
+            )
+        self._poke(call_id)
+        return call
+
+    def _poke(self, call_id: str) -> None:
+        found = self._drives.get(call_id)
+        if found is not None:
+            found[0].poke.set()
+
+    # --- the driver ----------------------------------------------------------------------------------------------
+
+    async def _drive_forever(self) -> None:
+        while not self._closed:
+            self._wake.clear()
+            try:
+                await self._scan()
+            except StorageError as exc:
+                _log.warning("harness engine %s: scan failed: %s", self._replica_id, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop every call of this replica
+                _log.exception("harness engine %s: scan failed", self._replica_id)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_interval):
+                    await self._wake.wait()
+
+    async def _active(self) -> list[HarnessCall]:
+        found: list[HarnessCall] = []
+        after: str | None = None
+        while len(found) < self._scan_limit:
+            async with self._db.transaction(read_only=True) as tx:
+                page = await tx.harness_calls.list_active(after=after, limit=PAGE)
+            found.extend(page)
+            if len(page) < PAGE:
+                break
+            after = page[-1].id
+        return found
+
+    async def _scan(self) -> None:
+        active = await self._active()
+        loop = asyncio.get_running_loop()
+        ids = {call.id for call in active}
+        for stale in [call_id for call_id in self._retry_after if call_id not in ids]:
+            del self._retry_after[stale]
+        now = self._clock()
+        ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
+        for call in ordered:
+            if self._closed:
+                return
+            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > loop.time():
+                continue
+            closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
+            reserved = call.id in self._slots
+            if not closing_only and not reserved and len(self._slots) >= self._capacity:
+                continue
+            async with self._db.transaction() as tx:
+                lease = await tx.leases.acquire(lease_resource(call.id), self._replica_id, self._lease_ttl)
+            if lease is None:
+                self._slots.discard(call.id)  # another holder drives it
+                continue
+            if not closing_only:
+                self._slots.add(call.id)
+            drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
+            self._started += 1
+            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive)))
+
+    async def _run_drive(self, drive: Drive) -> None:
+        outcome: Outcome = "retry"
+        try:
+            outcome = await drive.run()
+        except StorageError as exc:
+            _log.warning("harness call %s: drive stopped: %s", drive.call_id, exc)
+        except Exception:
+            _log.exception("harness call %s: drive failed", drive.call_id)
+        finally:
+            self._drives.pop(drive.call_id, None)
+            self._slots.discard(drive.call_id)
+            self._wake.set()
+        if outcome == "lost":
+            self._lost += 1
+            return
+        if outcome == "retry":
+            self._retried += 1
+            self._retry_after[drive.call_id] = asyncio.get_running_loop().time() + self._retry_delay
+        with contextlib.suppress(StorageError, TimeoutError):
+            async with asyncio.timeout(self._db.options.operation_timeout):
+                await self._release(drive.call_id, drive.token)
+
+    async def _release(self, call_id: str, token: int) -> None:
+        async with self._db.transaction() as tx:
+            await tx.leases.release(lease_resource(call_id), token)
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again while any is left (a library may swallow one
+    cancellation: Python 3.11's ``wait_for`` can), for at most ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = {task for task in tasks if not task.done()}
+    while pending and loop.time() < deadline:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=min(0.5, max(deadline - loop.time(), 0.01)))
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a drive's error was logged where it happened
+    if pending:
+        _log.warning("harness engine: %d task(s) did not stop within %g s", len(pending), timeout)
+
+
+def _find_block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:
+    for block in content.get("blocks") or ():
+        if isinstance(block, dict) and block.get("id") == block_id:
+            return block
+    return None

@@ -1,0 +1,165 @@
+"""Projection: adapter updates → AgentUE events on the call's visible message, and the replay hash chain. Pure.
+
+Blocks a call writes into its message (one call per message):
+
+    answer          text    previews append to ``content``; a `TextSet` replaces it with the authoritative text
+    tool/<call id>  tool    ``name``, ``input`` and ``output`` (both clipped), ``status`` running → completed | failed
+    gate/<gate id>  ask     choices approve / always / deny; ``status`` pending → success (``value`` = the answer),
+                            timeout (closed unanswered, which the harness treats as deny) or failure (the call
+                            ended first)
+    result          result  the final answer: ``format`` text | json, ``content``
+
+Events are computed from the message's current content, so applying an update twice yields no second change.
+`ModelCalled` and `Failed` change nothing visible (the ledger records the former; the owner finishes the
+message after the latter). Must not do: I/O, or write anything (the engine emits the events).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from loopd.server.storage import canonical_json
+
+from ._adapter import (
+    Failed,
+    Finished,
+    GateOpened,
+    GateResolved,
+    ModelCalled,
+    TextPreview,
+    TextSet,
+    ToolFinished,
+    ToolStarted,
+    Update,
+    update_json,
+)
+
+ANSWER_BLOCK: Final = "answer"
+RESULT_BLOCK: Final = "result"
+MAX_TOOL_OUTPUT: Final = 8000
+GATE_CHOICES: Final = (
+    {"value": "approve", "label": "Approve", "description": "Allow this once."},
+    {"value": "always", "label": "Always allow", "description": "Allow it now and remember for this workspace."},
+    {"value": "deny", "label": "Deny", "description": "Do not allow it."},
+)
+
+Event = dict[str, Any]
+
+
+def tool_block_id(call_id: str) -> str:
+    return f"tool/{call_id}"
+
+
+def gate_block_id(gate_id: str) -> str:
+    return f"gate/{gate_id}"
+
+
+def _blocks(content: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for block in content.get("blocks") or ():
+        if isinstance(block, Mapping) and isinstance(block.get("id"), str):
+            found[block["id"]] = dict(block)
+    return found
+
+
+def _set(block: dict[str, Any]) -> Event:
+    return {"op": "set", "block": block}
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_TOOL_OUTPUT else text[:MAX_TOOL_OUTPUT] + "…"
+
+
+def _clip_input(value: Any) -> Any:
+    """Tool input as given, or its JSON text clipped when it is large (the ledger keeps it whole)."""
+    text = canonical_json(value).decode("utf-8")
+    return value if len(text) <= MAX_TOOL_OUTPUT else _clip(text)
+
+
+def ask_block(gate_id: str, prompt: str, title: str) -> dict[str, Any]:
+    return {
+        "id": gate_block_id(gate_id),
+        "type": "ask",
+        "title": title,
+        "prompt": prompt or "The harness asks for permission.",
+        "choices": [dict(choice) for choice in GATE_CHOICES],
+        "status": "pending",
+    }
+
+
+def answered_ask(block: Mapping[str, Any], answer: str) -> dict[str, Any]:
+    """The ask block after a human answer (or the harness's resolution): ``success`` with the answer."""
+    body = {key: value for key, value in block.items() if key not in ("value", "reason")}
+    return {**body, "status": "success", "value": answer}
+
+
+def project(update: Update, content: Mapping[str, Any]) -> list[Event]:
+    """The set / append events (without ``seq``) that show ``update`` in a message whose content is ``content``."""
+    blocks = _blocks(content)
+    match update:
+        case TextPreview(text=text):
+            if not text:
+                return []
+            return [
+                {
+                    "op": "append",
+                    "mask": "block.content",
+                    "block": {"id": ANSWER_BLOCK, "type": "text", "content": text},
+                }
+            ]
+        case TextSet(text=text):
+            current = blocks.get(ANSWER_BLOCK)
+            if current is not None and current.get("type") == "text" and current.get("content") == text:
+                return []
+            return [_set({"id": ANSWER_BLOCK, "type": "text", "content": text})]
+        case ToolStarted(call_id=call_id, name=name, input=arguments):
+            return [
+                _set(
+                    {
+                        "id": tool_block_id(call_id),
+                        "type": "tool",
+                        "name": name,
+                        "input": _clip_input(arguments),
+                        "status": "running",
+                    }
+                )
+            ]
+        case ToolFinished(call_id=call_id, name=name, status=status, output=output):
+            block_id = tool_block_id(call_id)
+            base = blocks.get(block_id) or {"id": block_id, "type": "tool", "name": name}
+            return [_set({**base, "status": status, "output": _clip(output)})]
+        case GateOpened(gate_id=gate_id, prompt=prompt, title=title):
+            current = blocks.get(gate_block_id(gate_id))
+            if current is not None and current.get("status") != "pending":
+                return []  # answered already (the answer reached the block before the harness reported the gate)
+            return [_set(ask_block(gate_id, prompt, title))]
+        case GateResolved(gate_id=gate_id, answer=answer, timed_out=timed_out):
+            block_id = gate_block_id(gate_id)
+            base = blocks.get(block_id) or ask_block(gate_id, "", "Permission needed")
+            if timed_out:
+                body = {key: value for key, value in base.items() if key != "value"}
+                resolved = {**body, "status": "timeout"}
+            else:
+                resolved = answered_ask(base, answer)
+            return [] if resolved == base else [_set(resolved)]
+        case Finished(content=result, format=form):
+            return [_set({"id": RESULT_BLOCK, "type": "result", "format": form, "content": result})]
+        case ModelCalled() | Failed():
+            return []
+
+
+def closed_gates(content: Mapping[str, Any], reason: str) -> list[Event]:
+    """Events that close every gate still pending in ``content`` (the call ended first): status ``failure``."""
+    events: list[Event] = []
+    for block_id, block in _blocks(content).items():
+        if block_id.startswith("gate/") and block.get("type") == "ask" and block.get("status") == "pending":
+            events.append(_set({**block, "status": "failure", "reason": reason}))
+    return events
+
+
+def next_hash(previous: str, update: Update) -> str:
+    """The replay hash after ``update``: ``sha256:<hex>`` of the previous hash and the update's canonical JSON."""
+    digest = hashlib.sha256(previous.encode("utf-8") + b"\n" + canonical_json(update_json(update)))
+    return "sha256:" + digest.hexdigest()

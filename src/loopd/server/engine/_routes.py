@@ -1,0 +1,264 @@
+"""The Harness Engine's HTTP routes: ``engine_router(engine, asker_of=...)``.
+
+    POST /v1/harness/calls                     start or re-attach (token callers only) → 202 + the call
+    GET  /v1/harness/calls/{id}                the call's state
+    GET  /v1/harness/calls/{id}/stream         its visible events (SSE; resume with Last-Event-ID or ?after=)
+    POST /v1/harness/calls/{id}/cancel         ask it to stop → 202 + the call
+    POST /v1/harness/calls/{id}/gates/{gate}   {"answer": "approve" | "always" | "deny"}; only the asker (403)
+
+Who may see a call: token callers (operators, harnesses, the CLI) and the call's asker; anyone else gets 404.
+The asker of a call started here is the user who asked the Task (``asker_of(task_id)``), never a value from the
+body. The stream is AgentUE over SSE: ``id:`` is the message event seq; a resumed stream starts with a
+``start`` holding the snapshot at the cursor; it ends (with ``end``) once the call is terminal. Closing it
+never touches the call.
+Must not do: business rules (the engine has them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from datetime import datetime
+from typing import Annotated, Any, Final, Literal
+
+from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopd.agentue import StartEvent, fold
+from loopd.server.http import (
+    ERROR_RESPONSES,
+    HEARTBEAT,
+    ApiError,
+    EventStreamResponse,
+    Identity,
+    current_identity,
+    sse_frame,
+    trusted_identity,
+)
+from loopd.server.storage import HarnessCall, HarnessPhase, MessageEvent, NotFound, StorageError
+
+from ._adapter import HistoryEntry
+from ._engine import HarnessEngine
+from ._requests import DEFAULT_TIMEOUT, MAX_HISTORY, MAX_TEXT, CallRequest
+
+AskerOf = Callable[[str], Awaitable[Identity]]
+MAX_NAME: Final = 500
+CallId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HistoryItem(_Body):
+    kind: Literal["user", "harness", "operator"]
+    key: str = Field(min_length=1, max_length=MAX_NAME)
+    text: str = Field(max_length=MAX_TEXT)
+
+
+class StartCallBody(_Body):
+    """A harness call. Identity: (``owner_uid``, ``effect_key``); the rest are its parameters."""
+
+    owner_uid: str = Field(min_length=1, max_length=MAX_NAME, description="UID of the owning resource.")
+    effect_key: str = Field(min_length=1, max_length=MAX_NAME)
+    target: str = Field(min_length=1, max_length=MAX_NAME, description="The harness adapter key.")
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+    conversation_id: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
+    message_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_NAME, description="A streaming message to write into."
+    )
+    task_id: str | None = Field(
+        default=None, min_length=1, max_length=MAX_NAME, description="The Task whose asker may answer gates."
+    )
+    history: list[HistoryItem] = Field(default_factory=list, max_length=MAX_HISTORY)
+    params: dict[str, Any] = Field(default_factory=dict)
+    timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, description="Seconds; the deadline is fixed at first start.")
+
+
+class GateAnswerBody(_Body):
+    answer: Literal["approve", "always", "deny"]
+
+
+class CallBody(_Body):
+    id: str
+    owner_uid: str
+    effect_key: str
+    target: str
+    conversation_id: str | None
+    message_id: str | None
+    phase: HarnessPhase
+    result: Any
+    error: dict[str, Any] | None
+    deadline_at: datetime
+    checkpoint: int
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class GateAnswered(_Body):
+    call_id: str
+    gate_id: str
+    answer: Literal["approve", "always", "deny"]
+
+
+def call_body(call: HarnessCall) -> CallBody:
+    return CallBody(
+        id=call.id,
+        owner_uid=call.owner_uid,
+        effect_key=call.effect_key,
+        target=call.target,
+        conversation_id=call.conversation_id,
+        message_id=call.message_id,
+        phase=call.phase,
+        result=call.result,
+        error=call.error,
+        deadline_at=call.deadline_at,
+        checkpoint=call.checkpoint,
+        cancel_requested=call.cancel_requested,
+        created_at=call.created_at,
+        updated_at=call.updated_at,
+    )
+
+
+def _may_see(caller: Identity, call: HarnessCall) -> bool:
+    return caller.trusted or call.params.get("asker") == caller.text
+
+
+def engine_router(engine: HarnessEngine, *, asker_of: AskerOf | None = None, heartbeat: float = 15.0) -> APIRouter:
+    """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``ChatService.asker_of``)."""
+    router = APIRouter(prefix="/v1/harness/calls", tags=["harness"], responses=ERROR_RESPONSES)
+
+    async def visible(call_id: str, caller: Identity) -> HarnessCall:
+        call = await engine.get(call_id)
+        if not _may_see(caller, call):
+            raise NotFound(f"harness call {call_id} not found")
+        return call
+
+    @router.post("", status_code=202)
+    async def start_call(body: StartCallBody, caller: Annotated[Identity, Depends(trusted_identity)]) -> CallBody:
+        """Start a harness call, or get the one with this identity (same parameters); 409 if they differ, 429
+        when this server's slots are full (nothing is created then)."""
+        asker: str | None = None
+        if body.task_id is not None:
+            if asker_of is None:
+                raise ApiError("invalid_request", "this server does not resolve Task askers; leave task_id out")
+            asker = (await asker_of(body.task_id)).text
+        request = CallRequest(
+            owner_uid=body.owner_uid,
+            effect_key=body.effect_key,
+            target=body.target,
+            text=body.text,
+            conversation_id=body.conversation_id,
+            message_id=body.message_id,
+            history=tuple(HistoryEntry(item.kind, item.key, item.text) for item in body.history),
+            params=body.params,
+            asker=asker,
+            timeout=body.timeout,
+            task_id=body.task_id,
+        )
+        return call_body(await engine.start(request))
+
+    @router.get("/{call_id}")
+    async def get_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:
+        """The call's state (phase, result or error, deadline, checkpoint)."""
+        return call_body(await visible(call_id, caller))
+
+    @router.post("/{call_id}/cancel", status_code=202)
+    async def cancel_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:
+        """Ask the call to stop (idempotent). The phase becomes ``cancelled`` once the driver has stopped it."""
+        await visible(call_id, caller)
+        return call_body(await engine.cancel(call_id))
+
+    @router.post("/{call_id}/gates/{gate_id:path}")
+    async def answer_gate(
+        call_id: CallId,
+        gate_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)],
+        body: GateAnswerBody,
+        caller: Annotated[Identity, Depends(current_identity)],
+    ) -> GateAnswered:
+        """Answer a permission request of the call: approve (once), always (remember), deny. Only the asker."""
+        await engine.answer_gate(call_id, gate_id, body.answer, caller.text)
+        return GateAnswered(call_id=call_id, gate_id=gate_id, answer=body.answer)
+
+    @router.get(
+        "/{call_id}/stream",
+        response_class=EventStreamResponse,
+        responses={200: {"content": {"text/event-stream": {}}, "description": "AgentUE events over SSE"}},
+    )
+    async def stream_call(
+        call_id: CallId,
+        caller: Annotated[Identity, Depends(current_identity)],
+        after: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+        last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    ) -> Response:
+        """The call's visible events: the message's AgentUE events, each with ``id:`` = its seq."""
+        await visible(call_id, caller)
+        cursor = after or 0
+        if last_event_id is not None:
+            value = last_event_id.strip()
+            if not value.isdigit():
+                raise ApiError("invalid_request", "Last-Event-ID must be a message event seq")
+            cursor = int(value)
+        return EventStreamResponse(_frames(engine, call_id, cursor, heartbeat))
+
+    return router
+
+
+async def _frames(engine: HarnessEngine, call_id: str, cursor: int, heartbeat: float) -> AsyncGenerator[bytes, None]:
+    """SSE frames: a snapshot ``start`` when resuming, the stored events, then ``end`` once the call is over."""
+    last = cursor
+    ended = False
+    try:
+        if cursor > 0:
+            covered: list[dict[str, Any]] = []
+            while len(covered) < cursor:
+                page = await engine.read_events(call_id, after_seq=len(covered), limit=min(500, cursor - len(covered)))
+                covered.extend(event.event for event in page)
+                if not page:
+                    break
+            state = fold(covered)
+            if state.model is not None and state.seq is not None:
+                yield sse_frame(StartEvent(seq=state.seq, model=state.model).to_json())
+                last = state.seq
+        async with contextlib.aclosing(engine.stream(call_id, after_seq=last)) as events:
+            async for item in _with_heartbeat(events, heartbeat):
+                if item is None:
+                    yield HEARTBEAT
+                    continue
+                last = item.seq
+                ended = item.event.get("op") == "end"
+                yield sse_frame(item.event, id=item.seq)
+    except StorageError as exc:
+        yield sse_frame({"error": {"type": exc.type, "message": exc.message}}, event="error")
+        return
+    if not ended:
+        yield sse_frame({"op": "end", "seq": last})
+
+
+async def _with_heartbeat(
+    events: AsyncGenerator[MessageEvent, None], heartbeat: float
+) -> AsyncGenerator[MessageEvent | None, None]:
+    """The events, with ``None`` after each ``heartbeat`` seconds of silence."""
+    pending: asyncio.Future[MessageEvent] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(events.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=heartbeat)
+            if not done:
+                yield None
+                continue
+            finished, pending = pending, None
+            try:
+                item = finished.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending

@@ -1,0 +1,294 @@
+"""The ledger trail of one harness call, written inside the engine's own transactions.
+
+Shape: Session = the call's conversation id, Run = the call id, one Lane ``main`` (tagged with the task,
+conversation and call ids, so roll-ups by any of them work), one Turn, and an *execution* action (type
+``tool_call``, named ``harness:<target>``, classified by the adapter's ``effect``) whose attempts are the
+adapter starts and resumes. Each attempt's ``attempt.requested`` commits together with the phase change that
+precedes the adapter call; its terminal event commits with the call's terminal phase. An attempt whose drive
+died (a crash, a lost lease) keeps no terminal event: it stays visible as unresolved.
+
+What the harness reports becomes child actions of the execution: `ModelCalled` → ``model_call`` (or
+``compact``) with requested + completed and the usage in the completed payload; `ToolStarted` / `ToolFinished`
+→ ``tool_call`` with the tool's effect kind and idempotency. Gates become ``turn.loopd.gate_opened`` /
+``turn.loopd.gate_resolved`` events.
+
+Ids are derived from the call id (UUIDv5), so every engine replica names the same entity the same way, and
+append ids from the update index, so a retried transaction is idempotent. Must not do: decide phases.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from loopd.server.ledger import (
+    Action,
+    ActionType,
+    Actor,
+    Attempt,
+    EffectKind,
+    EventType,
+    Idempotency,
+    Lane,
+    NewEvent,
+    SqlLedgerStore,
+    Turn,
+    Usage,
+)
+from loopd.server.storage import Conflict, HarnessCall, NotFound, Transaction
+
+from ._adapter import GateOpened, GateResolved, ModelCalled, ToolFinished, ToolStarted, Update
+
+_NAMESPACE: Final = uuid.UUID("6f1d7c52-9a0e-4b7e-8f43-2c5b8e1a9d30")
+ENGINE_ACTOR_KEY: Final = "loopd:harness-engine"
+
+
+def trail_id(call_id: str, *parts: str) -> str:
+    """A stable id for an entity of this call's trail."""
+    return str(uuid.uuid5(_NAMESPACE, "/".join((call_id, *parts))))
+
+
+_RUN_END: Final[dict[str, str]] = {
+    "succeeded": EventType.RUN_COMPLETED,
+    "cancelled": EventType.RUN_CANCELLED,
+}
+
+
+class Trail:
+    """The trail facts of one call; every method writes through the transaction given at construction."""
+
+    def __init__(
+        self,
+        tx: Transaction,
+        call: HarnessCall,
+        *,
+        task_id: str | None,
+        effect: tuple[EffectKind, Idempotency],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = SqlLedgerStore.within(tx)
+        self._call = call
+        self._task_id = task_id
+        self._effect = effect
+        self._clock = clock
+        self.lane_id = trail_id(call.id, "lane")
+        self.turn_id = trail_id(call.id, "turn")
+        self.execution_id = trail_id(call.id, "execution")
+        self._engine_actor: str | None = None
+        self._harness_actor: str | None = None
+
+    # --- plumbing --------------------------------------------------------------------------------------------
+
+    async def _actors(self) -> tuple[str, str]:
+        if self._engine_actor is None or self._harness_actor is None:
+            engine = await self._store.ensure_actor(Actor(type="orchestrator", key=ENGINE_ACTOR_KEY, framework="loopd"))
+            harness = await self._store.ensure_actor(
+                Actor(type="harness", key=f"harness:{self._call.target}", framework="loopd")
+            )
+            self._engine_actor, self._harness_actor = engine.id, harness.id
+        return self._engine_actor, self._harness_actor
+
+    def _event(self, event_type: str, subject: str, actor: str, payload: dict[str, Any] | None = None) -> NewEvent:
+        return NewEvent(event_type, subject, actor, payload=payload or {}, occurred_at=self._clock())
+
+    async def _append(self, append_key: str, events: Sequence[NewEvent]) -> None:
+        lane = await self._store.get_lane(self.lane_id)
+        await self._store.append(self.lane_id, lane.last_seq, trail_id(self._call.id, "append", append_key), events)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create lane, turn and execution action (idempotent) and their opening events once."""
+        engine, _ = await self._actors()
+        call = self._call
+        lane = await self._store.create_lane(
+            Lane(
+                session_id=call.conversation_id or call.owner_uid,
+                run_id=call.id,
+                name="main",
+                task_id=self._task_id,
+                conversation_id=call.conversation_id,
+                harness_call_id=call.id,
+                attributes={"owner_uid": call.owner_uid, "effect_key": call.effect_key, "target": call.target},
+                id=self.lane_id,
+            )
+        )
+        await self._store.create_turn(Turn(lane_id=self.lane_id, id=self.turn_id))
+        kind, idempotency = self._effect
+        await self._store.create_action(
+            Action(
+                turn_id=self.turn_id,
+                type=ActionType.TOOL_CALL,
+                effect_kind=kind,
+                idempotency=idempotency,
+                name=f"harness:{call.target}",
+                attributes={"call_id": call.id},
+                id=self.execution_id,
+            )
+        )
+        if lane.last_seq == 0:
+            await self._append(
+                "opened",
+                [
+                    self._event(EventType.RUN_STARTED, call.id, engine, {"effect_key": call.effect_key}),
+                    self._event(EventType.TURN_STARTED, self.turn_id, engine),
+                    self._event(EventType.ACTION_STARTED, self.execution_id, engine, {"target": call.target}),
+                ],
+            )
+
+    async def request_attempt(self, key: str, *, mode: str, replica: str) -> str:
+        """Record ``attempt.requested`` for one adapter start / resume; returns the attempt id."""
+        engine, _ = await self._actors()
+        attempt = await self._store.create_attempt(
+            Attempt(action_id=self.execution_id, id=trail_id(self._call.id, "attempt", key))
+        )
+        await self._append(
+            f"attempt/{key}",
+            [self._event(EventType.ATTEMPT_REQUESTED, attempt.id, engine, {"mode": mode, "replica": replica})],
+        )
+        return attempt.id
+
+    async def fail_attempt(self, attempt_id: str, error: dict[str, Any]) -> None:
+        """The attempt ended without ending the call (the execution may go on; a later resume is a new attempt)."""
+        engine, _ = await self._actors()
+        await self._append(
+            f"attempt-failed/{attempt_id}",
+            [self._event(EventType.ATTEMPT_FAILED, attempt_id, engine, {"error": error})],
+        )
+
+    async def close(self, phase: str, error: dict[str, Any] | None, attempt_id: str | None) -> None:
+        """The terminal facts: the attempt's outcome (if this drive requested one), action, turn and run."""
+        engine, _ = await self._actors()
+        ok = phase == "succeeded"
+        events: list[NewEvent] = []
+        payload: dict[str, Any] = {"phase": phase}
+        if error is not None:
+            payload["error"] = error
+        if attempt_id is not None:
+            kind = EventType.ATTEMPT_COMPLETED if ok else EventType.ATTEMPT_FAILED
+            body = dict(payload) if ok else {**payload, "error": error or {"code": phase, "message": phase}}
+            events.append(self._event(kind, attempt_id, engine, body))
+        events.append(
+            self._event(
+                EventType.ACTION_COMPLETED if ok else EventType.ACTION_FAILED, self.execution_id, engine, payload
+            )
+        )
+        events.append(
+            self._event(EventType.TURN_COMPLETED if ok else EventType.TURN_FAILED, self.turn_id, engine, payload)
+        )
+        events.append(self._event(_RUN_END.get(phase, EventType.RUN_FAILED), self._call.id, engine, payload))
+        await self._append("closed", events)
+
+    # --- what the harness reports ----------------------------------------------------------------------------
+
+    async def record(self, index: int, update: Update) -> None:
+        """The ledger facts of durable update number ``index`` (nothing for updates without any)."""
+        match update:
+            case ModelCalled():
+                await self._model_call(index, update)
+            case ToolStarted():
+                await self._tool_started(index, update)
+            case ToolFinished():
+                await self._tool_finished(index, update)
+            case GateOpened(gate_id=gate_id):
+                _, harness = await self._actors()
+                await self._append(
+                    f"update/{index}",
+                    [self._event("turn.loopd.gate_opened", self.turn_id, harness, {"gate_id": gate_id})],
+                )
+            case GateResolved(gate_id=gate_id, answer=answer, granted=granted, timed_out=timed_out):
+                _, harness = await self._actors()
+                body = {"gate_id": gate_id, "answer": answer, "granted": granted, "timed_out": timed_out}
+                await self._append(
+                    f"update/{index}", [self._event("turn.loopd.gate_resolved", self.turn_id, harness, body)]
+                )
+            case _:
+                return
+
+    async def _model_call(self, index: int, update: ModelCalled) -> None:
+        _, harness = await self._actors()
+        action = await self._store.create_action(
+            Action(
+                turn_id=self.turn_id,
+                type=ActionType.COMPACT if update.action == "compact" else ActionType.MODEL_CALL,
+                effect_kind=EffectKind.READ,
+                idempotency=Idempotency.INHERENT,
+                name=update.model,
+                parent_action_id=self.execution_id,
+                id=trail_id(self._call.id, "update", str(index)),
+            )
+        )
+        attempt = await self._store.create_attempt(
+            Attempt(action_id=action.id, attempt_no=1, id=trail_id(self._call.id, "update", str(index), "attempt"))
+        )
+        usage = Usage(update.input_tokens, update.output_tokens, update.cost_usd)
+        await self._append(
+            f"update/{index}",
+            [
+                self._event(EventType.ATTEMPT_REQUESTED, attempt.id, harness, {"reported": True}),
+                self._event(EventType.ATTEMPT_COMPLETED, attempt.id, harness, {"usage": usage.to_payload()}),
+            ],
+        )
+
+    async def _tool_action(self, update: ToolStarted | ToolFinished) -> tuple[str, bool]:
+        """The tool call's attempt id, creating action and attempt when new; whether it was requested already."""
+        kind, idempotency = (
+            (update.effect_kind, update.idempotency)
+            if isinstance(update, ToolStarted)
+            else (EffectKind.UNKNOWN, Idempotency.UNKNOWN)
+        )
+        action_id = trail_id(self._call.id, "tool", update.call_id)
+        attempt_id = trail_id(self._call.id, "tool", update.call_id, "attempt")
+        existing = await self._attempt(attempt_id)
+        if existing:
+            return attempt_id, True
+        await self._store.create_action(
+            Action(
+                turn_id=self.turn_id,
+                type=ActionType.TOOL_CALL,
+                effect_kind=kind,
+                idempotency=idempotency,
+                name=update.name,
+                parent_action_id=self.execution_id,
+                attributes={"tool_call_id": update.call_id},
+                id=action_id,
+            )
+        )
+        await self._store.create_attempt(Attempt(action_id=action_id, attempt_no=1, id=attempt_id))
+        return attempt_id, False
+
+    async def _attempt(self, attempt_id: str) -> bool:
+        try:
+            await self._store.get_attempt(attempt_id)
+        except NotFound:
+            return False
+        return True
+
+    async def _tool_started(self, index: int, update: ToolStarted) -> None:
+        _, harness = await self._actors()
+        attempt_id, known = await self._tool_action(update)
+        if known:
+            return  # the same tool call reported again (a resumed harness re-ran it): one attempt per call id
+        await self._append(
+            f"update/{index}", [self._event(EventType.ATTEMPT_REQUESTED, attempt_id, harness, {"input": update.input})]
+        )
+
+    async def _tool_finished(self, index: int, update: ToolFinished) -> None:
+        _, harness = await self._actors()
+        attempt_id, known = await self._tool_action(update)
+        events: list[NewEvent] = []
+        if not known:
+            events.append(self._event(EventType.ATTEMPT_REQUESTED, attempt_id, harness, {"input": None}))
+        if update.status == "completed":
+            events.append(self._event(EventType.ATTEMPT_COMPLETED, attempt_id, harness, {"status": update.status}))
+        else:
+            error = {"code": "tool_failed", "message": update.output[:500]}
+            events.append(self._event(EventType.ATTEMPT_FAILED, attempt_id, harness, {"error": error}))
+        try:
+            await self._append(f"update/{index}", events)
+        except Conflict:
+            # The ledger refuses a second outcome before writing anything: a tool reported twice keeps its first.
+            if not known:
+                raise

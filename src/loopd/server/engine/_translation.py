@@ -1,0 +1,179 @@
+"""Harness events → adapter updates, for the adapters over loopd's own harness (in-process and remote).
+
+`HarnessTranslator` is fed one session's events in journal order (plus live ephemeral ones) and returns the
+updates they mean. Only stored events make durable updates, so replaying a journal from seq 1 yields the same
+durable updates in the same order; token deltas become previews. The *main* loop (the session's first loop)
+carries the visible answer; model calls of every loop (subagents too) are reported for cost roll-ups.
+
+    model_replied (main)     → ModelCalled, TextSet (the step texts so far), ToolStarted per tool call
+    model_replied (other)    → ModelCalled
+    tool_completed (main)    → ToolFinished (ok → completed, anything else → failed)
+    gate_opened / resolved   → GateOpened / GateResolved (main loop)
+    history_compacted        → ModelCalled (action compact)
+    turn_done (main)         → ModelCalled, TextSet, Finished(final reply)
+    turn_failed (main)       → Failed(error type); turn_interrupted (main) → Failed("interrupted")
+    token_delta (main)       → TextPreview
+
+The first main-loop turn is the call's turn; its terminal event ends the translation. Must not do: I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from loopd.harness.core._values import Usage as HarnessUsage
+from loopd.harness.core.events import (
+    GateOpened as HarnessGateOpened,
+)
+from loopd.harness.core.events import (
+    GateResolved as HarnessGateResolved,
+)
+from loopd.harness.core.events import (
+    HistoryCompacted,
+    ModelReplied,
+    SessionStarted,
+    TokenDelta,
+    ToolCompleted,
+    TurnDone,
+    TurnFailed,
+    TurnInterrupted,
+    TurnStarted,
+)
+from loopd.server.ledger import EffectKind, Idempotency
+
+from ._adapter import (
+    Failed,
+    Finished,
+    GateAnswer,
+    GateOpened,
+    GateResolved,
+    ModelCalled,
+    TextPreview,
+    TextSet,
+    ToolFinished,
+    ToolStarted,
+    ToolStatus,
+    Update,
+)
+
+GATE_TIMEOUT_REASON: Final = "no answer before the gate timed out"
+"""The reason the harness runtime gives a gate that closed unanswered (``runtime/_loop.py``)."""
+
+ToolEffects = Callable[[str], tuple[EffectKind, Idempotency]]
+
+
+def _unknown_effect(_name: str) -> tuple[EffectKind, Idempotency]:
+    return EffectKind.UNKNOWN, Idempotency.UNKNOWN
+
+
+def describe_gate(prompt: dict[str, Any]) -> str:
+    """One readable line per permission the gate asks for."""
+    lines: list[str] = []
+    for item in prompt.get("items") or ():
+        if not isinstance(item, dict):
+            continue
+        text = item.get("description") or f"{item.get('kind', 'permission')} {item.get('match', '')}".strip()
+        lines.append(f"- {text}")
+    return "The harness asks for permission:\n" + "\n".join(lines) if lines else "The harness asks for permission."
+
+
+class HarnessTranslator:
+    def __init__(
+        self, *, model_name: str = "unknown", main_loop: str | None = None, tool_effects: ToolEffects | None = None
+    ) -> None:
+        self._model = model_name
+        self._main = main_loop
+        self._effects = tool_effects or _unknown_effect
+        self._texts: list[str] = []
+        self._turn: str | None = None
+        self._preview_step: tuple[str, int] | None = None
+        self.finished = False
+
+    @property
+    def main_loop(self) -> str | None:
+        return self._main
+
+    def _usage(self, usage: HarnessUsage, action: str = "model_call") -> ModelCalled:
+        return ModelCalled(
+            model=self._model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=usage.cost_usd,
+            action="compact" if action == "compact" else "model_call",
+        )
+
+    def _ours(self, loop: str, turn_id: str) -> bool:
+        return loop == self._main and turn_id == self._turn
+
+    def _answer(self, text: str) -> list[Update]:
+        if text.strip():
+            self._texts.append(text)
+            return [TextSet("\n\n".join(self._texts))]
+        return []
+
+    def feed(self, event: object) -> list[Update]:
+        """The updates ``event`` means (none for most events). After the call's turn ended: always none."""
+        if self.finished:
+            return []
+        match event:
+            case SessionStarted(loops=loops):
+                if self._main is None and loops:
+                    self._main = loops[0]
+                return []
+            case TurnStarted(loop=loop, turn_id=turn_id):
+                if self._main is None:
+                    self._main = loop
+                if loop == self._main and self._turn is None:
+                    self._turn = turn_id
+                return []
+            case TokenDelta(loop=loop, turn_id=turn_id, step=step, text=text):
+                if not self._ours(loop, turn_id) or not text:
+                    return []
+                if self._preview_step != (turn_id, step):
+                    self._preview_step = (turn_id, step)
+                    if self._texts:
+                        text = "\n\n" + text
+                return [TextPreview(text)]
+            case ModelReplied(loop=loop, turn_id=turn_id, text=text, tool_calls=calls, usage=usage):
+                updates: list[Update] = [self._usage(usage)]
+                if self._ours(loop, turn_id):
+                    updates += self._answer(text)
+                    for call in calls:
+                        kind, idempotency = self._effects(call.name)
+                        updates.append(ToolStarted(call.id, call.name, dict(call.arguments), kind, idempotency))
+                return updates
+            case ToolCompleted(loop=loop, turn_id=turn_id, outcome=outcome):
+                if not self._ours(loop, turn_id):
+                    return []
+                status: ToolStatus = "completed" if outcome.status == "ok" else "failed"
+                return [ToolFinished(outcome.call_id, outcome.name, status, outcome.output)]
+            case HarnessGateOpened(loop=loop, turn_id=turn_id, gate_id=gate_id, prompt=prompt):
+                return [GateOpened(gate_id, describe_gate(prompt))] if self._ours(loop, turn_id) else []
+            case HarnessGateResolved(loop=loop, turn_id=turn_id, gate_id=gate_id, answer=wire, granted=granted):
+                if not self._ours(loop, turn_id):
+                    return []
+                answer: GateAnswer = "always" if wire == "approve_always" else wire
+                timed_out = event.reason.startswith(GATE_TIMEOUT_REASON)
+                return [GateResolved(gate_id, answer, granted, timed_out, event.reason)]
+            case HistoryCompacted(usage=usage):
+                return [self._usage(usage, "compact")]
+            case TurnDone(loop=loop, turn_id=turn_id, text=text, step_usage=usage):
+                updates = [self._usage(usage)]
+                if self._ours(loop, turn_id):
+                    updates += self._answer(text)
+                    updates.append(Finished(text))
+                    self.finished = True
+                return updates
+            case TurnFailed(loop=loop, turn_id=turn_id, error_type=error_type, message=message):
+                if not self._ours(loop, turn_id):
+                    return []
+                self.finished = True
+                return [Failed(error_type or "turn_failed", message)]
+            case TurnInterrupted(loop=loop, turn_id=turn_id, reason=reason):
+                if not self._ours(loop, turn_id):
+                    return []
+                self.finished = True
+                return [Failed("interrupted", reason)]
+            case _:
+                return []

@@ -1,0 +1,20 @@
+"""The direct-harness responder: Tasks whose target is a harness are answered by one Harness Engine call.
+
+Public face: `HarnessResponder` (a ``loopd.resources.reconcile`` reconciler for Tasks), the `ChatPort` /
+`TaskContextView` protocols it needs from the chat side, and helpers. Register it on the Task resource::
+
+    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=4)
+
+Must not import the chat service module (it talks to it through `ChatPort`).
+"""
+
+from loopd.server.responder._responder import (
+    EFFECT_KEY,
+    ChatPort,
+    HarnessResponder,
+    TaskContextView,
+    call_error,
+    message_text,
+)
+
+__all__ = ["EFFECT_KEY", "ChatPort", "HarnessResponder", "TaskContextView", "call_error", "message_text"]

@@ -1,0 +1,293 @@
+"""Fixtures for the Harness Engine: databases (SQLite, and PostgreSQL where marked), a manual clock, a scripted
+adapter whose runs the tests steer, and helpers to make conversations and messages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopd.server.engine import (
+    AdapterRequest,
+    Finished,
+    GateAnswer,
+    HarnessAdapter,
+    HarnessEngine,
+    ResumeUnsupported,
+    TextPreview,
+    TextSet,
+    Update,
+)
+from loopd.server.ledger import EffectKind, Idempotency, SqlLedgerStore
+from loopd.server.storage import Database, DatabaseOptions, HarnessCall, NewMessage
+from loopd.server.streams import ConversationBus, empty_model, open_message
+from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
+
+__all__ = ["postgres_dsn", "postgres_server"]
+
+
+class ManualClock:
+    """Time that moves only when told to: leases and deadlines become exact and instant."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def shared_postgres_dsn(postgres_server: PostgresServer) -> str:
+    return postgres_server.create_database()
+
+
+def _reset_postgres(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
+        ).fetchall()
+        if rows:
+            conn.execute("TRUNCATE " + ", ".join(f'"{row[0]}"' for row in rows))
+
+
+@pytest.fixture
+def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "postgres":
+        dsn = str(request.getfixturevalue("shared_postgres_dsn"))
+        _reset_postgres(dsn)
+        return dsn
+    return str(tmp_path / "loopd.db")
+
+
+OpenDb = Callable[[], Awaitable[Database]]
+
+
+@pytest.fixture
+async def open_db(database_url: str, clock: ManualClock) -> AsyncIterator[OpenDb]:
+    """Handles on one database (several at once act like replicas); all closed afterwards."""
+    opened: list[Database] = []
+
+    async def factory() -> Database:
+        database = await Database.open(database_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+        opened.append(database)
+        return database
+
+    try:
+        yield factory
+    finally:
+        for database in opened:
+            await database.aclose()
+
+
+@pytest.fixture
+async def db(open_db: OpenDb) -> Database:
+    return await open_db()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return str(tmp_path / "loopd.db")
+
+
+@pytest.fixture
+async def sqlite_db(sqlite_url: str, clock: ManualClock) -> AsyncIterator[Database]:
+    database = await Database.open(sqlite_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+    try:
+        yield database
+    finally:
+        await database.aclose()
+
+
+# --- conversations and messages --------------------------------------------------------------------------------
+
+
+async def new_conversation(db: Database, owner: str = "alice") -> str:
+    async with db.transaction() as tx:
+        return (await tx.conversations.create(actor_kind="user", actor_key=owner)).id
+
+
+async def new_response(db: Database, conversation_id: str, *, task_id: str = "task-1") -> str:
+    """A streaming response message (what a Task's responder writes into)."""
+    async with db.transaction() as tx:
+        message = await open_message(
+            tx,
+            NewMessage(
+                conversation_id=conversation_id,
+                kind="harness",
+                key="builtin",
+                purpose="response",
+                content=empty_model(),
+                task_id=task_id,
+                status="streaming",
+            ),
+        )
+    return message.id
+
+
+async def content_of(db: Database, message_id: str) -> dict[str, Any]:
+    async with db.transaction(read_only=True) as tx:
+        return (await tx.messages.get(message_id)).content
+
+
+def block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:
+    return next((b for b in content["blocks"] if b.get("id") == block_id), None)
+
+
+async def until(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, step: float = 0.02) -> None:
+    """Poll ``predicate`` until it holds (a bounded wait for background work)."""
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(step)
+
+
+async def until_true(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    async def check() -> bool:
+        return predicate()
+
+    await until(check, timeout=timeout)
+
+
+async def until_phase(engine: HarnessEngine, call_id: str, *phases: str, timeout: float = 10.0) -> HarnessCall:
+    found: list[HarnessCall] = []
+
+    async def reached() -> bool:
+        call = await engine.get(call_id)
+        found[:] = [call]
+        return call.phase in phases
+
+    await until(reached, timeout=timeout)
+    return found[0]
+
+
+# --- a scripted adapter ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ScriptedRun:
+    """Yields its script; a ``None`` entry parks the run until ``release()`` is called."""
+
+    adapter: ScriptedAdapter
+    call_id: str
+    script: list[Update | None]
+    resumed: bool
+    replays: bool = True
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+    cancelled: bool = False
+    gates: list[tuple[str, GateAnswer]] = field(default_factory=list)
+
+    @property
+    def execution_ref(self) -> str | None:
+        return f"scripted/{self.call_id}"
+
+    async def updates(self) -> AsyncIterator[Update]:
+        self.adapter.active[self.call_id] = self.adapter.active.get(self.call_id, 0) + 1
+        self.adapter.max_active = max(self.adapter.max_active, self.adapter.active[self.call_id])
+        try:
+            for item in self.script:
+                if item is None:
+                    await self.released.wait()
+                    self.released.clear()
+                    continue
+                yield item
+                await asyncio.sleep(0)
+            await asyncio.Event().wait()  # a harness that never says more (the engine must not hang on it)
+        finally:
+            self.adapter.active[self.call_id] -= 1
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
+        self.gates.append((gate_id, answer))
+
+    async def cancel(self) -> None:
+        self.cancelled = True
+
+    async def aclose(self) -> None:
+        self.adapter.closed += 1
+
+
+def _hello(_call_id: str) -> Sequence[Update | None]:
+    return [TextPreview("Hel"), TextPreview("lo"), TextSet("Hello"), Finished("Hello")]
+
+
+@dataclass
+class ScriptedAdapter:
+    """A harness whose every run plays ``script(call_id)``; records starts, resumes and runs."""
+
+    script: Callable[[str], Sequence[Update | None]] = field(default_factory=lambda: _hello)
+    supports_resume: bool = True
+    replays: bool = True
+    starts: list[str] = field(default_factory=list)
+    resumes: list[str] = field(default_factory=list)
+    runs: dict[str, list[ScriptedRun]] = field(default_factory=dict)
+    active: dict[str, int] = field(default_factory=dict)
+    max_active: int = 0
+    closed: int = 0
+
+    @property
+    def effect(self) -> tuple[EffectKind, Idempotency]:
+        return EffectKind.WRITE, Idempotency.KEYED
+
+    def _run(self, request: AdapterRequest, resumed: bool) -> ScriptedRun:
+        run = ScriptedRun(self, request.call_id, list(self.script(request.call_id)), resumed, replays=self.replays)
+        self.runs.setdefault(request.call_id, []).append(run)
+        return run
+
+    async def start(self, request: AdapterRequest) -> ScriptedRun:
+        self.starts.append(request.call_id)
+        return self._run(request, False)
+
+    async def resume(self, request: AdapterRequest, execution_ref: str | None) -> ScriptedRun:
+        if not self.supports_resume:
+            raise ResumeUnsupported("scripted: no resume")
+        self.resumes.append(request.call_id)
+        return self._run(request, True)
+
+    def last_run(self, call_id: str) -> ScriptedRun:
+        return self.runs[call_id][-1]
+
+
+def scripted(*items: Update | None) -> Callable[[str], Sequence[Update | None]]:
+    return lambda _call_id: list(items)
+
+
+def make_engine(
+    db: Database,
+    adapters: dict[str, HarnessAdapter],
+    *,
+    replica_id: str = "replica-a",
+    bus: ConversationBus | None = None,
+    clock: Callable[[], datetime] | None = None,
+    **options: Any,
+) -> HarnessEngine:
+    settings: dict[str, Any] = {"poll_interval": 0.05, "lease_ttl": 30.0, "retry_delay": 0.05, **options}
+    return HarnessEngine(
+        db,
+        ledger=SqlLedgerStore(db),
+        adapters=adapters,
+        bus=bus or ConversationBus(),
+        replica_id=replica_id,
+        clock=clock,
+        **settings,
+    )

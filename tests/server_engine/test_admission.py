@@ -1,0 +1,124 @@
+"""Admission: a call's durable identity, parameter conflicts, bounded capacity, and bad requests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loopd.server.engine import CallRequest, CapacityExceeded, HistoryEntry, UnknownTarget
+from loopd.server.storage import Conflict, Database, InvalidRecord, NotFound
+
+from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response
+
+
+def request(
+    conversation_id: str, *, key: str = "work/1", text: str = "hi", timeout: float = 60, **options: object
+) -> CallRequest:
+    return CallRequest(
+        owner_uid="uid-1",
+        effect_key=key,
+        target="scripted",
+        text=text,
+        conversation_id=conversation_id,
+        asker="user:alice",
+        timeout=timeout,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+async def messages_in(db: Database, conversation_id: str) -> int:
+    async with db.transaction(read_only=True) as tx:
+        return len(await tx.messages.list_conversation(conversation_id))
+
+
+async def test_same_identity_and_parameters_is_the_same_call(db: Database) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()})
+    conversation = await new_conversation(db)
+    first = await engine.start(request(conversation, history=(HistoryEntry("user", "alice", "before"),)))
+    again = await engine.start(request(conversation, history=(HistoryEntry("user", "alice", "before"),)))
+    assert again.id == first.id
+    assert again.deadline_at == first.deadline_at
+    assert first.phase == "pending" and first.message_id is not None
+    assert await messages_in(db, conversation) == 1  # the replay opened no second output message
+    async with db.transaction(read_only=True) as tx:
+        output = await tx.messages.get(first.message_id)
+    assert (output.kind, output.key, output.purpose, output.status) == ("harness", "scripted", "output", "streaming")
+
+
+async def test_changed_parameters_conflict(db: Database) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()})
+    conversation = await new_conversation(db)
+    await engine.start(request(conversation))
+    with pytest.raises(Conflict, match="different parameters"):
+        await engine.start(request(conversation, text="something else"))
+    with pytest.raises(Conflict):
+        await engine.start(request(conversation, timeout=61))
+
+
+async def test_capacity_full_creates_nothing_and_a_replay_still_works(db: Database) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()}, capacity=1)
+    conversation = await new_conversation(db)
+    held = await engine.start(request(conversation, key="work/1"))
+    async with db.transaction(read_only=True) as tx:
+        cursor_before = await tx.message_events.last_cursor(conversation)
+
+    with pytest.raises(CapacityExceeded) as refused:
+        await engine.start(request(conversation, key="work/2"))
+    assert refused.value.type == "too_many_requests" and refused.value.retryable
+
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.harness_calls.find("uid-1", "work/2") is None
+        assert await tx.message_events.last_cursor(conversation) == cursor_before
+    assert await messages_in(db, conversation) == 1
+    replay = await engine.start(request(conversation, key="work/1"))  # an idempotent replay takes no slot
+    assert replay.id == held.id
+    assert engine.statistics().slots_used == 1
+
+
+async def test_concurrent_admission_never_exceeds_capacity(db: Database) -> None:
+    import asyncio
+
+    engine = make_engine(db, {"scripted": ScriptedAdapter()}, capacity=3)
+    conversation = await new_conversation(db)
+    outcomes = await asyncio.gather(
+        *(engine.start(request(conversation, key=f"work/{i}")) for i in range(8)), return_exceptions=True
+    )
+    admitted = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, CapacityExceeded)]
+    assert len(admitted) == 3 and len(refused) == 5
+    assert await messages_in(db, conversation) == 3
+
+
+async def test_a_call_into_a_given_message(db: Database) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()})
+    conversation = await new_conversation(db)
+    response = await new_response(db, conversation)
+    call = await engine.start(
+        CallRequest(owner_uid="task-uid", effect_key="respond", target="scripted", text="q", message_id=response)
+    )
+    assert (call.message_id, call.conversation_id) == (response, conversation)
+    with pytest.raises(NotFound):
+        await engine.start(
+            CallRequest(owner_uid="task-uid", effect_key="other", target="scripted", text="q", message_id="nope")
+        )
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.inf, math.nan, 10**9])
+async def test_the_timeout_must_be_finite_and_positive(db: Database, timeout: float) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()})
+    conversation = await new_conversation(db)
+    with pytest.raises(InvalidRecord, match="timeout"):
+        await engine.start(request(conversation, timeout=timeout))
+
+
+async def test_unknown_target_and_missing_destination_are_refused(db: Database) -> None:
+    engine = make_engine(db, {"scripted": ScriptedAdapter()})
+    conversation = await new_conversation(db)
+    with pytest.raises(UnknownTarget) as unknown:
+        await engine.start(CallRequest("uid", "k", "nowhere", "hi", conversation_id=conversation))
+    assert unknown.value.type == "invalid_request"
+    with pytest.raises(InvalidRecord, match="message_id"):
+        await engine.start(CallRequest("uid", "k", "scripted", "hi"))
+    with pytest.raises(InvalidRecord, match="text"):
+        await engine.start(CallRequest("uid", "k", "scripted", "  ", conversation_id=conversation))

@@ -1,0 +1,210 @@
+"""Driving calls through an adapter: projection, phases, deadlines, cancel, waits, streams, replays (SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from loopd.agentue import fold
+from loopd.server.engine import (
+    CallRequest,
+    Failed,
+    Finished,
+    GateForbidden,
+    GateOpened,
+    GateResolved,
+    ModelCalled,
+    TextPreview,
+    TextSet,
+    ToolFinished,
+    ToolStarted,
+)
+from loopd.server.ledger import Scope
+from loopd.server.storage import Conflict, Database, NotFound
+
+from .conftest import (
+    ManualClock,
+    ScriptedAdapter,
+    block,
+    content_of,
+    make_engine,
+    new_conversation,
+    new_response,
+    scripted,
+    until,
+    until_phase,
+    until_true,
+)
+
+
+async def start(db: Database, engine: object, *, timeout: float = 60.0, key: str = "respond") -> tuple[str, str]:
+    conversation = await new_conversation(db)
+    response = await new_response(db, conversation)
+    call = await engine.start(  # type: ignore[attr-defined]
+        CallRequest("task-uid", key, "scripted", "question", message_id=response, asker="user:alice", timeout=timeout)
+    )
+    return call.id, response
+
+
+async def test_a_call_is_projected_into_its_message_and_traced(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(
+        script=scripted(
+            TextPreview("Let me "),
+            TextPreview("look."),
+            ModelCalled("m", input_tokens=10, output_tokens=5, cost_usd=0.25),
+            TextSet("Let me look."),
+            ToolStarted("c1", "echo", {"text": "x"}),
+            ToolFinished("c1", "echo", "completed", "x"),
+            ModelCalled("m", input_tokens=20, output_tokens=7, cost_usd=0.5),
+            TextSet("Let me look.\n\nDone."),
+            Finished("Done."),
+        )
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        call = await engine.wait(call_id, 10)
+    assert call.phase == "succeeded"
+    assert call.result == {"format": "text", "content": "Done."}
+    assert call.checkpoint == 7  # durable updates only; previews are not counted
+    content = await content_of(sqlite_db, response)
+    assert block(content, "answer") == {"id": "answer", "type": "text", "content": "Let me look.\n\nDone."}
+    assert block(content, "tool/c1") == {
+        "id": "tool/c1",
+        "type": "tool",
+        "name": "echo",
+        "input": {"text": "x"},
+        "status": "completed",
+        "output": "x",
+    }
+    assert block(content, "result") == {"id": "result", "type": "result", "format": "text", "content": "Done."}
+    async with sqlite_db.transaction(read_only=True) as tx:
+        message = await tx.messages.get(response)
+        events = await tx.message_events.read(response)
+    assert message.status == "streaming"  # the owner finishes the message, not the engine
+    assert fold(e.event for e in events).model.to_json() == content  # type: ignore[union-attr]
+
+    ledger = sqlite_db
+    from loopd.server.ledger import SqlLedgerStore
+
+    store = SqlLedgerStore(ledger)
+    usage = await store.usage(Scope(harness_call_id=call_id))
+    assert (usage.input_tokens, usage.output_tokens, usage.cost_usd) == (30, 12, 0.75)
+    by_task = await store.usage(Scope(task_id="task-1"))
+    assert by_task.input_tokens == 30
+    view = await engine.trail(call_id)
+    kinds = [e.event_type for e in view.events]
+    assert kinds[:4] == ["run.started", "turn.started", "action.started", "attempt.requested"]
+    assert kinds[-1] == "run.completed"
+    assert await store.unresolved_attempts(Scope(harness_call_id=call_id)) == []
+    assert [lane.run_id for lane in view.lanes] == [call_id]
+
+
+async def test_a_gate_waits_for_input_and_the_answer_reaches_the_harness(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(
+        script=scripted(GateOpened("t/1", "- write a.txt"), None, GateResolved("t/1", "always", True), Finished("ok"))
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "waiting_input")
+        gate = block(await content_of(sqlite_db, response), "gate/t/1")
+        assert gate is not None and gate["status"] == "pending" and gate["type"] == "ask"
+        assert [c["value"] for c in gate["choices"]] == ["approve", "always", "deny"]
+        with pytest.raises(GateForbidden):
+            await engine.answer_gate(call_id, "t/1", "approve", "user:mallory")
+        with pytest.raises(NotFound):
+            await engine.answer_gate(call_id, "t/2", "approve", "user:alice")
+        await engine.answer_gate(call_id, "t/1", "always", "user:alice")
+        await engine.answer_gate(call_id, "t/1", "always", "user:alice")  # the same answer again is fine
+        with pytest.raises(Conflict):
+            await engine.answer_gate(call_id, "t/1", "deny", "user:alice")  # one answer binds
+        run = adapter.last_run(call_id)
+        await until_true(lambda: bool(run.gates))
+        assert run.gates == [("t/1", "always")]
+        run.release()
+        call = await engine.wait(call_id, 10)
+    assert call.phase == "succeeded"
+    gate = block(await content_of(sqlite_db, response), "gate/t/1")
+    assert gate is not None and (gate["status"], gate["value"]) == ("success", "always")
+
+
+async def test_the_deadline_times_a_call_out(sqlite_db: Database, clock: ManualClock) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
+    async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock) as engine:
+        call_id, _ = await start(sqlite_db, engine, timeout=10)
+        await until(lambda: _checkpoint(engine, call_id, 1))
+        clock.advance(11)
+        call = await until_phase(engine, call_id, "timed_out")
+    assert call.error is not None and call.error["code"] == "timed_out"
+    assert adapter.last_run(call_id).cancelled
+    view = await engine.trail(call_id)
+    assert view.events[-1].event_type == "run.failed"
+
+
+async def _checkpoint(engine: object, call_id: str, at_least: int) -> bool:
+    return (await engine.get(call_id)).checkpoint >= at_least  # type: ignore[attr-defined, no-any-return]
+
+
+async def test_cancel_stops_the_execution_and_a_wait_never_cancels(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        waited = await engine.wait(call_id, 0.2)
+        assert not waited.is_terminal
+        assert (await engine.get(call_id)).phase == "running"
+        requested = await engine.cancel(call_id)
+        assert requested.cancel_requested
+        call = await until_phase(engine, call_id, "cancelled")
+        again = await engine.cancel(call_id)  # idempotent on a terminal call
+    assert again.phase == "cancelled" and call.error is not None
+    assert adapter.last_run(call_id).cancelled
+    assert (await engine.trail(call_id)).events[-1].event_type == "run.cancelled"
+
+
+async def test_a_call_cancelled_before_anyone_drove_it_never_starts(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter()
+    engine = make_engine(sqlite_db, {"scripted": adapter})
+    call_id, _ = await start(sqlite_db, engine)
+    await engine.cancel(call_id)
+    async with engine:
+        call = await until_phase(engine, call_id, "cancelled")
+    assert adapter.starts == [] and call.error == {"code": "cancelled", "message": "the call was cancelled"}
+
+
+async def test_the_stream_serves_the_visible_events_from_any_seq(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextPreview("Hi"), None, TextSet("Hi!"), Finished("Hi!")))
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        seen: list[int] = []
+
+        async def read_all() -> None:
+            async for event in engine.stream(call_id):
+                seen.append(event.seq)
+
+        reader = asyncio.ensure_future(read_all())
+        await until_true(lambda: len(seen) >= 2)  # start + the preview, while the call still runs
+        adapter.last_run(call_id).release()
+        await asyncio.wait_for(reader, 10)
+        later = [event.seq async for event in engine.stream(call_id, after_seq=2)]
+    assert seen == [1, 2, 3, 4] and later == [3, 4]
+
+
+async def test_a_harness_that_stops_without_an_answer_fails_the_call(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(script=scripted(Failed("turn_failed", "model exploded")))
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        call = await engine.wait(call_id, 10)
+    assert call.phase == "failed" and call.error == {"code": "turn_failed", "message": "model exploded"}
+
+
+async def test_gates_left_open_close_when_the_call_ends(sqlite_db: Database) -> None:
+    adapter = ScriptedAdapter(script=scripted(GateOpened("t/1", "- write a.txt"), None))
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "waiting_input")
+        await engine.cancel(call_id)
+        await until_phase(engine, call_id, "cancelled")
+    gate = block(await content_of(sqlite_db, response), "gate/t/1")
+    assert gate is not None and gate["status"] == "failure" and "cancelled" in gate["reason"]
+    with pytest.raises(Conflict):
+        await engine.answer_gate(call_id, "t/1", "approve", "user:alice")

@@ -1,0 +1,143 @@
+"""Leases and recovery: fencing, replicas that never drive a call twice, resume after a crash, replay checks."""
+
+from __future__ import annotations
+
+import asyncio
+
+from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet
+from loopd.server.engine._driving import lease_resource
+from loopd.server.ledger import Scope, SqlLedgerStore
+from loopd.server.storage import Database
+
+from .conftest import (
+    ManualClock,
+    OpenDb,
+    ScriptedAdapter,
+    block,
+    content_of,
+    make_engine,
+    new_conversation,
+    new_response,
+    scripted,
+    until,
+    until_phase,
+    until_true,
+)
+
+
+async def _call(db: Database, engine: HarnessEngine, key: str = "respond") -> tuple[str, str]:
+    conversation = await new_conversation(db)
+    response = await new_response(db, conversation)
+    call = await engine.start(CallRequest("task-uid", key, "scripted", "q", message_id=response, timeout=600))
+    return call.id, response
+
+
+async def _at(engine: HarnessEngine, call_id: str, checkpoint: int) -> bool:
+    return (await engine.get(call_id)).checkpoint >= checkpoint
+
+
+async def test_a_stale_token_cannot_write(db: Database, clock: ManualClock) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("one"), None, TextSet("two"), Finished("two")))
+    engine = make_engine(db, {"scripted": adapter}, clock=clock)
+    async with engine:
+        call_id, response = await _call(db, engine)
+        await until(lambda: _at(engine, call_id, 1))
+        clock.advance(31)  # the lease expires (no renewal within virtual time) and someone else takes it
+        async with db.transaction() as tx:
+            intruder = await tx.leases.acquire(lease_resource(call_id), "intruder", 30)
+        assert intruder is not None
+        adapter.last_run(call_id).release()  # the old holder's next write must be refused
+        await until_true(lambda: engine.statistics().drives_lost == 1)
+    call = await engine.get(call_id)
+    assert call.checkpoint == 1 and call.phase == "running"
+    assert block(await content_of(db, response), "answer") == {"id": "answer", "type": "text", "content": "one"}
+
+
+async def test_two_replicas_never_drive_one_call_twice(open_db: OpenDb) -> None:
+    first, second = await open_db(), await open_db()
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), TextSet("ab"), Finished("ab")))
+    a = make_engine(first, {"scripted": adapter}, replica_id="a", capacity=4)
+    b = make_engine(second, {"scripted": adapter}, replica_id="b", capacity=4)
+    calls: list[str] = []
+    for index in range(6):
+        admitting = a if index % 2 else b
+        call_id, _ = await _call(first if index % 2 else second, admitting, key=f"work/{index}")
+        calls.append(call_id)
+    async with a, b:
+        finished = await asyncio.gather(*(a.wait(call_id, 15) for call_id in calls))
+    assert [call.phase for call in finished] == ["succeeded"] * 6
+    assert sorted(adapter.starts) == sorted(calls)  # each call started exactly once …
+    assert adapter.resumes == []
+    assert adapter.max_active == 1  # … and never observed twice at the same time
+    assert a.statistics().claims + b.statistics().claims >= 6
+
+
+async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplicated(
+    open_db: OpenDb, clock: ManualClock
+) -> None:
+    first, second = await open_db(), await open_db()
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), TextSet("ab"), None, Finished("ab")))
+    crashed = make_engine(first, {"scripted": adapter}, replica_id="a", clock=clock)
+    await crashed.open()
+    call_id, response = await _call(first, crashed)
+    await until(lambda: _at(crashed, call_id, 2))
+    await crashed.abort()  # like a crash: no lease released, nothing written on the way out
+
+    survivor = make_engine(second, {"scripted": adapter}, replica_id="b", clock=clock)
+    async with survivor:
+        await asyncio.sleep(0.15)
+        assert adapter.resumes == []  # the lease is still live: nobody may touch the call
+        clock.advance(31)
+        await until_true(lambda: adapter.resumes == [call_id] and len(adapter.runs[call_id]) == 2)
+        adapter.last_run(call_id).release()
+        call = await survivor.wait(call_id, 10)
+    assert call.phase == "succeeded" and call.checkpoint == 3
+    assert adapter.starts == [call_id]
+    async with second.transaction(read_only=True) as tx:
+        events = await tx.message_events.read(response)
+    assert [e.event.get("op") for e in events] == ["start", "set", "set", "set"]  # a, ab (no repeats), result
+    store = SqlLedgerStore(second)
+    unresolved = await store.unresolved_attempts(Scope(harness_call_id=call_id))
+    assert len(unresolved) == 1  # the crashed drive's attempt stays visible as unresolved
+    lanes = await store.find_lanes(Scope(harness_call_id=call_id))
+    assert len(lanes) == 1
+
+
+async def _crash_after(engine: HarnessEngine, call_id: str, checkpoint: int) -> None:
+    await until(lambda: _at(engine, call_id, checkpoint))
+    await engine.abort()
+
+
+async def test_a_replay_that_differs_fails_the_call(sqlite_db: Database, clock: ManualClock) -> None:
+    runs = 0
+
+    def script(_call_id: str) -> list[TextSet | Finished | None]:
+        nonlocal runs
+        runs += 1
+        first = "a" if runs == 1 else "something else"
+        return [TextSet(first), TextSet("ab"), None, Finished("ab")]
+
+    adapter = ScriptedAdapter(script=script)
+    crashed = make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="a")
+    await crashed.open()
+    call_id, _ = await _call(sqlite_db, crashed)
+    await _crash_after(crashed, call_id, 2)
+    clock.advance(31)
+    async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="b") as survivor:
+        call = await until_phase(survivor, call_id, "failed")
+    assert call.error is not None and call.error["code"] == "replay_differs"
+
+
+async def test_an_adapter_that_cannot_resume_leaves_the_outcome_unknown(
+    sqlite_db: Database, clock: ManualClock
+) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")), supports_resume=False)
+    crashed = make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="a")
+    await crashed.open()
+    call_id, _ = await _call(sqlite_db, crashed)
+    await _crash_after(crashed, call_id, 1)
+    clock.advance(31)
+    async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="b") as survivor:
+        call = await until_phase(survivor, call_id, "unknown")
+    assert call.error is not None and call.error["code"] == "resume_unsupported"
+    assert adapter.starts == [call_id] and adapter.resumes == []

@@ -1,0 +1,189 @@
+"""The direct-harness responder end to end: a Task in the resource store, the reconcile Manager, the engine, and a
+chat side built on storage + streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from loopd.resources import NotFound as ResourceNotFound
+from loopd.resources import open_sqlite_store
+from loopd.resources.client import TASKS, StoreClient
+from loopd.resources.reconcile import Manager
+from loopd.server.engine import Finished, HarnessEngine, TextSet
+from loopd.server.responder import ChatPort, HarnessResponder
+from loopd.server.storage import Database, Message, NewMessage
+from loopd.server.streams import ConversationBus, empty_model, finish, open_message
+
+from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until
+
+if TYPE_CHECKING:
+    from loopd.server.chat import ChatService
+
+    def _chat_service_is_a_chat_port(service: ChatService) -> ChatPort:
+        return service  # mypy checks that the real chat service satisfies the responder's port
+
+
+@dataclass(frozen=True)
+class Context:
+    input: Message
+    response: Message
+    history: Sequence[Message]
+
+
+@dataclass
+class StorageChat:
+    """The two chat operations the responder needs, on storage and streams (no ChatService)."""
+
+    db: Database
+    client: StoreClient
+    bus: ConversationBus
+    completed: list[tuple[str, Mapping[str, str] | None]] = field(default_factory=list)
+
+    async def task_context(self, task_id: str) -> Context:
+        async with self.db.transaction(read_only=True) as tx:
+            input_, response = await tx.messages.task_pair(task_id)
+            rows = await tx.messages.list_conversation(input_.conversation_id)
+        return Context(input_, response, [row for row in rows if row.id <= input_.id])
+
+    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> None:
+        async with self.db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            await finish(tx, response.id, "failed" if error else "completed", error=error, bus=self.bus)
+        with contextlib.suppress(ResourceNotFound):
+            await self.client.delete(TASKS, task_id, namespace="default")
+        self.completed.append((task_id, error))
+
+
+@dataclass
+class World:
+    db: Database
+    client: StoreClient
+    chat: StorageChat
+    engine: HarnessEngine
+    adapter: ScriptedAdapter
+
+
+@pytest.fixture
+async def world(sqlite_db: Database, tmp_path: Path) -> AsyncIterator[World]:
+    bus = ConversationBus()
+    adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
+    async with open_sqlite_store(tmp_path / "resources.db") as store:
+        client = StoreClient(store)
+        chat = StorageChat(sqlite_db, client, bus)
+        async with make_engine(sqlite_db, {"assistant": adapter}, bus=bus) as engine:
+            responder = HarnessResponder(client=client, engine=engine, chat=chat, poll=0.05, context_retry=0.05)
+            manager = Manager(client)
+            manager.add_controller(TASKS, responder, workers=2)
+            running = asyncio.ensure_future(manager.run())
+            try:
+                yield World(sqlite_db, client, chat, engine, adapter)
+            finally:
+                manager.shutdown()
+                await asyncio.wait_for(running, 10)
+
+
+def _task(task_id: str, key: str) -> dict[str, Any]:
+    return {
+        "apiVersion": TASKS.api_version,
+        "kind": TASKS.kind,
+        "metadata": {"name": task_id, "namespace": "default"},
+        "spec": {"target": {"kind": "harness", "key": key}, "revision": 1},
+    }
+
+
+async def _question(db: Database, conversation: str, task_id: str, text: str, key: str) -> str:
+    async with db.transaction() as tx:
+        question = await open_message(
+            tx,
+            NewMessage(
+                conversation_id=conversation,
+                kind="user",
+                key="alice",
+                purpose="input",
+                content={**empty_model(), "blocks": [{"id": "text", "type": "text", "content": text}]},
+                task_id=task_id,
+            ),
+        )
+        response = await open_message(
+            tx,
+            NewMessage(
+                conversation_id=conversation,
+                kind="harness",
+                key=key,
+                purpose="response",
+                content=empty_model(),
+                task_id=task_id,
+                reply_to_message_id=question.id,
+                status="streaming",
+            ),
+        )
+    return response.id
+
+
+async def _status(db: Database, message_id: str) -> str:
+    async with db.transaction(read_only=True) as tx:
+        return (await tx.messages.get(message_id)).status
+
+
+async def _gone(client: StoreClient, task_id: str) -> bool:
+    try:
+        await client.get(TASKS, task_id, namespace="default")
+    except ResourceNotFound:
+        return True
+    return False
+
+
+async def test_a_harness_task_is_answered_and_completed(world: World) -> None:
+    conversation = await new_conversation(world.db)
+    await _question(world.db, conversation, "t-0", "what is 2+2?", "assistant")  # an earlier exchange …
+    response = await _question(world.db, conversation, "t-1", "and 2+2 again?", "assistant")
+    await world.client.create(TASKS, _task("t-1", "assistant"), namespace="default")
+
+    await until(lambda: _gone(world.client, "t-1"))
+    assert await _status(world.db, response) == "completed"
+    assert world.chat.completed == [("t-1", None)]
+    async with world.db.transaction(read_only=True) as tx:
+        content = (await tx.messages.get(response)).content
+    assert {b["id"] for b in content["blocks"]} == {"answer", "result"}
+    calls = [await world.engine.get(call_id) for call_id in world.adapter.starts]
+    (call,) = [c for c in calls if c.message_id == response]
+    assert call.effect_key == "respond" and call.params["asker"] == "user:alice"
+    assert call.params["text"] == "and 2+2 again?"
+    assert [h["text"] for h in call.params["history"]] == ["what is 2+2?"]  # the earlier input, not this one
+
+
+async def test_a_task_seen_before_its_messages_commit_is_retried(world: World) -> None:
+    await world.client.create(TASKS, _task("t-2", "assistant"), namespace="default")
+    await asyncio.sleep(0.2)  # the responder sees the Task, finds no messages (the commit window) and requeues
+    assert world.adapter.starts == []
+    conversation = await new_conversation(world.db)
+    response = await _question(world.db, conversation, "t-2", "late commit", "assistant")
+    await until(lambda: _gone(world.client, "t-2"))
+    assert await _status(world.db, response) == "completed"
+
+
+async def test_a_task_for_an_unknown_harness_fails_with_that_error(world: World) -> None:
+    conversation = await new_conversation(world.db)
+    response = await _question(world.db, conversation, "t-3", "hello?", "nobody")
+    await world.client.create(TASKS, _task("t-3", "nobody"), namespace="default")
+    await until(lambda: _gone(world.client, "t-3"))
+    assert await _status(world.db, response) == "failed"
+    ((task_id, error),) = world.chat.completed
+    assert task_id == "t-3" and error is not None and error["code"] == "unknown_target"
+
+
+async def test_operator_tasks_are_left_alone(world: World) -> None:
+    conversation = await new_conversation(world.db)
+    response = await _question(world.db, conversation, "t-4", "route me", "router")
+    operator_task = _task("t-4", "router")
+    operator_task["spec"]["target"]["kind"] = "operator"
+    await world.client.create(TASKS, operator_task, namespace="default")
+    await asyncio.sleep(0.2)
+    assert await _status(world.db, response) == "streaming" and world.chat.completed == []
