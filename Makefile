@@ -22,7 +22,7 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	@touch $@
 
 run: $(STAMP)
-	$(BIN)/loopd demo
+	$(BIN)/loopd up $(RUN_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

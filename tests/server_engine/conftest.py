@@ -149,6 +149,12 @@ async def content_of(db: Database, message_id: str) -> dict[str, Any]:
         return (await tx.messages.get(message_id)).content
 
 
+def without_call_ids(content: dict[str, Any]) -> dict[str, Any]:
+    """Content with the gate blocks' ``call_id`` removed (it differs between two calls by design)."""
+    blocks = [{k: v for k, v in b.items() if k != "call_id"} for b in content["blocks"]]
+    return {**content, "blocks": blocks}
+
+
 def block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:
     return next((b for b in content["blocks"] if b.get("id") == block_id), None)
 

@@ -54,6 +54,7 @@ def __getattr__(name: str) -> Any:
         return getattr(_mcp, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "EXEC",
     "FS_READ",

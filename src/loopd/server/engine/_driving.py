@@ -435,7 +435,7 @@ class Drive:
                 raise _Stop("done")
             content = await self._locked_message(tx, call)
             if content is not None:
-                await self._emit(tx, call, project(update, content))
+                await self._emit(tx, call, project(update, content, call_id=call.id))
             trail = self._trail(tx, call)
             await trail.record(index, update)
             call = await tx.harness_calls.advance_checkpoint(

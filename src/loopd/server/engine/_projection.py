@@ -78,10 +78,12 @@ def _clip_input(value: Any) -> Any:
     return value if len(text) <= MAX_TOOL_OUTPUT else _clip(text)
 
 
-def ask_block(gate_id: str, prompt: str, title: str) -> dict[str, Any]:
+def ask_block(gate_id: str, prompt: str, title: str, call_id: str | None = None) -> dict[str, Any]:
+    """A gate as an ``ask`` block; ``call_id`` says where to answer (``POST /v1/harness/calls/<id>/gates/...``)."""
     return {
         "id": gate_block_id(gate_id),
         "type": "ask",
+        **({"call_id": call_id} if call_id else {}),
         "title": title,
         "prompt": prompt or "The harness asks for permission.",
         "choices": [dict(choice) for choice in GATE_CHOICES],
@@ -95,7 +97,7 @@ def answered_ask(block: Mapping[str, Any], answer: str) -> dict[str, Any]:
     return {**body, "status": "success", "value": answer}
 
 
-def project(update: Update, content: Mapping[str, Any]) -> list[Event]:
+def project(update: Update, content: Mapping[str, Any], *, call_id: str | None = None) -> list[Event]:
     """The set / append events (without ``seq``) that show ``update`` in a message whose content is ``content``."""
     blocks = _blocks(content)
     match update:
@@ -134,10 +136,10 @@ def project(update: Update, content: Mapping[str, Any]) -> list[Event]:
             current = blocks.get(gate_block_id(gate_id))
             if current is not None and current.get("status") != "pending":
                 return []  # answered already (the answer reached the block before the harness reported the gate)
-            return [_set(ask_block(gate_id, prompt, title))]
+            return [_set(ask_block(gate_id, prompt, title, call_id))]
         case GateResolved(gate_id=gate_id, answer=answer, timed_out=timed_out):
             block_id = gate_block_id(gate_id)
-            base = blocks.get(block_id) or ask_block(gate_id, "", "Permission needed")
+            base = blocks.get(block_id) or ask_block(gate_id, "", "Permission needed", call_id)
             if timed_out:
                 body = {key: value for key, value in base.items() if key != "value"}
                 resolved = {**body, "status": "timeout"}

@@ -65,6 +65,16 @@ class Leases:
             return None
         return await self.get(resource)
 
+    async def expire_others(self, holder: str) -> int:
+        """End every live lease not held by ``holder``; how many. Only for a process that knows it is the sole
+        user of the database (the embedded server holds the data-directory lock), so earlier holders are dead."""
+        require_text(holder, "lease holder")
+        now = time_text(self._tx.now())
+        return await self._tx.execute(
+            "UPDATE leases SET expires_at = ?, updated_at = ? WHERE holder <> ? AND holder <> '' AND expires_at > ?",
+            (now, now, holder, now),
+        )
+
     async def renew(self, resource: str, token: int, ttl_seconds: float) -> Lease:
         """Extend a live lease held with ``token``; ``Fenced`` if it expired or was taken over."""
         _token(token)

@@ -1,0 +1,324 @@
+"""`loopd chat`: ask a responder through a running loop-server and stream the answer.
+
+Finds the server the way a user expects: ``--server`` / ``$LOOPD_SERVER``, else the ``server.json`` that a
+`loopd up` on the same data directory wrote; the token comes from ``$LOOPD_TOKEN``, else the token file named there.
+The answer streams from the conversation's durable event log; a dropped connection is resumed from the last
+cursor (``Last-Event-ID``), so nothing is lost or shown twice. A permission gate opened by the harness is asked in
+the terminal (Approve / Always / Deny). Exit codes: 0 the answer completed, 1 it failed (or the server refused),
+2 bad input or no server found, 130 Ctrl-C (the work goes on in the server; ``--conversation`` shows it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from loopd._paths import default_data_dir
+from loopd.agentue import AgentUEError, StreamState, parse_sse, reduce, split_sse
+from loopd.cli._run_input import InputInterrupted, LineInput
+
+ANSWER_BLOCK: Final = "answer"
+GATE_PREFIX: Final = "gate/"
+TOOL_PREFIX: Final = "tool/"
+_RECONNECTS: Final = 20
+_ANSWERS: Final = {"a": "approve", "approve": "approve", "l": "always", "always": "always", "d": "deny", "deny": "deny"}
+
+
+class ChatFailure(Exception):
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    token: str | None
+
+
+def find_server(server: str | None, data_dir: Path | None, env: dict[str, str] | None = None) -> Endpoint:
+    """The server URL and token from flags, the environment, or the data directory of a running `loopd up`."""
+    source = dict(os.environ if env is None else env)
+    token = source.get("LOOPD_TOKEN") or None
+    url = server or source.get("LOOPD_SERVER") or None
+    if url is None or token is None:
+        from loopd.server._composition import read_server_file
+
+        directory = (data_dir or default_data_dir(source)).expanduser()
+        info = read_server_file(directory)
+        if info is None:
+            if url is None:
+                raise ChatFailure(
+                    f"no running loopd found in {directory}: start `loopd up` (or pass --server / set LOOPD_SERVER)",
+                    code=2,
+                )
+        else:
+            url = url or str(info.get("url") or "") or None
+            if token is None and info.get("token_file"):
+                with contextlib.suppress(OSError):
+                    token = Path(str(info["token_file"])).read_text().strip() or None
+    if not url:
+        raise ChatFailure("no server URL: pass --server or set LOOPD_SERVER", code=2)
+    return Endpoint(url=url.rstrip("/"), token=token)
+
+
+def parse_target(text: str) -> dict[str, str]:
+    kind, _, key = text.partition(":")
+    if kind not in ("harness", "operator") or not key:
+        raise ChatFailure(f"--to takes harness:<key> or operator:<key>, not {text!r}", code=2)
+    return {"kind": kind, "key": key}
+
+
+def _error_text(response: httpx.Response) -> str:
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        error = response.json()["error"]
+        return f"{error['type']}: {error['message']}"
+    return f"HTTP {response.status_code}"
+
+
+@dataclass
+class _View:
+    """What has been shown of the response message so far."""
+
+    console: Console
+    out: Any
+    state: StreamState | None = None
+    shown_text: int = 0
+    tools: dict[str, str] = field(default_factory=dict)
+    asked: set[str] = field(default_factory=set)
+    final_status: str | None = None
+
+    def apply(self, event: dict[str, Any]) -> None:
+        try:
+            self.state = reduce(self.state or StreamState(), event)
+        except AgentUEError:
+            return  # a duplicate after a reconnect, or something this client does not render
+
+    def blocks(self) -> list[dict[str, Any]]:
+        if self.state is None or self.state.model is None:
+            return []
+        return [b for b in self.state.model.to_json().get("blocks", []) if isinstance(b, dict)]
+
+    def render_progress(self) -> list[dict[str, Any]]:
+        """Print what is new; return gate blocks that wait for an answer."""
+        pending: list[dict[str, Any]] = []
+        for block in self.blocks():
+            block_id = str(block.get("id", ""))
+            if block_id == ANSWER_BLOCK:
+                text = str(block.get("text") or block.get("content") or "")
+                if len(text) > self.shown_text:
+                    self.out.write(text[self.shown_text :])
+                    self.out.flush()
+                    self.shown_text = len(text)
+            elif block_id.startswith(TOOL_PREFIX):
+                status = str(block.get("status", ""))
+                if self.tools.get(block_id) != status:
+                    self.tools[block_id] = status
+                    mark = {"running": "…", "completed": "✓", "failed": "✗"}.get(status, "·")
+                    self.console.print(f"  [dim]{mark} {escape(str(block.get('name', 'tool')))} {escape(status)}[/]")
+            elif block_id.startswith(GATE_PREFIX) and block.get("status") == "pending" and block_id not in self.asked:
+                pending.append(block)
+        return pending
+
+    def final_text(self) -> str:
+        for block in self.blocks():
+            if block.get("type") == "result" and isinstance(block.get("content"), str):
+                return str(block["content"])
+        return ""
+
+    def error(self) -> dict[str, Any] | None:
+        if self.state is None or self.state.model is None:
+            return None
+        error = self.state.model.to_json().get("meta", {}).get("error")
+        return error if isinstance(error, dict) else None
+
+
+class ChatClient:
+    def __init__(self, endpoint: Endpoint, console: Console, *, timeout: float = 30.0) -> None:
+        headers = {"Accept": "application/json"}
+        if endpoint.token:
+            headers["Authorization"] = f"Bearer {endpoint.token}"
+        self._http = httpx.AsyncClient(
+            base_url=endpoint.url, headers=headers, timeout=httpx.Timeout(timeout, read=None)
+        )
+        self._console = console
+        self._input = LineInput.for_stdin()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = await self._http.request(method, path, json=body, timeout=30.0)
+        except httpx.HTTPError as exc:
+            raise ChatFailure(f"cannot reach the server: {exc}") from exc
+        if response.status_code >= 400:
+            raise ChatFailure(_error_text(response), code=2 if response.status_code in (400, 401, 404) else 1)
+        return response.json()
+
+    async def conversation(self, conversation_id: str | None, text: str) -> str:
+        if conversation_id:
+            await self._json("GET", f"/v1/conversations/{conversation_id}")
+            return conversation_id
+        created = await self._json("POST", "/v1/conversations", {"name": text[:60]})
+        return str(created["id"])
+
+    async def ask(self, conversation_id: str, target: dict[str, str], text: str) -> dict[str, Any]:
+        return dict(
+            await self._json("POST", f"/v1/conversations/{conversation_id}/messages", {"target": target, "text": text})
+        )
+
+    async def follow(self, conversation_id: str, asked: dict[str, Any], view: _View) -> None:
+        """Stream the response message until it ends, resuming from the last cursor after a dropped connection."""
+        response_id = str(asked["response"]["id"])
+        cursor = int(asked.get("cursor", 0))
+        failures = 0
+        while True:
+            try:
+                async with self._http.stream(
+                    "GET",
+                    f"/v1/conversations/{conversation_id}/stream",
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(cursor)},
+                ) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        raise ChatFailure(_error_text(response))
+                    rest = ""
+                    async for chunk in response.aiter_text():
+                        failures = 0
+                        frames, rest = split_sse(rest + chunk)
+                        for frame in frames:
+                            message = parse_sse(frame)
+                            if message.data is None:
+                                continue
+                            if message.event == "error":
+                                raise httpx.ReadError("the server ended the stream")
+                            if message.id is not None:
+                                cursor = int(message.id)
+                            data = json.loads(message.data)
+                            if data.get("message_id") != response_id:
+                                continue
+                            event = data.get("event", {})
+                            view.apply(event)
+                            for gate in view.render_progress():
+                                await self._answer_gate(gate, view)
+                            if event.get("op") == "end":
+                                header = data.get("message") or {}
+                                view.final_status = str(header.get("status") or "completed")
+                                return
+            except (httpx.TransportError, httpx.RemoteProtocolError) as exc:
+                failures += 1
+                if failures > _RECONNECTS:
+                    raise ChatFailure(f"lost the server: {exc}") from exc
+                self._console.print(f"[dim]  connection lost ({exc.__class__.__name__}); resuming…[/]")
+                await asyncio.sleep(min(0.2 * 2**failures, 3.0))
+
+    async def _answer_gate(self, block: dict[str, Any], view: _View) -> None:
+        block_id = str(block["id"])
+        view.asked.add(block_id)
+        gate_id = block_id[len(GATE_PREFIX) :]
+        call_id = block.get("call_id")
+        self._console.print(f"\n[bold yellow]permission needed[/] {escape(str(block.get('title', '')))}")
+        self._console.print(escape(str(block.get("prompt", ""))))
+        if not call_id:
+            self._console.print("[red]  this server does not say which call asked; answer in the web UI[/]")
+            return
+        answer = "deny"
+        if self._input.interactive:
+            self._input.discard_pending()
+            while True:
+                self._console.print("  [a]pprove once / a[l]ways / [d]eny: ", end="")
+                try:
+                    line = await self._input.readline()
+                except InputInterrupted:
+                    line = None
+                if line is None:
+                    break
+                picked = _ANSWERS.get(line.strip().lower())
+                if picked is not None:
+                    answer = picked
+                    break
+        else:
+            self._console.print("  stdin is not a terminal: denying")
+        try:
+            await self._json("POST", f"/v1/harness/calls/{call_id}/gates/{gate_id}", {"answer": answer})
+        except ChatFailure as exc:
+            self._console.print(f"[red]  the answer was not taken: {escape(str(exc))}[/]")
+            return
+        self._console.print(f"  [dim]answered {answer}[/]")
+
+
+async def run_chat(
+    endpoint: Endpoint, text: str, target: dict[str, str], conversation_id: str | None, console: Console, out: Any
+) -> int:
+    client = ChatClient(endpoint, console)
+    try:
+        cid = await client.conversation(conversation_id, text)
+        asked = await client.ask(cid, target, text)
+        console.print(f"[dim]conversation {cid} · task {asked['task_id']} · continue with --conversation {cid}[/]")
+        view = _View(console=console, out=out)
+        await client.follow(cid, asked, view)
+        if view.shown_text == 0 and view.final_text():
+            out.write(view.final_text())
+        out.write("\n")
+        out.flush()
+        error = view.error()
+        if view.final_status != "completed" or error is not None:
+            detail = f"{error.get('code')}: {error.get('message')}" if error else view.final_status
+            console.print(f"[red]the answer failed[/] ({escape(str(detail))})")
+            return 1
+        return 0
+    finally:
+        await client.aclose()
+
+
+def chat_command(
+    text: str = typer.Argument(..., help="What to ask."),
+    server: str | None = typer.Option(None, "--server", help="Server URL (default: $LOOPD_SERVER or the local one)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", help="Data directory of the local `loopd up`."),
+    to: str = typer.Option("harness:assistant", "--to", help="Responder: harness:<key> or operator:<key>."),
+    conversation: str | None = typer.Option(None, "--conversation", help="Continue this conversation."),
+) -> None:
+    """Ask a responder through a running loopd and stream the answer."""
+    console = Console(stderr=True)
+    if not text.strip():
+        console.print("[red]nothing to ask[/]")
+        raise typer.Exit(code=2)
+    try:
+        endpoint = find_server(server, data_dir)
+        target = parse_target(to)
+    except ChatFailure as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        raise typer.Exit(code=exc.code) from exc
+    code = asyncio.run(_main(endpoint, text, target, conversation, console))
+    raise typer.Exit(code=code)
+
+
+async def _main(
+    endpoint: Endpoint, text: str, target: dict[str, str], conversation: str | None, console: Console
+) -> int:
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        return await run_chat(endpoint, text, target, conversation, console, sys.stdout)
+    except ChatFailure as exc:
+        console.print(f"[red]{escape(str(exc))}[/]")
+        return exc.code
+    except asyncio.CancelledError:
+        console.print("\n[dim]stopped watching; the work goes on in the server[/]")
+        return 130

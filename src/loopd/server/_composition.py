@@ -1,0 +1,206 @@
+"""The composition root of one loop-server process (`loopd up`): everything wired, started and stopped in order.
+
+    data dir ─┬─ loopd.lock          exclusive: one embedded server per data directory
+              ├─ loopd.db            conversations, messages, event logs, human requests, harness calls, ledger
+              ├─ resources.db        the Kubernetes-compatible store (Tasks, Leases)
+              ├─ resources-api/      CA, server certificate, the token (0600), the API endpoint
+              ├─ harness/journal.db  the built-in harness's journal
+              ├─ workspaces/assistant  the built-in `assistant` harness's workspace
+              └─ server.json         where this server listens (read by `loopd chat`)
+
+Start order: lock → credentials → resource store + its TLS API → database → built-in harness rig → engine →
+responder (reconcile manager on Tasks) → HTTP API. Stop order is the reverse, so nothing is used after it closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from loopd._ids import new_id
+from loopd.harness.models import ModelConfig
+from loopd.harness.standard import HarnessSettings, open_standard_rig
+from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, write_endpoint
+from loopd.resources.client import TASKS, StoreClient
+from loopd.resources.reconcile import Manager
+from loopd.server.audit import ledger_router
+from loopd.server.chat import ChatService, ResourceTaskGateway
+from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
+from loopd.server.http import ServerContext, ServerSecurity, create_server_app, open_http_server
+from loopd.server.human import HumanService
+from loopd.server.ledger import SqlLedgerStore
+from loopd.server.registry import ActorInfo, RegistryService
+from loopd.server.responder import HarnessResponder
+from loopd.server.storage import Database, open_database
+from loopd.server.streams import ConversationBus
+
+DEFAULT_PORT: Final = 8420
+SERVER_FILE: Final = "server.json"
+LOCK_FILE: Final = "loopd.lock"
+ASSISTANT: Final = "assistant"
+ASSISTANT_DESCRIPTION: Final = "The built-in harness: file and bash tools in its own workspace, with permission gates."
+
+
+class DataDirBusyError(RuntimeError):
+    """Another `loopd up` already serves this data directory."""
+
+
+@dataclass(frozen=True)
+class UpSettings:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_port: int = 0
+    model: ModelConfig = field(default_factory=ModelConfig)
+    database_url: str | None = None
+    """PostgreSQL DSN for the server state (default: SQLite in the data directory)."""
+    lease_ttl: float = 30.0
+    engine_capacity: int = 50
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    url: str
+    api_url: str
+    data_dir: Path
+    token_file: Path
+    model: ModelConfig
+    db: Database
+    chat: ChatService
+    engine: HarnessEngine
+    workspace: Path
+
+
+@contextlib.contextmanager
+def _data_dir_lock(data_dir: Path) -> Iterator[None]:
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise DataDirBusyError(f"another loopd up is already using {data_dir}") from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_server_file(data_dir: Path) -> dict[str, Any] | None:
+    """What a running `loopd up` recorded about itself in ``data_dir`` (None when nothing is recorded)."""
+    try:
+        data = json.loads((data_dir / SERVER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
+    tmp = data_dir / f".{SERVER_FILE}.tmp"
+    tmp.write_text(json.dumps(info, indent=2) + "\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, data_dir / SERVER_FILE)
+
+
+@asynccontextmanager
+async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]:
+    """Everything of `loopd up`, running for the block's duration."""
+    data_dir = settings.data_dir.expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(data_dir, 0o700)
+    with _data_dir_lock(data_dir):
+        async with AsyncExitStack() as stack:
+            credentials = load_or_create_credentials(data_dir)
+            store = await stack.enter_async_context(open_sqlite_store(data_dir / "resources.db"))
+            api = await stack.enter_async_context(
+                open_api_server(store, credentials=credentials, host=settings.host, port=settings.api_port)
+            )
+            write_endpoint(data_dir, api.url)
+
+            db = await stack.enter_async_context(open_database(settings.database_url or data_dir / "loopd.db"))
+            replica_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"  # unique per process
+            if settings.database_url is None:
+                # Embedded: the data-dir lock proves every earlier holder of a lease in this database is gone.
+                async with db.transaction() as tx:
+                    await tx.leases.expire_others(replica_id)
+
+            workspace = data_dir / "workspaces" / ASSISTANT
+            rig = await stack.enter_async_context(
+                open_standard_rig(
+                    HarnessSettings(workspace=workspace, data_dir=data_dir / "harness", model=settings.model)
+                )
+            )
+
+            bus = ConversationBus()
+            client = StoreClient(store)
+            registry = RegistryService(
+                db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
+            )
+            chat = ChatService(db, bus, ResourceTaskGateway(client), targets=registry)
+            human = HumanService(chat)
+            ledger = SqlLedgerStore(db)
+            engine = HarnessEngine(
+                db,
+                ledger=ledger,
+                adapters={ASSISTANT: BuiltinHarnessAdapter(rig)},
+                bus=bus,
+                replica_id=replica_id,
+                capacity=settings.engine_capacity,
+                lease_ttl=settings.lease_ttl,
+            )
+            await stack.enter_async_context(engine)
+
+            manager = Manager(client)
+            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=4)
+            manager_task = asyncio.create_task(manager.run(), name="loopd-reconcile-manager")
+
+            async def stop_manager() -> None:
+                manager.shutdown()
+                try:
+                    await asyncio.wait_for(manager_task, 15.0)
+                except TimeoutError:
+                    manager_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await manager_task
+
+            stack.push_async_callback(stop_manager)
+
+            ctx = ServerContext(
+                db=db,
+                bus=bus,
+                security=ServerSecurity(tokens=(credentials.token,)),
+                chat=chat,
+                human=human,
+                registry=registry,
+            )
+            app = create_server_app(
+                ctx, routers=[engine_router(engine, asker_of=chat.asker_of), ledger_router(ledger, chat)]
+            )
+            http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
+            token_file = credentials.directory / "token"
+            _write_server_file(
+                data_dir,
+                {"url": http.url, "api_url": api.url, "pid": os.getpid(), "token_file": str(token_file)},
+            )
+            stack.callback(lambda: (data_dir / SERVER_FILE).unlink(missing_ok=True))
+            yield RunningServer(
+                url=http.url,
+                api_url=api.url,
+                data_dir=data_dir,
+                token_file=token_file,
+                model=settings.model,
+                db=db,
+                chat=chat,
+                engine=engine,
+                workspace=workspace,
+            )
