@@ -133,6 +133,18 @@ def test_kill_9_mid_call_then_restart_completes_the_answer_with_one_execution(tm
                 what="the answer after the restart",
             )
             assert any(NOTE in str(block) for block in final["content"]["blocks"])
+            # The ledger, through the API: one lane (one execution) for the call; the attempt cut short by the
+            # crash stays visible as unresolved next to the resumed one.
+            trail = client.get("/v1/ledger", params={"task_id": asked["task_id"]}).json()
+            assert len(trail["lanes"]) == 1, trail["lanes"]
+            runs = [
+                e["payload"]["mode"]
+                for e in trail["events"]
+                if e["event_type"] == "attempt.requested" and "mode" in e["payload"]
+            ]
+            assert runs == ["start", "resume"]
+            assert trail["unresolved_attempts"], "the attempt cut short by kill -9 has no terminal event"
+            assert "usage" in trail
     finally:
         second.kill()
     with sqlite3.connect(f"file:{data_dir / 'loopd.db'}?mode=ro", uri=True) as db:

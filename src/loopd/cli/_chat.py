@@ -239,7 +239,7 @@ class ChatClient:
         if self._input.interactive:
             self._input.discard_pending()
             while True:
-                self._console.print("  [a]pprove once / a[l]ways / [d]eny: ", end="")
+                self._console.print(escape("  [a]pprove once / a[l]ways / [d]eny: "), end="")
                 try:
                     line = await self._input.readline()
                 except InputInterrupted:
@@ -292,7 +292,7 @@ def chat_command(
     conversation: str | None = typer.Option(None, "--conversation", help="Continue this conversation."),
 ) -> None:
     """Ask a responder through a running loopd and stream the answer."""
-    console = Console(stderr=True)
+    console = Console(stderr=True, highlight=False)
     if not text.strip():
         console.print("[red]nothing to ask[/]")
         raise typer.Exit(code=2)
