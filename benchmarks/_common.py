@@ -1,22 +1,131 @@
-"""Shared helpers: repeated runs, medians, a Rich table."""
+"""Shared helpers: medians, tables (Rich on the terminal, optionally Markdown to a file), the machine description.
+
+Setting ``LOOPD_BENCH_MARKDOWN=/path`` (``python -m benchmarks --markdown PATH`` does it) makes every table
+printed by any benchmark module also be appended to that file as Markdown, so one run yields the tables that
+docs/BENCHMARKS.md quotes.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import sqlite3
 import statistics
+import subprocess
+import sys
 from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+MARKDOWN_ENV = "LOOPD_BENCH_MARKDOWN"
+DISTRIBUTIONS = (
+    "pyloopd",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "langchain-core",
+    "aiosqlite",
+    "openai-agents",
+    "pyinstrument",
+)
 
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    table = Table(title=title)
+def cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return str(value)
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], note: str = "") -> None:
+    table = Table(title=title, caption=note or None)
     for c in columns:
         table.add_column(c)
     for r in rows:
-        table.add_row(*(f"{v:,.3f}" if isinstance(v, float) else str(v) for v in r))
-    Console().print(table)
+        table.add_row(*(cell(v) for v in r))
+    Console(width=160).print(table)
+    target = os.environ.get(MARKDOWN_ENV)
+    if target:
+        append_markdown(Path(target), title, columns, rows, note)
+
+
+def append_markdown(
+    path: Path, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], note: str = ""
+) -> None:
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"#### {title}", "", "| " + " | ".join(esc(c) for c in columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    lines.extend("| " + " | ".join(esc(cell(v)) for v in r) + " |" for r in rows)
+    if note:
+        lines += ["", note]
+    with path.open("a", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n\n")
+
+
+class ChildFailed(RuntimeError):
+    """A benchmark subprocess failed or printed no result."""
+
+
+def run_child(module: str, args: Sequence[str], *, timeout: float) -> dict[str, Any]:
+    """Run ``python -m module args`` in a fresh interpreter and parse the JSON object on its last stdout line."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    root = Path(__file__).resolve().parent.parent
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", module, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise ChildFailed(f"{' '.join(command[2:])} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    result = json.loads(lines[-1])
+    if not isinstance(result, dict):
+        raise ChildFailed(f"{module} printed {lines[-1][:200]!r}")
+    return result
+
+
+def version_of(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment_rows() -> list[tuple[str, str]]:
+    """The machine and the library versions, read now."""
+    rows = [
+        ("CPUs (os.cpu_count)", str(os.cpu_count())),
+        ("CPU", _cpu_model()),
+        ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
+        ("OS", platform.platform()),
+        ("SQLite", sqlite3.sqlite_version),
+        ("load average at start (1/5/15 min)", " / ".join(f"{x:.2f}" for x in os.getloadavg())),
+    ]
+    rows.extend((name, version_of(name)) for name in DISTRIBUTIONS)
+    return rows
+
+
+def print_environment() -> None:
+    print_table("environment", ["what", "value"], environment_rows())
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def verdict(met: bool | None) -> str:
+    return "n/a" if met is None else ("met" if met else "MISSED")

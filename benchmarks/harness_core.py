@@ -1,6 +1,13 @@
-"""Harness core benchmarks: steps/s, durable appends/s vs raw sqlite3, restore time, bytes per step.
+"""Harness core benchmarks: steps/s, durable journal appends/s next to raw sqlite3, restore time.
 
-python -m benchmarks.harness_core [--repeat N]
+python -m benchmarks.harness_core [--repeat N] [--quick]
+
+* steps/s: the whole loop (fake model, echo tool, SqliteJournal), one session and 100 concurrent ones;
+* journal throughput: 1, 10 and 100 sessions each appending one record at a time (every append waits for its
+  commit), against raw ``sqlite3`` on the same file system with the same durability (WAL, synchronous=NORMAL)
+  and the same table, inserting in batches of N rows per transaction — the most a group commit over N
+  sessions can gather — and in batches of 100 (a ceiling);
+* restore: `Rig.restore_session` of sessions of 1k, 10k and 100k stored events (read + decode + fold + start).
 """
 
 from __future__ import annotations
@@ -10,17 +17,33 @@ import asyncio
 import sqlite3
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._common import median, print_table
+from benchmarks._common import median, print_table, run_child, verdict
 from loopd.harness import EchoTool, LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal, Usage
 from loopd.harness.core import codec
 from loopd.harness.core import events as ev
 from loopd.harness.core._values import ToolCall, ToolOutcome
-from loopd.harness.journal import NewRecord
+from loopd.harness.journal import JournalWriter, NewRecord
 
 USAGE = Usage(input_tokens=50, output_tokens=20, calls=1)
 PAYLOAD = "x" * 200  # ~200-byte messages
+RECORD_DATA = b'{"loop":"main","data":"' + PAYLOAD.encode() + b'"}'
+RAW_SCHEMAS = {
+    # the journal's own layout: rows clustered by (session, seq)
+    "clustered": (
+        "CREATE TABLE r (sid INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, v INTEGER NOT NULL, "
+        "at REAL NOT NULL, data BLOB NOT NULL, PRIMARY KEY (sid, seq)) WITHOUT ROWID",
+    ),
+    # rows in append order, (session, seq) in a separate unique index
+    "append": (
+        "CREATE TABLE r (id INTEGER PRIMARY KEY, sid INTEGER NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, "
+        "v INTEGER NOT NULL, at REAL NOT NULL, data BLOB NOT NULL)",
+        "CREATE UNIQUE INDEX r_sid_seq ON r (sid, seq)",
+    ),
+}
 
 
 def stepper(steps: int) -> ScriptedModel:
@@ -51,44 +74,67 @@ async def steps_per_second(sessions: int, steps: int) -> float:
     return sessions * steps / wall
 
 
-async def journal_appends(sessions: int, per_session: int) -> float:
-    record = NewRecord("tool_completed", 1, b'{"loop":"main","data":"' + PAYLOAD.encode() + b'"}', 0.0)
-    with tempfile.TemporaryDirectory() as d:
-        journal = await SqliteJournal.open(Path(d) / "j.db")
-        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(sessions)]
+# --- journal throughput ------------------------------------------------------------------------------------
 
-        async def drive(w: object) -> None:
+
+@dataclass(frozen=True)
+class Throughput:
+    per_second: float
+    records_per_commit: float
+
+
+async def journal_appends(sessions: int, per_session: int) -> Throughput:
+    record = NewRecord("tool_completed", 1, RECORD_DATA, 0.0)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "j.db"
+        journal = await SqliteJournal.open(path)
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(sessions)]
+        commits_before = journal.commits
+
+        async def drive(writer: JournalWriter) -> None:
             for _ in range(per_session):
-                await w.append([record])  # type: ignore[attr-defined]
+                await writer.append([record])
 
         t0 = time.perf_counter()
         await asyncio.gather(*(drive(w) for w in writers))
         wall = time.perf_counter() - t0
+        commits = journal.commits - commits_before
         await journal.aclose()
-    return sessions * per_session / wall
+        stored = sqlite3.connect(path).execute("SELECT count(*) FROM journal_records").fetchone()[0]
+    total = sessions * per_session
+    if stored != total:
+        raise RuntimeError(f"journal holds {stored} records, expected {total}")
+    return Throughput(total / wall, total / max(1, commits))
 
 
-def raw_sqlite_inserts(total: int, batch: int) -> float:
-    data = b'{"loop":"main","data":"' + PAYLOAD.encode() + b'"}'
+def raw_sqlite_inserts(total: int, batch: int, sessions: int, layout: str = "clustered") -> float:
+    """Plain sqlite3, no event loop, no thread: ``batch`` rows per transaction, in the table ``layout``.
+
+    Rows go round-robin to ``sessions`` session ids, each with its own increasing seq, as N sessions' appends do.
+    """
     with tempfile.TemporaryDirectory() as d:
         conn = sqlite3.connect(Path(d) / "raw.db", isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(
-            "CREATE TABLE r (sid INTEGER, seq INTEGER, kind TEXT, v INTEGER, at REAL, data BLOB, "
-            "PRIMARY KEY (sid, seq)) WITHOUT ROWID"
-        )
+        for statement in RAW_SCHEMAS[layout]:
+            conn.execute(statement)
         t0 = time.perf_counter()
-        seq = 0
+        n = 0
         for _ in range(total // batch):
-            rows = [(1, seq + i, "tool_completed", 1, 0.0, data) for i in range(batch)]
-            seq += batch
+            rows = [
+                (1 + (n + i) % sessions, 1 + (n + i) // sessions, "tool_completed", 1, 0.0, RECORD_DATA)
+                for i in range(batch)
+            ]
+            n += batch
             conn.execute("BEGIN")
-            conn.executemany("INSERT INTO r VALUES (?, ?, ?, ?, ?, ?)", rows)
+            conn.executemany("INSERT INTO r (sid, seq, kind, v, at, data) VALUES (?, ?, ?, ?, ?, ?)", rows)
             conn.execute("COMMIT")
         wall = time.perf_counter() - t0
         conn.close()
-    return total / wall
+    return n / wall
+
+
+# --- restore -----------------------------------------------------------------------------------------------
 
 
 def synthetic_turn(turn: int, steps: int) -> list[ev.LoopEvent]:
@@ -114,75 +160,154 @@ def synthetic_turn(turn: int, steps: int) -> list[ev.LoopEvent]:
     return out
 
 
-async def restore_time(n_events: int) -> float:
-    with tempfile.TemporaryDirectory() as d:
-        journal = await SqliteJournal.open(Path(d) / "j.db")
-        writer = await journal.create_session("big", at=0.0)
-        first = ev.SessionStarted(session_id="big", rig="rig", loops=("main",), at=0.0)
-        events: list[ev.SessionEvent | ev.LoopEvent] = [first]
-        turn = 0
-        while len(events) < n_events:
-            turn += 1
-            events.extend(synthetic_turn(turn, 5))
-        events = events[:n_events]
-        for i in range(0, len(events), 1000):
-            await writer.append([NewRecord(*codec.encode(e), at=0.0) for e in events[i : i + 1000]])
-        await writer.aclose()
-        rig = Rig(loops=[LoopDefinition(name="main", model=stepper(0), tools=(EchoTool(),))], journal=journal)
-        t0 = time.perf_counter()
-        session = await rig.restore_session("big")
-        wall = time.perf_counter() - t0
-        await session.shutdown()
-        await journal.aclose()
-    return wall
+async def write_session(path: Path, n_events: int) -> None:
+    """A stored session of exactly ``n_events`` events: turns of 5 tool steps each (the last one may be open)."""
+    journal = await SqliteJournal.open(path)
+    writer = await journal.create_session("big", at=0.0)
+    events: list[ev.SessionEvent | ev.LoopEvent] = [
+        ev.SessionStarted(session_id="big", rig="rig", loops=("main",), at=0.0)
+    ]
+    turn = 0
+    while len(events) < n_events:
+        turn += 1
+        events.extend(synthetic_turn(turn, 5))
+    events = events[:n_events]
+    for i in range(0, len(events), 2000):
+        await writer.append([NewRecord(*codec.encode(e), at=0.0) for e in events[i : i + 2000]])
+    await writer.aclose()
+    await journal.aclose()
 
 
-async def bytes_per_step(steps: int) -> tuple[float, int]:
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "j.db"
-        journal = await SqliteJournal.open(path)
-        rig = Rig(
-            loops=[LoopDefinition(name="main", model=stepper(steps), tools=(EchoTool(),), max_steps=steps + 1)],
-            journal=journal,
-        )
-        session = await rig.start_session()
-        await session.ask("go " + PAYLOAD, timeout=600)
-        await session.shutdown()
-        await journal.aclose()
-        conn = sqlite3.connect(path)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.execute("VACUUM")
-        conn.close()
-        size = sum(p.stat().st_size for p in Path(d).iterdir())
-    raw = steps * 2 * len(PAYLOAD)  # tool-call argument + tool output per step
-    return size / steps, raw
+@dataclass(frozen=True)
+class RestoreTime:
+    restore_ms: float
+    gc_ms: float
+    read_ms: float
 
 
-async def run(repeat: int) -> None:
-    rows: list[list[object]] = []
-    s1 = median([await steps_per_second(1, 500) for _ in range(repeat)])
-    s100 = median([await steps_per_second(100, 50) for _ in range(repeat)])
-    rows.append(["steps/s, 1 session (500 steps, 1 tool call each)", s1, f"{1000 / s1:.3f} ms/step"])
-    rows.append(["steps/s, 100 concurrent sessions (50 steps each)", s100, f"{1000 / s100:.3f} ms/step"])
-    raw = median([raw_sqlite_inserts(20_000, 100) for _ in range(repeat)])
-    for n, per in ((1, 5000), (10, 1000), (100, 200)):
-        ours = median([await journal_appends(n, per) for _ in range(repeat)])
-        rows.append([f"durable appends/s, {n} session(s), 1 record/append", ours, f"{ours / raw:.2f}× raw sqlite3"])
-    rows.append(["raw sqlite3 inserts/s, batches of 100", raw, "baseline"])
-    r10k = median([await restore_time(10_000) for _ in range(repeat)])
-    rows.append(["restore of a 10,000-event session (s)", r10k, f"{r10k * 1000:.1f} ms"])
-    per_step, raw_bytes = await bytes_per_step(500)
-    rows.append(
-        ["bytes on disk per step (500 steps, 200-byte payloads)", per_step, f"{per_step * 500 / raw_bytes:.2f}× raw"]
+def restore_time(path: Path, n_events: int, *, freeze: bool = False) -> RestoreTime:
+    """`Rig.restore_session` in a fresh process, as after a crash (`benchmarks._restore_main`)."""
+    args = ["--db", str(path), "--events", str(n_events)] + (["--freeze"] if freeze else [])
+    raw = run_child("benchmarks._restore_main", args, timeout=600)
+    return RestoreTime(raw["restore_ms"], raw["gc_ms"], raw["read_ms"])
+
+
+def median_restore(runs: list[RestoreTime]) -> RestoreTime:
+    return RestoreTime(
+        median([r.restore_ms for r in runs]), median([r.gc_ms for r in runs]), median([r.read_ms for r in runs])
     )
-    print_table(f"harness core (median of {repeat})", ["measure", "value", "note"], rows)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+# --- the run -----------------------------------------------------------------------------------------------
+
+
+async def run(repeat: int, quick: bool) -> None:
+    scale = 4 if quick else 1
+    rows: list[list[object]] = []
+    s1 = median([await steps_per_second(1, 500 // scale) for _ in range(repeat)])
+    s100 = median([await steps_per_second(100, 50 // scale) for _ in range(repeat)])
+    rows.append([f"1 session, {500 // scale} steps (1 tool call each)", f"{s1:,.0f}", f"{1000 / s1:.3f}"])
+    rows.append([f"100 concurrent sessions, {50 // scale} steps each", f"{s100:,.0f}", f"{1000 / s100:.3f}"])
+    print_table(f"loop steps/s, fake model, SqliteJournal (median of {repeat})", ["", "steps/s", "ms/step"], rows)
+
+    total = 20_000 // scale
+    ceiling = median([raw_sqlite_inserts(total, 100, 1) for _ in range(repeat)])
+    rows = []
+    ratios: dict[int, tuple[float, float]] = {}
+    for n in (1, 10, 100):
+        # Interleaved, so a noisy phase of the machine weighs on loopd and on its baselines alike.
+        ours_runs: list[Throughput] = []
+        same_runs: list[float] = []
+        append_runs: list[float] = []
+        for _ in range(repeat):
+            ours_runs.append(await journal_appends(n, total // n))
+            same_runs.append(raw_sqlite_inserts(total, n, n))
+            append_runs.append(raw_sqlite_inserts(total, n, n, "append"))
+        ours = median([t.per_second for t in ours_runs])
+        group = median([t.records_per_commit for t in ours_runs])
+        same, append = median(same_runs), median(append_runs)
+        ratios[n] = (ours / same, ours / max(same, append))
+        rows.append(
+            [
+                f"{n}",
+                f"{ours:,.0f}",
+                f"{group:.1f}",
+                f"{same:,.0f}",
+                f"{ours / same:.2f}×",
+                f"{append:,.0f}",
+                f"{ours / append:.2f}×",
+            ]
+        )
+    print_table(
+        f"journal throughput: durable appends/s, 1 record per append, N sessions (median of {repeat})",
+        [
+            "N sessions",
+            "loopd appends/s",
+            "records/commit",
+            "raw, journal's table",
+            "loopd ÷ raw",
+            "raw, append-order table",
+            "loopd ÷ raw",
+        ],
+        rows,
+        note="raw: plain sqlite3 inserting N rows per transaction spread over N session ids (what a group commit "
+        "over N sessions can gather at best), WAL + synchronous=NORMAL, same file system. Journal's table: "
+        "WITHOUT ROWID, primary key (sid, seq). Append-order table: rowid table + unique index (sid, seq). "
+        f"Ceiling, 100 rows per transaction for one session id: {ceiling:,.0f} rows/s.",
+    )
+
+    rows = []
+    restores: dict[int, RestoreTime] = {}
+    sizes = (1_000, 10_000) if quick else (1_000, 10_000, 100_000)
+    with tempfile.TemporaryDirectory() as d:
+        for n in sizes:
+            path = Path(d) / f"restore-{n}.db"
+            await write_session(path, n)
+            plain_runs: list[RestoreTime] = []
+            frozen_runs: list[RestoreTime] = []
+            for _ in range(repeat):
+                plain_runs.append(restore_time(path, n))
+                frozen_runs.append(restore_time(path, n, freeze=True))
+            restores[n] = r = median_restore(plain_runs)
+            frozen = median_restore(frozen_runs)
+            rows.append(
+                [
+                    f"{n:,}",
+                    f"{r.restore_ms:,.1f}",
+                    f"{r.restore_ms * 1000 / n:.1f}",
+                    f"{r.gc_ms:,.1f}",
+                    f"{r.read_ms:,.1f}",
+                    f"{frozen.restore_ms:,.1f}",
+                ]
+            )
+    print_table(
+        f"restore time in a fresh process (median of {repeat})",
+        ["events", "restore ms", "µs/event", "of which cyclic GC ms", "journal read alone ms", "with gc.freeze() ms"],
+        rows,
+        note="Turns of 5 tool steps (~200-byte payloads); restore = open writer, read, decode, fold, start loops.",
+    )
+
+    goals: list[list[object]] = []
+    for n, (same, best) in ratios.items():
+        goals.append(
+            [
+                f"journal throughput, {n} session(s)",
+                "≥ 0.5× raw sqlite3",
+                f"{same:.2f}× raw on its own table; {best:.2f}× the faster raw table",
+                verdict(best >= 0.5),
+            ]
+        )
+    r10k = restores[10_000].restore_ms
+    goals.append(["restore of 10k events", "< 200 ms", f"{r10k:.1f} ms", verdict(r10k < 200)])
+    print_table("Goals (issue 6): journal and restore", ["goal", "target", "measured", "verdict"], goals)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    asyncio.run(run(args.repeat))
+    parser.add_argument("--quick", action="store_true", help="1 repetition, smaller counts, no 100k restore")
+    args = parser.parse_args(argv)
+    asyncio.run(run(1 if args.quick else max(1, args.repeat), args.quick))
 
 
 if __name__ == "__main__":
