@@ -13,6 +13,8 @@ from loopd.server.http import ERROR_RESPONSES, ApiError, Identity, current_ident
 from loopd.server.ledger import LedgerStore, Scope, UsageTotals
 
 _ID = Annotated[str | None, Query(min_length=1, max_length=100)]
+MAX_EVENTS = 5000
+_LIMIT = Annotated[int, Query(ge=1, le=MAX_EVENTS, description="At most this many events.")]
 
 
 class AccessCheck(Protocol):
@@ -40,7 +42,7 @@ def _usage(totals: UsageTotals) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"usage": body}
 
 
-def ledger_router(ledger: LedgerStore, chat: AccessCheck, *, max_events: int = 5000) -> APIRouter:
+def ledger_router(ledger: LedgerStore, chat: AccessCheck) -> APIRouter:
     router = APIRouter(prefix="/v1/ledger", tags=["ledger"], responses=ERROR_RESPONSES)
 
     async def scope_for(
@@ -68,7 +70,7 @@ def ledger_router(ledger: LedgerStore, chat: AccessCheck, *, max_events: int = 5
         task_id: _ID = None,
         conversation_id: _ID = None,
         call_id: _ID = None,
-        limit: Annotated[int, Query(ge=1, le=max_events)] = 1000,
+        limit: _LIMIT = 1000,
     ) -> dict[str, Any]:
         """Lanes, their events (oldest first, up to ``limit``), unresolved attempts and the usage roll-up."""
         scope = await scope_for(caller, task_id, conversation_id, call_id)
