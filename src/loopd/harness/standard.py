@@ -17,7 +17,7 @@ from typing import Final
 
 from loopd._paths import default_data_dir
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
-from loopd.harness.journal import SqliteJournal
+from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.runtime import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.tools import Workspace, default_tools
@@ -62,6 +62,8 @@ class HarnessSettings:
     budget: Budget = UNLIMITED
     compact_at_tokens: int | None = 100_000
     max_agents: int = 4
+    journal_dsn: str | None = None
+    """A PostgreSQL DSN for the journal (so another replica can resume a session); default: SQLite in data_dir."""
     name: str = "loopd"
 
 
@@ -72,7 +74,13 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     workspace = Workspace(settings.workspace)
     async with AsyncExitStack() as stack:
-        journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE)
+        journal: Journal
+        if settings.journal_dsn is not None:
+            from loopd.harness.journal import PostgresJournal
+
+            journal = await PostgresJournal.open(settings.journal_dsn)
+        else:
+            journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE)
         stack.push_async_callback(journal.aclose)
         model = await stack.enter_async_context(open_model(settings.model))
         prices = settings.model.price_table()

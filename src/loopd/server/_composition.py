@@ -137,7 +137,12 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             workspace = data_dir / "workspaces" / ASSISTANT
             rig = await stack.enter_async_context(
                 open_standard_rig(
-                    HarnessSettings(workspace=workspace, data_dir=data_dir / "harness", model=settings.model)
+                    HarnessSettings(
+                        workspace=workspace,
+                        data_dir=data_dir / "harness",
+                        model=settings.model,
+                        journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
+                    )
                 )
             )
 
