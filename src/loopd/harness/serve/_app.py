@@ -13,18 +13,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, Body, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, Body, FastAPI, Header, Query, Response
 from fastapi import Path as PathParam
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
 
 from loopd import __version__
 from loopd.harness._errors import HarnessError
 from loopd.harness.core import codec
 from loopd.harness.runtime import RecoveryMode, Rig
-from loopd.harness.serve._errors import ApiError, ErrorType, error_response, from_harness
+from loopd.harness.serve._errors import TYPE_OF_STATUS, ApiError, from_harness
 from loopd.harness.serve._guard import Guard
+from loopd.harness.serve._http import EventStreamResponse, drop_validation_responses, install_error_handlers
 from loopd.harness.serve._idempotency import (
     IdempotencyStore,
     IdempotencyStoreError,
@@ -33,7 +31,7 @@ from loopd.harness.serve._idempotency import (
 )
 from loopd.harness.serve._operations import answer_gate, cancel_queued_input
 from loopd.harness.serve._registry import SessionRegistry, SessionView
-from loopd.harness.serve._streaming import EventStreamResponse, event_frames
+from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import (
     MAX_NAME,
     CancelResult,
@@ -61,22 +59,8 @@ IDEMPOTENCY_FILE: Final = "serve-idempotency.db"
 MAX_JOURNAL_PAGE: Final = 1000
 MAX_SEQ: Final = 2**62  # journal seqs are SQLite integers; larger cursors are refused, not overflowed
 
-_STATUS_TYPES: Final[dict[int, ErrorType]] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "invalid_request",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_request",
-    429: "too_many_requests",
-    503: "service_unavailable",
-}
-
 _ERRORS: Final[dict[int | str, dict[str, Any]]] = {
-    status: {"model": ErrorEnvelope, "description": kind} for status, kind in _STATUS_TYPES.items() if status != 422
+    status: {"model": ErrorEnvelope, "description": kind} for status, kind in TYPE_OF_STATUS.items() if status != 422
 }
 
 _GATE_ANSWERS: Final[dict[str, Literal["approve", "approve_always", "deny"]]] = {
@@ -135,7 +119,15 @@ def create_app(
         redoc_url=None,
     )
     app.state.registry = registry
-    _install_error_handlers(app)
+    app.state.begin_shutdown = registry.begin_shutdown  # `open_http_server` ends the streams before it stops
+    install_error_handlers(
+        app,
+        translators={
+            HarnessError: from_harness,
+            IdempotencyStoreError: _unavailable,
+            codec.CodecError: _unavailable,
+        },
+    )
     app.include_router(_routes(registry, heartbeat=heartbeat, stream_queue=stream_queue, timeout=command_timeout))
     app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
     return app
@@ -153,12 +145,7 @@ class _HarnessApi(FastAPI):
         if self.openapi_schema is not None:
             return self.openapi_schema
         schema = super().openapi()
-        for operations in schema.get("paths", {}).values():
-            for operation in operations.values():
-                operation.get("responses", {}).pop("422", None)
-        schemas = schema.get("components", {}).get("schemas", {})
-        for unused in ("HTTPValidationError", "ValidationError"):
-            schemas.pop(unused, None)
+        drop_validation_responses(schema)
         if self._bearer:
             schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
             schema["security"] = [{"bearer": []}]
@@ -175,46 +162,8 @@ def registry_of(app: FastAPI) -> SessionRegistry:
 # --- errors ----------------------------------------------------------------------------------------------------
 
 
-def _install_error_handlers(app: FastAPI) -> None:
-    async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return error_response(exc)
-
-    async def on_harness_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HarnessError)
-        return error_response(from_harness(exc))
-
-    async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        return error_response(ApiError("invalid_request", _describe(exc)))
-
-    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        kind = _STATUS_TYPES.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "invalid_request")
-        status = exc.status_code if exc.status_code != 422 else 400
-        return error_response(ApiError(kind, str(exc.detail), status=status, headers=exc.headers))
-
-    async def on_unavailable(_request: Request, exc: Exception) -> JSONResponse:
-        return error_response(ApiError("service_unavailable", str(exc)))
-
-    async def on_bug(_request: Request, exc: Exception) -> JSONResponse:
-        return error_response(ApiError("internal_error", f"internal error ({type(exc).__name__}); see the server log"))
-
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(HarnessError, on_harness_error)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(HTTPException, on_http_error)
-    app.add_exception_handler(IdempotencyStoreError, on_unavailable)
-    app.add_exception_handler(codec.CodecError, on_unavailable)
-    app.add_exception_handler(Exception, on_bug)
-
-
-def _describe(exc: RequestValidationError) -> str:
-    problems = []
-    for error in list(exc.errors())[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
-    return "; ".join(problems) or "invalid request"
+def _unavailable(exc: Exception) -> ApiError:
+    return ApiError("service_unavailable", str(exc))
 
 
 # --- routes ----------------------------------------------------------------------------------------------------
@@ -365,7 +314,7 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
         """
         start = await _start_seq(registry, session_id, from_seq, last_event_id)
         frames = event_frames(registry, session_id, from_seq=start, heartbeat=heartbeat, queue_size=stream_queue)
-        return EventStreamResponse(frames)
+        return EventStreamResponse(frames, wait_for_first_frame=True)  # answer once attached: see `event_frames`
 
     return router
 

@@ -62,6 +62,21 @@ STATUS_OF: Final[Mapping[ErrorType, int]] = {
     "internal_error": 500,
 }
 
+TYPE_OF_STATUS: Final[Mapping[int, ErrorType]] = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "invalid_request",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    422: "invalid_request",  # FastAPI's validation status; answered as 400
+    429: "too_many_requests",
+    503: "service_unavailable",
+}
+"""The envelope type of an HTTP status raised by the framework (a wrong method is ``invalid_request``)."""
+
 _MAX_MESSAGE = 2000
 
 
@@ -84,12 +99,14 @@ class ApiError(Exception):
 
 
 def error_body(type: ErrorType, message: str) -> dict[str, dict[str, str]]:
+    """The envelope ``{"error": {"type", "message"}}``, the message cut to 2,000 characters."""
     if len(message) > _MAX_MESSAGE:
         message = message[:_MAX_MESSAGE] + "…"
     return {"error": {"type": type, "message": message}}
 
 
 def error_response(error: ApiError) -> JSONResponse:
+    """``error`` as a JSON response with its status and headers."""
     return JSONResponse(error_body(error.type, error.message), status_code=error.status, headers=error.headers)
 
 

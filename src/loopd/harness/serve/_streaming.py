@@ -18,42 +18,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator
 from typing import Any, Final
-
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from loopd.harness._errors import HarnessError, SubscriptionLostError
 from loopd.harness.core import codec
 from loopd.harness.runtime import Envelope, Subscription
 from loopd.harness.serve._errors import ApiError, ErrorType, error_body
+from loopd.harness.serve._http import SSE_PING, sse_message
 from loopd.harness.serve._registry import SessionRegistry
 from loopd.harness.serve._wire import event_json
 
-PING: Final = b": ping\n\n"
 RETRY: Final = b"retry: 2000\n\n"  # how long a browser's EventSource waits before it reconnects
 _CATCH_UP_PAGE: Final = 256
 
 
-def frame(data: str, *, event: str | None = None, id: int | None = None) -> bytes:
-    lines: list[str] = []
-    if id is not None:
-        lines.append(f"id: {id}")
-    if event is not None:
-        lines.append(f"event: {event}")
-    lines.extend(f"data: {line}" for line in (data.splitlines() or [""]))
-    return ("\n".join(lines) + "\n\n").encode()
-
-
 def envelope_frame(env: Envelope) -> bytes:
-    return frame(event_json(env.seq, env.event), event=env.event.kind, id=env.seq)
+    return sse_message(event_json(env.seq, env.event), event=env.event.kind, id=env.seq)
 
 
 def error_frame(type: ErrorType, message: str, **extra: Any) -> bytes:
     body: dict[str, Any] = error_body(type, message)
     body["error"].update(extra)
-    return frame(json.dumps(body, separators=(",", ":")), event="error")
+    return sse_message(json.dumps(body, separators=(",", ":")), event="error")
 
 
 async def event_frames(
@@ -80,7 +67,7 @@ async def event_frames(
                 async with contextlib.aclosing(_with_heartbeat(sub, heartbeat, registry.closing)) as items:
                     async for item in items:
                         if item is None:
-                            yield PING
+                            yield SSE_PING
                             continue
                         if item.seq is not None:
                             next_seq = item.seq + 1
@@ -118,7 +105,7 @@ async def event_frames(
             return
         waited = await _wait_any(changed, registry.closing, timeout=heartbeat)
         if not waited:
-            yield PING
+            yield SSE_PING
 
 
 async def _with_heartbeat(
@@ -163,43 +150,3 @@ async def _wait_any(first: asyncio.Event, second: asyncio.Event, *, timeout: flo
                 waiter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await waiter
-
-
-class EventStreamResponse(StreamingResponse):
-    """``text/event-stream`` that notices a client leaving right away (not only at its next write)."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, frames: AsyncGenerator[bytes, None], *, headers: Mapping[str, str] | None = None) -> None:
-        base = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        super().__init__(frames, headers={**base, **(headers or {})})
-        self._frames = frames
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streamer = asyncio.ensure_future(self._stream(send))
-        watcher = asyncio.ensure_future(self._client_left(receive))
-        try:
-            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (streamer, watcher):
-                task.cancel()
-            await asyncio.gather(streamer, watcher, return_exceptions=True)
-        if not streamer.cancelled() and (error := streamer.exception()) is not None and not isinstance(error, OSError):
-            raise error
-
-    async def _stream(self, send: Send) -> None:
-        async with contextlib.aclosing(self._frames) as frames:
-            first = await anext(frames, b"")  # attach first, then answer: see `event_frames`
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            if first:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-            async for chunk in frames:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    @staticmethod
-    async def _client_left(receive: Receive) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return

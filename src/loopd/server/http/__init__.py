@@ -3,17 +3,21 @@
 Public face: `create_server_app` (the FastAPI app over a `ServerContext`), `Identity` with the dependencies
 `current_identity` / `trusted_identity`, `ServerSecurity`, `ApiError` (raise it under any route) and the error
 helpers, `EventStreamResponse` / `sse_frame`, and `open_http_server` (uvicorn on a bound socket).
+The mechanism under these (body cap, SSE response, error handlers, serving) is ``loopd.harness.serve``'s; this
+package holds the server's policy: identities, cookies, the Origin check, storage-error mapping.
 Must not import ``loopd.server.chat``, ``.human`` or ``.registry`` at import time: they import this package.
 """
 
-from loopd.harness.serve import ApiError, ErrorType
+from loopd.harness.serve import ApiError, ErrorType, RunningServer, open_http_server
 from loopd.server.http._app import create_server_app
 from loopd.server.http._context import ServerContext
 from loopd.server.http._errors import ERROR_RESPONSES, ErrorEnvelope, api_error_of, error_body, error_response
 from loopd.server.http._identity import Identity, IdentityKind, current_identity, identity_of, trusted_identity
 from loopd.server.http._security import COOKIE_NAME, ServerSecurity, human_key, tokens_of
-from loopd.server.http._serving import RunningHttpServer, open_http_server
 from loopd.server.http._sse import HEARTBEAT, EventStreamResponse, sse_frame
+
+RunningHttpServer = RunningServer
+"""What `open_http_server` yields: ``url``, ``host``, ``port``, ``stop()`` and ``await wait()``."""
 
 __all__ = [
     "COOKIE_NAME",

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import HTMLResponse
 
 from loopd import __version__
+from loopd.harness.serve import drop_validation_responses
 from loopd.server.http._context import ServerContext
 from loopd.server.http._errors import ERROR_RESPONSES, install_error_handlers
 from loopd.server.http._identity import Identity, current_identity, identity_of
@@ -51,12 +52,8 @@ class _ServerApi(FastAPI):
         if self.openapi_schema is not None:
             return self.openapi_schema
         schema = super().openapi()
-        for operations in schema.get("paths", {}).values():
-            for operation in operations.values():
-                operation.get("responses", {}).pop("422", None)
+        drop_validation_responses(schema)
         components = schema.setdefault("components", {})
-        for unused in ("HTTPValidationError", "ValidationError"):
-            components.get("schemas", {}).pop(unused, None)
         components["securitySchemes"] = {
             "bearer": {"type": "http", "scheme": "bearer"},
             "cookie": {"type": "apiKey", "in": "cookie", "name": COOKIE_NAME},

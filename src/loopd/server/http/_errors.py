@@ -15,52 +15,38 @@ Every error response is ``{"error": {"type": ..., "message": ...}}``:
     service_unavailable     503     the database or the Task API is unreachable (retry)
     internal_error          500     a bug; the message never carries a traceback
 
-``ApiError`` is the harness transport's class (one class for the whole process, so any router can raise it);
-storage errors map by their ``type``. Must not do: decide *whether* something is an error.
+``ApiError``, the envelope (`error_body`, `error_response`) and the handlers' mechanism are the harness transport's
+(one class for the whole process, so any router can raise it); this module adds the server's own mapping: storage
+errors by their ``type``, friendlier 404/405 messages, and logging of 500s. Must not do: decide *whether* something
+is an error.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
-from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
 
-from loopd.harness.serve import ApiError, ErrorType
+from loopd.harness.serve import STATUS_OF, TYPE_OF_STATUS, ApiError, ErrorType, error_response
+from loopd.harness.serve import error_body as _error_body
+from loopd.harness.serve import install_error_handlers as _install_envelope_handlers
 from loopd.server.storage import StorageError
+
+__all__ = [
+    "ERROR_RESPONSES",
+    "ErrorDetail",
+    "ErrorEnvelope",
+    "api_error_of",
+    "error_body",
+    "error_response",
+    "install_error_handlers",
+]
 
 _log = logging.getLogger("loopd.server.http")
 
-STATUS_OF: Final[dict[str, int]] = {
-    "invalid_request": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "conflict": 409,
-    "payload_too_large": 413,
-    "unsupported_media_type": 415,
-    "too_many_requests": 429,
-    "service_unavailable": 503,
-    "internal_error": 500,
-}
-_TYPE_OF_STATUS: Final[dict[int, ErrorType]] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "invalid_request",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_request",
-    429: "too_many_requests",
-    503: "service_unavailable",
-}
-_MAX_MESSAGE: Final = 2000
+_ROUTE_MESSAGES: Final = {404: "no such route", 405: "this route does not take that method"}
 
 
 class ErrorDetail(BaseModel):
@@ -78,20 +64,15 @@ class ErrorEnvelope(BaseModel):
 
 ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
     status: {"model": ErrorEnvelope, "description": kind}
-    for status, kind in _TYPE_OF_STATUS.items()
+    for status, kind in TYPE_OF_STATUS.items()
     if status not in (405, 422)
 }
 """``responses=`` for routers, so the OpenAPI document shows the envelope."""
 
 
 def error_body(type: str, message: str) -> dict[str, dict[str, str]]:
-    if len(message) > _MAX_MESSAGE:
-        message = message[:_MAX_MESSAGE] + "…"
-    return {"error": {"type": type, "message": message}}
-
-
-def error_response(error: ApiError) -> JSONResponse:
-    return JSONResponse(error_body(error.type, error.message), status_code=error.status, headers=error.headers)
+    """The harness transport's `error_body` for a type known only at run time (e.g. a storage error's)."""
+    return _error_body(cast(ErrorType, type), message)
 
 
 def api_error_of(exc: StorageError) -> ApiError:
@@ -103,49 +84,8 @@ def api_error_of(exc: StorageError) -> ApiError:
     return ApiError(kind, exc.message, headers=headers)
 
 
-def _describe(exc: RequestValidationError) -> str:
-    problems = []
-    for error in list(exc.errors())[:5]:
-        where = ".".join(str(part) for part in error.get("loc", ()))
-        problems.append(f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid")))
-    return "; ".join(problems) or "invalid request"
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Map every exception a route can raise to the envelope (a bug becomes a bare 500 ``internal_error``)."""
-
-    async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, ApiError)
-        return error_response(exc)
-
-    async def on_storage_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, StorageError)
-        error = api_error_of(exc)
-        if error.type == "internal_error":
-            _log.error("storage error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(error)
-
-    async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        return error_response(ApiError("invalid_request", _describe(exc)))
-
-    async def on_http_error(_request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, HTTPException)
-        kind = _TYPE_OF_STATUS.get(exc.status_code, "internal_error" if exc.status_code >= 500 else "invalid_request")
-        status = 400 if exc.status_code == 422 else exc.status_code
-        message = str(exc.detail)
-        if exc.status_code == 404:
-            message = "no such route"
-        elif exc.status_code == 405:
-            message = "this route does not take that method"
-        return error_response(ApiError(kind, message, status=status, headers=exc.headers))
-
-    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
-        _log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error_response(ApiError("internal_error", f"internal error ({type(exc).__name__}); see the server log"))
-
-    app.add_exception_handler(ApiError, on_api_error)
-    app.add_exception_handler(StorageError, on_storage_error)
-    app.add_exception_handler(RequestValidationError, on_validation_error)
-    app.add_exception_handler(HTTPException, on_http_error)
-    app.add_exception_handler(Exception, on_bug)
+    """Map every exception a route can raise to the envelope (a bug becomes a bare 500 ``internal_error``, logged)."""
+    _install_envelope_handlers(
+        app, translators={StorageError: api_error_of}, route_messages=_ROUTE_MESSAGES, logger=_log
+    )

@@ -13,17 +13,16 @@ Identity (left in the scope for `current_identity`):
   one of ``trusted_origins``), else 403.
 * Neither → 401, except on the public paths (``/healthz``, ``/``, ``/openapi.json``, ``/docs``, …).
 
-Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here, at most ``max_body_bytes`` (413) within
-``body_timeout`` (400); a non-empty body must be ``application/json`` (415) holding one JSON object (400).
+Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here with the harness transport's `buffer_json_body`:
+at most ``max_body_bytes`` (413) within ``body_timeout`` (400); a non-empty body must be ``application/json`` (415)
+holding one JSON object (400).
 Must not do: know routes beyond the public paths, or decide what an identity may do.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
-import json
 import re
 import secrets
 from collections.abc import Iterable
@@ -32,15 +31,21 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from loopd.harness.serve import ApiError, is_loopback
-from loopd.server.http._errors import error_response
+from loopd.harness.serve import (
+    WRITE_METHODS,
+    ApiError,
+    buffer_json_body,
+    error_response,
+    host_name,
+    is_loopback,
+    request_headers,
+)
 from loopd.server.http._identity import SCOPE_KEY, Identity
 
 COOKIE_NAME: Final = "loopd-human"
 COOKIE_MAX_AGE: Final = 365 * 24 * 3600
 DEFAULT_PUBLIC_PATHS: Final = frozenset({"/", "/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
 COOKIE_ISSUING_PATHS: Final = frozenset({"/", "/v1/me"})
-_WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _COOKIE_VALUE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -86,20 +91,8 @@ class ServerSecurity:
         return path in self.public_paths or any(path.startswith(prefix) for prefix in self.public_prefixes)
 
     def accepts_browser_host(self, host: str) -> bool:
-        name = _host_name(host).lower()
+        name = host_name(host).lower()
         return is_loopback(name) or "*" in self.browser_hosts or name in self.browser_hosts
-
-
-def _host_name(value: str) -> str:
-    value = value.strip()
-    if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 def _cookie(header: str) -> str | None:
@@ -126,11 +119,13 @@ class SecurityMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = request_headers(scope)
         try:
             identity, minted = self._authenticate(scope, headers)
-            if scope["method"] in _WRITE_METHODS:
-                receive = await self._buffered(headers, receive)
+            if scope["method"] in WRITE_METHODS:
+                receive = await buffer_json_body(
+                    headers, receive, max_bytes=self._security.max_body_bytes, timeout=self._security.body_timeout
+                )
         except ApiError as exc:
             await error_response(exc)(scope, receive, send)
             return
@@ -162,8 +157,8 @@ class SecurityMiddleware:
         cookie = _cookie(headers.get("cookie", ""))
         if cookie is not None:
             if not self._security.accepts_browser_host(host):
-                raise ApiError("forbidden", f"browser sessions are not served on host {_host_name(host)!r}")
-            if scope["method"] in _WRITE_METHODS:
+                raise ApiError("forbidden", f"browser sessions are not served on host {host_name(host)!r}")
+            if scope["method"] in WRITE_METHODS:
                 self._check_origin(scope, headers)
             return Identity("user", human_key(cookie)), None
         if (
@@ -212,50 +207,6 @@ class SecurityMiddleware:
         if given != own and given not in {o.lower().rstrip("/") for o in self._security.trusted_origins}:
             raise ApiError("forbidden", f"cross-origin write refused (Origin {origin!r})")
 
-    # -- body ----------------------------------------------------------------------------------------------
-
-    async def _buffered(self, headers: dict[str, str], receive: Receive) -> Receive:
-        limit = self._security.max_body_bytes
-        length = headers.get("content-length")
-        if length is not None:
-            if not length.strip().isdigit():
-                raise ApiError("invalid_request", "Content-Length is not a number")
-            if int(length) > limit:
-                raise ApiError("payload_too_large", f"the body is larger than {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        timeout = self._security.body_timeout
-        try:
-            async with asyncio.timeout(timeout):
-                more = True
-                while more:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise ApiError("invalid_request", "the client went away while sending the body")
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > limit:
-                        raise ApiError("payload_too_large", f"the body is larger than {limit} bytes")
-                    chunks.append(chunk)
-                    more = bool(message.get("more_body", False))
-        except TimeoutError as exc:
-            raise ApiError("invalid_request", f"the body did not arrive within {timeout:g}s") from exc
-        body = b"".join(chunks)
-        if body.strip():
-            if not _is_json(headers.get("content-type", "")):
-                raise ApiError("unsupported_media_type", "writes take JSON: send 'Content-Type: application/json'")
-            _check_json_object(body)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return replay
-
 
 def _with_cookie(send: Send, value: str, *, secure: bool) -> Send:
     async def sending(message: Message) -> None:
@@ -265,15 +216,6 @@ def _with_cookie(send: Send, value: str, *, secure: bool) -> Send:
         await send(message)
 
     return sending
-
-
-def _check_json_object(body: bytes) -> None:
-    try:
-        value = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise ApiError("invalid_request", f"the body is not valid JSON: {str(exc)[:200]}") from exc
-    if not isinstance(value, dict):
-        raise ApiError("invalid_request", f"the body must be a JSON object, not {type(value).__name__}")
 
 
 def tokens_of(values: Iterable[str]) -> tuple[str, ...]:
