@@ -23,7 +23,7 @@ from typing import Any, Final
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._service import ChatService
 from loopd.server.chat._wire import message_header
-from loopd.server.http._errors import error_body
+from loopd.server.http._errors import api_error_of, error_body
 from loopd.server.http._sse import HEARTBEAT, sse_frame
 from loopd.server.storage import StorageError
 
@@ -65,7 +65,8 @@ async def conversation_frames(
                 items = await chat.read_stream(conversation_id, after=cursor, limit=PAGE)
             except StorageError as exc:
                 # The database went away under an open stream: say so and end; the client resumes later.
-                yield sse_frame({**error_body(exc.type, exc.message), "resume_after": cursor}, event="error")
+                error = api_error_of(exc)  # internal details stay in the server log
+                yield sse_frame({**error_body(error.type, error.message), "resume_after": cursor}, event="error")
                 return
             for item in items:
                 cursor = item.event.cursor
