@@ -1,0 +1,202 @@
+"""Chats: N concurrent chats to the built-in harness (``harness:assistant``, the demo model) of a `loopd up` server.
+
+The server runs in its own process (`loopd up --port 0`). Each chat has its own conversation and is one
+``POST /v1/conversations/{id}/messages`` with ``Accept: text/event-stream`` (the answer streams in the response),
+all N sent at once on raw asyncio connections. Per chat: time to first token = POST start → the first ``append``
+(or ``set``) of the response's ``answer`` block on that stream; completion = POST start → the response's ``end``.
+Throughput = N / (last completion − first POST start). Also a single chat alone, as the unloaded reference.
+
+python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from benchmarks._common import print_table
+from benchmarks._server import (
+    Api,
+    ServerProcess,
+    frame_data,
+    now,
+    open_event_stream,
+    percentile,
+    running_server,
+    sampling,
+)
+from loopd.server._composition import UpSettings
+from loopd.server.responder import HarnessResponder
+
+ANSWER_BLOCK: Final = "answer"
+CAPACITY: Final = int(inspect.signature(UpSettings).parameters["engine_capacity"].default)
+_RESPONDER = inspect.signature(HarnessResponder.__init__).parameters
+CAPACITY_RETRY: Final[float] = _RESPONDER["capacity_retry"].default
+POLL: Final[float] = _RESPONDER["poll"].default
+CHAT_TIMEOUT: Final = 120.0
+
+
+@dataclass(frozen=True)
+class Chat:
+    first_token: float
+    completed: float
+    ok: bool
+
+
+@dataclass(frozen=True)
+class ChatRun:
+    chats: int
+    ok: int
+    wall: float
+    ttft_p50_ms: float
+    ttft_p95_ms: float
+    done_p50_ms: float
+    done_p95_ms: float
+
+    @property
+    def per_second(self) -> float:
+        return self.chats / self.wall
+
+
+async def one_chat(server: ServerProcess, conversation: str, text: str, gate: asyncio.Event) -> Chat:
+    await gate.wait()
+    started = now()
+    first_token = float("nan")
+    response_id: str | None = None
+    ok = False
+    body = {"target": {"kind": "harness", "key": "assistant"}, "text": text}
+    async with await open_event_stream(
+        server.host,
+        server.port,
+        f"/v1/conversations/{conversation}/messages",
+        token=server.token,
+        method="POST",
+        body=body,
+        timeout=CHAT_TIMEOUT,
+    ) as stream:
+        async with asyncio.timeout(CHAT_TIMEOUT):
+            async for frame in stream.frames():
+                _, kind, data = frame_data(frame)
+                if not isinstance(data, dict):
+                    continue
+                if kind == "ack":
+                    response_id = str(data["response_message_id"])
+                    continue
+                if data.get("message_id") != response_id:
+                    continue
+                event: dict[str, Any] = data.get("event") or {}
+                block = event.get("block") or {}
+                first = first_token != first_token  # NaN: no token yet
+                if first and event.get("op") in ("append", "set") and block.get("id") == ANSWER_BLOCK:
+                    first_token = now() - started
+                if event.get("op") == "end":
+                    ok = (data.get("message") or {}).get("status") == "completed"
+                    break
+    return Chat(first_token, now() - started, ok)
+
+
+async def run_chats(server: ServerProcess, count: int, label: str) -> ChatRun:
+    async with Api(server, connections=min(count, 50)) as api:
+        conversations = await asyncio.gather(*(api.create_conversation(f"{label}-{i}") for i in range(count)))
+    gate = asyncio.Event()
+    chats = [asyncio.ensure_future(one_chat(server, c, f"hello number {i}", gate)) for i, c in enumerate(conversations)]
+    await asyncio.sleep(0.05)
+    t0 = now()
+    gate.set()
+    done = await asyncio.gather(*chats)
+    wall = now() - t0
+    ttft = [c.first_token * 1000 for c in done if c.first_token == c.first_token]
+    completed = [c.completed * 1000 for c in done]
+    return ChatRun(
+        chats=count,
+        ok=sum(1 for c in done if c.ok),
+        wall=wall,
+        ttft_p50_ms=percentile(ttft, 50),
+        ttft_p95_ms=percentile(ttft, 95),
+        done_p50_ms=percentile(completed, 50),
+        done_p95_ms=percentile(completed, 95),
+    )
+
+
+def _median(runs: Sequence[ChatRun]) -> ChatRun:
+    def med(name: str) -> float:
+        return statistics.median(float(getattr(r, name)) for r in runs)
+
+    return ChatRun(
+        chats=runs[0].chats,
+        ok=min(r.ok for r in runs),
+        wall=med("wall"),
+        ttft_p50_ms=med("ttft_p50_ms"),
+        ttft_p95_ms=med("ttft_p95_ms"),
+        done_p50_ms=med("done_p50_ms"),
+        done_p95_ms=med("done_p95_ms"),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chats", type=int, default=100, help="concurrent chats")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="1 run of 20 chats")
+    parser.add_argument("--profile", type=Path, default=None, help="sample the server with py-spy in the first burst")
+    args = parser.parse_args(argv)
+    count = 20 if args.quick else args.chats
+    repeat = 1 if args.quick else max(1, args.repeat)
+
+    rows: list[tuple[object, ...]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory,
+        running_server(Path(directory)) as server,
+    ):
+
+        async def series() -> None:
+            await run_chats(server, 1, "warmup")
+            for size in (1, count):
+                runs: list[ChatRun] = []
+                for index in range(repeat):
+                    t0 = time.perf_counter()
+                    spy = args.profile / f"chats-{size}.txt" if args.profile and index == 0 and size > 1 else None
+                    with sampling(server.pid, spy, 5.0):
+                        runs.append(await run_chats(server, size, f"chats-{size}-{index}"))
+                    got = runs[-1]
+                    print(
+                        f"  {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, done p50 "
+                        f"{got.done_p50_ms:.0f} ms, ok {got.ok}/{size} ({time.perf_counter() - t0:.1f} s)",
+                        flush=True,
+                    )
+                m = _median(runs)
+                rows.append(
+                    (
+                        size,
+                        f"{m.ok}/{size}",
+                        m.per_second,
+                        m.ttft_p50_ms,
+                        m.ttft_p95_ms,
+                        m.done_p50_ms,
+                        m.done_p95_ms,
+                        m.wall,
+                    )
+                )
+
+        asyncio.run(series())
+    print_table(
+        f"Chats to harness:assistant (demo model), all sent at once (medians of {repeat} run(s))",
+        ["chats", "completed", "chats/s", "TTFT p50 ms", "TTFT p95 ms", "done p50 ms", "done p95 ms", "wall s"],
+        rows,
+        note="TTFT: POST start → first append/set of the response's 'answer' block on the chat's own SSE response. "
+        "done: POST start → the response's end event. 'completed' is the worst run. Server defaults: "
+        f"{CAPACITY} concurrent harness calls (more are retried {CAPACITY_RETRY:g} s later), the responder "
+        f"notices a finished call by polling every {POLL:g} s.",
+    )
+
+
+if __name__ == "__main__":
+    main()
