@@ -7,6 +7,7 @@ while the caller goes on; when one of the agent's turns ends, the caller receive
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, ValidationError
@@ -53,15 +54,11 @@ class _DelegationTool:
         self._session = session
         self._loop = loop
         self._definitions = definitions
+        self._spec = _spec_of(self.name, self.description, self.args, definitions)
 
     @property
     def spec(self) -> ToolSpec:
-        schema = self.args.model_json_schema()
-        schema.pop("title", None)
-        schema["additionalProperties"] = False
-        if self.name == "start_agent":
-            schema["properties"]["agent"]["enum"] = list(self._definitions)
-        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+        return self._spec
 
     @property
     def effect(self) -> EffectKind:
@@ -157,6 +154,17 @@ class StopAgentTool(_DelegationTool):
     async def _run(self, args: _StopArgs) -> str:
         await self._session.stop_agent(args.agent_id, by=self._loop)
         return f"stopped {args.agent_id}"
+
+
+@functools.cache
+def _spec_of(name: str, description: str, args: type[Frozen], definitions: tuple[str, ...]) -> ToolSpec:
+    """Built once per tool and set of agent definitions (a spec is immutable), not per loop."""
+    schema = args.model_json_schema()
+    schema.pop("title", None)
+    schema["additionalProperties"] = False
+    if name == "start_agent":
+        schema["properties"]["agent"]["enum"] = list(definitions)
+    return ToolSpec(name=name, description=description, parameters=schema)
 
 
 DELEGATION_TOOL_NAMES = ("start_agent", "message_agent", "list_agents", "stop_agent")

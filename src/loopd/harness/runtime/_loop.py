@@ -163,12 +163,11 @@ class LoopActor:
         self._gate_timers: dict[str, asyncio.Task[None]] = {}
         self._resolving: set[str] = set()
         self._config = definition.config
-        tools = (
-            *definition.tools,
-            *(t for t in extra_tools if t.spec.name not in {d.spec.name for d in definition.tools}),
-        )
-        self._tools: Mapping[str, Tool] = {t.spec.name: t for t in tools}
-        self._specs: tuple[ToolSpec, ...] = tuple(t.spec for t in tools)
+        specs = {t.spec.name: (t, t.spec) for t in definition.tools}
+        for extra in extra_tools:  # the definition's own tools win a name clash
+            specs.setdefault(extra.spec.name, (extra, extra.spec))
+        self._tools: Mapping[str, Tool] = {name: tool for name, (tool, _) in specs.items()}
+        self._specs: tuple[ToolSpec, ...] = tuple(spec for _, spec in specs.values())
         self._effects: dict[str, set[asyncio.Task[None]]] = {}
         self._tool_slots = asyncio.Semaphore(definition.max_parallel_tools)
         self._task: asyncio.Task[None] | None = None

@@ -8,6 +8,7 @@ A built-in tool declares a pydantic model for its arguments. `prepare` validates
 from __future__ import annotations
 
 import asyncio
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ class BuiltinTool(ABC, Generic[ArgsT]):
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, description=self.description, parameters=json_schema(self.args_model))
+        return _spec_of(type(self))
 
     @property
     def effect(self) -> EffectKind:
@@ -109,6 +110,12 @@ def describe_validation(exc: ValidationError) -> str:
         location = ".".join(str(x) for x in error["loc"]) or "arguments"
         parts.append(f"{location}: {error['msg']}")
     return "; ".join(parts)
+
+
+@functools.cache
+def _spec_of(tool: type[BuiltinTool[Any]]) -> ToolSpec:
+    """A built-in tool's spec depends on its class only: built once per class (it is immutable), not per session."""
+    return ToolSpec(name=tool.name, description=tool.description, parameters=json_schema(tool.args_model))
 
 
 def json_schema(model: type[BaseModel]) -> dict[str, Any]:
