@@ -49,13 +49,30 @@ class Usage(Frozen):
     calls: int = 0
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-            cached_tokens=self.cached_tokens + other.cached_tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
-            calls=self.calls + other.calls,
+        if other is ZERO_USAGE:
+            return self
+        if self is ZERO_USAGE:
+            return other
+        # The sum of two valid usages is valid, so it is built without validation, the way `model_construct`
+        # does (which is itself slower than validating: it resolves aliases and defaults in Python); restore
+        # adds usages for every model call it folds. tests/harness/test_fold_equivalence.py checks the result
+        # against a validated construction, including pydantic's per-instance state.
+        total = _new_model(Usage)
+        _set(
+            total,
+            "__dict__",
+            {
+                "input_tokens": self.input_tokens + other.input_tokens,
+                "output_tokens": self.output_tokens + other.output_tokens,
+                "cached_tokens": self.cached_tokens + other.cached_tokens,
+                "cost_usd": self.cost_usd + other.cost_usd,
+                "calls": self.calls + other.calls,
+            },
         )
+        _set(total, "__pydantic_fields_set__", set(_USAGE_FIELDS))
+        _set(total, "__pydantic_extra__", None)
+        _set(total, "__pydantic_private__", None)
+        return total
 
     @property
     def total_tokens(self) -> int:
@@ -63,6 +80,9 @@ class Usage(Frozen):
 
 
 ZERO_USAGE = Usage()
+_USAGE_FIELDS = frozenset(Usage.model_fields)
+_new_model = object.__new__
+_set = object.__setattr__
 
 
 class ToolCall(Frozen):

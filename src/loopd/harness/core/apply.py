@@ -1,8 +1,19 @@
-"""`apply(state, event) -> state`: the pure fold shared by the live runtime and restore."""
+"""`apply(state, event) -> state`: the pure fold shared by the live runtime and restore.
+
+`apply_loop` is the one definition of what a loop-scoped event does: the live loop actors call it for every
+committed event, and `apply` / `fold` call it for restore, so "live state == fold of the journal" holds by
+construction. `fold` keeps one `LoopState` per loop while it runs and builds the `SessionState` once at the end
+(or when a session-scoped event needs it), which gives the same state as applying `apply` event by event.
+
+Restore folds every stored event, so the frequent events (a step's `ModelReplied`, `ToolCompleted`, `StepDone`,
+a turn's start and end) build their new states with direct constructor calls, about twice as cheap as
+`dataclasses.replace`; those constructors list every field, and tests/harness/test_fold_equivalence.py fails if
+a field is added to `LoopState` or `TurnState` without updating them. Rare events keep `replace`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
@@ -23,6 +34,7 @@ from loopd.harness.core.events import (
     LoopEvent,
     ModelReplied,
     QueuedInput,
+    Scope,
     SessionEvent,
     SessionRestored,
     SessionStarted,
@@ -48,14 +60,102 @@ def _close_calls(history: History, outcomes: tuple[ToolOutcome, ...]) -> History
 
 def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
     """Fold one loop-scoped event into the loop's state."""
+    # The most frequent events come first: a class pattern is an isinstance check, tried in order.
     match event:
+        case ToolCompleted(outcome=outcome):
+            turn = state.turn
+            assert turn is not None, "ToolCompleted outside a turn"
+            return LoopState(
+                name=state.name,
+                history=state.history.appended(tool_message(outcome)),
+                turn=TurnState(
+                    turn_id=turn.turn_id,
+                    step=turn.step,
+                    phase=turn.phase,
+                    usage=turn.usage,
+                    step_usage=turn.step_usage,
+                    calls=turn.calls,
+                    outcomes=(*turn.outcomes, outcome),
+                    gate=turn.gate,
+                ),
+                queued=state.queued,
+                turns=state.turns,
+                usage=state.usage,
+                last_reply=state.last_reply,
+                context_tokens=state.context_tokens,
+                context_mark=state.context_mark,
+            )
+        case ModelReplied(text=text, tool_calls=calls, usage=usage):
+            turn = state.turn
+            assert turn is not None, "ModelReplied outside a turn"
+            history = state.history.appended(Message(role="assistant", content=text, tool_calls=calls))
+            return LoopState(
+                name=state.name,
+                history=history,
+                turn=TurnState(
+                    turn_id=turn.turn_id,
+                    step=turn.step,
+                    phase="tools",
+                    usage=turn.usage + usage,
+                    step_usage=usage,
+                    calls=calls,
+                    outcomes=(),
+                    gate=turn.gate,
+                ),
+                queued=state.queued,
+                turns=state.turns,
+                usage=state.usage + usage,
+                last_reply=state.last_reply,
+                context_tokens=usage.input_tokens + usage.output_tokens,
+                context_mark=len(history),
+            )
+        case StepDone():
+            turn = state.turn
+            assert turn is not None, "StepDone outside a turn"
+            return LoopState(
+                name=state.name,
+                history=state.history,
+                turn=TurnState(
+                    turn_id=turn.turn_id,
+                    step=turn.step + 1,
+                    phase="model",
+                    usage=turn.usage,
+                    step_usage=ZERO_USAGE,
+                    calls=(),
+                    outcomes=(),
+                    gate=turn.gate,
+                ),
+                queued=state.queued,
+                turns=state.turns,
+                usage=state.usage,
+                last_reply=state.last_reply,
+                context_tokens=state.context_tokens,
+                context_mark=state.context_mark,
+            )
         case TurnStarted(turn_id=turn_id, inputs=inputs):
-            return replace(
-                state,
+            return LoopState(
+                name=state.name,
                 history=state.history.appended(*(user_message(i.text) for i in inputs)),
                 turn=TurnState(turn_id=turn_id, step=1, phase="model", usage=ZERO_USAGE),
-                queued=_without(state.queued, (i.command_id for i in inputs)),
+                queued=_without(state.queued, (i.command_id for i in inputs)) if state.queued else (),
                 turns=state.turns + 1,
+                usage=state.usage,
+                last_reply=state.last_reply,
+                context_tokens=state.context_tokens,
+                context_mark=state.context_mark,
+            )
+        case TurnDone(text=text, step_usage=step_usage):
+            history = state.history.appended(Message(role="assistant", content=text))
+            return LoopState(
+                name=state.name,
+                history=history,
+                turn=None,
+                queued=state.queued,
+                turns=state.turns,
+                usage=state.usage + step_usage,
+                last_reply=text,
+                context_tokens=step_usage.input_tokens + step_usage.output_tokens,
+                context_mark=len(history),
             )
         case InputQueued(command_id=command_id, text=text):
             return replace(state, queued=(*state.queued, QueuedInput(command_id=command_id, text=text)))
@@ -69,18 +169,6 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             return replace(state, queued=_without(state.queued, (command_id,)))
         case InputRejected():
             return state
-        case ModelReplied(text=text, tool_calls=calls, usage=usage):
-            turn = state.turn
-            assert turn is not None, "ModelReplied outside a turn"
-            history = state.history.appended(Message(role="assistant", content=text, tool_calls=calls))
-            return replace(
-                state,
-                history=history,
-                turn=replace(turn, phase="tools", calls=calls, outcomes=(), step_usage=usage, usage=turn.usage + usage),
-                usage=state.usage + usage,
-                context_tokens=usage.input_tokens + usage.output_tokens,
-                context_mark=len(history),
-            )
         case HistoryCompacted(summary=summary, replaced=replaced, usage=usage):
             turn = state.turn
             assert turn is not None, "HistoryCompacted outside a turn"
@@ -93,14 +181,6 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 context_tokens=0,
                 context_mark=0,
             )
-        case ToolCompleted(outcome=outcome):
-            turn = state.turn
-            assert turn is not None, "ToolCompleted outside a turn"
-            return replace(
-                state,
-                history=state.history.appended(tool_message(outcome)),
-                turn=replace(turn, outcomes=(*turn.outcomes, outcome)),
-            )
         case GateOpened(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline):
             turn = state.turn
             assert turn is not None, "GateOpened outside a turn"
@@ -110,60 +190,72 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             turn = state.turn
             assert turn is not None, "GateResolved outside a turn"
             return replace(state, turn=replace(turn, gate=None))
-        case StepDone():
-            turn = state.turn
-            assert turn is not None, "StepDone outside a turn"
-            return replace(
-                state,
-                turn=replace(turn, step=turn.step + 1, phase="model", calls=(), outcomes=(), step_usage=ZERO_USAGE),
-            )
-        case TurnDone(text=text, step_usage=step_usage):
-            history = state.history.appended(Message(role="assistant", content=text))
-            return replace(
-                state,
-                history=history,
-                turn=None,
-                usage=state.usage + step_usage,
-                last_reply=text,
-                context_tokens=step_usage.input_tokens + step_usage.output_tokens,
-                context_mark=len(history),
-            )
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)
     raise TypeError(f"not a loop event: {event!r}")  # pragma: no cover - the union is closed
 
 
+def _loop_of(loops: Mapping[str, LoopState], name: str) -> LoopState:
+    """The state of loop ``name``; a loop first seen in an event starts empty."""
+    return loops.get(name) or LoopState(name=name)
+
+
+def _session(state: SessionState, loops: Mapping[str, LoopState], last_seq: int) -> SessionState:
+    return SessionState(
+        session_id=state.session_id,
+        rig=state.rig,
+        status=state.status,
+        loops=loops,
+        last_seq=last_seq,
+        agents=state.agents,
+    )
+
+
 def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None = None) -> SessionState:
     """Fold one stored event (optionally with its journal seq) into the session state."""
+    last_seq = state.last_seq if seq is None else seq
     match event:
         case SessionStarted(session_id=session_id, rig=rig, loops=names):
-            new = SessionState(
+            return SessionState(
                 session_id=session_id,
                 rig=rig,
                 status="active",
                 loops=MappingProxyType({n: LoopState(name=n) for n in names}),
+                last_seq=0 if seq is None else seq,
             )
         case SessionRestored():
-            new = replace(state, status="active")
+            return replace(state, status="active", last_seq=last_seq)
         case SessionStopped():
-            new = replace(state, status="stopped")
+            return replace(state, status="stopped", last_seq=last_seq)
         case AgentStarted(agent=name):
             loops = dict(state.loops)
             loops.setdefault(name, LoopState(name=name))
-            new = replace(state, loops=MappingProxyType(loops), agents=apply_agents(state.agents, event))
+            return replace(
+                state, loops=MappingProxyType(loops), agents=apply_agents(state.agents, event), last_seq=last_seq
+            )
         case AgentStopped():
-            new = replace(state, agents=apply_agents(state.agents, event))
-        case _:
-            loop = state.loops.get(event.loop) or LoopState(name=event.loop)
-            new = state.with_loop(apply_loop(loop, event))
-    if seq is not None:
-        new = replace(new, last_seq=seq)
-    return new
+            return replace(state, agents=apply_agents(state.agents, event), last_seq=last_seq)
+    loops = dict(state.loops)
+    loops[event.loop] = apply_loop(_loop_of(loops, event.loop), event)
+    return _session(state, MappingProxyType(loops), last_seq)
 
 
 def fold(events: Iterable[tuple[int, SessionEvent | LoopEvent]], state: SessionState | None = None) -> SessionState:
-    """Rebuild a session state from (seq, event) pairs: restore is exactly this fold."""
+    """Rebuild a session state from (seq, event) pairs: restore is exactly this fold.
+
+    The same as applying `apply` to each pair in turn, without building a `SessionState` per event: loop-scoped
+    events go straight to their loop's `LoopState` through `apply_loop`; a session-scoped event goes through
+    `apply` on the state built so far.
+    """
     current = state if state is not None else SessionState(session_id="")
+    loops = dict(current.loops)
+    last_seq = current.last_seq
     for seq, event in events:
-        current = apply(current, event, seq)
-    return current
+        if event.scope is Scope.LOOP:
+            name = event.loop  # type: ignore[union-attr]  # every loop-scoped event names its loop
+            loops[name] = apply_loop(_loop_of(loops, name), event)  # type: ignore[arg-type]
+        else:
+            current = apply(_session(current, MappingProxyType(loops), last_seq), event, seq)
+            loops = dict(current.loops)
+        last_seq = seq
+    return _session(current, MappingProxyType(loops), last_seq)

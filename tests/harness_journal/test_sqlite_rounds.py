@@ -1,0 +1,346 @@
+"""SQLite journal specifics: where a round commits, what keeps the event loop free, layouts and migration.
+
+The contract itself (seqs, atomicity, fencing, replicas) is in test_contract.py; these tests pin down the
+mechanics behind its speed: inline commits that never wait for a lock on the event loop, one bounded wait per
+round on the writer thread, cached session heads that another replica's commit invalidates, checkpoints that
+keep the WAL bounded, and files written by the previous layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from loopd.harness import JournalError, JournalFencedError, SessionBusyError, SqliteJournal
+from loopd.harness.journal import NewRecord
+from loopd.harness.journal._sqlite import SCHEMA_VERSION, SOLO_STREAK
+
+from .conftest import records
+
+
+async def seqs_of(journal: SqliteJournal, session_id: str) -> list[int]:
+    return [r.seq for r in await journal.read(session_id)]
+
+
+def tags_of(rows: list[bytes]) -> list[str]:
+    return [json.loads(d)["tag"] for d in rows]
+
+
+# --- where rounds commit -------------------------------------------------------------------------------------
+
+
+async def test_small_rounds_commit_on_the_event_loop_and_full_sync_never_does(tmp_path: Path) -> None:
+    normal = await SqliteJournal.open(tmp_path / "normal.db")
+    full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
+    off = await SqliteJournal.open(tmp_path / "off.db", inline_commits=False)
+    try:
+        for journal in (normal, full, off):
+            writer = await journal.create_session("s", at=0.0)
+            for i in range(20):
+                assert await writer.append(records(1, tag=str(i))) == [i + 1]
+            assert await seqs_of(journal, "s") == list(range(1, 21))
+        assert normal.commits_inline >= 15  # a checkpoint may send a round or two to the writer thread
+        assert full.commits_inline == 0 and full.commits == 20
+        assert off.commits_inline == 0 and off.commits == 20
+    finally:
+        for journal in (normal, full, off):
+            await journal.aclose()
+
+
+async def test_appends_ready_together_share_one_round(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(40)]
+        before = journal.commits
+        results = await asyncio.gather(*(w.append(records(2, tag=w.session_id)) for w in writers))
+        assert results == [[1, 2]] * 40
+        assert journal.commits - before == 1
+        for w in writers:
+            assert w.last_seq == 2
+            assert await seqs_of(journal, w.session_id) == [1, 2]
+    finally:
+        await journal.aclose()
+
+
+async def test_a_writer_appending_in_a_tight_loop_still_lets_other_tasks_run(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        ticks = 0
+        appends = 20 * (SOLO_STREAK + 1)
+        for _ in range(appends):
+            await writer.append(records(1))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The appender yielded at least once every SOLO_STREAK + 1 appends.
+        assert ticks >= appends // (SOLO_STREAK + 1)
+    finally:
+        await journal.aclose()
+
+
+async def test_a_lock_held_by_another_connection_never_blocks_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = await SqliteJournal.open(path, busy_timeout=10.0)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        assert await writer.append(records(1, tag="first")) == [1]
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        other.execute("CREATE TABLE elsewhere (x)")
+        append = asyncio.create_task(writer.append(records(2, tag="waited")))
+        started = time.monotonic()
+        loop_turns = 0
+        while time.monotonic() - started < 0.2:
+            await asyncio.sleep(0.005)
+            loop_turns += 1
+        assert not append.done()
+        assert loop_turns >= 10  # the event loop kept running while the append waited for the lock
+        other.execute("COMMIT")  # the other connection's commit also invalidates the cached session heads
+        assert await asyncio.wait_for(append, 10) == [2, 3]
+        assert await writer.append(records(1, tag="after")) == [4]
+        stored = await journal.read("s")
+        assert [r.seq for r in stored] == [1, 2, 3, 4]
+        assert tags_of([r.data for r in stored]) == ["first", "waited", "waited", "after"]
+    finally:
+        other.close()
+        await journal.aclose()
+
+
+# --- bounded waits and cancellation --------------------------------------------------------------------------
+
+
+async def test_a_stuck_writer_thread_fails_the_round_within_the_timeout(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db", append_timeout=0.3)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        assert await writer.append(records(1, tag="ok")) == [1]
+        blocker = asyncio.wrap_future(journal._submit(time.sleep, 1.0))  # the writer thread hangs for 1 s
+        started = time.monotonic()
+        with pytest.raises(JournalError, match=r"no commit within 0\.3 s"):
+            await writer.append(records(1, tag="lost"))
+        assert time.monotonic() - started < 0.9
+        await blocker
+        # The round that timed out never ran; the journal goes on without a gap.
+        assert await writer.append(records(1, tag="later")) == [2]
+        assert tags_of([r.data for r in await journal.read("s")]) == ["ok", "later"]
+    finally:
+        await journal.aclose()
+
+
+async def test_waiting_for_room_in_a_full_queue_is_bounded_too(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db", append_timeout=0.3, max_pending=4)
+    try:
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(12)]
+        blocker = asyncio.wrap_future(journal._submit(time.sleep, 2.0))
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(w.append(records(1)) for w in writers), return_exceptions=True)
+        assert all(isinstance(o, JournalError) for o in outcomes), outcomes
+        assert time.monotonic() - started < 1.8  # three rounds of 0.3 s, well before the writer thread is back
+        await blocker
+        assert await writers[0].append(records(1)) == [1]
+        for w in writers[1:]:
+            assert await seqs_of(journal, w.session_id) == []
+    finally:
+        await journal.aclose()
+
+
+async def test_an_append_cancelled_before_its_round_is_not_stored(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        a = await journal.create_session("a", at=0.0)
+        b = await journal.create_session("b", at=0.0)
+        lead = asyncio.create_task(a.append(records(1, tag="cancelled")))
+        await asyncio.sleep(0)  # `lead` opened a round and yielded to gather it
+        follow = asyncio.create_task(b.append(records(1, tag="kept")))
+        lead.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await lead
+        assert await asyncio.wait_for(follow, 10) == [1]
+        assert await seqs_of(journal, "a") == []
+        assert await a.append(records(1, tag="next")) == [1]
+        assert a.last_seq == 1 and b.last_seq == 1
+    finally:
+        await journal.aclose()
+
+
+async def test_appends_after_close_are_refused_and_accepted_ones_are_written(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(30)]
+    appends = [asyncio.create_task(w.append(records(1))) for w in writers]
+    await asyncio.sleep(0)  # every append is queued in the round
+    await journal.aclose()
+    assert [await t for t in appends] == [[1]] * 30
+    with pytest.raises(JournalError, match="closed"):
+        await writers[0].append(records(1))
+    reopened = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        for w in writers:
+            assert await seqs_of(reopened, w.session_id) == [1]
+    finally:
+        await reopened.aclose()
+
+
+# --- cached heads and replicas -------------------------------------------------------------------------------
+
+
+async def test_cached_heads_follow_takeovers_back_and_forth(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    a = await SqliteJournal.open(path)
+    b = await SqliteJournal.open(path)
+    try:
+        on_a = await a.create_session("s", at=0.0)
+        assert await on_a.append(records(3, tag="a")) == [1, 2, 3]
+        on_b = await b.open_writer("s")
+        assert await on_b.append(records(2, tag="b")) == [4, 5]
+        with pytest.raises(JournalFencedError):
+            await on_a.append(records(1, tag="fenced"))
+        # A takes the session back: its cached head (seq 3) must not be used.
+        again = await a.open_writer("s")
+        assert again.last_seq == 5
+        assert await again.append(records(1, tag="a2")) == [6]
+        with pytest.raises(JournalFencedError):
+            await on_b.append(records(1, tag="fenced"))
+        stored = await b.read("s")
+        assert [r.seq for r in stored] == [1, 2, 3, 4, 5, 6]
+        assert tags_of([r.data for r in stored]) == ["a", "a", "a", "b", "b", "a2"]
+        # Sessions on each replica interleave freely, each gap-free.
+        others = [await (a if i % 2 else b).create_session(f"o{i}", at=0.0) for i in range(6)]
+        for round_ in range(3):
+            got = await asyncio.gather(*(w.append(records(1)) for w in others))
+            assert got == [[round_ + 1]] * 6
+        info = await a.session("s")
+        assert info is not None and info.last_seq == 6
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+async def test_the_wal_is_checkpointed_while_rounds_commit_inline(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = await SqliteJournal.open(path)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        big = NewRecord("k", 1, b"x" * 2000, 0.0)
+        for _ in range(1500):
+            await writer.append([big])
+        assert journal.commits_inline > 1000
+        # ~2 WAL pages per round: 1,500 rounds without a checkpoint would leave ~12 MB of WAL.
+        wal = path.with_name(path.name + "-wal")
+        assert wal.stat().st_size < 6_000_000
+        assert await seqs_of(journal, "s") == list(range(1, 1501))
+    finally:
+        await journal.aclose()
+
+
+# --- layouts -------------------------------------------------------------------------------------------------
+
+_LAYOUT_0 = """
+CREATE TABLE journal_sessions (
+    sid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    meta TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE journal_records (
+    sid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    v INTEGER NOT NULL,
+    at REAL NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (sid, seq)
+) WITHOUT ROWID;
+"""
+
+
+def write_layout_0(path: Path) -> None:
+    """A journal as the previous build wrote it: two sessions, the second taken over once (epoch 2)."""
+    db = sqlite3.connect(path)
+    db.executescript(_LAYOUT_0)
+    db.execute("INSERT INTO journal_sessions VALUES (1, 'one', 1.0, 3, 1, 'm1')")
+    db.execute("INSERT INTO journal_sessions VALUES (2, 'two', 2.0, 2, 2, 'm2')")
+    rows = [(1, s, "k", 1, float(s), json.dumps({"tag": f"one/{s}"}).encode()) for s in (1, 2, 3)]
+    rows += [(2, s, "k", 1, float(s), json.dumps({"tag": f"two/{s}"}).encode()) for s in (1, 2)]
+    db.executemany("INSERT INTO journal_records VALUES (?, ?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+
+
+async def test_a_new_file_gets_the_append_order_layout(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        assert journal.migrated_from is None
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(2))
+    finally:
+        await journal.aclose()
+    db = sqlite3.connect(tmp_path / "j.db")
+    try:
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert db.execute("SELECT count(*) FROM journal_records WHERE rowid > 0").fetchone() == (2,)
+        indexes = {r[1]: r[2] for r in db.execute("PRAGMA index_list(journal_records)")}
+        assert indexes == {"journal_records_sid_seq": 1}  # unique
+    finally:
+        db.close()
+
+
+async def test_a_file_of_the_previous_layout_is_migrated_and_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    write_layout_0(path)
+    journal = await SqliteJournal.open(path)
+    try:
+        assert journal.migrated_from == 0
+        assert [(s.session_id, s.created_at, s.last_seq, s.meta) for s in await journal.sessions()] == [
+            ("two", 2.0, 2, "m2"),
+            ("one", 1.0, 3, "m1"),
+        ]
+        stored = await journal.read("one")
+        assert [(r.seq, r.kind, r.version, r.at) for r in stored] == [(s, "k", 1, float(s)) for s in (1, 2, 3)]
+        assert tags_of([r.data for r in stored]) == ["one/1", "one/2", "one/3"]
+        writer = await journal.open_writer("two")
+        assert writer.last_seq == 2
+        assert await writer.append(records(1, tag="two/new")) == [3]
+        with pytest.raises(SessionBusyError):
+            await journal.create_session("one", at=9.0)
+    finally:
+        await journal.aclose()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        (epoch,) = db.execute("SELECT epoch FROM journal_sessions WHERE id = 'two'").fetchone()
+        assert epoch == 3  # epochs carried over, so a writer of the old build would be fenced
+    finally:
+        db.close()
+    again = await SqliteJournal.open(path)  # a migrated file opens as it is
+    try:
+        assert again.migrated_from is None
+        assert await seqs_of(again, "two") == [1, 2, 3]
+    finally:
+        await again.aclose()
+
+
+async def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(JournalError, match="newer than this build"):
+        await SqliteJournal.open(path)
