@@ -345,7 +345,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(2048)  # many clients reconnecting at once (e.g. after a restart) must not be refused
         sock.setblocking(False)
     except OSError:
         sock.close()

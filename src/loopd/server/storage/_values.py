@@ -69,7 +69,10 @@ def time_text(value: datetime) -> str:
 
 
 def parse_time(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    """The stored fixed-width UTC text back to a datetime (``fromisoformat`` is ~10x faster than ``strptime``)."""
+    if not text.endswith("Z"):
+        raise ValueError(f"not a stored UTC time: {text!r}")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
 def optional_time(text: str | None) -> datetime | None:
