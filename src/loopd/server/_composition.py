@@ -166,7 +166,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             await stack.enter_async_context(engine)
 
             manager = Manager(client)
-            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=4)
+            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=8)
             manager_task = asyncio.create_task(manager.run(), name="loopd-reconcile-manager")
 
             async def stop_manager() -> None:

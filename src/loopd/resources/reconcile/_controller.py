@@ -9,6 +9,10 @@ A controller works in *terms*: the manager starts one when this process may reco
 without leader election) and stops it on shutdown (draining in-flight reconciles) or when leadership is lost
 (cancelling them). Each term starts with a fresh queue holding every cached object, so nothing depends on
 events seen before.
+
+Wake-ups that no watched resource carries (an in-process event, e.g. "the call this Task waits for ended") go
+through ``Controller.enqueue``. A reconciler that wants its controller for that defines ``bind_controller(self,
+controller)``: the controller calls it once, when it is created.
 """
 
 from __future__ import annotations
@@ -155,6 +159,9 @@ class Controller:
         primary.add_handler(self._on_primary)
         for watch, informer in self._secondaries:
             informer.add_handler(self._secondary_handler(watch))
+        bind = getattr(reconciler, "bind_controller", None)
+        if callable(bind):
+            bind(self)
 
     @property
     def name(self) -> str:
@@ -223,6 +230,16 @@ class Controller:
             await queue.aclose()
 
     # -- events ----------------------------------------------------------------------------------------------
+
+    def enqueue(self, request: Request) -> bool:
+        """Reconcile ``request`` soon: queued now, coalesced like any event (a key being reconciled runs once more
+        after it). For wake-ups that come from outside the watched resources. False outside a term (nothing is
+        lost: every term starts by queueing every cached object)."""
+        queue = self._queue
+        if queue is None or queue.is_shut_down:
+            return False
+        queue.add(request)
+        return True
 
     def _on_primary(self, event: InformerEvent) -> None:
         queue = self._queue

@@ -1,14 +1,16 @@
 """The chat flow of loop-server: conversations, chat requests and their Tasks, the conversation stream, completion.
 
 Public face: `ChatService` (what routes and the Harness Engine call), `TaskGateway` / `ResourceTaskGateway` (the
-Task resource seam), `chat_router` (the HTTP routes), `Sweeper` (background ticks), the records the service
-returns, and the helpers for Human question blocks shared with ``loopd.server.human``.
+Task resource seam), `chat_router` (the HTTP routes), `Sweeper` (background ticks), `ConversationFeeds` (the
+shared live readers behind the conversation streams), the records the service returns, and the helpers for Human
+question blocks shared with ``loopd.server.human``.
 Must not do: write message content except through ``loopd.server.streams``.
 """
 
+from loopd.server.chat._feeds import ConversationFeeds, FeedStatistics, Subscription
 from loopd.server.chat._gateway import DEFAULT_NAMESPACE, ResourceTaskGateway, TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import MESSAGE_STATUS_OF, QUESTION_BLOCK_ID, question_block, resolve_question
-from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, TaskContext
+from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, StreamPage, TaskContext
 from loopd.server.chat._routes import TASK_ID_HEADER, chat_router, parse_cursor
 from loopd.server.chat._service import ChatService, TargetDirectory, check_responder, text_content
 from loopd.server.chat._stream import conversation_frames
@@ -23,11 +25,15 @@ __all__ = [
     "ChatRequest",
     "ChatService",
     "ConversationBody",
+    "ConversationFeeds",
     "Emitted",
+    "FeedStatistics",
     "MessageBody",
     "ResourceTaskGateway",
     "Snapshot",
     "StreamItem",
+    "StreamPage",
+    "Subscription",
     "Sweeper",
     "TargetDirectory",
     "TaskContext",

@@ -51,6 +51,15 @@ class StreamItem:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamPage:
+    """One page of a conversation's events, and the conversation's last cursor read *before* the page."""
+
+    items: list[StreamItem]
+    end: int
+    """Every event through this cursor had committed when the page was read: a short page covers them all."""
+
+
+@dataclass(frozen=True, slots=True)
 class Emitted:
     """Events stored into a response: the message after them and the stored events (seq and cursor each)."""
 

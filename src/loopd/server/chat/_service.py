@@ -25,9 +25,10 @@ from typing import Any, Final, Protocol
 
 from loopd.agentue import AgentUEError, validate_model
 from loopd.harness.serve import ApiError
+from loopd.server.chat._feeds import DEFAULT_BUFFER, ConversationFeeds
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question
-from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, TaskContext
+from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, StreamPage, TaskContext
 from loopd.server.http._identity import Identity
 from loopd.server.storage import (
     MAX_PAGE,
@@ -122,6 +123,7 @@ class ChatService:
         targets: TargetDirectory | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         poll_interval: float = 1.0,
+        stream_buffer: int = DEFAULT_BUFFER,
     ) -> None:
         if not 1 <= history_limit < MAX_PAGE:
             raise ValueError(f"history_limit must be from 1 to {MAX_PAGE - 1}")
@@ -133,8 +135,9 @@ class ChatService:
         self._targets = targets
         self._history_limit = history_limit
         self.poll_interval = poll_interval
-        """Longest wait of a stream reader between two reads (a missed wake-up costs at most this)."""
+        """Longest wait of a conversation's feed between two reads (a missed wake-up costs at most this)."""
         self._closing = asyncio.Event()
+        self._feeds = ConversationFeeds(self, buffer=stream_buffer)
 
     @property
     def db(self) -> Database:
@@ -148,11 +151,17 @@ class ChatService:
     def tasks(self) -> TaskGateway:
         return self._tasks
 
+    @property
+    def feeds(self) -> ConversationFeeds:
+        """The live readers shared by the conversation streams (one per conversation with open streams)."""
+        return self._feeds
+
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def begin_shutdown(self) -> None:
-        """End every open stream soon (they notice within ``poll_interval``); nothing else changes."""
+        """End every open stream (each notices at once, or after the read it is in); nothing else changes."""
         self._closing.set()
+        self._feeds.close()
 
     @property
     def closing(self) -> bool:
@@ -223,15 +232,26 @@ class ChatService:
     async def read_stream(self, conversation_id: str, *, after: int, limit: int = 500) -> list[StreamItem]:
         """Stored events with cursor > ``after`` in cursor order; ``start``/``end`` carry their message header."""
         async with self._db.transaction(read_only=True) as tx:
-            events = await tx.message_events.read_conversation_events(conversation_id, after_cursor=after, limit=limit)
-            headers: dict[str, Message] = {}
-            for event in events:
-                if event.event.get("op") in ("start", "end") and event.message_id not in headers:
-                    headers[event.message_id] = await tx.messages.get(event.message_id)
+            return await self._stream_items(tx, conversation_id, after=after, limit=limit)
+
+    @staticmethod
+    async def _stream_items(tx: Transaction, conversation_id: str, *, after: int, limit: int) -> list[StreamItem]:
+        events = await tx.message_events.read_conversation_events(conversation_id, after_cursor=after, limit=limit)
+        headers: dict[str, Message] = {}
+        for event in events:
+            if event.event.get("op") in ("start", "end") and event.message_id not in headers:
+                headers[event.message_id] = await tx.messages.get(event.message_id)
         return [
             StreamItem(event, headers.get(event.message_id) if event.event.get("op") in ("start", "end") else None)
             for event in events
         ]
+
+    async def read_stream_page(self, conversation_id: str, *, after: int, limit: int = 500) -> StreamPage:
+        """`read_stream`, plus the conversation's last cursor read first in the same transaction (`StreamPage`)."""
+        async with self._db.transaction(read_only=True) as tx:
+            end = await tx.message_events.last_cursor(conversation_id)
+            items = await self._stream_items(tx, conversation_id, after=after, limit=limit)
+        return StreamPage(items, end)
 
     async def end_cursor(self, message_id: str) -> int | None:
         """The cursor of a message's ``end`` event, or None while it is still open."""

@@ -8,33 +8,40 @@ ack`` message (no id) naming the new messages, and ends after the response's ``e
 goes out after ``heartbeat`` seconds without an event. If the database fails under an open stream, one
 ``event: error`` message (the error envelope plus ``resume_after``) ends it; the client resumes from its cursor.
 
-Reading: read a page after the cursor, send it, and when nothing is new wait for the `ConversationBus` — with a
-bounded wait, then read again. The waiter is registered *before* the read, so a commit either lands in the read or
-wakes the wait; a wake-up lost anyway (another replica wrote) costs at most ``poll_interval``.
+Reading: the stream subscribes to its conversation's feed (``_feeds``: one shared reader per conversation that
+reads each new page once and encodes each frame once), catches up from its own cursor by reading the log itself,
+then sends what the feed buffers for it, skipping by cursor what it already sent. A stream that falls behind is
+detached by the feed and catches up from the log again, so a slow client loses nothing and slows no one.
+Several frames that are ready together go out as one chunk.
 Must not do: change anything (a stream only observes; a disconnect closes this generator and nothing else).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator
-from typing import Any, Final
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any
 
-from loopd.server.chat._records import StreamItem
+from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
 from loopd.server.chat._service import ChatService
-from loopd.server.chat._wire import message_header
 from loopd.server.http._errors import api_error_of, error_body
 from loopd.server.http._sse import HEARTBEAT, sse_frame
 from loopd.server.storage import StorageError
 
-PAGE: Final = 500
+__all__ = ["PAGE", "conversation_frames", "item_data"]
 
 
-def item_data(item: StreamItem) -> dict[str, Any]:
-    data: dict[str, Any] = {"message_id": item.event.message_id, "seq": item.event.seq, "event": item.event.event}
-    if item.message is not None:
-        data["message"] = message_header(item.message)
-    return data
+def _chunk(frames: Iterable[Frame], cursor: int, until_message_id: str | None) -> tuple[bytes, int, bool]:
+    """The frames after ``cursor`` as one chunk, up to ``until_message_id``'s end: (chunk, new cursor, ended)."""
+    parts: list[bytes] = []
+    for frame in frames:
+        if frame.cursor <= cursor:
+            continue  # already sent (read from the log before the feed handed it out)
+        parts.append(frame.data)
+        cursor = frame.cursor
+        if until_message_id is not None and frame.ends == until_message_id:
+            return b"".join(parts), cursor, True
+    return b"".join(parts), cursor, False
 
 
 async def conversation_frames(
@@ -56,29 +63,46 @@ async def conversation_frames(
             return
     cursor = after
     quiet_since = loop.time()
-    while not chat.closing:
-        wait_for = max(0.0, min(chat.poll_interval, heartbeat - (loop.time() - quiet_since)))
-        waiter = asyncio.ensure_future(chat.bus.wait(conversation_id, wait_for))
-        try:
-            await asyncio.sleep(0)  # the waiter registers with the bus before we read
-            try:
-                items = await chat.read_stream(conversation_id, after=cursor, limit=PAGE)
-            except StorageError as exc:
-                # The database went away under an open stream: say so and end; the client resumes later.
-                error = api_error_of(exc)  # internal details stay in the server log
-                yield sse_frame({**error_body(error.type, error.message), "resume_after": cursor}, event="error")
-                return
-            for item in items:
-                cursor = item.event.cursor
-                yield sse_frame(item_data(item), id=cursor)
-                if item.event.message_id == until_message_id and item.event.event.get("op") == "end":
+    with chat.feeds.subscribe(conversation_id) as stream:
+        while not chat.closing:
+            if not stream.is_attached():
+                # Catch up from the log by ourselves, then follow the feed (attached first: nothing falls between).
+                while True:
+                    if not stream.is_attached():  # first, or it fell behind again while catching up
+                        stream.attach()
+                        if not stream.is_attached():
+                            return  # the feeds are closed: shutting down
+                    try:
+                        page = await chat.read_stream_page(conversation_id, after=cursor, limit=PAGE)
+                    except StorageError as exc:
+                        # The database went away under an open stream: say so and end; the client resumes later.
+                        error = api_error_of(exc)  # internal details stay in the server log
+                        yield sse_frame(
+                            {**error_body(error.type, error.message), "resume_after": cursor}, event="error"
+                        )
+                        return
+                    chunk, cursor, ended = _chunk(map(frame_of, page.items), cursor, until_message_id)
+                    if chunk:
+                        yield chunk
+                        quiet_since = loop.time()
+                    if ended:
+                        return
+                    if len(page.items) < PAGE and stream.covers(cursor, page.end):
+                        break
+                continue
+            frames = stream.take()
+            if frames:
+                chunk, cursor, ended = _chunk(frames, cursor, until_message_id)
+                if chunk:
+                    yield chunk
+                    quiet_since = loop.time()
+                if ended:
                     return
-            if items:
+                continue
+            if not stream.is_attached():
+                continue  # fell behind: read the log from our own cursor
+            if loop.time() - quiet_since >= heartbeat:
+                yield HEARTBEAT
                 quiet_since = loop.time()
                 continue
-            await waiter
-        finally:
-            waiter.cancel()  # not awaited: its own cleanup runs on the next turn of the loop
-        if loop.time() - quiet_since >= heartbeat:
-            yield HEARTBEAT
-            quiet_since = loop.time()
+            await stream.wait(quiet_since + heartbeat)

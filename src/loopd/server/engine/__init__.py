@@ -35,7 +35,7 @@ from loopd.server.engine._adapter import (
     Update,
 )
 from loopd.server.engine._builtin import BuiltinHarnessAdapter
-from loopd.server.engine._engine import EngineStatistics, HarnessEngine
+from loopd.server.engine._engine import MAX_LISTENERS, EngineListener, EngineNotice, EngineStatistics, HarnessEngine
 from loopd.server.engine._errors import (
     AdapterError,
     CapacityExceeded,
@@ -56,6 +56,7 @@ __all__ = [
     "ANSWER_BLOCK",
     "DEFAULT_TIMEOUT",
     "GATE_ANSWERS",
+    "MAX_LISTENERS",
     "MAX_TIMEOUT",
     "RESULT_BLOCK",
     "AdapterError",
@@ -65,6 +66,8 @@ __all__ = [
     "CallRequest",
     "CapacityExceeded",
     "EngineClosed",
+    "EngineListener",
+    "EngineNotice",
     "EngineStatistics",
     "Failed",
     "Finished",

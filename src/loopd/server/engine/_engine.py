@@ -14,6 +14,11 @@ driven twice at once: the lease is exclusive and every write checks its token.
 Lifecycle: ``await engine.open()`` (or ``async with engine``) starts the driver; ``aclose()`` stops every drive
 and releases their leases so another replica carries on at once; ``abort()`` stops like a crash would (leases
 expire on their own). Executions stay resumable either way.
+
+Notices: `add_listener` registers a callback (at most `MAX_LISTENERS`) that the engine calls, on the event loop,
+with an `EngineNotice` after a drive of this engine ends (the call is terminal when ``ended``; that is committed
+before the notice) and whenever a capacity slot frees. A notice is a hint to re-read, never the truth: calls that
+end on another replica send none here, so a listener keeps a bounded poll as well.
 """
 
 from __future__ import annotations
@@ -56,6 +61,24 @@ _log = logging.getLogger("loopd.server.engine")
 
 PAGE: Final = 100
 STREAM_PAGE: Final = 500
+MAX_LISTENERS: Final = 16
+
+
+@dataclass(frozen=True, slots=True)
+class EngineNotice:
+    """Something a listener may want to re-read (see the module docstring)."""
+
+    call_id: str
+    owner_uid: str | None
+    """The call's owner (None when only a slot freed and the call is not known here)."""
+    effect_key: str | None
+    ended: bool
+    """The call is terminal now (committed before this notice)."""
+    free_slots: int
+    """Capacity slots of this engine free right after the change."""
+
+
+EngineListener = Callable[[EngineNotice], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +162,7 @@ class HarnessEngine:
         self._started = 0
         self._lost = 0
         self._retried = 0
+        self._listeners: list[EngineListener] = []
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -201,6 +225,33 @@ class HarnessEngine:
             drives_retried=self._retried,
         )
 
+    # --- notices -------------------------------------------------------------------------------------------------
+
+    def add_listener(self, listener: EngineListener) -> Callable[[], None]:
+        """Call ``listener`` with every `EngineNotice` from now on; returns the function that removes it.
+
+        Listeners run on the event loop, inline: they must be quick and must not raise (an error is logged).
+        """
+        if len(self._listeners) >= MAX_LISTENERS:
+            raise ValueError(f"a harness engine takes at most {MAX_LISTENERS} listeners")
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return remove
+
+    def _announce(self, call_id: str, owner_uid: str | None, effect_key: str | None, *, ended: bool) -> None:
+        if not self._listeners or self._closed:
+            return
+        notice = EngineNotice(call_id, owner_uid, effect_key, ended, max(self._capacity - len(self._slots), 0))
+        for listener in tuple(self._listeners):
+            try:
+                listener(notice)
+            except Exception:  # one faulty listener must not stop the driver or the others
+                _log.exception("harness engine %s: a listener failed", self._replica_id)
+
     # --- admission -----------------------------------------------------------------------------------------------
 
     async def start(self, request: CallRequest) -> HarnessCall:
@@ -249,6 +300,8 @@ class HarnessEngine:
         finally:
             if reservation is not None:
                 self._slots.discard(reservation)
+                if not created:  # the slot was held for a moment only: someone refused meanwhile may retry now
+                    self._announce(reservation, None, None, ended=False)
         if created:
             self._slots.add(call.id)
             self._wake.set()
@@ -456,15 +509,17 @@ class HarnessEngine:
             async with self._db.transaction() as tx:
                 lease = await tx.leases.acquire(lease_resource(call.id), self._replica_id, self._lease_ttl)
             if lease is None:
-                self._slots.discard(call.id)  # another holder drives it
+                if call.id in self._slots:
+                    self._slots.discard(call.id)  # another holder drives it
+                    self._announce(call.id, call.owner_uid, call.effect_key, ended=False)
                 continue
             if not closing_only:
                 self._slots.add(call.id)
             drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
             self._started += 1
-            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive)))
+            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive, call)))
 
-    async def _run_drive(self, drive: Drive) -> None:
+    async def _run_drive(self, drive: Drive, call: HarnessCall) -> None:
         outcome: Outcome = "retry"
         try:
             outcome = await drive.run()
@@ -476,6 +531,7 @@ class HarnessEngine:
             self._drives.pop(drive.call_id, None)
             self._slots.discard(drive.call_id)
             self._wake.set()
+        self._announce(call.id, call.owner_uid, call.effect_key, ended=outcome == "done")
         if outcome == "lost":
             self._lost += 1
             return

@@ -3,8 +3,9 @@
 Public face: `HarnessResponder` (a ``loopd.resources.reconcile`` reconciler for Tasks), the `ChatPort` /
 `TaskContextView` protocols it needs from the chat side, and helpers. Register it on the Task resource::
 
-    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=4)
+    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=16)
 
+The controller binds itself to the responder (``bind_controller``), which then queues Tasks on engine notices.
 Must not import the chat service module (it talks to it through `ChatPort`).
 """
 
@@ -12,9 +13,18 @@ from loopd.server.responder._responder import (
     EFFECT_KEY,
     ChatPort,
     HarnessResponder,
+    ResponderStatistics,
     TaskContextView,
     call_error,
     message_text,
 )
 
-__all__ = ["EFFECT_KEY", "ChatPort", "HarnessResponder", "TaskContextView", "call_error", "message_text"]
+__all__ = [
+    "EFFECT_KEY",
+    "ChatPort",
+    "HarnessResponder",
+    "ResponderStatistics",
+    "TaskContextView",
+    "call_error",
+    "message_text",
+]

@@ -8,9 +8,15 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
    with the input text, the visible history before it, the response message as its destination and the
    asker as the only one who may answer its gates (`CapacityExceeded` → requeue later; an unknown target →
    complete the Task with that error);
-4. while the call runs → ``Result(requeue_after=poll)`` (a harness finishing does not wake the Task watch);
-   once it is terminal → ``chat.complete(task_id, error=...)`` (idempotent; ``Conflict`` while Human
-   questions are pending → requeue).
+4. while the call runs → ``Result(requeue_after=poll)``; once it is terminal → ``chat.complete(task_id,
+   error=...)`` (idempotent; ``Conflict`` while Human questions are pending → requeue).
+
+Wake-ups: a harness finishing does not change the Task, so the Task watch does not wake it. The responder listens
+to the engine's notices instead (`HarnessEngine.add_listener`) and, through its controller
+(``bind_controller``, called by the reconcile runtime), queues the Task at once when its call ends, and queues
+the oldest Tasks refused for capacity when slots free. The maps behind that hold one entry per Task
+being answered and are emptied as Tasks complete or go away. ``poll`` (5 s) and ``capacity_retry`` (2 s) stay as
+the safety net: a call driven by another replica sends no notice here.
 
 The chat side is the small `ChatPort` protocol (``ChatService`` satisfies it), so tests can use any
 implementation built on storage and streams.
@@ -20,11 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources.client import TASKS, ResourceClient
-from loopd.resources.reconcile import Request, Result
+from loopd.resources.reconcile import Controller, Request, Result
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
     CallRequest,
@@ -33,12 +40,27 @@ from loopd.server.engine import (
     HistoryEntry,
     UnknownTarget,
 )
+from loopd.server.engine._engine import EngineNotice
 from loopd.server.storage import Conflict, HarnessCall, Message
 from loopd.server.storage import NotFound as StorageNotFound
 
 _log = logging.getLogger("loopd.server.responder")
 
 EFFECT_KEY: Final = "respond"
+DEFAULT_POLL: Final = 5.0
+DEFAULT_CAPACITY_RETRY: Final = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResponderStatistics:
+    following: int
+    """Tasks whose call ending wakes them (started or about to start, not yet completed)."""
+    waiting_for_capacity: int
+    """Tasks refused for capacity, to be woken when slots free."""
+    woken: int
+    """Tasks queued by an engine notice (call ended, or a slot freed)."""
+    call_ended_wakes: int
+    """Of those, woken because their call ended."""
 
 
 class TaskContextView(Protocol):
@@ -94,9 +116,9 @@ class HarnessResponder:
         engine: HarnessEngine,
         chat: ChatPort,
         timeout: float = DEFAULT_TIMEOUT,
-        poll: float = 1.0,
+        poll: float = DEFAULT_POLL,
         context_retry: float = 0.2,
-        capacity_retry: float = 2.0,
+        capacity_retry: float = DEFAULT_CAPACITY_RETRY,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -105,8 +127,72 @@ class HarnessResponder:
         self._poll = poll
         self._context_retry = context_retry
         self._capacity_retry = capacity_retry
+        self._controller: Controller | None = None
+        self._request_of: dict[str, Request] = {}  # owner uid → Task key
+        self._uid_of: dict[Request, str] = {}
+        self._waiting: dict[Request, None] = {}  # refused for capacity, oldest first
+        self._woken = 0
+        self._call_ended_wakes = 0
+        self._remove_listener = engine.add_listener(self._on_notice)
+
+    # --- wake-ups ------------------------------------------------------------------------------------------------
+
+    def bind_controller(self, controller: Controller) -> None:
+        """Queue Tasks through ``controller`` when the engine says so (the reconcile runtime calls this)."""
+        self._controller = controller
+
+    def close(self) -> None:
+        """Stop listening to the engine (reconciles still work; they just poll)."""
+        self._remove_listener()
+
+    def statistics(self) -> ResponderStatistics:
+        return ResponderStatistics(
+            following=len(self._request_of),
+            waiting_for_capacity=len(self._waiting),
+            woken=self._woken,
+            call_ended_wakes=self._call_ended_wakes,
+        )
+
+    def _on_notice(self, notice: EngineNotice) -> None:
+        if notice.ended and notice.effect_key == EFFECT_KEY and notice.owner_uid is not None:
+            request = self._request_of.get(notice.owner_uid)
+            if request is not None and self._wake(request):
+                self._call_ended_wakes += 1
+        for _ in range(min(notice.free_slots, len(self._waiting))):
+            request = next(iter(self._waiting))
+            if not self._wake(request):
+                break
+            del self._waiting[request]
+
+    def _wake(self, request: Request) -> bool:
+        controller = self._controller
+        if controller is None or not controller.enqueue(request):
+            return False
+        self._woken += 1
+        return True
+
+    def _follow(self, request: Request, uid: str) -> None:
+        previous = self._uid_of.get(request)
+        if previous is not None and previous != uid:  # the Task was recreated under the same name
+            self._request_of.pop(previous, None)
+        self._uid_of[request] = uid
+        self._request_of[uid] = request
+
+    def _forget(self, request: Request) -> None:
+        self._waiting.pop(request, None)
+        uid = self._uid_of.pop(request, None)
+        if uid is not None:
+            self._request_of.pop(uid, None)
+
+    # --- reconcile -----------------------------------------------------------------------------------------------
 
     async def reconcile(self, request: Request) -> Result:
+        result = await self._reconcile(request)
+        if result == Result():
+            self._forget(request)  # done with this Task (or it was never ours): hold nothing for it
+        return result
+
+    async def _reconcile(self, request: Request) -> Result:
         try:
             task = await self._client.get(TASKS, request.name, namespace=request.namespace)
         except ResourceNotFound:
@@ -120,9 +206,11 @@ class HarnessResponder:
         if not uid or not key:
             _log.warning("task %s has no uid or no target key; ignoring it", task_id)
             return Result()
+        # Before looking at the call: an end from here on queues this Task again, so none is missed.
+        self._follow(request, uid)
         call = await self._engine.find(uid, EFFECT_KEY)
         if call is None:
-            started = await self._start(task_id, uid, key)
+            started = await self._start(request, uid, key)
             if isinstance(started, Result):
                 return started
             call = started
@@ -130,7 +218,17 @@ class HarnessResponder:
             return Result(requeue_after=self._poll)
         return await self._complete(task_id, call_error(call))
 
-    async def _start(self, task_id: str, uid: str, key: str) -> HarnessCall | Result:
+    def _refused(self, request: Request) -> Result:
+        """No slot now: wait for a notice that one freed (``capacity_retry`` is the safety net)."""
+        stats = self._engine.statistics()
+        if stats.slots_used < stats.capacity:  # one freed while we were refused: its notice came too early
+            self._waiting.pop(request, None)
+            return Result(requeue_after=0.0)
+        self._waiting.setdefault(request, None)
+        return Result(requeue_after=self._capacity_retry)
+
+    async def _start(self, request: Request, uid: str, key: str) -> HarnessCall | Result:
+        task_id = request.name
         try:
             context = await self._chat.task_context(task_id)
         except StorageNotFound:
@@ -144,7 +242,7 @@ class HarnessResponder:
             for message in context.history
             if message.id not in (context.input.id, context.response.id) and (text := message_text(message.content))
         )
-        request = CallRequest(
+        call_request = CallRequest(
             owner_uid=uid,
             effect_key=EFFECT_KEY,
             target=key,
@@ -155,9 +253,9 @@ class HarnessResponder:
             timeout=self._timeout,
         )
         try:
-            return await self._engine.start(request)
+            call = await self._engine.start(call_request)
         except CapacityExceeded:
-            return Result(requeue_after=self._capacity_retry)
+            return self._refused(request)
         except UnknownTarget as exc:
             return await self._complete(task_id, {"code": "unknown_target", "message": exc.message})
         except Conflict:
@@ -165,7 +263,9 @@ class HarnessResponder:
             existing = await self._engine.find(uid, EFFECT_KEY)
             if existing is None:
                 raise
-            return existing
+            call = existing
+        self._waiting.pop(request, None)
+        return call
 
     async def _complete(self, task_id: str, error: dict[str, str] | None) -> Result:
         try:

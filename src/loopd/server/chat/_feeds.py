@@ -1,0 +1,351 @@
+"""Live fan-out of a conversation's durable event log: one reader per conversation, any number of SSE streams.
+
+`ConversationFeeds` keeps one feed per conversation that has open streams. The feed is the only reader that
+follows the log live: it waits on the `ConversationBus` (at most ``poll_interval``, so a write made on another
+replica is picked up too), reads each new page once, encodes each SSE frame once and hands the same bytes to the
+bounded buffer of every attached stream. It starts with the conversation's first stream and stops when the last
+one leaves, so an idle conversation costs one bounded wait, not one per connection.
+
+The log stays the truth; a stream (`Subscription`) never depends on the feed for completeness:
+
+* joining: the stream attaches first, then catches up from its own cursor by reading the log, and follows its
+  buffer only once what it has read covers the feed's cursor (`Subscription.covers`). Frames already read from
+  the log are skipped by cursor, so nothing is missing and nothing repeats.
+* falling behind: when a stream's buffer is full, the feed detaches it. The stream sends what is buffered, catches
+  up from the log from its own cursor, and joins again.
+* the feed failing (the database went away, or a bug): every stream is detached and reads the log itself, so
+  each reports the failure on its own stream (or carries on once the database is back).
+
+Cursors are per conversation and commit in increasing order (see ``storage._message_events``), which is what the
+join rule relies on. Must not do: change anything, or hold more per stream than its bounded buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, Self
+
+from loopd.server.chat._records import StreamItem
+from loopd.server.chat._wire import message_header
+from loopd.server.http._sse import sse_frame
+from loopd.server.storage import StorageError
+from loopd.server.streams import ConversationBus
+
+_log = logging.getLogger("loopd.server.chat")
+
+PAGE: Final = 500
+DEFAULT_BUFFER: Final = 256
+"""Frames a stream may have waiting before the feed detaches it (it then reads the log by itself)."""
+HAND_OUT_SLICE: Final = 64
+"""Streams woken per turn of the event loop: a large fan-out is spread over several turns, so database calls
+and requests (the next emit's own transaction) are served in between instead of waiting for every stream."""
+
+
+class FeedSource(Protocol):
+    """What a feed reads from (``ChatService`` is one)."""
+
+    poll_interval: float
+
+    @property
+    def bus(self) -> ConversationBus: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    async def read_stream(self, conversation_id: str, *, after: int, limit: int = ...) -> list[StreamItem]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One encoded SSE message of the conversation stream."""
+
+    cursor: int
+    data: bytes
+    ends: str | None
+    """The id of the message whose ``end`` event this is, else None."""
+
+
+@dataclass(frozen=True, slots=True)
+class FeedStatistics:
+    feeds: int
+    """Conversations with a live feed."""
+    subscriptions: int
+    """Open streams (attached to a feed or catching up from the log)."""
+    reads: int
+    """Pages the feeds read from the log."""
+    frames: int
+    """Frames the feeds encoded (each once, whatever the number of streams)."""
+    detached: int
+    """Times a stream fell behind (its buffer was full) and went back to the log."""
+
+
+def item_data(item: StreamItem) -> dict[str, Any]:
+    """The ``data:`` of one stream event: ``{"message_id", "seq", "event"}``, plus ``message`` on start/end."""
+    data: dict[str, Any] = {"message_id": item.event.message_id, "seq": item.event.seq, "event": item.event.event}
+    if item.message is not None:
+        data["message"] = message_header(item.message)
+    return data
+
+
+def frame_of(item: StreamItem) -> Frame:
+    cursor = item.event.cursor
+    ends = item.event.message_id if item.event.event.get("op") == "end" else None
+    return Frame(cursor, sse_frame(item_data(item), id=cursor), ends)
+
+
+class Subscription:
+    """One stream's membership: its bounded buffer and whether the feed fills it (see the module docstring).
+
+    Use it as a context manager; leaving it detaches the stream and stops the feed if it was the last one.
+    """
+
+    __slots__ = ("_feed", "_feeds", "_frames", "_joined", "_open", "_timer", "_timer_at", "_waiter", "conversation_id")
+
+    def __init__(self, feeds: ConversationFeeds, conversation_id: str) -> None:
+        self._feeds = feeds
+        self.conversation_id = conversation_id
+        self._feed: _Feed | None = None
+        self._frames: deque[Frame] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        # One timer per stream, moved lazily: it may fire before the current deadline (the stream then waits
+        # again), which is cheaper than re-arming a timer for every frame.
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._open = True
+        self._joined: int | None = None  # the feed's cursor when this stream attached (None: before it began)
+
+    def is_attached(self) -> bool:
+        """Whether the feed fills this stream's buffer now."""
+        return self._feed is not None and self in self._feed.attached
+
+    def attach(self) -> None:
+        """Have the feed fill the (emptied) buffer from now on; the caller then catches up from the log and asks
+        `covers`. A no-op when attached or closed, or once the feeds are closed."""
+        if self._open and not self.is_attached():
+            self._feeds._attach(self)
+
+    def covers(self, cursor: int, end: int) -> bool:
+        """Whether the stream may follow its buffer now: it sent everything through ``cursor``, after reading a
+        short page of the log in a transaction that saw the conversation's last cursor at ``end``."""
+        feed = self._feed
+        if feed is None or self not in feed.attached:
+            return False
+        if feed.started is None:
+            feed.begin(end)  # the first stream to catch up sets where the feed starts: a committed cursor
+            return True
+        # The buffer holds every event after the feed's cursor at our attach (or its start, if that came later).
+        joined = self._joined if self._joined is not None else feed.started
+        return max(cursor, end) >= joined
+
+    def take(self) -> list[Frame]:
+        """Every buffered frame, oldest first (the buffer is empty afterwards)."""
+        if not self._frames:
+            return []
+        frames = list(self._frames)
+        self._frames.clear()
+        return frames
+
+    async def wait(self, deadline: float) -> None:
+        """Until a frame is buffered, the stream is detached, or (at the latest) the loop's clock reaches
+        ``deadline``; it may return earlier with nothing new, so check the clock after it."""
+        if self._frames or not self.is_attached():
+            return
+        loop = asyncio.get_running_loop()
+        if deadline <= loop.time():
+            return
+        if self._timer is None or self._timer_at > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._ring)
+            self._timer_at = deadline
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._feeds._subscriptions -= 1
+        feed, self._feed = self._feed, None
+        self._frames.clear()
+        if feed is not None:
+            feed.leave(self)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- called by the feed --------------------------------------------------------------------------------------
+
+    def _offer(self, frames: list[Frame], limit: int) -> bool:
+        if len(self._frames) + len(frames) > limit:
+            return False
+        self._frames.extend(frames)
+        self._wake()
+        return True
+
+    def _detached(self, feed: _Feed | None) -> None:
+        if feed is None:
+            self._feed = None
+        self._wake()
+
+    def _ring(self) -> None:
+        self._timer = None
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _Feed:
+    """The single live reader of one conversation (see the module docstring)."""
+
+    def __init__(self, feeds: ConversationFeeds, conversation_id: str) -> None:
+        self._feeds = feeds
+        self.conversation_id = conversation_id
+        self.cursor: int | None = None
+        """Every event through this cursor was read (and handed out); None until the first stream caught up."""
+        self.started: int | None = None
+        """The cursor the feed started from."""
+        self.members: set[Subscription] = set()
+        self.attached: set[Subscription] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def begin(self, cursor: int) -> None:
+        self.cursor = self.started = cursor
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"feed:{self.conversation_id}")
+
+    def leave(self, subscription: Subscription) -> None:
+        self.members.discard(subscription)
+        self.attached.discard(subscription)
+        if not self.members:
+            self.stop()
+
+    def stop(self) -> None:
+        self._feeds._forget(self)
+        if self._task is not None:
+            self._task.cancel()  # it holds nothing but its bus wait or a read: nothing to clean up after it
+
+    async def _run(self) -> None:
+        source = self._feeds.source
+        try:
+            while not source.closing:
+                assert self.cursor is not None
+                waiter = asyncio.ensure_future(source.bus.wait(self.conversation_id, source.poll_interval))
+                try:
+                    await asyncio.sleep(0)  # the waiter registers with the bus before we read
+                    items = await source.read_stream(self.conversation_id, after=self.cursor, limit=PAGE)
+                    self._feeds._reads += 1
+                    if items:
+                        await self._hand_out([frame_of(item) for item in items])
+                        continue
+                    await waiter
+                finally:
+                    waiter.cancel()
+        except StorageError as exc:
+            _log.info("feed of conversation %s stopped; its streams read on their own: %s", self.conversation_id, exc)
+        except Exception:  # a bug here must not leave streams waiting: they fall back to their own reads
+            _log.exception("feed of conversation %s failed; its streams read on their own", self.conversation_id)
+        finally:
+            self._retire()
+
+    async def _hand_out(self, frames: list[Frame]) -> None:
+        # The cursor moves first: a stream attaching from now on catches up through it from the log; one that
+        # re-attaches during the hand-out may still be offered these frames, and skips them by cursor.
+        self.cursor = frames[-1].cursor
+        self._feeds._frames += len(frames)
+        limit = self._feeds.buffer
+        receivers = tuple(self.attached)
+        for start in range(0, len(receivers), HAND_OUT_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            for subscription in receivers[start : start + HAND_OUT_SLICE]:
+                if subscription not in self.attached:
+                    continue  # left or fell behind meanwhile
+                if not subscription._offer(frames, limit):
+                    self.attached.discard(subscription)
+                    self._feeds._detached += 1
+                    subscription._detached(self)
+
+    def _retire(self) -> None:
+        """The feed ends while streams may remain: they read the log themselves (and join a new feed)."""
+        self._feeds._forget(self)
+        members, self.members, self.attached = self.members, set(), set()
+        for subscription in members:
+            subscription._detached(None)
+
+
+class ConversationFeeds:
+    """The feeds of one chat service: at most one per conversation, only while it has streams."""
+
+    def __init__(self, source: FeedSource, *, buffer: int = DEFAULT_BUFFER) -> None:
+        if buffer < 1:
+            raise ValueError("a stream buffer holds at least one frame")
+        self.source = source
+        self.buffer = buffer
+        self._feeds: dict[str, _Feed] = {}
+        self._closed = False
+        self._subscriptions = 0
+        self._reads = 0
+        self._frames = 0
+        self._detached = 0
+
+    def subscribe(self, conversation_id: str) -> Subscription:
+        """A new, detached stream of ``conversation_id``: attach it, catch up from the log, then follow."""
+        self._subscriptions += 1
+        return Subscription(self, conversation_id)
+
+    def close(self) -> None:
+        """Stop every feed and wake every stream (shutdown): nothing is followed any more."""
+        self._closed = True
+        for feed in list(self._feeds.values()):
+            feed.stop()
+            feed._retire()
+
+    def statistics(self) -> FeedStatistics:
+        return FeedStatistics(
+            feeds=len(self._feeds),
+            subscriptions=self._subscriptions,
+            reads=self._reads,
+            frames=self._frames,
+            detached=self._detached,
+        )
+
+    # --- internals -----------------------------------------------------------------------------------------------
+
+    def _attach(self, subscription: Subscription) -> None:
+        if self._closed:
+            return
+        feed = subscription._feed
+        if feed is None or self._feeds.get(subscription.conversation_id) is not feed:
+            if feed is not None:
+                feed.leave(subscription)
+            feed = self._feeds.get(subscription.conversation_id)
+            if feed is None:
+                feed = self._feeds[subscription.conversation_id] = _Feed(self, subscription.conversation_id)
+            subscription._feed = feed
+            feed.members.add(subscription)
+        # What the buffer still holds is read from the log again (a catch-up always follows an attach).
+        subscription._frames.clear()
+        subscription._joined = feed.cursor
+        feed.attached.add(subscription)
+
+    def _forget(self, feed: _Feed) -> None:
+        if self._feeds.get(feed.conversation_id) is feed:
+            del self._feeds[feed.conversation_id]
+
+
+__all__ = ["DEFAULT_BUFFER", "PAGE", "ConversationFeeds", "FeedSource", "FeedStatistics", "Frame", "Subscription"]

@@ -1,0 +1,220 @@
+"""Engine notices and the responder's wake-ups: a finished call or a freed slot queues its Task at once.
+
+The responders here poll once every ten minutes, so a Task that completes within a test's time was woken by
+the engine's notice, never by the poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import httpx
+import pytest
+
+import loopd.server._composition as composition
+from loopd.resources import open_sqlite_store
+from loopd.resources.client import TASKS, StoreClient
+from loopd.resources.reconcile import Manager
+from loopd.server._composition import UpSettings, open_loop_server
+from loopd.server.engine import CallRequest, Finished, TextSet
+from loopd.server.engine._engine import MAX_LISTENERS, EngineNotice
+from loopd.server.responder import HarnessResponder
+from loopd.server.storage import Database, HarnessCall
+from loopd.server.streams import ConversationBus
+
+from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until, until_phase, until_true
+from .test_responder import StorageChat, World, _gone, _question, _status, _task
+
+NEVER: float = 600.0  # a poll that never comes within a test
+
+
+# --- the engine's notices --------------------------------------------------------------------------------------
+
+
+def _request(conversation_id: str, key: str) -> CallRequest:
+    return CallRequest(
+        owner_uid="uid-1",
+        effect_key=key,
+        target="scripted",
+        text="hi",
+        conversation_id=conversation_id,
+        asker="user:alice",
+        timeout=60,
+    )
+
+
+async def test_a_finished_call_is_announced_after_it_is_terminal(sqlite_db: Database) -> None:
+    engine = make_engine(sqlite_db, {"scripted": ScriptedAdapter()}, capacity=2)
+    notices: list[EngineNotice] = []
+    reads: list[asyncio.Future[HarnessCall]] = []
+
+    def listen(notice: EngineNotice) -> None:
+        notices.append(notice)
+        if notice.ended:  # read at once: what a woken reconciler would see
+            reads.append(asyncio.ensure_future(engine.get(notice.call_id)))
+
+    remove = engine.add_listener(listen)
+    async with engine:
+        conversation = await new_conversation(sqlite_db)
+        call = await engine.start(_request(conversation, "work/1"))
+        await until_true(lambda: _ended(notices, call.id))
+        ended = next(n for n in notices if n.ended)
+        assert (ended.call_id, ended.owner_uid, ended.effect_key) == (call.id, "uid-1", "work/1")
+        assert ended.free_slots == 2  # its slot is free again
+        (read,) = reads
+        assert (await read).phase == "succeeded"  # committed before the notice went out
+        remove()
+        other = await engine.start(_request(conversation, "work/2"))
+        await until_phase(engine, other.id, "succeeded")
+        await asyncio.sleep(0.1)
+        assert not any(n.call_id == other.id for n in notices)  # removed: nothing more
+
+
+def _ended(notices: list[EngineNotice], call_id: str) -> bool:
+    return any(n.ended and n.call_id == call_id for n in notices)
+
+
+async def test_a_failing_listener_is_logged_and_the_others_still_hear(
+    sqlite_db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine = make_engine(sqlite_db, {"scripted": ScriptedAdapter()})
+    heard: list[EngineNotice] = []
+
+    def broken(_notice: EngineNotice) -> None:
+        raise RuntimeError("listener bug")
+
+    engine.add_listener(broken)
+    engine.add_listener(heard.append)
+    with caplog.at_level(logging.ERROR, logger="loopd.server.engine"):
+        async with engine:
+            conversation = await new_conversation(sqlite_db)
+            call = await engine.start(_request(conversation, "work/1"))
+            await until_true(lambda: _ended(heard, call.id))
+            assert (await engine.get(call.id)).phase == "succeeded"  # the drive was not disturbed
+    assert any("a listener failed" in record.message for record in caplog.records)
+
+
+def test_listeners_are_bounded(sqlite_db: Database) -> None:
+    engine = make_engine(sqlite_db, {})
+    for _ in range(MAX_LISTENERS):
+        engine.add_listener(lambda _notice: None)
+    with pytest.raises(ValueError, match="at most"):
+        engine.add_listener(lambda _notice: None)
+
+
+# --- the responder ---------------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _world(
+    db: Database, tmp_path: Path, adapter: ScriptedAdapter, *, capacity: int
+) -> AsyncIterator[tuple[World, HarnessResponder]]:
+    bus = ConversationBus()
+    async with open_sqlite_store(tmp_path / "resources.db") as store:
+        client = StoreClient(store)
+        chat = StorageChat(db, client, bus)
+        async with make_engine(db, {"assistant": adapter}, bus=bus, capacity=capacity) as engine:
+            responder = HarnessResponder(
+                client=client, engine=engine, chat=chat, poll=NEVER, capacity_retry=NEVER, context_retry=0.05
+            )
+            manager = Manager(client)
+            manager.add_controller(TASKS, responder, workers=4)
+            running = asyncio.ensure_future(manager.run())
+            try:
+                yield World(db, client, chat, engine, adapter), responder
+            finally:
+                manager.shutdown()
+                await asyncio.wait_for(running, 10)
+                responder.close()
+
+
+async def test_a_finished_call_completes_its_task_through_the_notice(sqlite_db: Database, tmp_path: Path) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("4"), Finished("4")))
+    async with _world(sqlite_db, tmp_path, adapter, capacity=10) as (world, responder):
+        conversation = await new_conversation(world.db)
+        response = await _question(world.db, conversation, "t-1", "2+2?", "assistant")
+        await world.client.create(TASKS, _task("t-1", "assistant"), namespace="default")
+        await until(lambda: _gone(world.client, "t-1"))
+        assert await _status(world.db, response) == "completed"
+        statistics = responder.statistics()
+        assert statistics.call_ended_wakes == 1
+        assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)  # nothing held after completion
+
+
+async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Database, tmp_path: Path) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
+    async with _world(sqlite_db, tmp_path, adapter, capacity=1) as (world, responder):
+        conversation = await new_conversation(world.db)
+        names = [f"t-{index}" for index in range(3)]
+        responses = [await _question(world.db, conversation, name, "hello", "assistant") for name in names]
+        for name in names:
+            await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
+
+        async def two_refused() -> bool:
+            return responder.statistics().waiting_for_capacity == 2
+
+        await until(two_refused)
+
+        async def all_done() -> bool:
+            for runs in adapter.runs.values():
+                for run in runs:
+                    run.release()
+            return all([await _gone(world.client, name) for name in names])
+
+        await until(all_done)
+        assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
+        assert len(adapter.starts) == 3 and adapter.max_active == 1
+        statistics = responder.statistics()
+        assert statistics.woken >= 2 + 3  # two slot wake-ups, three call ends
+        assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
+
+
+# --- the whole server ------------------------------------------------------------------------------------------
+
+
+class _PatientResponder(HarnessResponder):
+    """The composition's responder, with polls that never come within the test (instances are recorded)."""
+
+    made: list[HarnessResponder] = []
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**{**options, "poll": NEVER, "capacity_retry": NEVER})
+        self.made.append(self)
+
+
+async def test_a_chat_to_the_builtin_harness_completes_through_the_notice(tmp_path: Path) -> None:
+    _PatientResponder.made = []
+    settings = UpSettings(data_dir=tmp_path / "data", port=0)
+    with mock.patch.object(composition, "HarnessResponder", _PatientResponder):
+        async with open_loop_server(settings) as server:
+            token = server.token_file.read_text().strip()
+            async with httpx.AsyncClient(
+                base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=15
+            ) as client:
+                conversation = (await client.post("/v1/conversations", json={"name": "quick"})).json()["id"]
+                body = {"target": {"kind": "harness", "key": "assistant"}, "text": "hello"}
+                ops: list[str] = []
+                async with (
+                    asyncio.timeout(30),
+                    client.stream(
+                        "POST",
+                        f"/v1/conversations/{conversation}/messages",
+                        json=body,
+                        headers={"Accept": "text/event-stream"},
+                    ) as response,
+                ):
+                    assert response.status_code == 200
+                    async for line in response.aiter_lines():
+                        if line.startswith("data:") and '"op":"end"' in line and '"purpose":"response"' in line:
+                            ops.append("end")
+                            break
+                assert ops == ["end"]  # the stream ended with the response's end, long before any poll
+    (responder,) = _PatientResponder.made
+    statistics = responder.statistics()
+    assert statistics.call_ended_wakes == 1 and statistics.following == 0
