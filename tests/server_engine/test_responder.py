@@ -187,3 +187,31 @@ async def test_operator_tasks_are_left_alone(world: World) -> None:
     await world.client.create(TASKS, operator_task, namespace="default")
     await asyncio.sleep(0.2)
     assert await _status(world.db, response) == "streaming" and world.chat.completed == []
+
+
+async def test_an_orphan_task_whose_question_never_committed_is_deleted(world: World) -> None:
+    """A crash between creating the Task and deleting it after a failed commit leaves a Task with no question."""
+    from datetime import UTC, datetime, timedelta
+
+    from loopd.resources.reconcile import Request
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    responder = HarnessResponder(
+        client=world.client, engine=world.engine, chat=world.chat, orphan_after=60, clock=lambda: later
+    )
+    try:
+        await world.client.create(TASKS, _task("t-orphan", "assistant"), namespace="default")
+        result = await responder.reconcile(Request(namespace="default", name="t-orphan"))
+        assert result.requeue_after is None
+        assert await _gone(world.client, "t-orphan")
+        assert world.adapter.starts == []
+        # A young Task without its question is the commit window: it is kept and retried.
+        await world.client.create(TASKS, _task("t-young", "assistant"), namespace="default")
+        young = HarnessResponder(client=world.client, engine=world.engine, chat=world.chat, orphan_after=60)
+        try:
+            assert (await young.reconcile(Request(namespace="default", name="t-young"))).requeue_after is not None
+            assert not await _gone(world.client, "t-young")
+        finally:
+            young.close()
+    finally:
+        responder.close()

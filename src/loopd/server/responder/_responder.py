@@ -24,9 +24,11 @@ implementation built on storage and streams.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from loopd.resources import NotFound as ResourceNotFound
@@ -106,6 +108,24 @@ def call_error(call: HarnessCall) -> dict[str, str] | None:
     return {"code": code, "message": message}
 
 
+DEFAULT_ORPHAN_AFTER: Final = 120.0
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _created_at(metadata: Mapping[str, Any]) -> datetime | None:
+    text = metadata.get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
 class HarnessResponder:
     """Reconciles Tasks with ``spec.target.kind == "harness"`` (see the module docstring)."""
 
@@ -119,6 +139,8 @@ class HarnessResponder:
         poll: float = DEFAULT_POLL,
         context_retry: float = 0.2,
         capacity_retry: float = DEFAULT_CAPACITY_RETRY,
+        orphan_after: float = DEFAULT_ORPHAN_AFTER,
+        clock: Callable[[], datetime] = _utc_now,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -127,6 +149,8 @@ class HarnessResponder:
         self._poll = poll
         self._context_retry = context_retry
         self._capacity_retry = capacity_retry
+        self._orphan_after = orphan_after
+        self._clock = clock
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
@@ -210,7 +234,7 @@ class HarnessResponder:
         self._follow(request, uid)
         call = await self._engine.find(uid, EFFECT_KEY)
         if call is None:
-            started = await self._start(request, uid, key)
+            started = await self._start(request, uid, key, _created_at(metadata))
             if isinstance(started, Result):
                 return started
             call = started
@@ -227,12 +251,21 @@ class HarnessResponder:
         self._waiting.setdefault(request, None)
         return Result(requeue_after=self._capacity_retry)
 
-    async def _start(self, request: Request, uid: str, key: str) -> HarnessCall | Result:
+    async def _start(self, request: Request, uid: str, key: str, created: datetime | None) -> HarnessCall | Result:
         task_id = request.name
         try:
             context = await self._chat.task_context(task_id)
         except StorageNotFound:
-            return Result(requeue_after=self._context_retry)  # the question has not committed yet
+            age = (self._clock() - created).total_seconds() if created is not None else 0.0
+            if age < self._orphan_after:
+                # The commit window (milliseconds); back off a little if it lasts, in case the commit failed.
+                return Result(requeue_after=self._context_retry if age < 2.0 else min(5.0, self._orphan_after / 10))
+            # No question ever committed for this Task: the server crashed between creating the Task and
+            # deleting it after a failed commit. Nothing can answer it; remove it.
+            _log.warning("task %s has had no question for %.0f s: deleting the orphan Task", task_id, age)
+            with contextlib.suppress(ResourceNotFound):  # already gone is fine
+                await self._client.delete(TASKS, task_id, namespace=request.namespace)
+            return Result()
         if context.response.status != "streaming":
             # Answered before and the completion was interrupted: finish it with the outcome it recorded.
             recorded = (context.response.completion or {}).get("error")
