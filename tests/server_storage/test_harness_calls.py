@@ -82,3 +82,18 @@ async def test_active_calls_are_counted_for_capacity(db: Database, clock: Manual
         assert await tx.harness_calls.count_active() == 3
         assert [c.id for c in await tx.harness_calls.list_active(limit=2)] == [ids[0], ids[1]]
         assert [c.id for c in await tx.harness_calls.list_active(after=ids[1])] == [ids[3]]
+
+
+async def test_two_calls_never_stream_into_one_message(db: Database, clock: ManualClock) -> None:
+    deadline = clock.now + timedelta(minutes=30)
+    async with db.transaction() as tx:
+        await tx.harness_calls.get_or_create(NewHarnessCall("uid-1", "a", "builtin", {}, deadline, message_id="m-1"))
+        await tx.harness_calls.get_or_create(NewHarnessCall("uid-1", "b", "builtin", {}, deadline))  # no message: fine
+        await tx.harness_calls.get_or_create(NewHarnessCall("uid-1", "c", "builtin", {}, deadline))
+    with pytest.raises(Conflict, match="constraint"):
+        async with db.transaction() as tx:
+            await tx.harness_calls.get_or_create(
+                NewHarnessCall("uid-2", "a", "builtin", {}, deadline, message_id="m-1")
+            )
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.harness_calls.find("uid-2", "a") is None

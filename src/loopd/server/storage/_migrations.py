@@ -254,7 +254,16 @@ _LEDGER = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER)
+_ONE_CALL_PER_MESSAGE = Migration(
+    3,
+    "one harness call per destination message",
+    (
+        # Two calls streaming into one message would interleave their projections: refuse it in the database.
+        "CREATE UNIQUE INDEX harness_calls_one_per_message ON harness_calls (message_id) WHERE message_id IS NOT NULL",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE)
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
 _TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
