@@ -5,60 +5,18 @@ from __future__ import annotations
 import asyncio
 
 from loopd.harness import (
-    EffectKind,
-    Idempotency,
     Journal,
     LoopDefinition,
-    PreparedCall,
     Reply,
-    Requirement,
     Rig,
     ScriptedModel,
     SqliteJournal,
-    ToolCall,
-    ToolContext,
-    ToolResult,
-    ToolSpec,
 )
 from loopd.harness.core.events import GateOpened, TurnDone
 from loopd.harness.gate import MemoryRuleStore, Rule, RuleEffect
-from loopd.harness.tools import GrantCandidate
+from loopd.harness.tools._testing import TouchTool
 
 from .helpers import collect_until, journal_state, same_loops
-
-
-class TouchTool:
-    """Needs an ``fs.write`` permission for its path; records what it ran."""
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(name="touch", description="touch a file", parameters={"type": "object"})
-
-    @property
-    def effect(self) -> EffectKind:
-        return EffectKind.WRITE
-
-    @property
-    def idempotency(self) -> Idempotency:
-        return Idempotency.INHERENT
-
-    def prepare(self, call: ToolCall) -> PreparedCall:
-        path = str(call.arguments["path"])
-        req = Requirement(
-            kind="fs.write",
-            scope="/ws",
-            match=path,
-            description=f"write {path}",
-            candidates=(GrantCandidate(kind="fs.write", pattern=path),),
-        )
-        return PreparedCall(call_id=call.id, tool="touch", arguments=dict(call.arguments), requirements=(req,))
-
-    async def run(self, call: PreparedCall, ctx: ToolContext) -> ToolResult:
-        self.ran.append(call.arguments["path"])
-        return ToolResult(output="touched")
 
 
 def gated_rig(journal: Journal, model: ScriptedModel, tool: TouchTool, **options: object) -> Rig:

@@ -8,60 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopd.harness import (
-    EffectKind,
-    Idempotency,
     LoopDefinition,
     ModelRequest,
-    PreparedCall,
     Reply,
-    Requirement,
     Rig,
     ScriptedModel,
     SqliteJournal,
     ToolCall,
-    ToolContext,
-    ToolResult,
-    ToolSpec,
 )
 from loopd.harness.gate import MemoryRuleStore
-from loopd.harness.tools import GrantCandidate
+from loopd.harness.tools._testing import TouchTool
 
 FIRST_TEXT = "Let me write it."
 FINAL_TEXT = "Wrote a.txt."
-
-
-class TouchTool:
-    """Needs an ``fs.write`` permission for its path (so every call opens a gate); records what it ran."""
-
-    def __init__(self) -> None:
-        self.ran: list[str] = []
-
-    @property
-    def spec(self) -> ToolSpec:
-        return ToolSpec(name="touch", description="touch a file", parameters={"type": "object"})
-
-    @property
-    def effect(self) -> EffectKind:
-        return EffectKind.WRITE
-
-    @property
-    def idempotency(self) -> Idempotency:
-        return Idempotency.INHERENT
-
-    def prepare(self, call: ToolCall) -> PreparedCall:
-        path = str(call.arguments["path"])
-        requirement = Requirement(
-            kind="fs.write",
-            scope="/ws",
-            match=path,
-            description=f"write {path}",
-            candidates=(GrantCandidate(kind="fs.write", pattern=path),),
-        )
-        return PreparedCall(call_id=call.id, tool="touch", arguments=dict(call.arguments), requirements=(requirement,))
-
-    async def run(self, call: PreparedCall, ctx: ToolContext) -> ToolResult:
-        self.ran.append(str(call.arguments["path"]))
-        return ToolResult(output="touched")
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 from loopd.harness._errors import ToolArgumentsError
 from loopd.harness.core._values import EffectKind, Idempotency, ToolCall
 from loopd.harness.models._protocol import ToolSpec
-from loopd.harness.tools._protocol import PreparedCall, ToolContext, ToolResult
+from loopd.harness.tools._protocol import GrantCandidate, PreparedCall, Requirement, ToolContext, ToolResult
 
 
 class EchoTool:
@@ -56,3 +56,44 @@ class EchoTool:
             ctx.progress(f"waiting {delay:g}s")
             await asyncio.sleep(delay)
         return ToolResult(output=str(call.arguments["text"]))
+
+
+class TouchTool:
+    """Pretends to write ``path``: needs an ``fs.write`` permission for it, so every call meets the gate. Records
+    what it ran in ``ran`` (tests check that nothing ran before an answer)."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name="touch",
+            description="Touch a file (a test double that needs write permission).",
+            parameters={"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        )
+
+    @property
+    def effect(self) -> EffectKind:
+        return EffectKind.WRITE
+
+    @property
+    def idempotency(self) -> Idempotency:
+        return Idempotency.INHERENT
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        path = call.arguments.get("path")
+        if not isinstance(path, str) or not path:
+            raise ToolArgumentsError("touch needs a string 'path'")
+        requirement = Requirement(
+            kind="fs.write",
+            scope="/ws",
+            match=path,
+            description=f"write {path}",
+            candidates=(GrantCandidate(kind="fs.write", pattern=path),),
+        )
+        return PreparedCall(call_id=call.id, tool="touch", arguments=dict(call.arguments), requirements=(requirement,))
+
+    async def run(self, call: PreparedCall, ctx: ToolContext) -> ToolResult:
+        self.ran.append(str(call.arguments["path"]))
+        return ToolResult(output="touched")
