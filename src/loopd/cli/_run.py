@@ -21,7 +21,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation
+from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation, open_gates
 from loopd.cli._run_input import LineInput
 from loopd.cli._run_view import RunView
 from loopd.harness import HarnessError, Session, SessionNotFoundError
@@ -160,9 +160,14 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
         if options.resume:
             loop = session.state.loops.get(MAIN_LOOP)
             view.recap(
-                turns=loop.turns if loop else 0, last_reply=loop.last_reply if loop else None, usage=session.usage
+                turns=loop.turns if loop else 0,
+                last_reply=loop.last_reply if loop else None,
+                usage=session.usage,
+                questions=len(open_gates(session.state)),
             )
         try:
+            if options.resume:
+                await conversation.resume_open_turns()  # before the REPL reads a line or the prompt runs
             if options.prompt is not None:
                 return await conversation.one_shot(options.prompt)
             return await conversation.repl()
@@ -183,6 +188,9 @@ async def _close_session(session: Session, conversation: Conversation, view: Run
         view.warning(f"the session did not stop within {SHUTDOWN_TIMEOUT:g}s; it was dropped (restore it later)")
     except HarnessError as exc:
         view.warning(f"closing the session: {exc}")
+    left_open = len(open_gates(session.state))
+    if left_open:
+        view.questions_left_open(session.id, left_open)
     stats = session.statistics()
     view.session_closed(session.id, turns=stats.turns, usage=stats.usage)
 

@@ -1,9 +1,14 @@
 """A conversation with one harness session in the terminal: turns, the REPL, inline gates and Ctrl-C.
 
 `Conversation.on_sigint` is the only Ctrl-C handler while the session is open. What it does depends on the
-phase: at the prompt it wakes the pending read (the REPL quits on the second press in a row); during a turn the
-first press interrupts the turn (`Session.interrupt`) and a second one quits; in any other phase it quits. Quitting
-cancels the main task; the caller shuts the session down and closes the rig while that cancellation unwinds.
+phase: at the prompt it wakes the pending read (the REPL quits on the second press in a row); while a permission
+question is asked the first press only says how to leave and the second quits with the question still open (the
+gate is journaled: `loopd run --resume` asks it again); during the rest of a turn the first press interrupts the
+turn (`Session.interrupt`) and a second one quits; in any other phase it quits. Quitting cancels the main task;
+the caller shuts the session down and closes the rig while that cancellation unwinds.
+
+A restored session may have turns parked at an open gate: `resume_open_turns` asks those questions as if they had
+just been opened and follows the turns to their end before anything else is read.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
 )
+from loopd.harness.core.state import SessionState, TurnState
 from loopd.harness.gate import GateAnswer, GatePolicy
 from loopd.harness.runtime import Envelope, Subscription
 
@@ -116,6 +122,8 @@ class Conversation:
         self._phase: Phase = "starting"
         self._interrupt_requested = False
         self._interrupt_task: asyncio.Task[None] | None = None
+        self._asking = False
+        self._question_presses = 0
         self.quit_code: int | None = None
 
     @property
@@ -140,6 +148,13 @@ class Conversation:
         match self._phase:
             case "prompt":
                 self._terminal.interrupt()
+            case "turn" if self._asking:
+                # Quitting leaves the question open (the gate is journaled); it does not interrupt the turn.
+                self._question_presses += 1
+                if self._question_presses >= 2:
+                    self.quit()
+                else:
+                    self._terminal.interrupt()  # `_ask` explains and asks again
             case "turn" if not self._interrupt_requested and self._session is not None:
                 self._interrupt_requested = True
                 self._view.interrupting()
@@ -230,14 +245,64 @@ class Conversation:
                 self._view.warning(f"the session is busy, the input was not queued: {exc}")
                 return TurnOutcome("dropped")
             self._view.thinking()
-            async with contextlib.aclosing(self._follow(session, subscription)) as events:
-                async for env in events:
-                    outcome = await self._on_event(session, turn, command_id, env.event)
-                    if outcome is not None:
-                        return outcome
-            raise session.fault or SessionClosedError(f"session {session.id} stopped during the turn")
+            return await self._follow_turn(session, subscription, turn, command_id)
         finally:
+            await self._end_turn(turn, subscription)
+
+    async def resume_open_turns(self) -> list[TurnOutcome]:
+        """Ask the questions a restored session still waits on, following each such turn to its end.
+
+        Each parked turn is shown as if its `GateOpened` had just arrived (same panel, same answers, the gate's
+        own deadline; without a terminal, the policy's unattended answer). Returns the outcomes, in order.
+        """
+        outcomes: list[TurnOutcome] = []
+        while True:
+            session = self.session
+            self._interrupt_requested = False
+            self._enter("turn")
+            # Subscribe before reading the state: state changes and their events are published together, so
+            # whatever happens to the gate from here on (an answer, its deadline) reaches this subscription.
+            subscription = session.subscribe(maxsize=_SUBSCRIPTION_QUEUE)
+            parked = open_gates(session.state)
+            turn = _TurnTracker()
+            try:
+                if not parked:
+                    return outcomes
+                loop, state = parked[0]
+                gate = state.gate
+                if gate is None:  # open_gates only returns turns with a gate
+                    raise RuntimeError("a parked turn without a gate")
+                turn.turn_id = state.turn_id
+                turn.calls.update({c.id: c for c in state.calls})
+                opened = GateOpened(
+                    loop=loop,
+                    turn_id=state.turn_id,
+                    step=state.step,
+                    gate_id=gate.gate_id,
+                    call_ids=gate.call_ids,
+                    prompt=dict(gate.prompt),
+                    deadline=gate.deadline,
+                    at=self._clock(),
+                )
+                await self._on_event(session, turn, None, opened)
+                outcomes.append(await self._follow_turn(session, subscription, turn, None))
+            finally:
+                await self._end_turn(turn, subscription)
+
+    async def _follow_turn(
+        self, session: Session, subscription: Subscription, turn: _TurnTracker, command_id: str | None
+    ) -> TurnOutcome:
+        async with contextlib.aclosing(self._follow(session, subscription)) as events:
+            async for env in events:
+                outcome = await self._on_event(session, turn, command_id, env.event)
+                if outcome is not None:
+                    return outcome
+        raise session.fault or SessionClosedError(f"session {session.id} stopped during the turn")
+
+    async def _end_turn(self, turn: _TurnTracker, subscription: Subscription) -> None:
+        try:
             await _cancel(turn.gate_task)
+        finally:
             await subscription.aclose()
             if self._interrupt_task is not None:
                 await asyncio.wait({self._interrupt_task}, timeout=5.0)
@@ -246,7 +311,7 @@ class Conversation:
             self._enter("idle")
 
     async def _on_event(
-        self, session: Session, turn: _TurnTracker, command_id: str, event: Event
+        self, session: Session, turn: _TurnTracker, command_id: str | None, event: Event
     ) -> TurnOutcome | None:
         """Render one event of the session; the outcome once this input's turn has ended."""
         if isinstance(event, TurnStarted | InputsFolded):
@@ -254,7 +319,7 @@ class Conversation:
                 turn.turn_id = event.turn_id
             return None
         if isinstance(event, InputCancelled | InputRejected):
-            if event.command_id != command_id:
+            if command_id is None or event.command_id != command_id:
                 return None
             self._view.input_dropped(event.kind, event.reason)
             return TurnOutcome("interrupted" if self._interrupt_requested else "dropped")
@@ -329,11 +394,19 @@ class Conversation:
 
     async def _ask(self, event: GateOpened) -> GateAnswer | None:
         self._terminal.discard_pending()
+        self._asking = True
+        self._question_presses = 0
         try:
             async with asyncio.timeout(max(0.0, event.deadline - self._clock())):
                 while True:
                     self._view.gate_question()
-                    line = await self._terminal.readline()
+                    try:
+                        line = await self._terminal.readline()
+                    except InputInterrupted:
+                        if self._question_presses == 0:
+                            return None  # woken by something other than Ctrl-C at this question
+                        self._view.question_kept(self.session.id)
+                        continue
                     if line is None:
                         return GateAnswer.DENY  # Ctrl-D
                     self._view.answered()
@@ -341,8 +414,18 @@ class Conversation:
                     if answer is not None:
                         return answer
                     self._view.gate_invalid(line)
-        except (TimeoutError, InputInterrupted):
+        except TimeoutError:
             return None
+        finally:
+            self._asking = False
+            self._question_presses = 0
+
+
+def open_gates(state: SessionState) -> list[tuple[str, TurnState]]:
+    """The turns of ``state`` parked at an open permission question, as (loop name, turn), in loop order."""
+    return [
+        (name, loop.turn) for name, loop in state.loops.items() if loop.turn is not None and loop.turn.gate is not None
+    ]
 
 
 class _TurnTracker:

@@ -125,10 +125,18 @@ class RunView:
     def demo_note(self) -> None:
         self._line((DEMO_NOTE, "yellow"))
 
-    def recap(self, *, turns: int, last_reply: str | None, usage: Usage) -> None:
+    def recap(self, *, turns: int, last_reply: str | None, usage: Usage, questions: int = 0) -> None:
         self._line(("resumed", "bold"), f" · {_plural(turns, 'turn')} so far · {describe_usage(usage)}")
         if last_reply:
             self._line(("last reply: ", "dim"), (shorten(last_reply, lines=6), "dim italic"))
+        if questions:
+            waiting = "a permission question is" if questions == 1 else f"{questions} permission questions are"
+            self._line((f"{waiting} still waiting for an answer", "bold yellow"))
+
+    def questions_left_open(self, session_id: str, count: int) -> None:
+        """The run ends with unanswered questions: they stay open in the journal until their deadline."""
+        waiting = "a permission question stays" if count == 1 else f"{count} permission questions stay"
+        self._line((f"{waiting} open: loopd run --resume {session_id} asks again", "yellow"))
 
     def repl_banner(self) -> None:
         self._line(("type a message · /exit or Ctrl-D quits · Ctrl-C interrupts a running turn", "dim"))
@@ -137,7 +145,8 @@ class RunView:
         self._line(
             (
                 "Each line is one turn of this session. /exit, /quit or Ctrl-D quits; Ctrl-C interrupts a running "
-                "turn (at the prompt: press it twice to quit). Permission questions take a, l or d.",
+                "turn (at the prompt: press it twice to quit). Permission questions take a, l or d; Ctrl-C twice "
+                "there quits and leaves the question open for loopd run --resume.",
                 "dim",
             )
         )
@@ -232,6 +241,15 @@ class RunView:
         self._break()
         self._console.print(Text(GATE_QUESTION, style="bold yellow"), end="")
         self._question_open = True
+
+    def question_kept(self, session_id: str) -> None:
+        self._line(
+            (
+                "  (Ctrl-C again to quit: the question stays open and loopd run --resume "
+                f"{session_id} asks it again; d denies it)",
+                "dim",
+            )
+        )
 
     def gate_invalid(self, line: str) -> None:
         self._line((f"  {line.strip()!r} is not an answer: type a (approve once), l (always) or d (deny)", "yellow"))
