@@ -9,6 +9,7 @@ Must not do: SQL of any table.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,8 @@ class _Lane:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._conn: sqlite3.Connection | None = None
         self.lock = asyncio.Lock()
+        self.owner: object | None = None
+        """The transaction open on the connection; read and written on the lane thread only."""
 
     def _connect(self) -> None:
         conn = sqlite3.connect(str(self._path), timeout=self._timeout, isolation_level=None, check_same_thread=False)
@@ -49,6 +52,10 @@ class _Lane:
 
     async def open(self) -> None:
         await self.call(self._connect, opening=True)
+
+    @property
+    def connection(self) -> sqlite3.Connection | None:
+        return self._conn
 
     @property
     def conn(self) -> sqlite3.Connection:
@@ -72,6 +79,11 @@ class _Lane:
         except RuntimeError as exc:  # the executor was shut down under us
             raise StorageUnavailable("the SQLite database is closed") from exc
 
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Queue ``fn`` on the lane thread without waiting for it (its errors are dropped)."""
+        with contextlib.suppress(RuntimeError):  # shut down: the connection is closed, and its transaction with it
+            self._executor.submit(fn)
+
     async def close(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -81,18 +93,64 @@ class _Lane:
 
 
 class _SqliteConnection:
-    def __init__(self, lane: _Lane) -> None:
+    """One transaction on a lane. ``BEGIN`` rides along with the first statement, so a short transaction costs one
+    thread hop per statement plus the ``COMMIT`` (none at all when it runs no statement)."""
+
+    def __init__(self, lane: _Lane, begin: str) -> None:
         self._lane = lane
+        self._begin = begin
+        self.used = False  # a statement was handed to the lane thread (so BEGIN may have run)
+
+    def _in_transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> Callable[[], _T]:
+        lane, conn, begin = self._lane, self._lane.conn, self._begin
+
+        def run() -> _T:  # on the lane thread
+            if lane.owner is not self:
+                if conn.in_transaction:  # left open by a transaction whose caller timed out or was cancelled
+                    conn.execute("ROLLBACK")
+                lane.owner = None
+                conn.execute(begin)
+                lane.owner = self
+            elif not conn.in_transaction:  # SQLite rolled the transaction back itself (e.g. disk full)
+                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+            return fn(conn)
+
+        return run
 
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        conn = self._lane.conn
         args = tuple(params)
-        return await self._lane.call(lambda: conn.execute(sql, args).fetchall())
+        self.used = True
+        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).fetchall()))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
-        conn = self._lane.conn
         args = tuple(params)
-        return await self._lane.call(lambda: conn.execute(sql, args).rowcount)
+        self.used = True
+        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).rowcount))
+
+    def end(self, verb: str) -> Callable[[], None]:
+        """``COMMIT`` or ``ROLLBACK`` this transaction if it is still the one open on the lane (run on the lane
+        thread). A failed ``COMMIT`` rolls back at once, so the outcome is settled in this one call."""
+        lane, conn = self._lane, self._lane.connection
+
+        def run() -> None:
+            if lane.owner is not self:
+                return
+            lane.owner = None
+            if conn is None:
+                raise StorageUnavailable("the SQLite database is closed")
+            if not conn.in_transaction:
+                if verb == "COMMIT":
+                    raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+                return
+            try:
+                conn.execute(verb)
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+
+        return run
 
 
 class SqliteBackend:
@@ -124,8 +182,7 @@ class SqliteBackend:
             raise
         return cls(writer, reader, timeout)
 
-    @asynccontextmanager
-    async def _transaction(self, lane: _Lane, begin: str) -> AsyncIterator[Connection]:
+    async def _acquire(self, lane: _Lane) -> None:
         if self._closed:
             raise StorageUnavailable("the SQLite database is closed")
         try:
@@ -133,42 +190,51 @@ class SqliteBackend:
                 await lane.lock.acquire()
         except TimeoutError as exc:
             raise StorageUnavailable(f"the SQLite database stayed busy for {self._timeout:g} s") from exc
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Connection]:
+        lane = self._writer
+        await self._acquire(lane)
         try:
-            conn = lane.conn
-
-            def start() -> None:
-                if conn.in_transaction:  # left open by a transaction whose caller timed out or was cancelled
-                    conn.execute("ROLLBACK")
-                conn.execute(begin)
-
-            await lane.call(start)
+            tx = _SqliteConnection(lane, "BEGIN IMMEDIATE")
             committed = False
             try:
-                yield _SqliteConnection(lane)
-                await lane.call(lambda: conn.execute("COMMIT"))
+                yield tx
+                if tx.used:
+                    await lane.call(tx.end("COMMIT"))
                 committed = True
             finally:
-                if not committed:
-                    await asyncio.shield(self._rollback(lane, conn))
+                if not committed and tx.used:
+                    await asyncio.shield(self._rollback(lane, tx))
+        finally:
+            lane.lock.release()
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Connection]:
+        lane = self._reader
+        await self._acquire(lane)
+        try:
+            tx = _SqliteConnection(lane, "BEGIN")
+            try:
+                yield tx
+            finally:
+                if tx.used:
+                    # Ending a read changes nothing, so nobody waits for it: the lane thread runs its calls in
+                    # order, so the next transaction's first statement starts after it.
+                    lane.submit(tx.end("COMMIT"))
         finally:
             lane.lock.release()
 
     @staticmethod
-    async def _rollback(lane: _Lane, conn: sqlite3.Connection) -> None:
-        def rollback() -> None:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-
+    async def _rollback(lane: _Lane, tx: _SqliteConnection) -> None:
         try:
-            await lane.call(rollback)
+            await lane.call(tx.end("ROLLBACK"))
         except StorageUnavailable:
             # The connection is unusable; the transaction dies with it and the next BEGIN reports the failure.
             return
 
     def transaction(self, *, read_only: bool) -> AbstractAsyncContextManager[Connection]:
-        if read_only:
-            return self._transaction(self._reader, "BEGIN")
-        return self._transaction(self._writer, "BEGIN IMMEDIATE")
+        return self._read() if read_only else self._write()
 
     async def aclose(self) -> None:
         if self._closed:

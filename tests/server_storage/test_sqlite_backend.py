@@ -1,0 +1,195 @@
+"""The SQLite backend's transactions: BEGIN rides with the first statement, read ends are not awaited, and the
+guarantees stay (one writer, one snapshot per read, rollback on errors and cancellation, errors mapped)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from loopd.server.storage import Conflict, StorageUnavailable
+from loopd.server.storage._sqlite import SqliteBackend
+
+
+@pytest.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[SqliteBackend]:
+    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 2.0)
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    try:
+        yield backend
+    finally:
+        await backend.aclose()
+
+
+def other_connection(tmp_path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None, timeout=0)
+
+
+async def values(backend: SqliteBackend) -> list[str]:
+    async with backend.transaction(read_only=True) as conn:
+        return [row[0] for row in await conn.fetch("SELECT v FROM t ORDER BY id")]
+
+
+async def test_the_write_lock_is_taken_by_the_first_statement_and_held_to_commit(
+    backend: SqliteBackend, tmp_path: Path
+) -> None:
+    other = other_connection(tmp_path)
+    try:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.fetch("SELECT count(*) FROM t")  # a read, yet BEGIN IMMEDIATE went with it
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+            await conn.execute("INSERT INTO t (v) VALUES ('a')")
+        other.execute("BEGIN IMMEDIATE")  # free again after the commit
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert await values(backend) == ["a"]
+
+
+async def test_a_transaction_without_statements_touches_nothing(backend: SqliteBackend, tmp_path: Path) -> None:
+    other = other_connection(tmp_path)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process writes: an empty block must not wait for it
+        async with backend.transaction(read_only=False):
+            pass
+        async with backend.transaction(read_only=True):
+            pass
+    finally:
+        other.close()
+
+
+async def test_a_busy_database_fails_the_first_statement_and_the_next_transaction_works(
+    tmp_path: Path,
+) -> None:
+    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 0.3)
+    try:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        other = other_connection(tmp_path)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StorageUnavailable):
+                async with backend.transaction(read_only=False) as conn:
+                    await conn.execute("INSERT INTO t (v) VALUES ('lost')")
+        finally:
+            other.close()
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('kept')")
+        assert await values(backend) == ["kept"]
+    finally:
+        await backend.aclose()
+
+
+async def test_a_read_sees_one_snapshot_from_its_first_statement(backend: SqliteBackend) -> None:
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('a')")
+    async with backend.transaction(read_only=True) as reader:
+        assert await reader.fetch("SELECT v FROM t") == [("a",)]
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('b')")
+        assert await reader.fetch("SELECT v FROM t ORDER BY id") == [("a",)]
+    # the next read starts after the previous one ended (its end was queued, not awaited)
+    assert await values(backend) == ["a", "b"]
+
+
+async def test_reads_and_writes_interleaved_each_see_the_latest_commit(backend: SqliteBackend) -> None:
+    for i in range(50):
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES (?)", (str(i),))
+        async with backend.transaction(read_only=True) as reader:
+            assert await reader.fetch("SELECT count(*) FROM t") == [(i + 1,)]
+
+
+async def test_a_conflict_on_the_first_statement_leaves_the_transaction_open(backend: SqliteBackend) -> None:
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
+    async with backend.transaction(read_only=False) as conn:
+        with pytest.raises(Conflict):
+            await conn.execute("INSERT INTO t (id, v) VALUES (1, 'again')")
+        await conn.execute("INSERT INTO t (id, v) VALUES (2, 'b')")
+    with pytest.raises(RuntimeError):
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (id, v) VALUES (3, 'c')")
+            raise RuntimeError("boom")
+    assert await values(backend) == ["a", "b"]
+
+
+async def test_a_failed_commit_rolls_back_and_releases_the_write_lock(backend: SqliteBackend, tmp_path: Path) -> None:
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        await conn.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY,"
+            " parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+    backend._writer.conn.execute("PRAGMA foreign_keys=ON")  # outside a transaction, on the idle writer
+    with pytest.raises(Conflict):
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('lost')")
+            await conn.execute("INSERT INTO child (id, parent) VALUES (1, 42)")  # checked at COMMIT
+    other = other_connection(tmp_path)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the failed transaction did not keep the lock
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert await values(backend) == []
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('kept')")
+    assert await values(backend) == ["kept"]
+
+
+async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend: SqliteBackend) -> None:
+    started = asyncio.Event()
+
+    async def writer() -> None:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('lost')")
+            started.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(writer())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def first_statement_cancelled() -> None:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('lost too')")
+
+    for _ in range(20):  # cancelled at various points around the fused BEGIN + first statement
+        task = asyncio.create_task(first_statement_cancelled())
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('kept')")
+    assert await values(backend) == ["kept"]
+
+
+async def test_one_writer_at_a_time(backend: SqliteBackend) -> None:
+    async def bump(k: int) -> None:
+        for _ in range(20):
+            async with backend.transaction(read_only=False) as conn:
+                rows = await conn.fetch("SELECT count(*) FROM t")
+                await asyncio.sleep(0)  # other writers get the loop, not the transaction
+                await conn.execute("INSERT INTO t (id, v) VALUES (?, ?)", (rows[0][0] + 1, str(k)))
+
+    await asyncio.gather(*(bump(k) for k in range(5)))  # any overlap would hit the primary key: Conflict
+    assert len(await values(backend)) == 100
+
+
+async def test_statements_after_close_are_unavailable(tmp_path: Path) -> None:
+    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 2.0)
+    async with backend.transaction(read_only=True) as conn:
+        await conn.fetch("SELECT 1")
+    await backend.aclose()
+    with pytest.raises(StorageUnavailable):
+        async with backend.transaction(read_only=True) as conn:
+            await conn.fetch("SELECT 1")
