@@ -242,6 +242,7 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
 def test_public_face() -> None:
     assert set(serve_module.__all__) == {
         "IDEMPOTENCY_FILE",
+        "MAX_JSON_DEPTH",
         "PUBLIC_PATHS",
         "SSE_PING",
         "STATUS_OF",

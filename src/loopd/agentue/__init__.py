@@ -8,8 +8,9 @@ them deterministically into the snapshot, and `Streams` keeps one independent st
 event is one SSE message `data: <json>` whose optional `id:` is a transport cursor.
 
 Pure and a leaf: this package imports nothing of loopd and does no I/O (no clock, no randomness, no sockets).
-Errors: `AgentUEValidationError` (the input is not AgentUE) and `AgentUERejectedError` (the event cannot apply to
-this state; the state is unchanged), both `ValueError`s.
+Errors: `AgentUEValidationError` (the input is not AgentUE; `AgentUETooDeepError` when a value nests more than
+`MAX_DEPTH` levels) and `AgentUERejectedError` (the event cannot apply to this state; the state is unchanged), all
+`AgentUEError`s and so `ValueError`s.
 """
 
 from loopd.agentue._blocks import (
@@ -30,7 +31,14 @@ from loopd.agentue._blocks import (
     typed_block,
     validate_model,
 )
-from loopd.agentue._errors import AgentUEError, AgentUERejectedError, AgentUEValidationError, RejectCode
+from loopd.agentue._errors import (
+    MAX_DEPTH,
+    AgentUEError,
+    AgentUERejectedError,
+    AgentUETooDeepError,
+    AgentUEValidationError,
+    RejectCode,
+)
 from loopd.agentue._events import (
     AppendEvent,
     EndEvent,
@@ -77,6 +85,7 @@ SSE_BINDING_VERSION = "1.0"
 
 __all__ = [
     "BLOCK_TYPES",
+    "MAX_DEPTH",
     "PROTOCOL_VERSION",
     "SSE_BINDING_VERSION",
     "SSE_CONTENT_TYPE",
@@ -84,6 +93,7 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "AgentUEError",
     "AgentUERejectedError",
+    "AgentUETooDeepError",
     "AgentUEValidationError",
     "AppendEvent",
     "ArtifactBlock",

@@ -3,7 +3,9 @@
     ValueError
      └── AgentUEError                 anything this package refuses
           ├── AgentUEValidationError  the input is not valid AgentUE (model, block, event, frame, SSE message);
-          │                           fix the producer, retrying the same input fails again
+          │    │                      fix the producer, retrying the same input fails again
+          │    └── AgentUETooDeepError  a JSON value nests deeper than `MAX_DEPTH` (64) objects/arrays; refused
+          │                           before anything walks it recursively
           └── AgentUERejectedError    a well-formed event (or one that is not) cannot be applied to this state;
                                       the state is unchanged. `code` says why; NOT_STARTED / ENDED / WRONG_STREAM
                                       usually mean the consumer should resynchronise (reconnect for a new `start`)
@@ -30,6 +32,21 @@ class AgentUEValidationError(AgentUEError):
         self.path = path
         self.reason = reason
         super().__init__(f"{path}: {reason}" if path else reason)
+
+
+MAX_DEPTH = 64
+"""How deeply a JSON value inside AgentUE (a block, `meta`, an event payload, …) may nest objects and arrays.
+
+`{}` and `[]` are depth 1. The limit keeps every recursive walk (copy, clone, reduce) far from Python's recursion
+limit, whatever the caller's own stack depth."""
+
+
+class AgentUETooDeepError(AgentUEValidationError):
+    """A JSON value nests objects/arrays deeper than `limit`; `path` names the value that was checked."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        self.limit = limit
+        super().__init__(path, f"nests objects/arrays more than {limit} levels deep (the limit is {limit})")
 
 
 class RejectCode(StrEnum):

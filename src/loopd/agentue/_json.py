@@ -1,7 +1,8 @@
 """JSON values: checked deep copies, cheap clones and dotted paths. Pure.
 
 Every JSON value that enters an AgentUE object is copied (and checked) once, so a model or event never shares a
-mutable dict or list with its caller; everything handed out again is a clone. Between states the reducer shares
+mutable dict or list with its caller; everything handed out again is a clone. Its depth is checked first, without
+recursion, so the recursive copy and every later clone stay within `MAX_DEPTH` levels. Between states the reducer shares
 untouched values freely, which is safe because nothing here mutates a value after construction.
 """
 
@@ -12,7 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from loopd.agentue._errors import AgentUEValidationError
+from loopd.agentue._errors import MAX_DEPTH, AgentUETooDeepError, AgentUEValidationError
 
 JsonObject = dict[str, Any]
 
@@ -53,9 +54,28 @@ def _checked(value: Any) -> Any:
     raise _NotJson(f"{type(value).__name__} is not a JSON value")
 
 
+def check_depth(value: Any, path: str, limit: int = MAX_DEPTH) -> None:
+    """Raise `AgentUETooDeepError` when `value` nests dicts/lists (or other mappings/sequences that are not
+    strings) more than `limit` levels deep. Iterative: any depth is measured without recursion."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            raise AgentUETooDeepError(path, limit)
+        pending.extend((child, depth + 1) for child in children if isinstance(child, Mapping | list | tuple))
+
+
 def checked_copy(value: Any, path: str) -> Any:
     """A deep copy of `value`, which must be plain JSON (dict with str keys, list, str, int, finite float, bool,
-    None); anything else raises `AgentUEValidationError` naming the offending path."""
+    None) nested at most `MAX_DEPTH` levels; anything else raises `AgentUEValidationError` (`AgentUETooDeepError`
+    for the depth) naming the offending path."""
+    check_depth(value, path)
     try:
         return _checked(value)
     except _NotJson as exc:
@@ -177,5 +197,8 @@ def loads(text: str, path: str) -> Any:
     """Parse JSON text strictly (NaN and Infinity are refused)."""
     try:
         return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        # The parser itself recurses per level; text this deep is far past MAX_DEPTH anyway.
+        raise AgentUETooDeepError(path, MAX_DEPTH) from None
     except ValueError as exc:
         raise AgentUEValidationError(path, f"invalid JSON: {exc}") from exc

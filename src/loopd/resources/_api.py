@@ -438,6 +438,8 @@ class ResourceApi:
 def _decode(raw: bytes, *, yaml_allowed: bool) -> Any:
     try:
         return json.loads(raw)
+    except RecursionError as exc:  # the parser recurses per level: far deeper than any object
+        raise BadRequest("the request body nests too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         if yaml_allowed:
             try:

@@ -15,6 +15,7 @@ from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app, registry_of
 from loopd.harness.serve._errors import STATUS_OF, TYPE_OF_STATUS, ApiError, ErrorType, error_body, error_response
 from loopd.harness.serve._guard import PUBLIC_PATHS
 from loopd.harness.serve._http import (
+    MAX_JSON_DEPTH,
     SSE_PING,
     WRITE_METHODS,
     EventStreamResponse,
@@ -40,6 +41,7 @@ from loopd.harness.serve._server import InsecureBindError, check_bind, open_harn
 
 __all__ = [
     "IDEMPOTENCY_FILE",
+    "MAX_JSON_DEPTH",
     "PUBLIC_PATHS",
     "SSE_PING",
     "STATUS_OF",

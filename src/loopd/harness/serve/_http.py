@@ -1,7 +1,8 @@
 """HTTP plumbing shared by `loopd harness serve` and loop-server: mechanism only, no policy.
 
 * Requests: `request_headers`, `host_name`, `is_loopback`, `WRITE_METHODS`, and `buffer_json_body`, which reads a
-  write's body under a byte cap and a timeout, insists on one JSON object, and hands the body on.
+  write's body under a byte cap and a timeout, insists on one JSON object nested at most `MAX_JSON_DEPTH` levels
+  (measured on the bytes, before anything parses them recursively), and hands the body on.
 * Server-sent events: `sse_message` (one frame), `SSE_PING` (a heartbeat comment) and `EventStreamResponse`.
 * Errors: `install_error_handlers` answers every exception a route raises with the error envelope of ``_errors``.
 * Serving: `open_http_server` runs an app with uvicorn on a socket it binds, within start and stop timeouts; an
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import json
 import logging
 import math
@@ -40,6 +42,11 @@ from loopd.harness.serve._errors import TYPE_OF_STATUS, ApiError, error_response
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 SSE_PING: Final = b": ping\n\n"
 _SSE_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")  # the only line ends SSE knows (str.splitlines knows more)
+MAX_JSON_DEPTH: Final = 64
+"""How deeply a request body may nest objects and arrays (``{}`` is depth 1); deeper is 400 ``invalid_request``."""
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP: Final = tuple(1 if b in b"[{" else -1 for b in range(256))
 _START_TIMEOUT: Final = 10.0
 _STOP_GRACE: Final = 15.0
 
@@ -123,7 +130,17 @@ def _is_json(content_type: str) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
+def json_depth(body: bytes) -> int:
+    """How deeply JSON text nests objects and arrays, counted on the bytes without parsing or recursion (brackets
+    inside strings do not count). Meant as a guard before parsing: text that is not JSON gets some number."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
 def _check_json_object(body: bytes) -> None:
+    opening = body.count(b"[") + body.count(b"{")
+    if opening > MAX_JSON_DEPTH and json_depth(body) > MAX_JSON_DEPTH:
+        raise ApiError("invalid_request", f"the body nests objects/arrays more than {MAX_JSON_DEPTH} levels deep")
     try:
         value = json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
