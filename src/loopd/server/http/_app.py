@@ -1,9 +1,10 @@
 """`create_server_app`: the loop-server FastAPI app over a `ServerContext`.
 
-The app serves: ``GET /healthz``, ``GET /v1/me``, the placeholder page at ``/``, the chat, Human and registry
-routes of the context's services, and any extra ``routers`` (the Harness Engine's, the web UI's). Every error is
-the envelope of ``_errors``; `SecurityMiddleware` authenticates every request. With ``sweepers`` the app's
-lifespan runs the completion sweeper and the Human deadline sweeper.
+The app serves: ``GET /healthz``, ``GET /v1/me``, the placeholder page at ``/``, the sign-in link and token
+routes (``_access_routes``), the chat, Human and registry routes of the context's services, and any extra
+``routers`` (the Harness Engine's, the web UI's). Every error is the envelope of ``_errors``;
+`SecurityMiddleware` authenticates every request (with the `AccessStore` over the context's database). With
+``sweepers`` the app's lifespan runs the completion sweeper and the Human deadline sweeper.
 Must not do: bind sockets (``_serving``), build services (the composition root does).
 """
 
@@ -20,6 +21,8 @@ from starlette.responses import HTMLResponse
 
 from loopd import __version__
 from loopd.harness.serve import drop_validation_responses
+from loopd.server.http._access import AccessStore
+from loopd.server.http._access_routes import access_router
 from loopd.server.http._context import ServerContext
 from loopd.server.http._errors import ERROR_RESPONSES, install_error_handlers
 from loopd.server.http._identity import Identity, current_identity, identity_of
@@ -35,8 +38,7 @@ code,pre{{background:#f3f3f3;border-radius:4px;padding:.1rem .3rem}}pre{{padding
 </head><body>
 <h1>loopd</h1>
 <p>The web UI will be here. This server is running (version {version}); until the UI ships, use the CLI:</p>
-<pre>loopd chat                      # talk to the built-in assistant
-loopd chat --target operator:router</pre>
+<pre>loopd chat "hello"              # ask the built-in assistant; the answer streams back</pre>
 <p>or the HTTP API, described at <a href="/docs">/docs</a> (the OpenAPI document is at
 <a href="/openapi.json">/openapi.json</a>).</p>
 <p>Your browser identity here is <code>{identity}</code> (kept in the <code>{cookie}</code> cookie).</p>
@@ -103,13 +105,15 @@ def create_server_app(
     app.state.context = ctx
     app.state.begin_shutdown = ctx.chat.begin_shutdown
     install_error_handlers(app)
+    access = AccessStore(ctx.db, signin_ttl=ctx.security.signin_ttl)
     app.include_router(_base_routes())
+    app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.chat, heartbeat=heartbeat))
     app.include_router(human_router(ctx.human))
     app.include_router(registry_router(ctx.registry))
     for router in routers:
         app.include_router(router)
-    app.add_middleware(SecurityMiddleware, security=ctx.security)
+    app.add_middleware(SecurityMiddleware, security=ctx.security, access=access)
     return app
 
 
@@ -140,7 +144,7 @@ def _base_routes() -> APIRouter:
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def placeholder(caller: Annotated[Identity | None, Depends(_optional_identity)]) -> HTMLResponse:
-        who = caller.text if caller is not None else "(none: this host serves no browser sessions)"
+        who = caller.text if caller is not None else "(none: on another machine, open a link from `loopd signin-link`)"
         page = _PLACEHOLDER.format(version=html.escape(__version__), identity=html.escape(who), cookie=COOKIE_NAME)
         return HTMLResponse(page)
 
