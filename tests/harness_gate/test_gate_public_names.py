@@ -36,6 +36,7 @@ def test_public_names() -> None:
             "after_answer",
             "answer_on_timeout",
             "escape_pattern",
+            "exec_grant_covers",
             "evaluate",
             "load_policy",
             "merge_rules",

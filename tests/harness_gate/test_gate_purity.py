@@ -1,4 +1,4 @@
-"""The evaluator and pattern modules are pure: they import no I/O modules."""
+"""The evaluator, pattern and command-argument modules are pure: they import no I/O modules."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+import loopd.harness.gate._commands as commands_module
 import loopd.harness.gate._evaluate as evaluate_module
 import loopd.harness.gate._patterns as patterns_module
 
 IO_MODULES = {"os", "io", "asyncio", "time", "pathlib", "socket", "subprocess", "sqlite3", "httpx", "random", "shutil"}
-ALLOWED = {"__future__", "collections", "enum", "functools", "types", "typing", "pydantic", "loopd"}
+ALLOWED = {"__future__", "collections", "enum", "functools", "types", "typing", "pydantic", "shlex", "loopd"}
 
 
-@pytest.mark.parametrize("module", [evaluate_module, patterns_module])
+@pytest.mark.parametrize("module", [evaluate_module, patterns_module, commands_module])
 def test_imports_no_io(module: object) -> None:
     source = Path(module.__file__).read_text()  # type: ignore[attr-defined]
     imported: set[str] = set()

@@ -2,10 +2,13 @@
 
 Owns the pure evaluator (`evaluate`: configured access → every stored deny → stored allows → one combined
 prompt), the three answers, rule stores per workspace, resolving an answer into a grant, and headless policy
-files. It must not run tools, prompt anyone or keep time: the runtime opens the prompt, enforces
-`GATE_TIMEOUT_DEFAULT` (taking `answer_on_timeout()`, i.e. Deny) and journals open prompts for restore.
+files. An ``exec`` allow rule with a wildcard (``git diff *``) stands for confined arguments only
+(`exec_grant_covers`), however old the stored rule. It must not run tools, prompt anyone or keep time: the
+runtime opens the prompt, enforces `GATE_TIMEOUT_DEFAULT` (taking `answer_on_timeout()`, i.e. Deny) and
+journals open prompts for restore.
 """
 
+from loopd.harness.gate._commands import grant_covers as exec_grant_covers
 from loopd.harness.gate._errors import (
     GateError,
     GatePolicyError,
@@ -73,6 +76,7 @@ __all__ = [
     "answer_on_timeout",
     "escape_pattern",
     "evaluate",
+    "exec_grant_covers",
     "load_policy",
     "merge_rules",
     "parse_policy",

@@ -13,14 +13,16 @@ or headless policy file) and the rules stored for this workspace. For each call,
    with exactly one of three `GateAnswer`s. A call with nothing unmet is allowed.
 
 Matching uses the pattern language of `_patterns`: an allow must *cover* a requirement, a deny only has to
-*overlap* it. For ``exec`` requirements an allow's wildcard never absorbs a shell metacharacter.
+*overlap* it. For ``exec`` requirements an allow's wildcard stands for confined arguments only — no shell
+metacharacter, no option off the program's allow-list, no path that can leave the workspace (`_commands`) —
+whether the rule was stored by "Approve always" (by this version or an older one) or configured.
 
 The decision is a plain value (JSON round-trips), so an open gate can be journaled and reinstalled on restore.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Final, Protocol
@@ -28,15 +30,16 @@ from typing import Final, Protocol
 from pydantic import Field
 
 from loopd.harness.core._values import Frozen
-from loopd.harness.gate import _patterns
+from loopd.harness.gate import _commands, _patterns
 
 GATE_TIMEOUT_DEFAULT: Final[float] = 300.0
 """Seconds an open permission gate waits for an answer before it resolves as `GateAnswer.DENY`."""
 
-SHELL_METACHARACTERS: Final = frozenset(";&|<>()$`\n\r")
+SHELL_METACHARACTERS: Final = _commands.SHELL_METACHARACTERS
 """Characters an allow rule's wildcard never absorbs in an ``exec`` requirement."""
 
-_WILDCARD_EXCLUDES: Final[Mapping[str, frozenset[str]]] = MappingProxyType({"exec": SHELL_METACHARACTERS})
+# How an allow rule's pattern must cover a requirement's match, per kind (default: `_patterns.covers`).
+_ALLOW_MATCHERS: Final[Mapping[str, Callable[[str, str], bool]]] = MappingProxyType({"exec": _commands.covers_command})
 
 
 class GateAnswer(StrEnum):
@@ -330,10 +333,8 @@ def _first_deny(rules: Sequence[Rule], requirement: RequirementLike) -> Rule | N
 
 
 def _first_allow(rules: Sequence[Rule], requirement: RequirementLike) -> Rule | None:
-    excludes = _WILDCARD_EXCLUDES.get(requirement.kind, frozenset())
+    matches = _ALLOW_MATCHERS.get(requirement.kind, _patterns.covers)
     for rule in rules:
-        if _patterns.covers(rule.kind, _patterns.escape(requirement.kind)) and _patterns.covers(
-            rule.pattern, requirement.match, wildcard_excludes=excludes
-        ):
+        if _patterns.covers(rule.kind, _patterns.escape(requirement.kind)) and matches(rule.pattern, requirement.match):
             return rule
     return None

@@ -10,7 +10,11 @@ narrower path instead. Listing a directory (``src/``) reads names only and is no
 
 Candidates are what "Approve always" would store — *all* shown candidates are stored, so a tool offers only
 candidates that are safe to keep together: reads offer the file and its directory's tree, writes only the
-exact file, commands the exact command (plus ``<program> *`` for a few read-only programs).
+exact file, commands the exact command, plus ``<program> *`` for a few read-only programs (`READ_ONLY_PREFIXES`)
+when that grant covers the command itself. The gate gives such a grant a narrow meaning: its wildcard stands
+for confined arguments only (no option off an allow-list, no path leaving the workspace; see
+`loopd.harness.gate.exec_grant_covers`), so ``git diff *`` never covers ``git diff --no-index ../x /dev/null``
+and ``git diff --output=../x`` gets no "always" offer beyond the exact command.
 
 A command is split at unquoted control operators (``;``, ``&&``, ``||``, ``|``, ``&``, newlines) and every
 part becomes its own requirement, so ``git status && rm -rf x`` needs both parts approved and a stored deny on
@@ -25,7 +29,8 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Final
 
-from loopd.harness.gate._patterns import escape
+from loopd.harness.gate import escape_pattern as escape
+from loopd.harness.gate import exec_grant_covers
 from loopd.harness.tools._protocol import GrantCandidate, Requirement
 
 FS_READ: Final = "fs.read"
@@ -176,7 +181,15 @@ def exec_requirements(scope: str, command: str) -> tuple[Requirement, ...]:
         prefix = _read_only_prefix(part)
         if prefix is not None:
             shown = " ".join(prefix)
-            candidates.append(GrantCandidate(kind=EXEC, pattern=escape(shown) + " *", description=f"run `{shown} …`"))
+            pattern = escape(shown) + " *"
+            if exec_grant_covers(pattern, part):
+                candidates.append(
+                    GrantCandidate(
+                        kind=EXEC,
+                        pattern=pattern,
+                        description=f"run `{shown} …` (display options, paths inside the workspace)",
+                    )
+                )
         requirements.append(
             Requirement(
                 kind=EXEC, scope=scope, match=escape(part), description=f"run `{part}`", candidates=tuple(candidates)

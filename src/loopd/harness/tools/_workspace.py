@@ -7,8 +7,12 @@ The rules, in order:
 - A ``..`` component is refused, even when the result would stay inside (there is always a shorter spelling).
 - The path is resolved to its *real* path (every symlink followed); it must be the root or below it. A symlink
   whose target is outside is refused, including a dangling one (writing through it would create the target).
-- Writes are refused inside protected directories (by default ``.loopd``, where the workspace's gate rules
-  live), so a file tool can never grant itself permissions.
+- Writes are refused at or below protected paths: ``.loopd`` (the workspace's gate rules), so a file tool
+  can never grant itself permissions, and git's configuration — ``.git`` at any depth (nested repositories and
+  submodules run their own config), ``.gitconfig`` and ``.config/git`` at the root (bash runs with HOME set to
+  the workspace) — because git config names programs git runs (``core.fsmonitor``, hooks, diff drivers).
+  Names are compared the way case-insensitive filesystems compare them (``.GIT``, ``.Git``, a name with
+  Unicode characters HFS+ ignores, trailing dots or spaces NTFS drops), and after symlinks are resolved.
 
 Resolution reads filesystem metadata but changes nothing. The relative real path it returns is what the gate
 matches, so a symlink cannot dodge a deny rule by naming the same file differently. Tools re-resolve at run
@@ -18,6 +22,7 @@ time and refuse if the answer changed since the call was approved.
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,7 +31,21 @@ from typing import Final
 from loopd.harness._errors import ToolArgumentsError
 
 MAX_PATH_CHARS: Final = 4096
-DEFAULT_PROTECTED: Final = (".loopd",)
+DEFAULT_PROTECTED: Final = (".loopd", ".git", ".gitconfig", ".config/git")
+"""Root-relative paths the file tools never write at or below."""
+PROTECTED_NAMES: Final = (".git",)
+"""Names the file tools never write at or below, at any depth."""
+
+# Code points HFS+ ignores when it compares names (as git's own ".git" check does).
+_IGNORED_CODE_POINTS: Final = dict.fromkeys(
+    [0x200C, 0x200D, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF]
+)
+
+
+def _folded(name: str) -> str:
+    """A name as a case- and normalization-insensitive filesystem compares it."""
+    name = unicodedata.normalize("NFC", name.translate(_IGNORED_CODE_POINTS)).casefold()
+    return name.rstrip(". ") or name
 
 
 class WorkspaceEscapeError(ToolArgumentsError):
@@ -53,12 +72,19 @@ class ResolvedPath:
 class Workspace:
     """The directory tools are confined to."""
 
-    def __init__(self, root: str | os.PathLike[str], *, protected: Iterable[str] = DEFAULT_PROTECTED) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        protected: Iterable[str] = DEFAULT_PROTECTED,
+        protected_names: Iterable[str] = PROTECTED_NAMES,
+    ) -> None:
         real = Path(os.path.realpath(root))
         if not real.is_dir():
             raise NotADirectoryError(f"workspace root {str(root)!r} is not a directory")
         self._root = real
-        self._protected = frozenset(protected)
+        self._protected = frozenset(tuple(_folded(p) for p in PurePosixPath(path).parts) for path in protected)
+        self._protected_names = frozenset(_folded(name) for name in protected_names)
 
     @property
     def root(self) -> Path:
@@ -77,9 +103,15 @@ class Workspace:
         relative = self.relative_to_root(real)
         if relative is None:
             raise WorkspaceEscapeError(path, "it resolves outside the workspace (through a symlink)")
-        if for_write and relative != "." and PurePosixPath(relative).parts[0] in self._protected:
-            raise WorkspaceEscapeError(path, f"{PurePosixPath(relative).parts[0]}/ is protected from tools")
+        if for_write:
+            self.check_writable(relative, shown=path)
         return ResolvedPath(real=real, relative=relative)
+
+    def check_writable(self, relative: str, *, shown: str | None = None) -> None:
+        """Raise `WorkspaceEscapeError` if ``relative`` (a real path relative to the root) is protected."""
+        protected = self.protected_prefix(relative)
+        if protected is not None:
+            raise WorkspaceEscapeError(shown or relative, f"{protected} is protected from the file tools")
 
     def relative_to_root(self, real: Path) -> str | None:
         """The POSIX path of ``real`` relative to the root, or None if it is not the root or below it."""
@@ -94,7 +126,19 @@ class Workspace:
         return self.relative_to_root(real) is not None
 
     def is_protected(self, relative: str) -> bool:
-        return relative != "." and PurePosixPath(relative).parts[0] in self._protected
+        return self.protected_prefix(relative) is not None
+
+    def protected_prefix(self, relative: str) -> str | None:
+        """The protected path ``relative`` is at or below (as spelled in ``relative``), or None."""
+        parts = PurePosixPath(relative).parts if relative != "." else ()
+        folded = tuple(_folded(part) for part in parts)
+        for index, name in enumerate(folded):
+            if name in self._protected_names:
+                return "/".join(parts[: index + 1])
+        for prefix in self._protected:
+            if folded[: len(prefix)] == prefix:
+                return "/".join(parts[: len(prefix)])
+        return None
 
 
 def check_relative(text: str, *, what: str) -> None:
