@@ -47,7 +47,8 @@ def test_quitting_at_a_question_keeps_it_and_resume_asks_it(dirs: Dirs, terminal
     t.send("\x03")
     assert t.wait_exit() == 130
     session_id = session_id_in(t.output)
-    assert f"a permission question stays open: loopd run --resume {session_id} asks again" in t.output
+    resume = f"loopd run --resume {session_id} --data-dir {dirs.data_dir}"
+    assert f"a permission question stays open: {resume} asks again" in t.output
     assert "interrupted" not in t.output
     assert turn_kinds(dirs.data_dir, session_id) == ["turn_started", "gate_opened"]  # not interrupted, not denied
 

@@ -125,6 +125,8 @@ class Conversation:
         self._asking = False
         self._question_presses = 0
         self.quit_code: int | None = None
+        self.unmetered_chars = 0
+        """Characters streamed by model calls cut short in this process: their usage is never reported."""
 
     @property
     def session(self) -> Session:
@@ -328,8 +330,10 @@ class Conversation:
         match event:
             case TokenDelta(step=step, text=piece):
                 turn.text_steps.add(step)
+                turn.streamed[step] = turn.streamed.get(step, 0) + len(piece)
                 self._view.text(piece)
-            case ModelReplied(tool_calls=calls):
+            case ModelReplied(step=step, tool_calls=calls):
+                turn.replied_steps.add(step)
                 turn.calls.update({c.id: c for c in calls})
             case ToolCallStarted(name=name, summary=summary):
                 self._view.tool_started(name, summary)
@@ -352,12 +356,17 @@ class Conversation:
                 self._view.turn_done(event, text_shown=event.step in turn.text_steps)
                 return TurnOutcome("done", event)
             case TurnFailed():
-                self._view.turn_failed(event)
+                self._view.turn_failed(event, unmetered_chars=self._unmetered(turn))
                 return TurnOutcome("failed", event)
             case TurnInterrupted():
-                self._view.turn_interrupted(event)
+                self._view.turn_interrupted(event, unmetered_chars=self._unmetered(turn))
                 return TurnOutcome("interrupted", event)
         return None
+
+    def _unmetered(self, turn: _TurnTracker) -> int:
+        chars = turn.unmetered_chars()
+        self.unmetered_chars += chars
+        return chars
 
     async def _follow(self, session: Session, subscription: Subscription) -> AsyncGenerator[Envelope, None]:
         """The subscription's events; after a lost subscription, catch up from the journal and go on."""
@@ -433,7 +442,15 @@ class _TurnTracker:
         self.turn_id: str | None = None
         self.calls: dict[str, ToolCall] = {}
         self.text_steps: set[int] = set()
+        self.streamed: dict[int, int] = {}
+        """Characters of text streamed per step."""
+        self.replied_steps: set[int] = set()
+        """Steps whose model call completed (`ModelReplied` carries its usage)."""
         self.gate_task: asyncio.Task[None] | None = None
+
+    def unmetered_chars(self) -> int:
+        """Characters streamed by model calls that never completed: the usage the turn's total leaves out."""
+        return sum(chars for step, chars in self.streamed.items() if step not in self.replied_steps)
 
     def calls_for(self, session: Session) -> dict[str, ToolCall]:
         """Calls seen in this turn, plus those of the turn's state (a turn restored with an open gate)."""

@@ -35,6 +35,8 @@ DEMO_NOTE: Final = (
     "OpenAI-compatible provider (or pass --model / --base-url)."
 )
 PROMPT: Final = "you › "
+CHARS_PER_TOKEN: Final = 4.0
+"""A rough size of a token in characters, for estimating what a cut-short stream produced."""
 GATE_QUESTION: Final = "[a]pprove once / a[l]ways / [d]eny › "
 _STATUS_STYLES: Final = {"ok": "green", "error": "red", "denied": "yellow", "interrupted": "yellow", "unknown": "red"}
 _STATUS_MARKS: Final = {"ok": "✓", "error": "✗", "denied": "⊘", "interrupted": "■", "unknown": "?"}
@@ -61,6 +63,13 @@ def describe_call(call: ToolCall) -> str:
     return shorten(f"{call.name}({arguments})", lines=1, width=200)
 
 
+def _unmetered(chars: int) -> str:
+    """What a model call cut short mid-stream spent: the provider reports usage only at the end of a stream."""
+    if chars <= 0:
+        return ""
+    return f" + a cut-short model call, usage unknown (~{max(1, round(chars / CHARS_PER_TOKEN)):,} tokens streamed)"
+
+
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
@@ -73,9 +82,10 @@ def _wait(seconds: float) -> str:
 class RunView:
     """Renders one `loopd run` process: session lines, streamed answers, tool calls, gates, usage."""
 
-    def __init__(self, *, console: Console, out: TextIO) -> None:
+    def __init__(self, *, console: Console, out: TextIO, resume_options: str = "") -> None:
         self._console = console
         self._out = out
+        self._resume_options = resume_options
         self._status: Status | None = None
         self._text_written = False
         self._text_at_line_start = True
@@ -116,10 +126,14 @@ class RunView:
     def close(self) -> None:
         self._break()
 
+    def resume_command(self, session_id: str) -> str:
+        """The command that continues ``session_id`` (with ``--data-dir`` when it is not the default one)."""
+        return f"loopd run --resume {session_id}{self._resume_options}"
+
     # --- session ------------------------------------------------------------------------------------------
 
     def session_opened(self, session_id: str, *, workspace: Path, model: str, journal: Path) -> None:
-        self._line((f"session {session_id} · resume with: loopd run --resume {session_id}", "bold"))
+        self._line((f"session {session_id} · resume with: {self.resume_command(session_id)}", "bold"))
         self._line((f"workspace {workspace} · model {model} · journal {journal}", "dim"))
 
     def demo_note(self) -> None:
@@ -136,7 +150,7 @@ class RunView:
     def questions_left_open(self, session_id: str, count: int) -> None:
         """The run ends with unanswered questions: they stay open in the journal until their deadline."""
         waiting = "a permission question stays" if count == 1 else f"{count} permission questions stay"
-        self._line((f"{waiting} open: loopd run --resume {session_id} asks again", "yellow"))
+        self._line((f"{waiting} open: {self.resume_command(session_id)} asks again", "yellow"))
 
     def repl_banner(self) -> None:
         self._line(("type a message · /exit or Ctrl-D quits · Ctrl-C interrupts a running turn", "dim"))
@@ -151,10 +165,10 @@ class RunView:
             )
         )
 
-    def session_closed(self, session_id: str, *, turns: int, usage: Usage) -> None:
+    def session_closed(self, session_id: str, *, turns: int, usage: Usage, unmetered_chars: int = 0) -> None:
         self._line(
-            f"session {session_id} · {_plural(turns, 'turn')} · {describe_usage(usage)} · "
-            f"resume with: loopd run --resume {session_id}"
+            f"session {session_id} · {_plural(turns, 'turn')} · {describe_usage(usage)}{_unmetered(unmetered_chars)}"
+            f" · resume with: {self.resume_command(session_id)}"
         )
 
     def prompt(self) -> None:
@@ -245,8 +259,8 @@ class RunView:
     def question_kept(self, session_id: str) -> None:
         self._line(
             (
-                "  (Ctrl-C again to quit: the question stays open and loopd run --resume "
-                f"{session_id} asks it again; d denies it)",
+                f"  (Ctrl-C again to quit: the question stays open and {self.resume_command(session_id)} "
+                "asks it again; d denies it)",
                 "dim",
             )
         )
@@ -281,12 +295,18 @@ class RunView:
             self.text(event.text)
         self._line(("  ✓ done", "green"), (f" · {_plural(event.step, 'step')} · {describe_usage(event.usage)}", "dim"))
 
-    def turn_failed(self, event: TurnFailed) -> None:
-        self._line(("  ✗ turn failed: ", "bold red"), f"{event.error_type}: {event.message}")
-        self._line((f"    {describe_usage(event.usage)}", "dim"))
+    def turn_failed(self, event: TurnFailed, *, unmetered_chars: int = 0) -> None:
+        self._line(
+            ("  ✗ turn failed: ", "bold red"),
+            f"{event.error_type}: {event.message}",
+            (f" · {describe_usage(event.usage)}{_unmetered(unmetered_chars)}", "dim"),
+        )
 
-    def turn_interrupted(self, event: TurnInterrupted) -> None:
-        self._line(("  ■ interrupted", "yellow"), (f" ({event.reason}) · {describe_usage(event.usage)}", "dim"))
+    def turn_interrupted(self, event: TurnInterrupted, *, unmetered_chars: int = 0) -> None:
+        self._line(
+            ("  ■ interrupted", "yellow"),
+            (f" ({event.reason}) · {describe_usage(event.usage)}{_unmetered(unmetered_chars)}", "dim"),
+        )
 
     def input_dropped(self, kind: str, reason: str) -> None:
         self._line((f"  ■ the input was not run ({kind}: {reason})", "yellow"))

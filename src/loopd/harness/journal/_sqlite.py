@@ -62,6 +62,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from loopd._paths import ensure_private_dir, ensure_private_file
 from loopd.harness._errors import (
     JournalError,
     JournalFencedError,
@@ -242,7 +243,9 @@ class SqliteJournal:
         return journal
 
     async def _start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Transcripts hold file contents: the owner alone reads them (the -wal/-shm files take the file's mode).
+        ensure_private_dir(self.path.parent, tighten=False)
+        ensure_private_file(self.path)
 
         def setup() -> tuple[sqlite3.Connection, int | None]:
             conn = _connect(self.path, self._synchronous, self._busy_ms / 1000)
