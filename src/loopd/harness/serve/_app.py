@@ -322,17 +322,31 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
 async def _start_seq(
     registry: SessionRegistry, session_id: str, from_seq: int | None, last_event_id: str | None
 ) -> int:
+    """The first seq to send; a cursor past the session's last stored seq is ``cursor_ahead`` (it belongs to another
+    session or journal, and following it would silently skip the events that take those seqs later)."""
+    resume: int | None = None
     if last_event_id is not None:
         value = last_event_id.strip()
         if not value.isdigit() or int(value) >= MAX_SEQ:
             raise ApiError("invalid_request", "Last-Event-ID must be a journal seq (a non-negative integer)")
-        if not await registry.exists(session_id):
-            raise ApiError("not_found", f"no session {session_id!r}")
-        return int(value) + 1
+        resume = int(value) + 1
+    else:
+        resume = from_seq
     session = registry.live(session_id)
     if session is not None:
-        return from_seq if from_seq is not None else session.last_seq + 1
-    info = await registry.io(registry.rig.journal.session(session_id))
-    if info is None:
-        raise ApiError("not_found", f"no session {session_id!r}")
-    return from_seq if from_seq is not None else info.last_seq + 1
+        last_seq = session.last_seq
+    else:
+        info = await registry.io(registry.rig.journal.session(session_id))
+        if info is None:
+            raise ApiError("not_found", f"no session {session_id!r}")
+        last_seq = info.last_seq
+    if resume is None:
+        return last_seq + 1
+    if resume > last_seq + 1:
+        sent = f"Last-Event-ID {resume - 1}" if last_event_id is not None else f"from_seq {resume}"
+        raise ApiError(
+            "cursor_ahead",
+            f"{sent} is past the session's last stored event ({last_seq}); "
+            "resume from a seq this session sent, or read its journal from from_seq=1",
+        )
+    return resume

@@ -4,6 +4,8 @@ Every error the transport sends is ``{"error": {"type": ..., "message": ...}}``:
 
     type                    status  when
     invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405)
+    cursor_ahead            400     a resume cursor (``Last-Event-ID``, ``from_seq``) past the last stored event:
+                                    the client holds a cursor of another session or server; start again
     unauthorized            401     missing or wrong bearer token (with ``WWW-Authenticate: Bearer``)
     forbidden               403     a tokenless server asked for by a non-loopback ``Host``
     not_found               404     unknown route, session, open gate or queued input
@@ -38,6 +40,7 @@ from loopd.harness._errors import (
 
 ErrorType = Literal[
     "invalid_request",
+    "cursor_ahead",
     "unauthorized",
     "forbidden",
     "not_found",
@@ -51,6 +54,7 @@ ErrorType = Literal[
 
 STATUS_OF: Final[Mapping[ErrorType, int]] = {
     "invalid_request": 400,
+    "cursor_ahead": 400,
     "unauthorized": 401,
     "forbidden": 403,
     "not_found": 404,

@@ -57,6 +57,17 @@ def parse_cursor(last_event_id: str | None, after: int | None) -> int | None:
     return after
 
 
+def check_cursor(resume: int, last_cursor: int) -> None:
+    """A resume cursor past the conversation's last stored event is ``cursor_ahead``: it was not issued for this
+    conversation (or this server), and following it would silently skip the events that take those cursors."""
+    if resume > last_cursor:
+        raise ApiError(
+            "cursor_ahead",
+            f"cursor {resume} is past the conversation's last event ({last_cursor}); "
+            "load the snapshot and resume from its cursor",
+        )
+
+
 def _wants_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("accept", "").lower()
 
@@ -138,6 +149,9 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
     ) -> Response:
         """Ask ``target`` a question (or, with ``task_id``, observe one). The reply header ``X-Loopd-Task-ID``
         names the task; with ``Accept: text/event-stream`` the answer streams in the same response."""
+        resume = parse_cursor(last_event_id, None) if _wants_stream(request) else None
+        if resume is not None:  # checked before anything is stored: a refused request asks nothing
+            check_cursor(resume, await chat.check_readable(caller, conversation_id))
         if body.task_id is not None:
             asked = await chat.observe(caller, conversation_id, body.task_id)
             status = 200
@@ -153,7 +167,6 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
             return Response(
                 _accepted(asked).model_dump_json(), status_code=status, media_type="application/json", headers=headers
             )
-        resume = parse_cursor(last_event_id, None)
         ack = {
             "task_id": asked.task_id,
             "conversation_id": asked.conversation.id,
@@ -187,6 +200,8 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
         (or ``?after=``). Without either, the stream starts at the current end (load the snapshot first)."""
         current = await chat.check_readable(caller, conversation_id)
         resume = parse_cursor(last_event_id, after)
+        if resume is not None:
+            check_cursor(resume, current)
         frames = conversation_frames(
             chat, conversation_id, after=current if resume is None else resume, heartbeat=heartbeat
         )

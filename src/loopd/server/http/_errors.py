@@ -5,6 +5,8 @@ Every error response is ``{"error": {"type": ..., "message": ...}}``:
     type                    status  when
     invalid_request         400     malformed JSON, wrong types, bad query values, validation errors (never 422);
                                     a wrong method is 405 with this type
+    cursor_ahead            400     a stream's resume cursor (``Last-Event-ID``, ``?after=``) is past the last stored
+                                    event: the client's cursor belongs elsewhere; reload the snapshot
     unauthorized            401     no valid bearer token and no browser cookie
     forbidden               403     a cookie write without our Origin, a browser on a route for operators, …
     not_found               404     unknown route, or a row the caller may not see
