@@ -28,6 +28,11 @@ def test_ctrl_c_interrupts_a_slow_turn_and_the_repl_stays_usable(
     out = t.output
     session_id = session_id_in(out)
     assert f"session {session_id} · 2 turns" in out
+    # The cut-short model call never reported its usage: said so (with what streamed), not a bare "0 tokens".
+    interrupted = next(line for line in out.splitlines() if "■ interrupted" in line)
+    assert "usage unknown (~" in interrupted and "tokens streamed)" in interrupted
+    closing = next(line for line in out.splitlines() if line.startswith(f"session {session_id} · 2 turns"))
+    assert "usage unknown" in closing
     assert out.count("slow") < 200  # the stream stopped early
     assert scripted_server.server.statistics().disconnected == 1
     assert journal_last_seq(dirs.data_dir, session_id) > 0

@@ -1,7 +1,10 @@
 """`loopd chat`: ask a responder through a running loop-server and stream the answer.
 
 Finds the server the way a user expects: ``--server`` / ``$LOOPD_SERVER``, else the ``server.json`` that a
-`loopd up` on the same data directory wrote; the token comes from ``$LOOPD_TOKEN``, else the token file named there.
+`loopd up` on the same data directory wrote; the token comes from ``--token`` / ``$LOOPD_TOKEN``, else the token
+file named there (only for the server recorded there, or with an explicit ``--data-dir``: a local token is never
+sent to another server). ``--to operator:<key>`` or ``harness:<key>`` picks the responder (default: the built-in
+assistant); a responder that is not connected gets the question all the same, and the CLI says it waits.
 The answer streams from the conversation's durable event log; a dropped connection is resumed from the last
 cursor (``Last-Event-ID``), so nothing is lost or shown twice. A permission gate opened by the harness is asked in
 the terminal (Approve / Always / Deny). Exit codes: 0 the answer completed, 1 it failed (or the server refused),
@@ -17,6 +20,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,6 +31,7 @@ from rich.markup import escape
 
 from loopd._paths import default_data_dir
 from loopd.agentue import AgentUEError, StreamState, parse_sse, reduce, split_sse
+from loopd.cli._errors import cli_console
 from loopd.cli._run_input import InputInterrupted, LineInput
 
 ANSWER_BLOCK: Final = "answer"
@@ -48,15 +53,17 @@ class Endpoint:
     token: str | None
 
 
-def find_server(server: str | None, data_dir: Path | None, env: dict[str, str] | None = None) -> Endpoint:
+def find_server(
+    server: str | None, data_dir: Path | None, env: dict[str, str] | None = None, *, token: str | None = None
+) -> Endpoint:
     """The server URL and token from flags, the environment, or the data directory of a running `loopd up`."""
     source = dict(os.environ if env is None else env)
-    token = source.get("LOOPD_TOKEN") or None
-    url = server or source.get("LOOPD_SERVER") or None
+    token = token or source.get("LOOPD_TOKEN") or None
+    url = (server or source.get("LOOPD_SERVER") or "").rstrip("/") or None
+    directory = (data_dir or default_data_dir(source)).expanduser()
     if url is None or token is None:
         from loopd.server._composition import read_server_file
 
-        directory = (data_dir or default_data_dir(source)).expanduser()
         info = read_server_file(directory)
         if info is None:
             if url is None:
@@ -65,13 +72,21 @@ def find_server(server: str | None, data_dir: Path | None, env: dict[str, str] |
                     code=2,
                 )
         else:
-            url = url or str(info.get("url") or "") or None
-            if token is None and info.get("token_file"):
+            recorded = str(info.get("url") or "").rstrip("/") or None
+            url = url or recorded
+            # The local token goes only to the server that recorded it, unless --data-dir names the directory.
+            if token is None and info.get("token_file") and (url == recorded or data_dir is not None):
                 with contextlib.suppress(OSError):
                     token = Path(str(info["token_file"])).read_text().strip() or None
     if not url:
         raise ChatFailure("no server URL: pass --server or set LOOPD_SERVER", code=2)
-    return Endpoint(url=url.rstrip("/"), token=token)
+    if token is None:
+        raise ChatFailure(
+            f"no token for {url}: pass --token TOKEN, set LOOPD_TOKEN, or pass --data-dir of the `loopd up` that "
+            "serves it (its token is in <data dir>/resources-api/token)",
+            code=2,
+        )
+    return Endpoint(url=url, token=token)
 
 
 def parse_target(text: str) -> dict[str, str]:
@@ -82,10 +97,38 @@ def parse_target(text: str) -> dict[str, str]:
 
 
 def _error_text(response: httpx.Response) -> str:
+    text = f"HTTP {response.status_code}"
     with contextlib.suppress(ValueError, KeyError, TypeError):
         error = response.json()["error"]
-        return f"{error['type']}: {error['message']}"
-    return f"HTTP {response.status_code}"
+        text = f"{error['type']}: {error['message']}"
+    if response.status_code == 401:
+        text += "; pass the server's token with --token or LOOPD_TOKEN (or --data-dir of its `loopd up`)"
+    return text
+
+
+def describe_absence(target: dict[str, str], status: dict[str, Any], *, now: datetime | None = None) -> str | None:
+    """The line saying a responder is not connected (None when it is), from ``GET /v1/actors/{kind}/{key}``."""
+    if status.get("connected", True):
+        return None
+    name = f"{target['kind']}:{target['key']}"
+    seen = "never seen"
+    with contextlib.suppress(TypeError, ValueError):
+        last = datetime.fromisoformat(str(status["last_seen"]))
+        if last.tzinfo is None:
+            last = last.replace(tzinfo=UTC)
+        seen = f"last seen {last.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC, {_ago((now or datetime.now(UTC)) - last)}"
+    return f"{name} is not connected ({seen}); the question waits for it"
+
+
+def _ago(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    if seconds < 172800:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} days ago"
 
 
 @dataclass
@@ -146,11 +189,13 @@ class _View:
 
 
 class ChatClient:
-    def __init__(self, endpoint: Endpoint, console: Console, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, endpoint: Endpoint, console: Console, *, timeout: float = 30.0, http: httpx.AsyncClient | None = None
+    ) -> None:
         headers = {"Accept": "application/json"}
         if endpoint.token:
             headers["Authorization"] = f"Bearer {endpoint.token}"
-        self._http = httpx.AsyncClient(
+        self._http = http or httpx.AsyncClient(
             base_url=endpoint.url, headers=headers, timeout=httpx.Timeout(timeout, read=None)
         )
         self._console = console
@@ -163,7 +208,9 @@ class ChatClient:
         try:
             response = await self._http.request(method, path, json=body, timeout=30.0)
         except httpx.HTTPError as exc:
-            raise ChatFailure(f"cannot reach the server: {exc}") from exc
+            raise ChatFailure(
+                f"cannot reach loopd at {self._http.base_url} ({type(exc).__name__}: {exc}); is `loopd up` running?"
+            ) from exc
         if response.status_code >= 400:
             raise ChatFailure(_error_text(response), code=2 if response.status_code in (400, 401, 404) else 1)
         return response.json()
@@ -174,6 +221,20 @@ class ChatClient:
             return conversation_id
         created = await self._json("POST", "/v1/conversations", {"name": text[:60]})
         return str(created["id"])
+
+    async def absence(self, target: dict[str, str]) -> str | None:
+        """A line saying the target is not connected, or None (connected, or a server that cannot say)."""
+        try:
+            response = await self._http.get(f"/v1/actors/{target['kind']}/{target['key']}", timeout=10.0)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        with contextlib.suppress(ValueError, TypeError):
+            status = response.json()
+            if isinstance(status, dict):
+                return describe_absence(target, status)
+        return None
 
     async def ask(self, conversation_id: str, target: dict[str, str], text: str) -> dict[str, Any]:
         return dict(
@@ -268,6 +329,9 @@ async def run_chat(
         cid = await client.conversation(conversation_id, text)
         asked = await client.ask(cid, target, text)
         console.print(f"[dim]conversation {cid} · task {asked['task_id']} · continue with --conversation {cid}[/]")
+        absent = await client.absence(target)
+        if absent is not None:
+            console.print(f"[yellow]{escape(absent)}[/] [dim](Ctrl-C stops watching; the question stays)[/]")
         view = _View(console=console, out=out)
         await client.follow(cid, asked, view)
         if view.shown_text == 0 and view.final_text():
@@ -288,16 +352,25 @@ def chat_command(
     text: str = typer.Argument(..., help="What to ask."),
     server: str | None = typer.Option(None, "--server", help="Server URL (default: $LOOPD_SERVER or the local one)."),
     data_dir: Path | None = typer.Option(None, "--data-dir", help="Data directory of the local `loopd up`."),
-    to: str = typer.Option("harness:assistant", "--to", help="Responder: harness:<key> or operator:<key>."),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        help="Bearer token of the server (default: $LOOPD_TOKEN, else the token of the `loopd up` in --data-dir).",
+    ),
+    to: str = typer.Option(
+        "harness:assistant",
+        "--to",
+        help="Who answers: harness:<key> or operator:<key> (default: the built-in assistant).",
+    ),
     conversation: str | None = typer.Option(None, "--conversation", help="Continue this conversation."),
 ) -> None:
     """Ask a responder through a running loopd and stream the answer."""
-    console = Console(stderr=True, highlight=False)
+    console = cli_console()
     if not text.strip():
         console.print("[red]nothing to ask[/]")
         raise typer.Exit(code=2)
     try:
-        endpoint = find_server(server, data_dir)
+        endpoint = find_server(server, data_dir, token=token)
         target = parse_target(to)
     except ChatFailure as exc:
         console.print(f"[red]{escape(str(exc))}[/]")

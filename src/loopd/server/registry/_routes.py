@@ -44,6 +44,14 @@ class ActorBody(BaseModel):
     description: str
 
 
+class ActorStatusBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["operator", "harness"]
+    key: str
+    connected: bool
+    last_seen: datetime | None = Field(description="Its last registration or lease renewal (null: built in or never).")
+
+
 class ActorList(BaseModel):
     model_config = ConfigDict(extra="forbid")
     data: list[ActorBody]
@@ -100,5 +108,14 @@ def registry_router(registry: RegistryService) -> APIRouter:
                 ActorBody(kind=a.kind, key=a.key, display_name=a.display_name, description=a.description) for a in live
             ]
         )
+
+    @router.get("/v1/actors/{kind}/{key}")
+    async def actor_status(
+        kind: Literal["operator", "harness"], key: Key, caller: Annotated[Identity, Depends(current_identity)]
+    ) -> ActorStatusBody:
+        """Whether one responder is connected now, and when it was last seen (`loopd chat` says so before waiting)."""
+        del caller  # any signed-in caller may ask
+        status = await registry.status(kind, key)
+        return ActorStatusBody(kind=status.kind, key=status.key, connected=status.connected, last_seen=status.last_seen)
 
     return router

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from loopd.server.storage import DEFAULT_LEASE_SECONDS, Database, NotFound, RegisteredActor
@@ -29,6 +30,16 @@ class ActorInfo:
     def __post_init__(self) -> None:
         if self.kind not in ("operator", "harness") or not self.key:
             raise ValueError("an actor is an operator or a harness with a non-empty key")
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStatus:
+    """Whether a responder is connected now, and when it last renewed its lease (None: built in, or never seen)."""
+
+    kind: ActorKind
+    key: str
+    connected: bool
+    last_seen: datetime | None = None
 
 
 class RegistryService:
@@ -65,6 +76,18 @@ class RegistryService:
                 (actor.kind, actor.key), ActorInfo(actor.kind, actor.key, actor.display_name, actor.description)
             )
         return sorted(found.values(), key=lambda a: (a.kind != "operator", a.key))
+
+    async def status(self, kind: ActorKind, key: str) -> ActorStatus:
+        """Connected (built in, or a live lease) or not, with the time of its last registration or renewal."""
+        if any(a.kind == kind and a.key == key for a in self._builtin):
+            return ActorStatus(kind, key, connected=True)
+        async with self._db.transaction(read_only=True) as tx:
+            try:
+                actor = await tx.registry.get(kind, key)
+            except NotFound:
+                return ActorStatus(kind, key, connected=False)
+            now = tx.now()
+        return ActorStatus(kind, key, connected=actor.expires_at > now, last_seen=actor.updated_at)
 
     async def is_known(self, kind: str, key: str) -> bool:
         """Whether ``kind:key`` is built in or has ever registered (an expired lease may be renewed soon)."""
