@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Final
 
 import typer
 
+from loopd._locking import data_dir_lock
+from loopd._paths import ensure_private_dir, ensure_private_file
+from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use
+from loopd.cli._errors import model_config as checked_model_config
 from loopd.harness import HarnessError
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
-from loopd.harness.models import ModelConfig, PriceTableError
-from loopd.harness.serve import InsecureBindError, RunningServer, check_bind, serve
+from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, RunningServer, check_bind, serve
 from loopd.harness.standard import HarnessSettings, default_data_dir
 
 harness_app = typer.Typer(
@@ -20,6 +24,7 @@ harness_app = typer.Typer(
     add_completion=False,
 )
 
+LOCK_FILE: Final = "serve.lock"
 _REAL_MODEL_HINT = (
     "  This is the scripted demo model (no LLM). For a real one set LOOPD_MODEL (e.g. gpt-4o-mini) and "
     "OPENAI_API_KEY, plus OPENAI_BASE_URL for another OpenAI-compatible provider, or pass --model."
@@ -47,11 +52,9 @@ def serve_command(
     try:
         check_bind(host, token)
         gate_policy: GatePolicy = load_policy(policy) if policy is not None else DEFAULT_POLICY
-        model_config = ModelConfig.from_env(model=model)
-        model_config.price_table()  # fail now on a bad LOOPD_PRICES, not on the first model call
-    except (InsecureBindError, GatePolicyError, PriceTableError, ValueError) as exc:
-        typer.secho(f"loopd harness serve: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(2) from exc
+    except (InsecureBindError, GatePolicyError) as exc:
+        raise CliError(f"loopd harness serve: {exc}", exit_code=EXIT_USAGE) from exc
+    model_config = checked_model_config(model)  # fails now on a missing key or a bad LOOPD_PRICES
     settings = HarnessSettings(
         workspace=(workspace or Path.cwd()).expanduser().resolve(),
         data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
@@ -69,12 +72,17 @@ def serve_command(
         typer.echo("  auth: bearer token required" if token else "  auth: none (loopback only)")
         typer.echo("Press Ctrl-C to stop.")
 
+    ensure_private_dir(settings.data_dir)  # transcripts hold file contents: 0700 / 0600, like `loopd up`
     try:
-        asyncio.run(serve(settings, host, port, token, on_ready=ready))
+        # One server per data directory: a second one would take over (and fault) the first one's sessions.
+        with data_dir_lock(settings.data_dir, LOCK_FILE, holder="loopd harness serve"):
+            ensure_private_file(settings.data_dir / IDEMPOTENCY_FILE)
+            asyncio.run(serve(settings, host, port, token, on_ready=ready))
     except OSError as exc:
-        typer.secho(f"loopd harness serve: cannot serve on {host}:{port}: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from exc
+        busy = address_in_use(exc, host, {"--port": port})
+        if busy is not None:
+            raise busy from exc
+        raise CliError(f"loopd harness serve: cannot serve on {host}:{port}: {exc}") from exc
     except HarnessError as exc:
-        typer.secho(f"loopd harness serve: {exc}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from exc
+        raise CliError(f"loopd harness serve: {exc}") from exc
     typer.echo("loopd harness stopped.")

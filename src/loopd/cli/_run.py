@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import signal
 import sys
 from collections.abc import Iterator
@@ -18,15 +19,16 @@ from pathlib import Path
 from typing import Final, TextIO
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
+from loopd._paths import ensure_private_dir
+from loopd.cli._errors import CliError, cli_console, model_config
 from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation, open_gates
 from loopd.cli._run_input import LineInput
 from loopd.cli._run_view import RunView
 from loopd.harness import HarnessError, Session, SessionNotFoundError
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
-from loopd.harness.models import ModelConfig, PriceTableError
+from loopd.harness.models import PriceTableError
 from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
 
 EXIT_USAGE: Final = 2
@@ -80,7 +82,7 @@ def run_command(
     """
     options = RunOptions(
         workspace=(workspace or Path.cwd()).resolve(),
-        data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
+        data_dir=data_dir.expanduser().resolve() if data_dir else _default_run_data_dir(),
         prompt=prompt,
         model=model,
         base_url=base_url,
@@ -103,16 +105,19 @@ async def run_harness(
 
     ``console`` (stderr), ``out`` (stdout) and ``terminal`` (stdin) default to the process's own.
     """
-    view = RunView(console=console or Console(stderr=True, highlight=False), out=out or sys.stdout)
+    view = RunView(console=console or cli_console(), out=out or sys.stdout, resume_options=_resume_options(options))
     if options.prompt is not None and not options.prompt.strip():
         view.error("the prompt is empty")
         return EXIT_USAGE
     try:
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
-        config = ModelConfig.from_env(model=options.model, base_url=options.base_url)
-    except (GatePolicyError, ValidationError) as exc:
+        config = model_config(options.model, options.base_url)
+    except GatePolicyError as exc:
         view.error(str(exc))
         return EXIT_USAGE
+    except CliError as exc:
+        view.error(exc.line())
+        return exc.exit_code
     settings = HarnessSettings(workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy)
     conversation = Conversation(
         view=view,
@@ -140,6 +145,7 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
     journal = settings.data_dir / JOURNAL_FILE
     async with AsyncExitStack() as stack:
         try:
+            ensure_private_dir(settings.data_dir)  # transcripts hold file contents: 0700, like `loopd up`
             rig = await stack.enter_async_context(open_standard_rig(settings))
         except (HarnessError, PriceTableError, OSError) as exc:
             view.error(f"cannot open the harness: {exc}")
@@ -192,7 +198,18 @@ async def _close_session(session: Session, conversation: Conversation, view: Run
     if left_open:
         view.questions_left_open(session.id, left_open)
     stats = session.statistics()
-    view.session_closed(session.id, turns=stats.turns, usage=stats.usage)
+    view.session_closed(session.id, turns=stats.turns, usage=stats.usage, unmetered_chars=conversation.unmetered_chars)
+
+
+def _resume_options(options: RunOptions) -> str:
+    """The options `loopd run --resume` needs besides the id to find the session again."""
+    if options.data_dir == _default_run_data_dir():
+        return ""
+    return f" --data-dir {shlex.quote(str(options.data_dir))}"
+
+
+def _default_run_data_dir() -> Path:
+    return (default_data_dir() / "harness").expanduser().resolve()
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from loopd._paths import default_data_dir
-from loopd.harness.models import ModelConfig, PriceTableError
+from loopd.cli._errors import address_in_use, cli_console, model_config
 
 if TYPE_CHECKING:
     from loopd.server._composition import UpSettings
@@ -32,14 +32,9 @@ def up_command(
     ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
-    console = Console(stderr=True)
-    try:
-        config = ModelConfig.from_env(model=model, base_url=base_url)
-        config.price_table()
-    except (ValueError, PriceTableError) as exc:
-        console.print(f"[red]model configuration:[/] {exc}")
-        raise typer.Exit(code=2) from exc
-    from loopd.server._composition import DataDirBusyError, UpSettings
+    console = cli_console()
+    config = model_config(model, base_url)
+    from loopd.server._composition import UpSettings
 
     settings = UpSettings(
         data_dir=(data_dir or default_data_dir()).expanduser(),
@@ -51,12 +46,11 @@ def up_command(
     )
     try:
         asyncio.run(_up(settings, console))
-    except DataDirBusyError as exc:
-        console.print(f"[red]{exc}[/] (stop it first, or pass another --data-dir)")
-        raise typer.Exit(code=1) from exc
-    except OSError as exc:
-        console.print(f"[red]cannot start:[/] {exc}")
-        raise typer.Exit(code=1) from exc
+    except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
+        busy = address_in_use(exc, host, {"--port": port, "--api-port": api_port})
+        if busy is None:
+            raise
+        raise busy from exc
 
 
 async def _up(settings: UpSettings, console: Console) -> None:

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from loopd._ids import new_id
+from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, write_endpoint
@@ -48,10 +48,6 @@ SERVER_FILE: Final = "server.json"
 LOCK_FILE: Final = "loopd.lock"
 ASSISTANT: Final = "assistant"
 ASSISTANT_DESCRIPTION: Final = "The built-in harness: file and bash tools in its own workspace, with permission gates."
-
-
-class DataDirBusyError(RuntimeError):
-    """Another `loopd up` already serves this data directory."""
 
 
 @dataclass(frozen=True)
@@ -80,22 +76,6 @@ class RunningServer:
     workspace: Path
 
 
-@contextlib.contextmanager
-def _data_dir_lock(data_dir: Path) -> Iterator[None]:
-    path = data_dir / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise DataDirBusyError(f"another loopd up is already using {data_dir}") from exc
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        yield
-    finally:
-        os.close(fd)
-
-
 def read_server_file(data_dir: Path) -> dict[str, Any] | None:
     """What a running `loopd up` recorded about itself in ``data_dir`` (None when nothing is recorded)."""
     try:
@@ -118,7 +98,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
     data_dir = settings.data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
-    with _data_dir_lock(data_dir):
+    with data_dir_lock(data_dir, LOCK_FILE, holder="loopd up"):
         async with AsyncExitStack() as stack:
             credentials = load_or_create_credentials(data_dir)
             store = await stack.enter_async_context(open_sqlite_store(data_dir / "resources.db"))
