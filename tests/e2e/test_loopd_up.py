@@ -58,7 +58,7 @@ def _answer_gate(client: httpx.Client, gate: dict[str, Any], answer: str) -> Non
 
 
 def _prepare_workspace(data_dir: Path) -> None:
-    workspace = data_dir / "workspaces" / "assistant"
+    workspace = data_dir.parent / f"{data_dir.name}-workspaces" / "assistant"  # next to the data dir, not in it
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "notes.txt").write_text(NOTE + "\n")
 

@@ -12,6 +12,7 @@ from loopd._locking import data_dir_lock
 from loopd._paths import ensure_private_dir, ensure_private_file
 from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use
 from loopd.cli._errors import model_config as checked_model_config
+from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
 from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, RunningServer, check_bind, serve
@@ -47,6 +48,7 @@ def serve_command(
         show_envvar=True,
         help="Bearer token clients must send (required off loopback).",
     ),
+    sandbox: str | None = sandbox_option(),
 ) -> None:
     """Serve sessions, inputs, gates and a resumable event stream over HTTP until Ctrl-C."""
     try:
@@ -55,11 +57,13 @@ def serve_command(
     except (InsecureBindError, GatePolicyError) as exc:
         raise CliError(f"loopd harness serve: {exc}", exit_code=EXIT_USAGE) from exc
     model_config = checked_model_config(model)  # fails now on a missing key or a bad LOOPD_PRICES
+    confinement = sandbox_for(sandbox)
     settings = HarnessSettings(
         workspace=(workspace or Path.cwd()).expanduser().resolve(),
         data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
         model=model_config,
         policy=gate_policy,
+        sandbox=confinement,
     )
 
     def ready(running: RunningServer) -> None:
@@ -69,6 +73,7 @@ def serve_command(
             typer.echo(_REAL_MODEL_HINT)
         typer.echo(f"  workspace: {settings.workspace}")
         typer.echo(f"  journal: {settings.data_dir}")
+        typer.echo(f"  {confinement.describe()}", err=True)
         typer.echo("  auth: bearer token required" if token else "  auth: none (loopback only)")
         typer.echo("Press Ctrl-C to stop.")
 

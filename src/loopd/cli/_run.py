@@ -26,6 +26,7 @@ from loopd.cli._errors import CliError, cli_console, model_config
 from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation, open_gates
 from loopd.cli._run_input import LineInput
 from loopd.cli._run_view import RunView
+from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError, Session, SessionNotFoundError
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
 from loopd.harness.models import PriceTableError
@@ -46,6 +47,8 @@ class RunOptions:
     base_url: str | None = None
     policy: Path | None = None
     resume: str | None = None
+    sandbox: str | None = None
+    """``--sandbox``: auto | bubblewrap | none (None: ``$LOOPD_SANDBOX``, else auto)."""
 
 
 def run_command(
@@ -74,6 +77,7 @@ def run_command(
     resume: str | None = typer.Option(
         None, "--resume", metavar="SESSION_ID", help="Continue a session from the journal."
     ),
+    sandbox: str | None = sandbox_option(),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
 
@@ -88,6 +92,7 @@ def run_command(
         base_url=base_url,
         policy=policy,
         resume=resume,
+        sandbox=sandbox,
     )
     code = asyncio.run(run_harness(options))
     if code:
@@ -112,13 +117,16 @@ async def run_harness(
     try:
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
         config = model_config(options.model, options.base_url)
+        confinement = sandbox_for(options.sandbox)
     except GatePolicyError as exc:
         view.error(str(exc))
         return EXIT_USAGE
     except CliError as exc:
         view.error(exc.line())
         return exc.exit_code
-    settings = HarnessSettings(workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy)
+    settings = HarnessSettings(
+        workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy, sandbox=confinement
+    )
     conversation = Conversation(
         view=view,
         terminal=terminal or LineInput.for_stdin(),
@@ -161,6 +169,8 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
         stack.push_async_callback(_close_session, session, conversation, view)
         conversation.attach(session)
         view.session_opened(session.id, workspace=settings.workspace, model=settings.model.model, journal=journal)
+        if settings.sandbox is not None:
+            view.note(settings.sandbox.describe())
         if settings.model.is_demo:
             view.demo_note()
         if options.resume:

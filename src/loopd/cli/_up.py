@@ -12,7 +12,8 @@ import typer
 from rich.console import Console
 
 from loopd._paths import default_data_dir
-from loopd.cli._errors import address_in_use, cli_console, model_config
+from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console, model_config
+from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
     from loopd.server._composition import UpSettings
@@ -30,11 +31,18 @@ def up_command(
     database: str | None = typer.Option(
         None, "--database", envvar="LOOPD_DATABASE_URL", help="PostgreSQL DSN for the server state (default: SQLite)."
     ),
+    workspaces: Path | None = typer.Option(
+        None,
+        "--workspaces",
+        help="Where the harnesses' workspaces live, outside the data directory (default: <data dir>-workspaces).",
+    ),
+    sandbox: str | None = sandbox_option(),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
     console = cli_console()
     config = model_config(model, base_url)
-    from loopd.server._composition import UpSettings
+    confinement = sandbox_for(sandbox)
+    from loopd.server._composition import UpSettings, WorkspaceLocationError
 
     settings = UpSettings(
         data_dir=(data_dir or default_data_dir()).expanduser(),
@@ -43,9 +51,13 @@ def up_command(
         api_port=api_port,
         model=config,
         database_url=database,
+        workspaces=workspaces.expanduser() if workspaces is not None else None,
+        sandbox=confinement,
     )
     try:
         asyncio.run(_up(settings, console))
+    except WorkspaceLocationError as exc:
+        raise CliError(str(exc), "pass --workspaces DIR outside it", exit_code=EXIT_USAGE) from exc
     except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
         busy = address_in_use(exc, host, {"--port": port, "--api-port": api_port})
         if busy is None:
@@ -74,6 +86,7 @@ async def _up(settings: UpSettings, console: Console) -> None:
             console.print(f"  token                 {server.token_file}")
             console.print(f"  data                  {server.data_dir}")
             console.print(f"  assistant workspace   {server.workspace}")
+            console.print(f"  {server.sandbox.describe()}", markup=False)
             if server.model.is_demo:
                 console.print(
                     "  model                 demo: a scripted stand-in, no LLM. For a real model set LOOPD_MODEL "

@@ -3,8 +3,10 @@
 One loop (``main``) with the configured model, the workspace-confined built-in tools, the gate (configured access
 from a headless policy + stored rules in ``<workspace>/.loopd/gate-rules.json``), pricing from the model's price
 table, an optional budget, compaction past ``compact_at_tokens``, a ``helper`` subagent definition the main loop
-may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. Open it with
-`open_standard_rig`; it closes the journal and the model (and the demo model's in-process server) on exit.
+may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. bash runs its
+commands in the configured sandbox (default: ``$LOOPD_SANDBOX``, else bubblewrap when it works here), which hides
+the data directory and every other ``hidden`` directory from them. Open it with `open_standard_rig`; it closes
+the journal and the model (and the demo model's in-process server) on exit.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleSto
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.runtime import UNLIMITED, Budget, LoopDefinition, Rig
-from loopd.harness.tools import Workspace, default_tools
+from loopd.harness.tools import Sandbox, Workspace, default_tools, resolve_sandbox
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -65,6 +67,10 @@ class HarnessSettings:
     journal_dsn: str | None = None
     """A PostgreSQL DSN for the journal (so another replica can resume a session); default: SQLite in data_dir."""
     name: str = "loopd"
+    sandbox: Sandbox | None = None
+    """Where bash runs its commands; None: `resolve_sandbox()` (``$LOOPD_SANDBOX``, default ``auto``)."""
+    hidden: tuple[Path, ...] = ()
+    """Directories bash must not see besides ``data_dir`` (e.g. the server's data directory holding credentials)."""
 
 
 @asynccontextmanager
@@ -84,7 +90,9 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
         stack.push_async_callback(journal.aclose)
         model = await stack.enter_async_context(open_model(settings.model))
         prices = settings.model.price_table()
-        tools = tuple(default_tools(workspace))
+        sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
+        hidden = (settings.data_dir, *settings.hidden)
+        tools = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
 
         def define(name: str, prompt: str) -> LoopDefinition:
             return LoopDefinition(

@@ -5,8 +5,14 @@
               ├─ resources.db        the Kubernetes-compatible store (Tasks, Leases)
               ├─ resources-api/      CA, server certificate, the token (0600), the API endpoint
               ├─ harness/journal.db  the built-in harness's journal
-              ├─ workspaces/assistant  the built-in `assistant` harness's workspace
               └─ server.json         where this server listens (read by `loopd chat`)
+
+    <data dir>-workspaces/assistant   the built-in `assistant` harness's workspace (`--workspaces` moves it)
+
+Workspaces live outside the data directory, which holds the credentials: a command in a workspace must not
+reach them through ``..``. The rig's bash runs in the sandbox of `UpSettings.sandbox`, which also hides the
+data directory should it lie inside a workspace. A workspace found at the old place, ``<data dir>/workspaces``,
+is moved to the new one at start when the new one does not exist yet.
 
 Start order: lock → credentials → resource store + its TLS API → database → built-in harness rig → engine →
 responder (reconcile manager on Tasks) → HTTP API. Stop order is the reverse, so nothing is used after it closes.
@@ -29,6 +35,7 @@ from loopd._ids import new_id
 from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
+from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, write_endpoint
 from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
@@ -61,6 +68,39 @@ class UpSettings:
     """PostgreSQL DSN for the server state (default: SQLite in the data directory)."""
     lease_ttl: float = 30.0
     engine_capacity: int = 50
+    workspaces: Path | None = None
+    """Where harness workspaces live; must be outside ``data_dir`` (default: `default_workspaces`)."""
+    sandbox: Sandbox | None = None
+    """Where the built-in harness's bash runs commands (default: `resolve_sandbox()`)."""
+
+
+class WorkspaceLocationError(ValueError):
+    """The workspaces directory lies inside the data directory, next to the credentials."""
+
+
+def default_workspaces(data_dir: Path) -> Path:
+    """``<data dir>-workspaces``, a sibling of the data directory (outside it, so ``..`` cannot reach it)."""
+    return data_dir.parent / f"{data_dir.name}-workspaces"
+
+
+def workspaces_root(data_dir: Path, workspaces: Path | None) -> Path:
+    """The resolved workspaces directory; `WorkspaceLocationError` when it is the data directory or inside it."""
+    root = (workspaces if workspaces is not None else default_workspaces(data_dir)).expanduser().resolve()
+    if root.is_relative_to(data_dir):
+        raise WorkspaceLocationError(
+            f"the workspaces directory {root} is inside the data directory {data_dir}, which holds the credentials"
+        )
+    return root
+
+
+def _move_old_workspace(data_dir: Path, workspace: Path) -> None:
+    old = data_dir / "workspaces" / ASSISTANT
+    if old.is_dir() and not old.is_symlink() and not os.path.lexists(workspace):
+        workspace.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # another filesystem: the old one stays, the new one starts empty
+            os.rename(old, workspace)
+            with contextlib.suppress(OSError):
+                (data_dir / "workspaces").rmdir()
 
 
 @dataclass(frozen=True)
@@ -74,6 +114,7 @@ class RunningServer:
     chat: ChatService
     engine: HarnessEngine
     workspace: Path
+    sandbox: Sandbox
 
 
 def read_server_file(data_dir: Path) -> dict[str, Any] | None:
@@ -96,6 +137,8 @@ def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
 async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]:
     """Everything of `loopd up`, running for the block's duration."""
     data_dir = settings.data_dir.expanduser().resolve()
+    workspace = workspaces_root(data_dir, settings.workspaces) / ASSISTANT
+    sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
     with data_dir_lock(data_dir, LOCK_FILE, holder="loopd up"):
@@ -114,7 +157,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 async with db.transaction() as tx:
                     await tx.leases.expire_others(replica_id)
 
-            workspace = data_dir / "workspaces" / ASSISTANT
+            _move_old_workspace(data_dir, workspace)
             rig = await stack.enter_async_context(
                 open_standard_rig(
                     HarnessSettings(
@@ -122,6 +165,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                         data_dir=data_dir / "harness",
                         model=settings.model,
                         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
+                        sandbox=sandbox,
+                        hidden=(data_dir,),
                     )
                 )
             )
@@ -188,4 +233,5 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 chat=chat,
                 engine=engine,
                 workspace=workspace,
+                sandbox=sandbox,
             )

@@ -17,6 +17,16 @@ from loopd.harness.tools._protocol import (
     ToolResult,
 )
 from loopd.harness.tools._requirements import EXEC, FS_READ, FS_WRITE
+from loopd.harness.tools._sandbox import (
+    SANDBOX_MODES,
+    UNCONFINED,
+    BubblewrapSandbox,
+    Sandbox,
+    SandboxError,
+    SandboxUnavailableError,
+    Unconfined,
+    resolve_sandbox,
+)
 from loopd.harness.tools._search import GlobTool, GrepTool
 from loopd.harness.tools._testing import EchoTool
 from loopd.harness.tools._workspace import Workspace, WorkspaceEscapeError
@@ -60,7 +70,10 @@ __all__ = [
     "FS_READ",
     "FS_WRITE",
     "MCP_KIND",
+    "SANDBOX_MODES",
+    "UNCONFINED",
     "BashTool",
+    "BubblewrapSandbox",
     "EchoTool",
     "EditFileTool",
     "GlobTool",
@@ -76,13 +89,18 @@ __all__ = [
     "PreparedCall",
     "ReadFileTool",
     "Requirement",
+    "Sandbox",
+    "SandboxError",
+    "SandboxUnavailableError",
     "Tool",
     "ToolContext",
     "ToolResult",
+    "Unconfined",
     "Workspace",
     "WorkspaceEscapeError",
     "WriteFileTool",
     "default_tools",
     "open_mcp_toolset",
+    "resolve_sandbox",
     "scrubbed_environment",
 ]

@@ -11,8 +11,12 @@
   appended. A non-zero exit or a timeout marks the result as an error.
 - Cancellation kills the process group and propagates.
 
-Bash is not confined to the workspace by the filesystem — only by its working directory, its environment and
-the gate, which sees every part of the command (see `_requirements.split_command`).
+- Sandbox: the command line goes through a `Sandbox` (see `_sandbox`). Under bubblewrap the command can write
+  only the workspace (``.git`` and ``.loopd`` read-only) and a private /tmp, sees no other process, no home, no
+  data directory (``hidden``) and no network; a timeout's SIGTERM goes to the command's group inside the sandbox,
+  and when the command ends the sandbox ends with everything it started, even processes that left the group.
+  Unconfined, bash is held only by its working directory, its environment and the gate, which sees every part
+  of the command (see `_requirements.split_command`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import asyncio
 import os
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Final
 
 from pydantic import Field
@@ -32,6 +37,7 @@ from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs
 from loopd.harness.tools._processes import abandon_pipes, signal_group, stop_group, wait_exited
 from loopd.harness.tools._protocol import ToolContext, ToolResult
 from loopd.harness.tools._requirements import exec_requirements
+from loopd.harness.tools._sandbox import UNCONFINED, Sandbox
 from loopd.harness.tools._workspace import Workspace
 
 INHERITED_ENV: Final = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
@@ -116,8 +122,13 @@ class BashTool(BuiltinTool[BashArgs]):
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         kill_grace: float = KILL_GRACE,
         drain_timeout: float = DRAIN_TIMEOUT,
+        sandbox: Sandbox = UNCONFINED,
+        hidden: Sequence[Path] = (),
     ) -> None:
+        """``hidden``: directories the command must not see even when they lie inside the workspace."""
         super().__init__(workspace)
+        self._sandbox = sandbox
+        self._hidden = tuple(hidden)
         self._extra_env = dict(env or {})
         self._output_limit = output_limit
         self._kill_grace = kill_grace
@@ -133,12 +144,15 @@ class BashTool(BuiltinTool[BashArgs]):
         first = args.command.strip().splitlines()[0]
         return Plan(args, requirements, f"bash: {first[:200]}")
 
+    @property
+    def sandbox(self) -> Sandbox:
+        return self._sandbox
+
     async def _run(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
         root = str(self.workspace.root)
+        argv = self._sandbox.wrap([self._bash, "-c", args.command], workspace=self.workspace.root, hidden=self._hidden)
         process = await asyncio.create_subprocess_exec(
-            self._bash,
-            "-c",
-            args.command,
+            *argv,
             cwd=root,
             env=scrubbed_environment(root, self._extra_env),
             stdin=asyncio.subprocess.DEVNULL,
@@ -158,7 +172,8 @@ class BashTool(BuiltinTool[BashArgs]):
                     await wait_exited(process)
             except TimeoutError:
                 timed_out = True
-                await stop_group(process, grace=self._kill_grace)
+                inner = self._sandbox.command_groups(process.pid)
+                await stop_group(process, grace=self._kill_grace, term_groups=inner)
             # Whatever the command left running in its group would keep the pipe open: stop it.
             signal_group(process, signal.SIGKILL)
             try:

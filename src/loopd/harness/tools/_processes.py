@@ -1,8 +1,9 @@
 """Child processes that tools start: each in its own process group, killed as a group, always reaped.
 
-Used by bash and grep. Killing is synchronous (a signal), so it also happens on the way out of a cancelled
-task; waiting afterwards is bounded. Exit is observed through ``returncode`` rather than ``Process.wait()``:
-asyncio's ``wait()`` also waits for the pipes to close, which a background grandchild can keep open.
+Used by bash and grep (bash's group leader may be a sandbox, see `_sandbox`). Killing is synchronous (a
+signal), so it also happens on the way out of a cancelled task; waiting afterwards is bounded. Exit is
+observed through ``returncode`` rather than ``Process.wait()``: asyncio's ``wait()`` also waits for the pipes
+to close, which a background grandchild can keep open.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 from typing import Final
 
 REAP_TIMEOUT: Final = 2.0
@@ -31,10 +33,21 @@ async def wait_exited(process: asyncio.subprocess.Process) -> int:
     return process.returncode
 
 
-async def stop_group(process: asyncio.subprocess.Process, *, grace: float = 0.0) -> None:
-    """Stop the whole group: SIGTERM, ``grace`` seconds for the leader to exit, then SIGKILL; then reap."""
+async def stop_group(
+    process: asyncio.subprocess.Process, *, grace: float = 0.0, term_groups: Sequence[int] = ()
+) -> None:
+    """Stop the whole group: SIGTERM, ``grace`` seconds for the leader to exit, then SIGKILL; then reap.
+
+    ``term_groups``, when given, get the SIGTERM instead of the process's own group: a sandbox runs the command
+    in a group of its own, and terminating the sandbox's own process would kill the command without a grace.
+    """
     if grace > 0 and process.returncode is None:
-        signal_group(process, signal.SIGTERM)
+        if term_groups:
+            for group in term_groups:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(group, signal.SIGTERM)
+        else:
+            signal_group(process, signal.SIGTERM)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
                 await wait_exited(process)

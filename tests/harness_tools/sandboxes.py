@@ -1,0 +1,66 @@
+"""Sandboxes for the bash tests: bubblewrap when it works here (else skip, or fail under ``CI=true``), and none."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from loopd.harness.tools._sandbox import UNCONFINED, BubblewrapSandbox, Sandbox, bubblewrap_problem, resolve_sandbox
+from tests.support.availability import missing
+
+SANDBOX_NAMES = ("none", "bubblewrap")
+
+
+def bubblewrap(*, network: bool = False) -> BubblewrapSandbox:
+    """The working bubblewrap sandbox; skips the test (fails it under ``CI=true``) when there is none."""
+    problem = bubblewrap_problem(network=network)
+    if problem is not None:
+        missing(f"bubblewrap cannot run here: {problem}")
+    sandbox = resolve_sandbox("bubblewrap", network=network, environ={})
+    assert isinstance(sandbox, BubblewrapSandbox)
+    return sandbox
+
+
+def sandbox_named(name: str) -> Sandbox:
+    return bubblewrap() if name == "bubblewrap" else UNCONFINED
+
+
+def pids_running(marker: str) -> list[int]:
+    """Host pids of live (non-zombie) processes whose command line contains ``marker`` as an argument."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(") ", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in args and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+async def wait_running(marker: str, timeout: float = 5.0) -> list[int]:
+    """The host pids running ``marker`` once there is at least one (works inside a pid namespace too)."""
+    async with asyncio.timeout(timeout):
+        while not (pids := pids_running(marker)):
+            await asyncio.sleep(0.02)
+    return pids
+
+
+async def wait_gone(pids: list[int], timeout: float = 3.0) -> bool:
+    async with asyncio.timeout(timeout):
+        while any(_alive(pid) for pid in pids):
+            await asyncio.sleep(0.02)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[-1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return state != "Z"
