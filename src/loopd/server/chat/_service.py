@@ -3,7 +3,9 @@
 The chat request (DESIGN §5): in one database transaction the user's ``input`` message and the responder's empty
 ``response`` message are stored with one new task id, then the Task resource is created *before* the commit. If
 the Task cannot be created the transaction rolls back (no orphan messages; 503). If the commit fails after the
-Task was created, the Task is deleted again (compensation; no orphan Task in the normal case).
+Task was created, the Task is deleted again (compensation; no orphan Task in the normal case). A commit whose
+outcome is unknown (it timed out) is never compensated blindly: the input message is read back by its id, and the
+Task is deleted only if it is not stored; if that cannot be read either, both are left as they are (503).
 
 Completion is idempotent and resumable: ``closing`` (the intent is stored on the response row, which closes the
 question and reply entry points) → finalize the Task's outputs, then the response, through ``streams.finish`` →
@@ -32,6 +34,7 @@ from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamIte
 from loopd.server.http._identity import Identity
 from loopd.server.storage import (
     MAX_PAGE,
+    CommitOutcomeUnknown,
     Conflict,
     Conversation,
     Database,
@@ -40,6 +43,7 @@ from loopd.server.storage import (
     NewMessage,
     NotFound,
     StorageError,
+    StorageUnavailable,
     Transaction,
 )
 from loopd.server.streams import (
@@ -322,11 +326,33 @@ class ChatService:
                 # Last step before the commit: a Task that cannot be created rolls everything back.
                 await self._create_task(task_id, target_kind, target_key)
                 task_created = True
+        except CommitOutcomeUnknown as exc:
+            if not task_created or task_id is None:
+                raise
+            # It may have committed: read back the input (written in the same transaction) to learn which.
+            if not await self._input_stored(input_.id):
+                await self._compensate(task_id)
+                raise StorageUnavailable("the question was not stored (its commit failed); ask again") from exc
         except BaseException:
             if task_created and task_id is not None:
                 await self._compensate(task_id)
             raise
-        return ChatRequest(task_id, conversation, input_, response, cursor)
+        return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor)
+
+    async def _input_stored(self, input_id: str) -> bool:
+        """Whether a question whose commit had an unknown outcome did commit, read back by its input's id. A write
+        transaction, so on SQLite it starts only after the pending COMMIT has settled. Raises
+        ``CommitOutcomeUnknown`` when even that cannot be read: then nothing is undone."""
+        try:
+            async with self._db.transaction() as tx:
+                await tx.messages.get(input_id)
+        except NotFound:
+            return False
+        except StorageError as exc:
+            raise CommitOutcomeUnknown(
+                "the question may or may not have been stored: load the conversation before asking again"
+            ) from exc
+        return True
 
     async def observe(self, reader: Identity, conversation_id: str, task_id: str) -> ChatRequest:
         """An existing question of the conversation, with the cursor just before its first event."""

@@ -31,7 +31,16 @@ Errors: see ``StorageError`` (``_errors``). This package imports nothing of loop
 from __future__ import annotations
 
 from ._database import Database, DatabaseOptions, Transaction, open_database
-from ._errors import Conflict, Fenced, InvalidRecord, NotFound, SchemaTooNew, StorageError, StorageUnavailable
+from ._errors import (
+    CommitOutcomeUnknown,
+    Conflict,
+    Fenced,
+    InvalidRecord,
+    NotFound,
+    SchemaTooNew,
+    StorageError,
+    StorageUnavailable,
+)
 from ._harness_calls import fingerprint as harness_call_fingerprint
 from ._migrations import MIGRATIONS, Migration
 from ._records import (
@@ -89,6 +98,7 @@ __all__ = [
     "MIGRATIONS",
     "REGISTRY_KINDS",
     "UNSET",
+    "CommitOutcomeUnknown",
     "Conflict",
     "Conversation",
     "ConversationActorKind",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ._backend import Backend, Dialect
 from ._conversations import Conversations
-from ._errors import InvalidRecord
+from ._errors import CommitOutcomeUnknown, InvalidRecord
 from ._harness_calls import HarnessCalls
 from ._human_requests import HumanRequests
 from ._leases import Leases
@@ -93,6 +93,9 @@ class Database:
     short: on SQLite they run one at a time (a second writer waits up to ``operation_timeout``, then gets
     ``StorageUnavailable``); on PostgreSQL they run concurrently at READ COMMITTED and the repositories take the
     row locks their rules need. Read-only transactions see one snapshot and never wait for a writer.
+
+    A write transaction whose ``COMMIT`` may or may not have happened raises ``CommitOutcomeUnknown`` (its
+    ``after_commit`` callbacks run all the same): read back a row it wrote before retrying or compensating.
     """
 
     def __init__(self, backend: Backend, options: DatabaseOptions) -> None:
@@ -141,9 +144,17 @@ class Database:
     @asynccontextmanager
     async def transaction(self, *, read_only: bool = False) -> AsyncIterator[Transaction]:
         """A transaction with every repository bound to it; ``read_only`` reads one consistent snapshot."""
-        async with self._backend.transaction(read_only=read_only) as conn:
-            tx = Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
-            yield tx
+        tx: Transaction | None = None
+        try:
+            async with self._backend.transaction(read_only=read_only) as conn:
+                tx = Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
+                yield tx
+        except CommitOutcomeUnknown:
+            # It may have committed: wake whoever waits for its writes (a wake-up that finds nothing is harmless).
+            if tx is not None:
+                for callback in tx._after_commit:
+                    callback()
+            raise
         for callback in tx._after_commit:
             callback()
 

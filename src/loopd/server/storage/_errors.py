@@ -11,8 +11,12 @@ Must not do: I/O, or know about HTTP frameworks (the API layer maps ``type`` to 
     ├── Conflict                    conflict             the row exists in a different state; re-read, then decide
     │   └── Fenced                  conflict             a lease token is stale: this writer lost its lease
     ├── SchemaTooNew                internal_error       the database was migrated by newer code; refuse to run
+    ├── CommitOutcomeUnknown        service_unavailable  a COMMIT did not answer in time (or its connection broke):
+    │                                                    the writes may or may not have committed. Not retryable
+    │                                                    as is: read back what the transaction wrote to learn which,
+    │                                                    and never undo side effects blindly
     └── StorageUnavailable          service_unavailable  the database is unreachable, busy, closed or timed out
-                                                         (retryable)
+                                                         (retryable; nothing was written)
 
 Driver exceptions (``sqlite3``, ``psycopg``) never escape the backends: they become ``StorageUnavailable`` (or
 ``Conflict`` for a constraint violation) with the original chained as ``__cause__``.
@@ -58,6 +62,14 @@ class Fenced(Conflict):
 
 class SchemaTooNew(StorageError):
     """The database schema is newer than this code understands; upgrade the code, never downgrade the data."""
+
+
+class CommitOutcomeUnknown(StorageError):
+    """A write transaction's COMMIT timed out or lost its connection, and whether it committed could not be
+    settled: its writes may be stored. Resolve by reading back a row the transaction wrote (by its id); until then,
+    neither retry the writes nor compensate for them."""
+
+    type = "service_unavailable"
 
 
 class StorageUnavailable(StorageError):

@@ -2,7 +2,8 @@
 
 Owns: the pool (connect, statement and lock timeouts set per session), explicit ``BEGIN``/``COMMIT``/``ROLLBACK``
 so every step is bounded by the operation timeout, READ COMMITTED write transactions (repositories take row locks
-where order matters), REPEATABLE READ read-only transactions, and ``psycopg`` errors → storage errors.
+where order matters), REPEATABLE READ read-only transactions, and ``psycopg`` errors → storage errors. A ``COMMIT``
+that times out or loses its connection is ``CommitOutcomeUnknown``: the server may have committed it.
 Must not do: SQL of any table.
 """
 
@@ -15,7 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from ._backend import Connection, Dialect
-from ._errors import Conflict, StorageUnavailable
+from ._errors import CommitOutcomeUnknown, Conflict, StorageUnavailable
 
 try:
     import psycopg
@@ -57,6 +58,28 @@ class _PostgresConnection:
         async with _mapped(self._timeout):
             cursor = await self._conn.execute(_translate(sql), tuple(params))
             return cursor.rowcount
+
+
+def _outcome_unknown(cause: BaseException | None) -> bool:
+    """Whether a failed ``COMMIT`` may have committed: no answer in time, or the connection (SQLSTATE class 08) or
+    the server (class 57: shutdown, cancel) went away under it. A refusal such as a serialization failure is not."""
+    if isinstance(cause, TimeoutError):
+        return True
+    if isinstance(cause, psycopg.OperationalError):
+        state = cause.sqlstate
+        return state is None or state.startswith(("08", "57"))
+    return False
+
+
+async def _commit(conn: _PostgresConnection, timeout: float) -> None:
+    try:
+        await conn.execute("COMMIT")
+    except StorageUnavailable as exc:
+        if _outcome_unknown(exc.__cause__):
+            raise CommitOutcomeUnknown(
+                f"the PostgreSQL COMMIT did not complete ({exc.message}); it may or may not have committed"
+            ) from exc
+        raise
 
 
 class PostgresBackend:
@@ -107,7 +130,7 @@ class PostgresBackend:
             committed = False
             try:
                 yield wrapped
-                await wrapped.execute("COMMIT")
+                await _commit(wrapped, self._timeout)
                 committed = True
             finally:
                 if not committed:

@@ -2,7 +2,9 @@
 
 Owns: connecting (WAL, ``synchronous=NORMAL``, busy timeout), write transactions (``BEGIN IMMEDIATE``, one at a
 time in this process and across processes), read transactions on a second connection that sees one snapshot
-while a writer works, a timeout around every call, and ``sqlite3`` errors → storage errors.
+while a writer works, a timeout around every call, and ``sqlite3`` errors → storage errors. A ``COMMIT`` that
+times out keeps running on its thread: the transaction waits (one more timeout) for it to settle and reports what
+happened; only when it still has not settled is the outcome unknown (``CommitOutcomeUnknown``).
 Must not do: SQL of any table.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ._backend import Connection, Dialect
-from ._errors import Conflict, StorageUnavailable
+from ._errors import CommitOutcomeUnknown, Conflict, StorageUnavailable
 
 _T = TypeVar("_T")
 
@@ -100,6 +102,8 @@ class _SqliteConnection:
         self._lane = lane
         self._begin = begin
         self.used = False  # a statement was handed to the lane thread (so BEGIN may have run)
+        self.committed: bool | None = None
+        """Set on the lane thread when ``COMMIT`` has settled: True once committed, False once rolled back."""
 
     def _in_transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> Callable[[], _T]:
         lane, conn, begin = self._lane, self._lane.conn, self._begin
@@ -140,6 +144,7 @@ class _SqliteConnection:
                 raise StorageUnavailable("the SQLite database is closed")
             if not conn.in_transaction:
                 if verb == "COMMIT":
+                    self.committed = False
                     raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
                 return
             try:
@@ -148,7 +153,11 @@ class _SqliteConnection:
                 if conn.in_transaction:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
+                if verb == "COMMIT":
+                    self.committed = False
                 raise
+            if verb == "COMMIT":
+                self.committed = True
 
         return run
 
@@ -201,7 +210,7 @@ class SqliteBackend:
             try:
                 yield tx
                 if tx.used:
-                    await lane.call(tx.end("COMMIT"))
+                    await self._commit(lane, tx)
                 committed = True
             finally:
                 if not committed and tx.used:
@@ -224,6 +233,23 @@ class SqliteBackend:
                     lane.submit(tx.end("COMMIT"))
         finally:
             lane.lock.release()
+
+    async def _commit(self, lane: _Lane, tx: _SqliteConnection) -> None:
+        try:
+            await lane.call(tx.end("COMMIT"))
+        except StorageUnavailable as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise  # the COMMIT failed and rolled back in the same call: nothing was written
+            # The COMMIT is still running on the lane thread. Whatever runs there next runs after it settles.
+            with contextlib.suppress(StorageUnavailable):
+                await lane.call(lambda: None)
+            if tx.committed:
+                return
+            if tx.committed is False:
+                raise StorageUnavailable(f"the SQLite COMMIT failed after {self._timeout:g} s") from exc
+            raise CommitOutcomeUnknown(
+                f"the SQLite COMMIT did not settle within {2 * self._timeout:g} s; it may or may not have committed"
+            ) from exc
 
     @staticmethod
     async def _rollback(lane: _Lane, tx: _SqliteConnection) -> None:

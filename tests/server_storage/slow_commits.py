@@ -1,0 +1,76 @@
+"""Injecting a slow SQLite COMMIT: the lane thread blocks in ``COMMIT`` until the test releases it."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from loopd.server.storage import StorageUnavailable
+from loopd.server.storage._sqlite import _Lane, _SqliteConnection
+
+
+@dataclass
+class SlowCommit:
+    """While armed, the next write's ``COMMIT`` blocks until `release` (then it commits, or fails when ``fail``).
+
+    ``release_after_timeouts``: release by itself once that many lane calls have timed out (the COMMIT's own
+    timeout is the first; the transaction's wait for it to settle is the second), so no test depends on a sleep.
+    """
+
+    release_after_timeouts: int | None = None
+    fail: bool = False
+    armed: bool = True
+    timeouts: int = 0
+    released: threading.Event = field(default_factory=threading.Event)
+    committing: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@contextmanager
+def slow_commits(monkeypatch: pytest.MonkeyPatch, slow: SlowCommit) -> Iterator[SlowCommit]:
+    original_end = _SqliteConnection.end
+    original_call = _Lane.call
+
+    def end(self: _SqliteConnection, verb: str) -> Callable[[], None]:
+        run = original_end(self, verb)
+        if verb != "COMMIT" or not slow.armed or self._begin != "BEGIN IMMEDIATE":  # a write's COMMIT only
+            return run
+        slow.armed = False
+
+        def blocked() -> None:
+            slow.committing.set()
+            if not slow.released.wait(30):  # bounded: a broken test must not hang the lane thread forever
+                raise sqlite3.OperationalError("the test never released the COMMIT")
+            if slow.fail:
+                self._lane.conn.execute("ROLLBACK")  # the COMMIT fails; SQLite has rolled it back
+                self.committed = False
+                self._lane.owner = None
+                raise sqlite3.OperationalError("disk I/O error (injected)")
+            run()
+
+        return blocked
+
+    async def call(self: _Lane, fn: Callable[[], Any], *, opening: bool = False) -> Any:
+        try:
+            return await original_call(self, fn, opening=opening)
+        except StorageUnavailable as exc:
+            if isinstance(exc.__cause__, TimeoutError):
+                slow.timeouts += 1
+                if slow.release_after_timeouts is not None and slow.timeouts >= slow.release_after_timeouts:
+                    slow.release()
+            raise
+
+    monkeypatch.setattr(_SqliteConnection, "end", end)
+    monkeypatch.setattr(_Lane, "call", call)
+    try:
+        yield slow
+    finally:
+        slow.release()
