@@ -209,6 +209,25 @@ async def test_the_standard_rig_runs_bash_in_the_sandbox_and_hides_its_data_dire
     assert "journal.db" not in result.output
 
 
+async def test_loopd_run_in_a_home_directory_does_not_show_loopd_ups_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    server_data = home / ".local" / "share" / "loopd"  # loopd up's data directory, inside the workspace
+    (server_data / "resources-api").mkdir(parents=True)
+    (server_data / "resources-api" / "token").write_text(SECRET + "\n")
+    monkeypatch.setenv("LOOPD_DATA_DIR", str(server_data))
+    settings = HarnessSettings(
+        workspace=home, data_dir=tmp_path / "run-data", model=ModelConfig(model="demo"), sandbox=bubblewrap()
+    )
+    async with open_standard_rig(settings) as rig:
+        tool = next(t for t in rig.loops[0].tools if t.spec.name == "bash")
+        assert isinstance(tool, BashTool)
+        result = await run(tool, "cat .local/share/loopd/resources-api/token; echo tried", home)
+    assert SECRET not in result.output
+    assert "tried" in result.output
+
+
 # --- choosing a sandbox -----------------------------------------------------------------------------------
 
 

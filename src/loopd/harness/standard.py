@@ -3,10 +3,12 @@
 One loop (``main``) with the configured model, the workspace-confined built-in tools, the gate (configured access
 from a headless policy + stored rules in ``<workspace>/.loopd/gate-rules.json``), pricing from the model's price
 table, an optional budget, compaction past ``compact_at_tokens``, a ``helper`` subagent definition the main loop
-may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. bash runs its
-commands in the configured sandbox (default: ``$LOOPD_SANDBOX``, else bubblewrap when it works here), which hides
-the data directory and every other ``hidden`` directory from them. Open it with `open_standard_rig`; it closes
-the journal and the model (and the demo model's in-process server) on exit.
+may delegate to (same tools and gate, depth 1), and a SQLite journal in the data directory. Open it with
+`open_standard_rig`; it closes the journal and the model (and the demo model's in-process server) on exit.
+
+bash runs its commands in the configured sandbox (default: ``$LOOPD_SANDBOX``, else bubblewrap when it works
+here), which hides the data directory, loopd's default data directory (where `loopd up` keeps its credentials)
+and every other ``hidden`` directory from them, even inside the workspace (e.g. `loopd run` in the home directory).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
         model = await stack.enter_async_context(open_model(settings.model))
         prices = settings.model.price_table()
         sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
-        hidden = (settings.data_dir, *settings.hidden)
+        hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
         tools = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
 
         def define(name: str, prompt: str) -> LoopDefinition:
