@@ -14,7 +14,9 @@ What it answers comes from its **script**:
 * nothing: the **demo** rule (`demo_reply`), a deterministic, friendly assistant that echoes the user,
   explains how to configure a real model, and on "list files" / "read <path>" calls the ``list_dir`` /
   ``read_file`` tools (names configurable in `DemoOptions`), then shows the tool result, so a demo
-  exercises tools and the gate.
+  exercises tools and the gate. It reacts to the current request only: the last user message, and of a
+  prompt that carries the conversation before it (loop-server's "Conversation so far: … Current request:"),
+  only the part after the last "Current request:" line.
 
 Each reply may inject faults: ``delay`` before the response, ``chunk_delay`` between chunks,
 `FailWithStatus` (an HTTP error, optionally with Retry-After) and `DropAfter` (close the connection after
@@ -185,6 +187,7 @@ _DEMO_NOTE = (
 )
 _LIST_FILES = re.compile(r"\b(?:list|show)\s+(?:the\s+|all\s+)?files\b(?:\s+in\s+[`'\"]?(?P<path>[^\s`'\"]+))?", re.I)
 _READ_FILE = re.compile(r"\b(?:read|open)\s+(?:the\s+file\s+)?[`'\"]?(?P<path>[\w./~-]+)", re.I)
+_CURRENT_REQUEST = re.compile(r"^Current request:[ \t]*$", re.M)
 _MAX_ECHO = 400
 _MAX_TOOL_OUTPUT = 2000
 
@@ -208,7 +211,7 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
         )
         return answer(text)
 
-    said = request.last_user_text.strip()
+    said = current_request(request.last_user_text)
     wanted: tuple[str, str] | None = None
     if match := _LIST_FILES.search(said):
         wanted = (opts.list_tool, (match.group("path") or "").rstrip(".") or ".")
@@ -226,6 +229,13 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
         return answer(f"Hello! {_DEMO_NOTE}")
     echo = said if len(said) <= _MAX_ECHO else said[:_MAX_ECHO] + "…"
     return answer(f"You said: “{echo}”\n\n{_DEMO_NOTE}")
+
+
+def current_request(text: str) -> str:
+    """What the user asks now: ``text`` without the conversation a prompt may carry before it (everything up to
+    its last "Current request:" line), so a tool asked for earlier in the conversation is not called again."""
+    markers = list(_CURRENT_REQUEST.finditer(text))
+    return (text[markers[-1].end() :] if markers else text).strip()
 
 
 def _path_to_read(said: str) -> str | None:
