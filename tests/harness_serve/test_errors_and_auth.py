@@ -270,6 +270,7 @@ def test_public_face() -> None:
         "is_loopback",
         "open_harness_server",
         "open_http_server",
+        "peer_is_loopback",
         "registry_of",
         "request_headers",
         "serve",

@@ -310,7 +310,9 @@ async def test_the_task_api_is_for_the_tasks_responder(rig: Rig) -> None:
     ]:
         response = await stranger.request(method, path, json=body)
         assert response.status_code == 403, path
-    assert (await rig.client().get(f"/v1/tasks/{task_id}")).status_code == 200  # the token user may
+    # Not even the admin user acts for a Task as itself; it may only speak as the Task's responder.
+    assert (await rig.client().get(f"/v1/tasks/{task_id}")).status_code == 403
+    assert (await rig.operator().get(f"/v1/tasks/{task_id}")).status_code == 200
     assert (await rig.operator().get("/v1/tasks/unknown-task")).status_code == 404
 
 

@@ -31,6 +31,11 @@ def up_command(
     database: str | None = typer.Option(
         None, "--database", envvar="LOOPD_DATABASE_URL", help="PostgreSQL DSN for the server state (default: SQLite)."
     ),
+    public: bool = typer.Option(
+        False,
+        "--public",
+        help="Allow a --host beyond loopback (both APIs): callers then need a token or a one-time sign-in link.",
+    ),
     workspaces: Path | None = typer.Option(
         None,
         "--workspaces",
@@ -39,6 +44,13 @@ def up_command(
     sandbox: str | None = sandbox_option(),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
+    from loopd.server._composition import ExposureRefused, check_exposure
+
+    try:
+        check_exposure(host, public=public)
+    except ExposureRefused as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
     console = cli_console()
     config = model_config(model, base_url)
     confinement = sandbox_for(sandbox)
@@ -51,6 +63,7 @@ def up_command(
         api_port=api_port,
         model=config,
         database_url=database,
+        public=public,
         workspaces=workspaces.expanduser() if workspaces is not None else None,
         sandbox=confinement,
     )

@@ -1,7 +1,8 @@
 """Serve the resource API on its own TLS endpoint (standalone, and for tests), and render kubeconfigs.
 
-Owns: ``open_api_server`` (uvicorn on a loopback socket with the data-dir certificate, started and stopped inside
-the caller's event loop) and ``render_kubeconfig``. Must not do: decide the data dir or any CLI behaviour.
+Owns: ``open_api_server`` (uvicorn on a socket with the data-dir certificate, started and stopped inside the
+caller's event loop; loopback only unless the caller passes ``public=True``) and ``render_kubeconfig``.
+Must not do: decide the data dir or any CLI behaviour.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ipaddress
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,6 +39,17 @@ def _format_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def is_loopback_address(host: str) -> bool:
+    """Whether ``host`` (``localhost`` or an IP address) is this machine's loopback."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 @asynccontextmanager
 async def open_api_server(
     store: ResourceStore,
@@ -45,8 +58,14 @@ async def open_api_server(
     host: str = "127.0.0.1",
     port: int = 0,
     graceful_shutdown: float = 1.0,
+    public: bool = False,
 ) -> AsyncIterator[ApiServer]:
-    """Serve ``store`` over HTTPS with bearer-token auth until the block exits (``port=0`` picks a free port)."""
+    """Serve ``store`` over HTTPS with bearer-token auth until the block exits (``port=0`` picks a free port).
+
+    A ``host`` beyond loopback is refused (``ValueError``) unless ``public``: the caller's explicit opt-in.
+    """
+    if not public and not is_loopback_address(host):
+        raise ValueError(f"the resource API listens on loopback only unless public=True, not on {host!r}")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets that say so, and without it each response
     # body on a kept-alive connection waits ~40 ms for the ACK of its headers (Nagle + delayed ACK).

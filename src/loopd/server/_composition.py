@@ -34,6 +34,7 @@ from typing import Any, Final
 from loopd._ids import new_id
 from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
+from loopd.harness.serve import is_loopback
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, write_endpoint
@@ -68,6 +69,8 @@ class UpSettings:
     """PostgreSQL DSN for the server state (default: SQLite in the data directory)."""
     lease_ttl: float = 30.0
     engine_capacity: int = 50
+    public: bool = False
+    """Allow a non-loopback ``host`` (`check_exposure`): the operator's explicit opt-in to serve the network."""
     workspaces: Path | None = None
     """Where harness workspaces live; must be outside ``data_dir`` (default: `default_workspaces`)."""
     sandbox: Sandbox | None = None
@@ -101,6 +104,25 @@ def _move_old_workspace(data_dir: Path, workspace: Path) -> None:
             os.rename(old, workspace)
             with contextlib.suppress(OSError):
                 (data_dir / "workspaces").rmdir()
+
+
+class ExposureRefused(ValueError):
+    """A non-loopback address to listen on, without the explicit opt-in (``--public``)."""
+
+
+def check_exposure(host: str, *, public: bool) -> None:
+    """Refuse to listen on anything but loopback unless ``public``: `ExposureRefused`, with a one-line reason.
+
+    Both of `loopd up`'s ports (the HTTP API and the Kubernetes-compatible API) listen on ``host``. Exposed, every
+    caller needs a credential: the admin token (generated, 256 bits, 0600 in the data directory), an actor token,
+    or a cookie from a one-time sign-in link; browsers are never trusted for their ``Host`` header.
+    """
+    if is_loopback(host) or public:
+        return
+    raise ExposureRefused(
+        f"refusing to listen on {host}: that exposes loopd (HTTP API and Kubernetes API) beyond this machine; "
+        "pass --public to do it on purpose (callers then need a token or a sign-in link), or use --host 127.0.0.1"
+    )
 
 
 @dataclass(frozen=True)
@@ -137,6 +159,7 @@ def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
 async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]:
     """Everything of `loopd up`, running for the block's duration."""
     data_dir = settings.data_dir.expanduser().resolve()
+    check_exposure(settings.host, public=settings.public)
     workspace = workspaces_root(data_dir, settings.workspaces) / ASSISTANT
     sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +169,9 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             credentials = load_or_create_credentials(data_dir)
             store = await stack.enter_async_context(open_sqlite_store(data_dir / "resources.db"))
             api = await stack.enter_async_context(
-                open_api_server(store, credentials=credentials, host=settings.host, port=settings.api_port)
+                open_api_server(
+                    store, credentials=credentials, host=settings.host, port=settings.api_port, public=settings.public
+                )
             )
             write_endpoint(data_dir, api.url)
 
@@ -214,7 +239,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 registry=registry,
             )
             app = create_server_app(
-                ctx, routers=[engine_router(engine, asker_of=chat.asker_of), ledger_router(ledger, chat)]
+                ctx, routers=[engine_router(engine, asker_of=chat.asker_of, tasks=chat), ledger_router(ledger, chat)]
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
             token_file = credentials.directory / "token"

@@ -13,7 +13,7 @@ Must not import the server, resources, runtime, operators or CLI layers (an impo
 
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app, registry_of
 from loopd.harness.serve._errors import STATUS_OF, TYPE_OF_STATUS, ApiError, ErrorType, error_body, error_response
-from loopd.harness.serve._guard import PUBLIC_PATHS
+from loopd.harness.serve._guard import PUBLIC_PATHS, peer_is_loopback
 from loopd.harness.serve._http import (
     MAX_JSON_DEPTH,
     SSE_PING,
@@ -69,6 +69,7 @@ __all__ = [
     "is_loopback",
     "open_harness_server",
     "open_http_server",
+    "peer_is_loopback",
     "registry_of",
     "request_headers",
     "serve",

@@ -2,8 +2,9 @@
 
 * **Token.** With a token, every path except `PUBLIC_PATHS` needs ``Authorization: Bearer <token>`` (compared in
   constant time); otherwise 401 ``unauthorized`` with ``WWW-Authenticate: Bearer``.
-* **Host.** Without a token the server is only meant for this machine, so a request whose ``Host`` is not a
-  loopback name is refused (403 ``forbidden``): a web page cannot reach it through DNS rebinding.
+* **Peer and Host.** Without a token the server is only meant for this machine: a request is answered only when
+  its connection comes from a loopback *peer address* (the ASGI ``client``; a header proves nothing) and its
+  ``Host`` is a loopback name (so a web page cannot reach it through DNS rebinding); otherwise 403 ``forbidden``.
 * **Body.** A write's body is read here, up to ``max_body_bytes`` (by ``Content-Length`` *and* by counting the
   bytes that arrive; 413 ``payload_too_large``) and within ``body_timeout`` (400), then handed on.
 * **JSON only.** A write with a non-empty body must say ``Content-Type: application/json`` (or ``+json``), else
@@ -25,6 +26,15 @@ from loopd.harness.serve._errors import ApiError, error_response
 from loopd.harness.serve._http import WRITE_METHODS, buffer_json_body, host_name, is_loopback, request_headers
 
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
+
+
+def peer_is_loopback(scope: Scope) -> bool:
+    """Whether the connection comes from this machine, by its peer address (ASGI ``client``), never by a header."""
+    client = scope.get("client")
+    if not client or not isinstance(client[0], str):
+        return False  # an unknown peer is not trusted
+    address = client[0].strip().lower().removeprefix("::ffff:")  # IPv4-mapped IPv6 on dual-stack sockets
+    return address != "localhost" and is_loopback(address)
 
 
 class Guard:
@@ -62,6 +72,8 @@ class Guard:
     def _check_access(self, scope: Scope, headers: dict[str, str]) -> None:
         if self._token is None:
             host = headers.get("host", "")
+            if not peer_is_loopback(scope):
+                raise ApiError("forbidden", "this server has no token and answers only connections from this machine")
             if host and not is_loopback(host_name(host)):
                 raise ApiError("forbidden", "this server has no token and answers only requests addressed to loopback")
             return

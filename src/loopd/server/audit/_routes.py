@@ -22,6 +22,10 @@ class AccessCheck(Protocol):
 
     async def asker_of(self, task_id: str) -> Identity: ...
 
+    async def check_task_access(
+        self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
+    ) -> None: ...
+
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -51,8 +55,13 @@ def ledger_router(ledger: LedgerStore, chat: AccessCheck) -> APIRouter:
         if not (task_id or conversation_id or call_id):
             raise ApiError("invalid_request", "name a task_id, conversation_id or call_id")
         scope = Scope(task_id=task_id, conversation_id=conversation_id, harness_call_id=call_id)
-        if caller.trusted:
+        if caller.admin:
             return scope
+        if caller.trusted:  # an operator or harness: the trail of Tasks addressed to it, nothing else
+            if task_id is None:
+                raise ApiError("forbidden", f"{caller.text} reads the trail of its own Tasks only: name task_id")
+            await chat.check_task_access(caller, task_id)
+            return scope  # the scope's fields all apply, so task_id bounds it
         if conversation_id is not None:
             await chat.check_readable(caller, conversation_id)  # 404 for conversations that are not the caller's
         if task_id is not None and (await chat.asker_of(task_id)).key != caller.key:

@@ -108,12 +108,13 @@ def _intent(error: Mapping[str, str] | None) -> dict[str, Any]:
 def check_responder(identity: Identity, response: Message) -> None:
     """Raise 403 unless ``identity`` may act for the Task answered by ``response``.
 
-    Token callers only; an operator or harness identity must be the Task's target (a token ``user:*`` caller —
-    the CLI or an administrator — may act for any Task).
+    Only the Task's responder — the operator or harness it is addressed to (``spec.target``), authenticated by a
+    token — may read its context, write its answer, ask its humans or complete it. No user may, not even the
+    admin: the admin acts for a Task only by naming its responder in ``X-Loopd-Actor``.
     """
     if not identity.trusted:
         raise ApiError("forbidden", "the Task API is for operators and harnesses: it needs a bearer token")
-    if identity.kind != "user" and (identity.kind, identity.key) != (response.kind, response.key):
+    if (identity.kind, identity.key) != (response.kind, response.key):
         raise ApiError("forbidden", f"{identity.text} is not the responder of this Task")
 
 
@@ -421,6 +422,29 @@ class ChatService:
         async with self._db.transaction(read_only=True) as tx:
             input_, _ = await tx.messages.task_pair(task_id)
         return Identity(input_.kind, input_.key)
+
+    async def check_task_access(
+        self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
+    ) -> None:
+        """403 unless ``actor`` is the Task's responder (`check_responder`) and the named conversation / message
+        belong to that Task (its user conversation, its work conversation, its messages). For the Harness Engine's
+        and the ledger's routes: a responder reaches only what its own Tasks touch."""
+        async with self._db.transaction(read_only=True) as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            check_responder(actor, response)
+            if message_id is not None and (await tx.messages.get(message_id)).task_id != task_id:
+                raise ApiError("forbidden", f"message {message_id} is not part of task {task_id}")
+            if (
+                conversation_id is not None
+                and conversation_id != response.conversation_id
+                and (await tx.conversations.get(conversation_id)).task_id != task_id
+            ):
+                raise ApiError("forbidden", f"conversation {conversation_id} is not part of task {task_id}")
+
+    async def task_of_message(self, message_id: str) -> str | None:
+        """The Task a message belongs to (None for a message outside any Task)."""
+        async with self._db.transaction(read_only=True) as tx:
+            return (await tx.messages.get(message_id)).task_id
 
     async def emit(
         self, task_id: str, events: Sequence[Mapping[str, Any]], *, actor: Identity | None = None

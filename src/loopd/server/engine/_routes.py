@@ -6,7 +6,9 @@
     POST /v1/harness/calls/{id}/cancel         ask it to stop → 202 + the call
     POST /v1/harness/calls/{id}/gates/{gate}   {"answer": "approve" | "always" | "deny"}; only the asker (403)
 
-Who may see a call: token callers (operators, harnesses, the CLI) and the call's asker; anyone else gets 404.
+Who may start a call: the admin, and an operator or harness for a Task addressed to it (``task_id`` required; the
+destination conversation or message must belong to that Task; 403 otherwise). Who may see or cancel one: the
+admin, the call's asker, and the responder of the Task its output message belongs to; anyone else gets 404.
 The asker of a call started here is the user who asked the Task (``asker_of(task_id)``), never a value from the
 body. The stream is AgentUE over SSE: ``id:`` is the message event seq; a resumed stream starts with a
 ``start`` holding the snapshot at the cursor; it ends (with ``end``) once the call is terminal. Closing it
@@ -20,7 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi import Path as PathParam
@@ -44,6 +46,18 @@ from ._engine import HarnessEngine
 from ._requests import DEFAULT_TIMEOUT, MAX_HISTORY, MAX_TEXT, CallRequest
 
 AskerOf = Callable[[str], Awaitable[Identity]]
+
+
+class TaskAccess(Protocol):
+    """What the routes ask of the chat service (``ChatService`` is one) to keep a responder to its own Tasks."""
+
+    async def check_task_access(
+        self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
+    ) -> None: ...
+
+    async def task_of_message(self, message_id: str) -> str | None: ...
+
+
 MAX_NAME: Final = 500
 CallId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 
@@ -123,17 +137,32 @@ def call_body(call: HarnessCall) -> CallBody:
     )
 
 
-def _may_see(caller: Identity, call: HarnessCall) -> bool:
-    return caller.trusted or call.params.get("asker") == caller.text
-
-
-def engine_router(engine: HarnessEngine, *, asker_of: AskerOf | None = None, heartbeat: float = 15.0) -> APIRouter:
-    """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``ChatService.asker_of``)."""
+def engine_router(
+    engine: HarnessEngine,
+    *,
+    asker_of: AskerOf | None = None,
+    tasks: TaskAccess | None = None,
+    heartbeat: float = 15.0,
+) -> APIRouter:
+    """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``ChatService.asker_of``);
+    ``tasks``: the Task access checks for operator and harness callers (without it only the admin starts calls)."""
     router = APIRouter(prefix="/v1/harness/calls", tags=["harness"], responses=ERROR_RESPONSES)
+
+    async def responds_for(caller: Identity, call: HarnessCall) -> bool:
+        if not caller.trusted or tasks is None or call.message_id is None:
+            return False
+        try:
+            task_id = await tasks.task_of_message(call.message_id)
+            if task_id is None:
+                return False
+            await tasks.check_task_access(caller, task_id)
+        except (ApiError, NotFound):
+            return False
+        return True
 
     async def visible(call_id: str, caller: Identity) -> HarnessCall:
         call = await engine.get(call_id)
-        if not _may_see(caller, call):
+        if not (caller.admin or call.params.get("asker") == caller.text or await responds_for(caller, call)):
             raise NotFound(f"harness call {call_id} not found")
         return call
 
@@ -141,6 +170,12 @@ def engine_router(engine: HarnessEngine, *, asker_of: AskerOf | None = None, hea
     async def start_call(body: StartCallBody, caller: Annotated[Identity, Depends(trusted_identity)]) -> CallBody:
         """Start a harness call, or get the one with this identity (same parameters); 409 if they differ, 429
         when this server's slots are full (nothing is created then)."""
+        if not caller.admin:
+            if body.task_id is None or tasks is None:
+                raise ApiError("forbidden", f"{caller.text} may start calls only for its own Tasks: send task_id")
+            await tasks.check_task_access(
+                caller, body.task_id, conversation_id=body.conversation_id, message_id=body.message_id
+            )
         asker: str | None = None
         if body.task_id is not None:
             if asker_of is None:

@@ -1,7 +1,8 @@
 """loop-server's HTTP layer: the app factory, identity and security, the error envelope, SSE, serving.
 
 Public face: `create_server_app` (the FastAPI app over a `ServerContext`), `Identity` with the dependencies
-`current_identity` / `trusted_identity`, `ServerSecurity`, `ApiError` (raise it under any route) and the error
+`current_identity` / `trusted_identity` / `admin_identity`, `ServerSecurity`, `AccessStore` (issued tokens,
+sign-in codes and cookies), `ApiError` (raise it under any route) and the error
 helpers, `EventStreamResponse` / `sse_frame`, and `open_http_server` (uvicorn on a bound socket).
 The mechanism under these (body cap, SSE response, error handlers, serving) is ``loopd.harness.serve``'s; this
 package holds the server's policy: identities, cookies, the Origin check, storage-error mapping.
@@ -9,10 +10,18 @@ Must not import ``loopd.server.chat``, ``.human`` or ``.registry`` at import tim
 """
 
 from loopd.harness.serve import ApiError, ErrorType, RunningServer, open_http_server
+from loopd.server.http._access import AccessStore, SigninCode
 from loopd.server.http._app import create_server_app
 from loopd.server.http._context import ServerContext
 from loopd.server.http._errors import ERROR_RESPONSES, ErrorEnvelope, api_error_of, error_body, error_response
-from loopd.server.http._identity import Identity, IdentityKind, current_identity, identity_of, trusted_identity
+from loopd.server.http._identity import (
+    Identity,
+    IdentityKind,
+    admin_identity,
+    current_identity,
+    identity_of,
+    trusted_identity,
+)
 from loopd.server.http._security import COOKIE_NAME, ServerSecurity, human_key, tokens_of
 from loopd.server.http._sse import HEARTBEAT, EventStreamResponse, sse_frame
 
@@ -23,6 +32,7 @@ __all__ = [
     "COOKIE_NAME",
     "ERROR_RESPONSES",
     "HEARTBEAT",
+    "AccessStore",
     "ApiError",
     "ErrorEnvelope",
     "ErrorType",
@@ -32,6 +42,8 @@ __all__ = [
     "RunningHttpServer",
     "ServerContext",
     "ServerSecurity",
+    "SigninCode",
+    "admin_identity",
     "api_error_of",
     "create_server_app",
     "current_identity",

@@ -72,7 +72,7 @@ def registry_router(registry: RegistryService) -> APIRouter:
     router = APIRouter(responses=ERROR_RESPONSES, tags=["registry"])
 
     async def register(kind: ActorKind, key: str, caller: Identity, body: RegisterRequest | None) -> Registration:
-        if caller.kind != "user" and (caller.kind, caller.key) != (kind, key):
+        if not caller.admin and (caller.kind, caller.key) != (kind, key):
             raise ApiError("forbidden", f"{caller.text} may not register {kind}:{key}")
         body = body or RegisterRequest()
         actor = await registry.register(

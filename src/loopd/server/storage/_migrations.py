@@ -263,7 +263,33 @@ _ONE_CALL_PER_MESSAGE = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE)
+_ACCESS = Migration(
+    4,
+    "access: actor tokens, browser cookies issued to remote peers, one-time sign-in codes",
+    (
+        # Only SHA-256 digests of secrets are stored: a copy of the database signs nobody in.
+        """CREATE TABLE access_tokens (
+            token_hash TEXT PRIMARY KEY,
+            actor_kind TEXT NOT NULL,
+            actor_key TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX access_tokens_by_actor ON access_tokens (actor_kind, actor_key)",
+        """CREATE TABLE browser_cookies (
+            cookie_hash TEXT PRIMARY KEY,
+            issued_by TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE signin_codes (
+            code_hash TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            used_at TEXT
+        )""",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE, _ACCESS)
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
 _TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (

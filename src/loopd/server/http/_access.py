@@ -1,0 +1,127 @@
+"""Credentials the server issues and keeps: actor tokens, browser cookies for remote peers, one-time sign-in codes.
+
+* **Actor tokens** bind one ``operator:<key>`` or ``harness:<key>`` identity; the admin creates them
+  (``loopd token create``). A caller presenting one is that actor and nothing else.
+* **Browser cookies** issued through a sign-in link are recorded; a browser on another machine is signed in only
+  by a recorded cookie. (Cookies minted automatically for a loopback browser are not recorded: they count only on
+  loopback.)
+* **Sign-in codes** are single-use and expire after ``signin_ttl`` seconds; redeeming one records a new cookie in
+  the same transaction, so two redemptions of one code cannot both succeed.
+
+Only SHA-256 digests of secrets are stored (migration 4's tables), so a copy of the database signs nobody in, and
+a secret is found by its digest: how long a lookup takes says nothing about the secret.
+Must not do: decide who may call what (the security middleware and the routes do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
+
+from loopd.server.http._identity import Identity
+from loopd.server.storage import Database, InvalidRecord
+
+DEFAULT_SIGNIN_TTL: Final = 600.0
+MAX_SIGNIN_TTL: Final = 24 * 3600.0
+CookieIssuer = Literal["signin"]
+
+
+def secret_digest(secret: str) -> str:
+    """The stored form of a secret: SHA-256, hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _time_text(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class SigninCode:
+    code: str
+    expires_at: datetime
+
+
+class AccessStore:
+    """The server's issued credentials, in its database."""
+
+    def __init__(self, db: Database, *, signin_ttl: float = DEFAULT_SIGNIN_TTL) -> None:
+        if not (0 < signin_ttl <= MAX_SIGNIN_TTL):
+            raise ValueError(f"signin_ttl must be positive and at most {MAX_SIGNIN_TTL:.0f} seconds")
+        self._db = db
+        self._ttl = timedelta(seconds=signin_ttl)
+
+    # -- actor tokens --------------------------------------------------------------------------------------
+
+    async def create_token(self, actor: Identity) -> str:
+        """A new token that authenticates as ``actor`` (an operator or a harness); only its digest is kept."""
+        if actor.kind == "user":
+            raise InvalidRecord("actor tokens are for operator:<key> or harness:<key>; users sign in with a link")
+        token = secrets.token_urlsafe(32)
+        async with self._db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO access_tokens (token_hash, actor_kind, actor_key, created_at) VALUES (?, ?, ?, ?)",
+                (secret_digest(token), actor.kind, actor.key, _time_text(tx.now())),
+            )
+        return token
+
+    async def revoke_tokens(self, actor: Identity) -> int:
+        """Forget every token of ``actor``; returns how many there were."""
+        async with self._db.transaction() as tx:
+            return await tx.execute(
+                "DELETE FROM access_tokens WHERE actor_kind = ? AND actor_key = ?", (actor.kind, actor.key)
+            )
+
+    async def token_actor(self, token: str) -> Identity | None:
+        """The actor ``token`` authenticates (trusted), or None."""
+        async with self._db.transaction(read_only=True) as tx:
+            row = await tx.fetch_one(
+                "SELECT actor_kind, actor_key FROM access_tokens WHERE token_hash = ?", (secret_digest(token),)
+            )
+        if row is None:
+            return None
+        return Identity(row[0], row[1], trusted=True)
+
+    # -- browser cookies -----------------------------------------------------------------------------------
+
+    async def cookie_issued(self, cookie: str) -> bool:
+        """Whether this server issued ``cookie`` through a sign-in link."""
+        async with self._db.transaction(read_only=True) as tx:
+            row = await tx.fetch_one("SELECT 1 FROM browser_cookies WHERE cookie_hash = ?", (secret_digest(cookie),))
+        return row is not None
+
+    # -- sign-in codes -------------------------------------------------------------------------------------
+
+    async def create_signin_code(self) -> SigninCode:
+        """A new one-time code, valid for ``signin_ttl`` seconds (expired codes are dropped here)."""
+        code = secrets.token_urlsafe(32)
+        async with self._db.transaction() as tx:
+            now = tx.now()
+            expires_at = now + self._ttl
+            await tx.execute("DELETE FROM signin_codes WHERE expires_at <= ?", (_time_text(now),))
+            await tx.execute(
+                "INSERT INTO signin_codes (code_hash, created_at, expires_at) VALUES (?, ?, ?)",
+                (secret_digest(code), _time_text(now), _time_text(expires_at)),
+            )
+        return SigninCode(code, expires_at)
+
+    async def redeem_signin_code(self, code: str, cookie: str) -> bool:
+        """Use ``code`` once: when it is known, unused and unexpired, record ``cookie`` as issued and return True.
+
+        The check and the use are one conditional UPDATE, so of two concurrent redemptions exactly one wins.
+        """
+        async with self._db.transaction() as tx:
+            now = _time_text(tx.now())
+            used = await tx.execute(
+                "UPDATE signin_codes SET used_at = ? WHERE code_hash = ? AND used_at IS NULL AND expires_at > ?",
+                (now, secret_digest(code), now),
+            )
+            if used != 1:
+                return False
+            await tx.execute(
+                "INSERT INTO browser_cookies (cookie_hash, issued_by, created_at) VALUES (?, ?, ?)",
+                (secret_digest(cookie), "signin", now),
+            )
+        return True
