@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loopd.agentue import fold
 from loopd.server.engine import (
     AdapterRequest,
     Finished,
@@ -157,6 +158,33 @@ def without_call_ids(content: dict[str, Any]) -> dict[str, Any]:
 
 def block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:
     return next((b for b in content["blocks"] if b.get("id") == block_id), None)
+
+
+async def answer_events(db: Database, message_id: str) -> list[tuple[str, str]]:
+    """``(op, text)`` of every stored event that touches the answer block, in order (and the fold is checked)."""
+    async with db.transaction(read_only=True) as tx:
+        events = await tx.message_events.read(message_id, limit=1000)
+        message = await tx.messages.get(message_id)
+    assert fold(e.event for e in events).model.to_json() == message.content  # type: ignore[union-attr]
+    found: list[tuple[str, str]] = []
+    for stored in events:
+        block: Any = stored.event.get("block")
+        if isinstance(block, dict) and block.get("id") == "answer":
+            found.append((str(stored.event["op"]), str(block.get("content"))))
+    return found
+
+
+def applied_in_order(events: list[tuple[str, str]]) -> str:
+    text = ""
+    for op, piece in events:
+        text = piece if op == "set" else text + piece
+    return text
+
+
+def assert_append_only(events: list[tuple[str, str]], final: str) -> None:
+    assert events and events[0][0] == "set", events
+    assert all(op == "append" for op, _ in events[1:]), events  # no rewrite after the first set
+    assert events[0][1] + "".join(piece for _, piece in events[1:]) == final, events
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, step: float = 0.02) -> None:

@@ -25,9 +25,15 @@ FINAL_TEXT = "Wrote a.txt."
 
 @dataclass
 class Script:
-    """Step 1 asks for ``touch a.txt``; step 2 answers. The first step-2 call may hang (``stall_final``)."""
+    """Step 1 asks for ``touch a.txt``; step 2 answers. The first step-2 call may hang (``stall_final``), or hang
+    after its first chunk (``stall_final_mid``); ``chunk_delay`` paces the chunks (so they interleave with the
+    engine's reads); ``final_texts`` replaces the answer of the n-th step-2 call (a model that says something else
+    when its call is re-issued)."""
 
     stall_final: bool = False
+    stall_final_mid: bool = False
+    chunk_delay: float = 0.0
+    final_texts: dict[int, str] = field(default_factory=dict)
     final_calls: int = 0
     requests: list[ModelRequest] = field(default_factory=list)
 
@@ -38,10 +44,16 @@ class Script:
                 text=FIRST_TEXT,
                 tool_calls=[ToolCall(id="call-1", name="touch", arguments={"path": "a.txt"})],
                 chunk_size=5,
+                chunk_delay=self.chunk_delay,
             )
         self.final_calls += 1
-        stall = self.stall_final and self.final_calls == 1
-        return Reply(text=FINAL_TEXT, chunk_size=4, delay=60.0 if stall else 0.0)
+        first = self.final_calls == 1
+        text = self.final_texts.get(self.final_calls, FINAL_TEXT)
+        if self.stall_final_mid and first:
+            return Reply(text=text, chunk_size=4, chunk_delay=60.0)  # the first chunk, then nothing
+        return Reply(
+            text=text, chunk_size=4, delay=60.0 if self.stall_final and first else 0.0, chunk_delay=self.chunk_delay
+        )
 
 
 @dataclass
@@ -54,9 +66,9 @@ class Harness:
 
 
 @asynccontextmanager
-async def open_rig(folder: Path, *, stall_final: bool = False) -> AsyncIterator[Harness]:
+async def open_rig(folder: Path, *, stall_final: bool = False, script: Script | None = None) -> AsyncIterator[Harness]:
     folder.mkdir(parents=True, exist_ok=True)
-    script = Script(stall_final=stall_final)
+    script = script or Script(stall_final=stall_final)
     model = ScriptedModel(script, model_name="scripted-model")
     tool = TouchTool()
     journal = await SqliteJournal.open(folder / "journal.db")

@@ -16,6 +16,7 @@ from .conftest import (
     make_engine,
     new_conversation,
     new_response,
+    until,
     until_phase,
     until_true,
     without_call_ids,
@@ -112,6 +113,11 @@ async def test_a_crashed_engine_is_resumed_through_the_journal_and_ends_like_a_c
         call_id, response = await _start(db, first)
         await _answer_gate(first, call_id, db, response)
         await until_true(lambda: harness.script.final_calls == 1)  # the answer's model call hangs
+
+        async def tool_finished_applied() -> bool:
+            return (await first.get(call_id)).checkpoint >= 6
+
+        await until(tool_finished_applied)
         checkpoint = (await first.get(call_id)).checkpoint
         assert checkpoint == 6  # model call, text, tool started, gate opened, gate resolved, tool finished
         await first.abort()  # a crash: drives cancelled, the in-process session dropped, no lease released

@@ -95,7 +95,8 @@ async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplic
     assert adapter.starts == [call_id]
     async with second.transaction(read_only=True) as tx:
         events = await tx.message_events.read(response)
-    assert [e.event.get("op") for e in events] == ["start", "set", "set", "set"]  # a, ab (no repeats), result
+    ops = [e.event.get("op") for e in events]
+    assert ops == ["start", "set", "append", "set"]  # a, then b (no repeats), result
     store = SqlLedgerStore(second)
     unresolved = await store.unresolved_attempts(Scope(harness_call_id=call_id))
     assert len(unresolved) == 1  # the crashed drive's attempt stays visible as unresolved

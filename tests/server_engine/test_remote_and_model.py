@@ -15,7 +15,17 @@ from loopd.server.engine import CallRequest, HarnessEngine, OpenAIModelAdapter, 
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database
 
-from .conftest import ManualClock, block, content_of, make_engine, new_conversation, new_response, until_phase
+from .conftest import (
+    ManualClock,
+    answer_events,
+    assert_append_only,
+    block,
+    content_of,
+    make_engine,
+    new_conversation,
+    new_response,
+    until_phase,
+)
 from .rigs import FINAL_TEXT, FIRST_TEXT, Harness, open_rig
 
 TOKEN = "remote-token"
@@ -107,9 +117,8 @@ async def test_the_model_adapter_streams_one_completion(sqlite_db: Database) -> 
     assert block(content, "answer") == {"id": "answer", "type": "text", "content": "Hello there, friend."}
     usage = await SqlLedgerStore(sqlite_db).usage(Scope(harness_call_id=call_id))
     assert (usage.input_tokens, usage.output_tokens) == (7, 3)
-    async with sqlite_db.transaction(read_only=True) as tx:
-        ops = [e.event["op"] for e in await tx.message_events.read(response)]
-    assert ops[0] == "start" and "append" in ops  # previews (coalesced when they arrive together), then sets
+    # previews (coalesced when they arrive together): one set, then appends; the final text adds nothing
+    assert_append_only(await answer_events(sqlite_db, response), "Hello there, friend.")
 
 
 async def test_an_unavailable_model_is_run_again_and_a_refusal_fails_the_call(sqlite_db: Database) -> None:

@@ -139,6 +139,8 @@ class _View:
     out: Any
     state: StreamState | None = None
     shown_text: int = 0
+    shown: str = ""
+    """The answer text printed so far (a ``set`` that rewrites it, not only extends it, prints it again)."""
     tools: dict[str, str] = field(default_factory=dict)
     asked: set[str] = field(default_factory=set)
     final_status: str | None = None
@@ -161,10 +163,17 @@ class _View:
             block_id = str(block.get("id", ""))
             if block_id == ANSWER_BLOCK:
                 text = str(block.get("text") or block.get("content") or "")
-                if len(text) > self.shown_text:
-                    self.out.write(text[self.shown_text :])
+                if text == self.shown:
+                    continue
+                if text.startswith(self.shown):
+                    self.out.write(text[len(self.shown) :])
+                else:  # rewritten (a model call re-issued after a restart said something else): show it anew
+                    self.out.write("\n")
                     self.out.flush()
-                    self.shown_text = len(text)
+                    self.console.print("[dim]  (the answer was revised; here it is again)[/]")
+                    self.out.write(text)
+                self.out.flush()
+                self.shown, self.shown_text = text, len(text)
             elif block_id.startswith(TOOL_PREFIX):
                 status = str(block.get("status", ""))
                 if self.tools.get(block_id) != status:

@@ -247,10 +247,14 @@ class _Ephemeral(_LoopEvent):
 
 
 class TokenDelta(_Ephemeral):
+    """A piece of the step's model text. ``offset``: characters of this model call's text before ``text`` (so a
+    subscriber that missed pieces knows it; None from a peer that does not say)."""
+
     kind: Literal["token_delta"] = "token_delta"
     turn_id: str
     step: int
     text: str
+    offset: int | None = None
 
 
 class ToolCallStarted(_Ephemeral):

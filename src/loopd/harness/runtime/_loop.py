@@ -337,6 +337,7 @@ class LoopActor:
             )
             return
         text: list[str] = []
+        offset = 0
         deltas: list[ToolCallDelta] = []
         usage: Usage = ZERO_USAGE
         result: ModelCompleted | ModelFailed
@@ -347,8 +348,11 @@ class LoopActor:
                         case TextDelta(text=piece):
                             text.append(piece)
                             self._publish(
-                                TokenDelta(loop=self.name, turn_id=effect.turn_id, step=effect.step, text=piece)
+                                TokenDelta(
+                                    loop=self.name, turn_id=effect.turn_id, step=effect.step, text=piece, offset=offset
+                                )
                             )
+                            offset += len(piece)
                         case ToolCallDelta():
                             deltas.append(chunk)
                         case UsageReport(usage=reported):

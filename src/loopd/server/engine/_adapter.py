@@ -11,8 +11,9 @@ Updates are *durable* or *previews*:
   chain over them. A resumed run of an adapter whose ``replays`` is true replays the same ordered durable
   updates from the start: those at or below the checkpoint are skipped (a different update at the checkpoint
   fails the call, "replay differs").
-- `TextPreview` (live token text) is not counted and never replayed: it is appended to the answer block for
-  watchers, and the next durable `TextSet` replaces the answer text with the authoritative one.
+- `TextPreview` (live token text, with its position in the answer) is not counted and never replayed: the
+  part of it the answer block does not show yet is appended for watchers; the next durable `TextSet` appends
+  what is still missing (a `set` only where the shown text disagrees with it).
 
 Must not do: I/O.
 """
@@ -72,9 +73,11 @@ class AdapterRequest:
 
 @dataclass(frozen=True, slots=True)
 class TextPreview:
-    """Live answer text (not counted, not replayed)."""
+    """Live answer text (not counted, not replayed). ``offset``: where ``text`` starts in the whole answer text
+    (what `TextSet` will say), so a piece already shown is not shown twice; None: right after what is shown."""
 
     text: str
+    offset: int | None = None
     kind: Literal["text_preview"] = "text_preview"
     durable: ClassVar[bool] = False
 

@@ -9,7 +9,8 @@ The harness session id *is* the call id, so the journal names the execution and 
   never started a turn;
 - updates: ``session.subscribe(from_seq=1)`` replays the journal in order and then follows live events, through
   `HarnessTranslator`, so a resumed run yields the same durable updates as the first one (the engine skips those
-  it applied already);
+  it applied already). The subscription is taken *before* the prompt is submitted, so the live text of a new
+  call arrives from its first piece;
 - gates: ``session.answer_gate`` (approve / approve_always / deny); cancel: ``session.interrupt``.
 
 Closing a run after the call's turn ended shuts the session down; closing it earlier (the engine stops or
@@ -25,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError
-from loopd.harness.runtime import Rig, Session
+from loopd.harness.runtime import Rig, Session, Subscription
 from loopd.server.ledger import EffectKind, Idempotency
 
 from ._adapter import AdapterRequest, GateAnswer, Update
@@ -55,6 +56,7 @@ class BuiltinRun:
         model_name = definition.model_name or definition.model.name
         self._translator = HarnessTranslator(model_name=model_name, main_loop=main, tool_effects=effects)
         self._main = main
+        self._subscription: Subscription | None = session.subscribe(from_seq=1)
 
     @property
     def execution_ref(self) -> str | None:
@@ -74,7 +76,7 @@ class BuiltinRun:
     async def updates(self) -> AsyncIterator[Update]:
         next_seq = 1
         while True:
-            sub = self._session.subscribe(from_seq=next_seq)
+            sub, self._subscription = self._subscription or self._session.subscribe(from_seq=next_seq), None
             try:
                 async for envelope in sub:
                     if envelope.seq is not None:
@@ -99,6 +101,9 @@ class BuiltinRun:
             await self._session.interrupt(reason="cancelled by the harness engine")
 
     async def aclose(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.aclose()
+            self._subscription = None
         if self._translator.finished or self._session.status != "active":
             try:
                 async with asyncio.timeout(_SHUTDOWN_TIMEOUT):

@@ -59,7 +59,7 @@ from ._adapter import (
     Update,
 )
 from ._errors import ObservationLost, ResumeUnsupported
-from ._projection import closed_gates, next_hash, project
+from ._projection import closed_gates, merge_previews, next_hash, project
 from ._requests import history_of
 from ._trail import Trail
 
@@ -378,15 +378,15 @@ class Drive:
             if not item.durable:
                 if index < checkpoint:
                     continue  # still replaying what was applied before
-                texts = [item.text] if isinstance(item, TextPreview) else []
-                while len(texts) < MAX_PREVIEW_BATCH and not queue.empty():
+                previews = [item] if isinstance(item, TextPreview) else []
+                while len(previews) < MAX_PREVIEW_BATCH and not queue.empty():
                     following = queue.get_nowait()
                     if isinstance(following, TextPreview):
-                        texts.append(following.text)
+                        previews.append(following)
                     else:
                         held = following
                         break
-                await self._apply_preview("".join(texts))
+                await self._apply_previews(previews)
                 continue
             index += 1
             chain = next_hash(chain, item)
@@ -408,25 +408,31 @@ class Drive:
             raise _Stop("done", phase="cancelled", error=_error("message_closed", "the call's message was finished"))
         return message.content
 
-    async def _emit(self, tx: Transaction, call: HarnessCall, events: list[dict[str, Any]]) -> None:
+    async def _emit(self, tx: Transaction, call: HarnessCall, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Store ``events`` in the call's message; its content afterwards (None: nothing was stored)."""
         if not events or call.message_id is None:
-            return
+            return None
         try:
-            await streams.emit(tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True)
+            message, _ = await streams.emit(tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True)
+            return message.content
         except Conflict as exc:  # ended between our lock and the emit: cannot happen under the row lock
             raise _Stop("done", phase="cancelled", error=_error("message_closed", str(exc))) from exc
         except InvalidRecord as exc:
             raise _ProjectionFailed(_error("projection_failed", str(exc))) from exc
 
-    async def _apply_preview(self, text: str) -> None:
-        if not text:
+    async def _apply_previews(self, previews: list[TextPreview]) -> None:
+        """Show live text: each preview is compared with what the message shows now (see ``_projection``)."""
+        merged = merge_previews([preview for preview in previews if preview.text])
+        if not merged:
             return
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 raise _Stop("done")
             content = await self._locked_message(tx, call)
-            if content is not None:
-                await self._emit(tx, call, project(TextPreview(text), content))
+            for preview in merged:
+                if content is None:
+                    return
+                content = await self._emit(tx, call, project(preview, content)) or content
 
     async def _apply(self, index: int, chain: str, update: Update) -> bool:
         """Apply durable update ``index`` in one transaction; whether the call is now terminal."""

@@ -6,9 +6,10 @@ usage, pricing and provider errors behave as in the harness. Text deltas become 
 
 **Resume is a re-run.** A completion is a read effect (idempotency inherent) and no provider lets a client
 reattach to a stream, so ``resume`` simply runs the completion again (``replays`` is false: every update of
-the new run is applied after the stored checkpoint). The answer block is then replaced by one ``set`` of the
-new full text; previews of the lost run that were still in the message are overwritten by it. The ledger
-shows both model calls (the lost one as an unresolved attempt), which is what was paid for.
+the new run is applied after the stored checkpoint). Its previews say where they go in the answer, so text
+the lost run showed already is not shown twice; where the new completion says something else, the answer
+block is rewritten once (a ``set``). The ledger shows both model calls (the lost one closed as interrupted),
+which is what was paid for.
 
 Errors: a permanent provider error fails the call; a retryable one (after the model's own retries) is
 `ObservationLost`, so the engine re-runs the completion later, within the call's deadline.
@@ -59,6 +60,7 @@ class OpenAIRun:
             max_output_tokens=adapter.max_output_tokens,
         )
         text: list[str] = []
+        shown = 0
         usage = HarnessUsage()
         try:
             async for chunk in adapter.model.stream(request):
@@ -67,8 +69,9 @@ class OpenAIRun:
                     return
                 match chunk:
                     case TextDelta(text=piece):
+                        yield TextPreview(piece, offset=shown)
                         text.append(piece)
-                        yield TextPreview(piece)
+                        shown += len(piece)
                     case UsageReport(usage=reported):
                         usage = usage + reported
                     case _:

@@ -2,14 +2,18 @@
 
 Blocks a call writes into its message (one call per message):
 
-    answer          text    previews append to ``content``; a `TextSet` replaces it with the authoritative text
+    answer          text    created by one ``set``, then grown by ``append``s only: a preview appends the part of
+                            its piece not shown yet, a `TextSet` the part of the durable text not shown yet; a
+                            ``set`` rewrites it only where the shown text disagrees (a model call re-issued
+                            after a crash that says something else)
     tool/<call id>  tool    ``name``, ``input`` and ``output`` (both clipped), ``status`` running → completed | failed
     gate/<gate id>  ask     choices approve / always / deny; ``status`` pending → success (``value`` = the answer),
                             timeout (closed unanswered, which the harness treats as deny) or failure (the call
                             ended first)
     result          result  the final answer: ``format`` text | json, ``content``
 
-Events are computed from the message's current content, so applying an update twice yields no second change.
+Events are computed from the message's current content (its stored, folded event log: what was emitted so far,
+across crashes and replicas), so applying an update twice yields no second change.
 `ModelCalled` and `Failed` change nothing visible (the ledger records the former; the owner finishes the
 message after the latter). Must not do: I/O, or write anything (the engine emits the events).
 """
@@ -68,6 +72,59 @@ def _set(block: dict[str, Any]) -> Event:
     return {"op": "set", "block": block}
 
 
+def _answer_block(text: str) -> dict[str, Any]:
+    return {"id": ANSWER_BLOCK, "type": "text", "content": text}
+
+
+def shown_answer(content: Mapping[str, Any]) -> str | None:
+    """The answer text the message shows (None: no answer block yet, or one that is not a text block)."""
+    block = _blocks(content).get(ANSWER_BLOCK)
+    if block is None or block.get("type") != "text" or not isinstance(block.get("content"), str):
+        return None
+    return str(block["content"])
+
+
+def _show(shown: str | None, text: str) -> list[Event]:
+    """Events that make the answer block show ``text``: nothing, the missing suffix, or (first / rewrite) a set."""
+    if (shown or "") == text:
+        return []
+    if shown is not None and text.startswith(shown):
+        suffix = text[len(shown) :]
+        return [
+            {"op": "append", "mask": "block.content", "block": {"id": ANSWER_BLOCK, "type": "text", "content": suffix}}
+        ]
+    return [_set(_answer_block(text))]
+
+
+def _preview(text: str, offset: int | None, shown: str | None) -> list[Event]:
+    current = shown or ""
+    at = len(current) if offset is None else offset
+    if not text or at > len(current):
+        return []  # a gap before this piece: the durable text fills it in
+    overlap = current[at:]
+    if text.startswith(overlap):
+        return _show(shown, current + text[len(overlap) :])
+    if overlap.startswith(text):
+        return []  # shown already
+    return _show(shown, current[:at] + text)  # the shown text says something else from here: one rewrite
+
+
+def merge_previews(previews: list[TextPreview]) -> list[TextPreview]:
+    """Consecutive previews joined where each continues the one before (same result, fewer events)."""
+    merged: list[TextPreview] = []
+    for preview in previews:
+        if merged:
+            last = merged[-1]
+            if last.offset is None and preview.offset is None:
+                merged[-1] = TextPreview(last.text + preview.text)
+                continue
+            if last.offset is not None and preview.offset == last.offset + len(last.text):
+                merged[-1] = TextPreview(last.text + preview.text, offset=last.offset)
+                continue
+        merged.append(preview)
+    return merged
+
+
 def _clip(text: str) -> str:
     return text if len(text) <= MAX_TOOL_OUTPUT else text[:MAX_TOOL_OUTPUT] + "…"
 
@@ -101,21 +158,10 @@ def project(update: Update, content: Mapping[str, Any], *, call_id: str | None =
     """The set / append events (without ``seq``) that show ``update`` in a message whose content is ``content``."""
     blocks = _blocks(content)
     match update:
-        case TextPreview(text=text):
-            if not text:
-                return []
-            return [
-                {
-                    "op": "append",
-                    "mask": "block.content",
-                    "block": {"id": ANSWER_BLOCK, "type": "text", "content": text},
-                }
-            ]
+        case TextPreview(text=text, offset=offset):
+            return _preview(text, offset, shown_answer(content))
         case TextSet(text=text):
-            current = blocks.get(ANSWER_BLOCK)
-            if current is not None and current.get("type") == "text" and current.get("content") == text:
-                return []
-            return [_set({"id": ANSWER_BLOCK, "type": "text", "content": text})]
+            return _show(shown_answer(content), text)
         case ToolStarted(call_id=call_id, name=name, input=arguments):
             return [
                 _set(

@@ -5,14 +5,23 @@ updates they mean. Only stored events make durable updates, so replaying a journ
 durable updates in the same order; token deltas become previews. The *main* loop (the session's first loop)
 carries the visible answer; model calls of every loop (subagents too) are reported for cost roll-ups.
 
-    model_replied (main)     → ModelCalled, TextSet (the step texts so far), ToolStarted per tool call
+    model_replied (main)     → ModelCalled, TextSet (the step texts so far; none for a whitespace-only text,
+                               unless the session was restored since: then its lost run's text may show),
+                               ToolStarted per tool call
     model_replied (other)    → ModelCalled
     tool_completed (main)    → ToolFinished (ok → completed, anything else → failed)
     gate_opened / resolved   → GateOpened / GateResolved (main loop)
     history_compacted        → ModelCalled (action compact)
     turn_done (main)         → ModelCalled, TextSet, Finished(final reply)
     turn_failed (main)       → Failed(error type); turn_interrupted (main) → Failed("interrupted")
-    token_delta (main)       → TextPreview
+    token_delta (main)       → TextPreview at its place in the answer text
+
+The answer text is the texts of the turn's steps joined by a blank line (whitespace-only texts left out). A
+preview says where its piece goes in that text: after the texts of the steps already replied, at the delta's
+offset in its model call. Deltas are ephemeral, so a subscriber can receive them late (after the journal
+delivered the step's reply: dropped here, the reply has the text), lose some (the rest of that step is not
+previewed: its reply fills it in) or, after a restore, see a re-issued model call stream from its start again
+(the projection shows only what is not shown yet).
 
 The first main-loop turn is the call's turn; its terminal event ends the translation. Must not do: I/O.
 """
@@ -20,6 +29,7 @@ The first main-loop turn is the call's turn; its terminal event ends the transla
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from loopd.harness.core._values import Usage as HarnessUsage
@@ -32,6 +42,7 @@ from loopd.harness.core.events import (
 from loopd.harness.core.events import (
     HistoryCompacted,
     ModelReplied,
+    SessionRestored,
     SessionStarted,
     TokenDelta,
     ToolCompleted,
@@ -67,6 +78,18 @@ def _unknown_effect(_name: str) -> tuple[EffectKind, Idempotency]:
     return EffectKind.UNKNOWN, Idempotency.UNKNOWN
 
 
+@dataclass(slots=True)
+class _StepText:
+    """What arrived of one step's model text, in order from its start."""
+
+    step: int
+    text: str = ""
+    shown: int = 0
+    """Characters of ``text`` previewed already (none until the text has more than whitespace)."""
+    broken: bool = False
+    """A piece went missing: the rest of the step is not previewed."""
+
+
 def describe_gate(prompt: dict[str, Any]) -> str:
     """One readable line per permission the gate asks for."""
     lines: list[str] = []
@@ -87,7 +110,9 @@ class HarnessTranslator:
         self._effects = tool_effects or _unknown_effect
         self._texts: list[str] = []
         self._turn: str | None = None
-        self._preview_step: tuple[str, int] | None = None
+        self._replied_step = 0
+        self._step: _StepText | None = None
+        self._restored = False
         self.finished = False
 
     @property
@@ -106,11 +131,42 @@ class HarnessTranslator:
     def _ours(self, loop: str, turn_id: str) -> bool:
         return loop == self._main and turn_id == self._turn
 
-    def _answer(self, text: str) -> list[Update]:
+    def _answer(self, step: int, text: str) -> list[Update]:
+        self._replied_step = max(self._replied_step, step)
+        if self._step is not None and self._step.step <= step:
+            self._step = None
+        restored, self._restored = self._restored, False
         if text.strip():
             self._texts.append(text)
             return [TextSet("\n\n".join(self._texts))]
+        if restored:  # a re-issued call said nothing: text its lost run showed must go
+            return [TextSet("\n\n".join(self._texts))]
         return []
+
+    def _preview(self, step: int, text: str, offset: int | None) -> list[Update]:
+        if step <= self._replied_step:
+            return []  # late: the step's reply (already translated) carries its text
+        current = self._step
+        if current is None or current.step != step:
+            current = self._step = _StepText(step)
+        if current.broken:
+            return []
+        at = len(current.text) if offset is None else offset
+        if at != len(current.text):
+            if not current.text.startswith(text, at):
+                current.broken = True  # a piece is missing (or differs): the reply will fill the text in
+            return []
+        current.text += text
+        if not current.text.strip():
+            return []  # nothing to show yet (a whitespace-only step text is left out of the answer)
+        base = "\n\n".join(self._texts)
+        separator = "\n\n" if self._texts else ""
+        if current.shown == 0:
+            piece, position = separator + current.text, len(base)
+        else:
+            piece, position = current.text[current.shown :], len(base) + len(separator) + current.shown
+        current.shown = len(current.text)
+        return [TextPreview(piece, offset=position)]
 
     def feed(self, event: object) -> list[Update]:
         """The updates ``event`` means (none for most events). After the call's turn ended: always none."""
@@ -121,24 +177,23 @@ class HarnessTranslator:
                 if self._main is None and loops:
                     self._main = loops[0]
                 return []
+            case SessionRestored():
+                self._restored = True
+                return []
             case TurnStarted(loop=loop, turn_id=turn_id):
                 if self._main is None:
                     self._main = loop
                 if loop == self._main and self._turn is None:
                     self._turn = turn_id
                 return []
-            case TokenDelta(loop=loop, turn_id=turn_id, step=step, text=text):
+            case TokenDelta(loop=loop, turn_id=turn_id, step=step, text=text, offset=offset):
                 if not self._ours(loop, turn_id) or not text:
                     return []
-                if self._preview_step != (turn_id, step):
-                    self._preview_step = (turn_id, step)
-                    if self._texts:
-                        text = "\n\n" + text
-                return [TextPreview(text)]
-            case ModelReplied(loop=loop, turn_id=turn_id, text=text, tool_calls=calls, usage=usage):
+                return self._preview(step, text, offset)
+            case ModelReplied(loop=loop, turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage):
                 updates: list[Update] = [self._usage(usage)]
                 if self._ours(loop, turn_id):
-                    updates += self._answer(text)
+                    updates += self._answer(step, text)
                     for call in calls:
                         kind, idempotency = self._effects(call.name)
                         updates.append(ToolStarted(call.id, call.name, dict(call.arguments), kind, idempotency))
@@ -158,10 +213,10 @@ class HarnessTranslator:
                 return [GateResolved(gate_id, answer, granted, timed_out, event.reason)]
             case HistoryCompacted(usage=usage):
                 return [self._usage(usage, "compact")]
-            case TurnDone(loop=loop, turn_id=turn_id, text=text, step_usage=usage):
+            case TurnDone(loop=loop, turn_id=turn_id, step=step, text=text, step_usage=usage):
                 updates = [self._usage(usage)]
                 if self._ours(loop, turn_id):
-                    updates += self._answer(text)
+                    updates += self._answer(step, text)
                     updates.append(Finished(text))
                     self.finished = True
                 return updates
