@@ -1,9 +1,13 @@
 """File tools: read_file, write_file, edit_file, list_dir — confined to the workspace.
 
 Each re-resolves its path at run time and refuses if the real path changed since `prepare` (a symlink swapped
-in after approval). Reads open the real path with ``O_NOFOLLOW`` and accept regular files only (a FIFO would
-hang). Writes go to a temporary file in the same directory, are fsynced and renamed over the target, so a
-crash never leaves half a file; writes are serialized per tool set.
+in after approval). Then it opens the path without a check-then-open window: the directory is opened beneath
+the workspace root one component at a time with ``O_NOFOLLOW`` (`Workspace.directory`) and the file relative
+to that descriptor, again with ``O_NOFOLLOW``, so a directory swapped for a symlink at any moment makes the call
+fail rather than read or write outside. Reads accept regular files only (a FIFO would hang). Writes go to a
+temporary file in the same directory descriptor, are fsynced and renamed over the target within it
+(``os.replace`` with ``src_dir_fd``/``dst_dir_fd``), so a crash never leaves half a file; writes are
+serialized per tool set.
 """
 
 from __future__ import annotations
@@ -11,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import stat
-import tempfile
-from pathlib import Path
+from collections.abc import Iterator
+from pathlib import PurePosixPath
 from typing import Final
 
 from pydantic import Field
@@ -21,13 +26,14 @@ from pydantic import Field
 from loopd.harness._errors import ToolArgumentsError, ToolError
 from loopd.harness.core._values import EffectKind, Idempotency
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs, run_blocking, truncate_middle
+from loopd.harness.tools._beneath import READ_FLAGS, is_symlink_error
 from loopd.harness.tools._protocol import ToolContext, ToolResult
 from loopd.harness.tools._requirements import (
     list_dir_requirement,
     read_file_requirement,
     write_file_requirement,
 )
-from loopd.harness.tools._workspace import ResolvedPath, Workspace
+from loopd.harness.tools._workspace import SWAPPED_FOR_SYMLINK, ResolvedPath, Workspace, WorkspaceEscapeError
 
 MAX_READ_BYTES: Final = 8 * 1024 * 1024
 MAX_OUTPUT_CHARS: Final = 100_000
@@ -44,21 +50,40 @@ def _rerun_check(workspace: Workspace, relative: str, *, for_write: bool = False
     return resolved
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
-    """Read at most ``limit`` + 1 bytes of a regular file, without following a final symlink."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+def _parent_and_name(relative: str) -> tuple[str, str]:
+    path = PurePosixPath(relative)
+    return path.parent.as_posix(), path.name
+
+
+@contextlib.contextmanager
+def _parent_directory(workspace: Workspace, relative: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
+    """The descriptor of ``relative``'s directory (opened beneath the root, no symlink followed) and its name."""
+    parent, name = _parent_and_name(relative)
     try:
-        fd = os.open(path, flags)
+        with workspace.directory(parent, create=create) as dir_fd:
+            yield dir_fd, name
     except FileNotFoundError as exc:
-        raise ToolError(f"no such file: {path.name}") from exc
+        raise ToolError(f"no such file: {relative} (its directory does not exist)") from exc
+    except NotADirectoryError as exc:
+        raise ToolError(f"cannot open {relative}: a part of its path is not a directory") from exc
+
+
+def _read_regular(dir_fd: int, name: str, relative: str, limit: int) -> bytes:
+    """Read at most ``limit`` + 1 bytes of the regular file ``name`` in ``dir_fd``, never through a symlink."""
+    try:
+        fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError as exc:
+        raise ToolError(f"no such file: {relative}") from exc
     except OSError as exc:
-        raise ToolError(f"cannot open {path.name}: {exc.strerror}") from exc
+        if is_symlink_error(exc):
+            raise WorkspaceEscapeError(relative, SWAPPED_FOR_SYMLINK) from exc
+        raise ToolError(f"cannot open {relative}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise ToolError(f"{path.name} is a directory; use list_dir")
+            raise ToolError(f"{relative} is a directory; use list_dir")
         if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"{path.name} is not a regular file")
+            raise ToolError(f"{relative} is not a regular file")
         chunks: list[bytes] = []
         remaining = limit + 1
         while remaining > 0:
@@ -72,24 +97,33 @@ def _read_regular(path: Path, limit: int) -> bytes:
         os.close(fd)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` via a temporary file; keep an existing file's permissions."""
+def _write_atomically(dir_fd: int, name: str, relative: str, data: bytes) -> None:
+    """Replace ``name`` in ``dir_fd`` with ``data``: a temporary file in the same directory, fsynced, renamed
+    over the target within the directory descriptor. Keeps an existing file's permissions."""
     try:
-        mode = stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         mode = _NEW_FILE_MODE
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{relative} is a directory")
+        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else _NEW_FILE_MODE
+    tmp_name = f".{name[:100]}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
+        # Renaming replaces whatever is at ``name`` now (a symlink swapped in is replaced, not followed).
+        os.replace(tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
+            os.unlink(tmp_name, dir_fd=dir_fd)
         raise
+    with contextlib.suppress(OSError):  # some filesystems refuse to fsync a directory
+        os.fsync(dir_fd)
 
 
 def _decode_text(data: bytes, name: str) -> str:
@@ -122,8 +156,13 @@ class ReadFileTool(BuiltinTool[ReadFileArgs]):
         return Plan(args, (read_file_requirement(self._scope, resolved.relative),), f"read {resolved.relative}")
 
     async def _run(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
-        resolved = _rerun_check(self.workspace, args.path)
-        data = await run_blocking(lambda: _read_regular(resolved.real, MAX_READ_BYTES), what="read_file")
+        _rerun_check(self.workspace, args.path)
+
+        def read() -> bytes:
+            with _parent_directory(self.workspace, args.path) as (dir_fd, name):
+                return _read_regular(dir_fd, name, args.path, MAX_READ_BYTES)
+
+        data = await run_blocking(read, what="read_file")
         cut = len(data) > MAX_READ_BYTES
         text = _decode_text(data[:MAX_READ_BYTES], args.path)
         lines = text.splitlines(keepends=True)
@@ -171,18 +210,13 @@ class WriteFileTool(BuiltinTool[WriteFileArgs]):
         return Plan(args, (write_file_requirement(self._scope, resolved.relative),), summary)
 
     async def _run(self, args: WriteFileArgs, ctx: ToolContext) -> ToolResult:
-        resolved = _rerun_check(self.workspace, args.path, for_write=True)
+        _rerun_check(self.workspace, args.path, for_write=True)
         data = args.content.encode("utf-8")
 
         def write() -> None:
-            parent = resolved.real.parent
-            parent.mkdir(parents=True, exist_ok=True)
-            # mkdir may have raced with a symlink swap; check the real parent is still inside.
-            if not self.workspace.contains(Path(os.path.realpath(parent))):
-                raise ToolError(f"the directory of {args.path} resolves outside the workspace")
-            if resolved.real.is_dir():
-                raise ToolError(f"{args.path} is a directory")
-            _write_atomically(resolved.real, data)
+            # Missing directories are made one at a time, each opened with O_NOFOLLOW like the rest.
+            with _parent_directory(self.workspace, args.path, create=True) as (dir_fd, name):
+                _write_atomically(dir_fd, name, args.path, data)
 
         async with self._lock:
             try:
@@ -226,10 +260,14 @@ class EditFileTool(BuiltinTool[EditFileArgs]):
         return Plan(args, (write_file_requirement(self._scope, resolved.relative),), f"edit {resolved.relative}")
 
     async def _run(self, args: EditFileArgs, ctx: ToolContext) -> ToolResult:
-        resolved = _rerun_check(self.workspace, args.path, for_write=True)
+        _rerun_check(self.workspace, args.path, for_write=True)
 
         def edit() -> int:
-            data = _read_regular(resolved.real, MAX_READ_BYTES)
+            with _parent_directory(self.workspace, args.path) as (dir_fd, name):
+                return edit_in(dir_fd, name)
+
+        def edit_in(dir_fd: int, name: str) -> int:
+            data = _read_regular(dir_fd, name, args.path, MAX_READ_BYTES)
             if len(data) > MAX_READ_BYTES:
                 raise ToolError(f"{args.path} is larger than {MAX_READ_BYTES} bytes")
             try:
@@ -243,7 +281,9 @@ class EditFileTool(BuiltinTool[EditFileArgs]):
                 raise ToolError(
                     f"old_string occurs {count} times in {args.path}; include more surrounding text to make it unique"
                 )
-            _write_atomically(resolved.real, text.replace(args.old_string, args.new_string, 1).encode("utf-8"))
+            _write_atomically(
+                dir_fd, name, args.path, text.replace(args.old_string, args.new_string, 1).encode("utf-8")
+            )
             return text[: text.index(args.old_string)].count("\n") + 1
 
         async with self._lock:
@@ -274,11 +314,11 @@ class ListDirTool(BuiltinTool[ListDirArgs]):
         return Plan(args, (list_dir_requirement(self._scope, resolved.relative),), f"list {resolved.relative}")
 
     async def _run(self, args: ListDirArgs, ctx: ToolContext) -> ToolResult:
-        resolved = _rerun_check(self.workspace, args.path)
+        _rerun_check(self.workspace, args.path)
 
         def listing() -> list[str]:
             entries: list[str] = []
-            with os.scandir(resolved.real) as it:
+            with self.workspace.directory(args.path) as dir_fd, os.scandir(dir_fd) as it:
                 for entry in it:
                     if entry.is_symlink():
                         entries.append(entry.name + "@")

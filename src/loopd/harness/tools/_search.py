@@ -3,7 +3,10 @@
 Patterns never reach a shell: glob patterns are matched here segment by segment (``*``, ``?``, ``[…]`` within
 a segment, ``**`` for any number of segments), so ``;``, ``$(…)`` or ``|`` are plain characters. Patterns may
 not be absolute or contain ``..``. Walks never follow symlinks (a symlinked directory is listed, not entered;
-grep skips symlinks) and skip ``.git``. The gate sees the directory the search covers, as a tree.
+grep skips symlinks) and skip ``.git``: the searched directory is opened beneath the workspace root component
+by component with ``O_NOFOLLOW``, subdirectories are entered by descriptor (`_beneath.walk`), and the grep
+worker opens each file beneath a descriptor of the root it inherits, so a directory swapped for a symlink
+mid-search cannot lead outside. The gate sees the directory the search covers, as a tree.
 """
 
 from __future__ import annotations
@@ -16,19 +19,20 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, Final
 
 from pydantic import Field
 
 from loopd.harness._errors import ToolArgumentsError, ToolError
 from loopd.harness.core._values import EffectKind, Idempotency
-from loopd.harness.tools import _grep_worker
+from loopd.harness.tools import _beneath, _grep_worker
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs, run_blocking
+from loopd.harness.tools._beneath import split_relative, walk
 from loopd.harness.tools._processes import stop_group
 from loopd.harness.tools._protocol import ToolContext, ToolResult
 from loopd.harness.tools._requirements import read_file_requirement, read_tree_requirement
-from loopd.harness.tools._workspace import ResolvedPath, Workspace, check_relative
+from loopd.harness.tools._workspace import Workspace, check_relative
 
 MAX_GLOB_RESULTS: Final = 1000
 MAX_WALK_ENTRIES: Final = 200_000
@@ -93,30 +97,22 @@ class GlobPattern:
 
 
 def _walk(
-    base: ResolvedPath, *, max_depth: int | None, include_dirs: bool
-) -> tuple[list[tuple[tuple[str, ...], bool]], bool]:
-    """Entries below ``base`` as (parts relative to base, is_dir), without following symlinks.
+    workspace: Workspace, relative: str, *, max_depth: int | None
+) -> tuple[list[tuple[tuple[str, ...], str]], bool]:
+    """Entries below the directory ``relative`` as (parts relative to it, kind), never following a symlink.
 
-    Returns the entries and whether the walk stopped early at `MAX_WALK_ENTRIES`.
+    The directory is opened beneath the root component by component and the walk enters subdirectories by
+    descriptor (`_beneath.walk`), so swapping a directory for a symlink mid-walk cannot lead it outside.
+    Returns the entries and whether the walk stopped early at `MAX_WALK_ENTRIES`; an empty list if the
+    directory does not exist or is not a directory.
     """
-    out: list[tuple[tuple[str, ...], bool]] = []
-    visited = 0
-    for dirpath, dirnames, filenames in os.walk(base.real, followlinks=False):
-        rel_dir = Path(dirpath).relative_to(base.real).parts
-        dirnames[:] = sorted(d for d in dirnames if d not in SKIPPED_DIRS)
-        depth = len(rel_dir) + 1
-        for name in dirnames:
-            visited += 1
-            if include_dirs:
-                out.append(((*rel_dir, name), not os.path.islink(os.path.join(dirpath, name))))
-        for name in sorted(filenames):
-            visited += 1
-            out.append(((*rel_dir, name), False))
-        if visited >= MAX_WALK_ENTRIES:
-            return out, True
-        if max_depth is not None and depth >= max_depth:
-            dirnames[:] = []
-    return out, False
+    try:
+        with workspace.directory(relative) as dir_fd:
+            return walk(dir_fd, max_depth=max_depth, skip=SKIPPED_DIRS, limit=MAX_WALK_ENTRIES)
+    except (FileNotFoundError, NotADirectoryError):
+        return [], False
+    except OSError as exc:
+        raise ToolError(f"cannot search {relative}: {exc.strerror or exc}") from exc
 
 
 class GlobArgs(ToolArgs):
@@ -155,15 +151,13 @@ class GlobTool(BuiltinTool[GlobArgs]):
         prefix = pattern.literal_prefix
         start = self.workspace.resolve(str(PurePosixPath(base.relative, *prefix))) if prefix else base
         rest = pattern.below(len(prefix))
-        if not start.real.is_dir():
-            return ToolResult(output="no matches")
 
         def find() -> tuple[list[str], bool]:
-            entries, stopped = _walk(start, max_depth=rest.max_depth, include_dirs=True)
+            entries, stopped = _walk(self.workspace, start.relative, max_depth=rest.max_depth)
             found = []
-            for parts, is_dir in entries:
+            for parts, kind in entries:
                 if rest.matches(parts):
-                    found.append(PurePosixPath(start.relative, *parts).as_posix() + ("/" if is_dir else ""))
+                    found.append(PurePosixPath(start.relative, *parts).as_posix() + ("/" if kind == "dir" else ""))
             return sorted(found), stopped
 
         found, stopped = await run_blocking(find, what="glob")
@@ -223,27 +217,30 @@ class GrepTool(BuiltinTool[GrepArgs]):
             raise ToolError(f"{args.path} now resolves to {base.relative}; refusing a path that changed")
         name_filter = GlobPattern.parse(args.glob) if args.glob is not None else None
 
-        def collect() -> tuple[list[str], list[str], bool]:
-            if base.real.is_file():
-                return [base.relative], [str(base.real)], False
-            if not base.real.is_dir():
+        def collect() -> tuple[list[str], list[list[str]], bool]:
+            base_parts = list(split_relative(base.relative))
+            kind = self.workspace.kind(base.relative)
+            if kind == "file":
+                return [base.relative], [base_parts], False
+            if kind is None:
                 raise ToolError(f"no such file or directory: {args.path}")
-            entries, stopped = _walk(base, max_depth=None, include_dirs=False)
+            if kind != "dir":
+                raise ToolError(f"{args.path} is not a regular file or a directory")
+            entries, stopped = _walk(self.workspace, base.relative, max_depth=None)
             shown: list[str] = []
-            real: list[str] = []
-            for parts, _ in entries:
+            files: list[list[str]] = []
+            for parts, entry_kind in entries:
+                if entry_kind != "file":
+                    continue  # symlinks, devices, FIFOs and directories are not searched
                 if name_filter is not None:
                     probe = parts if len(name_filter.segments) > 1 else parts[-1:]
                     if not name_filter.matches(probe):
                         continue
-                full = base.real.joinpath(*parts)
-                if full.is_symlink() or not full.is_file():
-                    continue
                 shown.append(PurePosixPath(base.relative, *parts).as_posix())
-                real.append(str(full))
-                if len(real) >= MAX_GREP_FILES:
-                    return shown, real, True
-            return shown, real, stopped
+                files.append([*base_parts, *parts])
+                if len(files) >= MAX_GREP_FILES:
+                    return shown, files, True
+            return shown, files, stopped
 
         shown, files, stopped = await run_blocking(collect, what="grep")
         if not files:
@@ -260,26 +257,35 @@ class GrepTool(BuiltinTool[GrepArgs]):
             notes.append(f"[skipped {reply['skipped_binary']} binary and {reply['skipped_large']} large files]")
         return ToolResult(output="\n".join([output, *notes]))
 
-    async def _search(self, args: GrepArgs, files: list[str]) -> dict[str, Any]:
-        request = {
-            "pattern": args.pattern,
-            "ignore_case": args.ignore_case,
-            "max_results": args.max_results,
-            "max_line_chars": MAX_LINE_CHARS,
-            "max_file_bytes": MAX_GREP_FILE_BYTES,
-            "files": files,
-        }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-S",
-            _grep_worker.__file__,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env={"LANG": "C.UTF-8"},
-        )
+    async def _search(self, args: GrepArgs, files: list[list[str]]) -> dict[str, Any]:
+        # The worker gets a descriptor of the workspace root and opens every file beneath it (no path strings
+        # it could be redirected through).
+        root_fd = self.workspace.open_root()
+        try:
+            request = {
+                "pattern": args.pattern,
+                "ignore_case": args.ignore_case,
+                "max_results": args.max_results,
+                "max_line_chars": MAX_LINE_CHARS,
+                "max_file_bytes": MAX_GREP_FILE_BYTES,
+                "root_fd": root_fd,
+                "beneath": _beneath.__file__,
+                "files": files,
+            }
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-S",
+                _grep_worker.__file__,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                env={"LANG": "C.UTF-8"},
+                pass_fds=(root_fd,),
+            )
+        finally:
+            os.close(root_fd)
         try:
             async with asyncio.timeout(self._timeout):
                 out, err = await process.communicate(json.dumps(request).encode())

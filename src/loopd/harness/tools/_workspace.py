@@ -17,24 +17,34 @@ The rules, in order:
 Resolution reads filesystem metadata but changes nothing. The relative real path it returns is what the gate
 matches, so a symlink cannot dodge a deny rule by naming the same file differently. Tools re-resolve at run
 time and refuse if the answer changed since the call was approved.
+
+That re-check is a courtesy; the guarantee is how tools open paths at run time: `Workspace.directory` walks
+the real relative path from a descriptor of the root one component at a time with ``O_NOFOLLOW``
+(`_beneath`), and files are opened relative to that directory's descriptor, so a directory swapped for a
+symlink between any check and the open makes the open fail instead of leaving the workspace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Final
 
 from loopd.harness._errors import ToolArgumentsError
+from loopd.harness.tools._beneath import is_symlink_error, open_directory, split_relative
 
 MAX_PATH_CHARS: Final = 4096
 DEFAULT_PROTECTED: Final = (".loopd", ".git", ".gitconfig", ".config/git")
 """Root-relative paths the file tools never write at or below."""
 PROTECTED_NAMES: Final = (".git",)
 """Names the file tools never write at or below, at any depth."""
+
+SWAPPED_FOR_SYMLINK: Final = "a part of it is now a symbolic link (the path changed since it was checked)"
 
 # Code points HFS+ ignores when it compares names (as git's own ".git" check does).
 _IGNORED_CODE_POINTS: Final = dict.fromkeys(
@@ -112,6 +122,56 @@ class Workspace:
         protected = self.protected_prefix(relative)
         if protected is not None:
             raise WorkspaceEscapeError(shown or relative, f"{protected} is protected from the file tools")
+
+    @contextlib.contextmanager
+    def directory(self, relative: str, *, create: bool = False) -> Iterator[int]:
+        """A descriptor of the directory ``relative`` (a real path relative to the root), closed on exit.
+
+        No component is followed if it is a symlink: that raises `WorkspaceEscapeError` ("the path changed").
+        With ``create``, missing directories are made. Other failures raise `OSError` (``FileNotFoundError``,
+        ``NotADirectoryError`` …) for the caller to word.
+        """
+        try:
+            parts = split_relative(relative)
+        except ValueError as exc:
+            raise WorkspaceEscapeError(relative, str(exc)) from exc
+        root_fd = self.open_root()
+        try:
+            fd = open_directory(root_fd, parts, create=create)
+        except OSError as exc:
+            if is_symlink_error(exc):
+                raise WorkspaceEscapeError(relative, SWAPPED_FOR_SYMLINK) from exc
+            raise
+        finally:
+            os.close(root_fd)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def kind(self, relative: str) -> str | None:
+        """What is at ``relative`` (``dir``, ``file``, ``link`` or ``other``), following no symlink on the way;
+        None if nothing is. Raises `WorkspaceEscapeError` if a directory on the way is a symlink."""
+        try:
+            parts = split_relative(relative)
+        except ValueError as exc:
+            raise WorkspaceEscapeError(relative, str(exc)) from exc
+        if not parts:
+            return "dir"
+        try:
+            with self.directory("/".join(parts[:-1]) or ".") as dir_fd:
+                mode = os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if stat.S_ISLNK(mode):
+            return "link"
+        if stat.S_ISDIR(mode):
+            return "dir"
+        return "file" if stat.S_ISREG(mode) else "other"
+
+    def open_root(self) -> int:
+        """A new descriptor of the workspace root (the caller closes it)."""
+        return os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
     def relative_to_root(self, real: Path) -> str | None:
         """The POSIX path of ``real`` relative to the root, or None if it is not the root or below it."""
