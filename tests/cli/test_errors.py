@@ -181,3 +181,34 @@ def test_cli_consoles_do_not_wrap_when_not_on_a_terminal() -> None:
 
 def test_the_loopd_script_is_this_interpreters() -> None:
     assert Path(sys.executable).parent.joinpath("loopd").exists()
+
+
+# --- in process (typer's CliRunner sees what a user sees) ------------------------------------------------------
+
+
+def test_the_app_itself_reports_errors_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from loopd.cli import app
+
+    runner = CliRunner()
+    result = runner.invoke(app, ["up", "--port", "0"], env={"LOOPD_MODEL": "gpt-4o-mini", "OPENAI_API_KEY": None})
+    assert result.exit_code == 2
+    assert [line for line in result.output.splitlines() if line.strip()] == [
+        "error: LOOPD_MODEL=gpt-4o-mini needs OPENAI_API_KEY; set OPENAI_API_KEY (or OPENAI_BASE_URL / --base-url "
+        "for a keyless OpenAI-compatible server), or LOOPD_MODEL=demo to try loopd without a model provider"
+    ]
+
+    def broken() -> str:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr("loopd.cli._resources_commands.render_crds", broken)
+    result = runner.invoke(app, ["manifests", "crds"], env={"LOOPD_DEBUG": None})
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: internal error: ZeroDivisionError: division by zero; run with --debug (or LOOPD_DEBUG=1) "
+        "for the traceback\n"
+    )
+    result = runner.invoke(app, ["--debug", "manifests", "crds"])
+    assert result.exit_code == 1
+    assert "Traceback (most recent call last)" in result.output and "internal error" in result.output

@@ -364,7 +364,10 @@ def chat_command(
     token: str | None = typer.Option(
         None,
         "--token",
-        help="Bearer token of the server (default: $LOOPD_TOKEN, else the token of the `loopd up` in --data-dir).",
+        help=(
+            "Bearer token of the server (default: $LOOPD_TOKEN, else the token of the `loopd up` in --data-dir). "
+            "Other local users can see command lines: prefer LOOPD_TOKEN."
+        ),
     ),
     to: str = typer.Option(
         "harness:assistant",

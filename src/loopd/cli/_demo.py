@@ -7,9 +7,9 @@ import tempfile
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.panel import Panel
 
+from loopd.cli._errors import cli_console
 from loopd.harness import EchoTool, LoopDefinition, Reply, Rig, ScriptedModel, SqliteJournal
 from loopd.harness.core.events import TokenDelta, ToolCallStarted, ToolCompleted, TurnDone
 
@@ -22,7 +22,7 @@ def demo_command(
 
 
 async def _demo(data_dir: Path) -> None:
-    console = Console()
+    console = cli_console(stderr=False)
     journal = await SqliteJournal.open(data_dir / "journal.db")
     model = ScriptedModel(
         [

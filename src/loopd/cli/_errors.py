@@ -53,8 +53,8 @@ class _Debug:
 
 
 def set_debug(enabled: bool) -> None:
-    """Called by the app's ``--debug`` option."""
-    _Debug.enabled = _Debug.enabled or enabled
+    """Called by the app's ``--debug`` option (on every run of the app)."""
+    _Debug.enabled = enabled
 
 
 def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
