@@ -228,6 +228,16 @@ async def test_loopd_run_in_a_home_directory_does_not_show_loopd_ups_credentials
     assert "tried" in result.output
 
 
+async def test_password_hashes_in_etc_are_masked(layout: tuple[Path, Path]) -> None:
+    _, workspace = layout
+    if not Path("/etc/shadow").exists():
+        pytest.skip("no /etc/shadow on this machine")
+    confined = await run(bash(workspace, bubblewrap()), "cat /etc/shadow; cat /etc/passwd | head -1", workspace)
+    lines = confined.output.splitlines()
+    assert any(line.startswith("root:x:") for line in lines)  # /etc/passwd is readable (tools need it)
+    assert not any(line.startswith("root:") and not line.startswith("root:x:") for line in lines)  # shadow is not
+
+
 # --- choosing a sandbox -----------------------------------------------------------------------------------
 
 
@@ -276,3 +286,23 @@ def test_cli_refuses_a_required_sandbox_it_cannot_have_in_one_line(tmp_path: Pat
     lines = done.stderr.decode().strip().splitlines()
     assert len(lines) == 1
     assert "sandbox bubblewrap is unavailable" in lines[0]
+
+
+@pytest.mark.parametrize("mode", ["none", "bubblewrap"])
+def test_loopd_run_names_its_sandbox_at_start(tmp_path: Path, mode: str) -> None:
+    if mode == "bubblewrap":
+        bubblewrap()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LOOPD_", "OPENAI_"))}
+    env.update({"LOOPD_DATA_DIR": str(tmp_path / "data"), "LOOPD_MODEL": "demo"})
+    loopd = Path(sys.executable).parent / "loopd"
+    done = subprocess.run(
+        [str(loopd), "run", "--sandbox", mode, "hello"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    expected = "sandbox: bubblewrap" if mode == "bubblewrap" else "sandbox: none — commands run unconfined"
+    assert expected in done.stderr.decode().splitlines()

@@ -9,8 +9,9 @@ installed and works, else none), ``bubblewrap`` (required: `SandboxUnavailableEr
 Under bubblewrap (Linux) a command sees:
 
 - the system directories read-only (``/usr``, ``/bin``, ``/sbin``, ``/lib*``, ``/opt``, ``/etc`` with the
-  password-hash and private-key files masked), a minimal ``/dev``, a fresh ``/proc`` of its own pid namespace
-  (no other process is visible, so no ``/proc/<pid>/environ``), and a private, empty ``/tmp``;
+  password-hash, sudoers and SSH host-key files masked; with the network, the resolver's directory in ``/run``),
+  a minimal ``/dev``, a fresh ``/proc`` of its own pid namespace (no other process is visible, so no
+  ``/proc/<pid>/environ``), and a private, empty ``/tmp``;
 - the workspace read-write at its own path (the working directory), with ``.git`` and ``.loopd`` re-bound
   read-only (``.loopd``, where the gate rules live, is created first when missing, so a command cannot create
   it to grant itself permissions); any ``hidden`` directory that lies inside a bound tree (e.g. a data
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import shutil
 import subprocess
@@ -53,7 +55,17 @@ READ_ONLY_IN_WORKSPACE: Final = (".git", ".loopd")
 
 _CREATED_IF_MISSING: Final = frozenset({".loopd"})
 _SYSTEM_DIRS: Final = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/etc")
-_MASKED_FILES: Final = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers")
+_MASKED_FILES: Final = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/ssh/ssh_host_*_key",
+)
+"""Secrets in /etc that root (the harness's user in CI and containers) could still read: masked (globs allowed)."""
+_RESOLVER_DIRS: Final = ("/run/systemd/resolve", "/run/resolvconf")
+"""Where /etc/resolv.conf often points: bound read-only when the network is allowed, so names resolve."""
 _MASKED_DIRS: Final = ("/etc/ssl/private", "/etc/sudoers.d")
 
 
@@ -138,6 +150,9 @@ class BubblewrapSandbox:
                 args += ["--ro-bind", directory, directory]
                 bound.append(Path(directory))
         args += _masks()
+        if self.network:
+            for directory in _RESOLVER_DIRS:
+                args += ["--ro-bind-try", directory, directory]
         args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         args += ["--bind", str(root), str(root)]
         bound.append(root)
@@ -161,9 +176,10 @@ class BubblewrapSandbox:
 
 def _masks() -> list[str]:
     args: list[str] = []
-    for path in _MASKED_FILES:
-        if os.path.isfile(path) and not os.path.islink(path):
-            args += ["--ro-bind", "/dev/null", path]
+    for pattern in _MASKED_FILES:
+        for path in sorted(glob.glob(pattern)):
+            if os.path.isfile(path) and not os.path.islink(path):
+                args += ["--ro-bind", "/dev/null", path]
     for path in _MASKED_DIRS:
         if os.path.isdir(path) and not os.path.islink(path):
             args += ["--tmpfs", path]
