@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 
 from tests.cli_run.conftest import Dirs, Terminal, run_captured
 
@@ -51,6 +52,8 @@ def test_always_is_stored_and_not_asked_again(dirs: Dirs, terminal: type[Termina
     assert "remember the milk" in t.output
     stored = json.loads(dirs.rules_file.read_text())["rules"]
     assert [(r["kind"], r["pattern"], r["effect"]) for r in stored] == [("fs.read", "notes.txt", "allow")]
+    assert stat.S_IMODE(dirs.rules_file.stat().st_mode) == 0o600  # the workspace's grants: the owner's alone
+    assert stat.S_IMODE(dirs.rules_file.parent.stat().st_mode) == 0o700
 
     # A later run with no one to ask (its questions would be denied) is not asked: the stored rule allows the read.
     again = asyncio.run(run_captured(dirs, prompt="read notes.txt"))
