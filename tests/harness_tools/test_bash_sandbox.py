@@ -306,3 +306,15 @@ def test_loopd_run_names_its_sandbox_at_start(tmp_path: Path, mode: str) -> None
     assert done.returncode == 0, done.stderr.decode()
     expected = "sandbox: bubblewrap" if mode == "bubblewrap" else "sandbox: none — commands run unconfined"
     assert expected in done.stderr.decode().splitlines()
+
+
+def test_child_pids_with_and_without_the_children_file() -> None:
+    from loopd.harness.tools import _sandbox
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert child.pid in _sandbox.child_pids(os.getpid())
+        assert child.pid in _sandbox._children_by_scan(os.getpid())
+    finally:
+        child.kill()
+        child.wait(timeout=5)

@@ -200,9 +200,25 @@ def child_pids(pid: int) -> list[int]:
     """The pids of ``pid``'s children (Linux ``/proc``); empty when they cannot be read."""
     try:
         text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN: look at every process's parent
+        return _children_by_scan(pid)
     except OSError:
         return []
     return [int(field) for field in text.split() if field.isdigit()]
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces and parentheses.
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry.name))
+    return found
 
 
 def resolve_sandbox(
