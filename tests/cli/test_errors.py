@@ -117,6 +117,7 @@ def test_an_unreachable_model_fails_the_turn_in_one_line(home: Path, tmp_path: P
     failures = [line for line in result.error_lines if "turn failed" in line or "error:" in line]
     assert len(failures) == 1, result.stderr
     assert "turn failed" in failures[0] and "connection" in failures[0]
+    assert f"is the model server at {env['OPENAI_BASE_URL']} reachable? (OPENAI_BASE_URL / --base-url)" in failures[0]
 
 
 def test_chat_without_a_server_is_one_line(home: Path, tmp_path: Path) -> None:

@@ -124,6 +124,7 @@ async def run_harness(
     except CliError as exc:
         view.error(exc.line())
         return exc.exit_code
+    view.model_url = config.base_url
     settings = HarnessSettings(
         workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy, sandbox=confinement
     )

@@ -86,6 +86,8 @@ class RunView:
         self._console = console
         self._out = out
         self._resume_options = resume_options
+        self.model_url: str | None = None
+        """The model's endpoint when it is not the provider's default (named when it cannot be reached)."""
         self._status: Status | None = None
         self._text_written = False
         self._text_at_line_start = True
@@ -296,9 +298,13 @@ class RunView:
         self._line(("  ✓ done", "green"), (f" · {_plural(event.step, 'step')} · {describe_usage(event.usage)}", "dim"))
 
     def turn_failed(self, event: TurnFailed, *, unmetered_chars: int = 0) -> None:
+        hint = ""
+        if event.error_type.startswith("Model") and "connection failed" in event.message:
+            where = f"the model server at {self.model_url}" if self.model_url else "the model provider"
+            hint = f"; is {where} reachable? (OPENAI_BASE_URL / --base-url)"
         self._line(
             ("  ✗ turn failed: ", "bold red"),
-            f"{event.error_type}: {event.message}",
+            f"{event.error_type}: {event.message}{hint}",
             (f" · {describe_usage(event.usage)}{_unmetered(unmetered_chars)}", "dim"),
         )
 
