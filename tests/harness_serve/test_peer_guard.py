@@ -45,6 +45,13 @@ async def test_with_a_token_any_peer_that_presents_it_is_answered() -> None:
         assert answered.status_code == 200
 
 
+async def test_a_request_relayed_by_a_local_reverse_proxy_is_not_local() -> None:
+    async with _client("127.0.0.1") as proxied:
+        for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+            response = await proxied.get("/v1/sessions", headers={header: "for=198.51.100.7"})
+            assert response.status_code == 403, header
+
+
 @pytest.mark.parametrize(
     ("client", "expected"),
     [(("127.0.0.1", 1), True), (("::1", 1), True), (("10.0.0.1", 1), False), (("localhost", 1), False), (None, False)],

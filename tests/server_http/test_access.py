@@ -76,6 +76,19 @@ async def test_a_forged_host_from_a_remote_peer_gets_no_cookie_and_no_access(rig
     assert local.json() == {"kind": "user", "key": human_key("ab" * 32), "trusted": False}
 
 
+async def test_a_browser_relayed_by_a_reverse_proxy_on_this_machine_is_remote(rig: Rig) -> None:
+    # The proxy connects from loopback and (like a default nginx) passes Host: 127.0.0.1; it says whom it relays.
+    proxied = rig.client(token=False)
+    proxied.headers["X-Forwarded-For"] = "198.51.100.7"
+    page = await proxied.get("/")
+    assert page.status_code == 200 and "set-cookie" not in page.headers
+    assert (await proxied.get("/v1/me")).status_code == 401
+    # A sign-in link works through the proxy as from anywhere.
+    signed = await proxied.get(await signin_path(rig))
+    assert signed.status_code == 303
+    assert (await proxied.get("/v1/me")).json()["key"] == human_key(cookie_of(signed))
+
+
 async def test_an_unknown_peer_is_not_loopback(rig: Rig) -> None:
     transport = httpx.ASGITransport(app=rig.app, raise_app_exceptions=False, client=("testclient", 1))
     assert (await rig.client(token=False, transport=transport).get("/v1/me")).status_code == 401

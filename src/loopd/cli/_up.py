@@ -97,6 +97,12 @@ async def _up(settings: UpSettings, console: Console) -> None:
                 f"  Kubernetes API        {server.api_url}   (kubectl: loopd kubeconfig --data-dir {server.data_dir})"
             )
             console.print(f"  token                 {server.token_file}")
+            if settings.public:
+                console.print(
+                    f"  exposed (--public)    on {settings.host}: callers need a token; a browser on another "
+                    f"machine signs in with a link from `loopd signin-link --data-dir {server.data_dir}`",
+                    markup=False,
+                )
             console.print(f"  data                  {server.data_dir}")
             console.print(f"  assistant workspace   {server.workspace}")
             console.print(f"  {server.sandbox.describe()}", markup=False)

@@ -28,13 +28,20 @@ from loopd.harness.serve._http import WRITE_METHODS, buffer_json_body, host_name
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
 
 
+RELAY_HEADERS: Final = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
+"""Headers a reverse proxy adds: a loopback peer that sends one relays a client from elsewhere."""
+
+
 def peer_is_loopback(scope: Scope) -> bool:
-    """Whether the connection comes from this machine, by its peer address (ASGI ``client``), never by a header."""
+    """Whether the request comes from this machine: its connection's peer address (ASGI ``client``) is loopback —
+    a header never makes it so — and it was not relayed by a reverse proxy on this machine (`RELAY_HEADERS`)."""
     client = scope.get("client")
     if not client or not isinstance(client[0], str):
         return False  # an unknown peer is not trusted
     address = client[0].strip().lower().removeprefix("::ffff:")  # IPv4-mapped IPv6 on dual-stack sockets
-    return address != "localhost" and is_loopback(address)
+    if address == "localhost" or not is_loopback(address):
+        return False
+    return not any(name.lower() in RELAY_HEADERS for name, _ in scope.get("headers", ()))
 
 
 class Guard:

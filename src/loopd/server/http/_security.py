@@ -12,7 +12,8 @@ Identity (left in the scope for `current_identity`):
   A wrong token is 401; ``X-Loopd-Actor`` without a token is 401.
 * Otherwise the browser cookie ``loopd-human`` (32 random bytes, hex; HttpOnly, SameSite=Strict, Path=/, one
   year) → ``user:human-<first 32 hex of sha256(cookie)>``. Trust comes from the connection, never from ``Host``
-  alone: a cookie counts when the *peer address* (ASGI ``client``) is loopback and the ``Host`` is a loopback
+  alone: a cookie counts when the *peer address* (ASGI ``client``) is loopback, the request was not relayed by a
+  reverse proxy (no ``Forwarded`` / ``X-Forwarded-For`` / ``X-Real-IP``), and the ``Host`` is a loopback
   name or one of ``browser_hosts`` (a page on another name that resolves here — DNS rebinding — gets 403), or
   when the server recorded it as issued through a one-time sign-in link (``GET /signin?code=…``; the only way
   a browser on another machine signs in: 401 otherwise). ``GET /`` and ``GET /v1/me`` mint a new cookie, when
