@@ -266,3 +266,20 @@ async def test_loopback_peers_in_every_spelling_get_the_local_cookie(rig: Rig, p
     transport = httpx.ASGITransport(app=rig.app, raise_app_exceptions=False, client=(peer, 1))
     page = await rig.client(token=False, transport=transport).get("/")
     assert cookie_of(page)
+
+
+async def test_only_digests_of_issued_secrets_are_stored(rig: Rig) -> None:
+    token = await actor_token(rig, "operator:router")
+    path = await signin_path(rig)
+    cookie = cookie_of(await remote(rig).get(path))
+    code = path.removeprefix("/signin?code=")
+    async with rig.db.transaction(read_only=True) as tx:
+        rows = [
+            *await tx.fetch("SELECT * FROM access_tokens"),
+            *await tx.fetch("SELECT * FROM signin_codes"),
+            *await tx.fetch("SELECT * FROM browser_cookies"),
+        ]
+    stored = repr(rows)
+    assert len(rows) == 3
+    for secret in (token, code, cookie):
+        assert secret not in stored
