@@ -318,3 +318,19 @@ def test_child_pids_with_and_without_the_children_file() -> None:
     finally:
         child.kill()
         child.wait(timeout=5)
+
+
+async def test_mounts_go_parents_first_so_a_read_only_directory_inside_the_workspace_stays_read_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopd.harness.tools import _sandbox
+
+    sandbox = bubblewrap()
+    workspace = tmp_path / "ws"
+    (workspace / "vendor").mkdir(parents=True)
+    # As if a system directory lay inside the workspace (the case of a workspace at "/").
+    monkeypatch.setattr(_sandbox, "_SYSTEM_DIRS", (*_sandbox._SYSTEM_DIRS, str(workspace / "vendor")))
+    result = await run(bash(workspace, sandbox), "touch vendor/x; touch mine; ls -A", workspace)
+    assert "Read-only file system" in result.output
+    assert (workspace / "mine").exists()
+    assert not (workspace / "vendor" / "x").exists()

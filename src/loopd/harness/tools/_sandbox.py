@@ -142,20 +142,19 @@ class BubblewrapSandbox:
         args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.network:
             args.append("--unshare-net")
-        bound: list[Path] = []
+        mounts: list[tuple[str, list[str]]] = []  # (where, bwrap arguments)
+        bound: list[Path] = [root]
         for directory in _SYSTEM_DIRS:
             if os.path.islink(directory):
-                args += ["--symlink", os.readlink(directory), directory]
+                mounts.append((directory, ["--symlink", os.readlink(directory), directory]))
             elif os.path.isdir(directory):
-                args += ["--ro-bind", directory, directory]
+                mounts.append((directory, ["--ro-bind", directory, directory]))
                 bound.append(Path(directory))
-        args += _masks()
+        mounts += _masks()
         if self.network:
-            for directory in _RESOLVER_DIRS:
-                args += ["--ro-bind-try", directory, directory]
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        args += ["--bind", str(root), str(root)]
-        bound.append(root)
+            mounts += [(d, ["--ro-bind-try", d, d]) for d in _RESOLVER_DIRS]
+        mounts += [("/dev", ["--dev", "/dev"]), ("/proc", ["--proc", "/proc"]), ("/tmp", ["--tmpfs", "/tmp"])]
+        mounts.append((str(root), ["--bind", str(root), str(root)]))
         for entry in READ_ONLY_IN_WORKSPACE:
             target = root / entry
             if entry in _CREATED_IF_MISSING and not os.path.lexists(target):
@@ -163,9 +162,12 @@ class BubblewrapSandbox:
                     target.mkdir(mode=0o700)
             # Only a real directory or file: a symlink would bind its (outside) target into the sandbox.
             if os.path.lexists(target) and not os.path.islink(target):
-                args += ["--ro-bind", str(target), str(target)]
-        for covered in _visible(hidden, bound):
-            args += ["--tmpfs", str(covered)]
+                mounts.append((str(target), ["--ro-bind", str(target), str(target)]))
+        mounts += [(str(d), ["--tmpfs", str(d)]) for d in _visible(hidden, bound)]
+        # bwrap mounts in order and a mount hides what is below it: parents first, so a workspace in /tmp sits on
+        # the fresh /tmp, and a workspace above a system directory (``/`` itself) stays under the read-only one.
+        for _, mount in sorted(mounts, key=lambda item: len(Path(item[0]).parts)):
+            args += mount
         args += ["--chdir", str(root), "--"]
         return args + list(argv)
 
@@ -174,16 +176,16 @@ class BubblewrapSandbox:
         return child_pids(pid)
 
 
-def _masks() -> list[str]:
-    args: list[str] = []
+def _masks() -> list[tuple[str, list[str]]]:
+    mounts: list[tuple[str, list[str]]] = []
     for pattern in _MASKED_FILES:
         for path in sorted(glob.glob(pattern)):
             if os.path.isfile(path) and not os.path.islink(path):
-                args += ["--ro-bind", "/dev/null", path]
+                mounts.append((path, ["--ro-bind", "/dev/null", path]))
     for path in _MASKED_DIRS:
         if os.path.isdir(path) and not os.path.islink(path):
-            args += ["--tmpfs", path]
-    return args
+            mounts.append((path, ["--tmpfs", path]))
+    return mounts
 
 
 def _visible(hidden: Iterable[Path], bound: Sequence[Path]) -> list[Path]:
