@@ -174,10 +174,11 @@ async def test_tables_for_kubectl_get(client: httpx.AsyncClient, api: RunningApi
         "Target",
         "Revision",
         "Phase",
+        "Responder",
         "Age",
     ]
     row = table["rows"][0]
-    assert row["cells"][:5] == ["t1", "operator", "router", 1, None]
+    assert row["cells"][:6] == ["t1", "operator", "router", 1, None, None]
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["metadata"]["labels"] == {"app": "x"}
 

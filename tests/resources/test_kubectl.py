@@ -74,7 +74,7 @@ async def test_task_lifecycle_with_kubectl(kubectl: Kubectl, tmp_path: Path) -> 
     assert "kubectl.kubernetes.io/last-applied-configuration" in obj["metadata"]["annotations"]
 
     table = await kubectl.ok("get", "tasks")
-    assert table.splitlines()[0].split() == ["NAME", "TARGET-KIND", "TARGET", "REVISION", "PHASE", "AGE"]
+    assert table.splitlines()[0].split() == ["NAME", "TARGET-KIND", "TARGET", "REVISION", "PHASE", "RESPONDER", "AGE"]
 
     watcher = await kubectl.start("get", "tasks", "-w", "--output-watch-events")
     try:

@@ -108,7 +108,7 @@ def test_generated_crds_are_valid_apiextensions_v1() -> None:
     assert schema["properties"]["target"]["properties"]["kind"]["enum"] == ["operator", "harness"]
     assert schema["properties"]["revision"]["minimum"] == 1
     columns = [c["name"] for c in task["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Target-Kind", "Target", "Revision", "Phase", "Age"]
+    assert columns == ["Target-Kind", "Target", "Revision", "Phase", "Responder", "Age"]
 
 
 def test_manifests_crds_prints_the_crds() -> None:

@@ -210,6 +210,9 @@ def _operations(spec: KindSpec, item: bool) -> dict[str, Any]:
     return {"get": operation("list", False), "post": operation("post", True)}
 
 
+_METADATA = "Standard object metadata: name, namespace, labels, annotations, uid, resourceVersion, generation."
+
+
 def openapi_document(registry: KindRegistry, group: str, version: str) -> dict[str, Any] | None:
     specs = _kinds_at(registry, group, version)
     if not specs:
@@ -224,6 +227,10 @@ def openapi_document(registry: KindRegistry, group: str, version: str) -> dict[s
         if spec.status_subresource:
             paths[f"{scope}/{{name}}/status"] = _operations(spec, item=True)
         schema = dict(spec.schema)
+        properties = schema.get("properties")
+        if isinstance(properties, dict) and isinstance(properties.get("metadata"), dict):
+            # A CRD may not describe metadata; the API's own document does, like Kubernetes' ObjectMeta.
+            schema["properties"] = {**properties, "metadata": {"description": _METADATA, **properties["metadata"]}}
         schema["x-kubernetes-group-version-kind"] = [{"group": spec.group, "version": spec.version, "kind": spec.kind}]
         schemas[_schema_name(spec)] = schema
     return {

@@ -1,7 +1,8 @@
 """The kinds every store serves: ``Task``, ``Lease``, ``Namespace`` and ``CustomResourceDefinition``.
 
 Owns: the typed models of Task and Lease, their declarations, and ``builtin_kind_specs`` / ``builtin_crds``.
-Must not do: I/O. The Task stays minimal (design §9.3): routing and wake revision only.
+Must not do: I/O. The Task stays minimal (design §9.3): routing and wake revision in the spec; the status says
+who holds it, in which phase and since when — never any content of the question or the answer.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ class TaskTarget(WireModel):
 
 
 class TaskSpec(WireModel):
-    target: TaskTarget
+    """What the Task asks for: which responder answers it. The question itself stays in loopd's storage."""
+
+    target: TaskTarget = Field(description="Who responds to the Task: an operator or a harness, by registry key.")
     revision: int = Field(default=1, ge=1, description="Wake revision; bumped by the server to re-wake the responder.")
 
 
 class TaskCondition(WireModel):
+    """One observed condition of the Task (Kubernetes style)."""
+
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str | None = None
@@ -41,11 +46,23 @@ class TaskCondition(WireModel):
 
 
 class TaskStatus(WireModel):
-    phase: str | None = Field(default=None, description="Responder-reported phase, e.g. Running.")
+    """Who holds the Task and how far it got, written by its responder through the status subresource."""
+
+    phase: str | None = Field(
+        default=None,
+        description="Responder-reported phase: Pending (queued, not taken yet), Running, WaitingInput (waiting for "
+        "a person, e.g. a permission gate); unset until a responder takes the Task.",
+    )
+    responder: str | None = Field(default=None, description="Who holds the Task, as kind:key (e.g. harness:assistant).")
+    started_at: str | None = Field(
+        default=None,
+        description="When the responder took the Task (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
+    )
     observed_revision: int | None = Field(default=None, description="Last spec.revision the responder saw.")
-    observed_generation: int | None = None
-    message: str | None = None
-    conditions: list[TaskCondition] | None = None
+    observed_generation: int | None = Field(default=None, description="Last metadata.generation the responder saw.")
+    message: str | None = Field(default=None, description="A short human-readable note on the phase.")
+    conditions: list[TaskCondition] | None = Field(default=None, description="Observed conditions, if any.")
 
 
 class Task(KubeObject):
@@ -66,13 +83,16 @@ class Task(KubeObject):
             PrinterColumn("Target", "string", ".spec.target.key", "Responder key"),
             PrinterColumn("Revision", "integer", ".spec.revision", "Wake revision"),
             PrinterColumn("Phase", "string", ".status.phase", "Responder-reported phase"),
+            PrinterColumn("Responder", "string", ".status.responder", "Who holds the Task"),
             PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         ),
         description="A Task wakes one responder (operator or harness) for one question; name = task id.",
     )
 
-    spec: TaskSpec
-    status: TaskStatus | None = None
+    spec: TaskSpec = Field(description="Which responder answers the Task (routing and wake revision only).")
+    status: TaskStatus | None = Field(
+        default=None, description="Who holds the Task and since when; set by the responder, never by clients."
+    )
 
 
 class LeaseSpec(WireModel):

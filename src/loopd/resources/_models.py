@@ -96,9 +96,9 @@ class KubeObject(WireModel):
 def _object_schema(model: type[KubeObject]) -> dict[str, Any]:
     declaration = model.declaration
     properties: dict[str, Any] = {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
+        "apiVersion": {"type": "string", "description": "The schema version of this object: group/version."},
+        "kind": {"type": "string", "description": "The kind of this object."},
+        "metadata": {"type": "object"},  # a CRD may say nothing else about it (the API describes it: discovery)
     }
     required: list[str] = []
     for field_name in ("spec", "status"):
@@ -107,6 +107,8 @@ def _object_schema(model: type[KubeObject]) -> dict[str, Any]:
             continue
         sub = _field_model(info.annotation)
         properties[field_name] = structural_schema(sub.model_json_schema(by_alias=True, mode="validation"))
+        if info.description:  # what the field means here wins over the model's own docstring
+            properties[field_name]["description"] = info.description
         if field_name == "spec" and declaration.spec_required and info.is_required():
             required.append("spec")
     schema: dict[str, Any] = {"type": "object", "properties": properties}

@@ -11,6 +11,12 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
 4. while the call runs → ``Result(requeue_after=poll)``; once it is terminal → ``chat.complete(task_id,
    error=...)`` (idempotent; ``Conflict`` while Human questions are pending → requeue).
 
+Status: the Task's status says who holds it — ``phase`` (``Pending`` while refused for capacity, ``Running``,
+``WaitingInput`` while the harness waits for a person), ``responder`` (``harness:<key>``) and ``startedAt`` (when
+its call started) — written through the status subresource only when one of them changes (one write per phase
+change; the reconcile compares with the status it just read). Never any content. A failed status write is logged
+and answering goes on.
+
 Wake-ups: a harness finishing does not change the Task, so the Task watch does not wake it. The responder listens
 to the engine's notices instead (`HarnessEngine.add_listener`) and, through its controller
 (``bind_controller``, called by the reconcile runtime), queues the Task at once when its call ends, and queues
@@ -32,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from loopd.resources import NotFound as ResourceNotFound
+from loopd.resources import ResourceError
 from loopd.resources.client import TASKS, ResourceClient
 from loopd.resources.reconcile import Controller, Request, Result
 from loopd.server.engine import (
@@ -49,6 +56,8 @@ from loopd.server.storage import NotFound as StorageNotFound
 _log = logging.getLogger("loopd.server.responder")
 
 EFFECT_KEY: Final = "respond"
+_TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
+"""Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
 DEFAULT_CAPACITY_RETRY: Final = 2.0
 
@@ -113,6 +122,10 @@ DEFAULT_ORPHAN_AFTER: Final = 120.0
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _created_at(metadata: Mapping[str, Any]) -> datetime | None:
@@ -236,11 +249,37 @@ class HarnessResponder:
         if call is None:
             started = await self._start(request, uid, key, _created_at(metadata))
             if isinstance(started, Result):
+                if request in self._waiting:  # refused for capacity: queued, nobody runs it yet
+                    await self._report(task, key, "Pending", None, "waiting for a free harness slot")
                 return started
             call = started
         if not call.is_terminal:
+            await self._report(task, key, _TASK_PHASES.get(call.phase, "Running"), call.created_at, None)
             return Result(requeue_after=self._poll)
         return await self._complete(task_id, call_error(call))
+
+    async def _report(
+        self, task: Mapping[str, Any], key: str, phase: str, started: datetime | None, message: str | None
+    ) -> None:
+        """Write the Task's status if who holds it, its phase or since when changed (see the module docstring)."""
+        wanted: dict[str, Any] = {
+            "phase": phase,
+            "responder": f"harness:{key}",
+            "startedAt": _rfc3339(started) if started is not None else None,
+            "message": message,
+        }
+        current = task.get("status") or {}
+        if all(current.get(name) == value for name, value in wanted.items()):
+            return
+        metadata = task.get("metadata") or {}
+        name, namespace = str(metadata.get("name") or ""), metadata.get("namespace")
+        try:
+            # A merge patch: null removes a field (no startedAt while Pending, no message while Running).
+            await self._client.patch(TASKS, name, {"status": wanted}, namespace=namespace, subresource="status")
+        except ResourceNotFound:
+            return  # completed and deleted meanwhile
+        except ResourceError as exc:
+            _log.warning("could not write the status of task %s: %s", name, exc)
 
     def _refused(self, request: Request) -> Result:
         """No slot now: wait for a notice that one freed (``capacity_retry`` is the safety net)."""
