@@ -60,12 +60,15 @@ def _parent_directory(workspace: Workspace, relative: str, *, create: bool = Fal
     """The descriptor of ``relative``'s directory (opened beneath the root, no symlink followed) and its name."""
     parent, name = _parent_and_name(relative)
     try:
-        with workspace.directory(parent, create=create) as dir_fd:
-            yield dir_fd, name
+        dir_fd = workspace.open_directory(parent, create=create)
     except FileNotFoundError as exc:
         raise ToolError(f"no such file: {relative} (its directory does not exist)") from exc
     except NotADirectoryError as exc:
         raise ToolError(f"cannot open {relative}: a part of its path is not a directory") from exc
+    try:
+        yield dir_fd, name
+    finally:
+        os.close(dir_fd)
 
 
 def _read_regular(dir_fd: int, name: str, relative: str, limit: int) -> bytes:

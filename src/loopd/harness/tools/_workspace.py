@@ -123,9 +123,8 @@ class Workspace:
         if protected is not None:
             raise WorkspaceEscapeError(shown or relative, f"{protected} is protected from the file tools")
 
-    @contextlib.contextmanager
-    def directory(self, relative: str, *, create: bool = False) -> Iterator[int]:
-        """A descriptor of the directory ``relative`` (a real path relative to the root), closed on exit.
+    def open_directory(self, relative: str, *, create: bool = False) -> int:
+        """A new descriptor of the directory ``relative`` (a real path relative to the root); the caller closes it.
 
         No component is followed if it is a symlink: that raises `WorkspaceEscapeError` ("the path changed").
         With ``create``, missing directories are made. Other failures raise `OSError` (``FileNotFoundError``,
@@ -137,13 +136,18 @@ class Workspace:
             raise WorkspaceEscapeError(relative, str(exc)) from exc
         root_fd = self.open_root()
         try:
-            fd = open_directory(root_fd, parts, create=create)
+            return open_directory(root_fd, parts, create=create)
         except OSError as exc:
             if is_symlink_error(exc):
                 raise WorkspaceEscapeError(relative, SWAPPED_FOR_SYMLINK) from exc
             raise
         finally:
             os.close(root_fd)
+
+    @contextlib.contextmanager
+    def directory(self, relative: str, *, create: bool = False) -> Iterator[int]:
+        """`open_directory` for the duration of a ``with`` block."""
+        fd = self.open_directory(relative, create=create)
         try:
             yield fd
         finally:
