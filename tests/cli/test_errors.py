@@ -213,3 +213,17 @@ def test_the_app_itself_reports_errors_in_one_line(monkeypatch: pytest.MonkeyPat
     result = runner.invoke(app, ["--debug", "manifests", "crds"])
     assert result.exit_code == 1
     assert "Traceback (most recent call last)" in result.output and "internal error" in result.output
+
+
+def test_a_failed_bind_names_the_busy_port_among_several(busy_port: int) -> None:
+    import errno
+
+    from loopd.cli._errors import address_in_use
+
+    exc = OSError(errno.EADDRINUSE, "Address already in use")
+    error = address_in_use(exc, "127.0.0.1", {"--port": _closed_port(), "--api-port": busy_port})
+    assert error is not None and error.line() == (
+        f"port {busy_port} on 127.0.0.1 is already in use; stop what uses it, or pass another --api-port "
+        "(0 picks a free one)"
+    )
+    assert address_in_use(OSError(errno.EACCES, "Permission denied"), "127.0.0.1", {"--port": 80}) is None

@@ -107,14 +107,28 @@ def address_in_use(exc: OSError, host: str, ports: Mapping[str, int]) -> CliErro
     )
 
 
+def require_free_ports(host: str, ports: Mapping[str, int]) -> None:
+    """Before anything starts: a `CliError` for the first fixed port (``ports``: flag → port) already in use.
+
+    Only a quick look (the port may still be taken before the server binds it; that bind error says the same), so
+    that a busy port is reported at once instead of after starting and stopping everything else.
+    """
+    for flag, port in ports.items():
+        if port and not _can_bind(host, port):
+            raise CliError(
+                f"port {port} on {host} is already in use",
+                f"stop what uses it, or pass another {flag} (0 picks a free one)",
+            )
+
+
 def _can_bind(host: str, port: int) -> bool:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return False
+        except OSError as exc:
+            return exc.errno != errno.EADDRINUSE  # other failures are the server's own bind's to report
     return True
 
 
@@ -181,5 +195,6 @@ __all__ = [
     "describe",
     "model_config",
     "report",
+    "require_free_ports",
     "set_debug",
 ]

@@ -10,7 +10,7 @@ import typer
 
 from loopd._locking import data_dir_lock
 from loopd._paths import ensure_private_dir, ensure_private_file
-from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use
+from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free_ports
 from loopd.cli._errors import model_config as checked_model_config
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
@@ -77,6 +77,7 @@ def serve_command(
         typer.echo("  auth: bearer token required" if token else "  auth: none (loopback only)")
         typer.echo("Press Ctrl-C to stop.")
 
+    require_free_ports(host, {"--port": port})
     ensure_private_dir(settings.data_dir)  # transcripts hold file contents: 0700 / 0600, like `loopd up`
     try:
         # One server per data directory: a second one would take over (and fault) the first one's sessions.

@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from loopd._paths import default_data_dir
-from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console, model_config
+from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console, model_config, require_free_ports
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ def up_command(
         workspaces=workspaces.expanduser() if workspaces is not None else None,
         sandbox=confinement,
     )
+    require_free_ports(host, {"--port": port, "--api-port": api_port})
     try:
         asyncio.run(_up(settings, console))
     except WorkspaceLocationError as exc:
