@@ -241,6 +241,8 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
 
 def test_public_face() -> None:
     assert set(serve_module.__all__) == {
+        "DOCS_ASSETS_PATH",
+        "DOCS_PATH",
         "IDEMPOTENCY_FILE",
         "MAX_JSON_DEPTH",
         "PUBLIC_PATHS",
@@ -266,6 +268,7 @@ def test_public_face() -> None:
         "error_body",
         "error_response",
         "host_name",
+        "install_docs",
         "install_error_handlers",
         "is_loopback",
         "open_harness_server",

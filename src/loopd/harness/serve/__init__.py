@@ -6,12 +6,14 @@ for the standard rig until Ctrl-C. See ``_app`` for the routes and ``_streaming`
 
 The HTTP mechanism loop-server shares (``_http``): `buffer_json_body` and the request helpers, `sse_message` /
 `EventStreamResponse`, `install_error_handlers` over the envelope of `error_response`, and `open_http_server`
-(uvicorn on a socket it binds). Policy (who may call) stays with each app.
+(uvicorn on a socket it binds); and (``_docs``) `install_docs`, Swagger UI at ``/docs`` from bundled assets.
+Policy (who may call) stays with each app.
 
 Must not import the server, resources, runtime, operators or CLI layers (an import-linter contract checks it).
 """
 
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app, registry_of
+from loopd.harness.serve._docs import DOCS_ASSETS_PATH, DOCS_PATH, install_docs
 from loopd.harness.serve._errors import STATUS_OF, TYPE_OF_STATUS, ApiError, ErrorType, error_body, error_response
 from loopd.harness.serve._guard import PUBLIC_PATHS, peer_is_loopback
 from loopd.harness.serve._http import (
@@ -40,6 +42,8 @@ from loopd.harness.serve._registry import SessionRegistry
 from loopd.harness.serve._server import InsecureBindError, check_bind, open_harness_server, serve
 
 __all__ = [
+    "DOCS_ASSETS_PATH",
+    "DOCS_PATH",
     "IDEMPOTENCY_FILE",
     "MAX_JSON_DEPTH",
     "PUBLIC_PATHS",
@@ -65,6 +69,7 @@ __all__ = [
     "error_body",
     "error_response",
     "host_name",
+    "install_docs",
     "install_error_handlers",
     "is_loopback",
     "open_harness_server",

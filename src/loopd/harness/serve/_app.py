@@ -20,6 +20,7 @@ from loopd import __version__
 from loopd.harness._errors import HarnessError
 from loopd.harness.core import codec
 from loopd.harness.runtime import RecoveryMode, Rig
+from loopd.harness.serve._docs import install_docs
 from loopd.harness.serve._errors import TYPE_OF_STATUS, ApiError, from_harness
 from loopd.harness.serve._guard import Guard
 from loopd.harness.serve._http import EventStreamResponse, drop_validation_responses, install_error_handlers
@@ -129,6 +130,7 @@ def create_app(
         },
     )
     app.include_router(_routes(registry, heartbeat=heartbeat, stream_queue=stream_queue, timeout=command_timeout))
+    install_docs(app)  # Swagger UI at /docs from bundled assets (FastAPI's own page loads them from a CDN)
     app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
     return app
 

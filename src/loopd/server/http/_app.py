@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import HTMLResponse
 
 from loopd import __version__
-from loopd.harness.serve import drop_validation_responses
+from loopd.harness.serve import drop_validation_responses, install_docs
 from loopd.server.http._access import AccessStore
 from loopd.server.http._access_routes import access_router
 from loopd.server.http._context import ServerContext
@@ -100,6 +100,7 @@ def create_server_app(
         version=__version__,
         summary="Conversations, chat requests and their Tasks, Human Ask/Confirm, the responder registry.",
         lifespan=lifespan,
+        docs_url=None,  # `install_docs` serves /docs from bundled assets (FastAPI's page needs a CDN)
         redoc_url=None,
     )
     app.state.context = ctx
@@ -113,6 +114,7 @@ def create_server_app(
     app.include_router(registry_router(ctx.registry))
     for router in routers:
         app.include_router(router)
+    install_docs(app)
     app.add_middleware(SecurityMiddleware, security=ctx.security, access=access)
     return app
 
