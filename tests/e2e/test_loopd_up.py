@@ -134,17 +134,18 @@ def test_kill_9_mid_call_then_restart_completes_the_answer_with_one_execution(tm
             )
             assert any(NOTE in str(block) for block in final["content"]["blocks"])
             # The ledger, through the API: one lane (one execution) for the call; the attempt cut short by the
-            # crash stays visible as unresolved next to the resumed one.
+            # crash is closed by the resumed drive as interrupted, its usage marked (unknown: cut at a gate).
             trail = client.get("/v1/ledger", params={"task_id": asked["task_id"]}).json()
             assert len(trail["lanes"]) == 1, trail["lanes"]
-            runs = [
-                e["payload"]["mode"]
-                for e in trail["events"]
-                if e["event_type"] == "attempt.requested" and "mode" in e["payload"]
+            requested = [
+                e for e in trail["events"] if e["event_type"] == "attempt.requested" and "mode" in e["payload"]
             ]
-            assert runs == ["start", "resume"]
-            assert trail["unresolved_attempts"], "the attempt cut short by kill -9 has no terminal event"
-            assert "usage" in trail
+            assert [e["payload"]["mode"] for e in requested] == ["start", "resume"]
+            assert trail["unresolved_attempts"] == [], "after the run nothing is in doubt"
+            cut_short = [e for e in trail["events"] if e["subject_id"] == requested[0]["subject_id"]][-1]
+            assert cut_short["event_type"] == "attempt.failed" and cut_short["payload"]["reason"] == "interrupted"
+            assert cut_short["payload"]["usage_estimated"] is True
+            assert trail["usage"]["usage_estimated"] is True and trail["usage"]["estimated_attempts"] == 1
     finally:
         second.kill()
     with sqlite3.connect(f"file:{data_dir / 'loopd.db'}?mode=ro", uri=True) as db:

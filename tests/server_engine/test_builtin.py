@@ -138,5 +138,13 @@ async def test_a_crashed_engine_is_resumed_through_the_journal_and_ends_like_a_c
         view = await store.load_run(lanes[0].session_id, call_id)
         requested = [e for e in view.events if e.event_type == "attempt.requested" and "mode" in e.payload]
         assert [e.payload["mode"] for e in requested] == ["start", "resume"]
-        unresolved = await store.unresolved_attempts(Scope(harness_call_id=call_id))
-        assert [u.requested.id for u in unresolved] == [requested[0].id]  # the crashed attempt stays visible
+        # The crashed attempt is settled by the resumed drive: failed, interrupted, its usage marked unknown (the
+        # model call in flight had streamed nothing, so there is no evidence of what it spent).
+        assert await store.unresolved_attempts(Scope(harness_call_id=call_id)) == []
+        outcome = next(e for e in view.events if e.subject_id == requested[0].subject_id and e.seq > requested[0].seq)
+        assert outcome.event_type == "attempt.failed"
+        assert outcome.payload["reason"] == "interrupted" and outcome.payload["error"]["code"] == "interrupted"
+        assert outcome.payload["usage"] is None and outcome.payload["usage_estimated"] is True
+        totals = await store.usage(Scope(harness_call_id=call_id))
+        assert totals.usage_estimated and totals.estimated_attempts == 1
+        assert totals.input_tokens > 0  # the reported model calls, the re-issued one included

@@ -98,8 +98,11 @@ async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplic
     ops = [e.event.get("op") for e in events]
     assert ops == ["start", "set", "append", "set"]  # a, then b (no repeats), result
     store = SqlLedgerStore(second)
-    unresolved = await store.unresolved_attempts(Scope(harness_call_id=call_id))
-    assert len(unresolved) == 1  # the crashed drive's attempt stays visible as unresolved
+    assert await store.unresolved_attempts(Scope(harness_call_id=call_id)) == []  # settled by the survivor
+    view = await survivor.trail(call_id)
+    interrupted = [e for e in view.events if e.event_type == "attempt.failed"]
+    assert [e.payload["reason"] for e in interrupted] == ["interrupted"]  # the crashed drive's attempt
+    assert interrupted[0].payload["usage"] is None  # nothing shown past the checkpoint: nothing to estimate from
     lanes = await store.find_lanes(Scope(harness_call_id=call_id))
     assert len(lanes) == 1
 

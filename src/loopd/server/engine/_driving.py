@@ -55,13 +55,15 @@ from ._adapter import (
     GateOpened,
     GateResolved,
     HarnessAdapter,
+    ModelCalled,
     TextPreview,
+    TextSet,
     Update,
 )
 from ._errors import ObservationLost, ResumeUnsupported
-from ._projection import closed_gates, merge_previews, next_hash, project
+from ._projection import closed_gates, merge_previews, next_hash, project, shown_answer
 from ._requests import history_of
-from ._trail import Trail
+from ._trail import Trail, interrupted_usage
 
 _log = logging.getLogger("loopd.server.engine")
 
@@ -113,6 +115,22 @@ class _ProjectionFailed(Exception):
         self.phase: HarnessPhase = phase
 
 
+@dataclass(slots=True)
+class _Replayed:
+    """What the durable updates up to the checkpoint said: the answer text, the last model call, the last one."""
+
+    text: str | None = None
+    model: ModelCalled | None = None
+    last: Update | None = None
+
+    def note(self, update: Update) -> None:
+        self.last = update
+        if isinstance(update, TextSet):
+            self.text = update.text
+        elif isinstance(update, ModelCalled):
+            self.model = update
+
+
 def _error(code: str, message: str) -> dict[str, str]:
     return {"code": code, "message": message[:2000]}
 
@@ -130,6 +148,8 @@ class Drive:
             adapter.effect if adapter is not None else (EffectKind.UNKNOWN, Idempotency.UNKNOWN)
         )
         self._attempt_id: str | None = None
+        self._interrupted: list[str] = []
+        self._prompt_chars = 0
         self._forwarded: set[str] = set()
         self._task_id: str | None = None
         self._stopping = False
@@ -215,6 +235,7 @@ class Drive:
             deadline=call.deadline_at,
             timeout=max((call.deadline_at - now).total_seconds(), 0.001),
         )
+        self._prompt_chars = len(request.prompt())
         try:
             async with asyncio.timeout(self._s.adapter_timeout):
                 if mode == "start":
@@ -265,6 +286,8 @@ class Drive:
                 return None
             trail = self._trail(tx, call)
             await trail.open()
+            if mode == "resume":  # drives that died before: settled once this one has caught up (_settle)
+                self._interrupted = await trail.unresolved_attempts()
             self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=self._s.replica_id)
             if call.phase == "pending":
                 call = await tx.harness_calls.update(call.id, phase="starting")
@@ -367,7 +390,10 @@ class Drive:
         checkpoint, stored_hash = call.checkpoint, call.replay_hash
         index, chain = (0, "") if replaying else (checkpoint, stored_hash)
         held: Update | _End | _Raised | None = None
+        replayed = _Replayed()
         while True:
+            if self._interrupted and index >= checkpoint:
+                await self._settle(replayed if replaying else _Replayed(), checkpoint)
             item = held if held is not None else await queue.get()
             held = None
             if isinstance(item, _End):
@@ -390,6 +416,8 @@ class Drive:
                 continue
             index += 1
             chain = next_hash(chain, item)
+            if index <= checkpoint:
+                replayed.note(item)
             if index < checkpoint:
                 continue
             if index == checkpoint:
@@ -399,6 +427,27 @@ class Drive:
                 continue
             if await self._apply(index, chain, item):
                 return "done"
+
+    async def _settle(self, replayed: _Replayed, checkpoint: int) -> None:
+        """Close the attempts of drives that died (see ``_trail``): the resumed run has caught up with what they
+        applied, so the live text they showed past it tells what the lost model call spent."""
+        attempts, self._interrupted = self._interrupted, []
+        async with self._fenced() as (tx, call):
+            if call.is_terminal:
+                return
+            shown = None
+            if call.message_id is not None:
+                shown = shown_answer((await tx.messages.get(call.message_id)).content)
+            durable = replayed.text if checkpoint > 0 else None
+            usage = interrupted_usage(
+                shown,
+                durable,
+                reported_last=checkpoint > 0 and (replayed.last is None or isinstance(replayed.last, ModelCalled)),
+                previous=replayed.model,
+                prompt_chars=self._prompt_chars,
+            )
+            why = "the drive of this attempt ended without an outcome (a crash or a lost lease); a later one resumed"
+            await self._trail(tx, call).interrupt_attempts(attempts, usage, why)
 
     async def _locked_message(self, tx: Transaction, call: HarnessCall) -> dict[str, Any] | None:
         if call.message_id is None:

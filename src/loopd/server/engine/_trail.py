@@ -5,7 +5,11 @@ conversation and call ids, so roll-ups by any of them work), one Turn, and an *e
 ``tool_call``, named ``harness:<target>``, classified by the adapter's ``effect``) whose attempts are the
 adapter starts and resumes. Each attempt's ``attempt.requested`` commits together with the phase change that
 precedes the adapter call; its terminal event commits with the call's terminal phase. An attempt whose drive
-died (a crash, a lost lease) keeps no terminal event: it stays visible as unresolved.
+died (a crash, a lost lease) has no terminal event while that is all anyone knows: it is unresolved, in doubt.
+The next drive of the call settles it — once its resumed run has caught up with what was applied — with
+``attempt.failed`` (``reason: "interrupted"``) and what the lost work spent beyond what the harness reported:
+an estimate (``usage_estimated: true``) or unknown (``usage: null``, ``usage_estimated: true``), see
+`interrupted_usage`; a call that ends first closes such attempts the same way (usage unknown).
 
 What the harness reports becomes child actions of the execution: `ModelCalled` → ``model_call`` (or
 ``compact``) with requested + completed and the usage in the completed payload; `ToolStarted` / `ToolFinished`
@@ -18,6 +22,7 @@ append ids from the update index, so a retried transaction is idempotent. Must n
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -33,6 +38,7 @@ from loopd.server.ledger import (
     Idempotency,
     Lane,
     NewEvent,
+    Scope,
     SqlLedgerStore,
     Turn,
     Usage,
@@ -48,6 +54,32 @@ ENGINE_ACTOR_KEY: Final = "loopd:harness-engine"
 def trail_id(call_id: str, *parts: str) -> str:
     """A stable id for an entity of this call's trail."""
     return str(uuid.uuid5(_NAMESPACE, "/".join((call_id, *parts))))
+
+
+CHARS_PER_TOKEN: Final = 4
+INTERRUPTED: Final = "interrupted"
+
+
+def interrupted_usage(
+    shown: str | None, durable: str | None, *, reported_last: bool, previous: ModelCalled | None, prompt_chars: int
+) -> Usage | None:
+    """An estimate of what a cut-short attempt spent that the harness never reported (None: unknown).
+
+    Evidence: live text the lost run showed beyond the durable answer (``shown`` past ``durable``) comes from a
+    model call in flight, whose reply was never reported — unless the last applied update reported a model call
+    (``reported_last``: that text is its own). Output ≈ that text at ~4 characters per token; input ≈ the
+    context of the previous model call (its input + output), or the prompt for a first call; cost at the
+    previous call's average price (0 without one).
+    """
+    base = durable or ""
+    if reported_last or shown is None or not shown.startswith(base) or len(shown) <= len(base):
+        return None
+    output = math.ceil((len(shown) - len(base)) / CHARS_PER_TOKEN)
+    if previous is None:
+        return Usage(math.ceil(prompt_chars / CHARS_PER_TOKEN), output, 0.0)
+    tokens = previous.input_tokens + previous.output_tokens
+    price = previous.cost_usd / tokens if tokens else 0.0
+    return Usage(tokens, output, round(price * (tokens + output), 10))
 
 
 _RUN_END: Final[dict[str, str]] = {
@@ -150,6 +182,33 @@ class Trail:
         )
         return attempt.id
 
+    async def unresolved_attempts(self) -> list[str]:
+        """The execution attempts of this call with no outcome (drives that died), oldest first."""
+        found = await self._store.unresolved_attempts(Scope(harness_call_id=self._call.id))
+        return [item.attempt.id for item in found if item.action.id == self.execution_id]
+
+    async def interrupt_attempts(self, attempt_ids: Sequence[str], usage: Usage | None, why: str) -> None:
+        """Settle attempts whose drive died: ``attempt.failed`` (reason interrupted), their usage marked as
+        estimated (``usage`` for the last of them, the one that was cut short last) or unknown."""
+        engine, _ = await self._actors()
+        for position, attempt_id in enumerate(attempt_ids):
+            spent = usage if position == len(attempt_ids) - 1 else None
+            note = (
+                "estimated from the live text of a model call that was cut short; the harness never reported it"
+                if spent is not None
+                else "unknown: the work cut short reported no usage"
+            )
+            body: dict[str, Any] = {
+                "reason": INTERRUPTED,
+                "error": {"code": INTERRUPTED, "message": why},
+                "usage": spent.to_payload() if spent is not None else None,
+                "usage_estimated": True,
+                "usage_note": note,
+            }
+            await self._append(
+                f"attempt-interrupted/{attempt_id}", [self._event(EventType.ATTEMPT_FAILED, attempt_id, engine, body)]
+            )
+
     async def fail_attempt(self, attempt_id: str, error: dict[str, Any]) -> None:
         """The attempt ended without ending the call (the execution may go on; a later resume is a new attempt)."""
         engine, _ = await self._actors()
@@ -159,8 +218,12 @@ class Trail:
         )
 
     async def close(self, phase: str, error: dict[str, Any] | None, attempt_id: str | None) -> None:
-        """The terminal facts: the attempt's outcome (if this drive requested one), action, turn and run."""
+        """The terminal facts: the attempt's outcome (if this drive requested one), action, turn and run. Attempts
+        of earlier drives still unresolved are closed as interrupted (usage unknown)."""
         engine, _ = await self._actors()
+        earlier = [found for found in await self.unresolved_attempts() if found != attempt_id]
+        if earlier:
+            await self.interrupt_attempts(earlier, None, f"the call ended ({phase}) after this attempt was cut short")
         ok = phase == "succeeded"
         events: list[NewEvent] = []
         payload: dict[str, Any] = {"phase": phase}

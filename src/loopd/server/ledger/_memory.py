@@ -308,19 +308,19 @@ class MemoryLedgerStore:
         return found
 
     async def usage(self, scope: Scope) -> UsageTotals:
-        totals = UsageTotals()
+        tokens_in = tokens_out = completed = estimated = 0
+        cost = 0.0
         for lane in await self.find_lanes(scope):
             for event in self._events[lane.id]:
-                if event.event_type != EventType.ATTEMPT_COMPLETED:
+                if event.event_type not in ATTEMPT_TERMINAL_EVENTS:
                     continue
                 usage = self._usage.get(event.id, Usage())
-                totals = UsageTotals(
-                    input_tokens=totals.input_tokens + usage.input_tokens,
-                    output_tokens=totals.output_tokens + usage.output_tokens,
-                    cost_usd=totals.cost_usd + usage.cost_usd,
-                    completed_attempts=totals.completed_attempts + 1,
-                )
-        return totals
+                tokens_in += usage.input_tokens
+                tokens_out += usage.output_tokens
+                cost += usage.cost_usd
+                completed += event.event_type == EventType.ATTEMPT_COMPLETED
+                estimated += event.payload.get("usage_estimated") is True
+        return UsageTotals(tokens_in, tokens_out, cost, completed, estimated, estimated > 0)
 
     # -- checkpoints -----------------------------------------------------------------------------------------
 

@@ -48,9 +48,18 @@ def failed(
     error: dict[str, Any],
     payload: dict[str, Any] | None = None,
     causation_id: str | None = None,
+    usage: Usage | None = None,
+    usage_estimated: bool = False,
 ) -> NewEvent:
-    """``attempt.failed`` with ``payload["error"]`` (e.g. ``{"code": …, "message": …}``)."""
+    """``attempt.failed`` with ``payload["error"]`` (e.g. ``{"code": …, "message": …}``) and, when given, what
+    the failed try spent (``usage``, summed by the roll-ups); ``usage_estimated`` marks it as an estimate, or
+    — without ``usage`` — as unknown."""
     body = {**(payload or {}), "error": error}
+    if usage is not None:
+        body["usage"] = usage.to_payload()
+    if usage_estimated:
+        body["usage_estimated"] = True
+        body.setdefault("usage", None)
     return NewEvent(str(EventType.ATTEMPT_FAILED), attempt.id, actor_id, payload=body, causation_id=causation_id)
 
 

@@ -192,7 +192,9 @@ class AppendReceipt:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token and cost usage of one completed attempt (``payload["usage"]`` of ``attempt.completed``)."""
+    """Token and cost usage of one attempt: ``payload["usage"]`` of ``attempt.completed``, or of an
+    ``attempt.failed`` that says what the failed try spent. ``payload["usage_estimated"]: true`` marks the usage
+    as an estimate — or, with ``"usage": null``, as unknown (an attempt cut short by a crash)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -201,9 +203,17 @@ class Usage:
     def to_payload(self) -> dict[str, Any]:
         return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, "cost_usd": self.cost_usd}
 
+    @staticmethod
+    def estimated_in(payload: dict[str, Any]) -> bool:
+        """Whether an attempt's terminal payload marks its usage as estimated or unknown; bad values raise."""
+        flag = payload.get("usage_estimated", False)
+        if not isinstance(flag, bool):
+            raise InvalidRecord("payload.usage_estimated must be true or false")
+        return flag
+
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Usage | None:
-        """The usage an ``attempt.completed`` payload reports (None when it reports none); bad values raise."""
+        """The usage an attempt's terminal payload reports (None when it reports none); bad values raise."""
         usage = payload.get("usage")
         if usage is None:
             return None
@@ -223,12 +233,19 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class UsageTotals:
-    """Sums over the ``attempt.completed`` events in a scope."""
+    """Sums over the usage the attempts in a scope report: every ``attempt.completed``, and every
+    ``attempt.failed`` that reports one (e.g. an estimate for an attempt cut short by a crash).
+
+    ``usage_estimated`` is true when the totals are not exact: ``estimated_attempts`` attempts ended with usage
+    marked as estimated (counted) or unknown (``usage`` null: not counted, so the totals are a lower bound).
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
     completed_attempts: int = 0
+    estimated_attempts: int = 0
+    usage_estimated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,7 +199,11 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
                 if was_finished:
                     raise Conflict(f"attempt {event.subject_id} already has its terminal event")
                 finished.add(event.subject_id)
-        usages.append(Usage.from_payload(event.payload) if event.event_type == EventType.ATTEMPT_COMPLETED else None)
+        if event.event_type in ATTEMPT_TERMINAL_EVENTS:
+            Usage.estimated_in(event.payload)
+            usages.append(Usage.from_payload(event.payload))
+        else:
+            usages.append(None)
         seen.add(event.id)
     return usages
 

@@ -4,8 +4,8 @@ Tables (created by storage migration 2): ``ledger_actors`` (id, actor_type, fram
 attributes), ``ledger_lanes`` (id, session/run/name UNIQUE, parent_lane_id, task_id, conversation_id,
 harness_call_id — indexed —, attributes, last_seq), ``ledger_turns``, ``ledger_actions`` (type, effect_kind,
 idempotency, name, parent_action_id), ``ledger_attempts`` (UNIQUE (action_id, attempt_no)), ``ledger_events``
-(UNIQUE (lane_id, seq); usage of ``attempt.completed`` copied into input_tokens / output_tokens / cost_usd for
-roll-ups), ``ledger_appends`` (id, lane_id, digest, first/last seq, event ids) and ``ledger_checkpoints``
+(UNIQUE (lane_id, seq); the usage an attempt's terminal event reports copied into input_tokens / output_tokens /
+cost_usd for roll-ups), ``ledger_appends`` (id, lane_id, digest, first/last seq, event ids) and ``ledger_checkpoints``
 (UNIQUE (checkpoint_key, revision)). No foreign keys: the store checks ownership itself.
 
 An append locks its lane row (PostgreSQL ``FOR UPDATE``; SQLite writers are serialized), then checks the append
@@ -520,13 +520,28 @@ class _LedgerSql:
         where, params = _scope_sql(scope, "l")
         row = await self._tx.fetch_one(
             "SELECT COALESCE(SUM(e.input_tokens), 0), COALESCE(SUM(e.output_tokens), 0), "
-            "COALESCE(SUM(e.cost_usd), 0), COUNT(*) FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
-            f"WHERE e.event_type = 'attempt.completed' AND {where}",
+            "COALESCE(SUM(e.cost_usd), 0), COALESCE(SUM(CASE WHEN e.event_type = 'attempt.completed' THEN 1 ELSE 0 "
+            "END), 0) FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            f"WHERE e.event_type IN {_TERMINAL} AND {where}",
             params,
         )
         if row is None:  # pragma: no cover - an aggregate always returns one row
             return UsageTotals()
-        return UsageTotals(int(row[0]), int(row[1]), float(row[2]), int(row[3]))
+        # Estimated / unknown usage is marked in the payload; the LIKE only narrows what is decoded.
+        flagged = await self._tx.fetch(
+            "SELECT e.payload FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            f"WHERE e.event_type IN {_TERMINAL} AND e.payload LIKE ? ESCAPE '!' AND {where}",
+            ("%usage!_estimated%", *params),
+        )
+        estimated = sum(1 for (payload,) in flagged if loads(payload).get("usage_estimated") is True)
+        return UsageTotals(
+            int(row[0]),
+            int(row[1]),
+            float(row[2]),
+            int(row[3]),
+            estimated_attempts=estimated,
+            usage_estimated=estimated > 0,
+        )
 
     # -- checkpoints -----------------------------------------------------------------------------------------
 
