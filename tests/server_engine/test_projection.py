@@ -65,3 +65,60 @@ def test_the_replay_hash_chains_over_the_updates() -> None:
     assert first == next_hash("", TextSet("a"))
     assert first != next_hash("", TextSet("b"))
     assert next_hash(first, Finished("a")) != next_hash(next_hash("", TextSet("b")), Finished("a"))
+
+
+# --- the answer block: live text at its place, only what is not shown yet --------------------------------------
+
+
+def _answer_ops(updates: list[Update], content: dict[str, Any] | None = None) -> tuple[list[tuple[str, str]], str]:
+    state = fold([{"op": "start", "seq": 1, "model": content or empty_model()}])
+    ops: list[tuple[str, str]] = []
+    for update in updates:
+        for event in project(update, state.model.to_json()):  # type: ignore[union-attr]
+            state = reduce(state, {**event, "seq": (state.seq or 1) + 1})
+            ops.append((event["op"], event["block"]["content"]))
+    blocks = {b["id"]: b for b in state.model.to_json()["blocks"]}  # type: ignore[union-attr]
+    return ops, blocks["answer"]["content"] if "answer" in blocks else ""
+
+
+def test_previews_append_only_what_is_not_shown_and_the_durable_text_only_its_missing_suffix() -> None:
+    ops, text = _answer_ops(
+        [
+            TextPreview("Let ", offset=0),
+            TextPreview("Let me", offset=0),  # partly shown already
+            TextPreview("me", offset=4),  # shown already
+            TextPreview("xyz", offset=20),  # after a gap: wait for the durable text
+            TextSet("Let me look."),
+        ]
+    )
+    assert ops == [("set", "Let "), ("append", "me"), ("append", " look.")]
+    assert text == "Let me look."
+
+
+def test_a_preview_that_disagrees_with_the_shown_text_rewrites_it_once() -> None:
+    ops, text = _answer_ops(
+        [TextPreview("Hello wor", offset=0), TextPreview("Hi", offset=0), TextPreview(" there", offset=2)]
+    )
+    assert ops == [("set", "Hello wor"), ("set", "Hi"), ("append", " there")]
+    assert text == "Hi there"
+
+
+def test_the_translator_drops_fragments_that_arrive_after_their_step_and_stops_a_step_after_a_gap() -> None:
+    from loopd.harness.core._values import Usage as HarnessUsage
+    from loopd.harness.core.events import ModelReplied, TokenDelta, TurnStarted
+    from loopd.server.engine._translation import HarnessTranslator
+
+    def delta(step: int, text: str, offset: int) -> TokenDelta:
+        return TokenDelta(loop="main", turn_id="main/1", step=step, text=text, offset=offset)
+
+    translator = HarnessTranslator(main_loop="main")
+    fed = [
+        TurnStarted(loop="main", turn_id="main/1", inputs=(), at=0.0),
+        ModelReplied(loop="main", turn_id="main/1", step=1, text="One.", tool_calls=(), usage=HarnessUsage()),
+        delta(1, "One.", 0),  # late: the journal's catch-up delivered the reply first
+        delta(2, "Tw", 0),
+        delta(2, "o", 3),  # a piece went missing
+        delta(2, ".", 4),
+    ]
+    previews = [u for event in fed for u in translator.feed(event) if isinstance(u, TextPreview)]
+    assert previews == [TextPreview("\n\nTw", offset=4)]  # step 2 starts after "One." and its separator
