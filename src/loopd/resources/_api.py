@@ -435,11 +435,23 @@ class ResourceApi:
         return decoded
 
 
+MAX_BODY_DEPTH = 100
+"""How deeply a request body may nest objects and arrays; deeper is 400 before anything walks it recursively."""
+
+
 def _decode(raw: bytes, *, yaml_allowed: bool) -> Any:
     try:
+        value = _parse(raw, yaml_allowed=yaml_allowed)
+    except RecursionError as exc:  # the parsers recurse per level: far deeper than any object
+        raise BadRequest(f"the request body nests more than {MAX_BODY_DEPTH} levels deep") from exc
+    if _nests_deeper(value, MAX_BODY_DEPTH):
+        raise BadRequest(f"the request body nests more than {MAX_BODY_DEPTH} levels deep")
+    return value
+
+
+def _parse(raw: bytes, *, yaml_allowed: bool) -> Any:
+    try:
         return json.loads(raw)
-    except RecursionError as exc:  # the parser recurses per level: far deeper than any object
-        raise BadRequest("the request body nests too deeply") from exc
     except (ValueError, UnicodeDecodeError) as exc:
         if yaml_allowed:
             try:
@@ -447,6 +459,20 @@ def _decode(raw: bytes, *, yaml_allowed: bool) -> Any:
             except yaml.YAMLError as yaml_exc:
                 raise BadRequest(f"the request body is not valid YAML: {yaml_exc}") from yaml_exc
         raise BadRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests dicts/lists more than ``limit`` levels (iterative: any depth, no recursion)."""
+    if not isinstance(value, dict | list):
+        return False
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _flag(value: str | None) -> bool:
