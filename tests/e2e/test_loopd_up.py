@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import time
@@ -55,6 +56,26 @@ def _answer_gate(client: httpx.Client, gate: dict[str, Any], answer: str) -> Non
     gate_id = gate["id"].removeprefix("gate/")
     response = client.post(f"/v1/harness/calls/{gate['call_id']}/gates/{gate_id}", json={"answer": answer})
     assert response.status_code < 300, response.text
+
+
+def _answer_ops(client: httpx.Client, conversation_id: str, response_id: str) -> list[tuple[str, str]]:
+    """``(op, text)`` of the stored events of the response's answer block, read from the conversation stream."""
+    ops: list[tuple[str, str]] = []
+    headers = {"Accept": "text/event-stream", "Last-Event-ID": "0"}
+    with client.stream("GET", f"/v1/conversations/{conversation_id}/stream", headers=headers, timeout=30) as stream:
+        for line in stream.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = json.loads(line.removeprefix("data:"))
+            if data.get("message_id") != response_id:
+                continue
+            event = data["event"]
+            if event.get("op") == "end":
+                return ops
+            block = event.get("block") or {}
+            if block.get("id") == "answer":
+                ops.append((event["op"], str(block.get("content"))))
+    return ops
 
 
 def _prepare_workspace(data_dir: Path) -> None:
@@ -133,6 +154,11 @@ def test_kill_9_mid_call_then_restart_completes_the_answer_with_one_execution(tm
                 what="the answer after the restart",
             )
             assert any(NOTE in str(block) for block in final["content"]["blocks"])
+            # The answer's stored events: one set, then appends only (no text repeated after the resume).
+            ops = _answer_ops(client, conversation_id, asked["response"]["id"])
+            assert ops and ops[0][0] == "set" and all(op == "append" for op, _ in ops[1:]), ops
+            answer = next(b for b in final["content"]["blocks"] if b["id"] == "answer")
+            assert "".join(text for _, text in ops) == answer["content"]
             # The ledger, through the API: one lane (one execution) for the call; the attempt cut short by the
             # crash is closed by the resumed drive as interrupted, its usage marked (unknown: cut at a gate).
             trail = client.get("/v1/ledger", params={"task_id": asked["task_id"]}).json()
