@@ -50,12 +50,22 @@ async def _check_docs(client: httpx.AsyncClient) -> None:
     assert "javascript" in script.headers["content-type"]
     assert len(script.content) > 100_000  # the real bundle, not a stub
     missing = await client.get(f"{DOCS_ASSETS_PATH}/../pyproject.toml")
-    assert missing.status_code == 404
+    assert missing.status_code in (401, 404)  # not served (401 where only /static/docs/ is public)
 
 
 async def test_harness_serve_docs_work_offline(journal: SqliteJournal) -> None:
     async with serving(scripted_rig(journal, [])) as served:
         await _check_docs(served.client)
+
+
+async def test_harness_serve_docs_need_no_token_but_the_api_does(journal: SqliteJournal) -> None:
+    async with (
+        serving(scripted_rig(journal, []), token="s3cret") as served,
+        httpx.AsyncClient(base_url=served.url, timeout=15.0) as anonymous,
+    ):
+        await _check_docs(anonymous)
+        refused = await anonymous.get("/v1/sessions")
+        assert refused.status_code == 401
 
 
 @pytest.fixture

@@ -135,6 +135,21 @@ async def test_the_stream_is_agentue_over_sse_and_resumes_from_a_cursor(served: 
     assert [frame_id for frame_id, _ in resumed[1:-1]] == [str(n) for n in range(3, len(frames))]
 
 
+async def test_a_cursor_past_the_calls_last_event_is_cursor_ahead(served: Served) -> None:
+    conversation = await new_conversation(served.db, owner="local")
+    body = _body(conversation, target="scripted", task_id=None)
+    call = (await served.client.post("/v1/harness/calls", json=body, headers=AUTH)).json()
+    frames = await _sse(served.client, f"/v1/harness/calls/{call['id']}/stream", AUTH)
+    head = int([frame_id for frame_id, _ in frames if frame_id is not None][-1])
+    path = f"/v1/harness/calls/{call['id']}/stream"
+    at_head = await _sse(served.client, path, {**AUTH, "Last-Event-ID": str(head)})
+    assert at_head[0][1]["op"] == "start"
+    for headers, query in (({**AUTH, "Last-Event-ID": str(head + 3)}, ""), (AUTH, f"?after={head + 1}")):
+        response = await served.client.get(path + query, headers=headers)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["type"] == "cursor_ahead"
+
+
 async def test_errors_are_the_envelope(served: Served) -> None:
     conversation = await new_conversation(served.db, owner="local")
     client = served.client

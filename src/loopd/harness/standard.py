@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from loopd._paths import default_data_dir
+from loopd._paths import default_data_dir, ensure_private_dir
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
@@ -79,7 +79,7 @@ class HarnessSettings:
 async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
     """The standard rig for the block's duration (journal + model opened, closed on exit)."""
     settings.workspace.mkdir(parents=True, exist_ok=True)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(settings.data_dir)  # the journal holds transcripts: 0700
     workspace = Workspace(settings.workspace)
     async with AsyncExitStack() as stack:
         journal: Journal

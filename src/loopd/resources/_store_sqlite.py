@@ -15,6 +15,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loopd._paths import ensure_private_file
+
 from . import _sql as sql
 from ._engine import StoreEngine
 from ._errors import StoreUnavailable
@@ -51,6 +53,7 @@ class SqliteBackend:
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopd-resources-sqlite")
 
         def connect() -> sqlite3.Connection:
+            ensure_private_file(Path(path))  # the store holds every object: 0600, and so are its -wal/-shm files
             conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")

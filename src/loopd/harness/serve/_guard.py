@@ -25,7 +25,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from loopd.harness.serve._errors import ApiError, error_response
 from loopd.harness.serve._http import WRITE_METHODS, buffer_json_body, host_name, is_loopback, request_headers
 
-PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json"})
+PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json", "/docs"})
+PUBLIC_PREFIXES: Final = ("/static/docs/",)
+"""The API explorer's page and assets: like the API document, they hold nothing of any session."""
 
 
 RELAY_HEADERS: Final = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
@@ -84,7 +86,8 @@ class Guard:
             if host and not is_loopback(host_name(host)):
                 raise ApiError("forbidden", "this server has no token and answers only requests addressed to loopback")
             return
-        if scope.get("path", "") in PUBLIC_PATHS:
+        path = str(scope.get("path", ""))
+        if path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES):
             return
         scheme, _, credentials = headers.get("authorization", "").partition(" ")
         given = credentials.strip().encode()

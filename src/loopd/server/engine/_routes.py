@@ -237,6 +237,13 @@ def engine_router(
             if not value.isdigit():
                 raise ApiError("invalid_request", "Last-Event-ID must be a message event seq")
             cursor = int(value)
+        if cursor > 0 and not await engine.read_events(call_id, after_seq=cursor - 1, limit=1):
+            # Seqs are 1..n without gaps: no event at the cursor means it was never issued for this call, and
+            # following it would silently skip the events that later take those seqs.
+            raise ApiError(
+                "cursor_ahead",
+                f"cursor {cursor} is past the call's last event; read the call and resume from a seq it has",
+            )
         return EventStreamResponse(_frames(engine, call_id, cursor, heartbeat))
 
     return router

@@ -19,6 +19,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loopd._paths import ensure_private_file
+
 from ._backend import Connection, Dialect
 from ._errors import CommitOutcomeUnknown, Conflict, StorageUnavailable
 
@@ -39,6 +41,8 @@ class _Lane:
         """The transaction open on the connection; read and written on the lane thread only."""
 
     def _connect(self) -> None:
+        if not self._query_only:
+            ensure_private_file(self._path)  # conversations and messages: 0600, and so are its -wal/-shm files
         conn = sqlite3.connect(str(self._path), timeout=self._timeout, isolation_level=None, check_same_thread=False)
         try:
             # SQLite gives up on a lock a little before our own timeout, so the worker thread is free again.
