@@ -38,6 +38,14 @@ def kubeconfig_command(
         None, "--server", help="API URL (default: the endpoint the running loopd recorded in its data directory)."
     ),
     namespace: str = typer.Option("default", "--namespace", "-n", help="Default namespace of the context."),
+    token: str | None = typer.Option(
+        None,
+        "--token",
+        envvar="LOOPD_TOKEN",
+        help="The bearer token to put in it (default: the data directory's admin token). A responder's token from "
+        "`loopd token create` gives a kubeconfig with only that responder's rights: read, leases, and the status "
+        "of Tasks addressed to it.",
+    ),
 ) -> None:
     """Print a kubeconfig (server URL, CA, bearer token) for loopd's Kubernetes-compatible API."""
     data_dir = data_dir or default_data_dir()
@@ -46,4 +54,5 @@ def kubeconfig_command(
         typer.echo(f"no running loopd API recorded in {data_dir}; start `loopd up` or pass --server", err=True)
         raise typer.Exit(code=1)
     credentials = load_or_create_credentials(data_dir)
-    typer.echo(render_kubeconfig(url, credentials.ca_pem, credentials.token, namespace=namespace), nl=False)
+    bearer = token.strip() if token and token.strip() else credentials.token
+    typer.echo(render_kubeconfig(url, credentials.ca_pem, bearer, namespace=namespace), nl=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._api import ResourceApi, create_api_app
+from ._api_access import TokenResolver
 from ._builtin_kinds import (
     CRD_KIND,
     LEASE_KIND,
@@ -109,6 +110,7 @@ __all__ = [
     "TaskSpec",
     "TaskStatus",
     "TaskTarget",
+    "TokenResolver",
     "Unauthorized",
     "UnsupportedMediaType",
     "WatchEvent",

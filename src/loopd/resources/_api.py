@@ -1,6 +1,7 @@
 """The Kubernetes-compatible REST API as an ASGI app over any ``ResourceStore``.
 
-Owns: routing of ``/version``, ``/api``, ``/apis``, ``/openapi``; bearer-token auth; request parsing (query
+Owns: routing of ``/version``, ``/api``, ``/apis``, ``/openapi``; bearer-token auth (the admin token, or a
+responder's token through a `TokenResolver`, with what each may do in ``_api_access``); request parsing (query
 options, bodies, patch content types, body size limit); content negotiation (JSON, ``Table``, aggregated
 discovery); watch streams; mapping every ``ResourceError`` to a Kubernetes ``Status`` body.
 Must not do: object semantics (the store decides) or TLS / process management (``_serving``).
@@ -22,6 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
 from . import _api_discovery as discovery
+from ._api_access import ADMIN, Caller, TokenResolver, check_task_target, check_verb
 from ._api_tables import IncludeObject, table
 from ._api_watch import WatchResponse
 from ._errors import (
@@ -97,9 +99,11 @@ class ResourceApi:
         token: str | None,
         max_body_bytes: int = DEFAULT_MAX_BODY,
         body_timeout: float = 30.0,
+        resolve_token: TokenResolver | None = None,
     ) -> None:
         self._store = store
         self._token = token
+        self._resolve_token = resolve_token
         self._max_body = max_body_bytes
         self._body_timeout = body_timeout
 
@@ -127,25 +131,32 @@ class ResourceApi:
             if path == "/version":
                 return _JSON(discovery.SERVER_VERSION)
             return PlainTextResponse("ok")
-        self._authenticate(request)
+        caller = await self._authenticate(request)
         parts = [p for p in path.split("/") if p]
         if not parts:
             return _JSON({"paths": ["/api", "/api/v1", "/apis", "/openapi/v3", "/version"]})
         if parts[0] == "openapi":
             return self._openapi(parts[1:])
         if parts[0] == "api":
-            return await self._core(request, parts[1:])
+            return await self._core(request, parts[1:], caller)
         if parts[0] == "apis":
-            return await self._groups(request, parts[1:])
+            return await self._groups(request, parts[1:], caller)
         raise NotFound("the server could not find the requested resource")
 
-    def _authenticate(self, request: Request) -> None:
+    async def _authenticate(self, request: Request) -> Caller:
         if self._token is None:
-            return
+            return ADMIN
         header = request.headers.get("authorization", "")
         scheme, _, credentials = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), self._token.encode()):
+        given = credentials.strip()
+        if scheme.lower() != "bearer" or not given:
             raise Unauthorized("Unauthorized")
+        if hmac.compare_digest(given.encode(), self._token.encode()):
+            return ADMIN
+        actor = await self._resolve_token(given) if self._resolve_token is not None else None
+        if actor is None:
+            raise Unauthorized("Unauthorized")
+        return Caller(actor)
 
     def _openapi(self, rest: list[str]) -> Response:
         registry = self._store.registry
@@ -182,7 +193,7 @@ class ResourceApi:
                 )
         return None
 
-    async def _core(self, request: Request, rest: list[str]) -> Response | WatchResponse:
+    async def _core(self, request: Request, rest: list[str], caller: Caller) -> Response | WatchResponse:
         if not rest:
             aggregated = self._discovery_list(request, core=True)
             if aggregated is not None:
@@ -192,9 +203,9 @@ class ResourceApi:
             raise NotFound("the server could not find the requested resource")
         if len(rest) == 1:
             return self._resource_list("", "v1")
-        return await self._resource(request, self._target(request, "", "v1", rest[1:]))
+        return await self._resource(request, self._target(request, "", "v1", rest[1:]), caller)
 
-    async def _groups(self, request: Request, rest: list[str]) -> Response | WatchResponse:
+    async def _groups(self, request: Request, rest: list[str], caller: Caller) -> Response | WatchResponse:
         registry = self._store.registry
         if not rest:
             aggregated = self._discovery_list(request, core=False)
@@ -208,7 +219,7 @@ class ResourceApi:
             return _JSON(group)
         if len(rest) == 2:
             return self._resource_list(rest[0], rest[1])
-        return await self._resource(request, self._target(request, rest[0], rest[1], rest[2:]))
+        return await self._resource(request, self._target(request, rest[0], rest[1], rest[2:]), caller)
 
     def _resource_list(self, group: str, version: str) -> Response:
         document = discovery.api_resource_list(self._store.registry, group, version)
@@ -235,8 +246,13 @@ class ResourceApi:
 
     # -- resource verbs ----------------------------------------------------------------------------------------
 
-    async def _resource(self, request: Request, target: _Target) -> Response | WatchResponse:
+    async def _resource(self, request: Request, target: _Target, caller: Caller) -> Response | WatchResponse:
         method = request.method
+        spec = target.spec
+        if check_verb(caller, method=method, group=spec.group, resource=spec.plural, subresource=target.subresource):
+            # Spec cannot change through the status subresource, so the target read here is the one written.
+            current = await self._store.get(spec.ref, target.item_name, namespace=target.namespace)
+            check_task_target(caller, current)
         if target.name is None:
             if method == "GET":
                 if _flag(request.query_params.get("watch")):
@@ -523,6 +539,15 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def create_api_app(store: ResourceStore, *, token: str | None, max_body_bytes: int = DEFAULT_MAX_BODY) -> ResourceApi:
-    """The ASGI app loop-server mounts at ``/`` (it owns ``/version``, ``/api``, ``/apis``, ``/openapi``)."""
-    return ResourceApi(store, token=token, max_body_bytes=max_body_bytes)
+def create_api_app(
+    store: ResourceStore,
+    *,
+    token: str | None,
+    max_body_bytes: int = DEFAULT_MAX_BODY,
+    resolve_token: TokenResolver | None = None,
+) -> ResourceApi:
+    """The ASGI app loop-server mounts at ``/`` (it owns ``/version``, ``/api``, ``/apis``, ``/openapi``).
+
+    ``token`` is the admin's; ``resolve_token`` maps any other bearer token to the responder it was issued to.
+    """
+    return ResourceApi(store, token=token, max_body_bytes=max_body_bytes, resolve_token=resolve_token)

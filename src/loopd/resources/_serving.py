@@ -21,6 +21,7 @@ import uvicorn
 import yaml
 
 from ._api import create_api_app
+from ._api_access import TokenResolver
 from ._credentials import ApiCredentials
 from ._store import ResourceStore
 
@@ -59,10 +60,12 @@ async def open_api_server(
     port: int = 0,
     graceful_shutdown: float = 1.0,
     public: bool = False,
+    resolve_token: TokenResolver | None = None,
 ) -> AsyncIterator[ApiServer]:
     """Serve ``store`` over HTTPS with bearer-token auth until the block exits (``port=0`` picks a free port).
 
     A ``host`` beyond loopback is refused (``ValueError``) unless ``public``: the caller's explicit opt-in.
+    ``resolve_token`` maps a token other than the admin's to the responder it belongs to (see ``_api_access``).
     """
     if not public and not is_loopback_address(host):
         raise ValueError(f"the resource API listens on loopback only unless public=True, not on {host!r}")
@@ -76,7 +79,7 @@ async def open_api_server(
     sock.setblocking(False)
     bound_port = int(sock.getsockname()[1])
     config = uvicorn.Config(
-        create_api_app(store, token=credentials.token),
+        create_api_app(store, token=credentials.token, resolve_token=resolve_token),
         ssl_certfile=str(credentials.server_cert_file),
         ssl_keyfile=str(credentials.server_key_file),
         log_level="warning",

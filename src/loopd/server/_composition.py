@@ -14,8 +14,9 @@ reach them through ``..``. The rig's bash runs in the sandbox of `UpSettings.san
 data directory should it lie inside a workspace. A workspace found at the old place, ``<data dir>/workspaces``,
 is moved to the new one at start when the new one does not exist yet.
 
-Start order: lock → credentials → resource store + its TLS API → database → built-in harness rig → engine →
-responder (reconcile manager on Tasks) → HTTP API. Stop order is the reverse, so nothing is used after it closes.
+Start order: lock → credentials → resource store → database → the store's TLS API (it resolves responder tokens
+through the database) → built-in harness rig → engine → responder (reconcile manager on Tasks) → HTTP API. Stop
+order is the reverse, so nothing is used after it closes.
 """
 
 from __future__ import annotations
@@ -37,18 +38,24 @@ from loopd.harness.models import ModelConfig
 from loopd.harness.serve import is_loopback
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox
-from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, write_endpoint
+from loopd.resources import (
+    TokenResolver,
+    load_or_create_credentials,
+    open_api_server,
+    open_sqlite_store,
+    write_endpoint,
+)
 from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
 from loopd.server.audit import ledger_router
 from loopd.server.chat import ChatService, ResourceTaskGateway
 from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
-from loopd.server.http import ServerContext, ServerSecurity, create_server_app, open_http_server
+from loopd.server.http import AccessStore, ServerContext, ServerSecurity, create_server_app, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.ledger import SqlLedgerStore
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.responder import HarnessResponder
-from loopd.server.storage import Database, open_database
+from loopd.server.storage import Database, StorageError, open_database
 from loopd.server.streams import ConversationBus
 
 DEFAULT_PORT: Final = 8420
@@ -155,6 +162,19 @@ def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
     os.replace(tmp, data_dir / SERVER_FILE)
 
 
+def _responder_of(access: AccessStore) -> TokenResolver:
+    """The Kubernetes-compatible API's view of loop-server's actor tokens: a token → ``operator:<key>`` / ...."""
+
+    async def resolve(token: str) -> str | None:
+        try:
+            actor = await access.token_actor(token)
+        except StorageError:
+            return None  # refused (401) rather than a 500; the HTTP API reports the storage failure itself
+        return None if actor is None else actor.text
+
+    return resolve
+
+
 @asynccontextmanager
 async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]:
     """Everything of `loopd up`, running for the block's duration."""
@@ -168,14 +188,19 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
         async with AsyncExitStack() as stack:
             credentials = load_or_create_credentials(data_dir)
             store = await stack.enter_async_context(open_sqlite_store(data_dir / "resources.db"))
+            db = await stack.enter_async_context(open_database(settings.database_url or data_dir / "loopd.db"))
             api = await stack.enter_async_context(
                 open_api_server(
-                    store, credentials=credentials, host=settings.host, port=settings.api_port, public=settings.public
+                    store,
+                    credentials=credentials,
+                    host=settings.host,
+                    port=settings.api_port,
+                    public=settings.public,
+                    resolve_token=_responder_of(AccessStore(db)),
                 )
             )
             write_endpoint(data_dir, api.url)
 
-            db = await stack.enter_async_context(open_database(settings.database_url or data_dir / "loopd.db"))
             replica_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"  # unique per process
             if settings.database_url is None:
                 # Embedded: the data-dir lock proves every earlier holder of a lease in this database is gone.
