@@ -300,7 +300,9 @@ class ChatClient:
         view.asked.add(block_id)
         gate_id = block_id[len(GATE_PREFIX) :]
         call_id = block.get("call_id")
-        self._console.print(f"\n[bold yellow]permission needed[/] {escape(str(block.get('title', '')))}")
+        title = str(block.get("title", "")).strip()
+        shown = "" if title.lower() in ("", "permission needed") else f" {escape(title)}"
+        self._console.print(f"\n[bold yellow]permission needed[/]{shown}")
         self._console.print(escape(str(block.get("prompt", ""))))
         if not call_id:
             self._console.print("[red]  this server does not say which call asked; answer in the web UI[/]")
