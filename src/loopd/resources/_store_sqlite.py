@@ -98,9 +98,11 @@ class SqliteBackend:
         except TimeoutError as exc:
             raise StoreUnavailable("the SQLite resource store is busy") from exc
         try:
-            await self.call(lambda: self.conn.execute(begin))
             committed = False
             try:
+                # BEGIN is inside: cancelled or timed out while the worker thread still runs it, the transaction
+                # it opens is rolled back (queued behind it on the one thread) instead of poisoning the next BEGIN.
+                await self.call(lambda: self.conn.execute(begin))
                 yield _SqliteConnection(self)
                 await self.call(lambda: self.conn.execute("COMMIT"))
                 committed = True
