@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,13 @@ def scripted_model(command: str, seen: list[str]) -> Iterator[str]:
             return ServerReply(text="done")
         return ServerReply(tool_calls=(ServerToolCall(name="bash", arguments={"command": command}),))
 
+    with scripted_model_rule(rule) as base_url:
+        yield base_url
+
+
+@contextlib.contextmanager
+def scripted_model_rule(rule: Callable[[IncomingRequest], ServerReply]) -> Iterator[str]:
+    """An OpenAI-compatible scripted model answering by ``rule``, served from a thread; yields its base URL."""
     ready = threading.Event()
     box: dict[str, Any] = {}
 
