@@ -1,7 +1,7 @@
 """The store contract: the ``ResourceStore`` Protocol and the value types it speaks.
 
 Owns: ``ResourceStore``, ``StoreOptions``, ``ObjectList``, ``WatchEvent``, ``WatchStream`` and the small literal
-vocabularies (field validation, propagation policy). Must not do: implement anything (see ``_engine``).
+vocabularies (field validation, propagation policy). Must not do: implement anything (see ``_semantics``).
 """
 
 from __future__ import annotations

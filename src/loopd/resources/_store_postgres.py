@@ -3,7 +3,7 @@
 Owns: ``PostgresResourceStore`` / ``open_postgres_store`` and the PostgreSQL ``Backend``: write transactions
 serialized by a row lock on the resourceVersion counter (so versions commit in order), REPEATABLE READ snapshot
 reads, ``NOTIFY`` on commit and a listener task that wakes the watch pump, psycopg errors → ``StoreUnavailable``.
-Must not do: Kubernetes semantics (``_engine``).
+Must not do: Kubernetes semantics (``_semantics``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from . import _sql as sql
-from ._engine import StoreEngine
 from ._errors import StoreUnavailable
+from ._semantics import StoreEngine
 from ._store import StoreOptions
 
 try:

@@ -2,7 +2,7 @@
 
 Owns: ``SqliteResourceStore`` / ``open_sqlite_store`` and the SQLite ``Backend`` (``BEGIN IMMEDIATE`` write
 transactions, snapshot reads, busy and operation timeouts, sqlite errors → ``StoreUnavailable``).
-Must not do: Kubernetes semantics (``_engine``). Cross-process changes are picked up by the watch pump's poll.
+Must not do: Kubernetes semantics (``_semantics``). Cross-process changes are picked up by the watch pump's poll.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from loopd._paths import ensure_private_file
 
 from . import _sql as sql
-from ._engine import StoreEngine
 from ._errors import StoreUnavailable
+from ._semantics import StoreEngine
 from ._store import StoreOptions
 
 _T = TypeVar("_T")

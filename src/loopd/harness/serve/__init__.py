@@ -38,8 +38,8 @@ from loopd.harness.serve._idempotency import (
     MemoryIdempotencyStore,
     SqliteIdempotencyStore,
 )
-from loopd.harness.serve._registry import SessionRegistry
 from loopd.harness.serve._server import InsecureBindError, check_bind, open_harness_server, serve
+from loopd.harness.serve._sessions import SessionRegistry
 
 __all__ = [
     "DOCS_ASSETS_PATH",

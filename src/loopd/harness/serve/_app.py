@@ -31,7 +31,7 @@ from loopd.harness.serve._idempotency import (
     SqliteIdempotencyStore,
 )
 from loopd.harness.serve._operations import answer_gate, cancel_queued_input
-from loopd.harness.serve._registry import SessionRegistry, SessionView
+from loopd.harness.serve._sessions import SessionRegistry, SessionView
 from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import (
     MAX_NAME,

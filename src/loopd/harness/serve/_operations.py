@@ -29,7 +29,7 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.runtime import Session
 from loopd.harness.serve._errors import ApiError
-from loopd.harness.serve._registry import SessionRegistry
+from loopd.harness.serve._sessions import SessionRegistry
 
 InputFate = Literal["queued", "started", "cancelled", "rejected"]
 

@@ -26,7 +26,7 @@ from loopd.harness.core import codec
 from loopd.harness.runtime import Envelope, Subscription
 from loopd.harness.serve._errors import ApiError, ErrorType, error_body
 from loopd.harness.serve._http import SSE_PING, sse_message
-from loopd.harness.serve._registry import SessionRegistry
+from loopd.harness.serve._sessions import SessionRegistry
 from loopd.harness.serve._wire import event_json
 
 RETRY: Final = b"retry: 2000\n\n"  # how long a browser's EventSource waits before it reconnects
