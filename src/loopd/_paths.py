@@ -1,11 +1,23 @@
-"""Where loopd keeps its state by default (shared by every command)."""
+"""Where loopd keeps its state by default (shared by every command).
+
+The private-file helpers live in the floor (``loopd._infra.files``) and are re-exported here for the commands.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+
+from loopd._infra.files import PRIVATE_DIR_MODE, PRIVATE_FILE_MODE, ensure_private_dir, ensure_private_file
+
+__all__ = [
+    "PRIVATE_DIR_MODE",
+    "PRIVATE_FILE_MODE",
+    "default_data_dir",
+    "ensure_private_dir",
+    "ensure_private_file",
+]
 
 
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -15,48 +27,3 @@ def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(source["LOOPD_DATA_DIR"]).expanduser()
     base = source.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base).expanduser() / "loopd"
-
-
-PRIVATE_DIR_MODE = 0o700
-PRIVATE_FILE_MODE = 0o600
-
-
-def ensure_private_dir(path: Path, *, tighten: bool = True) -> Path:
-    """Create ``path`` (and any missing parents) with mode 0700; with ``tighten``, an existing ``path`` gets 0700 too.
-
-    Parents that already exist keep their mode. Returns ``path``.
-    """
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # created meanwhile: tightened below when it is ``path``
-            directory.mkdir(mode=PRIVATE_DIR_MODE)
-    if tighten and path.stat().st_mode & 0o777 != PRIVATE_DIR_MODE:
-        os.chmod(path, PRIVATE_DIR_MODE)
-    return path
-
-
-def ensure_private_file(path: Path) -> Path:
-    """Create ``path`` empty with mode 0600 if it does not exist; tighten it to 0600 if it does. Returns ``path``.
-
-    For SQLite files: a database file created this way makes SQLite create its ``-wal`` and ``-shm`` files with
-    the same mode; existing ones are tightened here too.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
-    try:
-        if os.fstat(fd).st_mode & 0o777 != PRIVATE_FILE_MODE:
-            with contextlib.suppress(PermissionError):  # someone else's file: used as it is
-                os.fchmod(fd, PRIVATE_FILE_MODE)
-    finally:
-        os.close(fd)
-    for suffix in ("-wal", "-shm", "-journal"):
-        side = path.with_name(path.name + suffix)
-        with contextlib.suppress(FileNotFoundError):
-            if side.stat().st_mode & 0o777 != PRIVATE_FILE_MODE and side.stat().st_uid == os.getuid():
-                os.chmod(side, PRIVATE_FILE_MODE)
-    return path

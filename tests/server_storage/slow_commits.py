@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from loopd.server.storage import StorageUnavailable
-from loopd.server.storage._sqlite import _Lane, _SqliteConnection
+from loopd._infra.sqlite import SqliteLane as _Lane
+from loopd._infra.sqlite import _SqliteTransaction as _SqliteConnection
 
 
 @dataclass
@@ -61,7 +61,7 @@ def slow_commits(monkeypatch: pytest.MonkeyPatch, slow: SlowCommit) -> Iterator[
     async def call(self: _Lane, fn: Callable[[], Any], *, opening: bool = False) -> Any:
         try:
             return await original_call(self, fn, opening=opening)
-        except StorageUnavailable as exc:
+        except Exception as exc:
             if isinstance(exc.__cause__, TimeoutError):
                 slow.timeouts += 1
                 if slow.release_after_timeouts is not None and slow.timeouts >= slow.release_after_timeouts:

@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from loopd._infra.postgres import commit_outcome_unknown as _outcome_unknown
 from loopd.server.storage import (
     CommitOutcomeUnknown,
     Database,
@@ -23,7 +24,6 @@ from loopd.server.storage import (
     StorageUnavailable,
     open_database,
 )
-from loopd.server.storage._postgres import _outcome_unknown
 from tests.server_storage.conftest import ManualClock, database_url_for
 from tests.server_storage.helpers import user_conversation
 from tests.server_storage.slow_commits import SlowCommit, slow_commits

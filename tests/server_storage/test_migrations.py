@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from loopd.server.storage import MIGRATIONS, InvalidRecord, Migration, SchemaTooNew
+from loopd.server.storage import MIGRATIONS, InvalidRecord, Migration, SchemaTooNew, open_database
 from tests.server_storage.conftest import DatabaseFactory
 
 
@@ -69,3 +70,38 @@ async def test_steps_must_be_numbered_without_gaps(open_db: DatabaseFactory) -> 
     db = await open_db()
     with pytest.raises(InvalidRecord):
         await db.migrate((*MIGRATIONS, Migration(len(MIGRATIONS) + 2, "gap", ())))
+
+
+async def test_a_file_migrated_by_the_previous_migrator_keeps_opening(tmp_path: Path) -> None:
+    """A database made before the floor's migrator (every step in one transaction, rows in ``schema_migrations``)
+    opens as it is: nothing runs again, its rows are there, and a step added later applies on top."""
+    path = tmp_path / "old.db"
+    old = sqlite3.connect(path, isolation_level=None)
+    try:
+        old.execute("BEGIN IMMEDIATE")
+        old.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        for step in MIGRATIONS:
+            for statement in step.statements:
+                assert isinstance(statement, str)
+                old.execute(statement)
+            old.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (step.version, step.name, "2026-01-01T00:00:00.000000Z"),
+            )
+        old.execute(
+            "INSERT INTO conversations (id, name, actor_kind, actor_key, task_id, created_at, updated_at) "
+            "VALUES ('c1', 'kept', 'user', 'alice', NULL, '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z')"
+        )
+        old.execute("COMMIT")
+    finally:
+        old.close()
+    async with open_database(path) as db:
+        assert await db.schema_version() == len(MIGRATIONS)
+        assert await db.migrate() == []
+        async with db.transaction(read_only=True) as tx:
+            assert await tx.fetch("SELECT name FROM conversations WHERE id = 'c1'") == [("kept",)]
+        extra = Migration(len(MIGRATIONS) + 1, "later", ("CREATE TABLE later_step (id TEXT PRIMARY KEY)",))
+        assert await db.migrate((*MIGRATIONS, extra)) == [extra.version]

@@ -2,7 +2,8 @@
 
 Owns: ``Database`` (open → migrate → transactions → ``aclose``), ``DatabaseOptions``, ``open_database`` and
 ``Transaction``, which binds every repository to one open transaction so their writes commit or roll back
-together. Must not do: SQL of any table (repositories) or driver details (backends).
+together. Must not do: SQL of any table (repositories) or driver details (the floor: ``loopd._infra.sqlite``,
+``loopd._infra.postgres``; schema steps run through ``loopd._infra.migrations``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,30 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
-from ._backend import Backend, Dialect
+from loopd._infra.database import Database as Backend
+from loopd._infra.database import DatabaseErrors, Dialect
+from loopd._infra.migrations import migrate, schema_version
+
 from ._conversations import Conversations
-from ._errors import CommitOutcomeUnknown, InvalidRecord
+from ._errors import CommitOutcomeUnknown, Conflict, InvalidRecord, SchemaTooNew, StorageUnavailable
 from ._harness_calls import HarnessCalls
 from ._human_requests import HumanRequests
 from ._leases import Leases
 from ._message_events import MessageEvents
 from ._messages import Messages
-from ._migrations import MIGRATIONS, Migration, migrate, schema_version
+from ._migrations import MIGRATIONS, Migration, schema
 from ._registry import Registry
 from ._tx import TransactionCore
 from ._values import MonotonicIds, utc_now
+
+ERRORS = DatabaseErrors(
+    unavailable=StorageUnavailable,
+    conflict=Conflict,
+    outcome_unknown=CommitOutcomeUnknown,
+    too_new=SchemaTooNew,
+    invalid_schema=InvalidRecord,
+)
+"""The floor's database errors as storage errors."""
 
 
 @dataclass(frozen=True)
@@ -113,18 +126,29 @@ class Database:
         backend: Backend
         text = str(url)
         if isinstance(url, str) and _is_postgres(text):
-            from ._postgres import PostgresBackend
+            from loopd._infra.postgres import PostgresDatabase, PostgresOptions
 
-            backend = await PostgresBackend.connect(text, options.operation_timeout, options.max_connections)
+            backend = await PostgresDatabase.open(
+                text,
+                PostgresOptions(
+                    timeout=options.operation_timeout,
+                    max_connections=options.max_connections,
+                    settings=(("TimeZone", "UTC"),),
+                    errors=ERRORS,
+                ),
+            )
         else:
-            from ._sqlite import SqliteBackend
+            from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 
             path = text.removeprefix("sqlite:///") if text.startswith("sqlite:///") else text
-            backend = await SqliteBackend.connect(path, options.operation_timeout)
+            backend = await SqliteDatabase.open(
+                path,
+                SqliteOptions(timeout=options.operation_timeout, thread_name="loopd-storage-sqlite", errors=ERRORS),
+            )
         database = cls(backend, options)
         if options.migrate:
             try:
-                await migrate(backend, migrations)
+                await migrate(backend, schema(migrations))
             except BaseException:
                 await backend.aclose()
                 raise
@@ -159,11 +183,11 @@ class Database:
             callback()
 
     async def schema_version(self) -> int:
-        return await schema_version(self._backend)
+        return await schema_version(self._backend, schema())
 
     async def migrate(self, migrations: Sequence[Migration] = MIGRATIONS) -> list[int]:
         """Apply missing steps; returns the versions applied now."""
-        return await migrate(self._backend, migrations)
+        return await migrate(self._backend, schema(migrations))
 
     async def aclose(self) -> None:
         await self._backend.aclose()

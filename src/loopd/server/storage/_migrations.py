@@ -1,10 +1,10 @@
 """Versioned schema migrations for the loop-server database (both backends run the same DDL).
 
-Owns: the numbered steps (``MIGRATIONS``), the ``schema_migrations`` table that records which ran, and
-``migrate``: under one write transaction (plus a PostgreSQL advisory lock, so replicas starting together take
-turns) it applies the missing steps in order. Applying twice is a no-op; a database that has a step this code
-does not know is refused with ``SchemaTooNew``. Steps are append-only: never edit one that has shipped.
-Must not do: data access beyond the schema (repositories own that).
+Owns: the numbered steps (``MIGRATIONS``) and the server's ``Schema`` (steps recorded in ``schema_migrations``).
+The floor's migrator (``loopd._infra.migrations``) applies them: each missing step in its own transaction (plus a
+PostgreSQL advisory lock, so replicas starting together take turns); applying twice is a no-op; a database that
+has a step this code does not know is refused with ``SchemaTooNew``. Steps are append-only: never edit one that
+has shipped. Must not do: data access beyond the schema (repositories own that).
 
 Portable column types: ids and enums are ``TEXT``; timestamps are fixed-width UTC ``TEXT`` (they sort by time);
 JSON is ``TEXT`` (byte-exact round trips, which canonical digests rely on); flags are ``BOOLEAN``.
@@ -13,23 +13,12 @@ JSON is ``TEXT`` (byte-exact round trips, which canonical digests rely on); flag
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from ._backend import Backend
-from ._errors import InvalidRecord, SchemaTooNew
-from ._values import time_text, utc_now
+from loopd._infra.migrations import Migration, Schema
 
 _ADVISORY_LOCK = 7_305_553_271  # pg_advisory_xact_lock key: one migrator at a time
 
-
-@dataclass(frozen=True)
-class Migration:
-    """One numbered schema step: its statements run in one transaction, in order."""
-
-    version: int
-    name: str
-    statements: tuple[str, ...]
-
+__all__ = ["MIGRATIONS", "Migration", "schema"]
 
 _CHAT = Migration(
     1,
@@ -292,55 +281,8 @@ _ACCESS = Migration(
 MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE, _ACCESS)
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
-_TABLE = """CREATE TABLE IF NOT EXISTS schema_migrations (
-    version INTEGER PRIMARY KEY,
-    name TEXT NOT NULL,
-    applied_at TEXT NOT NULL
-)"""
 
-
-def _check_steps(steps: Sequence[Migration]) -> None:
-    for expected, step in enumerate(steps, start=1):
-        if step.version != expected:
-            raise InvalidRecord(f"migration steps must be numbered 1, 2, 3…; step {expected} is {step.version}")
-
-
-async def migrate(backend: Backend, steps: Sequence[Migration] = MIGRATIONS) -> list[int]:
-    """Bring the schema up to ``steps[-1].version``; returns the versions applied now (empty when current).
-
-    Raises ``SchemaTooNew`` when the database has a version this code does not know.
-    """
-    _check_steps(steps)
-    async with backend.transaction(read_only=False) as conn:
-        if backend.dialect == "postgres":
-            await conn.fetch("SELECT pg_advisory_xact_lock(?)", (_ADVISORY_LOCK,))
-        await conn.execute(_TABLE)
-        rows = await conn.fetch("SELECT version FROM schema_migrations ORDER BY version")
-        applied = [int(row[0]) for row in rows]
-        known = len(steps)
-        if applied and applied[-1] > known:
-            raise SchemaTooNew(
-                f"the database schema is at version {applied[-1]} but this code knows only up to {known}: "
-                "run a newer loopd (databases are never downgraded)"
-            )
-        done = set(applied)
-        ran: list[int] = []
-        for step in steps:
-            if step.version in done:
-                continue
-            for statement in step.statements:
-                await conn.execute(statement)
-            await conn.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (step.version, step.name, time_text(utc_now())),
-            )
-            ran.append(step.version)
-        return ran
-
-
-async def schema_version(backend: Backend) -> int:
-    """The highest applied step (0 for an empty database)."""
-    async with backend.transaction(read_only=False) as conn:
-        await conn.execute(_TABLE)
-        rows = await conn.fetch("SELECT MAX(version) FROM schema_migrations")
-    return int(rows[0][0] or 0)
+def schema(steps: Sequence[Migration] = MIGRATIONS) -> Schema:
+    """The server's schema for the floor's migrator: its steps, recorded in ``schema_migrations`` (the table this
+    schema has always used, so existing databases open as they are)."""
+    return Schema("server", tuple(steps), table="schema_migrations", lock_key=_ADVISORY_LOCK)

@@ -11,8 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from loopd._ids import new_id
-
-from ._backend import Connection, Dialect
+from loopd._infra.database import Connection, Dialect
 
 
 class TransactionCore:

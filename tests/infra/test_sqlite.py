@@ -1,5 +1,6 @@
-"""The SQLite backend's transactions: BEGIN rides with the first statement, read ends are not awaited, and the
-guarantees stay (one writer, one snapshot per read, rollback on errors and cancellation, errors mapped)."""
+"""The floor's SQLite database (``loopd._infra.sqlite``): BEGIN rides with the first statement, read ends are not
+awaited, and the guarantees stay (one writer, one snapshot per read, rollback on errors and cancellation,
+errors mapped)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from loopd.server.storage import Conflict, StorageUnavailable
-from loopd.server.storage._sqlite import SqliteBackend
+from loopd._infra.database import ConstraintViolation as Conflict
+from loopd._infra.database import DatabaseUnavailable as StorageUnavailable
+from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
+
+
+async def connect(path: Path, timeout: float) -> SqliteDatabase:
+    return await SqliteDatabase.open(path, SqliteOptions(timeout=timeout))
 
 
 @pytest.fixture
-async def backend(tmp_path: Path) -> AsyncIterator[SqliteBackend]:
-    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 2.0)
+async def backend(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
+    backend = await connect(tmp_path / "db.sqlite", 2.0)
     async with backend.transaction(read_only=False) as conn:
         await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
     try:
@@ -29,13 +35,13 @@ def other_connection(tmp_path: Path) -> sqlite3.Connection:
     return sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None, timeout=0)
 
 
-async def values(backend: SqliteBackend) -> list[str]:
+async def values(backend: SqliteDatabase) -> list[str]:
     async with backend.transaction(read_only=True) as conn:
         return [row[0] for row in await conn.fetch("SELECT v FROM t ORDER BY id")]
 
 
 async def test_the_write_lock_is_taken_by_the_first_statement_and_held_to_commit(
-    backend: SqliteBackend, tmp_path: Path
+    backend: SqliteDatabase, tmp_path: Path
 ) -> None:
     other = other_connection(tmp_path)
     try:
@@ -51,7 +57,7 @@ async def test_the_write_lock_is_taken_by_the_first_statement_and_held_to_commit
     assert await values(backend) == ["a"]
 
 
-async def test_a_transaction_without_statements_touches_nothing(backend: SqliteBackend, tmp_path: Path) -> None:
+async def test_a_transaction_without_statements_touches_nothing(backend: SqliteDatabase, tmp_path: Path) -> None:
     other = other_connection(tmp_path)
     try:
         other.execute("BEGIN IMMEDIATE")  # another process writes: an empty block must not wait for it
@@ -66,7 +72,7 @@ async def test_a_transaction_without_statements_touches_nothing(backend: SqliteB
 async def test_a_busy_database_fails_the_first_statement_and_the_next_transaction_works(
     tmp_path: Path,
 ) -> None:
-    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 0.3)
+    backend = await connect(tmp_path / "db.sqlite", 0.3)
     try:
         async with backend.transaction(read_only=False) as conn:
             await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
@@ -85,7 +91,7 @@ async def test_a_busy_database_fails_the_first_statement_and_the_next_transactio
         await backend.aclose()
 
 
-async def test_a_read_sees_one_snapshot_from_its_first_statement(backend: SqliteBackend) -> None:
+async def test_a_read_sees_one_snapshot_from_its_first_statement(backend: SqliteDatabase) -> None:
     async with backend.transaction(read_only=False) as conn:
         await conn.execute("INSERT INTO t (v) VALUES ('a')")
     async with backend.transaction(read_only=True) as reader:
@@ -97,7 +103,7 @@ async def test_a_read_sees_one_snapshot_from_its_first_statement(backend: Sqlite
     assert await values(backend) == ["a", "b"]
 
 
-async def test_reads_and_writes_interleaved_each_see_the_latest_commit(backend: SqliteBackend) -> None:
+async def test_reads_and_writes_interleaved_each_see_the_latest_commit(backend: SqliteDatabase) -> None:
     for i in range(50):
         async with backend.transaction(read_only=False) as conn:
             await conn.execute("INSERT INTO t (v) VALUES (?)", (str(i),))
@@ -105,7 +111,7 @@ async def test_reads_and_writes_interleaved_each_see_the_latest_commit(backend: 
             assert await reader.fetch("SELECT count(*) FROM t") == [(i + 1,)]
 
 
-async def test_a_conflict_on_the_first_statement_leaves_the_transaction_open(backend: SqliteBackend) -> None:
+async def test_a_conflict_on_the_first_statement_leaves_the_transaction_open(backend: SqliteDatabase) -> None:
     async with backend.transaction(read_only=False) as conn:
         await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
     async with backend.transaction(read_only=False) as conn:
@@ -119,7 +125,7 @@ async def test_a_conflict_on_the_first_statement_leaves_the_transaction_open(bac
     assert await values(backend) == ["a", "b"]
 
 
-async def test_a_failed_commit_rolls_back_and_releases_the_write_lock(backend: SqliteBackend, tmp_path: Path) -> None:
+async def test_a_failed_commit_rolls_back_and_releases_the_write_lock(backend: SqliteDatabase, tmp_path: Path) -> None:
     async with backend.transaction(read_only=False) as conn:
         await conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
         await conn.execute(
@@ -143,7 +149,7 @@ async def test_a_failed_commit_rolls_back_and_releases_the_write_lock(backend: S
     assert await values(backend) == ["kept"]
 
 
-async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend: SqliteBackend) -> None:
+async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend: SqliteDatabase) -> None:
     started = asyncio.Event()
 
     async def writer() -> None:
@@ -173,7 +179,7 @@ async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend:
     assert await values(backend) == ["kept"]
 
 
-async def test_one_writer_at_a_time(backend: SqliteBackend) -> None:
+async def test_one_writer_at_a_time(backend: SqliteDatabase) -> None:
     async def bump(k: int) -> None:
         for _ in range(20):
             async with backend.transaction(read_only=False) as conn:
@@ -186,7 +192,7 @@ async def test_one_writer_at_a_time(backend: SqliteBackend) -> None:
 
 
 async def test_statements_after_close_are_unavailable(tmp_path: Path) -> None:
-    backend = await SqliteBackend.connect(tmp_path / "db.sqlite", 2.0)
+    backend = await connect(tmp_path / "db.sqlite", 2.0)
     async with backend.transaction(read_only=True) as conn:
         await conn.fetch("SELECT 1")
     await backend.aclose()

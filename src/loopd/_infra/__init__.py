@@ -1,0 +1,1 @@
+"""The infrastructure floor: shared plumbing every layer may use; imports nothing else of loopd."""

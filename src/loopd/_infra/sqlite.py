@@ -1,0 +1,343 @@
+"""SQLite on worker threads: one file, a writer lane and (optionally) a reader lane, every call with a timeout.
+
+Owns: ``SqliteLane`` (one ``sqlite3`` connection, the single thread that uses it, the lock that admits one
+transaction; opening with the pragmas of ``SqliteOptions`` and a private 0600 file), and ``SqliteDatabase``, the
+``loopd._infra.database.Database`` on it: write transactions (``BEGIN IMMEDIATE``, one at a time in this process
+and across processes), read transactions on the reader lane (one snapshot, never waiting for a writer), and
+``sqlite3`` errors → the caller's ``DatabaseErrors``.
+Must not do: SQL of any table; schema versions (``loopd._infra.migrations``).
+
+Cancellation and timeouts: ``BEGIN`` rides along with a transaction's first statement, on the lane thread. A
+caller that is cancelled or times out while that thread still runs its ``BEGIN`` (or any statement) leaves the
+transaction open there; the next transaction on the lane rolls it back first (the lane knows which transaction
+owns the connection), and an abandoned write transaction queues its ``ROLLBACK`` behind it (shielded). A
+``COMMIT`` that times out keeps running on its thread: the transaction waits (one more timeout) for it to settle
+and reports what happened; only when it still has not settled is the outcome unknown (``errors.outcome_unknown``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from loopd._infra.database import Connection, DatabaseErrors, Dialect
+from loopd._infra.files import ensure_private_file
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteOptions:
+    timeout: float = 10.0
+    """Upper bound, in seconds, for every call on a lane and for waiting to start a transaction."""
+    busy_timeout: float | None = None
+    """SQLite's own wait for another connection's lock; default 0.8 × ``timeout`` (so SQLite gives up a little
+    before our timeout and the lane thread is free again)."""
+    wal: bool = True
+    """``journal_mode=WAL`` (readers never wait for the writer)."""
+    synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL"
+    """In WAL mode ``NORMAL`` survives a process crash; ``FULL`` also survives power loss (an fsync per commit)."""
+    pragmas: tuple[str, ...] = ()
+    """More ``PRAGMA`` settings for every connection, e.g. ``("foreign_keys=OFF",)``."""
+    private: bool = True
+    """Create the file 0600 (and tighten an existing one and its ``-wal``/``-shm`` files)."""
+    reader: bool = True
+    """A second connection, on its own thread, for read transactions; without it reads take the writer lane."""
+    thread_name: str = "loopd-sqlite"
+    label: str = "the SQLite database"
+    """How error messages name the database."""
+    errors: DatabaseErrors = field(default_factory=DatabaseErrors)
+
+
+class SqliteLane:
+    """One ``sqlite3`` connection, the single thread that uses it, and the lock that admits one transaction."""
+
+    def __init__(self, path: Path, options: SqliteOptions, *, query_only: bool, name: str) -> None:
+        self.path = path
+        self.options = options
+        self._query_only = query_only
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._conn: sqlite3.Connection | None = None
+        self.lock = asyncio.Lock()
+        self.owner: object | None = None
+        """The transaction open on the connection; read and written on the lane thread only."""
+
+    def _connect(self) -> None:
+        options = self.options
+        if options.private and not self._query_only:
+            ensure_private_file(self.path)  # SQLite then creates the -wal/-shm files with the same mode
+        busy = options.timeout * 0.8 if options.busy_timeout is None else options.busy_timeout
+        conn = sqlite3.connect(str(self.path), timeout=busy, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout={max(0, int(busy * 1000))}")
+            if options.wal:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={options.synchronous}")
+            for pragma in options.pragmas:
+                conn.execute(f"PRAGMA {pragma}")
+            if self._query_only:
+                conn.execute("PRAGMA query_only=ON")
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    async def open(self) -> None:
+        await self.call(self._connect, opening=True)
+
+    @property
+    def connection(self) -> sqlite3.Connection | None:
+        """The connection (``None`` once closed). Use it on the lane thread only, or while nothing else can."""
+        return self._conn
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise self.options.errors.unavailable(f"{self.options.label} is closed")
+        return self._conn
+
+    async def call(self, fn: Callable[[], _T], *, opening: bool = False) -> _T:
+        """Run ``fn`` on the lane thread, waiting at most ``timeout`` (it keeps running there after that)."""
+        options = self.options
+        errors = options.errors
+        if self._conn is None and not opening:
+            raise errors.unavailable(f"{options.label} is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(options.timeout):
+                return await loop.run_in_executor(self._executor, fn)
+        except TimeoutError as exc:
+            raise errors.unavailable(f"{options.label} did not answer within {options.timeout:g} s") from exc
+        except sqlite3.IntegrityError as exc:
+            raise errors.conflict(f"constraint violated: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise errors.unavailable(f"SQLite error: {exc}") from exc
+        except RuntimeError as exc:  # the executor was shut down under us
+            raise errors.unavailable(f"{options.label} is closed") from exc
+
+    def submit(self, fn: Callable[[], _T]) -> Future[_T]:
+        """Queue ``fn`` on the lane thread; the caller bounds its wait for the returned future (``RuntimeError``
+        once the lane is closed)."""
+        return self._executor.submit(fn)
+
+    def submit_and_forget(self, fn: Callable[[], None]) -> None:
+        """Queue ``fn`` on the lane thread without waiting for it (its errors are dropped)."""
+        with contextlib.suppress(RuntimeError):  # shut down: the connection is closed, and its transaction with it
+            self._executor.submit(fn)
+
+    async def close(self) -> None:
+        """Close the connection on its thread (bounded by ``timeout``) and stop the thread."""
+        conn, self._conn = self._conn, None
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError, RuntimeError):  # stuck: the thread ends when its call returns
+            async with asyncio.timeout(self.options.timeout):
+                if conn is not None:
+                    await loop.run_in_executor(self._executor, conn.close)
+                await asyncio.to_thread(self._executor.shutdown, wait=True)
+        self._executor.shutdown(wait=False)
+
+
+class _SqliteTransaction:
+    """One transaction on a lane. ``BEGIN`` rides along with the first statement, so a short transaction costs one
+    thread hop per statement plus the ``COMMIT`` (none at all when it runs no statement)."""
+
+    def __init__(self, lane: SqliteLane, begin: str) -> None:
+        self._lane = lane
+        self._begin = begin
+        self.used = False  # a statement was handed to the lane thread (so BEGIN may have run)
+        self.committed: bool | None = None
+        """Set on the lane thread when ``COMMIT`` has settled: True once committed, False once rolled back."""
+
+    def _in_transaction(self, fn: Callable[[sqlite3.Connection], _T]) -> Callable[[], _T]:
+        lane, conn, begin = self._lane, self._lane.conn, self._begin
+
+        def run() -> _T:  # on the lane thread
+            if lane.owner is not self:
+                if conn.in_transaction:  # left open by a transaction whose caller timed out or was cancelled
+                    conn.execute("ROLLBACK")
+                lane.owner = None
+                conn.execute(begin)
+                lane.owner = self
+            elif not conn.in_transaction:  # SQLite rolled the transaction back itself (e.g. disk full)
+                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+            return fn(conn)
+
+        return run
+
+    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        args = tuple(params)
+        self.used = True
+        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).fetchall()))
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        args = tuple(params)
+        self.used = True
+        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).rowcount))
+
+    def end(self, verb: str) -> Callable[[], None]:
+        """``COMMIT`` or ``ROLLBACK`` this transaction if it is still the one open on the lane (run on the lane
+        thread). A failed ``COMMIT`` rolls back at once, so the outcome is settled in this one call."""
+        lane, conn = self._lane, self._lane.connection
+
+        def run() -> None:
+            if lane.owner is not self:
+                return
+            lane.owner = None
+            if conn is None:
+                raise sqlite3.OperationalError("the database is closed")
+            if not conn.in_transaction:
+                if verb == "COMMIT":
+                    self.committed = False
+                    raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+                return
+            try:
+                conn.execute(verb)
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if verb == "COMMIT":
+                    self.committed = False
+                raise
+            if verb == "COMMIT":
+                self.committed = True
+
+        return run
+
+
+class SqliteDatabase:
+    """A ``Database`` on one SQLite file. Open with ``await SqliteDatabase.open(path, options)``."""
+
+    def __init__(self, writer: SqliteLane, reader: SqliteLane | None, options: SqliteOptions) -> None:
+        self._writer = writer
+        self._reader = reader
+        self._options = options
+        self._closed = False
+
+    @property
+    def dialect(self) -> Dialect:
+        return "sqlite"
+
+    @property
+    def errors(self) -> DatabaseErrors:
+        return self._options.errors
+
+    @property
+    def writer(self) -> SqliteLane:
+        return self._writer
+
+    @property
+    def reader(self) -> SqliteLane:
+        return self._writer if self._reader is None else self._reader
+
+    @classmethod
+    async def open(cls, path: str | Path, options: SqliteOptions | None = None) -> SqliteDatabase:
+        options = options or SqliteOptions()
+        path = Path(path)
+        writer = SqliteLane(path, options, query_only=False, name=f"{options.thread_name}-w")
+        reader = SqliteLane(path, options, query_only=True, name=f"{options.thread_name}-r") if options.reader else None
+        try:
+            await writer.open()  # first: it creates the file and switches it to WAL
+            if reader is not None:
+                await reader.open()
+        except BaseException as exc:
+            await writer.close()
+            if reader is not None:
+                await reader.close()
+            if isinstance(exc, (sqlite3.Error, OSError)) or isinstance(exc.__cause__, (sqlite3.Error, TimeoutError)):
+                raise options.errors.unavailable(f"cannot open {options.label} at {path}: {exc}") from exc
+            raise
+        return cls(writer, reader, options)
+
+    async def _acquire(self, lane: SqliteLane) -> None:
+        options = self._options
+        if self._closed:
+            raise options.errors.unavailable(f"{options.label} is closed")
+        try:
+            async with asyncio.timeout(options.timeout):
+                await lane.lock.acquire()
+        except TimeoutError as exc:
+            raise options.errors.unavailable(f"{options.label} stayed busy for {options.timeout:g} s") from exc
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[Connection]:
+        lane = self._writer
+        await self._acquire(lane)
+        try:
+            tx = _SqliteTransaction(lane, "BEGIN IMMEDIATE")
+            committed = False
+            try:
+                yield tx
+                if tx.used:
+                    await self._commit(lane, tx)
+                committed = True
+            finally:
+                if not committed and tx.used:
+                    await asyncio.shield(self._rollback(lane, tx))
+        finally:
+            lane.lock.release()
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[Connection]:
+        lane = self.reader
+        await self._acquire(lane)
+        try:
+            tx = _SqliteTransaction(lane, "BEGIN")
+            try:
+                yield tx
+            finally:
+                if tx.used:
+                    # Ending a read changes nothing, so nobody waits for it: the lane thread runs its calls in
+                    # order, so the next transaction's first statement starts after it.
+                    lane.submit_and_forget(tx.end("COMMIT"))
+        finally:
+            lane.lock.release()
+
+    async def _commit(self, lane: SqliteLane, tx: _SqliteTransaction) -> None:
+        options = self._options
+        try:
+            await lane.call(tx.end("COMMIT"))
+        except Exception as exc:
+            if not isinstance(exc.__cause__, TimeoutError):
+                raise  # the COMMIT failed and rolled back in the same call: nothing was written
+            # The COMMIT is still running on the lane thread. Whatever runs there next runs after it settles.
+            with contextlib.suppress(Exception):
+                await lane.call(lambda: None)
+            if tx.committed:
+                return
+            if tx.committed is False:
+                raise options.errors.unavailable(f"the SQLite COMMIT failed after {options.timeout:g} s") from exc
+            raise options.errors.outcome_unknown(
+                f"the SQLite COMMIT did not settle within {2 * options.timeout:g} s; it may or may not have committed"
+            ) from exc
+
+    @staticmethod
+    async def _rollback(lane: SqliteLane, tx: _SqliteTransaction) -> None:
+        with contextlib.suppress(Exception):
+            # Failing: the connection is unusable; the transaction dies with it and the next BEGIN reports it.
+            await lane.call(tx.end("ROLLBACK"))
+
+    def transaction(self, *, read_only: bool) -> AbstractAsyncContextManager[Connection]:
+        return self._read() if read_only else self._write()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        lanes = [self._writer] if self._reader is None else [self._reader, self._writer]
+        for lane in lanes:
+            try:
+                async with asyncio.timeout(self._options.timeout):
+                    await lane.lock.acquire()
+            except TimeoutError:
+                pass  # a transaction is stuck: close under it, its next call fails as unavailable
+            else:
+                lane.lock.release()
+            await lane.close()
