@@ -6,7 +6,8 @@ from typing import Any, Protocol
 
 import pytest
 
-from loopd.harness.models._openai import Backoff, OpenAICompatibleModel
+from loopd._infra.backoff import Backoff
+from loopd.harness.models._openai import OpenAICompatibleModel
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._scripted_server import Script, ScriptedServer, open_scripted_server
 
@@ -21,6 +22,7 @@ class Serve(Protocol):
         max_retries: int = 2,
         timeout: float = 5.0,
         backoff: Backoff | None = None,
+        max_retry_after: float = 60.0,
         prices: PriceTable | None = None,
         include_usage: bool = True,
         random: Callable[[], float] = ...,
@@ -40,6 +42,7 @@ async def serve() -> AsyncIterator[Serve]:
             max_retries: int = 2,
             timeout: float = 5.0,
             backoff: Backoff | None = None,
+            max_retry_after: float = 60.0,
             prices: PriceTable | None = None,
             include_usage: bool = True,
             random: Callable[[], float] = lambda: 0.5,
@@ -56,6 +59,7 @@ async def serve() -> AsyncIterator[Serve]:
                 timeout=timeout,
                 max_retries=max_retries,
                 backoff=backoff,
+                max_retry_after=max_retry_after,
                 prices=prices,
                 include_usage=include_usage,
                 sleep=sleep or recorded,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopd._infra.backoff import Backoff
 from loopd.harness._errors import ModelPermanentError, ModelRetryableError
-from loopd.harness.models._openai import Backoff
 from loopd.harness.models._protocol import TextDelta
 from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
 
@@ -59,7 +59,7 @@ async def test_backoff_grows_exponentially_with_full_jitter(serve: Serve) -> Non
     served = await serve(
         [failure] * 4 + [ServerReply(text="ok")],
         max_retries=4,
-        backoff=Backoff(initial=1.0, multiplier=2.0, max_delay=5.0),
+        backoff=Backoff(base=1.0, factor=2.0, max_delay=5.0),
         random=lambda: 0.5,
     )
 
@@ -84,7 +84,7 @@ async def test_rate_limit_retry_after_is_honoured(serve: Serve) -> None:
 async def test_a_retry_after_beyond_the_limit_is_raised_not_waited(serve: Serve) -> None:
     served = await serve(
         [ServerReply(fault=FailWithStatus(status=429, retry_after=30)), ServerReply(text="ok")],
-        backoff=Backoff(max_retry_after=5),
+        max_retry_after=5,
     )
 
     got = await collect(served.model.stream(ask("hi")))

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.chat import ChatCompletionChunk
 
+from loopd._infra.backoff import Backoff
 from loopd.harness.core._values import ToolCall, Usage
-from loopd.harness.models._openai import Backoff, translate_chunk, usage_from_openai
+from loopd.harness.models._openai import retry_delay, translate_chunk, usage_from_openai
 from loopd.harness.models._protocol import TextDelta, ToolCallDelta, tool_calls_from_deltas
 from loopd.harness.models._scripted_server import ServerReply, ServerToolCall, encode_sse, stream_chunks
 
@@ -86,9 +87,9 @@ def test_every_chunk_is_one_sse_event(reply: ServerReply) -> None:
     retry_after=st.none() | st.floats(0, 120),
 )
 def test_backoff_stays_within_its_bounds(retry: int, fraction: float, retry_after: float | None) -> None:
-    backoff = Backoff(initial=0.5, multiplier=2, max_delay=8, max_retry_after=60)
+    backoff = Backoff(base=0.5, factor=2, max_delay=8, random=lambda: fraction)
 
-    delay = backoff.delay(retry, fraction, retry_after)
+    delay = retry_delay(backoff, retry, retry_after, max_retry_after=60)
 
     if retry_after is None:
         assert delay is not None

@@ -134,7 +134,7 @@ async def test_failures_back_off_exponentially_per_key_and_reset_after_success(
         return Result()
 
     calls = Calls(clock, flaky)
-    manager = await start(calls, backoff=Backoff(base=1.0, factor=2.0, max_delay=60.0))
+    manager = await start(calls, backoff=Backoff(base=1.0, factor=2.0, max_delay=60.0, jitter=0))
     await memory.create(TASKS, task("bad"))
     await memory.create(TASKS, task("good"))
     await clock.run_until(lambda: len(calls.times("bad")) == 5)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from loopd.resources.client import TASKS, InMemoryClient
-from loopd.resources.reconcile import Informer, InformerEvent, VirtualClock
+from loopd.resources.reconcile import Backoff, Informer, InformerEvent, VirtualClock
 
 from .helpers import FaultyClient, stop_task, task
 
@@ -147,7 +147,7 @@ async def test_an_object_leaving_the_selector_is_deleted_from_the_cache(
 async def test_errors_back_off_exponentially_then_recover(memory: InMemoryClient, clock: VirtualClock) -> None:
     faulty = FaultyClient(memory)
     faulty.failing = True
-    informer = Informer(faulty, TASKS, clock=clock)
+    informer = Informer(faulty, TASKS, clock=clock, retry_backoff=Backoff(base=0.5, max_delay=30.0, jitter=0))
     runner = asyncio.ensure_future(informer.run())
     try:
         await clock.advance(0)

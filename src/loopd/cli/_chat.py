@@ -29,6 +29,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from loopd._infra.backoff import Backoff
 from loopd._paths import default_data_dir
 from loopd.agentue import AgentUEError, StreamState, parse_sse, reduce, split_sse
 from loopd.cli._errors import cli_console
@@ -38,6 +39,7 @@ ANSWER_BLOCK: Final = "answer"
 GATE_PREFIX: Final = "gate/"
 TOOL_PREFIX: Final = "tool/"
 _RECONNECTS: Final = 20
+_RECONNECT: Final = Backoff(base=0.4, factor=2.0, max_delay=3.0)
 _ANSWERS: Final = {"a": "approve", "approve": "approve", "l": "always", "always": "always", "d": "deny", "deny": "deny"}
 
 
@@ -293,7 +295,7 @@ class ChatClient:
                 if failures > _RECONNECTS:
                     raise ChatFailure(f"lost the server: {exc}") from exc
                 self._console.print(f"[dim]  connection lost ({exc.__class__.__name__}); resuming…[/]")
-                await asyncio.sleep(min(0.2 * 2**failures, 3.0))
+                await asyncio.sleep(_RECONNECT.after_failures(failures))
 
     async def _answer_gate(self, block: dict[str, Any], view: _View) -> None:
         block_id = str(block["id"])

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+from loopd._infra.backoff import Backoff
+
 from . import _sql as sql
 from ._errors import StoreUnavailable
 from ._semantics import StoreEngine
@@ -27,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("PostgresResourceStore needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
 
 _log = logging.getLogger(__name__)
+_RETRY = Backoff(base=0.4, factor=2.0, max_delay=5.0)
 _CHANNEL = "loopd_resources"
 _SCHEMA_LOCK = 7_305_553_211  # pg_advisory_xact_lock key guarding concurrent schema creation
 
@@ -140,7 +143,7 @@ class PostgresBackend:
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 failures += 1
                 _log.warning("resource store listener cannot connect (%s); retrying", exc)
-                await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+                await asyncio.sleep(_RETRY.after_failures(failures))
                 continue
             try:
                 async with conn:
@@ -152,7 +155,7 @@ class PostgresBackend:
             except (psycopg.Error, OSError) as exc:
                 failures += 1
                 _log.warning("resource store listener lost its connection (%s); reconnecting", exc)
-                await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+                await asyncio.sleep(_RETRY.after_failures(failures))
 
     async def aclose(self) -> None:
         if self._listener is not None:

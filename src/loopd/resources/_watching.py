@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loopd._infra.backoff import Backoff
+
 from ._errors import BadRequest, Gone, ResourceError
 from ._kinds import KindSpec
 from ._selectors import FieldSelector, LabelSelector
@@ -23,6 +25,7 @@ from ._sql import Change
 from ._store import StoreOptions, WatchEvent, WatchEventType
 
 _log = logging.getLogger(__name__)
+_RETRY = Backoff(base=0.2, factor=2.0, max_delay=5.0)
 
 _BATCH = 500
 
@@ -179,12 +182,12 @@ class WatchHub:
             except (ResourceError, OSError) as exc:
                 failures += 1
                 _log.warning("watch pump: reading the event log failed (%s); retrying", exc)
-                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+                await asyncio.sleep(_RETRY.after_failures(failures))
             except Exception:
                 # A bug must not silently stop every watch of this store: log it and keep pumping.
                 failures += 1
                 _log.exception("watch pump: unexpected error; retrying")
-                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+                await asyncio.sleep(_RETRY.after_failures(failures))
 
     async def drain(self) -> None:
         """Dispatch every committed change not yet dispatched, in resourceVersion order."""

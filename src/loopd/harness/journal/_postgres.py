@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from loopd._infra.backoff import Backoff
 from loopd.harness._errors import (
     JournalCorruptError,
     JournalError,
@@ -49,6 +50,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("PostgresJournal needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
 
 _log = logging.getLogger(__name__)
+_LISTEN_RETRY = Backoff(base=0.2, factor=2.0, max_delay=5.0)
 
 SCHEMA_VERSION = 1
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,39}")
@@ -565,7 +567,7 @@ class PostgresJournal:
             except Exception as exc:  # whatever broke, followers still poll; keep trying with backoff
                 failures += 1
                 _log.warning("journal listener cannot connect (%s); retrying", exc)
-                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+                await asyncio.sleep(_LISTEN_RETRY.after_failures(failures))
                 continue
             try:
                 async with conn:
@@ -581,7 +583,7 @@ class PostgresJournal:
             except Exception as exc:
                 failures += 1
                 _log.warning("journal listener lost its connection (%s); reconnecting", exc)
-                await asyncio.sleep(min(0.1 * 2**failures, 5.0))
+                await asyncio.sleep(_LISTEN_RETRY.after_failures(failures))
 
     async def session(self, session_id: str) -> SessionInfo | None:
         self._check_open()

@@ -10,9 +10,9 @@ Provider differences stop here: requests are built from `ModelRequest`, streamed
                 that cannot be expressed (a tool message without a tool_call_id)
 
 **Retries** are ours (the client's own retries are disabled). A retryable failure that happens *before
-the first chunk is yielded* is retried up to ``max_retries`` times, sleeping ``Backoff.delay``
-(exponential with full jitter, never less than the provider's Retry-After; a Retry-After longer than
-``Backoff.max_retry_after`` is not waited for, the error is raised instead). Once a chunk has been
+the first chunk is yielded* is retried up to ``max_retries`` times, sleeping the ``backoff``'s delay
+(``loopd._infra.backoff``: exponential with full jitter, never less than the provider's Retry-After; a
+Retry-After longer than ``max_retry_after`` is not waited for, the error is raised instead). Once a chunk has been
 yielded the caller has seen partial output, so a later failure is raised as `ModelRetryableError` and
 the caller decides: a silent restart would duplicate text.
 
@@ -31,10 +31,10 @@ for a stream is the longest silence allowed between two chunks.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import email.utils
 import json
 import logging
-import random as _random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from datetime import UTC, datetime
@@ -51,10 +51,10 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 from openai.types.completion_usage import CompletionUsage
-from pydantic import Field
 
+from loopd._infra.backoff import Backoff
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
-from loopd.harness.core._values import Frozen, Message, Usage
+from loopd.harness.core._values import Message, Usage
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import ModelChunk, ModelRequest, TextDelta, ToolCallDelta, UsageReport
 
@@ -64,35 +64,28 @@ Sleep = Callable[[float], Awaitable[None]]
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
 
-class Backoff(Frozen):
-    """Exponential backoff, full jitter: retry *n* (0-based) sleeps ``U(0, min(max_delay, initial·mⁿ))``."""
+def retry_delay(backoff: Backoff, retry: int, retry_after: float | None, max_retry_after: float) -> float | None:
+    """Seconds to sleep before retry number ``retry`` (0-based); None means "do not retry".
 
-    initial: float = Field(default=0.5, gt=0)
-    multiplier: float = Field(default=2.0, ge=1)
-    max_delay: float = Field(default=8.0, gt=0)
-    max_retry_after: float = Field(default=60.0, ge=0)
+    A provider's ``retry_after`` is a floor under the jittered backoff; one longer than ``max_retry_after``
+    returns None so the error reaches the caller instead of a long silent sleep.
+    """
+    if retry_after is not None and retry_after > max_retry_after:
+        return None
+    jittered = backoff.delay(retry)
+    return jittered if retry_after is None else max(retry_after, jittered)
 
-    def delay(self, retry: int, fraction: float, retry_after: float | None = None) -> float | None:
-        """Seconds to sleep before retry number ``retry``; None means "do not retry".
 
-        ``fraction`` is a random number in [0, 1). A provider's ``retry_after`` is a floor; one longer than
-        ``max_retry_after`` returns None so the error reaches the caller instead of a long silent sleep.
-        """
-        ceiling = min(self.max_delay, self.initial * self.multiplier**retry)
-        jittered = ceiling * min(max(fraction, 0.0), 1.0)
-        if retry_after is None:
-            return jittered
-        if retry_after > self.max_retry_after:
-            return None
-        return max(retry_after, jittered)
+DEFAULT_BACKOFF = Backoff(base=0.5, factor=2.0, max_delay=8.0)
+"""Retry *n* (0-based) sleeps ``U(0, min(8, 0.5·2ⁿ))`` (full jitter)."""
 
 
 class OpenAICompatibleModel:
     """A `Model` served by any OpenAI-compatible Chat Completions endpoint.
 
     ``model`` is the default model id; a non-empty ``ModelRequest.model`` overrides it per call. ``sleep`` and
-    ``random`` are injectable so tests control backoff time. Pass ``client`` to share an `openai.AsyncOpenAI`
-    (it must have ``max_retries=0``; it is not closed by `aclose`).
+    ``random`` (the backoff's random source) are injectable so tests control backoff time. Pass ``client`` to
+    share an `openai.AsyncOpenAI` (it must have ``max_retries=0``; it is not closed by `aclose`).
     """
 
     def __init__(
@@ -104,6 +97,7 @@ class OpenAICompatibleModel:
         timeout: float = 60.0,
         max_retries: int = 3,
         backoff: Backoff | None = None,
+        max_retry_after: float = 60.0,
         prices: PriceTable | None = None,
         include_usage: bool = True,
         max_tokens_field: MaxTokensField = "max_completion_tokens",
@@ -119,12 +113,15 @@ class OpenAICompatibleModel:
             raise ValueError("max_retries must be >= 0")
         self._model = model
         self._max_retries = max_retries
-        self._backoff = backoff or Backoff()
+        if max_retry_after < 0:
+            raise ValueError("max_retry_after must be >= 0 seconds")
+        chosen = backoff or DEFAULT_BACKOFF
+        self._backoff = dataclasses.replace(chosen, random=random) if random is not None else chosen
+        self._max_retry_after = max_retry_after
         self._prices = prices
         self._include_usage = include_usage
         self._max_tokens_field: MaxTokensField = max_tokens_field
         self._sleep = sleep
-        self._random = random or _random.Random().random
         self._owns_client = client is None
         self._client = client or openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
         self._flagged_unpriced: set[str] = set()
@@ -162,7 +159,7 @@ class OpenAICompatibleModel:
             except ModelRetryableError as err:
                 if yielded or retry >= self._max_retries:
                     raise
-                delay = self._backoff.delay(retry, self._random(), err.retry_after)
+                delay = retry_delay(self._backoff, retry, err.retry_after, self._max_retry_after)
                 if delay is None:
                     raise
                 retry += 1

@@ -33,8 +33,9 @@ A controller in twenty lines::
             await manager.run()                         # until cancelled or manager.shutdown()
 """
 
-from ._backoff import Backoff
-from ._clock import Clock, SystemClock, VirtualClock
+from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, SystemClock, VirtualClock
+
 from ._controller import (
     Controller,
     ControllerStatistics,

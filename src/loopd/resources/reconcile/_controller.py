@@ -24,10 +24,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, wait_all
 from loopd.resources.client import JsonObject, ResourceType, name_of, namespace_of
 
-from ._backoff import Backoff
-from ._clock import Clock, wait_all
 from ._errors import PermanentError, TemporaryError
 from ._informer import Informer, InformerEvent
 from ._queue import QueueShutDown, QueueStatistics, WorkQueue

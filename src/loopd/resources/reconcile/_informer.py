@@ -20,13 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, SystemClock
 from loopd.resources import Gone, ResourceError, WatchEvent
 from loopd.resources.client import JsonObject, ResourceClient, ResourceType, resource_version_of
 from loopd.resources.client import name_of as _name_of
 from loopd.resources.client import namespace_of as _namespace_of
-
-from ._backoff import Backoff
-from ._clock import Clock, SystemClock
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +199,7 @@ class Informer:
                     expired_in_a_row = 0
             failures = 0 if progressed else failures + 1
             if failures:
-                await self._clock.sleep(self._retry_backoff.delay(failures))
+                await self._clock.sleep(self._retry_backoff.after_failures(failures))
 
     async def _relist(self) -> None:
         listing = await self._client.list(

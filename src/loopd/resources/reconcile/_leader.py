@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from loopd._infra.clock import Clock, SystemClock, wait_event, with_timeout
 from loopd.resources import AlreadyExists, Conflict, NotFound, ResourceError
 from loopd.resources.client import LEASES, JsonObject, ResourceClient
-
-from ._clock import Clock, SystemClock, wait_event, with_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +183,7 @@ class LeaderElector:
         """One attempt: create the lease, renew our hold on it, or take it over once expired."""
         config = self._config
         now = self._clock.monotonic()
-        stamp = format_micro_time(self._clock.utcnow())
+        stamp = format_micro_time(self._clock.now())
         try:
             lease = await self._client.get(LEASES, config.lease_name, namespace=config.namespace)
         except NotFound:
@@ -247,7 +246,7 @@ class LeaderElector:
         observed = _Record.from_lease(lease)
         if observed.holder != config.identity:
             return True
-        stamp = format_micro_time(self._clock.utcnow())
+        stamp = format_micro_time(self._clock.now())
         released = _Record(None, 1, stamp, stamp, observed.transitions)
         lease["spec"] = {**(lease.get("spec") or {}), **released.to_spec()}
         try:

@@ -22,10 +22,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, SystemClock
 from loopd.resources.client import ResourceClient, ResourceType
 
-from ._backoff import Backoff
-from ._clock import Clock, SystemClock
 from ._controller import Controller, ControllerStatistics, ReconcileFunction, Reconciler, Watch
 from ._informer import Informer, InformerStatistics
 from ._leader import LeaderElection, LeaderElector, LeaderStatistics

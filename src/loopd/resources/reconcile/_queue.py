@@ -24,8 +24,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from ._backoff import Backoff
-from ._clock import Clock, wait_event
+from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, wait_event
 
 K = TypeVar("K", bound=Hashable)
 
@@ -109,7 +109,7 @@ class WorkQueue(Generic[K]):
         """Queue ``key`` after its backoff delay, counting one more failure; returns the delay."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        delay = self._backoff.delay(failures)
+        delay = self._backoff.after_failures(failures)
         self._rate_limited += 1
         self.add_after(key, delay)
         return delay

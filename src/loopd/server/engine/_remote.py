@@ -25,6 +25,7 @@ from typing import Any, Final
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from loopd._infra.backoff import Backoff
 from loopd.harness.core.events import Event as HarnessEvent
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -36,7 +37,7 @@ _EVENTS: Final = TypeAdapter(HarnessEvent)
 _INPUT_KINDS: Final = frozenset({"turn_started", "input_queued", "input_rejected", "inputs_folded"})
 _JOURNAL_PAGE: Final = 1000
 _MAX_JOURNAL_PAGES: Final = 100
-_RECONNECT_DELAY: Final = 0.5
+_RECONNECT: Final = Backoff(base=0.5, factor=2.0, max_delay=5.0)
 
 
 class RemoteError(AdapterError):
@@ -131,7 +132,7 @@ class RemoteRun:
                 failures += 1
                 if failures > self._max_reconnects:
                     raise ObservationLost(f"the remote event stream keeps failing: {exc!r}") from exc
-            await asyncio.sleep(_RECONNECT_DELAY * min(failures + 1, 10))
+            await asyncio.sleep(_RECONNECT.delay(failures))
 
     async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
         await self._client.call("POST", self._path(f"/gates/{gate_id}"), json={"answer": answer})

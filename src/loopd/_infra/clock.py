@@ -1,10 +1,13 @@
-"""Time for the reconcile runtime: the ``Clock`` seam, the system clock and a virtual clock for tests.
+"""Time: the one ``Clock`` seam, the system clock, and a virtual clock for tests.
 
-Owns: reading time (monotonic for decisions, UTC wall time for timestamps written into objects), sleeping,
-and waiting with a deadline measured on a clock.
-Must not do: anything else. Every time-dependent part of the runtime (work-queue delays, backoff, lease
-expiry, drain timeouts, informer retry) goes through a ``Clock`` so tests run on ``VirtualClock`` exactly and
-instantly.
+Owns: reading time (monotonic seconds for decisions and timers, wall time as an aware UTC datetime or as epoch
+seconds for what is written down), sleeping, and waiting with a deadline measured on a clock.
+Must not do: anything else. Every time-dependent part of loopd (gate timers, leases, deadlines, heartbeats,
+polls, backoff, work-queue delays, drain timeouts) takes a ``Clock``, so tests run on ``VirtualClock`` exactly
+and instantly.
+
+Wall time (``now``/``time``) and monotonic time start from different origins and must not be mixed: compute a
+timer from one of them only. On ``VirtualClock`` both move together, so a test that advances it moves both.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import time
+import time as _time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -21,27 +24,36 @@ T = TypeVar("T")
 
 
 class Clock(Protocol):
-    """Where the runtime reads time and sleeps."""
+    """Where loopd reads time and sleeps."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes backwards; only differences mean anything."""
         ...
 
-    def utcnow(self) -> datetime:
-        """Aware UTC wall time, for timestamps written into objects (never for decisions)."""
+    def now(self) -> datetime:
+        """Aware UTC wall time, for timestamps written down (never for measuring intervals)."""
         ...
 
-    async def sleep(self, seconds: float) -> None: ...
+    def time(self) -> float:
+        """Wall time as seconds since the epoch (``now()`` as a float)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` (at once when not positive, still yielding to the event loop)."""
+        ...
 
 
 class SystemClock:
-    """The real clock: ``time.monotonic``, ``datetime.now(UTC)`` and ``asyncio.sleep``."""
+    """The real clock: ``time.monotonic``, ``datetime.now(UTC)``, ``time.time`` and ``asyncio.sleep``."""
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return _time.monotonic()
 
-    def utcnow(self) -> datetime:
+    def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def time(self) -> float:
+        return _time.time()
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
@@ -53,12 +65,15 @@ class VirtualClock:
     ``await clock.advance(5)`` runs every sleeper due within the next five virtual seconds, in deadline
     order, letting the event loop settle after each wake-up. ``await clock.run_until(predicate)`` jumps from
     deadline to deadline until the predicate holds (Trio's ``autojump_clock``, on demand). Code under test must
-    do no real I/O and no real sleeping: the in-memory twin qualifies.
+    not wait for real time: real I/O that completes on its own (a SQLite thread, a local socket) is fine between
+    virtual steps, but a real ``asyncio.sleep`` is not.
     """
 
     def __init__(self, start: float = 0.0, *, wall_start: datetime | None = None) -> None:
         self._now = start
         self._wall_start = wall_start or datetime(2030, 1, 1, tzinfo=UTC)
+        if self._wall_start.tzinfo is None:
+            raise ValueError("wall_start must be an aware datetime")
         self._start = start
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
@@ -66,8 +81,11 @@ class VirtualClock:
     def monotonic(self) -> float:
         return self._now
 
-    def utcnow(self) -> datetime:
+    def now(self) -> datetime:
         return self._wall_start + timedelta(seconds=self._now - self._start)
+
+    def time(self) -> float:
+        return self.now().timestamp()
 
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
@@ -76,6 +94,12 @@ class VirtualClock:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._now + seconds, next(self._order), future))
         await future
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are sleeping on this clock now."""
+        self._drop_cancelled()
+        return sum(1 for _, _, future in self._sleepers if not future.done())
 
     @property
     def next_deadline(self) -> float | None:
@@ -143,6 +167,11 @@ async def settle(max_rounds: int = 10_000) -> None:
                 return
         else:
             idle_rounds = 0
+
+
+async def sleep_until(clock: Clock, deadline: float) -> None:
+    """Sleep until ``clock.monotonic()`` reaches ``deadline``."""
+    await clock.sleep(deadline - clock.monotonic())
 
 
 async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) -> bool:
