@@ -16,8 +16,9 @@ from fastapi import APIRouter, FastAPI
 
 from loopd.agentue import parse_sse, split_sse
 from loopd.resources.client import TASKS, InMemoryClient
+from loopd.server.app import ServerContext, create_server_app
 from loopd.server.chat import ChatService, ResourceTaskGateway, TaskGateway
-from loopd.server.http import ServerContext, ServerSecurity, create_server_app, open_http_server
+from loopd.server.http import ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.storage import Database, DatabaseOptions, StorageUnavailable

@@ -75,7 +75,7 @@ async def test_questions_and_replies_travel_in_the_conversation_stream(rig: Rig)
 
 
 async def test_the_app_runs_the_deadline_and_completion_sweepers(rig: Rig) -> None:
-    from loopd.server.http import create_server_app
+    from loopd.server.app import create_server_app
 
     a = await asked(rig)
     q = await question(a, confirm_body(timeout_seconds=5))

@@ -47,10 +47,11 @@ from loopd.resources import (
 )
 from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
+from loopd.server.app import ServerContext, create_server_app
 from loopd.server.audit import ledger_router
 from loopd.server.chat import ChatService, ResourceTaskGateway
 from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
-from loopd.server.http import AccessStore, ServerContext, ServerSecurity, create_server_app, open_http_server
+from loopd.server.http import AccessStore, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.ledger import SqlLedgerStore
 from loopd.server.registry import ActorInfo, RegistryService

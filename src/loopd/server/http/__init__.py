@@ -1,19 +1,26 @@
-"""loop-server's HTTP layer: the app factory, identity and security, the error envelope, SSE, serving.
+"""loop-server's HTTP plumbing: identity and security, the access routes, the error envelope, SSE, serving.
 
-Public face: `create_server_app` (the FastAPI app over a `ServerContext`), `Identity` with the dependencies
-`current_identity` / `trusted_identity` / `admin_identity`, `ServerSecurity`, `AccessStore` (issued tokens,
-sign-in codes and cookies), `ApiError` (raise it under any route) and the error
-helpers, `EventStreamResponse` / `sse_frame`, and `open_http_server` (uvicorn on a bound socket).
+Public face: `Identity` with the dependencies `current_identity` / `trusted_identity` / `admin_identity`,
+`ServerSecurity` and its `SecurityMiddleware`, `AccessStore` (issued tokens, sign-in codes and cookies) and its
+`access_router`, `ApiError` (raise it under any route) and the error helpers with `install_error_handlers`,
+`EventStreamResponse` / `sse_frame`, and `open_http_server` (uvicorn on a bound socket).
 The mechanism under these (body cap, SSE response, error handlers, serving) is ``loopd.harness.serve``'s; this
 package holds the server's policy: identities, cookies, the Origin check, storage-error mapping.
-Must not import ``loopd.server.chat``, ``.human`` or ``.registry`` at import time: they import this package.
+Must not import the services (``loopd.server.chat``, ``.human``, ``.registry``, ``.engine``, …): they import this
+package. The app that serves them all is ``loopd.server.app``'s.
 """
 
 from loopd.harness.serve import ApiError, ErrorType, RunningServer, open_http_server
 from loopd.server.http._access import AccessStore, SigninCode
-from loopd.server.http._app import create_server_app
-from loopd.server.http._context import ServerContext
-from loopd.server.http._errors import ERROR_RESPONSES, ErrorEnvelope, api_error_of, error_body, error_response
+from loopd.server.http._access_routes import access_router
+from loopd.server.http._errors import (
+    ERROR_RESPONSES,
+    ErrorEnvelope,
+    api_error_of,
+    error_body,
+    error_response,
+    install_error_handlers,
+)
 from loopd.server.http._identity import (
     Identity,
     IdentityKind,
@@ -22,7 +29,7 @@ from loopd.server.http._identity import (
     identity_of,
     trusted_identity,
 )
-from loopd.server.http._security import COOKIE_NAME, ServerSecurity, human_key, tokens_of
+from loopd.server.http._security import COOKIE_NAME, SecurityMiddleware, ServerSecurity, human_key, tokens_of
 from loopd.server.http._sse import HEARTBEAT, EventStreamResponse, sse_frame
 
 RunningHttpServer = RunningServer
@@ -40,17 +47,18 @@ __all__ = [
     "Identity",
     "IdentityKind",
     "RunningHttpServer",
-    "ServerContext",
+    "SecurityMiddleware",
     "ServerSecurity",
     "SigninCode",
+    "access_router",
     "admin_identity",
     "api_error_of",
-    "create_server_app",
     "current_identity",
     "error_body",
     "error_response",
     "human_key",
     "identity_of",
+    "install_error_handlers",
     "open_http_server",
     "sse_frame",
     "tokens_of",

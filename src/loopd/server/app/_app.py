@@ -1,11 +1,11 @@
 """`create_server_app`: the loop-server FastAPI app over a `ServerContext`.
 
 The app serves: ``GET /healthz``, ``GET /v1/me``, the placeholder page at ``/``, the sign-in link and token
-routes (``_access_routes``), the chat, Human and registry routes of the context's services, and any extra
-``routers`` (the Harness Engine's, the web UI's). Every error is the envelope of ``_errors``;
+routes (``loopd.server.http.access_router``), the chat, Human and registry routes of the context's services, and
+any extra ``routers`` (the Harness Engine's, the ledger's). Every error is the envelope of ``loopd.server.http``;
 `SecurityMiddleware` authenticates every request (with the `AccessStore` over the context's database). With
 ``sweepers`` the app's lifespan runs the completion sweeper and the Human deadline sweeper.
-Must not do: bind sockets (``_serving``), build services (the composition root does).
+Must not do: bind sockets (``loopd.server.http.open_http_server``), build services (the composition root does).
 """
 
 from __future__ import annotations
@@ -21,12 +21,21 @@ from starlette.responses import HTMLResponse
 
 from loopd import __version__
 from loopd.harness.serve import drop_validation_responses, install_docs
-from loopd.server.http._access import AccessStore
-from loopd.server.http._access_routes import access_router
-from loopd.server.http._context import ServerContext
-from loopd.server.http._errors import ERROR_RESPONSES, install_error_handlers
-from loopd.server.http._identity import Identity, current_identity, identity_of
-from loopd.server.http._security import COOKIE_NAME, SecurityMiddleware
+from loopd.server.app._context import ServerContext
+from loopd.server.chat import Sweeper, chat_router
+from loopd.server.http import (
+    COOKIE_NAME,
+    ERROR_RESPONSES,
+    AccessStore,
+    Identity,
+    SecurityMiddleware,
+    access_router,
+    current_identity,
+    identity_of,
+    install_error_handlers,
+)
+from loopd.server.human import human_router
+from loopd.server.registry import registry_router
 
 DEFAULT_HEARTBEAT: Final = 15.0
 
@@ -73,11 +82,6 @@ def create_server_app(
     heartbeat: float = DEFAULT_HEARTBEAT,
 ) -> FastAPI:
     """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones."""
-    # Imported here: those packages import this one (for Identity), so this one must not import them first.
-    from loopd.server.chat import Sweeper, chat_router
-    from loopd.server.human import human_router
-    from loopd.server.registry import registry_router
-
     background = [
         Sweeper("completions", lambda: ctx.chat.sweep_closing(limit=20)),
         Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100)),

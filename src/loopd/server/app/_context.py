@@ -1,7 +1,6 @@
 """`ServerContext`: everything one loop-server process serves from, built by the composition root.
 
-Must not do: build anything (``loopd.server._composition`` does) or import the services at run time (they import
-this package for `Identity`; the annotations are enough).
+Must not do: build anything (``loopd.server._composition`` does).
 """
 
 from __future__ import annotations
@@ -9,16 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
-from loopd.server.http._security import ServerSecurity
+from loopd.server.chat import ChatService
+from loopd.server.http import ServerSecurity
+from loopd.server.human import HumanService
+from loopd.server.registry import RegistryService
 from loopd.server.storage import Database
 from loopd.server.streams import ConversationBus
-
-if TYPE_CHECKING:
-    from loopd.server.chat import ChatService
-    from loopd.server.human import HumanService
-    from loopd.server.registry import RegistryService
 
 
 def _utc_now() -> datetime:
