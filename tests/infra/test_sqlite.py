@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -199,3 +201,53 @@ async def test_statements_after_close_are_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StorageUnavailable):
         async with backend.transaction(read_only=True) as conn:
             await conn.fetch("SELECT 1")
+
+
+class _SlowBegin:
+    """A connection whose BEGIN waits (on the lane thread) until the test lets it go."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self.begun = threading.Event()
+        self.release = threading.Event()
+
+    def execute(self, statement: str, *args: Any) -> Any:
+        if statement.startswith("BEGIN") and not self.release.is_set():
+            self.begun.set()
+            self.release.wait(5)
+        return self._conn.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+async def test_a_transaction_cancelled_while_its_begin_runs_does_not_poison_the_next_one(
+    tmp_path: Path, read_only: bool
+) -> None:
+    """Cancelled while the lane thread still runs its BEGIN, a transaction leaves nothing open behind it (the
+    next transaction on the lane rolls it back first; before the floor, the resource store's next BEGIN failed with
+    "cannot start a transaction within a transaction")."""
+    database = await connect(tmp_path / "db.sqlite", 5.0)
+    lane = database.reader if read_only else database.writer
+    real = lane.conn
+    slow = _SlowBegin(real)
+    lane._conn = slow  # type: ignore[assignment]  # duck-typed: only execute/in_transaction are used
+    try:
+
+        async def transaction() -> None:
+            async with database.transaction(read_only=read_only) as conn:
+                await conn.fetch("SELECT 1")
+
+        task = asyncio.create_task(transaction())
+        await asyncio.to_thread(slow.begun.wait, 5)
+        task.cancel()
+        slow.release.set()  # BEGIN now completes on the lane thread, after its caller has gone
+        await asyncio.gather(task, return_exceptions=True)
+        async with database.transaction(read_only=read_only) as conn:  # the next transaction begins
+            assert await conn.fetch("SELECT 1") == [(1,)]
+        await lane.call(lambda: None)  # runs after whatever the transactions queued
+        assert not real.in_transaction
+    finally:
+        lane._conn = real
+        await database.aclose()

@@ -1,7 +1,10 @@
 """The SQL both store backends share: the tables, and the row operations the engine needs.
 
-Owns: the ``Connection`` / ``Backend`` seams (implemented by ``_store_sqlite`` and ``_store_postgres``), the
-``resource_*`` tables, and typed row access (objects, owner index, event log, counters).
+Owns: the ``Backend`` seam (implemented by ``_store_sqlite`` and ``_store_postgres`` on the floor's databases;
+``Connection`` is the floor's), the ``resource_*`` tables as one migrated ``SCHEMA`` (steps recorded in
+``resource_migrations``; step 1 is idempotent, so stores made before the migrator adopt it as they are), the
+floor's database errors as ``StoreUnavailable`` (``ERRORS``), and typed row access (objects, owner index, event
+log, counters).
 Must not do: Kubernetes semantics (the engine decides), or driver specifics (the backends adapt).
 
 Writers are serialized by the backend (SQLite ``BEGIN IMMEDIATE``; PostgreSQL a row lock on the counter), so
@@ -11,12 +14,17 @@ resourceVersions commit in increasing order and a reader of the event log always
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-SCHEMA_STATEMENTS = (
+from loopd._infra.database import Connection as Connection
+from loopd._infra.database import DatabaseErrors
+from loopd._infra.migrations import Migration, Schema
+
+from ._errors import StoreUnavailable
+
+SCHEMA_STATEMENTS: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS resource_counters (
         key TEXT PRIMARY KEY,
         value BIGINT NOT NULL
@@ -55,12 +63,21 @@ SCHEMA_STATEMENTS = (
 )
 
 
-class Connection(Protocol):
-    """One transaction's connection. SQL uses ``?`` placeholders; backends translate."""
+SCHEMA = Schema(
+    "resource",
+    (Migration(1, "objects, owner index, event log, counters", SCHEMA_STATEMENTS),),
+    lock_key=7_305_553_211,
+)
+"""The store's tables. Step 1 only creates what is missing, so a store made before the migrator adopts it."""
 
-    async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
-
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
+ERRORS = DatabaseErrors(
+    unavailable=StoreUnavailable,
+    conflict=StoreUnavailable,
+    outcome_unknown=StoreUnavailable,
+    too_new=StoreUnavailable,
+    invalid_schema=StoreUnavailable,
+)
+"""Every database failure of the store is ``StoreUnavailable`` (the engine decides conflicts itself)."""
 
 
 class Backend(Protocol):
