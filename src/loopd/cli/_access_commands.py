@@ -35,7 +35,7 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _admin_endpoint(data_dir: Path | None, server: str | None, token: str | None) -> tuple[str, str]:
-    from loopd.server._composition import read_server_file
+    from loopd.server import read_server_file
 
     directory = (data_dir or default_data_dir()).expanduser()
     if server is None:

@@ -64,7 +64,7 @@ def find_server(
     url = (server or source.get("LOOPD_SERVER") or "").rstrip("/") or None
     directory = (data_dir or default_data_dir(source)).expanduser()
     if url is None or token is None:
-        from loopd.server._composition import read_server_file
+        from loopd.server import read_server_file
 
         info = read_server_file(directory)
         if info is None:

@@ -16,7 +16,7 @@ from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console,
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
-    from loopd.server._composition import UpSettings
+    from loopd.server import UpSettings
 
 
 def up_command(
@@ -44,7 +44,7 @@ def up_command(
     sandbox: str | None = sandbox_option(),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
-    from loopd.server._composition import ExposureRefused, check_exposure
+    from loopd.server import ExposureRefused, check_exposure
 
     try:
         check_exposure(host, public=public)
@@ -54,7 +54,7 @@ def up_command(
     console = cli_console()
     config = model_config(model, base_url)
     confinement = sandbox_for(sandbox)
-    from loopd.server._composition import UpSettings, WorkspaceLocationError
+    from loopd.server import UpSettings, WorkspaceLocationError
 
     settings = UpSettings(
         data_dir=(data_dir or default_data_dir()).expanduser(),
@@ -80,7 +80,7 @@ def up_command(
 
 
 async def _up(settings: UpSettings, console: Console) -> None:
-    from loopd.server._composition import open_loop_server
+    from loopd.server import open_loop_server
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,4 +1,35 @@
 """loop-server: conversations, messages, Task delivery, Harness Engine, Human Ask/Confirm, registry, ledger.
 
+Public face (what the CLI and embedders use): `open_loop_server` (everything of `loopd up`, running for an
+``async with`` block) with its `UpSettings` and the `RunningServer` it yields; `check_exposure` and its
+`ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `read_server_file` (what a running server
+recorded in its data directory, for `loopd chat`); `DEFAULT_PORT`. The subpackages are the server's parts, layered
+bottom to top (checked by import-linter): ``storage``; ``streams`` | ``ledger`` | ``http``; ``chat`` | ``engine``
+| ``registry``; ``human``; ``responder`` | ``audit``; ``app``; the composition root (``_composition``).
+
 Must not import: loopd.operators, loopd.runtime, loopd.cli.
 """
+
+from loopd.server._composition import (
+    DEFAULT_PORT,
+    ExposureRefused,
+    RunningServer,
+    UpSettings,
+    WorkspaceLocationError,
+    check_exposure,
+    default_workspaces,
+    open_loop_server,
+    read_server_file,
+)
+
+__all__ = [
+    "DEFAULT_PORT",
+    "ExposureRefused",
+    "RunningServer",
+    "UpSettings",
+    "WorkspaceLocationError",
+    "check_exposure",
+    "default_workspaces",
+    "open_loop_server",
+    "read_server_file",
+]
