@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from loopd._infra.clock import SystemClock, VirtualClock
 from loopd.harness import (
     Journal,
     LoopDefinition,
@@ -21,10 +22,12 @@ from .helpers import collect_until, journal_state, same_loops
 
 def gated_rig(journal: Journal, model: ScriptedModel, tool: TouchTool, **options: object) -> Rig:
     rules = options.pop("rules", MemoryRuleStore())
+    clock = options.pop("clock", SystemClock())
     return Rig(
         loops=[LoopDefinition(name="main", model=model, tools=(tool,), **options)],  # type: ignore[arg-type]
         journal=journal,
         rules=rules,  # type: ignore[arg-type]
+        clock=clock,  # type: ignore[arg-type]
     )
 
 
@@ -67,6 +70,7 @@ async def test_deny_reports_denied_outcomes_to_the_model(journal: Journal) -> No
     assert tool.ran == []
     tool_msgs = [m for m in model.requests[-1].messages if m.role == "tool"]
     assert all("permission denied" in m.content for m in tool_msgs)
+    await session.shutdown()
 
 
 async def test_approve_always_stores_grants_before_running(journal: Journal) -> None:
@@ -121,8 +125,12 @@ async def test_a_stored_deny_short_circuits_without_a_prompt(journal: Journal) -
 
 async def test_an_unanswered_gate_times_out_to_deny(journal: Journal) -> None:
     tool = TouchTool()
-    session = await gated_rig(journal, two_touches(), tool, gate_timeout=0.2).start_session()
+    clock = VirtualClock()
+    session = await gated_rig(journal, two_touches(), tool, gate_timeout=30.0, clock=clock).start_session()
     await open_gate(session)
+    await clock.advance(29.9)
+    assert session.state.loops["main"].turn is not None and session.state.loops["main"].turn.gate is not None
+    await clock.advance(0.1)
     await session.wait_idle(timeout=5)
     assert tool.ran == []
     resolved = [r for r in await journal.read(session.id) if r.kind == "gate_resolved"]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from loopd._infra.clock import Clock
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
@@ -148,7 +149,7 @@ class LoopActor:
         definition: LoopDefinition,
         state: LoopState,
         *,
-        now: Callable[[], float],
+        clock: Clock,
         workspace: Path | None,
         rules: RuleStore,
         extra_tools: tuple[Tool, ...] = (),
@@ -157,7 +158,7 @@ class LoopActor:
         self.definition = definition
         self.state = state
         self.mailbox: Mailbox[MailItem] = Mailbox(definition.mailbox_capacity)
-        self._now = now
+        self._clock = clock
         self._workspace = workspace
         self._rules = rules
         self._gate_timers: dict[str, asyncio.Task[None]] = {}
@@ -240,7 +241,7 @@ class LoopActor:
 
     async def _process(self, item: LoopInput | _Ask) -> None:
         command: LoopInput = item.command if isinstance(item, _Ask) else item
-        decision = decide(self.state, command, config=self._config, now=self._now())
+        decision = decide(self.state, command, config=self._config, now=self._clock.time())
         try:
             await self.execute(decision)
         except BaseException:
@@ -507,7 +508,7 @@ class LoopActor:
                     gate_id=f"{turn_id}/{step}",
                     call_ids=decision.prompt.call_ids,
                     prompt=decision.prompt.model_dump(mode="json"),
-                    deadline=self._now() + self.definition.gate_timeout,
+                    deadline=self._clock.time() + self.definition.gate_timeout,
                 )
             )
 
@@ -516,7 +517,7 @@ class LoopActor:
         self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
 
     async def _gate_timer(self, effect: ArmGate) -> None:
-        await asyncio.sleep(max(0.0, effect.deadline - self._now()))
+        await self._clock.sleep(effect.deadline - self._clock.time())
         self.mailbox.put_result(
             GateAnswered(
                 turn_id=effect.turn_id,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from loopd._ids import new_id
+from loopd._infra.clock import Clock, SystemClock
 from loopd.harness._errors import HarnessError, SessionNotFoundError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
@@ -70,7 +70,8 @@ class Rig:
     journal: Journal
     name: str = "rig"
     workspace: Path | None = None
-    now: Callable[[], float] = field(default=time.time)
+    clock: Clock = field(default_factory=SystemClock)
+    """Where the rig reads time (event stamps, gate deadlines) and sleeps (gate timers); virtual in tests."""
     price: Callable[[str, Usage], Usage] = field(default=_no_pricing)
     rules: RuleStore = field(default_factory=MemoryRuleStore)
     budget: BudgetPolicy = UNLIMITED
@@ -101,7 +102,7 @@ class Rig:
         if name != definition.name:
             definition = replace(definition, name=name)
         return LoopActor(
-            session, definition, state, now=self.now, workspace=self.workspace, rules=self.rules, extra_tools=extra
+            session, definition, state, clock=self.clock, workspace=self.workspace, rules=self.rules, extra_tools=extra
         )
 
     def _agent_actor(self, session: Session, name: str, definition: str, state: LoopState, depth: int) -> LoopActor:
@@ -116,7 +117,7 @@ class Rig:
             rig_name=self.name,
             journal=self.journal,
             writer=writer,  # type: ignore[arg-type]
-            now=self.now,
+            clock=self.clock,
             price=self.price,
             budget=self.budget,
             rig=self,
@@ -127,7 +128,7 @@ class Rig:
     async def start_session(self, session_id: str | None = None) -> Session:
         """Create a new session (journal first), start its loops and return it."""
         sid = session_id or new_id()
-        now = self.now()
+        now = self.clock.time()
         writer = await self.journal.create_session(sid, meta=json.dumps({"rig": self.name}), at=now)
         session = self._session(sid, writer)
         for definition in self.loops:
@@ -166,7 +167,7 @@ class Rig:
             session._add_actor(
                 self._agent_actor(session, info.name, info.definition, state.loops[info.name], info.depth)
             )
-        await session._commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.now()))
+        await session._commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.clock.time()))
         _redeliver_reports(session, records)
         for actor in session._running_actors():
             decision = recover(
@@ -174,7 +175,7 @@ class Rig:
                 config=actor.definition.config,
                 mode=mode,
                 idempotent=actor.definition.is_idempotent,
-                now=self.now(),
+                now=self.clock.time(),
             )
             await actor.execute(decision)
         session._start_actors()

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from loopd._ids import new_id
+from loopd._infra.clock import Clock
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
@@ -88,7 +89,7 @@ class Session:
         rig_name: str,
         journal: Journal,
         writer: JournalWriter,
-        now: Callable[[], float],
+        clock: Clock,
         price: Callable[[str, Usage], Usage],
         budget: BudgetPolicy,
         submit_timeout: float,
@@ -99,7 +100,7 @@ class Session:
         self.rig_name = rig_name
         self._journal = journal
         self._writer = writer
-        self._now = now
+        self._clock = clock
         self._price_fn = price
         self._budget = budget
         self._submit_timeout = submit_timeout
@@ -107,7 +108,7 @@ class Session:
         self._hub = Hub(session_id, self._read_envelopes)
         self._actors: dict[str, LoopActor] = {}
         self._commit_lock = asyncio.Lock()
-        self._idle = asyncio.Condition()
+        self._change = asyncio.Event()  # replaced on every change: waiters hold the one that was current
         self._status = "active"
         self._last_seq = writer.last_seq
         self._closing = False
@@ -281,8 +282,12 @@ class Session:
 
     async def wait_idle(self, timeout: float | None = None) -> None:
         """Return once every loop is idle: no turn, no queued input, no running effect."""
-        async with asyncio.timeout(timeout), self._idle:
-            await self._idle.wait_for(self._quiescent)
+        async with asyncio.timeout(timeout):
+            await self._wait_until(self._quiescent)
+
+    async def _wait_until(self, predicate: Callable[[], bool]) -> None:
+        while not predicate():
+            await self._change.wait()
 
     def _drained(self) -> bool:
         if self._fault is not None:
@@ -295,14 +300,9 @@ class Session:
         return all(a.quiescent for a in self._actors.values())
 
     def _changed(self) -> None:
-        async def notify() -> None:
-            async with self._idle:
-                self._idle.notify_all()
-
-        if self._idle.locked():
-            return
-        with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().create_task(notify())
+        """Wake every waiter so it re-checks its condition (synchronous: no task is started for it)."""
+        self._change.set()
+        self._change = asyncio.Event()
 
     async def shutdown(self, *, drain_timeout: float | None = None, reason: str = "shutdown") -> None:
         """Stop accepting input, let running work finish (up to ``drain_timeout``), interrupt the rest, stop."""
@@ -314,13 +314,13 @@ class Session:
             if self._fault is None:
                 drain = self._drain_timeout if drain_timeout is None else drain_timeout
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(drain), self._idle:
-                        await self._idle.wait_for(self._drained)
+                    async with asyncio.timeout(drain):
+                        await self._wait_until(self._drained)
                 for actor in self._running_actors():
                     # A turn parked at an open gate stays open: the gate is journaled and survives the restart.
                     if not actor.state.idle and not actor.parked:
                         await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
-                await self._commit_session(SessionStopped(reason=reason, at=self._now()))
+                await self._commit_session(SessionStopped(reason=reason, at=self._clock.time()))
                 self._status = "stopped"
         finally:
             for actor in tuple(self._actors.values()):
@@ -353,7 +353,7 @@ class Session:
         return self._budget.check(self.usage)
 
     async def _append(self, events: tuple[SessionEvent | LoopEvent, ...]) -> list[int]:
-        records = [NewRecord(*codec.encode(e), at=self._now()) for e in events]
+        records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
         try:
             return await self._writer.append(records)
         except asyncio.CancelledError:
@@ -424,10 +424,13 @@ class Session:
                 raise DelegationError(why)
             name = next_agent_name(state, definition)
             depth = depth_of(state, parent) + 1
-            started = AgentStarted(agent=name, definition=definition, parent=parent, depth=depth, at=self._now())
+            started = AgentStarted(agent=name, definition=definition, parent=parent, depth=depth, at=self._clock.time())
             actor = rig._agent_actor(self, name, definition, LoopState(name=name), depth)
             decision = decide(
-                actor.state, UserInput(command_id=new_id(), loop=name, text=task), config=actor._config, now=self._now()
+                actor.state,
+                UserInput(command_id=new_id(), loop=name, text=task),
+                config=actor._config,
+                now=self._clock.time(),
             )
             async with self._commit_lock:
                 if self._fault is not None:
@@ -486,7 +489,7 @@ class Session:
         actor = self._actors[agent]
         if not actor.state.idle:
             await actor.interrupt(Interrupt(command_id=new_id(), loop=agent, reason=reason))
-        await self._commit_session(AgentStopped(agent=agent, reason=reason, at=self._now()))
+        await self._commit_session(AgentStopped(agent=agent, reason=reason, at=self._clock.time()))
         await actor.stop()
 
     def _report(self, agent: str, event: TurnDone | TurnFailed) -> None:

@@ -151,7 +151,7 @@ class SessionRegistry:
             record: KeyRecord | None = None
             session_id = new_id()
             if key is not None:
-                claimed = KeyRecord(key, fingerprint(body), session_id, None, self.rig.now())
+                claimed = KeyRecord(key, fingerprint(body), session_id, None, self.rig.clock.time())
                 try:
                     record = await self._keys.claim(claimed)
                 except IdempotencyStoreError as exc:
