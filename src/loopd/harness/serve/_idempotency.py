@@ -10,29 +10,47 @@ Must not do: create sessions, or know about HTTP.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
+
+from loopd._infra.database import DatabaseErrors
+from loopd._infra.files import ensure_private_dir
+from loopd._infra.migrations import Migration, Schema, migrate
+from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 
 _TIMEOUT: Final = 10.0
 
-T = TypeVar("T")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS idempotency_keys (
+_SCHEMA = Schema(
+    "idempotency",
+    (
+        Migration(
+            1,
+            "idempotency keys",
+            # IF NOT EXISTS: a file made before the migrator adopts this step as it is.
+            (
+                """CREATE TABLE IF NOT EXISTS idempotency_keys (
     key TEXT PRIMARY KEY,
     fingerprint TEXT NOT NULL,
     session_id TEXT NOT NULL,
     command_id TEXT,
     created_at REAL NOT NULL
+)""",
+            ),
+        ),
+    ),
 )
-"""
 
 
 class IdempotencyStoreError(Exception):
     """The key store could not be read or written."""
+
+
+def _errors(path: Path) -> DatabaseErrors:
+    def error(message: str) -> IdempotencyStoreError:
+        return IdempotencyStoreError(f"idempotency keys in {path}: {message}")
+
+    return DatabaseErrors(unavailable=error, conflict=error, outcome_unknown=error, too_new=error, invalid_schema=error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,64 +91,71 @@ class MemoryIdempotencyStore:
 
 
 class SqliteIdempotencyStore:
-    """Keys in a SQLite file (WAL); every call runs in a worker thread with its own short-lived connection.
+    """Keys in a SQLite file (WAL) through the floor's SQLite database: one connection on its own thread, opened
+    (and its schema migrated) by the first call; `aclose` closes it.
 
-    The file is created on first use.
+    The file is created on first use, 0600 in a 0700 directory when it makes the directory.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._ready = False  # the schema exists (created by the first call; idempotent if two race)
+        self._database: SqliteDatabase | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
 
-    def _connect(self) -> sqlite3.Connection:
-        if not self._ready:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=_TIMEOUT, isolation_level=None)
-        try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            if not self._ready:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute(_SCHEMA)
-                self._ready = True
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    async def _run(self, fn: Callable[[], T]) -> T:
-        try:
-            return await asyncio.wait_for(asyncio.to_thread(fn), _TIMEOUT)
-        except (sqlite3.Error, OSError, TimeoutError) as exc:
-            raise IdempotencyStoreError(f"idempotency keys in {self.path}: {exc}") from exc
+    async def _db(self) -> SqliteDatabase:
+        if self._database is not None:
+            return self._database
+        async with self._opening:
+            if self._database is None:
+                if self._closed:
+                    raise IdempotencyStoreError(f"idempotency keys in {self.path}: the store is closed")
+                try:
+                    ensure_private_dir(self.path.parent, tighten=False)
+                except OSError as exc:
+                    raise IdempotencyStoreError(f"idempotency keys in {self.path}: {exc}") from exc
+                errors = _errors(self.path)
+                database = await SqliteDatabase.open(
+                    self.path,
+                    SqliteOptions(
+                        timeout=_TIMEOUT,
+                        reader=False,
+                        thread_name="loopd-idempotency",
+                        label=f"the idempotency key store {self.path}",
+                        errors=errors,
+                    ),
+                )
+                try:
+                    await migrate(database, _SCHEMA)
+                except BaseException:
+                    await database.aclose()
+                    raise
+                self._database = database
+            return self._database
 
     async def claim(self, record: KeyRecord) -> KeyRecord:
-        def claim() -> KeyRecord:
-            conn = self._connect()
-            try:
-                conn.execute(
-                    "INSERT OR IGNORE INTO idempotency_keys (key, fingerprint, session_id, command_id, created_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (record.key, record.fingerprint, record.session_id, record.command_id, record.created_at),
-                )
-                row = conn.execute(
-                    "SELECT key, fingerprint, session_id, command_id, created_at FROM idempotency_keys WHERE key = ?",
-                    (record.key,),
-                ).fetchone()
-            finally:
-                conn.close()
-            return KeyRecord(str(row[0]), str(row[1]), str(row[2]), row[3], float(row[4]))
-
-        return await self._run(claim)
+        db = await self._db()
+        async with db.transaction(read_only=False) as conn:
+            await conn.execute(
+                "INSERT INTO idempotency_keys (key, fingerprint, session_id, command_id, created_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
+                (record.key, record.fingerprint, record.session_id, record.command_id, record.created_at),
+            )
+            rows = await conn.fetch(
+                "SELECT key, fingerprint, session_id, command_id, created_at FROM idempotency_keys WHERE key = ?",
+                (record.key,),
+            )
+        row = rows[0]
+        return KeyRecord(str(row[0]), str(row[1]), str(row[2]), row[3], float(row[4]))
 
     async def set_command(self, key: str, command_id: str) -> None:
-        def update() -> None:
-            conn = self._connect()
-            try:
-                conn.execute("UPDATE idempotency_keys SET command_id = ? WHERE key = ?", (command_id, key))
-            finally:
-                conn.close()
-
-        await self._run(update)
+        db = await self._db()
+        async with db.transaction(read_only=False) as conn:
+            await conn.execute("UPDATE idempotency_keys SET command_id = ? WHERE key = ?", (command_id, key))
 
     async def aclose(self) -> None:
-        return None
+        async with self._opening:
+            self._closed = True
+            database, self._database = self._database, None
+        if database is not None:
+            await database.aclose()
