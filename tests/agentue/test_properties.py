@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loopd._infra.sse import split_sse
 from loopd.agentue import (
     Event,
-    SseMessage,
     StreamState,
     decode_event,
     decode_sse_event,
@@ -18,10 +18,7 @@ from loopd.agentue import (
     event_from_json,
     fold,
     fold_streams,
-    parse_sse,
-    render_sse,
     resume,
-    split_sse,
 )
 
 SETTINGS = settings(max_examples=150, deadline=None)
@@ -155,7 +152,6 @@ def test_streams_are_independent_under_any_interleaving(
 
 
 cursors = st.none() | st.text(st.characters(exclude_characters="\r\n\x00"), max_size=24)
-one_line = st.text(st.characters(exclude_characters="\r\n"), max_size=12)
 
 
 @SETTINGS
@@ -165,23 +161,6 @@ def test_sse_render_then_parse_round_trips(events: list[Event], cursor: str | No
         decoded = decode_sse_event(encode_sse_event(event, cursor=cursor))
         assert decoded.event == event
         assert decoded.cursor == cursor
-
-
-@SETTINGS
-@given(
-    data=st.none() | st.text(st.characters(exclude_characters="\r"), max_size=30),
-    id_=st.none() | st.text(st.characters(exclude_characters="\r\n\x00"), max_size=8),
-    event=st.none() | one_line,
-    retry=st.none() | st.integers(0, 10**6),
-    comments=st.lists(one_line, max_size=2).map(tuple),
-)
-def test_generic_sse_messages_round_trip(
-    data: str | None, id_: str | None, event: str | None, retry: int | None, comments: tuple[str, ...]
-) -> None:
-    message = SseMessage(data=data, id=id_, event=event, retry=retry, comments=comments)
-    if message == SseMessage():
-        return
-    assert parse_sse(render_sse(message)) == message
 
 
 @SETTINGS

@@ -1,4 +1,5 @@
-"""A small SSE reader for the tests (what a browser's EventSource does, minus reconnecting)."""
+"""A small SSE reader for the tests (what a browser's EventSource does, minus reconnecting), over the floor's
+parser (``loopd._infra.sse``): each message as a `Frame` with its id, event name and JSON data."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from loopd._infra.sse import read_sse
 
 
 @dataclass(frozen=True)
@@ -31,25 +34,12 @@ class Frame:
 
 async def read_frames(response: httpx.Response) -> AsyncIterator[Frame]:
     """Every event and comment of an SSE response, in order (``retry:``-only frames are skipped)."""
-    fields: dict[str, str] = {}
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if line == "":
-            if data or "event" in fields:
-                raw_id = fields.get("id")
-                yield Frame(
-                    id=int(raw_id) if raw_id is not None else None,
-                    event=fields.get("event"),
-                    data=json.loads("\n".join(data)) if data else None,
-                )
-            fields, data = {}, []
-            continue
-        if line.startswith(":"):
-            yield Frame(id=None, event=None, data=None, comment=line[1:].strip())
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        else:
-            fields[name] = value
+    async for message in read_sse(response.aiter_text()):
+        for comment in message.comments:
+            yield Frame(id=None, event=None, data=None, comment=comment.strip())
+        if message.data is not None or message.event is not None:
+            yield Frame(
+                id=int(message.id) if message.id is not None else None,
+                event=message.event,
+                data=json.loads(message.data) if message.data is not None else None,
+            )

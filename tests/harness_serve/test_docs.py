@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from loopd._infra.docs import DOCS_ASSETS_PATH
 from loopd.harness import SqliteJournal
-from loopd.harness.serve import DOCS_ASSETS_PATH
 from loopd.server.storage import Database, DatabaseOptions
 from tests.server_http.support import build_rig
 from tests.server_storage.conftest import ManualClock

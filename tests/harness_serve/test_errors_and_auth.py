@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 import loopd.harness.serve as serve_module
+from loopd._infra.http import is_loopback
 from loopd.harness import SqliteJournal
-from loopd.harness.serve import InsecureBindError, check_bind, is_loopback, serve
+from loopd.harness.serve import InsecureBindError, check_bind, serve
 from loopd.harness.standard import HarnessSettings
 
 from .conftest import Served, client_for, scripted_rig, serving
@@ -240,42 +241,20 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
 
 
 def test_public_face() -> None:
+    """The transport's own names only: the HTTP plumbing is the floor's (``loopd._infra``)."""
     assert set(serve_module.__all__) == {
-        "DOCS_ASSETS_PATH",
-        "DOCS_PATH",
         "IDEMPOTENCY_FILE",
-        "MAX_JSON_DEPTH",
         "PUBLIC_PATHS",
-        "SSE_PING",
-        "STATUS_OF",
-        "TYPE_OF_STATUS",
-        "WRITE_METHODS",
-        "ApiError",
-        "ErrorType",
-        "EventStreamResponse",
         "IdempotencyStore",
         "IdempotencyStoreError",
         "InsecureBindError",
         "KeyRecord",
         "MemoryIdempotencyStore",
-        "RunningServer",
         "SessionRegistry",
         "SqliteIdempotencyStore",
-        "buffer_json_body",
         "check_bind",
         "create_app",
-        "drop_validation_responses",
-        "error_body",
-        "error_response",
-        "host_name",
-        "install_docs",
-        "install_error_handlers",
-        "is_loopback",
         "open_harness_server",
-        "open_http_server",
-        "peer_is_loopback",
         "registry_of",
-        "request_headers",
         "serve",
-        "sse_message",
     }

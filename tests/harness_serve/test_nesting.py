@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopd._infra.http import MAX_JSON_DEPTH
 from loopd.harness import SqliteJournal
-from loopd.harness.serve import MAX_JSON_DEPTH
 
 from .conftest import scripted_rig, serving
 from .test_errors_and_auth import assert_envelope

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from loopd.harness.serve import peer_is_loopback
+from loopd._infra.http import peer_is_loopback
 from loopd.harness.serve._guard import Guard
 
 

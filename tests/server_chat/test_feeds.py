@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from loopd.agentue import parse_sse, split_sse
+from loopd._infra.sse import parse_sse, split_sse
 from loopd.server.chat import ChatService, conversation_frames, text_content
 from loopd.server.http._identity import Identity
 from loopd.server.streams import emit

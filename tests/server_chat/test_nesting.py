@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from loopd.harness.serve import MAX_JSON_DEPTH
+from loopd._infra.http import MAX_JSON_DEPTH
 from tests.server_http.support import Rig, ask, error_of, new_conversation, text_events
 
 

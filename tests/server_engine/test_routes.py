@@ -12,6 +12,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from loopd._infra.sse import read_sse
 from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, TextSet, engine_router
 from loopd.server.http import Identity, ServerSecurity, open_http_server
 from loopd.server.http._errors import install_error_handlers
@@ -110,13 +111,9 @@ async def _sse(client: httpx.AsyncClient, path: str, headers: dict[str, str]) ->
     async with client.stream("GET", path, headers=headers) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
-        frame_id: str | None = None
-        async for line in response.aiter_lines():
-            if line.startswith("id: "):
-                frame_id = line[4:]
-            elif line.startswith("data: "):
-                frames.append((frame_id, json.loads(line[6:])))
-                frame_id = None
+        async for message in read_sse(response.aiter_text()):
+            if message.data is not None:
+                frames.append((message.id, json.loads(message.data)))
     return frames
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
-from loopd.agentue import parse_sse, split_sse
+from loopd._infra.sse import read_sse
 from loopd.resources.client import TASKS, InMemoryClient
 from loopd.server.app import ServerContext, create_server_app
 from loopd.server.chat import ChatService, ResourceTaskGateway, TaskGateway
@@ -267,17 +267,13 @@ class Frame:
 
 async def frames_of(response: httpx.Response) -> AsyncIterator[Frame]:
     """Every SSE message of a streaming response, in order (comments included)."""
-    rest = ""
-    async for chunk in response.aiter_text():
-        found, rest = split_sse(rest + chunk)
-        for text in found:
-            message = parse_sse(text)
-            yield Frame(
-                int(message.id) if message.id else None,
-                message.event,
-                json.loads(message.data) if message.data is not None else None,
-                message.comments,
-            )
+    async for message in read_sse(response.aiter_text()):
+        yield Frame(
+            int(message.id) if message.id else None,
+            message.event,
+            json.loads(message.data) if message.data is not None else None,
+            message.comments,
+        )
 
 
 def fold_by_message(datas: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -5,9 +5,11 @@ A message's content is a *model* `{version, biz, meta, blocks}`: `biz` names the
 domain fields) or a reference `{id, ref}` that the application resolves. Live changes are *events* — `start`
 (whole model), `set`, `append`, `error`, `ping`, `end` — each with a per-stream `seq`; `reduce(state, event)` folds
 them deterministically into the snapshot, and `Streams` keeps one independent state per `stream_id`. Over HTTP each
-event is one SSE message `data: <json>` whose optional `id:` is a transport cursor.
+event is one SSE message `data: <json>` whose optional `id:` is a transport cursor (`encode_sse_event`,
+`decode_sse_event`; the generic SSE framing is ``loopd._infra.sse``).
 
-Pure and a leaf: this package imports nothing of loopd and does no I/O (no clock, no randomness, no sockets).
+Pure and a leaf: this package imports nothing of loopd but the floor's pure modules (``loopd._infra``) and does no
+I/O (no clock, no randomness, no sockets).
 Errors: `AgentUEValidationError` (the input is not AgentUE; `AgentUETooDeepError` when a value nests more than
 `MAX_DEPTH` levels) and `AgentUERejectedError` (the event cannot apply to this state; the state is unchanged), all
 `AgentUEError`s and so `ValueError`s.
@@ -70,14 +72,8 @@ from loopd.agentue._sse import (
     SSE_CONTENT_TYPE,
     SSE_HEADERS,
     SseEvent,
-    SseMessage,
     decode_sse_event,
     encode_sse_event,
-    iter_sse,
-    parse_sse,
-    render_sse,
-    split_sse,
-    sse_comment,
 )
 from loopd.agentue._streams import Streams, fold_streams
 
@@ -121,7 +117,6 @@ __all__ = [
     "Role",
     "SetEvent",
     "SseEvent",
-    "SseMessage",
     "StartEvent",
     "StreamState",
     "Streams",
@@ -136,16 +131,11 @@ __all__ = [
     "event_from_json",
     "fold",
     "fold_streams",
-    "iter_sse",
     "join_frames",
     "parse_block",
-    "parse_sse",
     "reduce",
-    "render_sse",
     "resume",
     "split_block",
-    "split_sse",
-    "sse_comment",
     "typed_block",
     "validate_model",
 ]

@@ -30,8 +30,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.sse import read_sse
 from loopd._paths import default_data_dir
-from loopd.agentue import AgentUEError, StreamState, parse_sse, reduce, split_sse
+from loopd.agentue import AgentUEError, StreamState, reduce
 from loopd.cli._errors import cli_console
 from loopd.cli._run_input import InputInterrupted, LineInput
 
@@ -267,29 +268,25 @@ class ChatClient:
                     if response.status_code >= 400:
                         await response.aread()
                         raise ChatFailure(_error_text(response))
-                    rest = ""
-                    async for chunk in response.aiter_text():
+                    async for message in read_sse(response.aiter_text()):
                         failures = 0
-                        frames, rest = split_sse(rest + chunk)
-                        for frame in frames:
-                            message = parse_sse(frame)
-                            if message.data is None:
-                                continue
-                            if message.event == "error":
-                                raise httpx.ReadError("the server ended the stream")
-                            if message.id is not None:
-                                cursor = int(message.id)
-                            data = json.loads(message.data)
-                            if data.get("message_id") != response_id:
-                                continue
-                            event = data.get("event", {})
-                            view.apply(event)
-                            for gate in view.render_progress():
-                                await self._answer_gate(gate, view)
-                            if event.get("op") == "end":
-                                header = data.get("message") or {}
-                                view.final_status = str(header.get("status") or "completed")
-                                return
+                        if message.data is None:
+                            continue
+                        if message.event == "error":
+                            raise httpx.ReadError("the server ended the stream")
+                        if message.id is not None:
+                            cursor = int(message.id)
+                        data = json.loads(message.data)
+                        if data.get("message_id") != response_id:
+                            continue
+                        event = data.get("event", {})
+                        view.apply(event)
+                        for gate in view.render_progress():
+                            await self._answer_gate(gate, view)
+                        if event.get("op") == "end":
+                            header = data.get("message") or {}
+                            view.final_status = str(header.get("status") or "completed")
+                            return
             except (httpx.TransportError, httpx.RemoteProtocolError) as exc:
                 failures += 1
                 if failures > _RECONNECTS:

@@ -8,6 +8,7 @@ from typing import Final
 
 import typer
 
+from loopd._infra.serving import RunningServer
 from loopd._locking import data_dir_lock
 from loopd._paths import ensure_private_dir, ensure_private_file
 from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free_ports
@@ -15,7 +16,7 @@ from loopd.cli._errors import model_config as checked_model_config
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
-from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, RunningServer, check_bind, serve
+from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, check_bind, serve
 from loopd.harness.standard import HarnessSettings, default_data_dir
 
 harness_app = typer.Typer(

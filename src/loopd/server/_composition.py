@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from loopd._ids import new_id
+from loopd._infra.http import is_loopback
 from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
-from loopd.harness.serve import is_loopback
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import (

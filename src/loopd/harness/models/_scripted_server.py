@@ -39,13 +39,11 @@ import json
 import logging
 import math
 import re
-import socket
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
-import uvicorn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -53,6 +51,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from loopd._infra.serving import open_http_server
 from loopd.harness.core._values import Frozen, Usage
 
 logger = logging.getLogger(__name__)
@@ -633,14 +632,6 @@ async def _json(
 # Running it
 
 
-class _EmbeddedUvicorn(uvicorn.Server):
-    """A uvicorn server that leaves the host process's signal handlers alone."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
-
-
 @contextlib.asynccontextmanager
 async def open_scripted_server(
     script: Script | ScriptedServer = None,
@@ -652,50 +643,30 @@ async def open_scripted_server(
 ) -> AsyncIterator[str]:
     """Serve ``script`` (or a prepared `ScriptedServer`) on ``host:port`` in this loop; yield the base URL.
 
-    The server stops when the block exits (in-flight replies get up to ``shutdown_timeout`` seconds).
+    The server stops when the block exits (in-flight replies get up to ``shutdown_timeout`` seconds). It runs on
+    the floor's runner with h11 (the parser its faults were written against) and leaves the process's logging and
+    signal handlers alone.
     """
     server = script if isinstance(script, ScriptedServer) else ScriptedServer(script)
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        bound_port = sock.getsockname()[1]
-        # No log_config / log_level / access_log: any of them would reconfigure the process-wide uvicorn loggers.
-        config = uvicorn.Config(
-            server.app,
-            log_config=None,
-            log_level=None,
-            lifespan="off",
-            http="h11",
-            ws="none",
-            timeout_graceful_shutdown=max(math.ceil(shutdown_timeout) - 1, 1),
-        )
-        runner = _EmbeddedUvicorn(config)
-        serving = asyncio.create_task(runner.serve(sockets=[sock]), name=f"scripted-server:{bound_port}")
-        try:
-            async with asyncio.timeout(startup_timeout):
-                while not runner.started:
-                    if serving.done():
-                        raise RuntimeError(f"scripted server failed to start on {host}:{bound_port}")
-                    await asyncio.sleep(0.005)
-            url_host = f"[{host}]" if ":" in host else host
-            yield f"http://{url_host}:{bound_port}/v1"
-        finally:
-            runner.should_exit = True
-            await _stop(serving, shutdown_timeout)
-    finally:
-        sock.close()
+    async with open_http_server(
+        server.app,
+        host=host,
+        port=port,
+        start_timeout=startup_timeout,
+        graceful_timeout=max(shutdown_timeout - 1, 1),
+        lifespan="off",
+        log_level=None,
+        http="h11",
+    ) as running:
+        yield f"{running.url}/v1"
 
 
-async def _stop(serving: asyncio.Task[None], timeout: float) -> None:
-    try:
-        await asyncio.wait({serving}, timeout=timeout)
-    finally:
-        if not serving.done():
-            serving.cancel()
-            await asyncio.wait({serving}, timeout=1.0)
-    if serving.done() and not serving.cancelled() and (exc := serving.exception()) is not None:
-        logger.error("scripted server stopped with an error", exc_info=exc)
+async def _serve_demo(server: ScriptedServer, host: str, port: int) -> None:
+    async with open_http_server(
+        server.app, host=host, port=port, lifespan="off", http="h11", handle_signals=True
+    ) as running:
+        print(f"loopd demo model on {running.url}/v1 (LOOPD_MODEL=demo)", flush=True)
+        await running.wait()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -712,8 +683,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     demo = DemoOptions(list_tool=args.list_tool, read_tool=args.read_tool, chunk_delay=args.chunk_delay)
     server = ScriptedServer(demo=demo)
-    print(f"loopd demo model on http://{args.host}:{args.port}/v1 (LOOPD_MODEL=demo)", flush=True)
-    uvicorn.run(server.app, host=args.host, port=args.port, lifespan="off", ws="none", http="h11")
+    asyncio.run(_serve_demo(server, args.host, args.port))
 
 
 if __name__ == "__main__":

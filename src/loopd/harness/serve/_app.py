@@ -17,13 +17,14 @@ from fastapi import APIRouter, Body, FastAPI, Header, Query, Response
 from fastapi import Path as PathParam
 
 from loopd import __version__
+from loopd._infra.docs import install_docs
+from loopd._infra.http import EventStreamResponse
+from loopd._infra.http_errors import ApiError, drop_validation_responses, error_responses, install_error_handlers
 from loopd.harness._errors import HarnessError
 from loopd.harness.core import codec
 from loopd.harness.runtime import RecoveryMode, Rig
-from loopd.harness.serve._docs import install_docs
-from loopd.harness.serve._errors import TYPE_OF_STATUS, ApiError, from_harness
+from loopd.harness.serve._errors import from_harness
 from loopd.harness.serve._guard import Guard
-from loopd.harness.serve._http import EventStreamResponse, drop_validation_responses, install_error_handlers
 from loopd.harness.serve._idempotency import (
     IdempotencyStore,
     IdempotencyStoreError,
@@ -38,7 +39,6 @@ from loopd.harness.serve._wire import (
     CancelResult,
     CreatedSession,
     CreateSessionRequest,
-    ErrorEnvelope,
     EventItem,
     GateAnswerRequest,
     GateAnswerResult,
@@ -60,9 +60,7 @@ IDEMPOTENCY_FILE: Final = "serve-idempotency.db"
 MAX_JOURNAL_PAGE: Final = 1000
 MAX_SEQ: Final = 2**62  # journal seqs are SQLite integers; larger cursors are refused, not overflowed
 
-_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
-    status: {"model": ErrorEnvelope, "description": kind} for status, kind in TYPE_OF_STATUS.items() if status != 422
-}
+_ERRORS: Final = error_responses()  # every framework status but 422 (a wrong method is 405 invalid_request)
 
 _GATE_ANSWERS: Final[dict[str, Literal["approve", "approve_always", "deny"]]] = {
     "approve": "approve",

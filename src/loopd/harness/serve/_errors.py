@@ -1,6 +1,7 @@
-"""The HTTP error envelope and the mapping from harness errors to it.
+"""How harness errors are answered over HTTP: `from_harness`, the transport's translation to the error envelope.
 
-Every error the transport sends is ``{"error": {"type": ..., "message": ...}}``:
+The envelope itself (`ApiError`, its types and statuses) is the floor's (``loopd._infra.http_errors``); this
+transport answers with these types:
 
     type                    status  when
     invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405)
@@ -21,11 +22,7 @@ Must not do: decide *whether* something is an error (routes and the registry do 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final, Literal
-
-from starlette.responses import JSONResponse
-
+from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import (
     HarnessError,
     JournalError,
@@ -37,81 +34,6 @@ from loopd.harness._errors import (
     SessionNotFoundError,
     SubscriptionLostError,
 )
-
-ErrorType = Literal[
-    "invalid_request",
-    "cursor_ahead",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "conflict",
-    "payload_too_large",
-    "unsupported_media_type",
-    "too_many_requests",
-    "service_unavailable",
-    "internal_error",
-]
-
-STATUS_OF: Final[Mapping[ErrorType, int]] = {
-    "invalid_request": 400,
-    "cursor_ahead": 400,
-    "unauthorized": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "conflict": 409,
-    "payload_too_large": 413,
-    "unsupported_media_type": 415,
-    "too_many_requests": 429,
-    "service_unavailable": 503,
-    "internal_error": 500,
-}
-
-TYPE_OF_STATUS: Final[Mapping[int, ErrorType]] = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "invalid_request",
-    409: "conflict",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-    422: "invalid_request",  # FastAPI's validation status; answered as 400
-    429: "too_many_requests",
-    503: "service_unavailable",
-}
-"""The envelope type of an HTTP status raised by the framework (a wrong method is ``invalid_request``)."""
-
-_MAX_MESSAGE = 2000
-
-
-class ApiError(Exception):
-    """An error the API answers with; raise it anywhere under a route."""
-
-    def __init__(
-        self,
-        type: ErrorType,
-        message: str,
-        *,
-        status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.type: ErrorType = type
-        self.message = message
-        self.status = status if status is not None else STATUS_OF[type]
-        self.headers = dict(headers or {})
-
-
-def error_body(type: ErrorType, message: str) -> dict[str, dict[str, str]]:
-    """The envelope ``{"error": {"type", "message"}}``, the message cut to 2,000 characters."""
-    if len(message) > _MAX_MESSAGE:
-        message = message[:_MAX_MESSAGE] + "…"
-    return {"error": {"type": type, "message": message}}
-
-
-def error_response(error: ApiError) -> JSONResponse:
-    """``error`` as a JSON response with its status and headers."""
-    return JSONResponse(error_body(error.type, error.message), status_code=error.status, headers=error.headers)
 
 
 def from_harness(exc: HarnessError) -> ApiError:

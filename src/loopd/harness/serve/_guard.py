@@ -11,8 +11,8 @@
   415 ``unsupported_media_type``, and must be one JSON object, else 400; a cross-site form post therefore never
   reaches a route.
 
-The body and JSON mechanics are `buffer_json_body` (shared with loop-server); the token and Host rules are
-this transport's own. Must not do: know the routes beyond `PUBLIC_PATHS`.
+The body and JSON mechanics and the peer check are the floor's (``loopd._infra.http``); the token and Host rules
+are this transport's own. Must not do: know the routes beyond `PUBLIC_PATHS`.
 """
 
 from __future__ import annotations
@@ -22,28 +22,19 @@ from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loopd.harness.serve._errors import ApiError, error_response
-from loopd.harness.serve._http import WRITE_METHODS, buffer_json_body, host_name, is_loopback, request_headers
+from loopd._infra.http import (
+    WRITE_METHODS,
+    buffer_json_body,
+    host_name,
+    is_loopback,
+    peer_is_loopback,
+    request_headers,
+)
+from loopd._infra.http_errors import ApiError, error_response
 
 PUBLIC_PATHS: Final = frozenset({"/healthz", "/openapi.json", "/docs"})
 PUBLIC_PREFIXES: Final = ("/static/docs/",)
 """The API explorer's page and assets: like the API document, they hold nothing of any session."""
-
-
-RELAY_HEADERS: Final = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
-"""Headers a reverse proxy adds: a loopback peer that sends one relays a client from elsewhere."""
-
-
-def peer_is_loopback(scope: Scope) -> bool:
-    """Whether the request comes from this machine: its connection's peer address (ASGI ``client``) is loopback —
-    a header never makes it so — and it was not relayed by a reverse proxy on this machine (`RELAY_HEADERS`)."""
-    client = scope.get("client")
-    if not client or not isinstance(client[0], str):
-        return False  # an unknown peer is not trusted
-    address = client[0].strip().lower().removeprefix("::ffff:")  # IPv4-mapped IPv6 on dual-stack sockets
-    if address == "localhost" or not is_loopback(address):
-        return False
-    return not any(name.lower() in RELAY_HEADERS for name, _ in scope.get("headers", ()))
 
 
 class Guard:

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from loopd._infra.http_errors import ApiError
 from loopd.harness.core import codec
 from loopd.harness.core.events import (
     EphemeralEvent,
@@ -28,7 +29,6 @@ from loopd.harness.core.events import (
     TurnStarted,
 )
 from loopd.harness.runtime import Session
-from loopd.harness.serve._errors import ApiError
 from loopd.harness.serve._sessions import SessionRegistry
 
 InputFate = Literal["queued", "started", "cancelled", "rejected"]

@@ -1,4 +1,4 @@
-"""Running the API: `open_harness_server` (the shared `open_http_server`), and `serve` for the standard rig.
+"""Running the API: `open_harness_server` (the floor's `open_http_server`), and `serve` for the standard rig.
 
 Shutdown order (Ctrl-C / SIGTERM, or leaving `open_harness_server`): stop accepting connections and end the event
 streams → let in-flight requests finish (up to ``graceful_timeout``) → the app's lifespan shuts every live session
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from loopd._infra.http import is_loopback
+from loopd._infra.serving import RunningServer, open_http_server
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app
-from loopd.harness.serve._http import RunningServer, is_loopback, open_http_server
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 
 

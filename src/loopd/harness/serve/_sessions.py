@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from loopd._ids import new_id
+from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
 from loopd.harness.core import codec
 from loopd.harness.core.apply import fold
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal._protocol import Record
 from loopd.harness.runtime import RecoveryMode, Rig, Session
-from loopd.harness.serve._errors import ApiError
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
 from loopd.harness.serve._wire import CreateSessionRequest, SessionStatus
 

@@ -21,11 +21,11 @@ import json
 from collections.abc import AsyncGenerator
 from typing import Any, Final
 
+from loopd._infra.http_errors import ApiError, ErrorType, error_body
+from loopd._infra.sse import SSE_PING, sse_message
 from loopd.harness._errors import HarnessError, SubscriptionLostError
 from loopd.harness.core import codec
 from loopd.harness.runtime import Envelope, Subscription
-from loopd.harness.serve._errors import ApiError, ErrorType, error_body
-from loopd.harness.serve._http import SSE_PING, sse_message
 from loopd.harness.serve._sessions import SessionRegistry
 from loopd.harness.serve._wire import event_json
 

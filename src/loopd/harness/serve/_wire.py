@@ -61,15 +61,6 @@ class GateAnswerRequest(_Request):
 # --- responses ---------------------------------------------------------------------------------------------
 
 
-class ErrorDetail(_Response):
-    type: str
-    message: str
-
-
-class ErrorEnvelope(_Response):
-    error: ErrorDetail
-
-
 class QueuedInputBody(_Response):
     command_id: str
     text: str

@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import HTMLResponse
 
 from loopd import __version__
-from loopd.harness.serve import drop_validation_responses, install_docs
+from loopd._infra.docs import install_docs
+from loopd._infra.http_errors import drop_validation_responses
 from loopd.server.app._context import ServerContext
 from loopd.server.chat import Sweeper, chat_router
 from loopd.server.http import (

@@ -10,7 +10,7 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi import Path as PathParam
 
-from loopd.harness.serve import ApiError
+from loopd._infra.http_errors import ApiError
 from loopd.server.chat._records import ChatRequest
 from loopd.server.chat._service import ChatService, check_responder, text_content
 from loopd.server.chat._stream import conversation_frames

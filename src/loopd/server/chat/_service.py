@@ -25,8 +25,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from loopd._infra.http_errors import ApiError
 from loopd.agentue import AgentUEError, validate_model
-from loopd.harness.serve import ApiError
 from loopd.server.chat._feeds import DEFAULT_BUFFER, ConversationFeeds
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question

@@ -26,6 +26,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.sse import read_sse
 from loopd.harness.core.events import Event as HarnessEvent
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -110,7 +111,7 @@ class RemoteRun:
                         await response.aread()
                         _check(response)
                         raise RemoteError(f"the remote event stream answered {response.status_code}")
-                    async for kind, seq, data in _sse_messages(response.aiter_lines()):
+                    async for kind, seq, data in _sse_messages(response.aiter_text()):
                         failures = 0
                         if kind == "error":
                             resume = data.get("error", {}).get("resume_from") if isinstance(data, dict) else None
@@ -144,34 +145,20 @@ class RemoteRun:
         return None  # the remote session belongs to its server; nothing is held here
 
 
-async def _sse_messages(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, int | None, Any]]:
-    """``(event name, id as int, decoded data)`` per SSE message; comments and retry lines are skipped."""
-    kind: str | None = None
-    seq: int | None = None
-    data: list[str] = []
-    async for raw in lines:
-        line = raw.rstrip("\r")
-        if not line:
-            decoded: Any = None
-            if data:
-                try:
-                    decoded = json.loads("\n".join(data))
-                except json.JSONDecodeError:
-                    decoded = None
-            if decoded is not None:
-                yield kind, seq, decoded
-            kind, seq, data = None, None, []
+async def _sse_messages(chunks: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, int | None, Any]]:
+    """``(event name, id as int, decoded data)`` per SSE message whose data is JSON; comments, heartbeats and
+    ``retry:`` lines carry no data and are skipped (the framing rules are the floor's `read_sse`)."""
+    async for message in read_sse(chunks):
+        if message.data is None:
             continue
-        if line.startswith(":"):
+        try:
+            decoded: Any = json.loads(message.data)
+        except json.JSONDecodeError:
             continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            kind = value
-        elif name == "id" and value.isdigit():
-            seq = int(value)
+        if decoded is None:
+            continue
+        seq = int(message.id) if message.id is not None and message.id.isascii() and message.id.isdigit() else None
+        yield message.event, seq, decoded
 
 
 class RemoteHarnessAdapter:

@@ -4,13 +4,14 @@ Public face: `Identity` with the dependencies `current_identity` / `trusted_iden
 `ServerSecurity` and its `SecurityMiddleware`, `AccessStore` (issued tokens, sign-in codes and cookies) and its
 `access_router`, `ApiError` (raise it under any route) and the error helpers with `install_error_handlers`,
 `EventStreamResponse` / `sse_frame`, and `open_http_server` (uvicorn on a bound socket).
-The mechanism under these (body cap, SSE response, error handlers, serving) is ``loopd.harness.serve``'s; this
-package holds the server's policy: identities, cookies, the Origin check, storage-error mapping.
+The mechanism under these (body cap, SSE response, error handlers, serving) is the floor's (``loopd._infra``);
+this package holds the server's policy: identities, cookies, the Origin check, storage-error mapping.
 Must not import the services (``loopd.server.chat``, ``.human``, ``.registry``, ``.engine``, …): they import this
 package. The app that serves them all is ``loopd.server.app``'s.
 """
 
-from loopd.harness.serve import ApiError, ErrorType, RunningServer, open_http_server
+from loopd._infra.http_errors import ApiError, ErrorType
+from loopd._infra.serving import RunningServer, open_http_server
 from loopd.server.http._access import AccessStore, SigninCode
 from loopd.server.http._access_routes import access_router
 from loopd.server.http._errors import (

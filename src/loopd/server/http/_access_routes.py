@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from loopd.harness.serve import ApiError
+from loopd._infra.http_errors import ApiError
 from loopd.server.http._access import AccessStore
 from loopd.server.http._errors import ERROR_RESPONSES
 from loopd.server.http._identity import Identity, admin_identity

@@ -17,10 +17,11 @@ Every error response is ``{"error": {"type": ..., "message": ...}}``:
     service_unavailable     503     the database or the Task API is unreachable (retry)
     internal_error          500     a bug; the message never carries a traceback
 
-``ApiError``, the envelope (`error_body`, `error_response`) and the handlers' mechanism are the harness transport's
-(one class for the whole process, so any router can raise it); this module adds the server's own mapping: storage
-errors by their ``type``, friendlier 404/405 messages, and logging of 500s. Must not do: decide *whether* something
-is an error.
+``ApiError``, the envelope (`error_body`, `error_response`, `ErrorEnvelope`) and the handlers' mechanism are the
+floor's (``loopd._infra.http_errors``: one class for the whole process, so any router can raise it); this module adds
+the statuses the server's OpenAPI document lists (`ERROR_RESPONSES`) and the server's own mapping: storage errors by
+their ``type``, friendlier 404/405 messages, and logging of 500s. Must not do: decide *whether* something is an
+error.
 """
 
 from __future__ import annotations
@@ -29,11 +30,18 @@ import logging
 from typing import Any, Final, cast
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict
 
-from loopd.harness.serve import STATUS_OF, TYPE_OF_STATUS, ApiError, ErrorType, error_response
-from loopd.harness.serve import error_body as _error_body
-from loopd.harness.serve import install_error_handlers as _install_envelope_handlers
+from loopd._infra.http_errors import (
+    STATUS_OF,
+    ApiError,
+    ErrorDetail,
+    ErrorEnvelope,
+    ErrorType,
+    error_response,
+    error_responses,
+)
+from loopd._infra.http_errors import error_body as _error_body
+from loopd._infra.http_errors import install_error_handlers as _install_envelope_handlers
 from loopd.server.storage import StorageError
 
 __all__ = [
@@ -51,29 +59,12 @@ _log = logging.getLogger("loopd.server.http")
 _ROUTE_MESSAGES: Final = {404: "no such route", 405: "this route does not take that method"}
 
 
-class ErrorDetail(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: ErrorType
-    message: str
-
-
-class ErrorEnvelope(BaseModel):
-    """The body of every error response."""
-
-    model_config = ConfigDict(extra="forbid")
-    error: ErrorDetail
-
-
-ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = {
-    status: {"model": ErrorEnvelope, "description": kind}
-    for status, kind in TYPE_OF_STATUS.items()
-    if status not in (405, 422)
-}
+ERROR_RESPONSES: Final[dict[int | str, dict[str, Any]]] = error_responses(exclude=(405, 422))
 """``responses=`` for routers, so the OpenAPI document shows the envelope."""
 
 
 def error_body(type: str, message: str) -> dict[str, dict[str, str]]:
-    """The harness transport's `error_body` for a type known only at run time (e.g. a storage error's)."""
+    """The floor's `error_body` for a type known only at run time (e.g. a storage error's)."""
     return _error_body(cast(ErrorType, type), message)
 
 

@@ -13,7 +13,7 @@ from typing import Final, Literal
 
 from fastapi import Request
 
-from loopd.harness.serve import ApiError
+from loopd._infra.http_errors import ApiError
 
 IdentityKind = Literal["user", "operator", "harness"]
 IDENTITY_KINDS: Final = frozenset({"user", "operator", "harness"})

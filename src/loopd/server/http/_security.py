@@ -22,7 +22,7 @@ Identity (left in the scope for `current_identity`):
 * Neither → 401, except on the public paths (``/healthz``, ``/``, ``/signin``, ``/openapi.json``, ``/docs``, …),
   where a cookie that does not count is ignored.
 
-Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here with the harness transport's `buffer_json_body`:
+Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here with the floor's `buffer_json_body`:
 at most ``max_body_bytes`` (413) within ``body_timeout`` (400); a non-empty body must be ``application/json`` (415)
 holding one JSON object (400).
 Must not do: know routes beyond the public paths, or decide what an identity may do.
@@ -40,16 +40,15 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from loopd.harness.serve import (
+from loopd._infra.http import (
     WRITE_METHODS,
-    ApiError,
     buffer_json_body,
-    error_response,
     host_name,
     is_loopback,
     peer_is_loopback,
     request_headers,
 )
+from loopd._infra.http_errors import ApiError, error_response
 from loopd.server.http._access import AccessStore
 from loopd.server.http._errors import api_error_of
 from loopd.server.http._identity import SCOPE_KEY, Identity

@@ -1,7 +1,8 @@
-"""Server-sent events for loop-server's routes: JSON frames over the harness transport's SSE mechanism.
+"""Server-sent events for loop-server's routes: JSON frames over the floor's SSE mechanism.
 
-`EventStreamResponse` (a response that notices a client leaving) and the frame encoding are
-``loopd.harness.serve``'s; this module adds `sse_frame`, whose data is compact JSON, and the `HEARTBEAT` comment.
+`EventStreamResponse` (a response that notices a client leaving) and the frame encoding are the floor's
+(``loopd._infra.http``, ``loopd._infra.sse``); this module adds `sse_frame`, whose data is compact JSON, and the
+`HEARTBEAT` comment.
 A stream only observes: when the client goes away its frame generator is closed and nothing else happens.
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from loopd.harness.serve import SSE_PING, EventStreamResponse, sse_message
+from loopd._infra.http import EventStreamResponse
+from loopd._infra.sse import SSE_PING, sse_message
 
 __all__ = ["HEARTBEAT", "EventStreamResponse", "sse_frame"]
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Depends
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopd.harness.serve import ApiError
+from loopd._infra.http_errors import ApiError
 from loopd.server.http._errors import ERROR_RESPONSES
 from loopd.server.http._identity import Identity, current_identity, trusted_identity
 from loopd.server.registry._service import ActorKind, RegistryService

@@ -1,8 +1,8 @@
-"""The API's interactive documentation (Swagger UI), served entirely by the app itself: no CDN, works offline.
+"""An API's interactive documentation (Swagger UI), served entirely by the app itself: no CDN, works offline.
 
 `install_docs(app)` adds ``GET /docs`` (an HTML page that loads only this server's URLs) and mounts the Swagger UI
-assets under ``/static/docs/`` from the ``fastapi-offline`` package, which bundles them. Both loop-server and
-`loopd harness serve` call it. Must not do: decide who may read the page (each app's middleware does: the assets
+assets under ``/static/docs/`` from the ``fastapi-offline`` package, which bundles them. loop-server and
+``loopd harness serve`` call it. Must not do: decide who may read the page (each app's middleware does: the assets
 live under ``/static/`` so loop-server serves them without credentials, like its other static files).
 """
 
@@ -17,6 +17,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.staticfiles import StaticFiles
+
+__all__ = ["DOCS_ASSETS_PATH", "DOCS_PATH", "docs_assets_dir", "install_docs"]
 
 DOCS_PATH: Final = "/docs"
 DOCS_ASSETS_PATH: Final = "/static/docs"

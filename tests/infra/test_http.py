@@ -1,11 +1,10 @@
-"""The HTTP mechanism the harness transport shares with loop-server (``loopd.harness.serve._http``), on its own:
-a small app served by `open_http_server` on 127.0.0.1, and the framing and body rules by their contracts."""
+"""The floor's HTTP mechanism (``loopd._infra.http``, ``http_errors``, ``serving``) on its own: a small app served
+by `open_http_server` on 127.0.0.1, and the body rules by their contracts."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,47 +13,19 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Message
 
-from loopd.harness.serve import (
-    ApiError,
-    EventStreamResponse,
-    buffer_json_body,
-    install_error_handlers,
-    open_http_server,
-    sse_message,
-)
+from loopd._infra.http import EventStreamResponse, buffer_json_body
+from loopd._infra.http_errors import ApiError, install_error_handlers
+from loopd._infra.serving import open_http_server
+from loopd._infra.sse import iter_sse, sse_message
 
 
 def _parse_sse(raw: bytes) -> list[dict[str, str]]:
-    """Messages of an SSE body as the spec reads them: only CRLF, LF and CR end a line."""
-    messages: list[dict[str, str]] = []
-    fields: dict[str, str] = {}
-    data: list[str] = []
-    for line in re.split(r"\r\n|\r|\n", raw.decode()):
-        if line == "":
-            if data or fields:
-                messages.append({**fields, "data": "\n".join(data)})
-            fields, data = {}, []
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "data":
-            data.append(value)
-        elif name:
-            fields[name] = value
+    """The messages of an SSE body, as ``{field: value}`` (the floor's parser)."""
+    messages = []
+    for message in iter_sse(raw.decode()):
+        fields = {"id": message.id, "event": message.event, "data": message.data}
+        messages.append({k: v for k, v in fields.items() if v is not None})
     return messages
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        '{"text":"a\u2028b\u2029c\x85d\x0be\x1cf"}',  # separators str.splitlines knows but SSE does not
-        "first\nsecond\r\nthird",
-        "",
-    ],
-)
-def test_an_sse_message_carries_its_text_intact(text: str) -> None:
-    (message,) = _parse_sse(sse_message(text, event="item", id=7))
-    assert message == {"id": "7", "event": "item", "data": text.replace("\r\n", "\n")}
 
 
 async def _buffer(headers: dict[str, str], *chunks: bytes, max_bytes: int = 16, timeout: float = 5.0) -> bytes:

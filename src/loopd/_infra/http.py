@@ -1,0 +1,222 @@
+"""HTTP request mechanism shared by loopd's servers: mechanism only, no policy.
+
+* Requests: `request_headers`, `host_name`, `is_loopback`, `peer_is_loopback` (the connection's peer address, never
+  a header) and `WRITE_METHODS`.
+* Bodies: `buffer_json_body` reads a write's body under a byte cap and a timeout, insists on one JSON object nested
+  at most `MAX_JSON_DEPTH` levels (measured on the bytes by `json_depth`, before anything parses them recursively),
+  and hands the body on; it refuses with `ApiError` (the envelope of ``http_errors``).
+* Event streams: `EventStreamResponse`, a ``text/event-stream`` response that notices a client leaving (the frames
+  themselves are ``loopd._infra.sse``'s).
+
+Must not do: decide who may call (tokens, cookies, Origin and Host rules belong to each app's middleware), know
+any route, or import anything of loopd outside ``loopd._infra``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import itertools
+import json
+import re
+from collections.abc import AsyncGenerator, Mapping
+from typing import Final
+
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from loopd._infra.http_errors import ApiError
+
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "RELAY_HEADERS",
+    "WRITE_METHODS",
+    "EventStreamResponse",
+    "buffer_json_body",
+    "host_name",
+    "is_loopback",
+    "json_depth",
+    "peer_is_loopback",
+    "request_headers",
+]
+
+WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+MAX_JSON_DEPTH: Final = 64
+"""How deeply a request body may nest objects and arrays (``{}`` is depth 1); deeper is 400 ``invalid_request``."""
+RELAY_HEADERS: Final = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
+"""Headers a reverse proxy adds: a loopback peer that sends one relays a client from elsewhere."""
+
+_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP: Final = tuple(1 if b in b"[{" else -1 for b in range(256))
+
+# --- requests --------------------------------------------------------------------------------------------------
+
+
+def request_headers(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name (a repeated header keeps its last value)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def host_name(value: str) -> str:
+    """A ``Host`` header's name without the port (``[::1]:80`` → ``::1``)."""
+    value = value.strip()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine's loopback."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def peer_is_loopback(scope: Scope) -> bool:
+    """Whether the request comes from this machine: its connection's peer address (ASGI ``client``) is loopback —
+    a header never makes it so — and it was not relayed by a reverse proxy on this machine (`RELAY_HEADERS`)."""
+    client = scope.get("client")
+    if not client or not isinstance(client[0], str):
+        return False  # an unknown peer is not trusted
+    address = client[0].strip().lower().removeprefix("::ffff:")  # IPv4-mapped IPv6 on dual-stack sockets
+    if address == "localhost" or not is_loopback(address):
+        return False
+    return not any(name.lower() in RELAY_HEADERS for name, _ in scope.get("headers", ()))
+
+
+# --- bodies ----------------------------------------------------------------------------------------------------
+
+
+async def buffer_json_body(headers: Mapping[str, str], receive: Receive, *, max_bytes: int, timeout: float) -> Receive:
+    """Read a write's whole body and return a ``receive`` that hands it on (then defers to the original).
+
+    Refuses, with `ApiError`: a ``Content-Length`` that is not a number (400) or above ``max_bytes`` (413); a body
+    that grows past ``max_bytes`` as it arrives (413) or takes longer than ``timeout`` seconds (400); a client that
+    leaves mid-body (400); a non-empty body without a JSON ``Content-Type`` (415) or that is not one JSON object (400).
+    """
+    length = headers.get("content-length")
+    if length is not None:
+        length = length.strip()
+        if not (length.isascii() and length.isdigit()):
+            raise ApiError("invalid_request", "Content-Length is not a number")
+        if int(length) > max_bytes:
+            raise ApiError("payload_too_large", f"the body is larger than {max_bytes} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async with asyncio.timeout(timeout):
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ApiError("invalid_request", "the client went away while sending the body")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ApiError("payload_too_large", f"the body is larger than {max_bytes} bytes")
+                chunks.append(chunk)
+                more = bool(message.get("more_body", False))
+    except TimeoutError as exc:
+        raise ApiError("invalid_request", f"the body did not arrive within {timeout:g}s") from exc
+    body = b"".join(chunks)
+    if body.strip():
+        if not _is_json(headers.get("content-type", "")):
+            raise ApiError("unsupported_media_type", "writes take JSON: send 'Content-Type: application/json'")
+        _check_json_object(body)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply JSON text nests objects and arrays, counted on the bytes without parsing or recursion (brackets
+    inside strings do not count). Meant as a guard before parsing: text that is not JSON gets some number."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+
+
+def _check_json_object(body: bytes) -> None:
+    opening = body.count(b"[") + body.count(b"{")
+    if opening > MAX_JSON_DEPTH and json_depth(body) > MAX_JSON_DEPTH:
+        raise ApiError("invalid_request", f"the body nests objects/arrays more than {MAX_JSON_DEPTH} levels deep")
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ApiError("invalid_request", f"the body is not valid JSON: {str(exc)[:200]}") from exc
+    if not isinstance(value, dict):
+        raise ApiError("invalid_request", f"the body must be a JSON object, not {type(value).__name__}")
+
+
+# --- event streams ---------------------------------------------------------------------------------------------
+
+
+class EventStreamResponse(StreamingResponse):
+    """``text/event-stream`` that closes its frame generator as soon as the client leaves, not at its next write.
+
+    Closing the generator is all that happens when the client goes away (a stream only observes). With
+    ``wait_for_first_frame`` the headers go out only once the generator has yielded its first frame, so a client
+    that sees the response start knows the stream is attached. A write that fails because the client is gone
+    (``OSError``) ends the response quietly; any other error is raised.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        frames: AsyncGenerator[bytes, None],
+        *,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        wait_for_first_frame: bool = False,
+    ) -> None:
+        base = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        super().__init__(frames, status_code=status_code, headers={**base, **(headers or {})})
+        self._frames = frames
+        self._wait_for_first_frame = wait_for_first_frame
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        streamer = asyncio.ensure_future(self._stream(send))
+        watcher = asyncio.ensure_future(self._client_left(receive))
+        try:
+            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (streamer, watcher):
+                task.cancel()
+            await asyncio.gather(streamer, watcher, return_exceptions=True)
+        if not streamer.cancelled() and (error := streamer.exception()) is not None and not isinstance(error, OSError):
+            raise error
+
+    async def _stream(self, send: Send) -> None:
+        async with contextlib.aclosing(self._frames) as frames:
+            first = await anext(frames, b"") if self._wait_for_first_frame else b""
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if first:
+                await send({"type": "http.response.body", "body": first, "more_body": True})
+            async for chunk in frames:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def _client_left(receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
