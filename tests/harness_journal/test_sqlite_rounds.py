@@ -344,3 +344,54 @@ async def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(JournalError, match="newer than this build"):
         await SqliteJournal.open(path)
+
+
+_LAYOUT_2 = """
+CREATE TABLE journal_sessions (
+    sid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    meta TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE journal_records (
+    id INTEGER PRIMARY KEY,
+    sid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    v INTEGER NOT NULL,
+    at REAL NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE UNIQUE INDEX journal_records_sid_seq ON journal_records (sid, seq);
+PRAGMA user_version = 2;
+"""
+
+
+async def test_a_file_versioned_by_user_version_alone_keeps_opening(tmp_path: Path) -> None:
+    """A layout-2 file made before the floor's migrator (its version in ``PRAGMA user_version``, no
+    ``journal_migrations`` table) opens as it is: both steps are recorded as made, nothing is migrated."""
+    path = tmp_path / "v2.db"
+    db = sqlite3.connect(path)
+    db.executescript(_LAYOUT_2)
+    db.execute("INSERT INTO journal_sessions VALUES (1, 'one', 1.0, 1, 'm1')")
+    db.executemany(
+        "INSERT INTO journal_records (sid, seq, kind, v, at, data) VALUES (1, ?, 'k', 1, ?, ?)",
+        [(s, float(s), json.dumps({"tag": f"one/{s}"}).encode()) for s in (1, 2)],
+    )
+    db.commit()
+    db.close()
+    journal = await SqliteJournal.open(path)
+    try:
+        assert journal.migrated_from is None
+        assert tags_of([r.data for r in await journal.read("one")]) == ["one/1", "one/2"]
+        writer = await journal.open_writer("one")
+        assert await writer.append(records(1, tag="one/3")) == [3]
+    finally:
+        await journal.aclose()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT version FROM journal_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        db.close()

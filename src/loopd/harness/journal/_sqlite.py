@@ -39,15 +39,18 @@ heads of the round's sessions are read again. An append whose epoch is not the s
 Durability: WAL with ``synchronous=NORMAL`` (default) survives a process crash (kill -9); ``synchronous="FULL"``
 also survives power loss at the price of an fsync per group commit (and never commits inline).
 
-Layout (``PRAGMA user_version``): version 2 keeps records in append order (a rowid table) with a unique index on
-``(sid, seq)``: a round over many sessions adds its rows at the end of the table, and only the small index
-entries land in one place per session (with rows clustered by session, each session's row page was rewritten).
-A session's last seq is the largest seq in that index, so no per-append UPDATE of the session row is needed.
-Reading one session walks the index and fetches its rows by rowid (as fast as the clustered read for a session
-written alone; more pages when many sessions interleaved). A file of version 0 (rows clustered by ``(sid, seq)``
-``WITHOUT ROWID``, and a ``last_seq`` column in the session row) is migrated in one transaction when it is
-first opened; a build from before the migration then fails on the file (the ``last_seq`` column it expects is
-gone) rather than numbering records wrongly.
+Threads and layout: the connections, their threads and the layout's migration are the floor's
+(``loopd._infra.sqlite`` lanes, ``loopd._infra.migrations``); the group-commit algorithm above is this module's.
+Layout (steps recorded in ``journal_migrations``; ``PRAGMA user_version`` kept at 2 for older builds, and read
+to adopt a file made before the migrator): version 2 keeps records in append order (a rowid table) with a
+unique index on ``(sid, seq)``: a round over many sessions adds its rows at the end of the table, and only the
+small index entries land in one place per session (with rows clustered by session, each session's row page was
+rewritten). A session's last seq is the largest seq in that index, so no per-append UPDATE of the session row is
+needed. Reading one session walks the index and fetches its rows by rowid (as fast as the clustered read for a
+session written alone; more pages when many sessions interleaved). A file of version 0 (rows clustered by
+``(sid, seq)`` ``WITHOUT ROWID``, and a ``last_seq`` column in the session row: step 1) is migrated in one
+transaction (step 2) when it is first opened; a build from before that migration then fails on the file (the
+``last_seq`` column it expects is gone) rather than numbering records wrongly.
 """
 
 from __future__ import annotations
@@ -57,12 +60,15 @@ import contextlib
 import sqlite3
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from loopd._paths import ensure_private_dir, ensure_private_file
+from loopd._infra.database import Connection, DatabaseErrors
+from loopd._infra.files import ensure_private_dir
+from loopd._infra.migrations import Migration, Schema, migrate
+from loopd._infra.sqlite import SqliteDatabase, SqliteLane, SqliteOptions
 from loopd.harness._errors import (
     JournalError,
     JournalFencedError,
@@ -79,6 +85,25 @@ INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
 CHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 
+_LAYOUT_0 = (
+    """CREATE TABLE journal_sessions (
+    sid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    meta TEXT NOT NULL DEFAULT ''
+)""",
+    """CREATE TABLE journal_records (
+    sid INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    v INTEGER NOT NULL,
+    at REAL NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (sid, seq)
+) WITHOUT ROWID""",
+)
 _SCHEMA_V2 = (
     """CREATE TABLE journal_sessions (
     sid INTEGER PRIMARY KEY,
@@ -130,55 +155,58 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
-def _connect(path: Path, synchronous: str, timeout: float) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute(f"PRAGMA synchronous={synchronous}")
-    conn.execute("PRAGMA foreign_keys=OFF")
-    return conn
-
-
-def _prepare_file(conn: sqlite3.Connection) -> int | None:
-    """Create the tables of a new file, or migrate a file of layout 0; return the layout migrated from."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version > SCHEMA_VERSION:
-            raise JournalError(f"journal layout {version} is newer than this build ({SCHEMA_VERSION})")
-        migrated: int | None = None
-        if version < SCHEMA_VERSION:
-            exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'journal_records'").fetchone()
-            if exists is not None:
-                _migrate_from_0(conn)
-                migrated = int(version)
-            else:
-                for statement in _SCHEMA_V2:
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-    return migrated
-
-
-def _migrate_from_0(conn: sqlite3.Connection) -> None:
-    """Layout 0 → 2, inside the caller's transaction: records in append order, no ``last_seq`` column."""
-    conn.execute("ALTER TABLE journal_records RENAME TO journal_records_0")
-    conn.execute("ALTER TABLE journal_sessions RENAME TO journal_sessions_0")
+async def _layout_0_to_2(conn: Connection) -> None:
+    """Layout 0 → 2, inside the migration's transaction: records in append order, no ``last_seq`` column."""
+    await conn.execute("ALTER TABLE journal_records RENAME TO journal_records_0")
+    await conn.execute("ALTER TABLE journal_sessions RENAME TO journal_sessions_0")
     for statement in _SCHEMA_V2:
-        conn.execute(statement)
-    conn.execute(
+        await conn.execute(statement)
+    await conn.execute(
         "INSERT INTO journal_sessions (sid, id, created_at, epoch, meta) "
         "SELECT sid, id, created_at, epoch, meta FROM journal_sessions_0 ORDER BY sid"
     )
-    conn.execute(
+    await conn.execute(
         "INSERT INTO journal_records (sid, seq, kind, v, at, data) "
         "SELECT sid, seq, kind, v, at, data FROM journal_records_0 ORDER BY sid, seq"
     )
-    conn.execute("DROP TABLE journal_records_0")
-    conn.execute("DROP TABLE journal_sessions_0")
+    await conn.execute("DROP TABLE journal_records_0")
+    await conn.execute("DROP TABLE journal_sessions_0")
+    # A build from before the floor's migrator reads the layout here (and refuses a newer one).
+    await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+async def _adopt(conn: Connection) -> int:
+    """A file from before the migrator: its ``PRAGMA user_version`` is the layout (2: both steps made), and a file
+    of layout 0 has the tables of step 1."""
+    ((version,),) = await conn.fetch("PRAGMA user_version")
+    if int(version) >= SCHEMA_VERSION:
+        return int(version)
+    exists = await conn.fetch("SELECT 1 FROM sqlite_master WHERE name = 'journal_records'")
+    return 1 if exists else 0
+
+
+SCHEMA = Schema(
+    "journal",
+    (
+        Migration(1, "layout 0: records clustered by session", _LAYOUT_0),
+        Migration(2, "layout 2: records in append order, no last_seq column", (_layout_0_to_2,)),
+    ),
+    adopt=_adopt,
+)
+"""The file's layout, as numbered steps of the floor's migrator (recorded in ``journal_migrations``)."""
+
+
+def _journal_error(message: str) -> JournalError:
+    return JournalError(message)
+
+
+_ERRORS = DatabaseErrors(
+    unavailable=_journal_error,
+    conflict=_journal_error,
+    outcome_unknown=_journal_error,
+    too_new=_journal_error,
+    invalid_schema=_journal_error,
+)
 
 
 class SqliteJournal:
@@ -203,8 +231,25 @@ class SqliteJournal:
         self._append_timeout = append_timeout
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._inline = inline_commits and synchronous == "NORMAL"
-        self._wexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopd-journal-w")
-        self._rexec = ThreadPoolExecutor(max_workers=1, thread_name_prefix="loopd-journal-r")
+        # The floor's lanes: a connection each, on its own thread. The writer's connection is also used on the
+        # event-loop thread by inline rounds (while the writer thread is idle); its checkpoints run on the writer
+        # thread (`_resolve`), never inside an inline commit.
+        lane = SqliteOptions(
+            timeout=append_timeout,
+            busy_timeout=self._busy_ms / 1000,
+            synchronous=synchronous,
+            pragmas=("foreign_keys=OFF",),
+            label=f"the journal {self.path}",
+            errors=_ERRORS,
+        )
+        self._writer = SqliteLane(
+            self.path,
+            replace(lane, pragmas=(*lane.pragmas, "wal_autocheckpoint=0")),
+            query_only=False,
+            name="loopd-journal-w",
+        )
+        self._reader = SqliteLane(self.path, lane, query_only=True, name="loopd-journal-r")
+        # The lanes' connections, once open (read on every append: one attribute, not two).
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         # Used only by whoever holds the write connection: a writer-thread job, or an inline round while no
@@ -243,22 +288,16 @@ class SqliteJournal:
         return journal
 
     async def _start(self) -> None:
-        # Transcripts hold file contents: the owner alone reads them (the -wal/-shm files take the file's mode).
+        # Transcripts hold file contents: the owner alone reads them (the writer lane creates the file 0600; the
+        # -wal/-shm files take the file's mode).
         ensure_private_dir(self.path.parent, tighten=False)
-        ensure_private_file(self.path)
-
-        def setup() -> tuple[sqlite3.Connection, int | None]:
-            conn = _connect(self.path, self._synchronous, self._busy_ms / 1000)
-            # Checkpoints run on the writer thread (`_resolve`), never inside an inline commit.
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            try:
-                return conn, _prepare_file(conn)
-            except BaseException:
-                conn.close()
-                raise
-
-        self._wconn, self.migrated_from = await self._in_writer(setup)
-        self._rconn = await self._in_reader(_connect, self.path, self._synchronous, self._busy_ms / 1000)
+        await self._writer.open()
+        # The layout through the floor's migrator, on the writer lane before anything else uses it.
+        applied = await migrate(SqliteDatabase(self._writer, None, self._writer.options), SCHEMA)
+        self.migrated_from = 0 if applied == [2] else None
+        self._wconn = self._writer.connection
+        await self._reader.open()
+        self._rconn = self._reader.connection
 
     # --- the two threads -----------------------------------------------------------------------------------
 
@@ -269,7 +308,7 @@ class SqliteJournal:
             self._set_busy_wait(True)
             return fn(*args)
 
-        future = self._wexec.submit(job)
+        future = self._writer.submit(job)
         self._wjobs.append(future)
         return future
 
@@ -283,9 +322,8 @@ class SqliteJournal:
     async def _in_writer(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.wait_for(asyncio.wrap_future(self._submit(fn, *args)), self._append_timeout)
 
-    async def _in_reader(self, fn: Callable[..., _T], *args: Any) -> _T:
-        loop = asyncio.get_running_loop()
-        return await asyncio.wait_for(loop.run_in_executor(self._rexec, fn, *args), self._append_timeout)
+    async def _in_reader(self, fn: Callable[[], _T]) -> _T:
+        return await self._reader.call(fn)
 
     def _set_busy_wait(self, wait: bool) -> None:
         """SQLite's busy timeout: the configured one on the writer thread, 0 for inline rounds."""
@@ -637,17 +675,11 @@ class SqliteJournal:
         if self._flusher is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._flusher), 2 * self._append_timeout)
-        loop = asyncio.get_running_loop()
+        self._wconn = self._rconn = None
         try:
-            if self._wconn is not None:
-                conn, self._wconn = self._wconn, None
-                await asyncio.wait_for(asyncio.wrap_future(self._wexec.submit(conn.close)), self._append_timeout)
-            if self._rconn is not None:
-                conn, self._rconn = self._rconn, None
-                await asyncio.wait_for(loop.run_in_executor(self._rexec, conn.close), self._append_timeout)
+            await self._writer.close()  # each bounded by append_timeout
         finally:
-            self._wexec.shutdown(wait=False)
-            self._rexec.shutdown(wait=False)
+            await self._reader.close()
 
 
 class _SqliteWriter:
