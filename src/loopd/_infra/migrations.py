@@ -87,6 +87,14 @@ async def _record(conn: Connection, schema: Schema, step: Migration) -> None:
     )
 
 
+def _refuse_newer(db: Database, schema: Schema, version: int) -> None:
+    if version > len(schema.migrations):
+        raise db.errors.too_new(
+            f"the {schema.name} schema is at version {version}, newer than this build ({len(schema.migrations)}): "
+            "run a newer loopd (databases are never downgraded)"
+        )
+
+
 async def migrate(db: Database, schema: Schema) -> list[int]:
     """Bring ``schema`` up to its last step; returns the versions applied now (empty when current; adopted steps
     are not listed). Raises ``db.errors.too_new`` when the database has a step this code does not know."""
@@ -103,15 +111,13 @@ async def migrate(db: Database, schema: Schema) -> list[int]:
                 await conn.fetch("SELECT pg_advisory_xact_lock(?)", (schema.advisory_lock,))
             applied = await _applied(conn, schema)
             if not applied and schema.adopt is not None:
-                adopted = min(await schema.adopt(conn), len(steps))
+                adopted = await schema.adopt(conn)
+                _refuse_newer(db, schema, adopted)
                 for step in steps[:adopted]:
                     await _record(conn, schema, step)
                 applied = [step.version for step in steps[:adopted]]
-            if applied and applied[-1] > len(steps):
-                raise db.errors.too_new(
-                    f"the {schema.name} schema is at version {applied[-1]} but this code knows only up to "
-                    f"{len(steps)}: run a newer loopd (databases are never downgraded)"
-                )
+            if applied:
+                _refuse_newer(db, schema, applied[-1])
             done = set(applied)
             missing = [step for step in steps if step.version not in done]
             if not missing:
