@@ -5,7 +5,8 @@ Owns: ``PostgresOptions`` and ``PostgresDatabase``, the ``loopd._infra.database.
 step is bounded by the timeout, READ COMMITTED write transactions, REPEATABLE READ read-only transactions, and
 ``psycopg`` errors → the caller's ``DatabaseErrors`` (``mapped``). A ``COMMIT`` that times out or loses its
 connection is ``errors.outcome_unknown``: the server may have committed it. For users that speak psycopg
-directly (pipelines, ``LISTEN``), ``connection`` lends a pooled connection and ``connect`` makes a dedicated one.
+directly (single statements, ``LISTEN``), ``connection``/``pooled`` lend a pooled connection and ``connect``
+makes a dedicated one.
 Must not do: SQL of any table; schema versions (``loopd._infra.migrations``).
 """
 
@@ -163,6 +164,12 @@ class PostgresDatabase:
             yield conn
         finally:
             await asyncio.shield(self._pool.putconn(conn))
+
+    def pooled(self) -> AbstractAsyncContextManager[PgConnection]:
+        """A pooled connection (autocommit), for a caller that bounds and maps the whole block itself
+        (``async with db.mapped("reading"), db.pooled() as conn:``): the cheapest way to one statement."""
+        self._check_open()
+        return self._pool.connection(timeout=self._options.timeout)
 
     async def connect(self) -> PgConnection:
         """A new connection outside the pool (e.g. for ``LISTEN``), with the same session settings."""

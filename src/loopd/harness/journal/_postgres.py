@@ -1,7 +1,9 @@
 """PostgreSQL journal: group commit, epoch fencing in the database, LISTEN/NOTIFY for followers.
 
-Owns: ``PostgresJournal``, its schema (created idempotently, versioned by a row in ``journal_meta``) and the
-translation of psycopg failures into the harness error tree. Must not import ``loopd.resources`` or
+Owns: ``PostgresJournal``, its schema (step 1 of the floor's migrator, recorded in ``journal_migrations`` inside
+the journal's PostgreSQL schema; a schema versioned by its ``journal_meta`` row alone, as before the migrator, is
+adopted) and the journal's statements. The pool, timeouts and the translation of psycopg failures into
+`JournalError` are the floor's (``loopd._infra.postgres``). Must not import ``loopd.resources`` or
 ``loopd.server`` (the harness sits below them).
 
 Writes: appends from every session of this process are gathered while the previous batch commits and are
@@ -28,10 +30,11 @@ import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.database import Connection, DatabaseErrors
+from loopd._infra.migrations import Migration, Schema, migrate
 from loopd.harness._errors import (
     JournalCorruptError,
     JournalError,
@@ -45,7 +48,8 @@ try:
     import psycopg
     from psycopg import sql
     from psycopg.rows import TupleRow
-    from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+    from loopd._infra.postgres import PostgresDatabase, PostgresOptions
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("PostgresJournal needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
 
@@ -60,16 +64,15 @@ _FOLLOW_PAGE = 512
 
 _Connection = psycopg.AsyncConnection[TupleRow]
 
-_META = (
-    "CREATE SCHEMA IF NOT EXISTS {schema}",
+_CREATE_SCHEMA = "CREATE SCHEMA IF NOT EXISTS {schema}"
+
+# Step 1, in one transaction (so: all of them or none). The journal_meta row tells builds from before the
+# migrator which version this is.
+_OBJECTS = (
     """CREATE TABLE IF NOT EXISTS {schema}.journal_meta (
         key text PRIMARY KEY,
         value text NOT NULL
     )""",
-)
-
-# Created once, in the transaction that writes the schema_version row (so: all of them or none).
-_OBJECTS = (
     """CREATE TABLE {schema}.journal_sessions (
         sid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         id text NOT NULL UNIQUE,
@@ -139,6 +142,7 @@ _OBJECTS = (
         RETURN firsts;
     END
     $fn$""",
+    "INSERT INTO {schema}.journal_meta (key, value) VALUES ('schema_version', '1') ON CONFLICT (key) DO NOTHING",
 )
 
 
@@ -150,10 +154,11 @@ class _Statements:
     one is rendered again on every execution (measurable at thousands of appends per second).
     """
 
-    meta: tuple[str, ...]
+    create_schema: str
     objects: tuple[str, ...]
+    migrations_table: str
+    meta_table: str
     version_get: str
-    version_set: str
     create: str
     take: str
     append: str
@@ -170,10 +175,11 @@ class _Statements:
             return sql.SQL(text).format(schema=name).as_string()
 
         return cls(
-            meta=tuple(q(s) for s in _META),
+            create_schema=q(_CREATE_SCHEMA),
             objects=tuple(q(s) for s in _OBJECTS),
+            migrations_table=q("{schema}.journal_migrations"),
+            meta_table=q("{schema}.journal_meta"),
             version_get=q("SELECT value FROM {schema}.journal_meta WHERE key = 'schema_version'"),
-            version_set=q("INSERT INTO {schema}.journal_meta (key, value) VALUES ('schema_version', %s)"),
             create=q(
                 "INSERT INTO {schema}.journal_sessions (id, created_at, meta) VALUES (%s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING RETURNING sid, epoch"
@@ -239,6 +245,19 @@ class _Columns:
         return columns
 
 
+def _journal_error(message: str) -> JournalError:
+    return JournalError(message)
+
+
+_ERRORS = DatabaseErrors(
+    unavailable=_journal_error,
+    conflict=_journal_error,
+    outcome_unknown=_journal_error,
+    too_new=_journal_error,
+    invalid_schema=_journal_error,
+)
+
+
 class PostgresJournal:
     """A `Journal` in a PostgreSQL schema, shared safely by many processes (server replicas).
 
@@ -272,24 +291,23 @@ class PostgresJournal:
         self._keepalive = keepalive
         self._q = _Statements.build(schema)
         self._channel = f"loopd_journal.{schema}"
+        # The server gives up a little before the client (statement and lock timeouts at 0.8 × timeout).
         millis = max(1, int(timeout * 800))
-        self._connect_kwargs: dict[str, object] = {
-            "autocommit": True,
-            "connect_timeout": max(1, int(timeout)),
-            "application_name": "loopd-journal",
-            "options": (
-                f"-c statement_timeout={millis} -c lock_timeout={millis} "
-                f"-c idle_in_transaction_session_timeout={2 * millis}"
-            ),
-        }
-        self._pool: AsyncConnectionPool[_Connection] = AsyncConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=max_connections,
+        self._options = PostgresOptions(
             timeout=timeout,
-            open=False,
-            kwargs=self._connect_kwargs,
-            name=f"loopd-journal-{schema}",
+            max_connections=max_connections,
+            server_timeout=millis / 1000,
+            settings=(("idle_in_transaction_session_timeout", str(2 * millis)),),
+            application_name="loopd-journal",
+            pool_name=f"loopd-journal-{schema}",
+            errors=_ERRORS,
+        )
+        self._db: PostgresDatabase | None = None
+        self._layout = Schema(
+            "journal",
+            (Migration(1, "sessions, records, journal_append", self._q.objects),),
+            table=self._q.migrations_table,
+            adopt=self._adopt,
         )
         self._pending = _Batch()
         self._flusher: asyncio.Task[None] | None = None
@@ -324,53 +342,49 @@ class PostgresJournal:
         try:
             await journal._start()
         except BaseException:
-            await journal._pool.close(timeout=timeout)
+            if journal._db is not None:
+                await journal._db.aclose()
             raise
         return journal
 
     async def _start(self) -> None:
-        async with self._io("opening the journal"):
-            await self._pool.open(wait=True, timeout=self._timeout)
-        async with self._io("creating the journal schema"), self._transaction() as conn:
-            # Replicas starting together would race on CREATE ... IF NOT EXISTS; one lock per schema name.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._channel,))
-            for statement in self._q.meta:
-                await conn.execute(statement)
-            cur = await conn.execute(self._q.version_get)
-            row = await cur.fetchone()
-            if row is None:
-                for statement in self._q.objects:
-                    await conn.execute(statement)
-                await conn.execute(self._q.version_set, (str(SCHEMA_VERSION),))
-            elif row[0] != str(SCHEMA_VERSION):
-                raise JournalError(
-                    f"journal schema {self.schema!r} has version {row[0]!r}; this loopd uses version {SCHEMA_VERSION}"
-                )
+        self._db = await PostgresDatabase.open(self.dsn, self._options)
+        async with self._db.transaction(read_only=False) as conn:
+            # Replicas starting together would race on CREATE SCHEMA IF NOT EXISTS; one lock per schema name.
+            await conn.fetch("SELECT pg_advisory_xact_lock(hashtext(?))", (self._channel,))
+            await conn.execute(self._q.create_schema)
+        await migrate(self._db, self._layout)
+
+    async def _adopt(self, conn: Connection) -> int:
+        """A schema made before the migrator: its version is the ``journal_meta`` row (none: a new schema)."""
+        ((table,),) = await conn.fetch("SELECT to_regclass(?)::text", (self._q.meta_table,))
+        if table is None:
+            return 0
+        rows = await conn.fetch(self._q.version_get)
+        if not rows:
+            return 0
+        value = rows[0][0]
+        if not str(value).isdigit():
+            raise JournalError(
+                f"journal schema {self.schema!r} has version {value!r}; this loopd uses version {SCHEMA_VERSION}"
+            )
+        return int(value)
 
     # --- plumbing ------------------------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def _io(self, what: str) -> AsyncIterator[None]:
-        """A deadline for one database call, and psycopg failures translated into `JournalError`."""
-        try:
-            async with asyncio.timeout(self._timeout):
-                yield
-        except TimeoutError as exc:
-            raise JournalError(f"{what}: timed out after {self._timeout}s") from exc
-        except PoolTimeout as exc:
-            raise JournalError(f"{what}: no PostgreSQL connection available") from exc
-        except psycopg.Error as exc:
-            raise JournalError(f"{what}: {exc}") from exc
+    @property
+    def _database(self) -> PostgresDatabase:
+        if self._db is None or self._db.closed:
+            raise JournalError("journal is closed")
+        return self._db
 
-    @asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[_Connection]:
-        async with self._pool.connection(timeout=self._timeout) as conn, conn.transaction():
-            yield conn
+    def _io(self, what: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A deadline for one database call, and psycopg failures translated into `JournalError` (the floor's)."""
+        return self._database.mapped(what)
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[_Connection]:
-        async with self._pool.connection(timeout=self._timeout) as conn:
-            yield conn
+    def _connection(self) -> contextlib.AbstractAsyncContextManager[_Connection]:
+        """A pooled connection for one call (inside `_io`, which bounds it)."""
+        return self._database.pooled()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -562,8 +576,7 @@ class PostgresJournal:
         failures = 0
         while True:
             try:
-                async with asyncio.timeout(self._timeout):
-                    conn = await psycopg.AsyncConnection.connect(self.dsn, **self._connect_kwargs)  # type: ignore[arg-type]
+                conn = await self._database.connect()  # bounded by the timeout
             except Exception as exc:  # whatever broke, followers still poll; keep trying with backoff
                 failures += 1
                 _log.warning("journal listener cannot connect (%s); retrying", exc)
@@ -619,7 +632,8 @@ class PostgresJournal:
                 await self._listener
             self._listener = None
         self._wake_all()  # followers find the journal closed on their next read
-        await self._pool.close(timeout=self._timeout)
+        if self._db is not None:
+            await self._db.aclose()
 
 
 class _PostgresWriter:
