@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from loopd._infra.errors import LoopdError
+
 _MAX_PID_BYTES: Final = 64
 
 
-class DataDirBusyError(RuntimeError):
+class DataDirBusyError(LoopdError, RuntimeError):
     """Another process already holds the lock of this data directory."""
 
     def __init__(self, data_dir: Path, holder: str, pid: int | None) -> None:

@@ -37,6 +37,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from loopd._infra.errors import LoopdError
+
 __all__ = [
     "STATUS_OF",
     "TYPE_OF_STATUS",
@@ -97,7 +99,7 @@ TYPE_OF_STATUS: Final[Mapping[int, ErrorType]] = {
 _MAX_MESSAGE: Final = 2000
 
 
-class ApiError(Exception):
+class ApiError(LoopdError):
     """An error the API answers with; raise it anywhere under a route (or in a middleware, with `error_response`)."""
 
     def __init__(

@@ -26,6 +26,8 @@ from typing import Any, Final, Literal
 
 import uvicorn
 
+from loopd._infra.logs import is_configured
+
 __all__ = ["BACKLOG", "RunningServer", "open_http_server"]
 
 BACKLOG: Final = 2048
@@ -131,7 +133,8 @@ async def open_http_server(
     gracefully; a second one stops waiting for open requests; nothing is re-raised.
 
     Options: ``lifespan="off"`` for an app without startup/shutdown events; ``log_level=None`` leaves every logger
-    as the process configured it (otherwise uvicorn's own loggers are set to that level); ``http="h11"`` pins the
+    as the process configured it (otherwise uvicorn's own loggers are set to that level), and so does a process
+    whose logging `loopd._infra.logs.configure_logging` set up (the CLI's ``--log-level``); ``http="h11"`` pins the
     pure-Python HTTP/1.1 parser (the scripted model server keeps the h11 its fault injection — a connection
     dropped mid-reply, a client leaving — was written and tested with; TLS works with either parser: the resource
     API has always served TLS with httptools); ``tls_cert`` and ``tls_key`` (PEM files, both or neither) serve
@@ -141,8 +144,9 @@ async def open_http_server(
         raise ValueError("TLS needs both a certificate and its key")
     state = getattr(app, "state", None)
     on_shutdown = getattr(state, "begin_shutdown", None) if state is not None else None
+    follow_process = log_level is None or is_configured()  # the CLI configured logging: uvicorn follows it
     logging_options: dict[str, Any] = (
-        {"log_level": log_level} if log_level is not None else {"log_config": None, "log_level": None}
+        {"log_config": None, "log_level": None} if follow_process else {"log_level": log_level}
     )
     tls_options: dict[str, Any] = (
         {"ssl_certfile": str(tls_cert), "ssl_keyfile": str(tls_key)} if tls_cert is not None else {}

@@ -22,6 +22,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Final
 
+from loopd._infra.errors import LoopdError
+
 __all__ = [
     "SSE_PING",
     "SseFormatError",
@@ -41,7 +43,7 @@ SSE_PING: Final = b": ping\n\n"
 _LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
 
 
-class SseFormatError(ValueError):
+class SseFormatError(LoopdError, ValueError):
     """A message that cannot be framed: a line break in an id, event name or comment, NUL in an id, a negative or
     non-integer retry, or nothing to send at all."""
 

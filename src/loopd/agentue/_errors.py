@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from loopd._infra.errors import LoopdError
 
-class AgentUEError(ValueError):
+
+class AgentUEError(LoopdError, ValueError):
     """Base class of every error raised by `loopd.agentue`."""
 
 

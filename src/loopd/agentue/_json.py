@@ -13,12 +13,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from loopd._infra.errors import LoopdError
 from loopd.agentue._errors import MAX_DEPTH, AgentUETooDeepError, AgentUEValidationError
 
 JsonObject = dict[str, Any]
 
 
-class _NotJson(Exception):
+class _NotJson(LoopdError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         self.trail: list[str] = []
@@ -159,7 +160,7 @@ def read_patch_value(payload: Mapping[str, Any], segments: Sequence[str]) -> tup
     return False, None
 
 
-class PathConflict(Exception):
+class PathConflict(LoopdError):
     """A dotted path crosses a value that is not an object (internal; the reducer turns it into a rejection)."""
 
     def __init__(self, prefix: str, found: Any) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loopd._infra.errors import LoopdError
 from loopd.agentue._errors import AgentUERejectedError, AgentUEValidationError, RejectCode
 from loopd.agentue._events import (
     AppendEvent,
@@ -62,7 +63,7 @@ class StreamState:
         return self.model is not None
 
 
-class _Rejected(Exception):
+class _Rejected(LoopdError):
     def __init__(self, code: RejectCode, reason: str) -> None:
         self.code = code
         self.reason = reason

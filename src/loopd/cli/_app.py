@@ -2,6 +2,7 @@
 
 `main` is the one place where a command's failure becomes its one-line message and exit code (see
 `loopd.cli._errors`): usage errors exit 2, known runtime failures 1, anything unexpected 1 as an "internal error".
+The group's options configure logging for every command before it runs (see `loopd.cli._logging`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from loopd.cli._chat import chat_command
 from loopd.cli._demo import demo_command
 from loopd.cli._errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, report, set_debug
 from loopd.cli._harness_serve import harness_app
+from loopd.cli._logging import LOG_FORMAT_ENV, LOG_LEVEL_ENV, apply_log_options
 from loopd.cli._resources_commands import kubeconfig_command, manifests_app
 from loopd.cli._run import run_command
 from loopd.cli._up import up_command
@@ -58,7 +60,27 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     debug: bool = typer.Option(
-        False, "--debug", envvar=DEBUG_ENV, help="On an error, print the traceback too (also LOOPD_DEBUG=1)."
+        False,
+        "--debug",
+        envvar=DEBUG_ENV,
+        help="On an error, print the traceback too; log at debug level unless --log-level says otherwise "
+        "(also LOOPD_DEBUG=1).",
+    ),
+    log_level: str | None = typer.Option(
+        None,
+        "--log-level",
+        envvar=LOG_LEVEL_ENV,
+        metavar="LEVEL",
+        help="Log records at this level and above on stderr: debug, info, warning (default), error, critical "
+        "(also LOOPD_LOG_LEVEL).",
+    ),
+    log_format: str = typer.Option(
+        "text",
+        "--log-format",
+        envvar=LOG_FORMAT_ENV,
+        metavar="FORMAT",
+        help="text (default) or json: one JSON object per line (time, level, logger, message, exc_info) "
+        "(also LOOPD_LOG_FORMAT).",
     ),
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_print_version, help="Print the loopd version and exit."
@@ -67,6 +89,7 @@ def _root(
     """loopd: durable, observable, permissioned collaboration between humans, operators and agent harnesses."""
     del version  # handled by its callback
     set_debug(debug)
+    apply_log_options(log_level, log_format, debug=debug)
 
 
 @app.command("version")

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.errors import LoopdError
 from loopd._infra.sse import read_sse
 from loopd._paths import default_data_dir
 from loopd.agentue import AgentUEError, StreamState, reduce
@@ -44,7 +45,7 @@ _RECONNECT: Final = Backoff(base=0.4, factor=2.0, max_delay=3.0)
 _ANSWERS: Final = {"a": "approve", "approve": "approve", "l": "always", "always": "always", "d": "deny", "deny": "deny"}
 
 
-class ChatFailure(Exception):
+class ChatFailure(LoopdError):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code

@@ -23,6 +23,7 @@ import httpx
 from pydantic import ValidationError
 from rich.console import Console
 
+from loopd._infra.errors import LoopdError
 from loopd._locking import DataDirBusyError
 from loopd.harness import HarnessError, ModelError
 from loopd.harness.gate import GatePolicyError
@@ -34,7 +35,7 @@ EXIT_INTERRUPTED: Final = 130
 DEBUG_ENV: Final = "LOOPD_DEBUG"
 
 
-class CliError(Exception):
+class CliError(LoopdError):
     """A failure the user can act on: ``message`` (what is wrong), ``hint`` (how to fix it) and the exit code."""
 
     def __init__(self, message: str, hint: str = "", *, exit_code: int = EXIT_RUNTIME) -> None:

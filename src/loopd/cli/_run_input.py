@@ -14,11 +14,13 @@ import os
 import termios
 from typing import Final
 
+from loopd._infra.errors import LoopdError
+
 _READ_SIZE: Final = 64 * 1024
 _MAX_LINE: Final = 1024 * 1024
 
 
-class InputInterrupted(Exception):
+class InputInterrupted(LoopdError):
     """A pending read was interrupted (Ctrl-C): whatever was typed so far is discarded."""
 
 

@@ -8,6 +8,7 @@ from loopd.harness import core
 from loopd.harness._errors import (
     BudgetExceeded,
     HarnessError,
+    InvalidTransitionError,
     JournalCorruptError,
     JournalError,
     JournalFencedError,
@@ -56,6 +57,7 @@ __all__ = [
     "HarnessError",
     "Idempotency",
     "Interrupt",
+    "InvalidTransitionError",
     "Journal",
     "JournalCorruptError",
     "JournalError",

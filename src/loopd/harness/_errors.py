@@ -1,29 +1,44 @@
-"""The harness exception tree.
+"""The harness exception tree (the harness's branch of ``loopd._infra.errors.LoopdError``).
 
     HarnessError
     ├── SessionClosedError          the session was shut down (by you)
     ├── SessionFaultError           the session stopped because something broke (e.g. a journal append)
-    ├── SessionNotFoundError        restore of an unknown session id
+    ├── SessionNotFoundError        restore of an unknown session id (a NotFoundError)
     ├── SessionBusyError            a writer already owns this session
     ├── MailboxFullError            a command could not be queued in time (back-pressure)
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
     ├── BudgetExceeded              the session spent its token or USD budget; the turn fails with this type
+    ├── InvalidTransitionError      an event cannot follow the state before it (a tool result outside a turn …);
+    │                               replayed from a journal it means corruption (→ JournalCorruptError)
+    ├── CodecError                  an event could not be encoded or decoded (``core.codec``; also a ValueError)
     ├── JournalError
     │   ├── JournalFencedError      another writer took over the session
-    │   └── JournalCorruptError     a stored record could not be decoded
+    │   └── JournalCorruptError     stored records cannot be replayed: out of seq order, an unknown kind, an
+    │                               undecodable payload, an event that cannot follow the state before it
     ├── ModelError                  provider failure; `retryable` says whether a retry may succeed
-    │   ├── ModelRetryableError
+    │   ├── ModelRetryableError     (an UnavailableError)
     │   └── ModelPermanentError
-    └── ToolError                   a tool refused or failed its call (reported to the model, not raised to users)
-        └── ToolArgumentsError      arguments failed validation in `prepare`
+    ├── PriceTableError             the price table cannot be read (``models``; also a ValueError)
+    ├── ToolError                   a tool refused or failed its call (reported to the model, not raised to users)
+    │   └── ToolArgumentsError      arguments failed validation in `prepare`
+    │       └── WorkspaceEscapeError  a path leaves the workspace (``tools``)
+    ├── SandboxError                the sandbox cannot run a command (``tools``; SandboxUnavailableError)
+    ├── McpConnectError             an MCP server cannot be reached (``tools``)
+    ├── DelegationError             a sub-agent cannot be started or reached (``runtime``)
+    ├── GateError                   the gate; callers fail closed (see ``loopd.harness.gate._errors``)
+    └── the transport's (``serve``): IdempotencyStoreError, InsecureBindError (also a ValueError)
 
 Foreign exceptions are translated at the boundary with ``raise Ours(...) from exc``.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
 
-class HarnessError(Exception):
+from loopd._infra.errors import LoopdError, NotFoundError, UnavailableError
+
+
+class HarnessError(LoopdError):
     """Base of every error the harness raises on purpose."""
 
 
@@ -40,7 +55,7 @@ class SessionFaultError(HarnessError):
         self.reason = reason
 
 
-class SessionNotFoundError(HarnessError):
+class SessionNotFoundError(HarnessError, NotFoundError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"no session {session_id!r} in the journal")
         self.session_id = session_id
@@ -80,6 +95,13 @@ class SubscriptionLostError(HarnessError):
         self.last_seq = last_seq
 
 
+class InvalidTransitionError(HarnessError):
+    """An event cannot follow the state it was applied to (e.g. a tool result outside a turn).
+
+    Live, it would be a bug of `decide`; replayed from a journal, the stored records are corrupt (restore raises
+    `JournalCorruptError` from it)."""
+
+
 class JournalError(HarnessError):
     """The journal could not store or read records."""
 
@@ -89,20 +111,21 @@ class JournalFencedError(JournalError):
 
 
 class JournalCorruptError(JournalError):
-    """A stored record could not be decoded."""
+    """Stored records cannot be replayed: a seq out of order, an unknown kind, an undecodable payload, or an event
+    that cannot follow the state before it. The cause (``CodecError``, ``InvalidTransitionError``) is chained."""
 
 
 class ModelError(HarnessError):
     """A model provider failed."""
 
-    retryable: bool = False
+    retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
 
 
-class ModelRetryableError(ModelError):
+class ModelRetryableError(ModelError, UnavailableError):
     """Rate limits, timeouts, 5xx, dropped connections: a retry may succeed."""
 
     retryable = True

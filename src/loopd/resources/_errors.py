@@ -5,19 +5,22 @@ bodies. Must not do: I/O, or know about HTTP frameworks.
 
 ::
 
-    ResourceError                 .code (HTTP), .reason (k8s StatusReason), .retryable
+    ResourceError                 .code (HTTP), .reason (k8s StatusReason), .retryable; a LoopdError
     ├── BadRequest            400
     ├── Unauthorized          401
     ├── Forbidden             403
-    ├── NotFound              404
+    ├── NotFound              404  (a NotFoundError)
     ├── MethodNotAllowed      405
-    ├── AlreadyExists         409
-    ├── Conflict              409  retryable: re-read and retry
+    ├── AlreadyExists         409  (a ConflictError)
+    ├── Conflict              409  retryable: re-read and retry (a ConflictError)
     ├── Gone                  410  retryable: relist, then watch again
     ├── RequestTooLarge       413
     ├── UnsupportedMediaType  415
     ├── Invalid               422  .causes name the offending fields
-    └── StoreUnavailable      503  retryable: the database is unreachable or timed out
+    ├── StoreUnavailable      503  retryable: the database is unreachable or timed out (an UnavailableError)
+    └── SchemaConversionError      a kind's JSON Schema has no structural OpenAPI form (``_schemas``; a ValueError)
+
+The reconcile runtime adds ``ReconcileError`` (``reconcile._errors``) and the client its own (``client._errors``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from loopd._infra.errors import ConflictError, LoopdError, NotFoundError, UnavailableError
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class ErrorDetails:
     kind: str = ""  # the resource plural, as Kubernetes puts it in Status.details.kind
 
 
-class ResourceError(Exception):
+class ResourceError(LoopdError):
     """Base of every error the resource layer raises on purpose."""
 
     code: ClassVar[int] = 500
@@ -104,7 +109,7 @@ class Forbidden(ResourceError):
     reason = "Forbidden"
 
 
-class NotFound(ResourceError):
+class NotFound(ResourceError, NotFoundError):
     code = 404
     reason = "NotFound"
 
@@ -114,12 +119,12 @@ class MethodNotAllowed(ResourceError):
     reason = "MethodNotAllowed"
 
 
-class AlreadyExists(ResourceError):
+class AlreadyExists(ResourceError, ConflictError):
     code = 409
     reason = "AlreadyExists"
 
 
-class Conflict(ResourceError):
+class Conflict(ResourceError, ConflictError):
     code = 409
     reason = "Conflict"
     retryable = True
@@ -153,7 +158,7 @@ class Invalid(ResourceError):
         return self.causes
 
 
-class StoreUnavailable(ResourceError):
+class StoreUnavailable(ResourceError, UnavailableError):
     code = 503
     reason = "ServiceUnavailable"
     retryable = True

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loopd.resources._errors import ResourceError
+
 _KEPT_SCALAR_KEYWORDS = (
     "description",
     "format",
@@ -27,7 +29,7 @@ _KEPT_SCALAR_KEYWORDS = (
 )
 
 
-class SchemaConversionError(ValueError):
+class SchemaConversionError(ResourceError, ValueError):
     """A model uses a JSON Schema construct that has no structural OpenAPI v3 equivalent."""
 
 

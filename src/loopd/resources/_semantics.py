@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from loopd._infra.errors import LoopdError
+
 from . import _sql as sql
 from ._builtin_kinds import CRD_KIND, NAMESPACE_KIND, builtin_crds, builtin_kind_specs
 from ._composing import (
@@ -60,7 +62,7 @@ _log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class _Rollback(Exception):
+class _Rollback(LoopdError):
     def __init__(self, result: object) -> None:
         super().__init__("dry run")
         self.result = result

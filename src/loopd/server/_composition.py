@@ -47,6 +47,7 @@ from loopd.resources import (
 )
 from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
+from loopd.server._errors import ServerSetupError
 from loopd.server.app import ServerContext, create_server_app
 from loopd.server.audit import ledger_router
 from loopd.server.chat import ChatService, ResourceTaskGateway
@@ -85,7 +86,7 @@ class UpSettings:
     """Where the built-in harness's bash runs commands (default: `resolve_sandbox()`)."""
 
 
-class WorkspaceLocationError(ValueError):
+class WorkspaceLocationError(ServerSetupError):
     """The workspaces directory lies inside the data directory, next to the credentials."""
 
 
@@ -114,7 +115,7 @@ def _move_old_workspace(data_dir: Path, workspace: Path) -> None:
                 (data_dir / "workspaces").rmdir()
 
 
-class ExposureRefused(ValueError):
+class ExposureRefused(ServerSetupError):
     """A non-loopback address to listen on, without the explicit opt-in (``--public``)."""
 
 

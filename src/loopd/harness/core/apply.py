@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
+from loopd.harness._errors import InvalidTransitionError
 from loopd.harness.core._history import History
 from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_message, user_message
 from loopd.harness.core.agents import apply_agents
@@ -58,13 +59,19 @@ def _close_calls(history: History, outcomes: tuple[ToolOutcome, ...]) -> History
     return history.appended(*(tool_message(o) for o in outcomes)) if outcomes else history
 
 
+def _turn_of(state: LoopState, kind: str) -> TurnState:
+    """The loop's open turn; `InvalidTransitionError` when ``kind`` arrives outside one (a corrupt journal)."""
+    if state.turn is None:
+        raise InvalidTransitionError(f"{kind} outside a turn (loop {state.name!r})")
+    return state.turn
+
+
 def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
     """Fold one loop-scoped event into the loop's state."""
     # The most frequent events come first: a class pattern is an isinstance check, tried in order.
     match event:
         case ToolCompleted(outcome=outcome):
-            turn = state.turn
-            assert turn is not None, "ToolCompleted outside a turn"
+            turn = _turn_of(state, "ToolCompleted")
             return LoopState(
                 name=state.name,
                 history=state.history.appended(tool_message(outcome)),
@@ -86,8 +93,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 context_mark=state.context_mark,
             )
         case ModelReplied(text=text, tool_calls=calls, usage=usage):
-            turn = state.turn
-            assert turn is not None, "ModelReplied outside a turn"
+            turn = _turn_of(state, "ModelReplied")
             history = state.history.appended(Message(role="assistant", content=text, tool_calls=calls))
             return LoopState(
                 name=state.name,
@@ -110,8 +116,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 context_mark=len(history),
             )
         case StepDone():
-            turn = state.turn
-            assert turn is not None, "StepDone outside a turn"
+            turn = _turn_of(state, "StepDone")
             return LoopState(
                 name=state.name,
                 history=state.history,
@@ -170,8 +175,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case InputRejected():
             return state
         case HistoryCompacted(summary=summary, replaced=replaced, usage=usage):
-            turn = state.turn
-            assert turn is not None, "HistoryCompacted outside a turn"
+            turn = _turn_of(state, "HistoryCompacted")
             kept = state.history[replaced:]
             return replace(
                 state,
@@ -182,13 +186,11 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 context_mark=0,
             )
         case GateOpened(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline):
-            turn = state.turn
-            assert turn is not None, "GateOpened outside a turn"
+            turn = _turn_of(state, "GateOpened")
             gate = OpenGate(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline)
             return replace(state, turn=replace(turn, gate=gate))
         case GateResolved():
-            turn = state.turn
-            assert turn is not None, "GateResolved outside a turn"
+            turn = _turn_of(state, "GateResolved")
             return replace(state, turn=replace(turn, gate=None))
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)

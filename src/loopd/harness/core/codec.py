@@ -12,6 +12,7 @@ from typing import Any, TypeAlias, cast
 
 from pydantic import ValidationError
 
+from loopd.harness._errors import HarnessError
 from loopd.harness.core.events import ALL_EVENT_TYPES, LoopEvent, SessionEvent, kind_of
 
 StoredEventT: TypeAlias = SessionEvent | LoopEvent
@@ -20,7 +21,7 @@ Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
 _STORED_TYPES: Mapping[str, type[Any]] = {kind_of(t): t for t in ALL_EVENT_TYPES if t.lifecycle.stored}
 
 
-class CodecError(ValueError):
+class CodecError(HarnessError, ValueError):
     """A record could not be encoded or decoded."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
+from loopd.harness._errors import HarnessError
 from loopd.harness.core._values import Frozen, Usage
 
 _PER_MILLION = 1_000_000
@@ -67,7 +68,7 @@ _DEFAULT_PRICES: dict[str, tuple[float, float, float]] = {
 }
 
 
-class PriceTableError(ValueError):
+class PriceTableError(HarnessError, ValueError):
     """A price table file or mapping could not be read or validated."""
 
 

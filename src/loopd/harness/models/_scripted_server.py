@@ -52,6 +52,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from loopd._infra.serving import open_http_server
+from loopd.harness._errors import HarnessError
 from loopd.harness.core._values import Frozen, Usage
 
 logger = logging.getLogger(__name__)
@@ -508,7 +509,7 @@ class ScriptedServer:
         self._count(outcome)
 
 
-class _ScriptExhaustedError(Exception):
+class _ScriptExhaustedError(HarnessError):
     pass
 
 

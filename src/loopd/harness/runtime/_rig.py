@@ -12,11 +12,10 @@ from typing import Literal
 
 from loopd._ids import new_id
 from loopd._infra.clock import Clock, SystemClock
-from loopd.harness._errors import HarnessError, SessionNotFoundError
+from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
 from loopd.harness.core import codec
 from loopd.harness.core._values import Usage
 from loopd.harness.core.agents import REPORT_PREFIX, report_id
-from loopd.harness.core.apply import fold
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import (
     InputCancelled,
@@ -30,6 +29,7 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.state import LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
+from loopd.harness.journal import replay
 from loopd.harness.journal._protocol import Journal, Record, SessionInfo
 from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.runtime._delegation import delegation_tools
@@ -149,8 +149,12 @@ class Rig:
         records = await self.journal.read(session_id)
         if not records:
             raise SessionNotFoundError(session_id)
-        with _collector_paused():
-            state = fold((r.seq, codec.decode(r.kind, r.version, r.data)) for r in records)
+        try:
+            with _collector_paused():
+                state = replay(records)
+        except JournalCorruptError:
+            await writer.aclose()
+            raise
         by_name = {d.name: d for d in self.loops}
         agent_defs = {a.name for a in self.agents}
         unknown = set(state.loops) - set(by_name) - set(state.agents)

@@ -16,11 +16,12 @@ from typing import Any, Final
 
 from loopd._infra.http import is_loopback
 from loopd._infra.serving import RunningServer, open_http_server
+from loopd.harness._errors import HarnessError
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 
 
-class InsecureBindError(ValueError):
+class InsecureBindError(HarnessError, ValueError):
     """Refused: serving a non-loopback address without a bearer token (or with an empty one)."""
 
 

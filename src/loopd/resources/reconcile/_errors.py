@@ -4,7 +4,7 @@ Owns: ``ReconcileError`` and its two retry policies. Must not do: I/O.
 
 ::
 
-    ReconcileError               base; not raised by the runtime itself
+    ReconcileError               base; not raised by the runtime itself (a LoopdError)
     ├── TemporaryError           retry: after ``delay`` seconds, or with the key's exponential backoff
     └── PermanentError           do not retry; the key waits for its next event
 
@@ -14,13 +14,17 @@ Any other exception from ``reconcile`` is treated like ``TemporaryError()`` (per
 
 from __future__ import annotations
 
+from loopd._infra.errors import LoopdError
 
-class ReconcileError(Exception):
+
+class ReconcileError(LoopdError):
     """Base of the errors that carry a retry policy."""
 
 
 class TemporaryError(ReconcileError):
     """The reconcile failed for now; retry after ``delay`` seconds (``None``: the key's backoff)."""
+
+    retryable = True
 
     def __init__(self, message: str = "", *, delay: float | None = None) -> None:
         super().__init__(message)

@@ -26,11 +26,12 @@ from typing import Generic, TypeVar
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, wait_event
+from loopd._infra.errors import LoopdError
 
 K = TypeVar("K", bound=Hashable)
 
 
-class QueueShutDown(Exception):
+class QueueShutDown(LoopdError):
     """The queue was shut down: ``get`` hands out no more keys."""
 
 

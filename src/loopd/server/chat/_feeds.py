@@ -34,7 +34,7 @@ from loopd.server.http._sse import sse_frame
 from loopd.server.storage import StorageError
 from loopd.server.streams import ConversationBus
 
-_log = logging.getLogger("loopd.server.chat")
+_log = logging.getLogger(__name__)
 
 PAGE: Final = 500
 DEFAULT_BUFFER: Final = 256

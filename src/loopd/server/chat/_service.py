@@ -56,7 +56,7 @@ from loopd.server.streams import (
     open_message,
 )
 
-_log = logging.getLogger("loopd.server.chat")
+_log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY_LIMIT: Final = 100
 MAX_INPUT_BLOCKS: Final = 100

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-_log = logging.getLogger("loopd.server.sweeper")
+_log = logging.getLogger(__name__)
 
 
 class Sweeper:

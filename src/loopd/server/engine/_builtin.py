@@ -33,7 +33,7 @@ from ._adapter import AdapterRequest, GateAnswer, Update
 from ._errors import ObservationLost
 from ._translation import HarnessTranslator
 
-_log = logging.getLogger("loopd.server.engine")
+_log = logging.getLogger(__name__)
 
 _WIRE_ANSWER: Final[dict[str, str]] = {"approve": "approve", "always": "approve_always", "deny": "deny"}
 _SHUTDOWN_TIMEOUT: Final = 10.0

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency
 from loopd.server.storage import (
@@ -60,12 +61,12 @@ from ._adapter import (
     TextSet,
     Update,
 )
-from ._errors import ObservationLost, ResumeUnsupported
+from ._errors import HarnessEngineError, ObservationLost, ResumeUnsupported
 from ._projection import closed_gates, merge_previews, next_hash, project, shown_answer
 from ._requests import history_of
 from ._trail import Trail, interrupted_usage
 
-_log = logging.getLogger("loopd.server.engine")
+_log = logging.getLogger(__name__)
 
 Outcome = Literal["done", "lost", "retry"]
 QUEUE_SIZE: Final = 256
@@ -98,7 +99,7 @@ class _Raised:
     error: BaseException
 
 
-class _Stop(Exception):
+class _Stop(LoopdError):
     """Leave the drive: the call became terminal under us, or the message closed."""
 
     def __init__(self, outcome: Outcome, *, phase: HarnessPhase | None = None, error: dict[str, str] | None = None):
@@ -108,7 +109,7 @@ class _Stop(Exception):
         self.error = error
 
 
-class _ProjectionFailed(Exception):
+class _ProjectionFailed(LoopdError):
     def __init__(self, error: dict[str, str], phase: HarnessPhase = "failed") -> None:
         super().__init__(error["message"])
         self.error = error
@@ -339,7 +340,7 @@ class Drive:
             case ObservationLost():
                 await self._attempt_failed(_error("observation_lost", str(exc)))
                 return "retry"
-            case StorageError() if exc.retryable:
+            case StorageError() | HarnessEngineError() if exc.retryable:
                 await self._attempt_failed(_error("storage_unavailable", str(exc)))
                 return "retry"
             case _:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Self
 
+from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
 from loopd.server.ledger import Scope as LedgerScope
@@ -53,11 +54,11 @@ from loopd.server.streams import ConversationBus
 
 from ._adapter import GATE_ANSWERS, HarnessAdapter
 from ._driving import Drive, DriveSettings, Outcome, lease_resource
-from ._errors import CapacityExceeded, EngineClosed, GateForbidden, UnknownTarget
+from ._errors import CapacityExceeded, EngineClosed, GateForbidden, HarnessEngineError, UnknownTarget
 from ._projection import answered_ask, gate_block_id
 from ._requests import MAX_TIMEOUT, CallRequest
 
-_log = logging.getLogger("loopd.server.engine")
+_log = logging.getLogger(__name__)
 
 PAGE: Final = 100
 STREAM_PAGE: Final = 500
@@ -96,7 +97,7 @@ class EngineStatistics:
     """Drives that ended because the adapter lost sight of the execution (resumed later)."""
 
 
-class _Replayed(Exception):
+class _Replayed(LoopdError):
     """Another writer created the same call concurrently: roll our writes back and return theirs."""
 
     def __init__(self, call: HarnessCall) -> None:
@@ -467,7 +468,7 @@ class HarnessEngine:
             self._wake.clear()
             try:
                 await self._scan()
-            except StorageError as exc:
+            except (StorageError, HarnessEngineError) as exc:
                 _log.warning("harness engine %s: scan failed: %s", self._replica_id, exc)
             except asyncio.CancelledError:
                 raise
@@ -523,7 +524,7 @@ class HarnessEngine:
         outcome: Outcome = "retry"
         try:
             outcome = await drive.run()
-        except StorageError as exc:
+        except (StorageError, HarnessEngineError) as exc:
             _log.warning("harness call %s: drive stopped: %s", drive.call_id, exc)
         except Exception:
             _log.exception("harness call %s: drive failed", drive.call_id)

@@ -1,29 +1,30 @@
-"""The Harness Engine's errors: the engine's additions to the storage error tree, and the adapter errors.
+"""The Harness Engine's errors: the engine's branch of loop-server's tree, and the adapter errors.
 
-Engine errors extend ``loopd.server.storage.StorageError`` (as the ledger's do), so every layer that maps a
-storage error by its ``type`` answers them correctly; storage's own ``Conflict`` / ``NotFound`` /
-``InvalidRecord`` are raised as they are (a changed replay is a storage ``Conflict``)::
+Both are ``loopd.server._errors.LoopServerError``s, so the API layer answers them by their ``type`` like a storage
+error; storage's own ``Conflict`` / ``NotFound`` / ``InvalidRecord`` are raised as they are (a changed replay is a
+storage ``Conflict``). Engine errors are not storage errors: ``except StorageError`` does not catch them::
 
-    StorageError                        .type, .retryable
-    └── HarnessEngineError
-        ├── CapacityExceeded            too_many_requests (retryable)  every slot of this engine is taken
-        ├── UnknownTarget               invalid_request                no adapter is configured for the target
-        ├── GateForbidden               forbidden                      only the asking user answers a gate
-        └── EngineClosed                service_unavailable (retryable) the engine is shutting down
-
-    AdapterError                        raised by adapters; the engine maps them to phases
-    ├── ResumeUnsupported               → phase ``unknown`` (the adapter cannot reattach: outcome unproven)
-    └── ObservationLost                 → retried later through ``resume`` (the execution may still run)
+    LoopServerError                     .type, .retryable
+    ├── HarnessEngineError
+    │   ├── CapacityExceeded            too_many_requests (retryable)  every slot of this engine is taken
+    │   ├── UnknownTarget               invalid_request                no adapter is configured for the target
+    │   ├── GateForbidden               forbidden                      only the asking user answers a gate
+    │   └── EngineClosed                service_unavailable (retryable) the engine is shutting down
+    └── AdapterError                    raised by adapters; the engine maps them to phases
+        ├── ResumeUnsupported           → phase ``unknown`` (the adapter cannot reattach: outcome unproven)
+        ├── ObservationLost             → retried later through ``resume`` (the execution may still run)
+        └── RemoteError                 a remote harness refused or failed (``_remote``)
 
 Any other exception from an adapter fails the call (phase ``failed``). Must not do: I/O.
 """
 
 from __future__ import annotations
 
-from loopd.server.storage import StorageError
+from loopd._infra.errors import UnavailableError
+from loopd.server._errors import LoopServerError
 
 
-class HarnessEngineError(StorageError):
+class HarnessEngineError(LoopServerError):
     """Base of the errors the Harness Engine raises on purpose."""
 
 
@@ -46,14 +47,14 @@ class GateForbidden(HarnessEngineError):
     type = "forbidden"
 
 
-class EngineClosed(HarnessEngineError):
+class EngineClosed(HarnessEngineError, UnavailableError):
     """The engine is closed or closing; another replica (or a restart) will carry on."""
 
     type = "service_unavailable"
     retryable = True
 
 
-class AdapterError(Exception):
+class AdapterError(LoopServerError):
     """Base of the errors adapters raise on purpose."""
 
 

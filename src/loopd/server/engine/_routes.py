@@ -43,6 +43,7 @@ from loopd.server.storage import HarnessCall, HarnessPhase, MessageEvent, NotFou
 
 from ._adapter import HistoryEntry
 from ._engine import HarnessEngine
+from ._errors import HarnessEngineError
 from ._requests import DEFAULT_TIMEOUT, MAX_HISTORY, MAX_TEXT, CallRequest
 
 AskerOf = Callable[[str], Awaitable[Identity]]
@@ -273,7 +274,7 @@ async def _frames(engine: HarnessEngine, call_id: str, cursor: int, heartbeat: f
                 last = item.seq
                 ended = item.event.get("op") == "end"
                 yield sse_frame(item.event, id=item.seq)
-    except StorageError as exc:
+    except (StorageError, HarnessEngineError) as exc:
         yield sse_frame({"error": {"type": exc.type, "message": exc.message}}, event="error")
         return
     if not ended:

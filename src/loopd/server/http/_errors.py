@@ -19,9 +19,9 @@ Every error response is ``{"error": {"type": ..., "message": ...}}``:
 
 ``ApiError``, the envelope (`error_body`, `error_response`, `ErrorEnvelope`) and the handlers' mechanism are the
 floor's (``loopd._infra.http_errors``: one class for the whole process, so any router can raise it); this module adds
-the statuses the server's OpenAPI document lists (`ERROR_RESPONSES`) and the server's own mapping: storage errors by
-their ``type``, friendlier 404/405 messages, and logging of 500s. Must not do: decide *whether* something is an
-error.
+the statuses the server's OpenAPI document lists (`ERROR_RESPONSES`) and the server's own mapping: its
+errors (``LoopServerError``: storage, ledger, engine) by their ``type``, friendlier 404/405 messages, and logging
+of 500s. Must not do: decide *whether* something is an error.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from loopd._infra.http_errors import (
 )
 from loopd._infra.http_errors import error_body as _error_body
 from loopd._infra.http_errors import install_error_handlers as _install_envelope_handlers
+from loopd.server._errors import LoopServerError
 from loopd.server.storage import StorageError
 
 __all__ = [
@@ -54,7 +55,7 @@ __all__ = [
     "install_error_handlers",
 ]
 
-_log = logging.getLogger("loopd.server.http")
+_log = logging.getLogger(__name__)
 
 _ROUTE_MESSAGES: Final = {404: "no such route", 405: "this route does not take that method"}
 
@@ -68,11 +69,12 @@ def error_body(type: str, message: str) -> dict[str, dict[str, str]]:
     return _error_body(cast(ErrorType, type), message)
 
 
-def api_error_of(exc: StorageError) -> ApiError:
-    """A storage error as the API answers it (``type`` decides the status)."""
+def api_error_of(exc: LoopServerError) -> ApiError:
+    """A loop-server error (storage, ledger, engine) as the API answers it (``type`` decides the status)."""
     kind: ErrorType = exc.type if exc.type in STATUS_OF else "internal_error"  # type: ignore[assignment]
     if kind == "internal_error":
-        return ApiError("internal_error", "internal error (storage); see the server log")
+        where = "storage" if isinstance(exc, StorageError) else type(exc).__name__
+        return ApiError("internal_error", f"internal error ({where}); see the server log")
     headers = {"Retry-After": "1"} if exc.retryable else None
     return ApiError(kind, exc.message, headers=headers)
 
@@ -80,5 +82,5 @@ def api_error_of(exc: StorageError) -> ApiError:
 def install_error_handlers(app: FastAPI) -> None:
     """Map every exception a route can raise to the envelope (a bug becomes a bare 500 ``internal_error``, logged)."""
     _install_envelope_handlers(
-        app, translators={StorageError: api_error_of}, route_messages=_ROUTE_MESSAGES, logger=_log
+        app, translators={LoopServerError: api_error_of}, route_messages=_ROUTE_MESSAGES, logger=_log
     )

@@ -43,7 +43,7 @@ from loopd.server.storage import (
 )
 from loopd.server.streams import open_message
 
-_log = logging.getLogger("loopd.server.human")
+_log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TIMEOUT: Final = 7 * 24 * 3600.0
 MAX_ANSWER: Final = 10_000

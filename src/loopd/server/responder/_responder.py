@@ -53,7 +53,7 @@ from loopd.server.engine._engine import EngineNotice
 from loopd.server.storage import Conflict, HarnessCall, Message
 from loopd.server.storage import NotFound as StorageNotFound
 
-_log = logging.getLogger("loopd.server.responder")
+_log = logging.getLogger(__name__)
 
 EFFECT_KEY: Final = "respond"
 _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}

@@ -25,7 +25,8 @@ refused with ``SchemaTooNew``). Ids are UUIDv7 text, times fixed-width UTC text,
 - ``leases`` (resource, holder, token, expires_at): fencing tokens only grow.
 - ``ledger_*``: the AgentLedger tables, used by ``loopd.server.ledger``.
 
-Errors: see ``StorageError`` (``_errors``). This package imports nothing of loopd but ``loopd._ids``.
+Errors: see ``StorageError`` (``_errors``), a branch of ``loopd.server._errors.LoopServerError``. This package
+imports nothing of loopd but ``loopd._ids``, the floor (``loopd._infra``) and ``loopd.server._errors``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""The one exception tree of loop-server storage (and of the ledger, which extends it).
+"""The exception tree of loop-server storage (and of the ledger, which extends it); a branch of `LoopServerError`.
 
 Owns: error types, each carrying the API error ``type`` it maps to and whether retrying can help.
 Must not do: I/O, or know about HTTP frameworks (the API layer maps ``type`` to a status code).
 
 ::
 
-    StorageError                    .type (API error type), .retryable
+    StorageError                    .type (API error type), .retryable; a LoopServerError (loopd.server._errors)
     ├── InvalidRecord               invalid_request      a value breaks a rule of the schema (bad enum, bad limit…)
-    ├── NotFound                    not_found            the row does not exist
-    ├── Conflict                    conflict             the row exists in a different state; re-read, then decide
+    ├── NotFound                    not_found            the row does not exist (a NotFoundError)
+    ├── Conflict                    conflict             the row exists in another state (a ConflictError)
     │   └── Fenced                  conflict             a lease token is stale: this writer lost its lease
     ├── SchemaTooNew                internal_error       the database was migrated by newer code; refuse to run
     ├── CommitOutcomeUnknown        service_unavailable  a COMMIT did not answer in time (or its connection broke):
@@ -16,7 +16,7 @@ Must not do: I/O, or know about HTTP frameworks (the API layer maps ``type`` to 
     │                                                    as is: read back what the transaction wrote to learn which,
     │                                                    and never undo side effects blindly
     └── StorageUnavailable          service_unavailable  the database is unreachable, busy, closed or timed out
-                                                         (retryable; nothing was written)
+                                                         (an UnavailableError: retryable; nothing was written)
 
 Driver exceptions (``sqlite3``, ``psycopg``) never escape the backends: they become ``StorageUnavailable`` (or
 ``Conflict`` for a constraint violation) with the original chained as ``__cause__``.
@@ -24,18 +24,12 @@ Driver exceptions (``sqlite3``, ``psycopg``) never escape the backends: they bec
 
 from __future__ import annotations
 
-from typing import ClassVar
+from loopd._infra.errors import ConflictError, NotFoundError, UnavailableError
+from loopd.server._errors import LoopServerError
 
 
-class StorageError(Exception):
+class StorageError(LoopServerError):
     """Base of every error the storage layer raises on purpose."""
-
-    type: ClassVar[str] = "internal_error"
-    retryable: ClassVar[bool] = False
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class InvalidRecord(StorageError):
@@ -44,13 +38,13 @@ class InvalidRecord(StorageError):
     type = "invalid_request"
 
 
-class NotFound(StorageError):
+class NotFound(StorageError, NotFoundError):
     """The addressed row does not exist (yet: a reader may see a Task before its messages commit)."""
 
     type = "not_found"
 
 
-class Conflict(StorageError):
+class Conflict(StorageError, ConflictError):
     """The row exists in a state that contradicts the request (different parameters, stale revision, …)."""
 
     type = "conflict"
@@ -72,7 +66,7 @@ class CommitOutcomeUnknown(StorageError):
     type = "service_unavailable"
 
 
-class StorageUnavailable(StorageError):
+class StorageUnavailable(StorageError, UnavailableError):
     """The database cannot be reached, is closed, busy or timed out; retry later."""
 
     type = "service_unavailable"
