@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from loopd._infra.database import ConstraintViolation as Conflict
+from loopd._infra.database import DatabaseErrors
 from loopd._infra.database import DatabaseUnavailable as StorageUnavailable
 from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 
@@ -251,3 +252,56 @@ async def test_a_transaction_cancelled_while_its_begin_runs_does_not_poison_the_
     finally:
         lane._conn = real
         await database.aclose()
+
+
+async def test_options_set_the_pragmas_and_a_private_file(tmp_path: Path) -> None:
+    path = tmp_path / "sub.sqlite"
+    database = await SqliteDatabase.open(
+        path, SqliteOptions(timeout=2.0, synchronous="FULL", pragmas=("foreign_keys=ON",), reader=False)
+    )
+    try:
+        assert database.reader is database.writer  # reads take the writer lane
+
+        def pragmas() -> tuple[object, ...]:
+            conn = database.writer.conn
+            return tuple(conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("journal_mode", "synchronous"))
+
+        assert await database.writer.call(pragmas) == ("wal", 2)  # 2: FULL
+        assert await database.writer.call(lambda: database.writer.conn.execute("PRAGMA foreign_keys").fetchone()) == (
+            1,
+        )
+        async with database.transaction(read_only=False) as conn:
+            await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        for name in ("sub.sqlite", "sub.sqlite-wal", "sub.sqlite-shm"):
+            assert (tmp_path / name).stat().st_mode & 0o777 == 0o600, name
+    finally:
+        await database.aclose()
+
+
+async def test_errors_go_through_the_callers_hooks(tmp_path: Path) -> None:
+    class Mine(Exception):
+        pass
+
+    class MyConflict(Exception):
+        pass
+
+    errors = DatabaseErrors(unavailable=Mine, conflict=MyConflict)
+    database = await SqliteDatabase.open(tmp_path / "db.sqlite", SqliteOptions(timeout=2.0, errors=errors))
+    async with database.transaction(read_only=False) as conn:
+        await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        await conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(MyConflict):
+        async with database.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(Mine, match="SQLite error"):
+        async with database.transaction(read_only=True) as conn:
+            await conn.fetch("SELECT * FROM no_such_table")
+    await database.aclose()
+    with pytest.raises(Mine, match="closed"):
+        async with database.transaction(read_only=True):
+            pass
+
+
+async def test_a_file_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(StorageUnavailable, match="cannot open"):
+        await connect(tmp_path / "missing-directory" / "db.sqlite", 2.0)

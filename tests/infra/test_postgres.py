@@ -1,0 +1,120 @@
+"""The floor's PostgreSQL database (``loopd._infra.postgres``): transactions, error mapping through the caller's
+hooks, timeouts, closing, and which failed COMMITs leave the outcome unknown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from loopd._infra.database import ConstraintViolation, DatabaseErrors, DatabaseUnavailable
+from loopd._infra.postgres import PostgresDatabase, PostgresOptions, commit_outcome_unknown, translate
+from tests.support.postgres import postgres_dsn, postgres_server  # noqa: F401
+
+
+class MyUnavailable(Exception):
+    pass
+
+
+class MyConflict(Exception):
+    pass
+
+
+@pytest.fixture
+async def db(postgres_dsn: str) -> AsyncIterator[PostgresDatabase]:  # noqa: F811
+    database = await PostgresDatabase.open(postgres_dsn, PostgresOptions(timeout=5.0, max_connections=4))
+    async with database.transaction(read_only=False) as conn:
+        await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    try:
+        yield database
+    finally:
+        await database.aclose()
+
+
+async def values(db: PostgresDatabase) -> list[str]:
+    async with db.transaction(read_only=True) as conn:
+        return [str(row[0]) for row in await conn.fetch("SELECT v FROM t ORDER BY id")]
+
+
+def test_placeholders_are_translated() -> None:
+    assert translate("SELECT ? WHERE a = ?") == "SELECT %s WHERE a = %s"
+
+
+@pytest.mark.postgres
+async def test_a_transaction_commits_at_the_end_and_rolls_back_on_error(db: PostgresDatabase) -> None:
+    async with db.transaction(read_only=False) as conn:
+        assert await conn.execute("INSERT INTO t (id, v) VALUES (?, ?)", (1, "a")) == 1
+    with pytest.raises(RuntimeError):
+        async with db.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (id, v) VALUES (?, ?)", (2, "b"))
+            raise RuntimeError("the caller fails")
+    assert await values(db) == ["a"]
+
+
+@pytest.mark.postgres
+async def test_a_read_only_transaction_refuses_writes(db: PostgresDatabase) -> None:
+    with pytest.raises(DatabaseUnavailable, match="read-only"):
+        async with db.transaction(read_only=True) as conn:
+            await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
+    assert await values(db) == []
+
+
+@pytest.mark.postgres
+async def test_errors_go_through_the_callers_hooks(postgres_dsn: str) -> None:  # noqa: F811
+    errors = DatabaseErrors(unavailable=MyUnavailable, conflict=MyConflict)
+    database = await PostgresDatabase.open(postgres_dsn, PostgresOptions(timeout=0.5, errors=errors))
+    try:
+        async with database.transaction(read_only=False) as conn:
+            await conn.execute("CREATE TABLE u (id INTEGER PRIMARY KEY)")
+            await conn.execute("INSERT INTO u VALUES (1)")
+        with pytest.raises(MyConflict, match="constraint violated") as conflict:
+            async with database.transaction(read_only=False) as conn:
+                await conn.execute("INSERT INTO u VALUES (1)")
+        assert isinstance(conflict.value.__cause__, psycopg.errors.UniqueViolation)
+        with pytest.raises(MyUnavailable) as slow:  # the server's statement timeout or ours, whichever first
+            async with database.transaction(read_only=True) as conn:
+                await conn.fetch("SELECT pg_sleep(2)")
+        assert isinstance(slow.value.__cause__, (TimeoutError, psycopg.Error))
+        async with database.transaction(read_only=True) as conn:  # the pool still works
+            assert await conn.fetch("SELECT COUNT(*) FROM u") == [(1,)]
+    finally:
+        await database.aclose()
+    with pytest.raises(MyUnavailable, match="closed"):
+        async with database.transaction(read_only=True):
+            pass
+
+
+@pytest.mark.postgres
+async def test_a_constraint_violation_with_the_default_hooks(db: PostgresDatabase) -> None:
+    async with db.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
+    with pytest.raises(ConstraintViolation):
+        async with db.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (id, v) VALUES (1, 'again')")
+
+
+@pytest.mark.postgres
+async def test_an_unreachable_server_is_unavailable() -> None:
+    from tests.support.postgres import free_port
+
+    with pytest.raises(DatabaseUnavailable, match="cannot connect"):
+        await PostgresDatabase.open(f"postgresql://127.0.0.1:{free_port()}/none", PostgresOptions(timeout=1.0))
+
+
+@pytest.mark.postgres
+async def test_pooled_and_dedicated_connections(db: PostgresDatabase) -> None:
+    async with db.mapped("one statement"), db.pooled() as conn:
+        cursor = await conn.execute("SELECT 1")
+        assert await cursor.fetchone() == (1,)
+    dedicated = await db.connect()
+    async with dedicated:
+        cursor = await dedicated.execute("SHOW statement_timeout")
+        assert await cursor.fetchone() == ("5s",)
+
+
+def test_which_commit_failures_leave_the_outcome_unknown() -> None:
+    assert commit_outcome_unknown(TimeoutError())
+    assert commit_outcome_unknown(psycopg.OperationalError("the connection broke"))
+    assert not commit_outcome_unknown(psycopg.errors.SerializationFailure("refused"))
+    assert not commit_outcome_unknown(None)
