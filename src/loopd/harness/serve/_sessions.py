@@ -24,9 +24,8 @@ from typing import Final, TypeVar
 from loopd._ids import new_id
 from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
-from loopd.harness.core import codec
-from loopd.harness.core.apply import fold
 from loopd.harness.core.state import SessionState
+from loopd.harness.journal import replay
 from loopd.harness.journal._protocol import Record
 from loopd.harness.runtime import RecoveryMode, Rig, Session
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
@@ -122,7 +121,7 @@ class SessionRegistry:
         if info is None:
             raise ApiError("not_found", f"no session {session_id!r}")
         records = await self.io(self.rig.journal.read(session_id))
-        state = fold((r.seq, codec.decode(r.kind, r.version, r.data)) for r in records)
+        state = replay(records)
         return SessionView(
             session_id, state, "stopped" if state.status == "stopped" else "dormant", False, info.created_at
         )
