@@ -1,13 +1,16 @@
-"""Private files and directories: what only the user running loopd may read (transcripts, databases, tokens).
+"""Files: private ones (what only the user running loopd may read: transcripts, databases, tokens) and atomic
+replacement.
 
-Owns: ``ensure_private_dir`` (0700) and ``ensure_private_file`` (0600, and a SQLite file's ``-wal``/``-shm``/
-``-journal`` companions). Must not do: decide where loopd keeps its state (``loopd._paths`` does).
+Owns: ``ensure_private_dir`` (0700), ``ensure_private_file`` (0600, and a SQLite file's ``-wal``/``-shm``/
+``-journal`` companions) and ``write_atomically`` (replace a file's content all or nothing, durably).
+Must not do: decide where loopd keeps its state (``loopd._paths`` does).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 PRIVATE_DIR_MODE = 0o700
@@ -53,3 +56,27 @@ def ensure_private_file(path: Path) -> Path:
             if side.stat().st_mode & 0o777 != PRIVATE_FILE_MODE and side.stat().st_uid == os.getuid():
                 os.chmod(side, PRIVATE_FILE_MODE)
     return path
+
+
+def write_atomically(path: Path, payload: bytes) -> None:
+    """Replace ``path``'s content with ``payload``, all or nothing: a temporary file in the same directory (0600),
+    fsync, ``os.replace``, fsync of the directory. Raises ``OSError``; a failure before the replace leaves the old
+    file as it was (and removes the temporary file)."""
+    directory = path.parent
+    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

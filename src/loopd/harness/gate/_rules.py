@@ -16,7 +16,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Final, Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from loopd._infra.files import write_atomically
 from loopd.harness.core._values import Frozen
 from loopd.harness.gate._errors import (
     RulePersistenceError,
@@ -183,32 +183,10 @@ class FileRuleStore:
             os.close(fd)  # closing releases the lock
 
     def _write_atomically(self, payload: bytes) -> None:
-        directory = self._path.parent
         try:
-            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{self._path.name}.", suffix=".tmp")
+            write_atomically(self._path, payload)
         except OSError as exc:
-            raise RulePersistenceError(f"cannot create a temporary file in {directory}: {exc}") from exc
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._path)
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if isinstance(exc, OSError):
-                raise RulePersistenceError(f"cannot write {self._path}: {exc}") from exc
-            raise
-        try:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            raise RulePersistenceError(f"cannot sync {directory}: {exc}") from exc
+            raise RulePersistenceError(f"cannot write {self._path}: {exc}") from exc
 
 
 class GateResolution(Frozen):
