@@ -1,17 +1,18 @@
-"""Fixtures for the Harness Engine: databases (SQLite, and PostgreSQL where marked), a manual clock, a scripted
-adapter whose runs the tests steer, and helpers to make conversations and messages."""
+"""Fixtures for the Harness Engine: databases (SQLite, and PostgreSQL where marked), a virtual clock shared by the
+database and the engines (leases, deadlines, polls and lease renewals run on it), a scripted adapter whose runs the
+tests steer, and helpers to make conversations and messages."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
 from loopd.server.engine import (
     AdapterRequest,
@@ -32,22 +33,18 @@ from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
 __all__ = ["postgres_dsn", "postgres_server"]
 
 
-class ManualClock:
-    """Time that moves only when told to: leases and deadlines become exact and instant."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+_current: list[VirtualClock] = []  # the clock of the running test: engines and `until` use it unless told otherwise
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> Iterator[VirtualClock]:
+    """Virtual time for the test: it moves when a test advances it or when `until` waits for background work."""
+    clock = VirtualClock()
+    _current.append(clock)
+    try:
+        yield clock
+    finally:
+        _current.remove(clock)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -84,12 +81,12 @@ OpenDb = Callable[[], Awaitable[Database]]
 
 
 @pytest.fixture
-async def open_db(database_url: str, clock: ManualClock) -> AsyncIterator[OpenDb]:
+async def open_db(database_url: str, clock: VirtualClock) -> AsyncIterator[OpenDb]:
     """Handles on one database (several at once act like replicas); all closed afterwards."""
     opened: list[Database] = []
 
     async def factory() -> Database:
-        database = await Database.open(database_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+        database = await Database.open(database_url, options=DatabaseOptions(clock=clock.now, operation_timeout=5.0))
         opened.append(database)
         return database
 
@@ -111,8 +108,8 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def sqlite_db(sqlite_url: str, clock: ManualClock) -> AsyncIterator[Database]:
-    database = await Database.open(sqlite_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+async def sqlite_db(sqlite_url: str, clock: VirtualClock) -> AsyncIterator[Database]:
+    database = await Database.open(sqlite_url, options=DatabaseOptions(clock=clock.now, operation_timeout=5.0))
     try:
         yield database
     finally:
@@ -188,10 +185,14 @@ def assert_append_only(events: list[tuple[str, str]], final: str) -> None:
 
 
 async def until(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, step: float = 0.02) -> None:
-    """Poll ``predicate`` until it holds (a bounded wait for background work)."""
+    """Check ``predicate`` until it holds, moving the test's virtual clock ``step`` seconds between checks (so
+    polls, ticks and retries come due); ``timeout`` bounds the real time spent (a guard, not a measurement)."""
     async with asyncio.timeout(timeout):
         while not await predicate():
-            await asyncio.sleep(step)
+            if _current:
+                await _current[-1].advance(step)
+            else:  # a test without the clock fixture runs its engines on the system clock
+                await asyncio.sleep(step)
 
 
 async def until_true(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
@@ -199,6 +200,18 @@ async def until_true(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
         return predicate()
 
     await until(check, timeout=timeout)
+
+
+async def until_done(engine: HarnessEngine, call_id: str, *, timeout: float = 10.0) -> HarnessCall:
+    """The call once terminal, waiting with `until` (so an engine on the virtual clock keeps ticking)."""
+    found: list[HarnessCall] = []
+
+    async def ended() -> bool:
+        found[:] = [await engine.get(call_id)]
+        return found[0].is_terminal
+
+    await until(ended, timeout=timeout)
+    return found[0]
 
 
 async def until_phase(engine: HarnessEngine, call_id: str, *phases: str, timeout: float = 10.0) -> HarnessCall:
@@ -312,7 +325,7 @@ def make_engine(
     *,
     replica_id: str = "replica-a",
     bus: ConversationBus | None = None,
-    clock: Callable[[], datetime] | None = None,
+    clock: VirtualClock | None = None,
     **options: Any,
 ) -> HarnessEngine:
     settings: dict[str, Any] = {"poll_interval": 0.05, "lease_ttl": 30.0, "retry_delay": 0.05, **options}

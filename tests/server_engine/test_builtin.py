@@ -5,18 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.engine import BuiltinHarnessAdapter, CallRequest, HarnessEngine, HistoryEntry
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database, DatabaseOptions, open_database
 
 from .conftest import (
-    ManualClock,
     block,
     content_of,
     make_engine,
     new_conversation,
     new_response,
     until,
+    until_done,
     until_phase,
     until_true,
     without_call_ids,
@@ -50,15 +51,15 @@ async def _answer_gate(engine: HarnessEngine, call_id: str, db: Database, respon
     await engine.answer_gate(call_id, gates[0].removeprefix("gate/"), "approve", "user:alice")
 
 
-async def _run_clean(folder: Path, clock: ManualClock) -> dict[str, Any]:
+async def _run_clean(folder: Path, clock: VirtualClock) -> dict[str, Any]:
     async with (
         open_rig(folder / "harness") as harness,
-        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
+        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
     ):
         async with make_engine(db, {"builtin": BuiltinHarnessAdapter(harness.rig)}, clock=clock) as engine:
             call_id, response = await _start(db, engine)
             await _answer_gate(engine, call_id, db, response)
-            call = await engine.wait(call_id, 20)
+            call = await until_done(engine, call_id, timeout=20)
             assert call.phase == "succeeded", call.error
         return await content_of(db, response)
 
@@ -98,14 +99,14 @@ async def test_a_builtin_call_runs_the_harness_through_its_gate(sqlite_db: Datab
 
 
 async def test_a_crashed_engine_is_resumed_through_the_journal_and_ends_like_a_clean_run(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     clean = await _run_clean(tmp_path / "clean", clock)
 
     folder = tmp_path / "crash"
     async with (
         open_rig(folder / "harness", stall_final=True) as harness,
-        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
+        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")
@@ -122,9 +123,9 @@ async def test_a_crashed_engine_is_resumed_through_the_journal_and_ends_like_a_c
         assert checkpoint == 6  # model call, text, tool started, gate opened, gate resolved, tool finished
         await first.abort()  # a crash: drives cancelled, the in-process session dropped, no lease released
 
-        clock.advance(31)  # the crashed engine's lease expires
+        await clock.advance(31)  # the crashed engine's lease expires
         async with make_engine(db, {"builtin": adapter}, clock=clock, replica_id="second") as second:
-            call = await second.wait(call_id, 20)
+            call = await until_done(second, call_id, timeout=20)
         assert call.phase == "succeeded", call.error
         assert call.checkpoint > checkpoint
 

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
 from loopd.server.engine import (
     CallRequest,
@@ -24,7 +25,6 @@ from loopd.server.ledger import Scope
 from loopd.server.storage import Conflict, Database, NotFound
 
 from .conftest import (
-    ManualClock,
     ScriptedAdapter,
     block,
     content_of,
@@ -128,12 +128,12 @@ async def test_a_gate_waits_for_input_and_the_answer_reaches_the_harness(sqlite_
     assert gate is not None and (gate["status"], gate["value"]) == ("success", "always")
 
 
-async def test_the_deadline_times_a_call_out(sqlite_db: Database, clock: ManualClock) -> None:
+async def test_the_deadline_times_a_call_out(sqlite_db: Database, clock: VirtualClock) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
     async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock) as engine:
         call_id, _ = await start(sqlite_db, engine, timeout=10)
         await until(lambda: _checkpoint(engine, call_id, 1))
-        clock.advance(11)
+        await clock.advance(11)
         call = await until_phase(engine, call_id, "timed_out")
     assert call.error is not None and call.error["code"] == "timed_out"
     assert adapter.last_run(call_id).cancelled

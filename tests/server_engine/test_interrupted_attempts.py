@@ -9,12 +9,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.engine import BuiltinHarnessAdapter, CallRequest, Finished, HarnessEngine, TextPreview, TextSet
 from loopd.server.ledger import Event, Scope, SqlLedgerStore
 from loopd.server.storage import Database, DatabaseOptions, open_database
 
 from .conftest import (
-    ManualClock,
     ScriptedAdapter,
     answer_events,
     applied_in_order,
@@ -23,6 +23,7 @@ from .conftest import (
     new_response,
     scripted,
     until,
+    until_done,
     until_phase,
     until_true,
 )
@@ -46,11 +47,11 @@ def _executions(events: list[Event]) -> list[Event]:
 
 
 async def test_a_crash_mid_answer_is_settled_with_an_estimate_of_the_lost_model_call(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     async with (
         open_rig(tmp_path / "harness", script=Script(stall_final_mid=True)) as harness,
-        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
+        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")
@@ -67,9 +68,9 @@ async def test_a_crash_mid_answer_is_settled_with_an_estimate_of_the_lost_model_
         unresolved = await store.unresolved_attempts(Scope(harness_call_id=call_id))
         assert len(unresolved) == 1  # in doubt while nobody resumed the call
 
-        clock.advance(31)
+        await clock.advance(31)
         async with make_engine(db, {"builtin": adapter}, clock=clock, replica_id="second") as second:
-            call = await second.wait(call_id, 20)
+            call = await until_done(second, call_id, timeout=20)
             view = await second.trail(call_id)
         assert call.phase == "succeeded", call.error
         assert await store.unresolved_attempts(Scope(harness_call_id=call_id)) == []
@@ -94,7 +95,7 @@ async def test_a_crash_mid_answer_is_settled_with_an_estimate_of_the_lost_model_
 
 
 async def test_a_re_run_adapter_estimates_the_lost_completion_from_its_prompt(
-    sqlite_db: Database, clock: ManualClock
+    sqlite_db: Database, clock: VirtualClock
 ) -> None:
     adapter = ScriptedAdapter(
         script=scripted(
@@ -112,11 +113,11 @@ async def test_a_re_run_adapter_estimates_the_lost_completion_from_its_prompt(
     await until(shown)  # the lost run's live text, shown before the crash
     await crashed.abort()
 
-    clock.advance(31)
+    await clock.advance(31)
     async with make_engine(sqlite_db, {"scripted": adapter}, replica_id="b", clock=clock) as survivor:
         await until_true(lambda: len(adapter.runs[call_id]) == 2)
         adapter.last_run(call_id).release()
-        call = await survivor.wait(call_id, 10)
+        call = await until_done(survivor, call_id, timeout=10)
         view = await survivor.trail(call_id)
     assert call.phase == "succeeded"
     first_attempt, _ = _executions(view.events)
@@ -126,7 +127,7 @@ async def test_a_re_run_adapter_estimates_the_lost_completion_from_its_prompt(
 
 
 async def test_a_call_that_ends_before_any_resume_closes_the_cut_short_attempt(
-    sqlite_db: Database, clock: ManualClock
+    sqlite_db: Database, clock: VirtualClock
 ) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")))
     crashed = make_engine(sqlite_db, {"scripted": adapter}, replica_id="a", clock=clock)
@@ -136,7 +137,7 @@ async def test_a_call_that_ends_before_any_resume_closes_the_cut_short_attempt(
     await until_true(lambda: adapter.active.get(call_id, 0) == 1)
     await crashed.abort()
 
-    clock.advance(31)
+    await clock.advance(31)
     async with make_engine(sqlite_db, {"scripted": adapter}, replica_id="b", clock=clock) as survivor:
         await survivor.cancel(call_id)  # asked before the survivor resumed it: it only closes the call
         call = await until_phase(survivor, call_id, "cancelled")

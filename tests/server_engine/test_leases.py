@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet
 from loopd.server.engine._driving import lease_resource
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database
 
 from .conftest import (
-    ManualClock,
     OpenDb,
     ScriptedAdapter,
     block,
@@ -20,6 +20,7 @@ from .conftest import (
     new_response,
     scripted,
     until,
+    until_done,
     until_phase,
     until_true,
 )
@@ -36,13 +37,13 @@ async def _at(engine: HarnessEngine, call_id: str, checkpoint: int) -> bool:
     return (await engine.get(call_id)).checkpoint >= checkpoint
 
 
-async def test_a_stale_token_cannot_write(db: Database, clock: ManualClock) -> None:
+async def test_a_stale_token_cannot_write(db: Database, clock: VirtualClock) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("one"), None, TextSet("two"), Finished("two")))
     engine = make_engine(db, {"scripted": adapter}, clock=clock)
     async with engine:
         call_id, response = await _call(db, engine)
         await until(lambda: _at(engine, call_id, 1))
-        clock.advance(31)  # the lease expires (no renewal within virtual time) and someone else takes it
+        await clock.advance(31)  # the lease expires (no renewal within virtual time) and someone else takes it
         async with db.transaction() as tx:
             intruder = await tx.leases.acquire(lease_resource(call_id), "intruder", 30)
         assert intruder is not None
@@ -73,7 +74,7 @@ async def test_two_replicas_never_drive_one_call_twice(open_db: OpenDb) -> None:
 
 
 async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplicated(
-    open_db: OpenDb, clock: ManualClock
+    open_db: OpenDb, clock: VirtualClock
 ) -> None:
     first, second = await open_db(), await open_db()
     adapter = ScriptedAdapter(script=scripted(TextSet("a"), TextSet("ab"), None, Finished("ab")))
@@ -85,12 +86,12 @@ async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplic
 
     survivor = make_engine(second, {"scripted": adapter}, replica_id="b", clock=clock)
     async with survivor:
-        await asyncio.sleep(0.15)
+        await clock.advance(29)
         assert adapter.resumes == []  # the lease is still live: nobody may touch the call
-        clock.advance(31)
+        await clock.advance(2)
         await until_true(lambda: adapter.resumes == [call_id] and len(adapter.runs[call_id]) == 2)
         adapter.last_run(call_id).release()
-        call = await survivor.wait(call_id, 10)
+        call = await until_done(survivor, call_id, timeout=10)
     assert call.phase == "succeeded" and call.checkpoint == 3
     assert adapter.starts == [call_id]
     async with second.transaction(read_only=True) as tx:
@@ -112,7 +113,7 @@ async def _crash_after(engine: HarnessEngine, call_id: str, checkpoint: int) -> 
     await engine.abort()
 
 
-async def test_a_replay_that_differs_fails_the_call(sqlite_db: Database, clock: ManualClock) -> None:
+async def test_a_replay_that_differs_fails_the_call(sqlite_db: Database, clock: VirtualClock) -> None:
     runs = 0
 
     def script(_call_id: str) -> list[TextSet | Finished | None]:
@@ -126,21 +127,21 @@ async def test_a_replay_that_differs_fails_the_call(sqlite_db: Database, clock: 
     await crashed.open()
     call_id, _ = await _call(sqlite_db, crashed)
     await _crash_after(crashed, call_id, 2)
-    clock.advance(31)
+    await clock.advance(31)
     async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="b") as survivor:
         call = await until_phase(survivor, call_id, "failed")
     assert call.error is not None and call.error["code"] == "replay_differs"
 
 
 async def test_an_adapter_that_cannot_resume_leaves_the_outcome_unknown(
-    sqlite_db: Database, clock: ManualClock
+    sqlite_db: Database, clock: VirtualClock
 ) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")), supports_resume=False)
     crashed = make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="a")
     await crashed.open()
     call_id, _ = await _call(sqlite_db, crashed)
     await _crash_after(crashed, call_id, 1)
-    clock.advance(31)
+    await clock.advance(31)
     async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock, replica_id="b") as survivor:
         call = await until_phase(survivor, call_id, "unknown")
     assert call.error is not None and call.error["code"] == "resume_unsupported"

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.harness import Usage
 from loopd.harness.models import FailWithStatus, OpenAICompatibleModel, ServerReply, open_scripted_server
 from loopd.harness.serve import create_app, open_harness_server
@@ -16,7 +17,6 @@ from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database
 
 from .conftest import (
-    ManualClock,
     answer_events,
     assert_append_only,
     block,
@@ -24,6 +24,7 @@ from .conftest import (
     make_engine,
     new_conversation,
     new_response,
+    until_done,
     until_phase,
 )
 from .rigs import FINAL_TEXT, FIRST_TEXT, Harness, open_rig
@@ -55,7 +56,7 @@ async def _gate_id(db: Database, response: str) -> str:
 
 
 async def test_a_remote_call_survives_an_engine_crash_without_a_second_session(
-    remote: tuple[Harness, str], sqlite_db: Database, clock: ManualClock
+    remote: tuple[Harness, str], sqlite_db: Database, clock: VirtualClock
 ) -> None:
     harness, url = remote
     first_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=5.0)
@@ -67,12 +68,12 @@ async def test_a_remote_call_survives_an_engine_crash_without_a_second_session(
     await first.abort()  # the engine crashes while the remote waits for permission
     await first_adapter.aclose()
 
-    clock.advance(31)
+    await clock.advance(31)
     second_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=5.0)
     second = make_engine(sqlite_db, {"remote": second_adapter}, clock=clock, replica_id="second")
     await second.answer_gate(call_id, await _gate_id(sqlite_db, response), "approve", "user:alice")
     async with second:
-        call = await second.wait(call_id, 20)
+        call = await until_done(second, call_id, timeout=20)
     await second_adapter.aclose()
 
     assert call.phase == "succeeded", call.error

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from loopd._infra.clock import VirtualClock
 from loopd.cli._chat import _View
 from loopd.server.engine import BuiltinHarnessAdapter, CallRequest, HarnessEngine
 from loopd.server.storage import Database, DatabaseOptions, open_database
 
 from .conftest import (
-    ManualClock,
     answer_events,
     applied_in_order,
     assert_append_only,
@@ -29,6 +29,7 @@ from .conftest import (
     new_conversation,
     new_response,
     until,
+    until_done,
     until_phase,
 )
 from .rigs import FINAL_TEXT, FIRST_TEXT, Script, open_rig
@@ -87,12 +88,12 @@ def rendered_by_chat(events: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 async def _crash_mid_answer(
-    tmp_path: Path, clock: ManualClock, script: Script
+    tmp_path: Path, clock: VirtualClock, script: Script
 ) -> tuple[list[tuple[str, str]], str, list[dict[str, Any]]]:
     """Stream the answer's first chunk, crash the engine (and its in-process session), resume on a second one."""
     async with (
         open_rig(tmp_path / "harness", script=script) as harness,
-        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
+        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")
@@ -106,9 +107,9 @@ async def _crash_mid_answer(
         await until(first_chunk_shown)  # the re-issued call must not show it twice
         await first.abort()
 
-        clock.advance(31)  # the crashed engine's lease expires
+        await clock.advance(31)  # the crashed engine's lease expires
         async with make_engine(db, {"builtin": adapter}, clock=clock, replica_id="second") as second:
-            call = await second.wait(call_id, 20)
+            call = await until_done(second, call_id, timeout=20)
         assert call.phase == "succeeded", call.error
         assert script.final_calls == 2  # the model call in flight was re-issued
         content = await content_of(db, response)
@@ -117,7 +118,7 @@ async def _crash_mid_answer(
         return await answer_events(db, response), content["blocks"][0]["content"], stored
 
 
-async def test_a_crash_mid_answer_resumes_without_repeating_streamed_text(tmp_path: Path, clock: ManualClock) -> None:
+async def test_a_crash_mid_answer_resumes_without_repeating_streamed_text(tmp_path: Path, clock: VirtualClock) -> None:
     events, final, stored = await _crash_mid_answer(tmp_path, clock, Script(stall_final_mid=True))
     assert final == ANSWER
     assert_append_only(events, ANSWER)
@@ -125,7 +126,7 @@ async def test_a_crash_mid_answer_resumes_without_repeating_streamed_text(tmp_pa
 
 
 async def test_a_re_issued_call_that_says_something_else_rewrites_the_answer_once(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: VirtualClock
 ) -> None:
     other = "Done: a.txt exists."
     script = Script(stall_final_mid=True, final_texts={2: other})

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal
 
+from loopd._infra.clock import Clock, wait_event
 from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency
@@ -83,7 +84,10 @@ class DriveSettings:
 
     db: Database
     bus: ConversationBus
-    clock: Callable[[], datetime]
+    clock: Clock
+    """Timers: lease renewal, the watch tick."""
+    now: Callable[[], datetime]
+    """Wall time for deadlines and the trail's timestamps."""
     replica_id: str
     lease_ttl: float
     tick: float
@@ -171,7 +175,7 @@ class Drive:
             yield tx, call
 
     def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
-        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock)
+        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.now)
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
         if call.conversation_id is not None:
@@ -226,7 +230,7 @@ class Drive:
         call, mode = begun
         adapter = self._adapter
         assert adapter is not None  # _begin ends calls without an adapter
-        now = self._s.clock()
+        now = self._s.now()
         request = AdapterRequest(
             call_id=call.id,
             target=call.target,
@@ -273,7 +277,7 @@ class Drive:
             if call.cancel_requested:
                 await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))
                 return None
-            if self._s.clock() >= call.deadline_at:
+            if self._s.now() >= call.deadline_at:
                 await self._end_in(tx, call, "timed_out", _error("timed_out", "the call passed its deadline"))
                 return None
             if self._adapter is None:
@@ -518,19 +522,17 @@ class Drive:
 
     async def _watch(self, run: AdapterRun) -> str:
         """Renew the lease and look for stop conditions and gate answers; returns why the drive must stop."""
-        loop = asyncio.get_running_loop()
+        clock = self._s.clock
         renew_every = self._s.lease_ttl / 3
-        last_renewal = loop.time()
+        last_renewal = clock.monotonic()
         while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._s.tick):
-                    await self.poke.wait()
+            await wait_event(clock, self.poke, self._s.tick)
             self.poke.clear()
-            if loop.time() - last_renewal >= renew_every:
+            if clock.monotonic() - last_renewal >= renew_every:
                 try:
                     async with self._s.db.transaction() as tx:
                         await tx.leases.renew(self._resource, self.token, self._s.lease_ttl)
-                    last_renewal = loop.time()
+                    last_renewal = clock.monotonic()
                 except Fenced:
                     return "lost"
                 except StorageError as exc:  # keep trying; a fenced write ends the drive if the lease expires
@@ -555,7 +557,7 @@ class Drive:
             return "lost"
         if call.cancel_requested:
             return "cancelled"
-        if self._s.clock() >= call.deadline_at:
+        if self._s.now() >= call.deadline_at:
             return "timed_out"
         if message is None:
             return None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Self
 
+from loopd._infra.clock import Clock, SystemClock, wait_event
 from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
@@ -116,7 +117,7 @@ class HarnessEngine:
         adapters: Mapping[str, HarnessAdapter],
         bus: ConversationBus,
         replica_id: str,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         capacity: int = 50,
         lease_ttl: float = 30.0,
         poll_interval: float = 1.0,
@@ -138,7 +139,9 @@ class HarnessEngine:
         self._adapters = dict(adapters)
         self._bus = bus
         self._replica_id = replica_id
-        self._clock = clock or db.now
+        self._clock: Clock = clock or SystemClock()
+        # Wall time (deadlines) follows the database's clock unless a clock is given: leases are stamped there.
+        self._now: Callable[[], datetime] = clock.now if clock is not None else db.now
         self._capacity = capacity
         self._lease_ttl = lease_ttl
         self._poll_interval = poll_interval
@@ -149,6 +152,7 @@ class HarnessEngine:
             db=db,
             bus=bus,
             clock=self._clock,
+            now=self._now,
             replica_id=replica_id,
             lease_ttl=lease_ttl,
             tick=min(poll_interval, lease_ttl / 3),
@@ -289,7 +293,7 @@ class HarnessEngine:
                         effect_key=request.effect_key,
                         target=request.target,
                         params=params,
-                        deadline_at=self._clock() + timedelta(seconds=request.timeout),
+                        deadline_at=self._now() + timedelta(seconds=request.timeout),
                         conversation_id=message.conversation_id,
                         message_id=message.id,
                     )
@@ -355,18 +359,17 @@ class HarnessEngine:
 
     async def wait(self, call_id: str, timeout: float) -> HarnessCall:
         """The call once it is terminal, or as it is when ``timeout`` passes (ending a wait never cancels)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(timeout, 0.0)
+        deadline = self._clock.monotonic() + max(timeout, 0.0)
         while True:
             call = await self.get(call_id)
-            remaining = deadline - loop.time()
+            remaining = deadline - self._clock.monotonic()
             if call.is_terminal or remaining <= 0:
                 return call
             step = min(remaining, self._poll_interval)
             if call.conversation_id is not None:
                 await self._bus.wait(call.conversation_id, step)
             else:  # pragma: no cover - every call has a message and so a conversation
-                await asyncio.sleep(step)
+                await self._clock.sleep(step)
 
     async def stream(self, call_id: str, *, after_seq: int = 0) -> AsyncGenerator[MessageEvent, None]:
         """The call's visible events (its message's stored AgentUE events) after ``after_seq``.
@@ -474,9 +477,7 @@ class HarnessEngine:
                 raise
             except Exception:  # a bug here must not stop every call of this replica
                 _log.exception("harness engine %s: scan failed", self._replica_id)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_interval):
-                    await self._wake.wait()
+            await wait_event(self._clock, self._wake, self._poll_interval)
 
     async def _active(self) -> list[HarnessCall]:
         found: list[HarnessCall] = []
@@ -492,16 +493,15 @@ class HarnessEngine:
 
     async def _scan(self) -> None:
         active = await self._active()
-        loop = asyncio.get_running_loop()
         ids = {call.id for call in active}
         for stale in [call_id for call_id in self._retry_after if call_id not in ids]:
             del self._retry_after[stale]
-        now = self._clock()
+        now = self._now()
         ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
         for call in ordered:
             if self._closed:
                 return
-            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > loop.time():
+            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > self._clock.monotonic():
                 continue
             closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
             reserved = call.id in self._slots
@@ -538,7 +538,7 @@ class HarnessEngine:
             return
         if outcome == "retry":
             self._retried += 1
-            self._retry_after[drive.call_id] = asyncio.get_running_loop().time() + self._retry_delay
+            self._retry_after[drive.call_id] = self._clock.monotonic() + self._retry_delay
         with contextlib.suppress(StorageError, TimeoutError):
             async with asyncio.timeout(self._db.options.operation_timeout):
                 await self._release(drive.call_id, drive.token)
