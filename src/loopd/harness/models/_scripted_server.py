@@ -52,6 +52,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from loopd._infra.serving import open_http_server
+from loopd._infra.sse import sse_message
 from loopd.harness._errors import HarnessError
 from loopd.harness.core._values import Frozen, Usage
 
@@ -371,7 +372,7 @@ def completion_body(
 def encode_sse(data: dict[str, Any] | str) -> bytes:
     """One SSE event carrying ``data`` (JSON-encoded unless it is already a string such as ``[DONE]``)."""
     text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return f"data: {text}\n\n".encode()
+    return sse_message(text)
 
 
 def error_body(message: str, error_type: str, code: str | None = None) -> dict[str, Any]:
