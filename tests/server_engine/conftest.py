@@ -191,7 +191,7 @@ async def until(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10
         while not await predicate():
             if _current:
                 await _current[-1].advance(step)
-            else:  # a test without the clock fixture runs its engines on the system clock
+            else:  # the test runs its engines on the system clock (a real model server streams in real time)
                 await asyncio.sleep(step)
 
 

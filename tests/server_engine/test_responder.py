@@ -15,13 +15,13 @@ import pytest
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import open_sqlite_store
 from loopd.resources.client import TASKS, StoreClient
-from loopd.resources.reconcile import Manager
+from loopd.resources.reconcile import ControllerStatistics, Manager
 from loopd.server.engine import Finished, HarnessEngine, TextSet
 from loopd.server.responder import ChatPort, HarnessResponder
 from loopd.server.storage import Database, Message, NewMessage
 from loopd.server.streams import ConversationBus, empty_model, finish, open_message
 
-from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until
+from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until, until_true
 
 if TYPE_CHECKING:
     from loopd.server.chat import ChatService
@@ -68,6 +68,11 @@ class World:
     chat: StorageChat
     engine: HarnessEngine
     adapter: ScriptedAdapter
+    manager: Manager
+
+    def responder(self) -> ControllerStatistics:
+        (statistics,) = self.manager.statistics().controllers
+        return statistics
 
 
 @pytest.fixture
@@ -83,7 +88,7 @@ async def world(sqlite_db: Database, tmp_path: Path) -> AsyncIterator[World]:
             manager.add_controller(TASKS, responder, workers=2)
             running = asyncio.ensure_future(manager.run())
             try:
-                yield World(sqlite_db, client, chat, engine, adapter)
+                yield World(sqlite_db, client, chat, engine, adapter, manager)
             finally:
                 manager.shutdown()
                 await asyncio.wait_for(running, 10)
@@ -161,7 +166,8 @@ async def test_a_harness_task_is_answered_and_completed(world: World) -> None:
 
 async def test_a_task_seen_before_its_messages_commit_is_retried(world: World) -> None:
     await world.client.create(TASKS, _task("t-2", "assistant"), namespace="default")
-    await asyncio.sleep(0.2)  # the responder sees the Task, finds no messages (the commit window) and requeues
+    # the responder sees the Task, finds no messages (the commit window) and requeues
+    await until_true(lambda: world.responder().requeued >= 1)
     assert world.adapter.starts == []
     conversation = await new_conversation(world.db)
     response = await _question(world.db, conversation, "t-2", "late commit", "assistant")
@@ -185,7 +191,7 @@ async def test_operator_tasks_are_left_alone(world: World) -> None:
     operator_task = _task("t-4", "router")
     operator_task["spec"]["target"]["kind"] = "operator"
     await world.client.create(TASKS, operator_task, namespace="default")
-    await asyncio.sleep(0.2)
+    await until_true(lambda: world.responder().succeeded >= 1)  # reconciled: and left alone
     assert await _status(world.db, response) == "streaming" and world.chat.completed == []
 
 

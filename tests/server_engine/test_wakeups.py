@@ -72,7 +72,7 @@ async def test_a_finished_call_is_announced_after_it_is_terminal(sqlite_db: Data
         remove()
         other = await engine.start(_request(conversation, "work/2"))
         await until_phase(engine, other.id, "succeeded")
-        await asyncio.sleep(0.1)
+        await until_true(lambda: engine.statistics().driving == 0)  # its drive ended: any notice went out
         assert not any(n.call_id == other.id for n in notices)  # removed: nothing more
 
 
@@ -127,7 +127,7 @@ async def _world(
             manager.add_controller(TASKS, responder, workers=4)
             running = asyncio.ensure_future(manager.run())
             try:
-                yield World(db, client, chat, engine, adapter), responder
+                yield World(db, client, chat, engine, adapter, manager), responder
             finally:
                 manager.shutdown()
                 await asyncio.wait_for(running, 10)

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from loopd._ids import new_id
 from loopd._infra.http import is_loopback
+from loopd._infra.tasks import TaskSet
 from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
@@ -244,16 +245,14 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
 
             manager = Manager(client)
             manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=8)
-            manager_task = asyncio.create_task(manager.run(), name="loopd-reconcile-manager")
+            background = await stack.enter_async_context(TaskSet("loopd up"))  # cancels what is left at exit
+            manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
 
             async def stop_manager() -> None:
                 manager.shutdown()
-                try:
-                    await asyncio.wait_for(manager_task, 15.0)
-                except TimeoutError:
-                    manager_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await manager_task
+                await asyncio.wait([manager_task], timeout=15.0)  # then the task set cancels it if still running
+                if manager_task.done():
+                    manager_task.result()  # a manager that failed says so, as before
 
             stack.push_async_callback(stop_manager)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.tasks import TaskSet
 from loopd.resources.client import ResourceClient, ResourceType
 
 from ._controller import Controller, ControllerStatistics, ReconcileFunction, Reconciler, Watch
@@ -153,20 +154,15 @@ class Manager:
             raise RuntimeError("a manager runs once")
         self._started = True
         self._running = True
-        loop = asyncio.get_running_loop()
-        informer_tasks = [
-            loop.create_task(informer.run(), name=f"informer:{informer.resource}")
-            for informer in self._informers.values()
-        ]
         try:
-            if self._elector is None:
-                await self._lead(lost=None)
-            else:
-                await self._campaign(self._elector)
+            async with TaskSet("reconcile informers") as informers:  # they run until the manager stops
+                for informer in self._informers.values():
+                    informers.start(informer.run(), name=f"informer:{informer.resource}")
+                if self._elector is None:
+                    await self._lead(lost=None)
+                else:
+                    await self._campaign(self._elector)
         finally:
-            for task in informer_tasks:
-                task.cancel()
-            await asyncio.gather(*informer_tasks, return_exceptions=True)
             self._running = False
 
     async def _campaign(self, elector: LeaderElector) -> None:
@@ -174,12 +170,11 @@ class Manager:
             if not await elector.acquire(self._stopping):
                 return
             lost = asyncio.Event()
-            renewer = asyncio.get_running_loop().create_task(self._renew(elector, lost), name="lease-renewer")
             try:
-                await self._lead(lost=lost)
+                async with TaskSet("lease renewal") as renewal:  # renews for exactly one term
+                    renewal.start(self._renew(elector, lost), name="lease-renewer")
+                    await self._lead(lost=lost)
             finally:
-                renewer.cancel()
-                await asyncio.gather(renewer, return_exceptions=True)
                 if not lost.is_set():
                     await elector.release()
 

@@ -99,6 +99,7 @@ def create_server_app(
             ctx.chat.begin_shutdown()
             for sweeper in background:
                 await sweeper.stop()
+            await ctx.chat.feeds.aclose()  # the feeds' tasks end with the app
 
     app = _ServerApi(
         title="loopd server",

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
+from loopd._infra.tasks import TaskSet
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
 from loopd.server.http._sse import sse_frame
@@ -226,7 +227,7 @@ class _Feed:
 
     def begin(self, cursor: int) -> None:
         self.cursor = self.started = cursor
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"feed:{self.conversation_id}")
+        self._task = self._feeds._tasks.start(self._run(), name=f"feed:{self.conversation_id}")
 
     def leave(self, subscription: Subscription) -> None:
         self.members.discard(subscription)
@@ -298,6 +299,7 @@ class ConversationFeeds:
         self.buffer = buffer
         self._feeds: dict[str, _Feed] = {}
         self._closed = False
+        self._tasks = TaskSet("conversation feeds")  # every feed's task; cancelled ones end here
         self._subscriptions = 0
         self._reads = 0
         self._frames = 0
@@ -314,6 +316,11 @@ class ConversationFeeds:
         for feed in list(self._feeds.values()):
             feed.stop()
             feed._retire()
+
+    async def aclose(self) -> None:
+        """`close`, then wait until every feed's task has ended."""
+        self.close()
+        await self._tasks.aclose()
 
     def statistics(self) -> FeedStatistics:
         return FeedStatistics(

@@ -1,7 +1,8 @@
 """`Sweeper`: one background asyncio task that runs a bounded unit of work every ``interval`` seconds.
 
 Used for completions left ``closing`` and for Human deadlines. Each tick is bounded in time (``tick_timeout``) and
-in work (the tick itself takes a batch limit); an error in a tick is logged and the next tick runs as usual.
+in work (the tick itself takes a batch limit); the interval is slept on the given ``Clock``. An error in a tick is
+logged and the next tick runs as usual.
 ``asyncio.CancelledError`` is never swallowed: `stop` cancels the task and waits for it.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+
+from loopd._infra.clock import Clock, SystemClock
 
 _log = logging.getLogger(__name__)
 
@@ -22,6 +25,7 @@ class Sweeper:
         *,
         interval: float = 1.0,
         tick_timeout: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         if not (interval > 0) or not (tick_timeout > 0):
             raise ValueError("interval and tick_timeout must be positive")
@@ -29,6 +33,7 @@ class Sweeper:
         self._tick = tick
         self._interval = interval
         self._tick_timeout = tick_timeout
+        self._clock = clock or SystemClock()
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
         """How many ticks ran (for tests and statistics)."""
@@ -62,4 +67,4 @@ class Sweeper:
             except Exception:
                 _log.exception("sweeper %s: tick failed", self.name)
             self.ticks += 1
-            await asyncio.sleep(self._interval)
+            await self._clock.sleep(self._interval)
