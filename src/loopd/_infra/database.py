@@ -61,6 +61,11 @@ class DatabaseErrors:
     too_new: Callable[[str], Exception] = SchemaTooNew
     invalid_schema: Callable[[str], Exception] = InvalidSchema
 
+    @classmethod
+    def all_as(cls, error: Callable[[str], Exception]) -> DatabaseErrors:
+        """Every failure as ``error`` (for a layer with one storage error type)."""
+        return cls(unavailable=error, conflict=error, outcome_unknown=error, too_new=error, invalid_schema=error)
+
 
 class Connection(Protocol):
     """One open transaction. SQL uses ``?`` placeholders (translated per engine); every call is bounded by the

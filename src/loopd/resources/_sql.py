@@ -70,13 +70,7 @@ SCHEMA = Schema(
 )
 """The store's tables. Step 1 only creates what is missing, so a store made before the migrator adopts it."""
 
-ERRORS = DatabaseErrors(
-    unavailable=StoreUnavailable,
-    conflict=StoreUnavailable,
-    outcome_unknown=StoreUnavailable,
-    too_new=StoreUnavailable,
-    invalid_schema=StoreUnavailable,
-)
+ERRORS = DatabaseErrors.all_as(StoreUnavailable)
 """Every database failure of the store is ``StoreUnavailable`` (the engine decides conflicts itself)."""
 
 

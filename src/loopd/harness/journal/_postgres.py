@@ -245,17 +245,7 @@ class _Columns:
         return columns
 
 
-def _journal_error(message: str) -> JournalError:
-    return JournalError(message)
-
-
-_ERRORS = DatabaseErrors(
-    unavailable=_journal_error,
-    conflict=_journal_error,
-    outcome_unknown=_journal_error,
-    too_new=_journal_error,
-    invalid_schema=_journal_error,
-)
+_ERRORS = DatabaseErrors.all_as(JournalError)
 
 
 class PostgresJournal:

@@ -66,7 +66,6 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from loopd._infra.database import Connection, DatabaseErrors
-from loopd._infra.errors import LoopdError
 from loopd._infra.files import ensure_private_dir
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteLane, SqliteOptions
@@ -147,7 +146,7 @@ class _Append:
     future: asyncio.Future[list[int]]
 
 
-class _WriterBusy(LoopdError):
+class _WriterBusy(Exception):
     """Another connection holds the write lock; an inline round goes to the writer thread instead."""
 
 
@@ -197,17 +196,7 @@ SCHEMA = Schema(
 """The file's layout, as numbered steps of the floor's migrator (recorded in ``journal_migrations``)."""
 
 
-def _journal_error(message: str) -> JournalError:
-    return JournalError(message)
-
-
-_ERRORS = DatabaseErrors(
-    unavailable=_journal_error,
-    conflict=_journal_error,
-    outcome_unknown=_journal_error,
-    too_new=_journal_error,
-    invalid_schema=_journal_error,
-)
+_ERRORS = DatabaseErrors.all_as(JournalError)
 
 
 class SqliteJournal:

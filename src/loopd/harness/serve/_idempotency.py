@@ -18,7 +18,6 @@ from loopd._infra.database import DatabaseErrors
 from loopd._infra.files import ensure_private_dir
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
-from loopd.harness._errors import HarnessError
 
 _TIMEOUT: Final = 10.0
 
@@ -43,7 +42,7 @@ _SCHEMA = Schema(
 )
 
 
-class IdempotencyStoreError(HarnessError):
+class IdempotencyStoreError(Exception):
     """The key store could not be read or written."""
 
 
@@ -51,7 +50,7 @@ def _errors(path: Path) -> DatabaseErrors:
     def error(message: str) -> IdempotencyStoreError:
         return IdempotencyStoreError(f"idempotency keys in {path}: {message}")
 
-    return DatabaseErrors(unavailable=error, conflict=error, outcome_unknown=error, too_new=error, invalid_schema=error)
+    return DatabaseErrors.all_as(error)
 
 
 @dataclass(frozen=True, slots=True)
