@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from loopd._infra.clock import settle
 from loopd.cli._run_conversation import parse_gate_answer
 from loopd.cli._run_input import InputInterrupted, LineInput
 from loopd.cli._run_view import RunView, shorten
@@ -48,7 +49,7 @@ async def test_interrupt_wakes_a_pending_read_and_reading_goes_on(pipe: tuple[in
     read_fd, write_fd = pipe
     reader = LineInput(read_fd, interactive=False)
     pending = asyncio.create_task(reader.readline())
-    await asyncio.sleep(0.05)
+    await settle()  # nothing was written: the read cannot end on its own
     assert not pending.done()
     reader.interrupt()
     with pytest.raises(InputInterrupted):

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loopd._infra.clock import settle
 from loopd.harness import (
     EchoTool,
     Idempotency,
@@ -203,7 +204,9 @@ async def test_resume_reissues_a_model_call_in_flight(sqlite_journal: SqliteJour
     rig = tool_rig(sqlite_journal, model)
     session = await rig.start_session()
     await session.submit("go")
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):
+        while not model.requests:  # the model call is in flight (its reply takes 30 s)
+            await settle()
     session.abort()
     restored = await rig.restore_session(session.id, mode="resume")
     await restored.wait_idle(timeout=5)

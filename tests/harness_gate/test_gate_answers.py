@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd._infra.clock import settle
 from loopd.harness.gate import (
     GATE_TIMEOUT_DEFAULT,
     AccessConfig,
@@ -112,7 +113,7 @@ async def test_always_persists_before_the_grant() -> None:
     store = SlowStore()
     task = asyncio.create_task(resolve_answer(prompt, GateAnswer.APPROVE_ALWAYS, store))
     await asyncio.wait_for(store.entered.wait(), 5)
-    await asyncio.sleep(0.01)
+    await settle()  # everything that can run without the store has run
     assert not task.done()  # no resolution (no grant) while the rules are not stored
     assert store.rules == ()
     store.release.set()

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
 from loopd.server.chat import TaskUnavailable
 from loopd.server.storage import NotFound
@@ -258,12 +259,13 @@ async def test_the_sweeper_runs_in_the_background(rig: Rig) -> None:
     with pytest.raises(TaskUnavailable):
         await rig.chat.complete(task_id)
     rig.gateway.fail_delete = None
-    sweeper = Sweeper("test", lambda: rig.chat.sweep_closing(limit=5), interval=0.01)
+    clock = VirtualClock()
+    sweeper = Sweeper("test", lambda: rig.chat.sweep_closing(limit=5), interval=1.0, clock=clock)
     sweeper.start()
     try:
         async with asyncio.timeout(5):
             while (await rig.chat.response_of(task_id)).delivery_state != "closed":
-                await asyncio.sleep(0.01)
+                await clock.advance(1.0)  # the next tick comes due
     finally:
         await sweeper.stop()
     assert not sweeper.running and await task_object(rig, task_id) is None
