@@ -3,11 +3,15 @@ hooks, timeouts, closing, and which failed COMMITs leave the outcome unknown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
 
+from loopd._infra.backoff import Backoff
 from loopd._infra.database import ConstraintViolation, DatabaseErrors, DatabaseUnavailable
 from loopd._infra.postgres import PostgresDatabase, PostgresOptions, commit_outcome_unknown, translate
 from tests.support.postgres import postgres_dsn, postgres_server  # noqa: F401
@@ -118,3 +122,28 @@ def test_which_commit_failures_leave_the_outcome_unknown() -> None:
     assert commit_outcome_unknown(psycopg.OperationalError("the connection broke"))
     assert not commit_outcome_unknown(psycopg.errors.SerializationFailure("refused"))
     assert not commit_outcome_unknown(None)
+
+
+@pytest.mark.postgres
+async def test_listen_delivers_notifications_until_cancelled(db: PostgresDatabase) -> None:
+    listening = asyncio.Event()
+    payloads: asyncio.Queue[str] = asyncio.Queue(maxsize=10)
+    task = asyncio.create_task(
+        db.listen(
+            "floor_test",
+            payloads.put_nowait,
+            on_listening=listening.set,
+            backoff=Backoff(base=0.01, max_delay=0.1),
+            log=logging.getLogger(__name__),
+            what="test listener",
+        )
+    )
+    try:
+        await asyncio.wait_for(listening.wait(), 10)
+        async with db.transaction(read_only=False) as conn:
+            await conn.fetch("SELECT pg_notify('floor_test', 'hello')")
+        assert await asyncio.wait_for(payloads.get(), 10) == "hello"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -5,8 +5,8 @@ Owns: ``PostgresOptions`` and ``PostgresDatabase``, the ``loopd._infra.database.
 step is bounded by the timeout, READ COMMITTED write transactions, REPEATABLE READ read-only transactions, and
 ``psycopg`` errors → the caller's ``DatabaseErrors`` (``mapped``). A ``COMMIT`` that times out or loses its
 connection is ``errors.outcome_unknown``: the server may have committed it. For users that speak psycopg
-directly (single statements, ``LISTEN``), ``connection``/``pooled`` lend a pooled connection and ``connect``
-makes a dedicated one.
+directly (single statements), ``connection``/``pooled`` lend a pooled connection and ``connect`` makes a
+dedicated one; ``listen`` keeps a ``LISTEN`` connection up (keepalive, reconnect with backoff).
 Must not do: SQL of any table; schema versions (``loopd._infra.migrations``).
 """
 
@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopd._infra.backoff import Backoff
 from loopd._infra.database import Connection, DatabaseErrors, Dialect
 
 try:
     import psycopg
+    from psycopg import sql
     from psycopg_pool import AsyncConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("PostgreSQL needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
@@ -175,6 +178,47 @@ class PostgresDatabase:
         """A new connection outside the pool (e.g. for ``LISTEN``), with the same session settings."""
         async with self.mapped():
             return await psycopg.AsyncConnection.connect(self.dsn, **_connect_kwargs(self._options))
+
+    async def listen(
+        self,
+        channel: str,
+        on_notify: Callable[[str], None],
+        *,
+        on_listening: Callable[[], None],
+        backoff: Backoff,
+        log: logging.Logger,
+        what: str,
+        keepalive: float = 30.0,
+    ) -> None:
+        """Keep one ``LISTEN channel`` connection up until cancelled: ``on_notify(payload)`` per notification,
+        ``on_listening()`` each time listening (re)starts (notifications sent meanwhile are lost), a ``SELECT 1``
+        after ``keepalive`` quiet seconds to find a dead connection, and reconnecting with ``backoff`` (each
+        failure logged as a warning naming ``what``)."""
+        failures = 0
+        timeout = self._options.timeout
+        while True:
+            try:
+                conn = await self.connect()  # bounded by the timeout
+            except Exception as exc:  # whatever broke, keep trying with backoff
+                failures += 1
+                log.warning("%s cannot connect (%s); retrying", what, exc)
+                await asyncio.sleep(backoff.after_failures(failures))
+                continue
+            try:
+                async with conn:
+                    async with asyncio.timeout(timeout):
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    failures = 0
+                    on_listening()
+                    while True:
+                        async for note in conn.notifies(timeout=keepalive):
+                            on_notify(note.payload)
+                        async with asyncio.timeout(timeout):  # a quiet channel: is the connection alive?
+                            await conn.execute("SELECT 1")
+            except Exception as exc:
+                failures += 1
+                log.warning("%s lost its connection (%s); reconnecting", what, exc)
+                await asyncio.sleep(backoff.after_failures(failures))
 
     @asynccontextmanager
     async def _transaction(self, read_only: bool) -> AsyncIterator[Connection]:

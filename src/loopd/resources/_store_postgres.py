@@ -20,13 +20,10 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.migrations import migrate
 
 from . import _sql as sql
-from ._errors import StoreUnavailable
 from ._semantics import StoreEngine
 from ._store import StoreOptions
 
 try:
-    import psycopg
-
     from loopd._infra.postgres import PostgresDatabase, PostgresOptions
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("PostgresResourceStore needs the 'postgres' extra: pip install 'pyloopd[postgres]'") from exc
@@ -81,26 +78,14 @@ class PostgresBackend:
             self._listener = asyncio.create_task(self._listen(wake), name="loopd-resources-pg-listener")
 
     async def _listen(self, wake: Any) -> None:
-        failures = 0
-        while True:
-            try:
-                conn = await self.database.connect()
-            except (StoreUnavailable, OSError) as exc:
-                failures += 1
-                _log.warning("resource store listener cannot connect (%s); retrying", exc)
-                await asyncio.sleep(_RETRY.after_failures(failures))
-                continue
-            try:
-                async with conn:
-                    await conn.execute(f"LISTEN {_CHANNEL}")
-                    failures = 0
-                    wake.set()  # changes may have happened while we were not listening
-                    async for _ in conn.notifies():
-                        wake.set()
-            except (psycopg.Error, OSError) as exc:
-                failures += 1
-                _log.warning("resource store listener lost its connection (%s); reconnecting", exc)
-                await asyncio.sleep(_RETRY.after_failures(failures))
+        await self.database.listen(
+            _CHANNEL,
+            lambda _payload: wake.set(),
+            on_listening=wake.set,  # changes may have happened while we were not listening
+            backoff=_RETRY,
+            log=_log,
+            what="resource store listener",
+        )
 
     async def aclose(self) -> None:
         if self._listener is not None:

@@ -562,31 +562,16 @@ class PostgresJournal:
             self._listener = asyncio.create_task(self._listen(), name="loopd-journal-pg-listener")
 
     async def _listen(self) -> None:
-        """Keep one LISTEN connection up; reconnect with backoff. Followers poll meanwhile."""
-        failures = 0
-        while True:
-            try:
-                conn = await self._database.connect()  # bounded by the timeout
-            except Exception as exc:  # whatever broke, followers still poll; keep trying with backoff
-                failures += 1
-                _log.warning("journal listener cannot connect (%s); retrying", exc)
-                await asyncio.sleep(_LISTEN_RETRY.after_failures(failures))
-                continue
-            try:
-                async with conn:
-                    async with asyncio.timeout(self._timeout):
-                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-                    failures = 0
-                    self._wake_all()  # appends may have committed while nobody listened
-                    while True:
-                        async for note in conn.notifies(timeout=self._keepalive):
-                            self._on_notify(note.payload)
-                        async with asyncio.timeout(self._timeout):  # a quiet channel: is the connection alive?
-                            await conn.execute("SELECT 1")
-            except Exception as exc:
-                failures += 1
-                _log.warning("journal listener lost its connection (%s); reconnecting", exc)
-                await asyncio.sleep(_LISTEN_RETRY.after_failures(failures))
+        """Keep one LISTEN connection up (the floor's); followers poll meanwhile."""
+        await self._database.listen(
+            self._channel,
+            self._on_notify,
+            on_listening=self._wake_all,  # appends may have committed while nobody listened
+            backoff=_LISTEN_RETRY,
+            log=_log,
+            what="journal listener",
+            keepalive=self._keepalive,
+        )
 
     async def session(self, session_id: str) -> SessionInfo | None:
         self._check_open()
