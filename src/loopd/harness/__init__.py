@@ -24,8 +24,7 @@ from loopd.harness._errors import (
     ToolArgumentsError,
     ToolError,
 )
-from loopd.harness.core import events
-from loopd.harness.core._values import EffectKind, Idempotency, Message, ToolCall, ToolOutcome, Usage
+from loopd.harness.core import EffectKind, Idempotency, Message, ToolCall, ToolOutcome, Usage, events
 from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
 from loopd.harness.core.events import Lifecycle, Scope
 from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal

@@ -6,11 +6,13 @@ Must not do: any I/O, read a clock, or draw random numbers. Everything here is a
 from loopd.harness.core._values import (
     ZERO_USAGE,
     EffectKind,
+    Frozen,
     Idempotency,
     Message,
     ToolCall,
     ToolOutcome,
     Usage,
+    user_message,
 )
 from loopd.harness.core.apply import apply, apply_loop, fold
 from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide, recover
@@ -20,6 +22,7 @@ __all__ = [
     "ZERO_USAGE",
     "Decision",
     "EffectKind",
+    "Frozen",
     "Idempotency",
     "LoopConfig",
     "LoopInput",
@@ -35,4 +38,5 @@ __all__ = [
     "decide",
     "fold",
     "recover",
+    "user_message",
 ]

@@ -29,7 +29,7 @@ from typing import Final, Protocol
 
 from pydantic import Field
 
-from loopd.harness.core._values import Frozen
+from loopd.harness.core import Frozen
 from loopd.harness.gate import _commands, _patterns
 
 GATE_TIMEOUT_DEFAULT: Final[float] = 300.0

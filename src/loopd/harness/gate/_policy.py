@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 import yaml
 from pydantic import Field, ValidationError
 
-from loopd.harness.core._values import Frozen
+from loopd.harness.core import Frozen
 from loopd.harness.gate._errors import GatePolicyError
 from loopd.harness.gate._evaluate import Access, AccessConfig, GateAnswer, Rule, RuleEffect
 

@@ -24,7 +24,7 @@ from typing import Final, Literal, Protocol, runtime_checkable
 from pydantic import ValidationError
 
 from loopd._infra.files import write_atomically
-from loopd.harness.core._values import Frozen
+from loopd.harness.core import Frozen
 from loopd.harness.gate._errors import (
     RulePersistenceError,
     RuleStoreCorruptError,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field, SecretStr
 
 from loopd.harness._errors import ModelPermanentError
-from loopd.harness.core._values import Frozen
+from loopd.harness.core import Frozen
 from loopd.harness.models._pricing import PriceTable
 
 if TYPE_CHECKING:

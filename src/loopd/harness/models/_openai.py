@@ -54,7 +54,7 @@ from openai.types.completion_usage import CompletionUsage
 
 from loopd._infra.backoff import Backoff
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
-from loopd.harness.core._values import Message, Usage
+from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import ModelChunk, ModelRequest, TextDelta, ToolCallDelta, UsageReport
 

@@ -23,7 +23,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from loopd.harness._errors import HarnessError
-from loopd.harness.core._values import Frozen, Usage
+from loopd.harness.core import Frozen, Usage
 
 _PER_MILLION = 1_000_000
 

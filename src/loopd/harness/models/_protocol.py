@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from loopd.harness.core._values import Frozen, Message, ToolCall, Usage
+from loopd.harness.core import Frozen, Message, ToolCall, Usage
 
 
 class ToolSpec(Frozen):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopd.harness._errors import ModelError, ModelPermanentError
-from loopd.harness.core._values import ToolCall, Usage
+from loopd.harness.core import ToolCall, Usage
 from loopd.harness.models._protocol import ModelChunk, ModelRequest, TextDelta, ToolCallDelta, UsageReport
 
 

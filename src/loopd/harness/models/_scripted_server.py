@@ -54,7 +54,7 @@ from starlette.types import Receive, Scope, Send
 from loopd._infra.serving import open_http_server
 from loopd._infra.sse import sse_message
 from loopd.harness._errors import HarnessError
-from loopd.harness.core._values import Frozen, Usage
+from loopd.harness.core import Frozen, Usage
 
 logger = logging.getLogger(__name__)
 

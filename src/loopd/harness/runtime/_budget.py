@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loopd.harness._errors import BudgetExceeded
-from loopd.harness.core._values import Usage
+from loopd.harness.core import Usage
 
 
 class BudgetPolicy(Protocol):

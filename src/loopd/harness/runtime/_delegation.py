@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, ValidationError
 
 from loopd.harness._errors import HarnessError, ToolArgumentsError, ToolError
-from loopd.harness.core._values import EffectKind, Frozen, Idempotency, ToolCall
-from loopd.harness.models._protocol import ToolSpec
-from loopd.harness.tools._protocol import PreparedCall, Tool, ToolContext, ToolResult
+from loopd.harness.core import EffectKind, Frozen, Idempotency, ToolCall
+from loopd.harness.models import ToolSpec
+from loopd.harness.tools import PreparedCall, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from loopd.harness.runtime._session import Session

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopd._infra.clock import Clock
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
-from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
+from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
 from loopd.harness.core.compaction import SUMMARIZER_PROMPT, render_transcript
 from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide
@@ -58,7 +58,7 @@ from loopd.harness.gate import (
     evaluate,
     resolve_answer,
 )
-from loopd.harness.models._protocol import (
+from loopd.harness.models import (
     Model,
     ModelRequest,
     TextDelta,
@@ -69,7 +69,7 @@ from loopd.harness.models._protocol import (
 )
 from loopd.harness.runtime._hub import Envelope
 from loopd.harness.runtime._mailbox import Mailbox
-from loopd.harness.tools._protocol import Tool, ToolContext
+from loopd.harness.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
     from pathlib import Path

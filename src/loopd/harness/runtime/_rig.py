@@ -13,8 +13,7 @@ from typing import Literal
 from loopd._ids import new_id
 from loopd._infra.clock import Clock, SystemClock
 from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
-from loopd.harness.core import codec
-from loopd.harness.core._values import Usage
+from loopd.harness.core import Usage, codec
 from loopd.harness.core.agents import REPORT_PREFIX, report_id
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import (
@@ -29,13 +28,12 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.state import LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
-from loopd.harness.journal import replay
-from loopd.harness.journal._protocol import Journal, Record, SessionInfo
+from loopd.harness.journal import Journal, Record, SessionInfo, replay
 from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.runtime._delegation import delegation_tools
 from loopd.harness.runtime._loop import LoopActor, LoopDefinition
 from loopd.harness.runtime._session import Session
-from loopd.harness.tools._protocol import Tool
+from loopd.harness.tools import Tool
 
 RecoveryMode = Literal["interrupt", "resume"]
 

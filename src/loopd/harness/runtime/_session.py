@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 from loopd._ids import new_id
 from loopd._infra.clock import Clock
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
-from loopd.harness.core import codec
-from loopd.harness.core._values import Usage
+from loopd.harness.core import Usage, codec
 from loopd.harness.core.agents import (
     apply_agents,
     depth_of,
@@ -44,7 +43,7 @@ from loopd.harness.core.events import (
     TurnStarted,
 )
 from loopd.harness.core.state import AgentInfo, LoopState, SessionState
-from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord
+from loopd.harness.journal import Journal, JournalWriter, NewRecord
 from loopd.harness.runtime._budget import BudgetPolicy
 from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 

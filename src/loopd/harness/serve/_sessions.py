@@ -25,8 +25,7 @@ from loopd._ids import new_id
 from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
 from loopd.harness.core.state import SessionState
-from loopd.harness.journal import replay
-from loopd.harness.journal._protocol import Record
+from loopd.harness.journal import Record, replay
 from loopd.harness.runtime import RecoveryMode, Rig, Session
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
 from loopd.harness.serve._wire import CreateSessionRequest, SessionStatus

@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopd.harness.core._values import Usage
+from loopd.harness.core import Usage
 from loopd.harness.core.events import EphemeralEvent, Event, Lifecycle, LoopEvent, SessionEvent
 from loopd.harness.core.state import LoopState, SessionState
 

@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Final, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from loopd.harness._errors import ToolArgumentsError, ToolError
-from loopd.harness.core._values import EffectKind, Idempotency, ToolCall
-from loopd.harness.models._protocol import ToolSpec
+from loopd.harness.core import EffectKind, Idempotency, ToolCall
+from loopd.harness.models import ToolSpec
 from loopd.harness.tools._protocol import PreparedCall, Requirement, ToolContext, ToolResult
 from loopd.harness.tools._workspace import Workspace
 

@@ -32,7 +32,7 @@ from typing import Final
 from pydantic import Field
 
 from loopd.harness._errors import ToolArgumentsError
-from loopd.harness.core._values import EffectKind, Idempotency
+from loopd.harness.core import EffectKind, Idempotency
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs
 from loopd.harness.tools._processes import abandon_pipes, signal_group, stop_group, wait_exited
 from loopd.harness.tools._protocol import ToolContext, ToolResult

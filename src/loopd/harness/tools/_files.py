@@ -24,7 +24,7 @@ from typing import Final
 from pydantic import Field
 
 from loopd.harness._errors import ToolArgumentsError, ToolError
-from loopd.harness.core._values import EffectKind, Idempotency
+from loopd.harness.core import EffectKind, Idempotency
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs, run_blocking, truncate_middle
 from loopd.harness.tools._beneath import READ_FLAGS, is_symlink_error
 from loopd.harness.tools._protocol import ToolContext, ToolResult

@@ -32,9 +32,9 @@ from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from loopd.harness._errors import HarnessError, ToolArgumentsError, ToolError
-from loopd.harness.core._values import EffectKind, Frozen, Idempotency, ToolCall
-from loopd.harness.gate._patterns import escape
-from loopd.harness.models._protocol import ToolSpec
+from loopd.harness.core import EffectKind, Frozen, Idempotency, ToolCall
+from loopd.harness.gate import escape_pattern as escape
+from loopd.harness.models import ToolSpec
 from loopd.harness.tools._base import truncate_middle
 from loopd.harness.tools._protocol import GrantCandidate, PreparedCall, Requirement, ToolContext, ToolResult
 

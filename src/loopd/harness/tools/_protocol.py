@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from loopd.harness.core._values import EffectKind, Frozen, Idempotency, ToolCall
-from loopd.harness.models._protocol import ToolSpec
+from loopd.harness.core import EffectKind, Frozen, Idempotency, ToolCall
+from loopd.harness.models import ToolSpec
 
 
 class GrantCandidate(Frozen):

@@ -25,7 +25,7 @@ from typing import Any, Final
 from pydantic import Field
 
 from loopd.harness._errors import ToolArgumentsError, ToolError
-from loopd.harness.core._values import EffectKind, Idempotency
+from loopd.harness.core import EffectKind, Idempotency
 from loopd.harness.tools import _beneath, _grep_worker
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs, run_blocking
 from loopd.harness.tools._beneath import split_relative, walk

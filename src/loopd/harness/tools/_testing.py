@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from loopd.harness._errors import ToolArgumentsError
-from loopd.harness.core._values import EffectKind, Idempotency, ToolCall
-from loopd.harness.models._protocol import ToolSpec
+from loopd.harness.core import EffectKind, Idempotency, ToolCall
+from loopd.harness.models import ToolSpec
 from loopd.harness.tools._protocol import GrantCandidate, PreparedCall, Requirement, ToolContext, ToolResult
 
 

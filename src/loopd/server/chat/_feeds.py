@@ -31,7 +31,7 @@ from typing import Any, Final, Protocol, Self
 from loopd._infra.tasks import TaskSet
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
-from loopd.server.http._sse import sse_frame
+from loopd.server.http import sse_frame
 from loopd.server.storage import StorageError
 from loopd.server.streams import ConversationBus
 

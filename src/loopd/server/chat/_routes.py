@@ -31,9 +31,7 @@ from loopd.server.chat._wire import (
     conversation_body,
     message_body,
 )
-from loopd.server.http._errors import ERROR_RESPONSES
-from loopd.server.http._identity import Identity, current_identity, trusted_identity
-from loopd.server.http._sse import EventStreamResponse
+from loopd.server.http import ERROR_RESPONSES, EventStreamResponse, Identity, current_identity, trusted_identity
 
 MAX_CURSOR: Final = 2**62
 TASK_ID_HEADER: Final = "X-Loopd-Task-ID"

@@ -31,7 +31,7 @@ from loopd.server.chat._feeds import DEFAULT_BUFFER, ConversationFeeds
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question
 from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, StreamPage, TaskContext
-from loopd.server.http._identity import Identity
+from loopd.server.http import Identity
 from loopd.server.storage import (
     MAX_PAGE,
     CommitOutcomeUnknown,

@@ -24,8 +24,7 @@ from typing import Any
 
 from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
 from loopd.server.chat._service import ChatService
-from loopd.server.http._errors import api_error_of, error_body
-from loopd.server.http._sse import HEARTBEAT, sse_frame
+from loopd.server.http import HEARTBEAT, api_error_of, error_body, sse_frame
 from loopd.server.storage import StorageError
 
 __all__ = ["PAGE", "conversation_frames", "item_data"]

@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from loopd.harness import Message, ModelPermanentError, ModelRetryableError
-from loopd.harness.core._values import Usage as HarnessUsage
+from loopd.harness.core import Usage as HarnessUsage
 from loopd.harness.models import (
     Model,
     ModelConfig,

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from loopd.harness.core._values import Usage as HarnessUsage
+from loopd.harness.core import Usage as HarnessUsage
 from loopd.harness.core.events import (
     GateOpened as HarnessGateOpened,
 )

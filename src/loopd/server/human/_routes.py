@@ -10,8 +10,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from loopd.server.chat import MessageBody, message_body
-from loopd.server.http._errors import ERROR_RESPONSES
-from loopd.server.http._identity import Identity, current_identity, trusted_identity
+from loopd.server.http import ERROR_RESPONSES, Identity, current_identity, trusted_identity
 from loopd.server.human._service import MAX_ANSWER, HumanService, Question, ReplyResult
 
 MAX_KEY: Final = 200

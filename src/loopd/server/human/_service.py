@@ -27,7 +27,7 @@ from typing import Any, Final, Literal
 from loopd._infra.http_errors import ApiError
 from loopd.agentue import AgentUEError, typed_block
 from loopd.server.chat import ChatService, TaskUnavailable, check_responder, question_block, resolve_question
-from loopd.server.http._identity import Identity
+from loopd.server.http import Identity
 from loopd.server.storage import (
     MAX_PAGE,
     Conflict,

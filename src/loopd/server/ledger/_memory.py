@@ -11,8 +11,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from loopd.server.storage import Conflict, NotFound
-from loopd.server.storage._values import utc_now
+from loopd.server.storage import Conflict, NotFound, utc_now
 
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
 from ._records import (

@@ -15,8 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from loopd._ids import new_id
-from loopd.server.storage import InvalidRecord
-from loopd.server.storage._values import time_text, utc_now
+from loopd.server.storage import InvalidRecord, time_text, utc_now
 
 from ._vocabulary import SCHEMA_VERSION, ActionType, EffectKind, Idempotency
 

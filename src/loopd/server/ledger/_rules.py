@@ -11,8 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from loopd.server.storage import Conflict, InvalidRecord, NotFound, digest
-from loopd.server.storage._values import require_object, require_text, time_text
+from loopd.server.storage import Conflict, InvalidRecord, NotFound, digest, require_object, require_text, time_text
 
 from ._records import Action, Actor, Attempt, Checkpoint, Lane, NewEvent, Turn, Usage
 from ._vocabulary import (

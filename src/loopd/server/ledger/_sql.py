@@ -22,8 +22,17 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from loopd.server.storage import Conflict, Database, NotFound, TransactionCore
-from loopd.server.storage._values import dumps, loads, optional_time, parse_time, time_text
+from loopd.server.storage import (
+    Conflict,
+    Database,
+    NotFound,
+    TransactionCore,
+    dumps,
+    loads,
+    optional_time,
+    parse_time,
+    time_text,
+)
 
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
 from ._records import (

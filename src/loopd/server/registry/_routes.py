@@ -10,8 +10,7 @@ from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopd._infra.http_errors import ApiError
-from loopd.server.http._errors import ERROR_RESPONSES
-from loopd.server.http._identity import Identity, current_identity, trusted_identity
+from loopd.server.http import ERROR_RESPONSES, Identity, current_identity, trusted_identity
 from loopd.server.registry._service import ActorKind, RegistryService
 from loopd.server.storage import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS, RegisteredActor
 

@@ -45,11 +45,11 @@ from loopd.server.engine import (
     DEFAULT_TIMEOUT,
     CallRequest,
     CapacityExceeded,
+    EngineNotice,
     HarnessEngine,
     HistoryEntry,
     UnknownTarget,
 )
-from loopd.server.engine._engine import EngineNotice
 from loopd.server.storage import Conflict, HarnessCall, Message
 from loopd.server.storage import NotFound as StorageNotFound
 

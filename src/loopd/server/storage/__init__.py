@@ -79,7 +79,21 @@ from ._records import (
 )
 from ._registry import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ._tx import TransactionCore
-from ._values import MAX_PAGE, UNSET, Unset, canonical_json, digest
+from ._values import (
+    MAX_PAGE,
+    UNSET,
+    Unset,
+    canonical_json,
+    digest,
+    dumps,
+    loads,
+    optional_time,
+    parse_time,
+    require_object,
+    require_text,
+    time_text,
+    utc_now,
+)
 
 __all__ = [
     "CONVERSATION_ACTOR_KINDS",
@@ -134,6 +148,14 @@ __all__ = [
     "Unset",
     "canonical_json",
     "digest",
+    "dumps",
     "harness_call_fingerprint",
+    "loads",
     "open_database",
+    "optional_time",
+    "parse_time",
+    "require_object",
+    "require_text",
+    "time_text",
+    "utc_now",
 ]
