@@ -71,16 +71,14 @@ def _root(
         "--log-level",
         envvar=LOG_LEVEL_ENV,
         metavar="LEVEL",
-        help="Log records at this level and above on stderr: debug, info, warning (default), error, critical "
-        "(also LOOPD_LOG_LEVEL).",
+        help="Log records at this level and above on stderr: debug, info, warning (default), error, critical.",
     ),
     log_format: str = typer.Option(
         "text",
         "--log-format",
         envvar=LOG_FORMAT_ENV,
         metavar="FORMAT",
-        help="text (default) or json: one JSON object per line (time, level, logger, message, exc_info) "
-        "(also LOOPD_LOG_FORMAT).",
+        help="text, or json: one JSON object per line (time, level, logger, message, exc_info).",
     ),
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_print_version, help="Print the loopd version and exit."
