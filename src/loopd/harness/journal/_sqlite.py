@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from loopd._infra.database import Connection, DatabaseErrors
+from loopd._infra.errors import LoopdError
 from loopd._infra.files import ensure_private_dir
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteLane, SqliteOptions
@@ -146,7 +147,7 @@ class _Append:
     future: asyncio.Future[list[int]]
 
 
-class _WriterBusy(Exception):
+class _WriterBusy(LoopdError):
     """Another connection holds the write lock; an inline round goes to the writer thread instead."""
 
 

@@ -18,6 +18,7 @@ from loopd._infra.database import DatabaseErrors
 from loopd._infra.files import ensure_private_dir
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
+from loopd.harness._errors import HarnessError
 
 _TIMEOUT: Final = 10.0
 
@@ -42,7 +43,7 @@ _SCHEMA = Schema(
 )
 
 
-class IdempotencyStoreError(Exception):
+class IdempotencyStoreError(HarnessError):
     """The key store could not be read or written."""
 
 
