@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from loopd._infra.clock import settle
 from loopd.harness import (
     HarnessError,
     LoopDefinition,
@@ -63,9 +64,10 @@ async def _events(rig: Rig, session_id: str) -> list[object]:
 
 
 async def _wait_for(predicate: object, timeout: float = 5.0) -> None:
+    """Run the event loop until ``predicate()`` holds: the agents' work needs no timer (in-memory journal)."""
     async with asyncio.timeout(timeout):
         while not predicate():  # type: ignore[operator]
-            await asyncio.sleep(0.01)
+            await settle()
 
 
 async def test_an_agent_works_in_the_background_and_its_report_starts_the_parents_next_turn() -> None:

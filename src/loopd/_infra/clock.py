@@ -183,6 +183,13 @@ async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) 
         return True
     if timeout <= 0:
         return False
+    if type(clock) is SystemClock:  # the common case needs no helper tasks
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return event.is_set()
+        return True
     waiter = asyncio.ensure_future(event.wait())
     try:
         await wait_first(clock, [waiter], timeout)

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from loopd._ids import new_id
 from loopd._infra.http import is_loopback
+from loopd._infra.clock import SystemClock
 from loopd._infra.tasks import TaskSet
 from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
@@ -224,7 +225,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 )
             )
 
-            bus = ConversationBus()
+            clock = SystemClock()  # one clock for the engine, the bus (readers' polls) and reconcile
+            bus = ConversationBus(clock=clock)
             client = StoreClient(store)
             registry = RegistryService(
                 db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
@@ -238,12 +240,13 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 adapters={ASSISTANT: BuiltinHarnessAdapter(rig)},
                 bus=bus,
                 replica_id=replica_id,
+                clock=clock,
                 capacity=settings.engine_capacity,
                 lease_ttl=settings.lease_ttl,
             )
             await stack.enter_async_context(engine)
 
-            manager = Manager(client)
+            manager = Manager(client, clock=clock)
             manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=8)
             background = await stack.enter_async_context(TaskSet("loopd up"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopd._infra.clock import Clock
+from loopd._infra.tasks import TaskSet
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
@@ -169,7 +170,8 @@ class LoopActor:
             specs.setdefault(extra.spec.name, (extra, extra.spec))
         self._tools: Mapping[str, Tool] = {name: tool for name, (tool, _) in specs.items()}
         self._specs: tuple[ToolSpec, ...] = tuple(spec for _, spec in specs.values())
-        self._effects: dict[str, set[asyncio.Task[None]]] = {}
+        self._effects: dict[str, set[asyncio.Task[None]]] = {}  # the running effects of each turn
+        self._effect_tasks = TaskSet(f"loop {definition.name} effects")  # owns them: `stop` awaits every one
         self._tool_slots = asyncio.Semaphore(definition.max_parallel_tools)
         self._task: asyncio.Task[None] | None = None
         self.busy = False
@@ -208,6 +210,7 @@ class LoopActor:
             self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        await self._effect_tasks.aclose()  # effects cancelled by the actor's end have ended too
 
     def abort(self) -> None:
         """Cancel the actor and its effects at once (crash simulation, faults)."""
@@ -277,7 +280,7 @@ class LoopActor:
     # --- effects -------------------------------------------------------------------------------------------
 
     def _track(self, turn_id: str, coro: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coro)
+        task: asyncio.Task[None] = self._effect_tasks.start(coro)
         bucket = self._effects.setdefault(turn_id, set())
         bucket.add(task)
 

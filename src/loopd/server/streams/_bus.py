@@ -2,7 +2,8 @@
 
 The log in the database is the truth; the bus only tells waiting readers "something was committed, read again".
 A reader that misses a wake-up (another replica wrote, or it was not waiting yet) still finds the events on its
-next read, because waits are bounded (`wait(..., timeout)`) and every wait is followed by a read. Memory is
+next read, because waits are bounded (`wait(..., timeout)`, on the bus's ``Clock``) and every wait is followed by
+a read. Memory is
 bounded by the number of conversations with a waiting reader.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+
+from loopd._infra.clock import Clock, SystemClock, wait_event
 
 
 @dataclass
@@ -19,8 +22,9 @@ class _Slot:
 
 
 class ConversationBus:
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
         self._slots: dict[str, _Slot] = {}
+        self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
 
     def notify(self, conversation_id: str) -> None:
         """Wake every reader waiting on ``conversation_id`` (call after the commit)."""
@@ -35,11 +39,7 @@ class ConversationBus:
         event = slot.event
         slot.waiters += 1
         try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-            return True
-        except TimeoutError:
-            return False
+            return await wait_event(self._clock, event, timeout)
         finally:
             slot.waiters -= 1
             if slot.waiters == 0 and self._slots.get(conversation_id) is slot:
