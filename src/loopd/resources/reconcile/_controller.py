@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, wait_all
+from loopd._infra.tasks import TaskSet
 from loopd.resources.client import JsonObject, ResourceType, name_of, namespace_of
 
 from ._errors import PermanentError, TemporaryError
@@ -143,11 +144,11 @@ class Controller:
         self._reconcile = _as_function(reconciler)
         self._primary = primary
         self._secondaries = tuple(secondaries)
-        self._workers = workers
+        self._worker_count = workers
         self._backoff = backoff
         self._clock = clock
         self._queue: WorkQueue[Request] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._workers: TaskSet | None = None  # one term's workers
         self._reconciles = 0
         self._succeeded = 0
         self._failed = 0
@@ -207,26 +208,23 @@ class Controller:
             for obj in informer.list():
                 for request in watch.to_requests(obj):
                     queue.add(request)
-        self._tasks = [
-            asyncio.get_running_loop().create_task(self._work(queue), name=f"reconcile:{self._name}:{index}")
-            for index in range(self._workers)
-        ]
+        workers = self._workers = TaskSet(f"controller {self._name}")
+        for index in range(self._worker_count):
+            workers.start(self._work(queue), name=f"reconcile:{self._name}:{index}")
 
     async def stop(self, drain_timeout: float | None) -> None:
         """End the term: no new reconciles; let in-flight ones finish within ``drain_timeout`` (``None``:
         cancel them at once), then cancel what is left."""
         queue, self._queue = self._queue, None
-        tasks, self._tasks = self._tasks, []
-        if queue is None:
+        workers, self._workers = self._workers, None
+        if queue is None or workers is None:
             return
         queue.shut_down()
         try:
             if drain_timeout is not None and drain_timeout > 0:
-                await wait_all(self._clock, tasks, drain_timeout)
+                await wait_all(self._clock, workers, drain_timeout)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await workers.aclose()  # cancels what did not finish within the drain timeout
             await queue.aclose()
 
     # -- events ----------------------------------------------------------------------------------------------
