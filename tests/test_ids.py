@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from loopd._ids import new_id
+from loopd._infra.ids import new_id
 
 
 def test_ids_are_uuid7_and_sort_in_creation_order() -> None:

@@ -15,7 +15,7 @@ import pytest
 from rich.text import Text
 
 from loopd import __version__
-from loopd._locking import data_dir_lock
+from loopd._infra.locking import data_dir_lock
 from loopd.cli._errors import CliError, cli_console, describe, report
 from tests.cli.conftest import child_env, loopd
 

@@ -13,7 +13,7 @@ import pytest
 import loopd
 from loopd._infra import errors as errors_module
 from loopd._infra.errors import ConflictError, LoopdError, NotFoundError, UnavailableError
-from loopd._locking import DataDirBusyError
+from loopd._infra.locking import DataDirBusyError
 from loopd.agentue import AgentUEError
 from loopd.harness import HarnessError, JournalCorruptError, ModelPermanentError, ModelRetryableError
 from loopd.harness import SessionNotFoundError as HarnessSessionNotFound

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from loopd._infra.errors import LoopdError
-from loopd._locking import DataDirBusyError
+from loopd._infra.locking import DataDirBusyError
 from loopd.harness import HarnessError, ModelError
 from loopd.harness.gate import GatePolicyError
 from loopd.harness.models import ModelConfig, PriceTableError

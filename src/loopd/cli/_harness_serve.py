@@ -8,8 +8,8 @@ from typing import Final
 
 import typer
 
+from loopd._infra.locking import data_dir_lock
 from loopd._infra.serving import RunningServer
-from loopd._locking import data_dir_lock
 from loopd._paths import ensure_private_dir, ensure_private_file
 from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free_ports
 from loopd.cli._errors import model_config as checked_model_config

@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from loopd._ids import new_id
-from loopd._infra.http import is_loopback
 from loopd._infra.clock import SystemClock
+from loopd._infra.http import is_loopback
+from loopd._infra.ids import new_id
+from loopd._infra.locking import data_dir_lock
 from loopd._infra.tasks import TaskSet
-from loopd._locking import data_dir_lock
 from loopd.harness.models import ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from loopd._ids import new_id
 from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.ids import new_id
 from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
 from loopd.harness.core import Usage, codec
 from loopd.harness.core.agents import REPORT_PREFIX, report_id

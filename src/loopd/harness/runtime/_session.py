@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from loopd._ids import new_id
 from loopd._infra.clock import Clock
+from loopd._infra.ids import new_id
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import Usage, codec
 from loopd.harness.core.agents import (

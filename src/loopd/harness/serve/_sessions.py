@@ -21,8 +21,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from loopd._ids import new_id
 from loopd._infra.http_errors import ApiError
+from loopd._infra.ids import new_id
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal import Record, replay

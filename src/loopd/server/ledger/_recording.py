@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from loopd._ids import new_id
+from loopd._infra.ids import new_id
 
 from ._errors import LaneConflict
 from ._records import AppendReceipt, Attempt, Lane, NewEvent, Usage

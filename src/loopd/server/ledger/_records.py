@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from loopd._ids import new_id
+from loopd._infra.ids import new_id
 from loopd.server.storage import InvalidRecord, time_text, utc_now
 
 from ._vocabulary import SCHEMA_VERSION, ActionType, EffectKind, Idempotency

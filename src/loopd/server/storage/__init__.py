@@ -26,7 +26,7 @@ refused with ``SchemaTooNew``). Ids are UUIDv7 text, times fixed-width UTC text,
 - ``ledger_*``: the AgentLedger tables, used by ``loopd.server.ledger``.
 
 Errors: see ``StorageError`` (``_errors``), a branch of ``loopd.server._errors.LoopServerError``. This package
-imports nothing of loopd but ``loopd._ids``, the floor (``loopd._infra``) and ``loopd.server._errors``.
+imports nothing of loopd but the floor (``loopd._infra``: ids, databases, migrations) and ``loopd.server._errors``.
 """
 
 from __future__ import annotations

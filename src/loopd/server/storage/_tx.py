@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from loopd._ids import new_id
 from loopd._infra.database import Connection, Dialect
+from loopd._infra.ids import new_id
 
 
 class TransactionCore:

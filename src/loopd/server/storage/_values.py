@@ -16,7 +16,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from loopd._ids import uuid7
+from loopd._infra.ids import uuid7
 
 from ._errors import InvalidRecord
 
@@ -38,7 +38,7 @@ UNSET: Final = Unset.UNSET
 class MonotonicIds:
     """UUIDv7 strings that strictly increase for one ``Database``, even within one millisecond.
 
-    ``loopd._ids.uuid7`` fills the bits after the millisecond at random, so two ids of the same millisecond sort
+    ``loopd._infra.ids.uuid7`` fills the bits after the millisecond at random, so two ids of the same millisecond sort
     randomly; messages page by id, so this source bumps an id that would not sort after the previous one.
     """
 
