@@ -22,7 +22,7 @@ from loopd.harness.models._protocol import (
 from loopd.harness.models._scripted import Reply, ScriptedModel
 
 if TYPE_CHECKING:
-    from loopd.harness.models._openai import Backoff, OpenAICompatibleModel
+    from loopd.harness.models._openai import OpenAICompatibleModel
     from loopd.harness.models._scripted_server import (
         DemoOptions,
         DropAfter,
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "Backoff": "_openai",
     "OpenAICompatibleModel": "_openai",
     "DemoOptions": "_scripted_server",
     "DropAfter": "_scripted_server",
@@ -63,7 +62,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEMO_MODEL",
-    "Backoff",
     "CostQuote",
     "DemoOptions",
     "DropAfter",
