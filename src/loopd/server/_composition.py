@@ -225,7 +225,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 )
             )
 
-            clock = SystemClock()  # one clock for the engine, the bus (readers' polls) and reconcile
+            clock = SystemClock()  # one clock for the engine, the bus (readers' polls), the sweepers and reconcile
             bus = ConversationBus(clock=clock)
             client = StoreClient(store)
             registry = RegistryService(
@@ -268,7 +268,9 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 registry=registry,
             )
             app = create_server_app(
-                ctx, routers=[engine_router(engine, asker_of=chat.asker_of, tasks=chat), ledger_router(ledger, chat)]
+                ctx,
+                clock=clock,
+                routers=[engine_router(engine, asker_of=chat.asker_of, tasks=chat), ledger_router(ledger, chat)],
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
             token_file = credentials.directory / "token"
