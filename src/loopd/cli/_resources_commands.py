@@ -43,8 +43,8 @@ def kubeconfig_command(
         "--token",
         envvar="LOOPD_TOKEN",
         help="The bearer token to put in it (default: the data directory's admin token). A responder's token from "
-        "`loopd token create` gives a kubeconfig with only that responder's rights: read, leases, and the status "
-        "of Tasks addressed to it.",
+        "`loopd token create operator:<key>` gives a kubeconfig with only that responder's rights: read, leases, "
+        "and the status of Tasks addressed to it.",
     ),
 ) -> None:
     """Print a kubeconfig (server URL, CA, bearer token) for loopd's Kubernetes-compatible API."""
