@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.harness.journal import Journal, MemoryJournal, NewRecord, SqliteJournal
 from tests.support.postgres import PostgresServer, postgres_server
 
@@ -28,13 +29,18 @@ def records(n: int, *, kind: str = "k", tag: str = "") -> list[NewRecord]:
 
 @dataclass
 class Storage:
-    """Where journals of one backend live during a test, and how to open replicas on it."""
+    """Where journals of one backend live during a test, and how to open replicas on it.
+
+    Every journal opened here measures its followers' polls on ``clock``: a test moves it to make a poll come due,
+    and ``clock.sleepers`` counts the followers waiting for a wake-up or their next poll.
+    """
 
     backend: str
     tmp_path: Path
     dsn: str = ""
     schema: str = ""
     journals: list[Journal] = field(default_factory=list)
+    clock: VirtualClock = field(default_factory=VirtualClock)
     _memory: MemoryJournal | None = None
     _refused: set[str] = field(default_factory=set)
 
@@ -43,14 +49,14 @@ class Storage:
         journal: Journal
         if self.backend == "memory":
             if self._memory is None:
-                self._memory = MemoryJournal(fail_append=self._refuse_in_memory)
+                self._memory = MemoryJournal(fail_append=self._refuse_in_memory, clock=self.clock)
             return self._memory
         if self.backend == "sqlite":
-            journal = await SqliteJournal.open(self.tmp_path / "journal.db", append_timeout=10.0)
+            journal = await SqliteJournal.open(self.tmp_path / "journal.db", append_timeout=10.0, clock=self.clock)
         else:
             from loopd.harness.journal import PostgresJournal
 
-            journal = await PostgresJournal.open(self.dsn, schema=self.schema, timeout=10.0)
+            journal = await PostgresJournal.open(self.dsn, schema=self.schema, timeout=10.0, clock=self.clock)
         self.journals.append(journal)
         return journal
 

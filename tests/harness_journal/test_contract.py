@@ -27,6 +27,7 @@ from loopd.harness import (
 from loopd.harness.core import codec, fold
 from loopd.harness.core.events import TurnDone
 from loopd.harness.journal import Journal, NewRecord, Record
+from tests.support.waiting import eventually
 
 from .conftest import Storage, records
 
@@ -169,8 +170,7 @@ async def test_a_takeover_racing_appends_loses_nothing_and_stores_nothing_fenced
                 acknowledged.extend(await on_a.append(records(1 + i % 3, tag="a")))
 
     task = asyncio.create_task(keep_appending())
-    while len(acknowledged) < 10:
-        await asyncio.sleep(0.001)
+    await eventually(lambda: len(acknowledged) >= 10, what="ten acknowledged appends")
     on_b = await replica_b.open_writer("s")
     await asyncio.wait_for(task, 20)
     taken_at = on_b.last_seq
@@ -217,11 +217,14 @@ async def test_sessions_lists_newest_first_with_their_heads(storage: Storage) ->
 # --- following -----------------------------------------------------------------------------------------------
 
 
-async def test_follow_yields_stored_then_later_records(journal: Journal) -> None:
+async def test_follow_yields_stored_then_later_records(storage: Storage) -> None:
+    journal = await storage.open()
     writer = await journal.create_session("s", at=1.0)
     await writer.append(records(3))
-    follower = asyncio.create_task(collect(journal, "s", 2, 6, poll=0.05))
-    await asyncio.sleep(0.05)
+    follower = asyncio.create_task(collect(journal, "s", 2, 6, poll=60))
+    # The follower has read the stored records and waits (its poll is a minute of virtual time away: only the
+    # appends' wake-up can bring the later records).
+    await eventually(lambda: storage.clock.sleepers == 1, what="the follower to wait")
     await writer.append(records(1, tag="later"))
     await writer.append(records(2, tag="later"))
     got = await asyncio.wait_for(follower, 10)
@@ -235,10 +238,12 @@ async def test_a_follower_on_another_replica_sees_appends(storage: Storage) -> N
     writer = await replica_a.create_session("s", at=1.0)
     await writer.append(records(1))
     follower = asyncio.create_task(collect(replica_b, "s", 1, 4, poll=0.1))
-    await asyncio.sleep(0.05)
+    await eventually(lambda: storage.clock.sleepers == 1, what="the follower to wait")
     for _ in range(3):
         await writer.append(records(1))
-        await asyncio.sleep(0.01)
+    # A wake-up reaches a follower on another replica only through PostgreSQL's notifications; its next poll
+    # (here due on the virtual clock) reads the appends on any backend.
+    await storage.clock.advance(0.1)
     got = await asyncio.wait_for(follower, 10)
     assert [r.seq for r in got] == [1, 2, 3, 4]
 

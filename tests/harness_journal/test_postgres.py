@@ -10,9 +10,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import psycopg
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.harness import JournalCorruptError, JournalError
 from loopd.harness.journal import PostgresJournal, Record
 from tests.support.postgres import free_port
+from tests.support.waiting import eventually
 
 from .conftest import records
 
@@ -40,6 +42,14 @@ async def open_journal(journal_database: str, schema: str) -> AsyncIterator[Open
     finally:
         for journal in opened:
             await journal.aclose()
+
+
+_LISTENERS = "SELECT pid FROM pg_stat_activity WHERE application_name = 'loopd-journal' AND query LIKE 'LISTEN%%'"
+
+
+async def listening(dsn: str) -> set[object]:
+    """The backends of the journals' LISTEN connections."""
+    return {pid for (pid,) in await sql(dsn, _LISTENERS)}
 
 
 async def sql(dsn: str, statement: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
@@ -121,29 +131,33 @@ async def test_an_unreachable_server_is_a_journal_error_within_the_timeout() -> 
     assert time.monotonic() - started < 5
 
 
-async def test_notify_wakes_a_follower_on_another_replica(open_journal: Opener) -> None:
+async def test_notify_wakes_a_follower_on_another_replica(open_journal: Opener, journal_database: str) -> None:
+    clock = VirtualClock()
     replica_a = await open_journal()
-    replica_b = await open_journal()
+    replica_b = await open_journal(clock=clock)
     writer = await replica_a.create_session("s", at=1.0)
     got: list[Record] = []
 
     async def follow() -> None:
-        # The poll interval is far beyond the wait below: only a notification can wake this follower in time.
+        # The poll interval is on a clock that never moves: only a notification can wake this follower.
         async for record in replica_b.follow("s", 1, poll_interval=60):
             got.append(record)
             if record.seq == 2:
                 return
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)  # the follower has read the empty journal and waits
+    # The follower has read the empty journal, waits, and its replica listens.
+    await eventually(lambda: clock.sleepers == 1, what="the follower to wait")
+    await eventually(lambda: listening(journal_database), what="the replica to listen")
     await writer.append(records(2))
     await asyncio.wait_for(task, 5)
     assert [r.seq for r in got] == [1, 2]
 
 
 async def test_the_listener_reconnects_after_losing_its_connection(open_journal: Opener, journal_database: str) -> None:
+    clock = VirtualClock()
     replica_a = await open_journal()
-    replica_b = await open_journal()
+    replica_b = await open_journal(clock=clock)
     writer = await replica_a.create_session("s", at=1.0)
     seen = asyncio.Event()
     got: list[int] = []
@@ -154,14 +168,21 @@ async def test_the_listener_reconnects_after_losing_its_connection(open_journal:
             seen.set()
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)
+    await eventually(lambda: clock.sleepers == 1, what="the follower to wait")
+    first = await eventually(lambda: listening(journal_database), what="the replica to listen")
     killed = await sql(
         journal_database,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE application_name = 'loopd-journal' AND query LIKE 'LISTEN%%'",
     )
     assert killed == [(True,)]
-    await asyncio.sleep(1.0)  # the listener notices, backs off and listens again
+
+    async def listening_again() -> bool:
+        now = await listening(journal_database)
+        return bool(now) and not now & first
+
+    # The listener notices, backs off (real time: the floor's reconnect) and listens on a new connection.
+    await eventually(listening_again, what="the listener to listen again")
     await writer.append(records(1))
     try:
         await asyncio.wait_for(seen.wait(), 5)
@@ -203,7 +224,8 @@ async def test_a_gap_in_the_stored_records_is_reported_as_corruption(
 
 
 async def test_a_closed_journal_refuses_work_and_its_followers_stop(open_journal: Opener) -> None:
-    journal = await open_journal()
+    clock = VirtualClock()
+    journal = await open_journal(clock=clock)
     writer = await journal.create_session("s", at=1.0)
     await writer.append(records(1))
 
@@ -212,7 +234,7 @@ async def test_a_closed_journal_refuses_work_and_its_followers_stop(open_journal
             pass
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.2)
+    await eventually(lambda: clock.sleepers == 1, what="the follower to wait")
     await journal.aclose()
     with pytest.raises(JournalError, match="closed"):
         await asyncio.wait_for(task, 5)

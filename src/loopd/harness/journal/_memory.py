@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+from loopd._infra.clock import Clock, SystemClock, wait_event
 from loopd.harness._errors import JournalError, JournalFencedError, SessionBusyError, SessionNotFoundError
 from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
 
@@ -22,11 +22,20 @@ class _Session:
 
 
 class MemoryJournal:
-    """A `Journal` kept in memory. ``fail_append`` (if set) is called before each append and may raise."""
+    """A `Journal` kept in memory. ``fail_append`` (if set) is called before each append and may raise.
 
-    def __init__(self, *, fail_append: Callable[[str, Sequence[NewRecord]], None] | None = None) -> None:
+    ``clock`` measures the followers' poll interval (a test's ``VirtualClock`` drives it).
+    """
+
+    def __init__(
+        self,
+        *,
+        fail_append: Callable[[str, Sequence[NewRecord]], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self._sessions: dict[str, _Session] = {}
         self.fail_append = fail_append
+        self._clock: Clock = clock or SystemClock()
 
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
         if session_id in self._sessions:
@@ -80,8 +89,7 @@ class MemoryJournal:
                 yield record
                 next_seq = record.seq + 1
             if not page:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(s.signal.wait(), poll_interval)
+                await wait_event(self._clock, s.signal, poll_interval)
 
     async def session(self, session_id: str) -> SessionInfo | None:
         s = self._sessions.get(session_id)

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, SystemClock, wait_event
 from loopd._infra.database import Connection, DatabaseErrors
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd.harness._errors import (
@@ -253,7 +254,8 @@ class PostgresJournal:
 
     Open with ``await PostgresJournal.open(dsn)``; close with `aclose`. ``commits`` and ``records_written``
     count this instance's append transactions and the records they stored (group commit makes the first much
-    smaller than the second under concurrency).
+    smaller than the second under concurrency). ``clock`` measures the followers' poll interval (a test's
+    ``VirtualClock`` drives it).
     """
 
     def __init__(
@@ -265,6 +267,7 @@ class PostgresJournal:
         max_connections: int = 10,
         max_pending: int = 65_536,
         keepalive: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         if not _SCHEMA_NAME.fullmatch(schema):
             raise ValueError(f"schema must match {_SCHEMA_NAME.pattern!r}, got {schema!r}")
@@ -279,6 +282,7 @@ class PostgresJournal:
         self._timeout = timeout
         self._max_pending = max_pending
         self._keepalive = keepalive
+        self._clock: Clock = clock or SystemClock()
         self._q = _Statements.build(schema)
         self._channel = f"loopd_journal.{schema}"
         # The server gives up a little before the client (statement and lock timeouts at 0.8 × timeout).
@@ -319,6 +323,7 @@ class PostgresJournal:
         max_connections: int = 10,
         max_pending: int = 65_536,
         keepalive: float = 30.0,
+        clock: Clock | None = None,
     ) -> PostgresJournal:
         """Connect, create the schema if needed (safe to race with other replicas) and check its version."""
         journal = cls(
@@ -328,6 +333,7 @@ class PostgresJournal:
             max_connections=max_connections,
             max_pending=max_pending,
             keepalive=keepalive,
+            clock=clock,
         )
         try:
             await journal._start()
@@ -531,8 +537,7 @@ class PostgresJournal:
                     yield record
                     next_seq = record.seq + 1
                 if len(page) < _FOLLOW_PAGE:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(signal.wait(), poll_interval)
+                    await wait_event(self._clock, signal, poll_interval)
         finally:
             waiting = self._followers.get(sid)
             if waiting is not None:

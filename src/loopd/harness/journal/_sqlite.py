@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from loopd._infra.clock import Clock, SystemClock, wait_event
 from loopd._infra.database import Connection, DatabaseErrors
 from loopd._infra.errors import LoopdError
 from loopd._infra.files import ensure_private_dir
@@ -204,6 +205,7 @@ class SqliteJournal:
     """A `Journal` on one SQLite file. Open with ``await SqliteJournal.open(path)``; close with `aclose`.
 
     ``inline_commits=False`` keeps every transaction on the writer thread (see the module docstring).
+    ``clock`` measures the followers' poll interval (a test's ``VirtualClock`` drives it).
     """
 
     def __init__(
@@ -215,8 +217,10 @@ class SqliteJournal:
         append_timeout: float = 30.0,
         busy_timeout: float = 10.0,
         inline_commits: bool = True,
+        clock: Clock | None = None,
     ) -> None:
         self.path = Path(path)
+        self._clock: Clock = clock or SystemClock()
         self._synchronous = synchronous
         self._max_pending = max_pending
         self._append_timeout = append_timeout
@@ -639,8 +643,7 @@ class SqliteJournal:
                 yield record
                 next_seq = record.seq + 1
             if len(page) < 512:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(signal.wait(), poll_interval)
+                await wait_event(self._clock, signal, poll_interval)
 
     async def session(self, session_id: str) -> SessionInfo | None:
         def fetch() -> SessionInfo | None:
