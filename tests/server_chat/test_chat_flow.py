@@ -120,7 +120,7 @@ async def test_in_the_commit_window_the_task_context_is_404(rig: Rig) -> None:
         # The Task exists now and the messages do not yet: what an operator that is very fast would see.
         seen["task"] = await task_object(rig, task_id)
         with pytest.raises(NotFound):
-            await rig.chat.task_context(task_id)
+            await rig.task_api.task_context(task_id)
         seen["http"] = await operator.get(f"/v1/tasks/{task_id}")
 
     rig.gateway.during_create = look
@@ -226,23 +226,23 @@ async def test_a_crash_between_closing_and_closed_is_finished_by_the_sweeper(rig
     operator = rig.operator()
     cid = await new_conversation(user)
     task_id = (await ask(user, cid))["task_id"]
-    output = await rig.chat.open_output(task_id, actor_kind="harness", actor_key="assistant", title="work/0")
+    output = await rig.task_api.open_output(task_id, actor_kind="harness", actor_key="assistant", title="work/0")
     rig.gateway.fail_delete = TaskUnavailable("the resource API is down")
     failed = await operator.post(f"/v1/tasks/{task_id}/complete", json={})
     assert failed.status_code == 503 and error_of(failed) == "service_unavailable"
-    response = await rig.chat.response_of(task_id)
+    response = await rig.task_api.response_of(task_id)
     async with rig.db.transaction(read_only=True) as tx:
         output_now = await tx.messages.get(output.id)
     assert response.delivery_state == "closing" and response.status == "completed"  # finalized before the delete
     assert output_now.status == "completed"
     assert await task_object(rig, task_id) is not None
     assert (await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("x")})).status_code == 409
-    assert await rig.chat.sweep_closing() == 0  # still failing: stays closing
+    assert await rig.task_api.sweep_closing() == 0  # still failing: stays closing
     rig.gateway.fail_delete = None
-    assert await rig.chat.sweep_closing() == 1
+    assert await rig.task_api.sweep_closing() == 1
     assert await task_object(rig, task_id) is None
-    assert (await rig.chat.response_of(task_id)).delivery_state == "closed"
-    assert await rig.chat.sweep_closing() == 0
+    assert (await rig.task_api.response_of(task_id)).delivery_state == "closed"
+    assert await rig.task_api.sweep_closing() == 0
     retried = await operator.post(f"/v1/tasks/{task_id}/complete", json={})
     assert retried.status_code == 200 and retried.json()["delivery_state"] == "closed"
 
@@ -257,14 +257,14 @@ async def test_the_sweeper_runs_in_the_background(rig: Rig) -> None:
     task_id = (await ask(user, cid))["task_id"]
     rig.gateway.fail_delete = TaskUnavailable("down")
     with pytest.raises(TaskUnavailable):
-        await rig.chat.complete(task_id)
+        await rig.task_api.complete(task_id)
     rig.gateway.fail_delete = None
     clock = VirtualClock()
-    sweeper = Sweeper("test", lambda: rig.chat.sweep_closing(limit=5), interval=1.0, clock=clock)
+    sweeper = Sweeper("test", lambda: rig.task_api.sweep_closing(limit=5), interval=1.0, clock=clock)
     sweeper.start()
     try:
         async with asyncio.timeout(5):
-            while (await rig.chat.response_of(task_id)).delivery_state != "closed":
+            while (await rig.task_api.response_of(task_id)).delivery_state != "closed":
                 await clock.advance(1.0)  # the next tick comes due
     finally:
         await sweeper.stop()
@@ -322,8 +322,8 @@ async def test_outputs_live_in_the_work_conversation_readable_by_the_asker(rig: 
     user = rig.client()
     cid = await new_conversation(user)
     task_id = (await ask(user, cid))["task_id"]
-    output = await rig.chat.open_output(task_id, actor_kind="harness", actor_key="assistant", title="plan")
-    again = await rig.chat.open_output(task_id, actor_kind="harness", actor_key="assistant")
+    output = await rig.task_api.open_output(task_id, actor_kind="harness", actor_key="assistant", title="plan")
+    again = await rig.task_api.open_output(task_id, actor_kind="harness", actor_key="assistant")
     assert output.conversation_id == again.conversation_id != cid
     work = (await user.get(f"/v1/conversations?task_id={task_id}")).json()["data"]
     assert [c["id"] for c in work] == [output.conversation_id]
@@ -337,7 +337,7 @@ async def test_outputs_live_in_the_work_conversation_readable_by_the_asker(rig: 
     other = rig.client(token=False, cookie="ff" * 32)
     assert (await other.get(f"/v1/conversations/{output.conversation_id}")).status_code == 404
     assert (await other.get(f"/v1/conversations?task_id={task_id}")).json()["data"] == []
-    done = await rig.chat.complete(task_id, error={"code": "stopped", "message": "by test"})
+    done = await rig.task_api.complete(task_id, error={"code": "stopped", "message": "by test"})
     assert done.status == "failed"
     async with rig.db.transaction(read_only=True) as tx:
         assert (await tx.messages.get(output.id)).status == "failed"
@@ -357,16 +357,16 @@ async def test_messages_page_by_id(rig: Rig) -> None:
 
 
 async def test_history_is_bounded_and_says_when_there_is_more(rig: Rig) -> None:
-    from loopd.server.chat import ChatService
+    from loopd.server.chat import TaskApi
 
     user = rig.client()
     cid = await new_conversation(user)
     for i in range(3):
         await ask(user, cid, f"q{i}")
     last = await ask(user, cid, "last")
-    short = ChatService(rig.db, rig.ctx.bus, rig.gateway, history_limit=3)
+    short = TaskApi(rig.db, rig.ctx.bus, rig.gateway, history_limit=3)
     context = await short.task_context(last["task_id"])
     assert [m.id for m in context.history][-1] == last["input"]["id"]
     assert len(context.history) == 3 and context.has_earlier is True
-    full = await rig.chat.task_context(last["task_id"])
+    full = await rig.task_api.task_context(last["task_id"])
     assert len(full.history) == 7 and full.has_earlier is False

@@ -135,12 +135,12 @@ async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event
     async with asyncio.timeout(20):
         slow_chunks = [await anext(slow)]  # the slow client takes one chunk, then stops reading for a while
         await _until(lambda: len(fast_chunks) >= 1)  # the fast stream caught up: the feed is live
-        await chat.emit(asked.task_id, text_events("a"))
+        await rig.task_api.emit(asked.task_id, text_events("a"))
         for index in range(12):
-            await chat.emit(asked.task_id, _append(str(index)))
+            await rig.task_api.emit(asked.task_id, _append(str(index)))
         await _until(lambda: chat.feeds.statistics().detached >= 1)  # the slow stream's buffer overflowed
-        await chat.emit(asked.task_id, _append("after"))
-        await chat.complete(asked.task_id)
+        await rig.task_api.emit(asked.task_id, _append("after"))
+        await rig.task_api.complete(asked.task_id)
         await fast
         slow_chunks += [chunk async for chunk in slow]  # it reads on, from the log, to the end
     log = await _log(rig, conversation.id)
@@ -239,7 +239,7 @@ async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_po
         async with rig.db.transaction() as tx:  # as another replica would: this process's bus hears nothing
             await emit(tx, asked.response.id, text_events("a", "from elsewhere"))
         await _until(lambda: any(b"from elsewhere" in chunk for chunk in chunks))
-        await chat.complete(asked.task_id)
+        await rig.task_api.complete(asked.task_id)
         await reading
     assert _parsed(chunks) == await _log(rig, conversation.id)
 
@@ -268,7 +268,7 @@ async def test_a_stream_follows_the_feed_only_once_its_own_reads_cover_where_the
         early.attach()
         early_page = await chat.read_stream_page(conversation.id, after=0)
         early_cursor = early_page.items[-1].event.cursor
-        await chat.emit(asked.task_id, text_events("a"))  # commits between the two streams' reads
+        await rig.task_api.emit(asked.task_id, text_events("a"))  # commits between the two streams' reads
         late.attach()
         late_page = await chat.read_stream_page(conversation.id, after=0)
         assert late_page.end == early_page.end + 1
@@ -286,7 +286,7 @@ async def test_a_stream_that_falls_behind_while_catching_up_over_many_pages_read
     chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=5.0, stream_buffer=4)
     conversation = await chat.create_conversation(ALICE)
     asked = await chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
-    await chat.emit(asked.task_id, text_events("a", *(str(n) for n in range(700))))  # more than a page
+    await rig.task_api.emit(asked.task_id, text_events("a", *(str(n) for n in range(700))))  # more than a page
 
     def frames() -> AsyncGenerator[bytes, None]:
         return conversation_frames(chat, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id)
@@ -298,9 +298,9 @@ async def test_a_stream_that_falls_behind_while_catching_up_over_many_pages_read
         await _until(lambda: chat.feeds.statistics().feeds == 1 and len(live_chunks) >= 2)  # caught up: feed live
         late_chunks = [await anext(late)]  # its first page; it pauses there while more events arrive
         for index in range(6):
-            await chat.emit(asked.task_id, _append(f"late {index}"))
+            await rig.task_api.emit(asked.task_id, _append(f"late {index}"))
         await _until(lambda: chat.feeds.statistics().detached >= 1)
-        await chat.complete(asked.task_id)
+        await rig.task_api.complete(asked.task_id)
         late_chunks += [chunk async for chunk in late]
         await live
     log = await _log(rig, conversation.id)

@@ -24,10 +24,10 @@ from loopd.server.streams import ConversationBus, empty_model, finish, open_mess
 from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until, until_true
 
 if TYPE_CHECKING:
-    from loopd.server.chat import ChatService
+    from loopd.server.chat import TaskApi
 
-    def _chat_service_is_a_chat_port(service: ChatService) -> ChatPort:
-        return service  # mypy checks that the real chat service satisfies the responder's port
+    def _task_api_is_a_chat_port(service: TaskApi) -> ChatPort:
+        return service  # mypy checks that the real Task API satisfies the responder's port
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from fastapi import APIRouter, FastAPI
 from loopd._infra.sse import read_sse
 from loopd.resources.client import TASKS, InMemoryClient
 from loopd.server.app import ServerContext, create_server_app
-from loopd.server.chat import ChatService, ResourceTaskGateway, TaskGateway
+from loopd.server.chat import ChatService, ResourceTaskGateway, TaskApi, TaskGateway
 from loopd.server.http import ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.registry import ActorInfo, RegistryService
@@ -101,6 +101,10 @@ class Rig:
         return self.ctx.chat
 
     @property
+    def task_api(self) -> TaskApi:
+        return self.ctx.task_api
+
+    @property
     def human(self) -> HumanService:
         return self.ctx.human
 
@@ -167,6 +171,7 @@ def build_rig(
         bus=bus,
         security=ServerSecurity(tokens=(TOKEN,), max_body_bytes=max_body_bytes, browser_hosts=browser_hosts),
         chat=chat,
+        task_api=TaskApi(db, bus, gateway),
         human=human,
         registry=registry,
         clock=clock,

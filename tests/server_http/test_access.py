@@ -225,7 +225,7 @@ class _NoEngine:
 
 async def test_a_responder_starts_harness_calls_only_into_its_own_tasks(rig: Rig) -> None:
     engine: Any = _NoEngine()
-    rig.app.include_router(engine_router(engine, asker_of=rig.chat.asker_of, tasks=rig.chat))
+    rig.app.include_router(engine_router(engine, asker_of=rig.task_api.asker_of, tasks=rig.task_api))
     user = rig.client(token=False, cookie="ef" * 32, origin=BASE)
     cid = await new_conversation(user)
     theirs = await ask(user, cid, target="operator:echo")
@@ -248,7 +248,7 @@ async def test_a_responder_starts_harness_calls_only_into_its_own_tasks(rig: Rig
 
 
 async def test_a_responder_reads_the_trail_of_its_own_tasks_only(rig: Rig) -> None:
-    rig.app.include_router(ledger_router(SqlLedgerStore(rig.db), rig.chat))
+    rig.app.include_router(ledger_router(SqlLedgerStore(rig.db), tasks=rig.task_api, conversations=rig.chat))
     user = rig.client(token=False, cookie="ef" * 32, origin=BASE)
     task_id = (await ask(user, await new_conversation(user), target="operator:echo"))["task_id"]
     router = bearer(rig, await actor_token(rig, "operator:router"))

@@ -52,7 +52,7 @@ from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import ServerContext, create_server_app
 from loopd.server.audit import ledger_router
-from loopd.server.chat import ChatService, ResourceTaskGateway
+from loopd.server.chat import ChatService, ResourceTaskGateway, TaskApi
 from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
 from loopd.server.http import AccessStore, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
@@ -231,7 +231,9 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             registry = RegistryService(
                 db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
             )
-            chat = ChatService(db, bus, ResourceTaskGateway(client), targets=registry)
+            gateway = ResourceTaskGateway(client)
+            chat = ChatService(db, bus, gateway, targets=registry)
+            task_api = TaskApi(db, bus, gateway)
             human = HumanService(chat)
             ledger = SqlLedgerStore(db)
             engine = HarnessEngine(
@@ -247,7 +249,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             await stack.enter_async_context(engine)
 
             manager = Manager(client, clock=clock)
-            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=8)
+            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=task_api), workers=8)
             background = await stack.enter_async_context(TaskSet("loopd up"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
 
@@ -264,13 +266,17 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 bus=bus,
                 security=ServerSecurity(tokens=(credentials.token,)),
                 chat=chat,
+                task_api=task_api,
                 human=human,
                 registry=registry,
             )
             app = create_server_app(
                 ctx,
                 clock=clock,
-                routers=[engine_router(engine, asker_of=chat.asker_of, tasks=chat), ledger_router(ledger, chat)],
+                routers=[
+                    engine_router(engine, asker_of=task_api.asker_of, tasks=task_api),
+                    ledger_router(ledger, tasks=task_api, conversations=chat),
+                ],
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
             token_file = credentials.directory / "token"

@@ -24,7 +24,7 @@ from loopd._infra.clock import Clock
 from loopd._infra.docs import install_docs
 from loopd._infra.http_errors import drop_validation_responses
 from loopd.server.app._context import ServerContext
-from loopd.server.chat import Sweeper, chat_router
+from loopd.server.chat import Sweeper, chat_router, task_router
 from loopd.server.http import (
     COOKIE_NAME,
     ERROR_RESPONSES,
@@ -87,7 +87,7 @@ def create_server_app(
     """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones; the sweepers' intervals
     run on ``clock`` (the system clock by default)."""
     background = [
-        Sweeper("completions", lambda: ctx.chat.sweep_closing(limit=20), clock=clock),
+        Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=clock),
         Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=clock),
     ]
 
@@ -119,6 +119,7 @@ def create_server_app(
     app.include_router(_base_routes())
     app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.chat, heartbeat=heartbeat))
+    app.include_router(task_router(ctx.task_api))
     app.include_router(human_router(ctx.human))
     app.include_router(registry_router(ctx.registry))
     for router in routers:

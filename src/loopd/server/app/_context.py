@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from loopd.server.chat import ChatService
+from loopd.server.chat import ChatService, TaskApi
 from loopd.server.http import ServerSecurity
 from loopd.server.human import HumanService
 from loopd.server.registry import RegistryService
@@ -27,6 +27,7 @@ class ServerContext:
     bus: ConversationBus
     security: ServerSecurity
     chat: ChatService
+    task_api: TaskApi
     human: HumanService
     registry: RegistryService
     clock: Callable[[], datetime] = field(default=_utc_now)

@@ -17,8 +17,8 @@ MAX_EVENTS = 5000
 _LIMIT = Annotated[int, Query(ge=1, le=MAX_EVENTS, description="At most this many events.")]
 
 
-class AccessCheck(Protocol):
-    async def check_readable(self, caller: Identity, conversation_id: str) -> int: ...
+class TaskAccessCheck(Protocol):
+    """Who may read a Task's trail (``loopd.server.chat.TaskApi`` is one)."""
 
     async def asker_of(self, task_id: str) -> Identity: ...
 
@@ -46,7 +46,13 @@ def _usage(totals: UsageTotals) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"usage": body}
 
 
-def ledger_router(ledger: LedgerStore, chat: AccessCheck) -> APIRouter:
+class ConversationReadCheck(Protocol):
+    """Who may read a conversation's trail (``loopd.server.chat.ChatService`` is one)."""
+
+    async def check_readable(self, caller: Identity, conversation_id: str) -> int: ...
+
+
+def ledger_router(ledger: LedgerStore, *, tasks: TaskAccessCheck, conversations: ConversationReadCheck) -> APIRouter:
     router = APIRouter(prefix="/v1/ledger", tags=["ledger"], responses=ERROR_RESPONSES)
 
     async def scope_for(
@@ -60,17 +66,17 @@ def ledger_router(ledger: LedgerStore, chat: AccessCheck) -> APIRouter:
         if caller.trusted:  # an operator or harness: the trail of Tasks addressed to it, nothing else
             if task_id is None:
                 raise ApiError("forbidden", f"{caller.text} reads the trail of its own Tasks only: name task_id")
-            await chat.check_task_access(caller, task_id)
+            await tasks.check_task_access(caller, task_id)
             return scope  # the scope's fields all apply, so task_id bounds it
         if conversation_id is not None:
-            await chat.check_readable(caller, conversation_id)  # 404 for conversations that are not the caller's
-        if task_id is not None and (await chat.asker_of(task_id)).key != caller.key:
+            await conversations.check_readable(caller, conversation_id)  # 404 unless it is the caller's
+        if task_id is not None and (await tasks.asker_of(task_id)).key != caller.key:
             raise ApiError("not_found", f"task {task_id} not found")
         if call_id is not None and conversation_id is None and task_id is None:
             lanes = await ledger.find_lanes(scope)
             for lane in lanes:
                 if lane.conversation_id is not None:
-                    await chat.check_readable(caller, lane.conversation_id)
+                    await conversations.check_readable(caller, lane.conversation_id)
         return scope
 
     @router.get("")

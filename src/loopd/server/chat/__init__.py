@@ -1,8 +1,9 @@
 """The chat flow of loop-server: conversations, chat requests and their Tasks, the conversation stream, completion.
 
-Public face: `ChatService` (what routes and the Harness Engine call), `TaskGateway` / `ResourceTaskGateway` (the
-Task resource seam), `chat_router` (the HTTP routes), `Sweeper` (background ticks), `ConversationFeeds` (the
-shared live readers behind the conversation streams), the records the service returns, and the helpers for Human
+Public face: `ChatService` (conversations, their reads, the chat request), `TaskApi` (what a Task's responder
+calls: context, events, outputs, completion), `TaskGateway` / `ResourceTaskGateway` (the Task resource seam),
+`chat_router` / `task_router` (the HTTP routes), `Sweeper` (background ticks), `ConversationFeeds` (the shared live
+readers behind the conversation streams), the records the service returns, and the helpers for Human
 question blocks shared with ``loopd.server.human``.
 Must not do: write message content except through ``loopd.server.streams``.
 """
@@ -11,10 +12,11 @@ from loopd.server.chat._feeds import ConversationFeeds, FeedStatistics, Subscrip
 from loopd.server.chat._gateway import DEFAULT_NAMESPACE, ResourceTaskGateway, TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import MESSAGE_STATUS_OF, QUESTION_BLOCK_ID, question_block, resolve_question
 from loopd.server.chat._records import ChatRequest, Emitted, Snapshot, StreamItem, StreamPage, TaskContext
-from loopd.server.chat._routes import TASK_ID_HEADER, chat_router, parse_cursor
-from loopd.server.chat._service import ChatService, TargetDirectory, check_responder, text_content
+from loopd.server.chat._routes import TASK_ID_HEADER, chat_router, parse_cursor, task_router
+from loopd.server.chat._service import ChatService, TargetDirectory, text_content
 from loopd.server.chat._stream import conversation_frames
 from loopd.server.chat._sweeper import Sweeper
+from loopd.server.chat._tasks import TaskApi, check_responder
 from loopd.server.chat._wire import ConversationBody, MessageBody, conversation_body, message_body, message_header
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "Subscription",
     "Sweeper",
     "TargetDirectory",
+    "TaskApi",
     "TaskContext",
     "TaskGateway",
     "TaskUnavailable",
@@ -48,5 +51,6 @@ __all__ = [
     "parse_cursor",
     "question_block",
     "resolve_question",
+    "task_router",
     "text_content",
 ]

@@ -1,6 +1,8 @@
-"""The chat routes: conversations, chat requests (JSON or SSE), the conversation stream and snapshot, the Task API.
+"""The chat routes: conversations, chat requests (JSON or SSE), the conversation stream and snapshot (`chat_router`);
+the Task API for responders (`task_router`).
 
-Must not do: business rules (``ChatService`` owns them); this module translates HTTP to service calls and back.
+Must not do: business rules (``ChatService`` and ``TaskApi`` own them); this module translates HTTP to service calls
+and back.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from fastapi import Path as PathParam
 
 from loopd._infra.http_errors import ApiError
 from loopd.server.chat._records import ChatRequest
-from loopd.server.chat._service import ChatService, check_responder, text_content
+from loopd.server.chat._service import ChatService, text_content
 from loopd.server.chat._stream import conversation_frames
+from loopd.server.chat._tasks import TaskApi, check_responder
 from loopd.server.chat._wire import (
     MAX_KEY,
     ChatAccepted,
@@ -215,13 +218,18 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
             cursor=found.cursor,
         )
 
-    # -- the Task API --------------------------------------------------------------------------------------
+    return router
+
+
+def task_router(tasks: TaskApi) -> APIRouter:
+    """``/v1/tasks/{task_id}…``: what a Task's responder (an operator or harness with a token) reads and writes."""
+    router = APIRouter(responses=ERROR_RESPONSES)
 
     @router.get("/v1/tasks/{task_id}", tags=["tasks"])
     async def task_context(caller: Responder, task_id: Id) -> TaskContextBody:
         """The Task's input, response, conversation and history through the input. 404 until the question has
         committed (an operator may see the Task first): requeue and retry."""
-        context = await chat.task_context(task_id)
+        context = await tasks.task_context(task_id)
         check_responder(caller, context.response)
         return TaskContextBody(
             task_id=task_id,
@@ -236,22 +244,22 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
     @router.get("/v1/tasks/{task_id}/messages", tags=["tasks"])
     async def task_messages(caller: Responder, task_id: Id, after: After = None, limit: Limit = 100) -> MessageList:
         """Every message of the Task (main and work conversation) in id order."""
-        check_responder(caller, await chat.response_of(task_id))
-        page = await chat.task_messages(task_id, after=after, limit=limit)
+        check_responder(caller, await tasks.response_of(task_id))
+        page = await tasks.task_messages(task_id, after=after, limit=limit)
         return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
 
     @router.get("/v1/tasks/{task_id}/followups", tags=["tasks"])
     async def task_followups(caller: Responder, task_id: Id, after: After = None, limit: Limit = 100) -> MessageList:
         """User inputs posted to the Task's conversation after its own input (context added while it works)."""
-        check_responder(caller, await chat.response_of(task_id))
-        page = await chat.followups(task_id, after=after, limit=limit)
+        check_responder(caller, await tasks.response_of(task_id))
+        page = await tasks.followups(task_id, after=after, limit=limit)
         return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
 
     @router.post("/v1/tasks/{task_id}/events", tags=["tasks"])
     async def emit_events(caller: Responder, task_id: Id, body: EmitRequest) -> EmitAccepted:
         """Append ``set`` / ``append`` / ``error`` events to the response (seq assigned by the server). Human
         blocks and ``meta.human`` are refused (400); once completion has begun, 409."""
-        emitted = await chat.emit(task_id, body.events, actor=caller)
+        emitted = await tasks.emit(task_id, body.events, actor=caller)
         last = emitted.events[-1] if emitted.events else None
         return EmitAccepted(
             message_id=emitted.message.id,
@@ -268,7 +276,7 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
         ``error`` is given, which ends them with ``failure(task_ended)``); 503 when the Task could not be deleted
         (the completion resumes by itself)."""
         error = None if body is None or body.error is None else body.error.model_dump()
-        response = await chat.complete(task_id, error=error, actor=caller)
+        response = await tasks.complete(task_id, error=error, actor=caller)
         return CompletionBody(task_id=task_id, delivery_state=response.delivery_state, response=message_body(response))
 
     return router

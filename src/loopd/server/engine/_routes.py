@@ -50,7 +50,7 @@ AskerOf = Callable[[str], Awaitable[Identity]]
 
 
 class TaskAccess(Protocol):
-    """What the routes ask of the chat service (``ChatService`` is one) to keep a responder to its own Tasks."""
+    """What the routes ask of the chat service (``TaskApi`` is one) to keep a responder to its own Tasks."""
 
     async def check_task_access(
         self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
@@ -145,7 +145,7 @@ def engine_router(
     tasks: TaskAccess | None = None,
     heartbeat: float = 15.0,
 ) -> APIRouter:
-    """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``ChatService.asker_of``);
+    """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``TaskApi.asker_of``);
     ``tasks``: the Task access checks for operator and harness callers (without it only the admin starts calls)."""
     router = APIRouter(prefix="/v1/harness/calls", tags=["harness"], responses=ERROR_RESPONSES)
 

@@ -3,7 +3,7 @@
 Public face: `HarnessResponder` (a ``loopd.resources.reconcile`` reconciler for Tasks), the `ChatPort` /
 `TaskContextView` protocols it needs from the chat side, and helpers. Register it on the Task resource::
 
-    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=chat), workers=16)
+    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=task_api), workers=16)
 
 The controller binds itself to the responder (``bind_controller``), which then queues Tasks on engine notices.
 Must not import the chat service module (it talks to it through `ChatPort`).

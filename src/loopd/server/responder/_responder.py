@@ -24,7 +24,7 @@ the oldest Tasks refused for capacity when slots free. The maps behind that hold
 being answered and are emptied as Tasks complete or go away. ``poll`` (5 s) and ``capacity_retry`` (2 s) stay as
 the safety net: a call driven by another replica sends no notice here.
 
-The chat side is the small `ChatPort` protocol (``ChatService`` satisfies it), so tests can use any
+The chat side is the small `ChatPort` protocol (``loopd.server.chat.TaskApi`` satisfies it), so tests can use any
 implementation built on storage and streams.
 """
 
@@ -88,7 +88,7 @@ class TaskContextView(Protocol):
 
 
 class ChatPort(Protocol):
-    """The two chat operations the responder needs (``ChatService`` has both)."""
+    """The two chat operations the responder needs (``loopd.server.chat.TaskApi`` has both)."""
 
     async def task_context(self, task_id: str) -> TaskContextView: ...
 
