@@ -86,7 +86,7 @@ async def test_an_agent_works_in_the_background_and_its_report_starts_the_parent
     report_turn = [e for e in events if isinstance(e, TurnStarted) and e.loop == "main"][-1]
     assert report_turn.inputs[0].command_id.startswith("agent-report:worker-1:")
 
-    rows = session.list_agents("main")
+    rows = session.subagents.statuses("main")
     assert [(r.name, r.status, r.turns) for r in rows] == [("worker-1", "idle", 1)]
     # The live state is the fold of the journal, agents included.
     live = session.state
@@ -125,26 +125,26 @@ async def test_quota_is_recounted_on_restore_and_stopping_frees_it() -> None:
     await session.shutdown()
 
     restored = await rig.restore_session(session.id)
-    assert [a.name for a in restored.list_agents()] == ["worker-1"]
+    assert [a.name for a in restored.subagents.statuses()] == ["worker-1"]
     with pytest.raises(HarnessError, match="agent quota reached: 1 of 1"):
-        await restored.start_agent("main", "worker", "again")
+        await restored.subagents.start("main", "worker", "again")
     # A restored agent is a live loop: it can be messaged and answers again.
-    await restored.message_agent("main", "worker-1", "and 3")
+    await restored.subagents.message("main", "worker-1", "and 3")
     await _wait_for(
         lambda: restored.state.loops["worker-1"].turns == 2 and restored.state.loops["worker-1"].turn is None
     )
-    await restored.stop_agent("worker-1", by="main")
-    assert restored.list_agents()[0].status == "stopped"
+    await restored.subagents.stop("worker-1", by="main")
+    assert restored.subagents.statuses()[0].status == "stopped"
     with pytest.raises(HarnessError, match="stopped"):
-        await restored.message_agent("main", "worker-1", "hello?")
-    name = await restored.start_agent("main", "worker", "again")
+        await restored.subagents.message("main", "worker-1", "hello?")
+    name = await restored.subagents.start("main", "worker", "again")
     assert name == "worker-2"
     await restored.shutdown()
 
     events = await _events(rig, session.id)
     assert [e.agent for e in events if isinstance(e, AgentStopped)] == ["worker-1"]
     again = await rig.restore_session(session.id)
-    assert {a.name: a.status for a in again.list_agents()} == {"worker-1": "stopped", "worker-2": "idle"}
+    assert {a.name: a.status for a in again.subagents.statuses()} == {"worker-1": "stopped", "worker-2": "idle"}
     same_loops(again.state, await journal_state(rig.journal, session.id))
     await again.shutdown()
 
@@ -156,13 +156,13 @@ async def test_only_the_parent_may_message_or_stop_its_agent() -> None:
         journal=MemoryJournal(),
     )
     async with rig.open_session() as session:
-        name = await session.start_agent("main", "worker", "task")
+        name = await session.subagents.start("main", "worker", "task")
         with pytest.raises(HarnessError, match="no agent 'worker-1' started by other"):
-            await session.message_agent("other", name, "hi")
+            await session.subagents.message("other", name, "hi")
         with pytest.raises(HarnessError, match="no agent"):
-            await session.stop_agent(name, by="other")
+            await session.subagents.stop(name, by="other")
         with pytest.raises(HarnessError, match="unknown agent definition 'ghost'"):
-            await session.start_agent("main", "ghost", "task")
+            await session.subagents.start("main", "ghost", "task")
 
 
 async def test_a_report_lost_in_a_crash_is_delivered_after_restore() -> None:

@@ -1,12 +1,12 @@
 """The harness runtime: rig, sessions, loop actors, mailbox, hub, effect execution (the I/O side)."""
 
 from loopd.harness.runtime._budget import UNLIMITED, Budget, BudgetPolicy
-from loopd.harness.runtime._delegation import DELEGATION_TOOL_NAMES, DelegationError
+from loopd.harness.runtime._delegation import DELEGATION_TOOL_NAMES, AgentStatus, DelegationError, Subagents
 from loopd.harness.runtime._hub import Envelope, EventFilter, Hub, Subscription
 from loopd.harness.runtime._loop import LoopDefinition
 from loopd.harness.runtime._mailbox import Mailbox
 from loopd.harness.runtime._rig import RecoveryMode, Rig
-from loopd.harness.runtime._session import AgentStatus, Session, SessionStatistics
+from loopd.harness.runtime._session import Session, SessionStatistics
 
 __all__ = [
     "DELEGATION_TOOL_NAMES",
@@ -24,5 +24,6 @@ __all__ = [
     "Rig",
     "Session",
     "SessionStatistics",
+    "Subagents",
     "Subscription",
 ]

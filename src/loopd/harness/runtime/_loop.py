@@ -68,7 +68,6 @@ from loopd.harness.models import (
     UsageReport,
     tool_calls_from_deltas,
 )
-from loopd.harness.runtime._hub import Envelope
 from loopd.harness.runtime._mailbox import Mailbox
 from loopd.harness.tools import Tool, ToolContext
 
@@ -181,6 +180,15 @@ class LoopActor:
         return self.definition.name
 
     @property
+    def config(self) -> LoopConfig:
+        """What `decide` needs of this loop's definition."""
+        return self._config
+
+    def in_current_task(self) -> bool:
+        """Whether the caller runs in this actor's own task (it must not abort itself)."""
+        return self._task is not None and self._task is asyncio.current_task()
+
+    @property
     def effects_running(self) -> int:
         return sum(len(s) for s in self._effects.values())
 
@@ -238,7 +246,7 @@ class LoopActor:
                     return  # the session has stopped fail-closed; it already told every subscriber
                 finally:
                     self.busy = False
-                    self.session._changed()
+                    self.session.notify_changed()
         finally:
             self._cancel_all_effects()
 
@@ -257,20 +265,21 @@ class LoopActor:
     async def execute(self, decision: Decision) -> None:
         """Persist, apply and publish the decision's events, then start its effects."""
         if decision.events:
-            await self.session._commit(self, decision.events)
+            await self.session.commit_loop(self, decision.events)
         for effect in decision.effects:
-            self._start_effect(effect)
+            self.start_effect(effect)
 
-    def _apply_committed(self, events: tuple[LoopEvent, ...], seqs: list[int]) -> None:
+    def apply_committed(self, events: tuple[LoopEvent, ...], seqs: list[int]) -> None:
+        """Apply and publish events the session has just journaled as ``seqs`` (called under its commit lock)."""
         from loopd.harness.core.apply import apply_loop
 
         state = self.state
         for event, seq in zip(events, seqs, strict=True):
             state = apply_loop(state, event)
             self.state = state
-            self.session._hub.publish(Envelope(self.session.id, seq, event))
+            self.session.publish(seq, event)
             if isinstance(event, TurnDone | TurnFailed):
-                self.session._report(self.name, event)
+                self.session.subagents.report(self.name, event)
             if isinstance(event, GateResolved):
                 self._resolving.discard(event.gate_id)
                 timer = self._gate_timers.pop(event.gate_id, None)
@@ -288,12 +297,13 @@ class LoopActor:
             bucket.discard(t)
             if not bucket and self._effects.get(turn_id) is bucket:
                 del self._effects[turn_id]
-            self.session._changed()
+            self.session.notify_changed()
 
         task.add_done_callback(_done)
         return task
 
-    def _start_effect(self, effect: Effect) -> None:
+    def start_effect(self, effect: Effect) -> None:
+        """Run one effect of a committed decision (owned by this actor: `stop` awaits it)."""
         match effect:
             case CallModel():
                 self._track(effect.turn_id, self._call_model(effect))
@@ -321,7 +331,7 @@ class LoopActor:
         self._effects.clear()
 
     def _publish(self, event: TokenDelta | ToolCallStarted | ToolProgress) -> None:
-        self.session._hub.publish(Envelope(self.session.id, None, event))
+        self.session.publish(None, event)
 
     async def _call_model(self, effect: CallModel) -> None:
         d = self.definition
@@ -334,7 +344,7 @@ class LoopActor:
             temperature=d.temperature,
             max_output_tokens=d.max_output_tokens,
         )
-        refused = self.session._budget_refusal()
+        refused = self.session.budget_refusal()
         if refused is not None:
             self.mailbox.put_result(
                 ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="BudgetExceeded", message=str(refused))
@@ -362,7 +372,7 @@ class LoopActor:
                         case UsageReport(usage=reported):
                             usage = usage + reported
             calls = tool_calls_from_deltas(deltas)
-            usage = self.session._price(request.model, usage)
+            usage = self.session.price(request.model, usage)
             result = ModelCompleted(
                 turn_id=effect.turn_id, step=effect.step, text="".join(text), tool_calls=calls, usage=usage
             )
@@ -393,7 +403,7 @@ class LoopActor:
             max_output_tokens=d.max_output_tokens,
         )
         result: CompactionDone | CompactionFailed
-        refused = self.session._budget_refusal()
+        refused = self.session.budget_refusal()
         if refused is not None:
             result = CompactionFailed(effect.turn_id, effect.step, "BudgetExceeded", str(refused))
             self.mailbox.put_result(result)
@@ -408,7 +418,7 @@ class LoopActor:
                             text.append(piece)
                         case UsageReport(usage=reported):
                             usage = usage + reported
-            usage = self.session._price(request.model, usage)
+            usage = self.session.price(request.model, usage)
             result = CompactionDone(
                 turn_id=effect.turn_id,
                 step=effect.step,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,22 +13,12 @@ from typing import Literal
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.ids import new_id
 from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
-from loopd.harness.core import Usage, codec
-from loopd.harness.core.agents import REPORT_PREFIX, report_id
+from loopd.harness.core import Usage
 from loopd.harness.core.decide import recover
-from loopd.harness.core.events import (
-    InputCancelled,
-    InputQueued,
-    InputRejected,
-    SessionRestored,
-    SessionStarted,
-    TurnDone,
-    TurnFailed,
-    TurnStarted,
-)
-from loopd.harness.core.state import LoopState
+from loopd.harness.core.events import SessionRestored, SessionStarted
+from loopd.harness.core.state import AgentInfo, LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
-from loopd.harness.journal import Journal, Record, SessionInfo, replay
+from loopd.harness.journal import Journal, SessionInfo, replay
 from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.runtime._delegation import delegation_tools
 from loopd.harness.runtime._loop import LoopActor, LoopDefinition
@@ -103,13 +93,14 @@ class Rig:
             session, definition, state, clock=self.clock, workspace=self.workspace, rules=self.rules, extra_tools=extra
         )
 
-    def _agent_actor(self, session: Session, name: str, definition: str, state: LoopState, depth: int) -> LoopActor:
+    def agent_actor(self, session: Session, name: str, definition: str, state: LoopState, depth: int) -> LoopActor:
+        """The loop actor of agent ``name`` of the agent ``definition`` (used by the session's sub-agents)."""
         found = next((a for a in self.agents if a.name == definition), None)
         if found is None:
             raise HarnessError(f"rig {self.name!r} has no agent definition {definition!r}")
         return self._actor(session, found, state, name, depth)
 
-    def _session(self, session_id: str, writer: object) -> Session:
+    def _session(self, session_id: str, writer: object, agents: Mapping[str, AgentInfo] | None = None) -> Session:
         return Session(
             session_id=session_id,
             rig_name=self.name,
@@ -119,6 +110,7 @@ class Rig:
             price=self.price,
             budget=self.budget,
             rig=self,
+            agents=agents,
             submit_timeout=self.submit_timeout,
             drain_timeout=self.drain_timeout,
         )
@@ -130,11 +122,11 @@ class Rig:
         writer = await self.journal.create_session(sid, meta=json.dumps({"rig": self.name}), at=now)
         session = self._session(sid, writer)
         for definition in self.loops:
-            session._add_actor(self._actor(session, definition, LoopState(name=definition.name), definition.name, 0))
-        await session._commit_session(
+            session.add_actor(self._actor(session, definition, LoopState(name=definition.name), definition.name, 0))
+        await session.commit_session(
             SessionStarted(session_id=sid, rig=self.name, loops=tuple(d.name for d in self.loops), at=now)
         )
-        session._start_actors()
+        session.start_actors()
         return session
 
     async def restore_session(self, session_id: str, *, mode: RecoveryMode = "interrupt") -> Session:
@@ -160,18 +152,15 @@ class Rig:
         if unknown:
             await writer.aclose()
             raise HarnessError(f"session {session_id} has loops this rig does not define: {sorted(unknown)}")
-        session = self._session(session_id, writer)
-        session._agents = state.agents
+        session = self._session(session_id, writer, state.agents)
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
-            session._add_actor(self._actor(session, definition, loop_state, definition.name, 0))
+            session.add_actor(self._actor(session, definition, loop_state, definition.name, 0))
         for info in state.agents.values():
-            session._add_actor(
-                self._agent_actor(session, info.name, info.definition, state.loops[info.name], info.depth)
-            )
-        await session._commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.clock.time()))
-        _redeliver_reports(session, records)
-        for actor in session._running_actors():
+            session.add_actor(self.agent_actor(session, info.name, info.definition, state.loops[info.name], info.depth))
+        await session.commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.clock.time()))
+        session.subagents.redeliver(records)
+        for actor in session.running_actors():
             decision = recover(
                 actor.state,
                 config=actor.definition.config,
@@ -180,7 +169,7 @@ class Rig:
                 now=self.clock.time(),
             )
             await actor.execute(decision)
-        session._start_actors()
+        session.start_actors()
         return session
 
     @asynccontextmanager
@@ -194,27 +183,3 @@ class Rig:
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         return await self.journal.sessions(limit=limit)
-
-
-def _redeliver_reports(session: Session, records: Sequence[Record]) -> None:
-    """Reports of agent turns that ended before a crash but never reached their parent are sent again."""
-    if not session.agents:
-        return
-    seen: set[str] = set()
-    last_end: dict[str, TurnDone | TurnFailed] = {}
-    for record in records:
-        if not (record.kind.startswith("turn_") or record.kind.startswith("input_")):
-            continue
-        event = codec.decode(record.kind, record.version, record.data)
-        match event:
-            case TurnStarted(inputs=inputs):
-                seen.update(i.command_id for i in inputs if i.command_id.startswith(REPORT_PREFIX))
-            case InputQueued(command_id=cid) | InputRejected(command_id=cid) | InputCancelled(command_id=cid):
-                if cid.startswith(REPORT_PREFIX):
-                    seen.add(cid)
-            case TurnDone() | TurnFailed():
-                if event.loop in session.agents:
-                    last_end[event.loop] = event
-    for agent, end in last_end.items():
-        if report_id(agent, end.turn_id) not in seen:
-            session._report(agent, end)

@@ -3,6 +3,10 @@
 The session owns the journal writer (one writer per session), the hub, and one actor per loop. Every commit of
 enduring events happens under the session's commit lock, so journal seq order == apply order == publish order.
 A failed append stops the whole session (fail-closed) with `SessionFaultError`.
+
+Sub-agents (start, message, list, stop, reports to their parents) are `Subagents` (``_delegation.py``), reached as
+``session.subagents``. The loop actors and the rig use the session's underscore-free methods marked "runtime"
+below (package-internal: not part of ``loopd.harness``'s face); nothing outside the class touches ``Session._x``.
 """
 
 from __future__ import annotations
@@ -18,19 +22,11 @@ from loopd._infra.clock import Clock
 from loopd._infra.ids import new_id
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.core import Usage, codec
-from loopd.harness.core.agents import (
-    apply_agents,
-    depth_of,
-    next_agent_name,
-    refuse_start,
-    report_id,
-    report_text,
-)
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
-from loopd.harness.core.decide import decide
 from loopd.harness.core.events import (
     AgentStarted,
     AgentStopped,
+    EphemeralEvent,
     InputsFolded,
     Lifecycle,
     LoopEvent,
@@ -42,9 +38,10 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
 )
-from loopd.harness.core.state import AgentInfo, LoopState, SessionState
+from loopd.harness.core.state import AgentInfo, SessionState
 from loopd.harness.journal import Journal, JournalWriter, NewRecord
 from loopd.harness.runtime._budget import BudgetPolicy
+from loopd.harness.runtime._delegation import Subagents
 from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 
 if TYPE_CHECKING:
@@ -67,17 +64,6 @@ class SessionStatistics:
     effects_running: int
 
 
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
-    name: str
-    definition: str
-    parent: str
-    depth: int
-    status: str
-    turns: int
-    last_reply: str | None
-
-
 class Session:
     """Handle on a live session. Create with `Rig.start_session` / `Rig.restore_session`."""
 
@@ -94,6 +80,7 @@ class Session:
         submit_timeout: float,
         drain_timeout: float,
         rig: Rig | None = None,
+        agents: Mapping[str, AgentInfo] | None = None,
     ) -> None:
         self.id = session_id
         self.rig_name = rig_name
@@ -113,22 +100,21 @@ class Session:
         self._closing = False
         self._stopped = asyncio.Event()
         self._fault: SessionFaultError | None = None
-        self._rig = rig
-        self._agents: Mapping[str, AgentInfo] = MappingProxyType({})
-        self._agent_lock = asyncio.Lock()
+        self.subagents = Subagents(self, rig, clock, agents or MappingProxyType({}))
+        """The session's sub-agents: start, message, list and stop them (the delegation tools use these)."""
 
-    # --- wiring (used by the rig) --------------------------------------------------------------------------
+    # --- runtime: wiring (used by the rig and the sub-agents) ------------------------------------------------
 
-    def _add_actor(self, actor: LoopActor) -> None:
+    def add_actor(self, actor: LoopActor) -> None:
         self._actors[actor.name] = actor
 
-    def _start_actors(self) -> None:
-        for actor in self._running_actors():
+    def start_actors(self) -> None:
+        for actor in self.running_actors():
             actor.start()
 
-    def _running_actors(self) -> tuple[LoopActor, ...]:
+    def running_actors(self) -> tuple[LoopActor, ...]:
         """Every actor except those of stopped agents (whose loops stay in the state but never run again)."""
-        return tuple(a for n, a in self._actors.items() if not (n in self._agents and self._agents[n].stopped))
+        return tuple(a for n, a in self._actors.items() if not self.subagents.is_stopped(n))
 
     # --- public API ----------------------------------------------------------------------------------------
 
@@ -161,7 +147,7 @@ class Session:
             status="stopped" if self._status == "stopped" else "active",
             loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
             last_seq=self._last_seq,
-            agents=self._agents,
+            agents=self.subagents.infos,
         )
 
     @property
@@ -186,12 +172,12 @@ class Session:
         actor = self._actors.get(name)
         if actor is None:
             raise HarnessError(f"session {self.id} has no loop {name!r}")
-        info = self._agents.get(name)
-        if info is not None and info.stopped:
+        if self.subagents.is_stopped(name):
             raise HarnessError(f"agent {name} is stopped")
         return actor
 
-    def _check_accepting(self) -> None:
+    def check_accepting(self) -> None:
+        """Runtime: raise unless the session takes input (the fault, or `SessionClosedError`)."""
         if self._fault is not None:
             raise self._fault
         if self._closing or self._status == "stopped":
@@ -210,18 +196,18 @@ class Session:
                 await self.shutdown(drain_timeout=drain)
                 return True
             case Interrupt():
-                self._check_accepting()
+                self.check_accepting()
                 if command.loop is None:
-                    results = [await a.interrupt(command) for a in self._running_actors()]
+                    results = [await a.interrupt(command) for a in self.running_actors()]
                     return any(results)
                 return await self._actor(command.loop).interrupt(command)
             case AnswerGate():
-                self._check_accepting()
+                self.check_accepting()
                 actor = self._actor(command.loop) if command.loop else self._gate_owner(command.gate_id)
                 actor.answer_gate(command)
                 return True
             case UserInput() | CancelQueuedInput():
-                self._check_accepting()
+                self.check_accepting()
                 actor = self._actor(command.loop)
                 await actor.submit(command, self._submit_timeout if timeout is None else timeout)
                 return True
@@ -291,15 +277,20 @@ class Session:
     def _drained(self) -> bool:
         if self._fault is not None:
             raise self._fault
-        return all(a.quiescent or a.parked for a in self._running_actors())
+        return all(a.quiescent or a.parked for a in self.running_actors())
 
     def _quiescent(self) -> bool:
         if self._fault is not None:
             raise self._fault
         return all(a.quiescent for a in self._actors.values())
 
-    def _changed(self) -> None:
-        """Wake every waiter so it re-checks its condition (synchronous: no task is started for it)."""
+    @property
+    def closing(self) -> bool:
+        """Shutting down (or stopped): no new input, no new reports."""
+        return self._closing or self._status == "stopped"
+
+    def notify_changed(self) -> None:
+        """Runtime: wake every waiter so it re-checks its condition (synchronous: no task is started for it)."""
         self._change.set()
         self._change = asyncio.Event()
 
@@ -315,11 +306,11 @@ class Session:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(drain):
                         await self._wait_until(self._drained)
-                for actor in self._running_actors():
+                for actor in self.running_actors():
                     # A turn parked at an open gate stays open: the gate is journaled and survives the restart.
                     if not actor.state.idle and not actor.parked:
                         await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
-                await self._commit_session(SessionStopped(reason=reason, at=self._clock.time()))
+                await self.commit_session(SessionStopped(reason=reason, at=self._clock.time()))
                 self._status = "stopped"
         finally:
             for actor in tuple(self._actors.values()):
@@ -343,13 +334,19 @@ class Session:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
-    # --- persistence ---------------------------------------------------------------------------------------
+    # --- runtime: persistence (used by the loop actors, the rig and the sub-agents) ----------------------------
 
-    def _price(self, model: str, usage: Usage) -> Usage:
+    def price(self, model: str, usage: Usage) -> Usage:
+        """The usage of one model call with its cost (the rig's pricing)."""
         return self._price_fn(model, usage)
 
-    def _budget_refusal(self) -> BudgetExceeded | None:
+    def budget_refusal(self) -> BudgetExceeded | None:
+        """Why the session's budget refuses another model call, or None."""
         return self._budget.check(self.usage)
+
+    def publish(self, seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> None:
+        """Hand a committed (``seq``) or ephemeral (None) event to the subscribers."""
+        self._hub.publish(Envelope(self.id, seq, event))
 
     async def _append(self, events: tuple[SessionEvent | LoopEvent, ...]) -> list[int]:
         records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
@@ -366,144 +363,50 @@ class Session:
         if self._fault is None:
             self._fault = SessionFaultError(self.id, f"journal append failed: {exc}")
             for actor in self._actors.values():
-                if actor._task is not asyncio.current_task():
+                if not actor.in_current_task():
                     actor.abort()
             self._hub.close(self._fault)
             self._stopped.set()
-            self._changed()
+            self.notify_changed()
 
-    async def _commit(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
+    async def commit_loop(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
+        """Journal a loop's events, then apply and publish them (under the commit lock)."""
         async with self._commit_lock:
             if self._fault is not None:
                 raise self._fault
             seqs = await self._append(events)
             self._last_seq = seqs[-1]
-            actor._apply_committed(events, seqs)
+            actor.apply_committed(events, seqs)
 
-    async def _commit_session(self, event: SessionEvent) -> int:
+    async def commit_agent_start(self, started: AgentStarted, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
+        """Journal an agent's start and its first turn's events in one append, then add and apply its actor."""
+        async with self._commit_lock:
+            if self._fault is not None:
+                raise self._fault
+            seqs = await self._append((started, *events))
+            self._last_seq = seqs[-1]
+            self.subagents.apply(started)
+            self._hub.publish(Envelope(self.id, seqs[0], started))
+            self.add_actor(actor)
+            actor.apply_committed(events, seqs[1:])
+
+    async def commit_session(self, event: SessionEvent) -> int:
+        """Journal and publish a session event; its seq."""
         async with self._commit_lock:
             if self._fault is not None:
                 raise self._fault
             (seq,) = await self._append((event,))
             self._last_seq = seq
             if isinstance(event, AgentStarted | AgentStopped):
-                self._agents = apply_agents(self._agents, event)
+                self.subagents.apply(event)
             self._hub.publish(Envelope(self.id, seq, event))
             return seq
 
-    # --- subagents -----------------------------------------------------------------------------------------
+    # --- sub-agents ----------------------------------------------------------------------------------------
 
     @property
     def agents(self) -> Mapping[str, AgentInfo]:
-        return self._agents
-
-    async def start_agent(self, parent: str, definition: str, task: str) -> str:
-        """Start a subagent of ``parent`` from the rig's agent ``definition`` working on ``task``; its id.
-
-        The start and the agent's first turn are journaled in one append, so a crash never leaves an agent
-        without its task. Raises `DelegationError` when a limit or the definition refuses it.
-        """
-        from loopd.harness.runtime._delegation import DelegationError
-
-        rig = self._rig
-        if rig is None or not rig.agents:
-            raise DelegationError("this rig defines no agents")
-        async with self._agent_lock:
-            self._check_accepting()
-            state = self.state
-            why = refuse_start(
-                state,
-                parent=parent,
-                definition=definition,
-                known=frozenset(a.name for a in rig.agents),
-                max_depth=rig.max_agent_depth,
-                max_agents=rig.max_agents,
-            )
-            if why is not None:
-                raise DelegationError(why)
-            name = next_agent_name(state, definition)
-            depth = depth_of(state, parent) + 1
-            started = AgentStarted(agent=name, definition=definition, parent=parent, depth=depth, at=self._clock.time())
-            actor = rig._agent_actor(self, name, definition, LoopState(name=name), depth)
-            decision = decide(
-                actor.state,
-                UserInput(command_id=new_id(), loop=name, text=task),
-                config=actor._config,
-                now=self._clock.time(),
-            )
-            async with self._commit_lock:
-                if self._fault is not None:
-                    raise self._fault
-                seqs = await self._append((started, *decision.events))
-                self._last_seq = seqs[-1]
-                self._agents = apply_agents(self._agents, started)
-                self._hub.publish(Envelope(self.id, seqs[0], started))
-                self._add_actor(actor)
-                actor._apply_committed(decision.events, seqs[1:])
-            for effect in decision.effects:
-                actor._start_effect(effect)
-            actor.start()
-            return name
-
-    def _own_agent(self, parent: str | None, agent: str) -> AgentInfo:
-        from loopd.harness.runtime._delegation import DelegationError
-
-        info = self._agents.get(agent)
-        if info is None or (parent is not None and info.parent != parent):
-            raise DelegationError(f"no agent {agent!r}" + (f" started by {parent}" if parent else ""))
-        if info.stopped:
-            raise DelegationError(f"agent {agent} is stopped")
-        return info
-
-    async def message_agent(self, parent: str | None, agent: str, text: str) -> str:
-        """Send ``text`` to a running agent (``parent``: only that loop's own agents; None: any)."""
-        self._own_agent(parent, agent)
-        return await self.submit(text, loop=agent)
-
-    def list_agents(self, parent: str | None = None) -> list[AgentStatus]:
-        rows = []
-        for info in self._agents.values():
-            if parent is not None and info.parent != parent:
-                continue
-            loop = self._actors[info.name].state
-            status = "stopped" if info.stopped else ("working" if not loop.idle else "idle")
-            rows.append(
-                AgentStatus(
-                    name=info.name,
-                    definition=info.definition,
-                    parent=info.parent,
-                    depth=info.depth,
-                    status=status,
-                    turns=loop.turns,
-                    last_reply=loop.last_reply,
-                )
-            )
-        return rows
-
-    async def stop_agent(self, agent: str, *, by: str | None = None, reason: str = "stopped") -> None:
-        """Stop an agent and, first, every agent it started; its running turn is interrupted."""
-        self._own_agent(by, agent)
-        for child in [a.name for a in self._agents.values() if a.parent == agent and not a.stopped]:
-            await self.stop_agent(child, reason=f"parent {agent} stopped")
-        actor = self._actors[agent]
-        if not actor.state.idle:
-            await actor.interrupt(Interrupt(command_id=new_id(), loop=agent, reason=reason))
-        await self._commit_session(AgentStopped(agent=agent, reason=reason, at=self._clock.time()))
-        await actor.stop()
-
-    def _report(self, agent: str, event: TurnDone | TurnFailed) -> None:
-        """An agent's turn ended: its parent receives the result as an input (if the parent still runs)."""
-        info = self._agents.get(agent)
-        if info is None:
-            return
-        parent = self._actors.get(info.parent)
-        parent_info = self._agents.get(info.parent)
-        if parent is None or (parent_info is not None and parent_info.stopped) or self._closing:
-            return
-        command = UserInput(
-            command_id=report_id(agent, event.turn_id), loop=info.parent, text=report_text(agent, event)
-        )
-        parent.mailbox.put_result(command)
+        return self.subagents.infos
 
     async def _read_envelopes(self, from_seq: int, limit: int) -> list[Envelope]:
         records = await self._journal.read(self.id, from_seq, limit)
