@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from loopd.server.ledger import LedgerStore, MemoryLedgerStore, SqlLedgerStore
+from loopd.server.ledger import LedgerStore, SqlLedgerStore
 from loopd.server.storage import MIGRATIONS, Database, DatabaseOptions, Migration
 from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
 
@@ -97,12 +97,9 @@ async def db(open_db: DatabaseFactory) -> Database:
     return await open_db()
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> AsyncIterator[LedgerStore]:
-    """The ledger contract on every implementation."""
-    if request.param == "memory":
-        yield MemoryLedgerStore(clock=clock)
-        return
+    """The ledger contract on each backend of the one store (``SqlLedgerStore``)."""
     url = database_url_for(str(request.param), tmp_path, request)
     database = await Database.open(url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
     try:

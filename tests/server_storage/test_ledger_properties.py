@@ -1,9 +1,11 @@
-"""Property tests: random append sequences on the in-memory ledger, and canonical JSON."""
+"""Property tests: random append sequences on the SQL ledger (a temporary SQLite database), and canonical JSON."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +18,11 @@ from loopd.server.ledger import (
     IdempotencyViolation,
     Lane,
     LaneConflict,
-    MemoryLedgerStore,
     NewEvent,
+    SqlLedgerStore,
     batch_digest,
 )
-from loopd.server.storage import InvalidRecord, canonical_json
+from loopd.server.storage import Database, DatabaseOptions, InvalidRecord, canonical_json
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(max_size=8),
@@ -45,7 +47,16 @@ def test_random_append_sequences_keep_seqs_contiguous_and_replays_idempotent(
     steps: list[tuple[str, int, Any]], payloads: list[Any]
 ) -> None:
     async def scenario() -> None:
-        store = MemoryLedgerStore()
+        with tempfile.TemporaryDirectory() as folder:
+            database = await Database.open(
+                str(Path(folder) / "ledger.db"), options=DatabaseOptions(operation_timeout=5.0)
+            )
+            try:
+                await run(SqlLedgerStore(database))
+            finally:
+                await database.aclose()
+
+    async def run(store: SqlLedgerStore) -> None:
         actor = await store.create_actor(LedgerActor(type="system"))
         lane = await store.create_lane(Lane(session_id="s", run_id="r"))
         head = 0

@@ -13,7 +13,7 @@ SERVER = Path(storage.__file__).parent.parent
 
 def test_every_public_name_exists() -> None:
     assert {"Database", "open_database", "Transaction", "NewMessage", "Fenced"} <= set(storage.__all__)
-    assert {"LedgerStore", "MemoryLedgerStore", "SqlLedgerStore", "LaneRecorder", "requested"} <= set(ledger.__all__)
+    assert {"LedgerStore", "SqlLedgerStore", "LaneRecorder", "requested"} <= set(ledger.__all__)
     for module in (storage, ledger):
         assert len(set(module.__all__)) == len(module.__all__)
         for name in module.__all__:

@@ -4,8 +4,8 @@ Public face only. Hierarchy: Session → Run → Lane → Turn → Action → At
 them, each by an Actor. Session and run ids are opaque strings (no rows); a Lane is a serial line of events and
 the unit of optimistic concurrency; an Action is classified before it runs (type, effect kind, idempotency).
 
-Two stores keep one contract (``LedgerStore``, rules in ``_store``): ``MemoryLedgerStore`` and
-``SqlLedgerStore`` on the loop-server ``Database`` (tables ``ledger_actors``, ``ledger_lanes``,
+One store keeps the contract (``LedgerStore``, rules in ``_store``): ``SqlLedgerStore`` on the loop-server
+``Database`` (tests run it on a temporary SQLite file and on PostgreSQL; tables ``ledger_actors``, ``ledger_lanes``,
 ``ledger_turns``, ``ledger_actions``, ``ledger_attempts``, ``ledger_events``, ``ledger_appends``,
 ``ledger_checkpoints``; see ``_sql``). ``append(lane_id, expected_last_seq, append_id, events)`` is atomic and
 idempotent by ``append_id`` (digest: SHA-256 of canonical JSON, an approximation of RFC 8785 — see
@@ -18,7 +18,6 @@ This package imports loopd.server.storage and nothing else of loopd (besides the
 from __future__ import annotations
 
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
-from ._memory import MemoryLedgerStore
 from ._recording import LaneRecorder, completed, failed, requested
 from ._records import (
     Action,
@@ -77,7 +76,6 @@ __all__ = [
     "LaneRecorder",
     "LedgerStore",
     "LedgerView",
-    "MemoryLedgerStore",
     "NewEvent",
     "RevisionConflict",
     "Scope",

@@ -1,4 +1,4 @@
-"""The ledger store contract: ``LedgerStore``, implemented in memory (``_memory``) and on SQL (``_sql``).
+"""The ledger store contract: ``LedgerStore``, implemented on SQL (``_sql``; SQLite and PostgreSQL).
 
 Rules every implementation keeps (the shared checks live in ``_rules``):
 
