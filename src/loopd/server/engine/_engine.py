@@ -1,15 +1,13 @@
-"""`HarnessEngine`: durable harness calls — identity, capacity, the driver that claims and drives them, reads.
+"""`HarnessEngine`: durable harness calls — identity, admission into capacity, reads, commands, notices.
 
 Admission (`start`): inside one transaction, a call with the same identity is returned as it is (same
 fingerprint) or refused (``Conflict``); otherwise a capacity slot is reserved *before* anything is written,
 so a full engine answers `CapacityExceeded` with no call row and no message event, and an idempotent replay
 never takes a slot. The slot is kept by the call while this engine holds it.
 
-Driving: one driver task per engine scans the active calls (every ``poll_interval``, or at once when woken),
-claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease:
-crashed, or another replica) while a slot is free, and runs a `Drive` for each (see ``_driving``). Calls that
-only need closing (cancel requested, deadline passed, no adapter) are claimed without a slot. A call is never
-driven twice at once: the lease is exclusive and every write checks its token.
+Driving is the engine's `CallDriver` (``_driver``): it claims runnable calls with fenced leases while one of the
+engine's `CallSlots` is free and runs a `Drive` for each. The engine admits and reads; the driver claims and
+drives; they share only the slots.
 
 Lifecycle: ``await engine.open()`` (or ``async with engine``) starts the driver; ``aclose()`` stops every drive
 and releases their leases so another replica carries on at once; ``abort()`` stops like a crash would (leases
@@ -26,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final, Self
 
-from loopd._infra.clock import Clock, SystemClock, wait_event
+from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
@@ -54,14 +51,14 @@ from loopd.server.storage import (
 from loopd.server.streams import ConversationBus
 
 from ._adapter import GATE_ANSWERS, HarnessAdapter
-from ._driving import Drive, DriveSettings, Outcome, lease_resource
-from ._errors import CapacityExceeded, EngineClosed, GateForbidden, HarnessEngineError, UnknownTarget
+from ._driver import CallDriver, CallSlots
+from ._driving import DriveSettings
+from ._errors import EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id
 from ._requests import MAX_TIMEOUT, CallRequest
 
 _log = logging.getLogger(__name__)
 
-PAGE: Final = 100
 STREAM_PAGE: Final = 500
 MAX_LISTENERS: Final = 16
 
@@ -107,7 +104,7 @@ class _Replayed(LoopdError):
 
 
 class HarnessEngine:
-    """Starts, drives, observes and cancels harness calls (see the module docstring)."""
+    """Admits, observes and cancels harness calls; its `CallDriver` drives them (see the module docstring)."""
 
     def __init__(
         self,
@@ -128,8 +125,6 @@ class HarnessEngine:
     ) -> None:
         if not isinstance(ledger, SqlLedgerStore):
             raise TypeError("the engine writes its trail in its own transactions: ledger must be an SqlLedgerStore")
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1")
         if not lease_ttl > 0 or not poll_interval > 0 or not adapter_timeout > 0 or retry_delay < 0:
             raise ValueError("lease_ttl, poll_interval and adapter_timeout must be positive")
         if not replica_id:
@@ -142,13 +137,10 @@ class HarnessEngine:
         self._clock: Clock = clock or SystemClock()
         # Wall time (deadlines) follows the database's clock unless a clock is given: leases are stamped there.
         self._now: Callable[[], datetime] = clock.now if clock is not None else db.now
-        self._capacity = capacity
-        self._lease_ttl = lease_ttl
         self._poll_interval = poll_interval
-        self._retry_delay = retry_delay
         self._max_timeout = max_timeout
-        self._scan_limit = scan_limit
-        self._settings = DriveSettings(
+        self._slots = CallSlots(capacity)
+        settings = DriveSettings(
             db=db,
             bus=bus,
             clock=self._clock,
@@ -158,15 +150,16 @@ class HarnessEngine:
             tick=min(poll_interval, lease_ttl / 3),
             adapter_timeout=adapter_timeout,
         )
-        self._slots: set[str] = set()
-        self._drives: dict[str, tuple[Drive, asyncio.Task[None]]] = {}
-        self._retry_after: dict[str, float] = {}
-        self._wake = asyncio.Event()
-        self._driver: asyncio.Task[None] | None = None
+        self._driver = CallDriver(
+            settings,
+            adapters=self._adapters,
+            slots=self._slots,
+            announce=self._announce,
+            poll_interval=poll_interval,
+            retry_delay=retry_delay,
+            scan_limit=scan_limit,
+        )
         self._closed = False
-        self._started = 0
-        self._lost = 0
-        self._retried = 0
         self._listeners: list[EngineListener] = []
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
@@ -183,8 +176,7 @@ class HarnessEngine:
         """Start the driver task (once)."""
         if self._closed:
             raise EngineClosed("this harness engine is closed")
-        if self._driver is None:
-            self._driver = asyncio.ensure_future(self._drive_forever())
+        self._driver.start()
 
     async def aclose(self) -> None:
         """Stop driving and release the leases held, so another replica resumes the calls at once."""
@@ -192,7 +184,7 @@ class HarnessEngine:
         for call_id, token in held:
             with contextlib.suppress(StorageError, TimeoutError):
                 async with asyncio.timeout(self._db.options.operation_timeout):
-                    await self._release(call_id, token)
+                    await self._driver.release(call_id, token)
 
     async def abort(self) -> None:
         """Stop as a crash would: drives are dropped mid-way and their leases left to expire."""
@@ -200,17 +192,7 @@ class HarnessEngine:
 
     async def _stop(self) -> list[tuple[str, int]]:
         self._closed = True
-        held = [(call_id, drive.token) for call_id, (drive, _task) in self._drives.items()]
-        tasks: list[asyncio.Task[None]] = [task for _drive, task in self._drives.values()]
-        if self._driver is not None:
-            tasks.append(self._driver)
-        for drive, _task in self._drives.values():
-            drive.stop()
-        await cancel_all(tasks, timeout=self._db.options.operation_timeout + 5)
-        self._driver = None
-        self._drives.clear()
-        self._slots.clear()
-        return held
+        return await self._driver.stop()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -222,12 +204,12 @@ class HarnessEngine:
     def statistics(self) -> EngineStatistics:
         return EngineStatistics(
             replica_id=self._replica_id,
-            capacity=self._capacity,
-            slots_used=len(self._slots),
-            driving=len(self._drives),
-            claims=self._started,
-            drives_lost=self._lost,
-            drives_retried=self._retried,
+            capacity=self._slots.capacity,
+            slots_used=self._slots.used,
+            driving=self._driver.driving,
+            claims=self._driver.claims,
+            drives_lost=self._driver.lost,
+            drives_retried=self._driver.retried,
         )
 
     # --- notices -------------------------------------------------------------------------------------------------
@@ -247,10 +229,10 @@ class HarnessEngine:
 
         return remove
 
-    def _announce(self, call_id: str, owner_uid: str | None, effect_key: str | None, *, ended: bool) -> None:
+    def _announce(self, call_id: str, owner_uid: str | None, effect_key: str | None, ended: bool) -> None:
         if not self._listeners or self._closed:
             return
-        notice = EngineNotice(call_id, owner_uid, effect_key, ended, max(self._capacity - len(self._slots), 0))
+        notice = EngineNotice(call_id, owner_uid, effect_key, ended, self._slots.free)
         for listener in tuple(self._listeners):
             try:
                 listener(notice)
@@ -285,7 +267,7 @@ class HarnessEngine:
                 if request.target not in self._adapters:
                     known = ", ".join(sorted(self._adapters)) or "none"
                     raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
-                reservation = self._reserve()
+                reservation = self._slots.reserve()
                 message = await self._destination(tx, request)
                 call, created = await tx.harness_calls.get_or_create(
                     NewHarnessCall(
@@ -304,20 +286,13 @@ class HarnessEngine:
             call = replayed.call
         finally:
             if reservation is not None:
-                self._slots.discard(reservation)
+                self._slots.release(reservation)
                 if not created:  # the slot was held for a moment only: someone refused meanwhile may retry now
-                    self._announce(reservation, None, None, ended=False)
+                    self._announce(reservation, None, None, False)
         if created:
-            self._slots.add(call.id)
-            self._wake.set()
+            self._slots.hold(call.id)
+            self._driver.wake()
         return call
-
-    def _reserve(self) -> str:
-        if len(self._slots) >= self._capacity:
-            raise CapacityExceeded(f"all {self._capacity} harness call slots of this server are in use; retry later")
-        token = f"reserved:{uuid.uuid4()}"
-        self._slots.add(token)
-        return token
 
     async def _destination(self, tx: Transaction, request: CallRequest) -> Message:
         if request.message_id is not None:
@@ -420,8 +395,8 @@ class HarnessEngine:
         async with self._db.transaction() as tx:
             call = await tx.harness_calls.request_cancel(call_id)
         if not call.is_terminal:
-            self._poke(call_id)
-            self._wake.set()
+            self._driver.poke(call_id)
+            self._driver.wake()
         return call
 
     async def answer_gate(self, call_id: str, gate_id: str, answer: str, identity: str) -> HarnessCall:
@@ -456,113 +431,8 @@ class HarnessEngine:
                 bus=self._bus,
                 allow_human_blocks=True,
             )
-        self._poke(call_id)
+        self._driver.poke(call_id)
         return call
-
-    def _poke(self, call_id: str) -> None:
-        found = self._drives.get(call_id)
-        if found is not None:
-            found[0].poke.set()
-
-    # --- the driver ----------------------------------------------------------------------------------------------
-
-    async def _drive_forever(self) -> None:
-        while not self._closed:
-            self._wake.clear()
-            try:
-                await self._scan()
-            except (StorageError, HarnessEngineError) as exc:
-                _log.warning("harness engine %s: scan failed: %s", self._replica_id, exc)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bug here must not stop every call of this replica
-                _log.exception("harness engine %s: scan failed", self._replica_id)
-            await wait_event(self._clock, self._wake, self._poll_interval)
-
-    async def _active(self) -> list[HarnessCall]:
-        found: list[HarnessCall] = []
-        after: str | None = None
-        while len(found) < self._scan_limit:
-            async with self._db.transaction(read_only=True) as tx:
-                page = await tx.harness_calls.list_active(after=after, limit=PAGE)
-            found.extend(page)
-            if len(page) < PAGE:
-                break
-            after = page[-1].id
-        return found
-
-    async def _scan(self) -> None:
-        active = await self._active()
-        ids = {call.id for call in active}
-        for stale in [call_id for call_id in self._retry_after if call_id not in ids]:
-            del self._retry_after[stale]
-        now = self._now()
-        ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
-        for call in ordered:
-            if self._closed:
-                return
-            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > self._clock.monotonic():
-                continue
-            closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
-            reserved = call.id in self._slots
-            if not closing_only and not reserved and len(self._slots) >= self._capacity:
-                continue
-            async with self._db.transaction() as tx:
-                lease = await tx.leases.acquire(lease_resource(call.id), self._replica_id, self._lease_ttl)
-            if lease is None:
-                if call.id in self._slots:
-                    self._slots.discard(call.id)  # another holder drives it
-                    self._announce(call.id, call.owner_uid, call.effect_key, ended=False)
-                continue
-            if not closing_only:
-                self._slots.add(call.id)
-            drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
-            self._started += 1
-            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive, call)))
-
-    async def _run_drive(self, drive: Drive, call: HarnessCall) -> None:
-        outcome: Outcome = "retry"
-        try:
-            outcome = await drive.run()
-        except (StorageError, HarnessEngineError) as exc:
-            _log.warning("harness call %s: drive stopped: %s", drive.call_id, exc)
-        except Exception:
-            _log.exception("harness call %s: drive failed", drive.call_id)
-        finally:
-            self._drives.pop(drive.call_id, None)
-            self._slots.discard(drive.call_id)
-            self._wake.set()
-        self._announce(call.id, call.owner_uid, call.effect_key, ended=outcome == "done")
-        if outcome == "lost":
-            self._lost += 1
-            return
-        if outcome == "retry":
-            self._retried += 1
-            self._retry_after[drive.call_id] = self._clock.monotonic() + self._retry_delay
-        with contextlib.suppress(StorageError, TimeoutError):
-            async with asyncio.timeout(self._db.options.operation_timeout):
-                await self._release(drive.call_id, drive.token)
-
-    async def _release(self, call_id: str, token: int) -> None:
-        async with self._db.transaction() as tx:
-            await tx.leases.release(lease_resource(call_id), token)
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
-    """Cancel ``tasks`` and wait for them, cancelling again while any is left (a library may swallow one
-    cancellation: Python 3.11's ``wait_for`` can), for at most ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    pending = {task for task in tasks if not task.done()}
-    while pending and loop.time() < deadline:
-        for task in pending:
-            task.cancel()
-        _done, pending = await asyncio.wait(pending, timeout=min(0.5, max(deadline - loop.time(), 0.01)))
-    for task in tasks:
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: a drive's error was logged where it happened
-    if pending:
-        _log.warning("harness engine: %d task(s) did not stop within %g s", len(pending), timeout)
 
 
 def _find_block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,252 @@
+"""`CallSlots` (this engine's capacity) and `CallDriver` (the loop that claims active calls with leases and drives
+them).
+
+Driving: one driver task per engine scans the active calls (every ``poll_interval``, or at once when woken),
+claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease: crashed, or
+another replica) while a slot is free, and runs a `Drive` for each (see ``_driving``). Calls that only need closing
+(cancel requested, deadline passed, no adapter) are claimed without a slot. A call is never driven twice at once:
+the lease is exclusive and every write checks its token.
+
+Must not do: admit calls or answer reads (``HarnessEngine`` does); it only claims what is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Final
+
+from loopd._infra.clock import wait_event
+from loopd.server.storage import HarnessCall, StorageError
+
+from ._adapter import HarnessAdapter
+from ._driving import Drive, DriveSettings, Outcome, lease_resource
+from ._errors import CapacityExceeded, HarnessEngineError
+
+_log = logging.getLogger(__name__)
+
+PAGE: Final = 100
+
+Announce = Callable[[str, str | None, str | None, bool], None]
+"""``(call_id, owner_uid, effect_key, ended)``: a drive ended or a slot freed (the engine tells its listeners)."""
+
+
+class CallSlots:
+    """The engine's ``capacity`` slots, each held by a call id (admitted or driven here) or a short reservation."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self._capacity = capacity
+        self._held: set[str] = set()
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def used(self) -> int:
+        return len(self._held)
+
+    @property
+    def free(self) -> int:
+        return max(self._capacity - len(self._held), 0)
+
+    @property
+    def full(self) -> bool:
+        return len(self._held) >= self._capacity
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._held
+
+    def reserve(self) -> str:
+        """Take a slot for an admission in progress; its token (`CapacityExceeded` when none is free)."""
+        if self.full:
+            raise CapacityExceeded(f"all {self._capacity} harness call slots of this server are in use; retry later")
+        token = f"reserved:{uuid.uuid4()}"
+        self._held.add(token)
+        return token
+
+    def hold(self, call_id: str) -> None:
+        self._held.add(call_id)
+
+    def release(self, key: str) -> None:
+        self._held.discard(key)
+
+    def clear(self) -> None:
+        self._held.clear()
+
+
+class CallDriver:
+    """Claims and drives this engine's share of the active calls (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: DriveSettings,
+        *,
+        adapters: Mapping[str, HarnessAdapter],
+        slots: CallSlots,
+        announce: Announce,
+        poll_interval: float,
+        retry_delay: float,
+        scan_limit: int,
+    ) -> None:
+        self._settings = settings
+        self._db = settings.db
+        self._clock = settings.clock
+        self._adapters = adapters
+        self._slots = slots
+        self._announce = announce
+        self._poll_interval = poll_interval
+        self._retry_delay = retry_delay
+        self._scan_limit = scan_limit
+        self._drives: dict[str, tuple[Drive, asyncio.Task[None]]] = {}
+        self._retry_after: dict[str, float] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.claims = 0
+        """Leases taken to drive or close a call."""
+        self.lost = 0
+        """Drives that ended because another holder took the lease."""
+        self.retried = 0
+        """Drives that ended because the adapter lost sight of the execution (resumed after ``retry_delay``)."""
+
+    @property
+    def driving(self) -> int:
+        return len(self._drives)
+
+    def start(self) -> None:
+        """Start the driver task (once)."""
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._drive_forever())
+
+    def wake(self) -> None:
+        """Scan now rather than after the poll interval."""
+        self._wake.set()
+
+    def poke(self, call_id: str) -> None:
+        """Tell the drive of ``call_id`` (if it runs here) to re-read its call."""
+        found = self._drives.get(call_id)
+        if found is not None:
+            found[0].poke.set()
+
+    async def stop(self) -> list[tuple[str, int]]:
+        """Stop the driver and every drive; the (call id, lease token) pairs they held."""
+        self._closed = True
+        held = [(call_id, drive.token) for call_id, (drive, _task) in self._drives.items()]
+        tasks: list[asyncio.Task[None]] = [task for _drive, task in self._drives.values()]
+        if self._task is not None:
+            tasks.append(self._task)
+        for drive, _task in self._drives.values():
+            drive.stop()
+        await cancel_all(tasks, timeout=self._db.options.operation_timeout + 5)
+        self._task = None
+        self._drives.clear()
+        self._slots.clear()
+        return held
+
+    async def release(self, call_id: str, token: int) -> None:
+        """Give the call's lease back (another replica may claim it at once)."""
+        async with self._db.transaction() as tx:
+            await tx.leases.release(lease_resource(call_id), token)
+
+    async def _drive_forever(self) -> None:
+        replica = self._settings.replica_id
+        while not self._closed:
+            self._wake.clear()
+            try:
+                await self._scan()
+            except (StorageError, HarnessEngineError) as exc:
+                _log.warning("harness engine %s: scan failed: %s", replica, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug here must not stop every call of this replica
+                _log.exception("harness engine %s: scan failed", replica)
+            await wait_event(self._clock, self._wake, self._poll_interval)
+
+    async def _active(self) -> list[HarnessCall]:
+        found: list[HarnessCall] = []
+        after: str | None = None
+        while len(found) < self._scan_limit:
+            async with self._db.transaction(read_only=True) as tx:
+                page = await tx.harness_calls.list_active(after=after, limit=PAGE)
+            found.extend(page)
+            if len(page) < PAGE:
+                break
+            after = page[-1].id
+        return found
+
+    async def _scan(self) -> None:
+        active = await self._active()
+        ids = {call.id for call in active}
+        for stale in [call_id for call_id in self._retry_after if call_id not in ids]:
+            del self._retry_after[stale]
+        now = self._settings.now()
+        ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
+        for call in ordered:
+            if self._closed:
+                return
+            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > self._clock.monotonic():
+                continue
+            closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
+            reserved = call.id in self._slots
+            if not closing_only and not reserved and self._slots.full:
+                continue
+            async with self._db.transaction() as tx:
+                lease = await tx.leases.acquire(
+                    lease_resource(call.id), self._settings.replica_id, self._settings.lease_ttl
+                )
+            if lease is None:
+                if call.id in self._slots:
+                    self._slots.release(call.id)  # another holder drives it
+                    self._announce(call.id, call.owner_uid, call.effect_key, False)
+                continue
+            if not closing_only:
+                self._slots.hold(call.id)
+            drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
+            self.claims += 1
+            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive, call)))
+
+    async def _run_drive(self, drive: Drive, call: HarnessCall) -> None:
+        outcome: Outcome = "retry"
+        try:
+            outcome = await drive.run()
+        except (StorageError, HarnessEngineError) as exc:
+            _log.warning("harness call %s: drive stopped: %s", drive.call_id, exc)
+        except Exception:
+            _log.exception("harness call %s: drive failed", drive.call_id)
+        finally:
+            self._drives.pop(drive.call_id, None)
+            self._slots.release(drive.call_id)
+            self._wake.set()
+        self._announce(call.id, call.owner_uid, call.effect_key, outcome == "done")
+        if outcome == "lost":
+            self.lost += 1
+            return
+        if outcome == "retry":
+            self.retried += 1
+            self._retry_after[drive.call_id] = self._clock.monotonic() + self._retry_delay
+        with contextlib.suppress(StorageError, TimeoutError):
+            async with asyncio.timeout(self._db.options.operation_timeout):
+                await self.release(drive.call_id, drive.token)
+
+
+async def cancel_all(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again while any is left (a library may swallow one
+    cancellation: Python 3.11's ``wait_for`` can), for at most ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending = {task for task in tasks if not task.done()}
+    while pending and loop.time() < deadline:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=min(0.5, max(deadline - loop.time(), 0.01)))
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a drive's error was logged where it happened
+    if pending:
+        _log.warning("harness engine: %d task(s) did not stop within %g s", len(pending), timeout)
