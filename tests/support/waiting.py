@@ -18,9 +18,9 @@ _INTERVAL = 0.005  # how often a condition over real I/O is checked; short, the 
 
 
 @overload
-async def eventually(predicate: Callable[[], Awaitable[T]], *, timeout: float = ..., what: str = ...) -> T: ...
+async def eventually(predicate: Callable[[], Awaitable[T | None]], *, timeout: float = ..., what: str = ...) -> T: ...
 @overload
-async def eventually(predicate: Callable[[], T], *, timeout: float = ..., what: str = ...) -> T: ...
+async def eventually(predicate: Callable[[], T | None], *, timeout: float = ..., what: str = ...) -> T: ...
 async def eventually(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "the condition") -> Any:
     """Check ``predicate`` (sync or async) until its value is truthy; that value. ``AssertionError`` after
     ``timeout`` real seconds (a guard, not a measurement)."""
@@ -38,7 +38,7 @@ async def eventually(predicate: Callable[[], Any], *, timeout: float = 10.0, wha
 
 
 def wait_until(
-    predicate: Callable[[], T], *, timeout: float = 30.0, what: str = "the condition", interval: float = 0.1
+    predicate: Callable[[], T | None], *, timeout: float = 30.0, what: str = "the condition", interval: float = 0.1
 ) -> T:
     """``eventually`` for synchronous tests (a subprocess started by the test): block until ``predicate()`` is
     truthy; that value. ``AssertionError`` after ``timeout`` real seconds."""
