@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
@@ -120,16 +120,6 @@ class FaultyClient:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-
-async def eventually(predicate: Callable[[], bool], *, timeout: float = 10.0, interval: float = 0.01) -> None:
-    """Wait in real time until ``predicate()`` holds (for tests over real I/O); fail after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(interval)
 
 
 async def stop_task(task: asyncio.Task[Any]) -> None:

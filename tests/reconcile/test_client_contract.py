@@ -10,6 +10,7 @@ import pytest
 
 from loopd.resources import AlreadyExists, Conflict, Gone, NotFound, WatchEvent
 from loopd.resources.client import LEASES, TASKS, ResourceClient
+from tests.support.waiting import eventually
 
 from .conftest import HISTORY, Target
 from .helpers import task
@@ -192,13 +193,15 @@ async def test_deleting_an_owner_deletes_its_dependents(target: Target) -> None:
     ]
     await target.client.create(TASKS, child)
     await target.client.delete(TASKS, "owner", namespace="default")
-    for _ in range(100):  # cascades may be asynchronous on a real server
+
+    async def deleted() -> bool:
         try:
             await target.client.get(TASKS, "child", namespace="default")
         except NotFound:
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail("the dependent was not deleted")
+            return True
+        return False
+
+    await eventually(deleted, what="the dependent to be deleted")  # cascades may be asynchronous on a real server
 
 
 async def test_leases_have_no_status_subresource(target: Target) -> None:

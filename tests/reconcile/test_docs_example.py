@@ -13,6 +13,7 @@ import yaml
 
 import loopd.resources.reconcile as reconcile
 from loopd.resources.client import LEASES, TASKS, open_http_client
+from tests.support.waiting import eventually
 
 from .conftest import serve_api
 from .helpers import task
@@ -41,9 +42,10 @@ async def test_the_docstring_controller_runs_against_the_embedded_api(
                 async def phase() -> str | None:
                     return ((await client.get(TASKS, "hello")).get("status") or {}).get("phase")
 
-                async with asyncio.timeout(15):
-                    while await phase() != "Succeeded":
-                        await asyncio.sleep(0.05)
+                async def succeeded() -> bool:
+                    return await phase() == "Succeeded"
+
+                await eventually(succeeded, timeout=15, what="the task to succeed")
                 lease = await client.get(LEASES, "greeter", namespace="loopd")
                 assert lease["spec"]["holderIdentity"]
             finally:

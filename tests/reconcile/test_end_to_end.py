@@ -9,9 +9,10 @@ from pathlib import Path
 from loopd.resources.client import LEASES, TASKS, ResourceClient, open_http_client
 from loopd.resources.reconcile import Backoff, Informer, InformerEvent, LeaderElection, Manager, Request, Result
 from loopd.resources.reconcile.example import TaskPhaseReconciler
+from tests.support.waiting import eventually
 
 from .conftest import HISTORY, Target, serve_api
-from .helpers import FaultyClient, eventually, task
+from .helpers import FaultyClient, task
 
 
 async def phase_of(client: ResourceClient, name: str) -> tuple[str | None, int | None]:
@@ -46,9 +47,7 @@ async def test_the_sample_reconciler_moves_a_task_through_its_phases(target: Tar
             outcome[:] = [await phase_of(client, "t1")]
             return outcome[0] == ("Succeeded", 2)
 
-        async with asyncio.timeout(10):
-            while not await finished():
-                await asyncio.sleep(0.02)
+        await eventually(finished, what="the new revision to finish")
         assert all(request == Request("t1", "default") for request in seen)
         await eventually(lambda: manager.statistics().controllers[0].in_flight == 0)
         stats = manager.statistics().controllers[0]
