@@ -29,6 +29,7 @@ from loopd.server.ledger import EffectKind, Idempotency, SqlLedgerStore
 from loopd.server.storage import Database, DatabaseOptions, HarnessCall, NewMessage
 from loopd.server.streams import ConversationBus, empty_model, open_message
 from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
+from tests.support.waiting import eventually
 
 __all__ = ["postgres_dsn", "postgres_server"]
 
@@ -187,12 +188,12 @@ def assert_append_only(events: list[tuple[str, str]], final: str) -> None:
 async def until(predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0, step: float = 0.02) -> None:
     """Check ``predicate`` until it holds, moving the test's virtual clock ``step`` seconds between checks (so
     polls, ticks and retries come due); ``timeout`` bounds the real time spent (a guard, not a measurement)."""
+    if not _current:  # the test runs its engines on the system clock (a real model server streams in real time)
+        await eventually(predicate, timeout=timeout)
+        return
     async with asyncio.timeout(timeout):
         while not await predicate():
-            if _current:
-                await _current[-1].advance(step)
-            else:  # the test runs its engines on the system clock (a real model server streams in real time)
-                await asyncio.sleep(step)
+            await _current[-1].advance(step)
 
 
 async def until_true(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
