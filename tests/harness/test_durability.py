@@ -31,6 +31,7 @@ from loopd.harness import (
 )
 from loopd.harness.core.events import ToolCompleted, TurnDone, TurnInterrupted
 from loopd.harness.journal import NewRecord
+from tests.support.waiting import eventually
 
 from .helpers import assert_gap_free, journal_state, same_loops
 
@@ -287,7 +288,7 @@ async def test_journal_contract_basics(journal: Journal) -> None:
                 return
 
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.05)
+    await eventually(lambda: followed == [4, 5], what="the follower to read the stored records")
     await w2.append([NewRecord("k", 1, b"{}", 1.0)])
     await asyncio.wait_for(task, 5)
     assert followed == [4, 5, 6]

@@ -12,6 +12,7 @@ from loopd.harness.models import ModelRequest
 from loopd.harness.serve import create_app, registry_of
 from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import CreateSessionRequest
+from tests.support.waiting import eventually
 
 from .conftest import Served, scripted_rig, serving, text_reply
 from .sse import Frame, read_frames
@@ -95,12 +96,15 @@ async def test_dropped_stream_resumes_with_last_event_id_without_loss_or_duplica
                 if frame.event == "step_done":
                     break  # drop the connection in the middle of the turn
         session = served.session(session_id)
-        async with asyncio.timeout(5):  # the server notices the client left; the session is untouched
-            while session.statistics().subscribers:
-                await asyncio.sleep(0.01)
+        # The server notices the client left; the session is untouched.
+        await eventually(lambda: not session.statistics().subscribers, timeout=5, what="the subscriber to leave")
         assert session.state.loops["main"].turn is not None, "the turn must still be running after the drop"
-        await asyncio.sleep(0.1)  # events happen while nobody watches
         last_id = max(f.id for f in first if f.id is not None)
+
+        async def stored_beyond_the_drop() -> bool:
+            return max(await journal_seqs(journal, session_id)) > last_id
+
+        await eventually(stored_beyond_the_drop, what="events while nobody watches")
         second = await frames_until(
             served, f"/v1/sessions/{session_id}/events", "turn_done", headers={"Last-Event-ID": str(last_id)}
         )

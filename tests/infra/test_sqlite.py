@@ -159,7 +159,7 @@ async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend:
         async with backend.transaction(read_only=False) as conn:
             await conn.execute("INSERT INTO t (v) VALUES ('lost')")
             started.set()
-            await asyncio.sleep(30)
+            await asyncio.Event().wait()  # holds the transaction until cancelled
 
     task = asyncio.create_task(writer())
     await started.wait()

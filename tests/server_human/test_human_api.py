@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from tests.server_http.support import ORIGIN, Rig, ask, build_rig, error_of, new_conversation, served
 from tests.server_human.helpers import BOB, ask_body, asked, confirm_body, question, reply
+from tests.support.waiting import eventually
 
 
 async def test_a_normal_completion_is_refused_while_questions_are_pending(rig: Rig) -> None:
@@ -88,9 +87,10 @@ async def test_the_app_runs_the_deadline_and_completion_sweepers(rig: Rig) -> No
         async with rig.db.transaction(read_only=True) as tx:
             return (await tx.human_requests.get(q["message_id"])).outcome
 
+    async def decided() -> bool:
+        return await outcome() != "pending"
+
     async with served(background):
-        async with asyncio.timeout(5):
-            while await outcome() == "pending":
-                await asyncio.sleep(0.05)
+        await eventually(decided, timeout=5, what="the sweeper to time the question out")
     assert await outcome() == "timeout"
     await background.aclose()
