@@ -59,6 +59,7 @@ from ._store import (
     WatchEventType,
     WatchStream,
 )
+from ._store_memory import MemoryResourceStore
 from ._store_sqlite import SqliteResourceStore, open_sqlite_store
 
 if TYPE_CHECKING:
@@ -89,6 +90,7 @@ __all__ = [
     "LabelSelector",
     "Lease",
     "LeaseSpec",
+    "MemoryResourceStore",
     "MethodNotAllowed",
     "NotFound",
     "ObjectList",

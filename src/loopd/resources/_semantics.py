@@ -88,6 +88,9 @@ class _WriteTx:
 class StoreEngine:
     """``ResourceStore`` over a ``Backend``. Construct through a backend's ``open()``."""
 
+    pumps_in_background = True
+    """Whether a task dispatches committed changes to watches (the in-memory store dispatches in ``_committed``)."""
+
     def __init__(self, backend: Backend, options: StoreOptions) -> None:
         self._backend = backend
         self._options = options
@@ -110,7 +113,7 @@ class StoreEngine:
             compacted = await sql.read_counter(conn, "compacted_rv")
         for crd in crds:
             self._register_crd(crd)
-        self._hub.start(rv, compacted)
+        self._hub.start(rv, compacted, pump=self.pumps_in_background)
         self._backend.listen(self._hub.wake)
         await self._seed()
 
@@ -380,8 +383,12 @@ class StoreEngine:
         for change in tx.changes:
             self._apply_registry_change(change)
         if tx.changes:
-            self._hub.notify()
+            await self._committed()
         return result
+
+    async def _committed(self) -> None:
+        """Changes were committed: wake the watch pump (the in-memory store dispatches them at once instead)."""
+        self._hub.notify()
 
     async def _read_changes(self, after: int, limit: int) -> tuple[builtins.list[Change], int]:
         async with self._backend.read() as conn:

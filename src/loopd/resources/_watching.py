@@ -77,6 +77,8 @@ class _Watcher:
         self.signal = asyncio.Event()
         self.state: Literal["open", "expired", "closed"] = "open"
         self.expiry = ""
+        self.bookmark_due = False
+        """Set by ``WatchHub.request_bookmarks``: the watch sends a BOOKMARK once its buffer is empty."""
 
     def offer(self, change: Change) -> None:
         if self.state != "open" or change.rv <= self.cursor:
@@ -149,13 +151,33 @@ class WatchHub:
     def dispatched_rv(self) -> int:
         return self._dispatched
 
-    def start(self, dispatched_rv: int, compacted_rv: int) -> None:
+    def start(self, dispatched_rv: int, compacted_rv: int, *, pump: bool = True) -> None:
+        """Start from the log's state; ``pump=False`` starts no task (the owner calls ``pump_once`` itself)."""
         self._dispatched = dispatched_rv
         self._compacted = compacted_rv
-        self._task = asyncio.create_task(self._run(), name="loopd-resources-watch-pump")
+        if pump:
+            self._task = asyncio.create_task(self._run(), name="loopd-resources-watch-pump")
 
     def notify(self) -> None:
         self._wake.set()
+
+    # -- test controls (the in-memory store) ---------------------------------------------------------------------
+
+    def request_bookmarks(self) -> None:
+        """Make a BOOKMARK due now on every open watch that asked for bookmarks."""
+        for watcher in self._watchers:
+            watcher.bookmark_due = True
+            watcher.signal.set()
+
+    def compacted(self, through_rv: int) -> None:
+        """The event log was compacted through ``through_rv`` (by the caller, in the database)."""
+        self._compacted = max(self._compacted, through_rv)
+
+    def end_watches(self) -> None:
+        """End every open watch (iteration stops), as a server restart would."""
+        for watcher in list(self._watchers):
+            watcher.close()
+        self._watchers.clear()
 
     async def aclose(self) -> None:
         self._closed = True
@@ -176,8 +198,7 @@ class WatchHub:
                     await self._wake.wait()
             self._wake.clear()
             try:
-                await self.drain()
-                await self._maybe_compact()
+                await self.pump_once()
                 failures = 0
             except (ResourceError, OSError) as exc:
                 failures += 1
@@ -188,6 +209,11 @@ class WatchHub:
                 failures += 1
                 _log.exception("watch pump: unexpected error; retrying")
                 await asyncio.sleep(_RETRY.after_failures(failures))
+
+    async def pump_once(self) -> None:
+        """Dispatch what is committed, then compact the event log beyond the window (one turn of the pump)."""
+        await self.drain()
+        await self._maybe_compact()
 
     async def drain(self) -> None:
         """Dispatch every committed change not yet dispatched, in resourceVersion order."""
@@ -299,6 +325,10 @@ class Watch:
                 return watcher.buffer.popleft()
             if watcher.state == "closed":
                 raise StopAsyncIteration
+            if watcher.bookmark_due:
+                watcher.bookmark_due = False
+                if self._bookmarks:
+                    return self._bookmark(max(watcher.cursor, self._hub.dispatched_rv))
             watcher.signal.clear()
             if not self._bookmarks:
                 await watcher.signal.wait()
@@ -309,9 +339,11 @@ class Watch:
             except TimeoutError:
                 rv = max(watcher.cursor, self._hub.dispatched_rv)
                 if rv > self._last_bookmark and watcher.state == "open" and not watcher.buffer:
-                    self._last_bookmark = rv
-                    spec = self._target.spec
-                    return WatchEvent(
-                        "BOOKMARK",
-                        {"apiVersion": spec.api_version, "kind": spec.kind, "metadata": {"resourceVersion": str(rv)}},
-                    )
+                    return self._bookmark(rv)
+
+    def _bookmark(self, rv: int) -> WatchEvent:
+        self._last_bookmark = rv
+        spec = self._target.spec
+        return WatchEvent(
+            "BOOKMARK", {"apiVersion": spec.api_version, "kind": spec.kind, "metadata": {"resourceVersion": str(rv)}}
+        )
