@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.support.waiting import wait_until
 
 LOOPD = str(Path(sys.executable).parent / "loopd")
 
@@ -43,7 +44,6 @@ def env_for(data_dir: Path) -> dict[str, str]:
 
 def start_up(data_dir: Path, tmp_path: Path, name: str = "up") -> UpProcess:
     log = tmp_path / f"{name}.log"
-    server_file = data_dir / "server.json"
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [LOOPD, "up", "--data-dir", str(data_dir), "--port", "0"],
@@ -52,20 +52,29 @@ def start_up(data_dir: Path, tmp_path: Path, name: str = "up") -> UpProcess:
             stdin=subprocess.DEVNULL,
             env=env_for(data_dir),
         )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    info = wait_for_server_file(process, data_dir, log)
+    return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)
+
+
+def wait_for_server_file(process: subprocess.Popen[bytes], data_dir: Path, log: Path) -> dict[str, str]:
+    """The ``server.json`` that ``process`` (a ``loopd up``) writes once it serves; its exit or 60 s fail the test."""
+    server_file = data_dir / "server.json"
+
+    def started() -> dict[str, str] | None:
         if process.poll() is not None:
             raise AssertionError(f"loopd up exited with {process.returncode}:\n{log.read_text()}")
         try:
             info = json.loads(server_file.read_text())
         except (OSError, ValueError):
-            info = None
-        if info and info.get("pid") == process.pid:
-            token = Path(info["token_file"]).read_text().strip()
-            return UpProcess(data_dir, process, info["url"], token, log)
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"loopd up did not start within 60 s:\n{log.read_text()}")
+            return None
+        return info if isinstance(info, dict) and info.get("pid") == process.pid else None
+
+    try:
+        return wait_until(started, timeout=60, what=f"loopd up to start (log: {log})")
+    except AssertionError:
+        if process.poll() is None:
+            process.kill()
+        raise
 
 
 @pytest.fixture

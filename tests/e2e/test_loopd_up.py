@@ -6,7 +6,6 @@ import asyncio
 import json
 import sqlite3
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 
 from tests.support.availability import missing
 from tests.support.kubectl import Kubectl, find_kubectl
+from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for, start_up
 
@@ -21,13 +21,7 @@ NOTE = "remember the milk"
 
 
 def _wait(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_until(predicate, timeout=timeout, what=what)
 
 
 def _ask(client: httpx.Client, text: str) -> tuple[str, dict[str, Any]]:

@@ -13,7 +13,6 @@ import secrets
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from loopd.harness.models import ScriptedServer, ServerReply, open_scripted_serv
 from loopd.harness.models._scripted_server import IncomingRequest, ServerToolCall
 from tests.harness_tools.sandboxes import bubblewrap
 
-from .conftest import LOOPD, UpProcess, env_for
+from .conftest import LOOPD, UpProcess, env_for, wait_for_server_file
 from .test_loopd_up import _answer_gate, _ask, _pending_gate, _response, _wait
 
 API_KEY = f"sk-e2e-{secrets.token_hex(8)}"
@@ -85,17 +84,8 @@ def start(data_dir: Path, tmp_path: Path, base_url: str) -> UpProcess:
             stdin=subprocess.DEVNULL,
             env=env,
         )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"loopd up exited with {process.returncode}:\n{log.read_text()}")
-        with contextlib.suppress(OSError, ValueError):
-            info = json.loads((data_dir / "server.json").read_text())
-            if info.get("pid") == process.pid:
-                return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError(f"loopd up did not start within 60 s:\n{log.read_text()}")
+    info = wait_for_server_file(process, data_dir, log)
+    return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)
 
 
 def test_bash_under_loopd_up_cannot_read_the_token_the_data_dir_or_the_servers_environment(tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import httpx
@@ -10,6 +9,7 @@ import pytest
 
 from loopd.server._composition import UpSettings, open_loop_server
 from tests.support.postgres import postgres_dsn, postgres_server
+from tests.support.waiting import eventually
 
 __all__ = ["postgres_dsn", "postgres_server"]
 
@@ -30,13 +30,13 @@ async def test_a_chat_is_answered_with_state_in_postgresql(tmp_path: Path, postg
             )
             assert asked.status_code == 201, asked.text
             response_id = asked.json()["response"]["id"]
-            async with asyncio.timeout(30):
-                while True:
-                    snapshot = (await client.get(f"/v1/conversations/{conversation['id']}/snapshot")).json()
-                    message = next(m for m in snapshot["messages"] if m["id"] == response_id)
-                    if message["status"] == "completed":
-                        break
-                    await asyncio.sleep(0.1)
+
+            async def completed() -> dict[str, object] | None:
+                snapshot = (await client.get(f"/v1/conversations/{conversation['id']}/snapshot")).json()
+                found: dict[str, object] = next(m for m in snapshot["messages"] if m["id"] == response_id)
+                return found if found["status"] == "completed" else None
+
+            message = await eventually(completed, timeout=30, what="the response to complete")
             assert "hello from postgres" in str(message["content"])
             trail = (await client.get("/v1/ledger", params={"task_id": asked.json()["task_id"]})).json()
             assert len(trail["lanes"]) == 1

@@ -8,11 +8,9 @@ the connection's peer, exactly as it would see another machine's.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,7 +20,7 @@ import pytest
 
 from tests.support.availability import missing
 
-from .conftest import LOOPD, env_for
+from .conftest import LOOPD, env_for, wait_for_server_file
 
 
 def _non_loopback_address() -> str | None:
@@ -79,18 +77,7 @@ def public_up(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
             env=env_for(data_dir),
         )
     try:
-        deadline = time.monotonic() + 60
-        info: dict[str, str] | None = None
-        while info is None:
-            if process.poll() is not None:
-                raise AssertionError(f"loopd up exited with {process.returncode}:\n{log.read_text()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"loopd up did not start within 60 s:\n{log.read_text()}")
-            with contextlib.suppress(OSError, ValueError):
-                found = json.loads((data_dir / "server.json").read_text())
-                if found.get("pid") == process.pid:
-                    info = found
-            time.sleep(0.1)
+        info = wait_for_server_file(process, data_dir, log)
         yield address, info, data_dir
     finally:
         if process.poll() is None:
