@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
@@ -76,8 +77,13 @@ class HarnessSettings:
 
 
 @asynccontextmanager
-async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
-    """The standard rig for the block's duration (journal + model opened, closed on exit)."""
+async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = None) -> AsyncIterator[Rig]:
+    """The standard rig for the block's duration (journal + model opened, closed on exit).
+
+    ``clock`` (the system clock when None) is the rig's (event stamps, gate deadlines and timers) and measures the
+    journal followers' polls.
+    """
+    clock = clock or SystemClock()
     settings.workspace.mkdir(parents=True, exist_ok=True)
     ensure_private_dir(settings.data_dir)  # the journal holds transcripts: 0700
     workspace = Workspace(settings.workspace)
@@ -86,9 +92,9 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
         if settings.journal_dsn is not None:
             from loopd.harness.journal import PostgresJournal
 
-            journal = await PostgresJournal.open(settings.journal_dsn)
+            journal = await PostgresJournal.open(settings.journal_dsn, clock=clock)
         else:
-            journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE)
+            journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE, clock=clock)
         stack.push_async_callback(journal.aclose)
         model = await stack.enter_async_context(open_model(settings.model))
         prices = settings.model.price_table()
@@ -123,4 +129,5 @@ async def open_standard_rig(settings: HarnessSettings) -> AsyncIterator[Rig]:
             price=prices.cost_of,
             rules=FileRuleStore.for_workspace(workspace.root),
             budget=settings.budget,
+            clock=clock,
         )

@@ -212,6 +212,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                     await tx.leases.expire_others(replica_id)
 
             _move_old_workspace(data_dir, workspace)
+            # One clock for the harness rig, the engine, the bus (readers' polls), the sweepers and reconcile.
+            clock = SystemClock()
             rig = await stack.enter_async_context(
                 open_standard_rig(
                     HarnessSettings(
@@ -221,11 +223,11 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
                         sandbox=sandbox,
                         hidden=(data_dir,),
-                    )
+                    ),
+                    clock=clock,
                 )
             )
 
-            clock = SystemClock()  # one clock for the engine, the bus (readers' polls), the sweepers and reconcile
             bus = ConversationBus(clock=clock)
             client = StoreClient(store)
             registry = RegistryService(
