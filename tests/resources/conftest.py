@@ -12,6 +12,7 @@ import pytest
 
 from loopd.resources import (
     ApiCredentials,
+    MemoryResourceStore,
     PostgresResourceStore,
     ResourceStore,
     SqliteResourceStore,
@@ -30,21 +31,26 @@ __all__ = ["postgres_dsn", "postgres_server"]  # fixtures re-exported for pytest
 StoreFactory = Callable[..., Awaitable[ResourceStore]]
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 async def open_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[StoreFactory]:
-    """Open stores on the parametrized backend (several may share one database); all closed afterwards."""
+    """Open stores on the parametrized backend (several may share one database, except in memory); all closed
+    afterwards. ``memory`` is the engine over the inline in-memory database that ``InMemoryClient`` runs on."""
     dsn = str(request.getfixturevalue("postgres_dsn")) if backend == "postgres" else ""
     stores: list[ResourceStore] = []
 
     async def factory(**overrides: Any) -> ResourceStore:
         options = StoreOptions(**{"poll_interval": 0.2, **overrides})
         store: ResourceStore
-        if backend == "postgres":
+        if backend == "memory":
+            if stores:
+                pytest.skip("an in-memory store shares its database with no other store")
+            store = await MemoryResourceStore.open(options=options)
+        elif backend == "postgres":
             store = await PostgresResourceStore.open(dsn, options=options)
         else:
             store = await SqliteResourceStore.open(tmp_path / "resources.db", options=options)

@@ -10,8 +10,10 @@ Must not do: Kubernetes semantics of its own (all of them are the engine's), or 
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from loopd._infra.database import DatabaseErrors
 from loopd._infra.migrations import migrate
 from loopd._infra.sqlite_memory import MemorySqliteDatabase, run_inline
 
@@ -27,10 +29,10 @@ class MemoryBackend:
     def __init__(self, database: MemorySqliteDatabase) -> None:
         self.database = database
 
-    def write(self) -> Any:
+    def write(self) -> AbstractAsyncContextManager[sql.Connection]:
         return self.database.transaction(read_only=False)
 
-    def read(self) -> Any:
+    def read(self) -> AbstractAsyncContextManager[sql.Connection]:
         return self.database.transaction(read_only=True)
 
     async def announce(self, conn: sql.Connection) -> None:
@@ -49,8 +51,12 @@ class MemoryResourceStore(StoreEngine):
     pumps_in_background = False
 
     @classmethod
-    async def open(cls, *, options: StoreOptions | None = None) -> MemoryResourceStore:
-        database = MemorySqliteDatabase(sql.ERRORS)
+    async def open(
+        cls, *, options: StoreOptions | None = None, errors: DatabaseErrors | None = None
+    ) -> MemoryResourceStore:
+        """Open an empty store. Nothing here suspends, so ``loopd._infra.sqlite_memory.run_inline`` can open one
+        without an event loop. ``errors`` replaces the database's errors (default: all ``StoreUnavailable``)."""
+        database = MemorySqliteDatabase(errors or sql.ERRORS)
         await migrate(database, sql.SCHEMA)
         store = cls(MemoryBackend(database), options or StoreOptions())
         try:
@@ -60,12 +66,6 @@ class MemoryResourceStore(StoreEngine):
             await store.aclose()
             raise
         return store
-
-    @property
-    def _database(self) -> MemorySqliteDatabase:
-        backend = self._backend
-        assert isinstance(backend, MemoryBackend)
-        return backend.database
 
     async def _committed(self) -> None:
         # No pump task: dispatch to the open watches before the write returns, and compact beyond the window.

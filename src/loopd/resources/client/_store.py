@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
-from loopd.resources import ObjectList, ResourceStore, WatchEvent
+from loopd.resources import KindRef, ObjectList, ResourceStore, WatchEvent
 
 from ._types import JsonObject, PatchType, ResourceType
 
@@ -29,8 +29,12 @@ class StoreClient:
     def store(self) -> ResourceStore:
         return self._store
 
+    def _kind(self, resource: ResourceType) -> KindRef:
+        """The store's name for ``resource`` (the in-memory twin also serves kinds no CRD defined here)."""
+        return resource.ref
+
     async def get(self, resource: ResourceType, name: str, *, namespace: str | None = None) -> JsonObject:
-        return await self._store.get(resource.ref, name, namespace=namespace)
+        return await self._store.get(self._kind(resource), name, namespace=namespace)
 
     async def list(
         self, resource: ResourceType, *, namespace: str | None = None, label_selector: str | None = None
@@ -40,7 +44,7 @@ class StoreClient:
         token: str | None = None
         while True:
             page = await self._store.list(
-                resource.ref,
+                self._kind(resource),
                 namespace=namespace if resource.namespaced else None,
                 label_selector=label_selector,
                 limit=self._page_size,
@@ -55,13 +59,13 @@ class StoreClient:
     async def create(
         self, resource: ResourceType, obj: Mapping[str, Any], *, namespace: str | None = None
     ) -> JsonObject:
-        return await self._store.create(resource.ref, obj, namespace=namespace)
+        return await self._store.create(self._kind(resource), obj, namespace=namespace)
 
     async def update(self, resource: ResourceType, obj: Mapping[str, Any]) -> JsonObject:
-        return await self._store.update(resource.ref, obj)
+        return await self._store.update(self._kind(resource), obj)
 
     async def update_status(self, resource: ResourceType, obj: Mapping[str, Any]) -> JsonObject:
-        return await self._store.update_status(resource.ref, obj)
+        return await self._store.update_status(self._kind(resource), obj)
 
     async def patch(
         self,
@@ -74,7 +78,7 @@ class StoreClient:
         subresource: Literal["status"] | None = None,
     ) -> JsonObject:
         return await self._store.patch(
-            resource.ref, name, patch, namespace=namespace, patch_type=patch_type, subresource=subresource
+            self._kind(resource), name, patch, namespace=namespace, patch_type=patch_type, subresource=subresource
         )
 
     async def delete(
@@ -85,7 +89,7 @@ class StoreClient:
         namespace: str | None = None,
         resource_version: str | None = None,
     ) -> None:
-        await self._store.delete(resource.ref, name, namespace=namespace, resource_version=resource_version)
+        await self._store.delete(self._kind(resource), name, namespace=namespace, resource_version=resource_version)
 
     def open_watch(
         self,
@@ -113,7 +117,7 @@ class StoreClient:
         timeout_seconds: float | None,
     ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
         async with self._store.watch(
-            resource.ref,
+            self._kind(resource),
             namespace=namespace if resource.namespaced else None,
             resource_version=resource_version,
             label_selector=label_selector,
