@@ -1,17 +1,14 @@
-"""The in-memory backend: the store engine over the floor's inline in-memory SQLite (``loopd._infra.sqlite_memory``).
+"""The in-memory store: the store engine over the floor's inline in-memory SQLite (``loopd._infra.sqlite_memory``).
 
-Owns: ``MemoryResourceStore`` — the real ``StoreEngine`` on a private ``:memory:`` database whose transactions
-run on the event loop's thread, with no watch-pump task: each write is dispatched to the open watches (and the
-log compacted beyond the event window) before it returns — and the hooks a test twin needs on top of it: kinds
-served without a CRD (``serve``), and rare server behaviour on demand (bookmarks, compaction, ending every
-watch).
+Owns: ``MemoryResourceStore`` — the real ``StoreEngine`` through the SQLite backend on a private ``:memory:``
+database whose transactions run on the event loop's thread, with no watch-pump task: each write is dispatched to
+the open watches (and the log compacted beyond the event window) before it returns — and the hooks a test twin
+needs on top of it: kinds served without a CRD (``serve``), and rare server behaviour on demand (bookmarks,
+compaction, ending every watch).
 Must not do: Kubernetes semantics of its own (all of them are the engine's), or anything that outlives the process.
 """
 
 from __future__ import annotations
-
-from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 from loopd._infra.database import DatabaseErrors
 from loopd._infra.migrations import migrate
@@ -21,28 +18,7 @@ from . import _sql as sql
 from ._kinds import KindSpec
 from ._semantics import StoreEngine
 from ._store import StoreOptions
-
-
-class MemoryBackend:
-    """The store's transactions on one in-memory SQLite database; nothing to announce, nobody else to listen to."""
-
-    def __init__(self, database: MemorySqliteDatabase) -> None:
-        self.database = database
-
-    def write(self) -> AbstractAsyncContextManager[sql.Connection]:
-        return self.database.transaction(read_only=False)
-
-    def read(self) -> AbstractAsyncContextManager[sql.Connection]:
-        return self.database.transaction(read_only=True)
-
-    async def announce(self, conn: sql.Connection) -> None:
-        return None
-
-    def listen(self, wake: Any) -> None:
-        return None
-
-    async def aclose(self) -> None:
-        await self.database.aclose()
+from ._store_sqlite import SqliteBackend
 
 
 class MemoryResourceStore(StoreEngine):
@@ -58,7 +34,7 @@ class MemoryResourceStore(StoreEngine):
         without an event loop. ``errors`` replaces the database's errors (default: all ``StoreUnavailable``)."""
         database = MemorySqliteDatabase(errors or sql.ERRORS)
         await migrate(database, sql.SCHEMA)
-        store = cls(MemoryBackend(database), options or StoreOptions())
+        store = cls(SqliteBackend(database), options or StoreOptions())
         try:
             await store._start()
             await store._hub.pump_once()  # the built-in CRDs and the default namespace seeded by _start

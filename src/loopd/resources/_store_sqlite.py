@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from loopd._infra.database import Database
 from loopd._infra.migrations import migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 
@@ -23,9 +24,11 @@ from ._store import StoreOptions
 
 
 class SqliteBackend:
-    """The store's transactions on one SQLite file: one writer at a time (across processes too), snapshot reads."""
+    """The store's transactions on one SQLite database: one writer at a time (across processes too), snapshot
+    reads. ``connect`` opens a file; the in-memory store (``_store_memory``) passes the floor's inline in-memory
+    database instead. Nothing to announce: other processes' changes are picked up by the watch pump's poll."""
 
-    def __init__(self, database: SqliteDatabase) -> None:
+    def __init__(self, database: Database) -> None:
         self.database = database
 
     @classmethod
