@@ -45,7 +45,7 @@ def _request(conversation_id: str, key: str) -> CallRequest:
         text="hi",
         conversation_id=conversation_id,
         asker="user:alice",
-        timeout=60,
+        timeout=3600,  # virtual seconds: `until` moves the clock while real work runs; the deadline is not under test
     )
 
 
