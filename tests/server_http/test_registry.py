@@ -84,3 +84,11 @@ async def test_a_chat_target_must_be_known(rig: Rig) -> None:
         f"/v1/conversations/{cid}/messages", json={"target": {"kind": "operator", "key": "ghost"}, "text": "hi"}
     )
     assert known.status_code == 201
+
+
+async def test_one_responders_status_needs_a_signed_in_caller(rig: Rig) -> None:
+    anonymous = await rig.client(token=False).get("/v1/actors/operator/router")
+    assert anonymous.status_code == 401
+    assert error_of(anonymous) == "unauthorized"
+    known = await rig.client().get("/v1/actors/harness/nobody")
+    assert known.status_code == 200 and known.json()["connected"] is False
