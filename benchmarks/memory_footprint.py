@@ -33,9 +33,9 @@ from typing import Any, Final
 from benchmarks._common import print_table, run_child, verdict
 from benchmarks._server import Api, EventStream, now, open_event_stream, raise_open_files, rss_kb
 from benchmarks._server import running_server as start_server
+from loopd.harness.actors import Rig, Session
 from loopd.harness.journal import MemoryJournal
 from loopd.harness.models import ModelConfig
-from loopd.harness.runtime import Rig, Session
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 
 GOAL_SESSION_KB: Final = 20.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from loopd.harness import Journal, Session, Subscription
+from loopd.harness.actors import Envelope
 from loopd.harness.core import SessionState, codec, fold
-from loopd.harness.runtime import Envelope
 
 
 async def collect_until(sub: Subscription, kinds: set[str], *, timeout: float = 5.0) -> list[Envelope]:

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from loopd.harness import Journal, Lifecycle, LoopDefinition, Reply, Rig, ScriptedModel, SubscriptionLostError
+from loopd.harness.actors import Envelope, Hub
 from loopd.harness.core.events import InputQueued, TokenDelta
-from loopd.harness.runtime import Envelope, Hub
 
 from .helpers import collect_until
 

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from loopd.harness import Journal, LoopDefinition, Reply, Rig, ScriptedModel, Session, SqliteJournal, Tool
 from loopd.harness.gate import AccessConfig, MemoryRuleStore, RuleStore
 from loopd.harness.models import ModelRequest
-from loopd.harness.serve import SessionRegistry, create_app, open_harness_server, registry_of
+from loopd.harness.serve import ServedSessions, create_app, open_harness_server, sessions_of
 
 
 @dataclass
@@ -26,8 +26,8 @@ class Served:
     client: httpx.AsyncClient
 
     @property
-    def registry(self) -> SessionRegistry:
-        return registry_of(self.app)
+    def registry(self) -> ServedSessions:
+        return sessions_of(self.app)
 
     def session(self, session_id: str) -> Session:
         """The live session (fails the test if it is not live here)."""

@@ -250,11 +250,11 @@ def test_public_face() -> None:
         "InsecureBindError",
         "KeyRecord",
         "MemoryIdempotencyStore",
-        "SessionRegistry",
+        "ServedSessions",
         "SqliteIdempotencyStore",
         "check_bind",
         "create_app",
         "open_harness_server",
-        "registry_of",
+        "sessions_of",
         "serve",
     }

@@ -9,7 +9,7 @@ import json
 from loopd.harness import EchoTool, Reply, Rig, SqliteJournal
 from loopd.harness.gate import Access, AccessConfig
 from loopd.harness.models import ModelRequest
-from loopd.harness.serve import create_app, registry_of
+from loopd.harness.serve import create_app, sessions_of
 from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import CreateSessionRequest
 from tests.support.waiting import eventually
@@ -161,7 +161,7 @@ async def test_a_dormant_session_streams_from_the_journal_and_attaches_when_rest
 
 async def test_an_overflowing_subscriber_gets_an_error_event_and_resumes_without_loss(journal: SqliteJournal) -> None:
     app = create_app(stepping_rig(journal), token=None)
-    registry = registry_of(app)
+    registry = sessions_of(app)
     try:
         created = await registry.create(CreateSessionRequest(), key=None)
         session = registry.live(created.session_id)

@@ -13,15 +13,15 @@ from tests.server_storage.conftest import ManualClock
 
 async def test_registered_actors_are_live_until_their_lease_ends(db: Database, clock: ManualClock) -> None:
     async with db.transaction() as tx:
-        await tx.registry.upsert("harness", "builtin", display_name="Built-in", lease_seconds=60)
-        router = await tx.registry.upsert("operator", "router", description="plans", lease_seconds=30)
-        await tx.registry.upsert("operator", "alpha", lease_seconds=10)
-        live = await tx.registry.list_live()
+        await tx.actor_leases.upsert("harness", "builtin", display_name="Built-in", lease_seconds=60)
+        router = await tx.actor_leases.upsert("operator", "router", description="plans", lease_seconds=30)
+        await tx.actor_leases.upsert("operator", "alpha", lease_seconds=10)
+        live = await tx.actor_leases.list_live()
     assert [(a.kind, a.key) for a in live] == [("operator", "alpha"), ("operator", "router"), ("harness", "builtin")]
     clock.advance(20)
     async with db.transaction() as tx:
-        assert [a.key for a in await tx.registry.list_live()] == ["router", "builtin"]
-        renewed = await tx.registry.upsert("operator", "router", display_name="Router", lease_seconds=30)
+        assert [a.key for a in await tx.actor_leases.list_live()] == ["router", "builtin"]
+        renewed = await tx.actor_leases.upsert("operator", "router", display_name="Router", lease_seconds=30)
     assert renewed.id == router.id and renewed.display_name == "Router" and renewed.expires_at > router.expires_at
     assert renewed.created_at == router.created_at and renewed.description == ""
 
@@ -30,7 +30,7 @@ async def test_registered_actors_are_live_until_their_lease_ends(db: Database, c
 async def test_registry_rules(db: Database, kind: str, key: str, lease: float) -> None:
     with pytest.raises(InvalidRecord):
         async with db.transaction() as tx:
-            await tx.registry.upsert(kind, key, lease_seconds=lease)  # type: ignore[arg-type]
+            await tx.actor_leases.upsert(kind, key, lease_seconds=lease)  # type: ignore[arg-type]
 
 
 async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Database, clock: ManualClock) -> None:

@@ -25,13 +25,13 @@ async def test_an_exception_inside_the_block_leaves_nothing(db: Database) -> Non
         async with db.transaction() as tx:
             input_, response = await question(tx, conversation, "task-1")
             await tx.message_events.append(response.id, 1, {"op": "start", "seq": 1})
-            await tx.registry.upsert("operator", "router")
+            await tx.actor_leases.upsert("operator", "router")
             raise Boom
     async with db.transaction(read_only=True) as tx:
         assert await tx.messages.list_conversation(conversation.id) == []
         assert await tx.message_events.read_conversation_events(conversation.id) == []
         assert await tx.message_events.last_cursor(conversation.id) == 0
-        assert await tx.registry.list_live() == []
+        assert await tx.actor_leases.list_live() == []
         with pytest.raises(NotFound):
             await tx.messages.get(input_.id)
 

@@ -31,6 +31,7 @@ from loopd.harness import (
     SubscriptionLostError,
     ToolCall,
 )
+from loopd.harness.actors import Envelope, Subscription
 from loopd.harness.core.events import (
     EphemeralEvent,
     GateOpened,
@@ -53,7 +54,6 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.state import SessionState, TurnState
 from loopd.harness.gate import GateAnswer, GatePolicy
-from loopd.harness.runtime import Envelope, Subscription
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1

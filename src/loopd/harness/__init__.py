@@ -24,12 +24,7 @@ from loopd.harness._errors import (
     ToolArgumentsError,
     ToolError,
 )
-from loopd.harness.core import EffectKind, Idempotency, Message, ToolCall, ToolOutcome, Usage, events
-from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
-from loopd.harness.core.events import Lifecycle, Scope
-from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal
-from loopd.harness.models import Model, ModelRequest, Reply, ScriptedModel, ToolSpec
-from loopd.harness.runtime import (
+from loopd.harness.actors import (
     AgentStatus,
     Budget,
     BudgetPolicy,
@@ -41,6 +36,11 @@ from loopd.harness.runtime import (
     SessionStatistics,
     Subscription,
 )
+from loopd.harness.core import EffectKind, Idempotency, Message, ToolCall, ToolOutcome, Usage, events
+from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.events import Lifecycle, Scope
+from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal
+from loopd.harness.models import Model, ModelRequest, Reply, ScriptedModel, ToolSpec
 from loopd.harness.tools import EchoTool, PreparedCall, Requirement, Tool, ToolContext, ToolResult
 
 __all__ = [

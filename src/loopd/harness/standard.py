@@ -21,10 +21,10 @@ from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
+from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
-from loopd.harness.runtime import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.tools import Sandbox, Workspace, default_tools, resolve_sandbox
 
 __all__ = [

@@ -85,7 +85,7 @@ class _WriteTx:
         self.changes.append(change)
 
 
-class StoreEngine:
+class SemanticStore:
     """``ResourceStore`` over a ``Backend``. Construct through a backend's ``open()``."""
 
     pumps_in_background = True
@@ -573,6 +573,6 @@ class StoreEngine:
         return self._options.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _conforms(engine: StoreEngine) -> ResourceStore:
+def _conforms(engine: SemanticStore) -> ResourceStore:
     """Static check (mypy): the engine implements the ``ResourceStore`` protocol."""
     return engine

@@ -1,6 +1,6 @@
 """The in-memory store: the store engine over the floor's inline in-memory SQLite (``loopd._infra.sqlite_memory``).
 
-Owns: ``MemoryResourceStore`` — the real ``StoreEngine`` through the SQLite backend on a private ``:memory:``
+Owns: ``MemoryResourceStore`` — the real ``SemanticStore`` through the SQLite backend on a private ``:memory:``
 database whose transactions run on the event loop's thread, with no watch-pump task: each write is dispatched to
 the open watches (and the log compacted beyond the event window) before it returns — and the hooks a test twin
 needs on top of it: kinds served without a CRD (``serve``), and rare server behaviour on demand (bookmarks,
@@ -16,12 +16,12 @@ from loopd._infra.sqlite_memory import MemorySqliteDatabase, run_inline
 
 from . import _sql as sql
 from ._kinds import KindSpec
-from ._semantics import StoreEngine
+from ._semantics import SemanticStore
 from ._store import StoreOptions
 from ._store_sqlite import SqliteBackend
 
 
-class MemoryResourceStore(StoreEngine):
+class MemoryResourceStore(SemanticStore):
     """The store engine in memory: the twin's semantics are the store's, by construction."""
 
     pumps_in_background = False

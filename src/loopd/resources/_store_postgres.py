@@ -20,7 +20,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.migrations import migrate
 
 from . import _sql as sql
-from ._semantics import StoreEngine
+from ._semantics import SemanticStore
 from ._store import StoreOptions
 
 try:
@@ -96,7 +96,7 @@ class PostgresBackend:
         await self.database.aclose()
 
 
-class PostgresResourceStore(StoreEngine):
+class PostgresResourceStore(SemanticStore):
     """The same store contract on PostgreSQL, for distributed loop-server replicas."""
 
     @classmethod

@@ -19,7 +19,7 @@ from loopd._infra.migrations import migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 
 from . import _sql as sql
-from ._semantics import StoreEngine
+from ._semantics import SemanticStore
 from ._store import StoreOptions
 
 
@@ -65,7 +65,7 @@ class SqliteBackend:
         await self.database.aclose()
 
 
-class SqliteResourceStore(StoreEngine):
+class SqliteResourceStore(SemanticStore):
     """The embedded store: Kubernetes semantics on one SQLite file (WAL)."""
 
     @classmethod

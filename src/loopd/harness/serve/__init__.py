@@ -11,7 +11,7 @@ envelope, body caps, SSE framing and response, the uvicorn runner, /docs) is the
 Must not import the server, resources, runtime, operators or CLI layers (an import-linter contract checks it).
 """
 
-from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app, registry_of
+from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app, sessions_of
 from loopd.harness.serve._guard import PUBLIC_PATHS
 from loopd.harness.serve._idempotency import (
     IdempotencyStore,
@@ -21,7 +21,7 @@ from loopd.harness.serve._idempotency import (
     SqliteIdempotencyStore,
 )
 from loopd.harness.serve._server import InsecureBindError, check_bind, open_harness_server, serve
-from loopd.harness.serve._sessions import SessionRegistry
+from loopd.harness.serve._sessions import ServedSessions
 
 __all__ = [
     "IDEMPOTENCY_FILE",
@@ -31,11 +31,11 @@ __all__ = [
     "InsecureBindError",
     "KeyRecord",
     "MemoryIdempotencyStore",
-    "SessionRegistry",
+    "ServedSessions",
     "SqliteIdempotencyStore",
     "check_bind",
     "create_app",
     "open_harness_server",
-    "registry_of",
     "serve",
+    "sessions_of",
 ]

@@ -1,6 +1,6 @@
 """`create_app`: the harness's HTTP/SSE API over one rig (routes, error mapping, lifespan).
 
-The app owns a `SessionRegistry` (its live sessions) and an idempotency key store; both live exactly as long as
+The app owns a `ServedSessions` (its live sessions) and an idempotency key store; both live exactly as long as
 the app's lifespan and are shut down with it (sessions drained and stopped, so the journal can be closed after).
 
 Must not do: bind sockets or choose hosts (see `loopd.harness.serve._server`), own the rig (the caller does).
@@ -21,8 +21,8 @@ from loopd._infra.docs import install_docs
 from loopd._infra.http import EventStreamResponse
 from loopd._infra.http_errors import ApiError, drop_validation_responses, error_responses, install_error_handlers
 from loopd.harness._errors import HarnessError
+from loopd.harness.actors import RecoveryMode, Rig
 from loopd.harness.core import codec
-from loopd.harness.runtime import RecoveryMode, Rig
 from loopd.harness.serve._errors import from_harness
 from loopd.harness.serve._guard import Guard
 from loopd.harness.serve._idempotency import (
@@ -32,7 +32,7 @@ from loopd.harness.serve._idempotency import (
     SqliteIdempotencyStore,
 )
 from loopd.harness.serve._operations import answer_gate, cancel_queued_input
-from loopd.harness.serve._sessions import SessionRegistry, SessionView
+from loopd.harness.serve._sessions import ServedSessions, SessionView
 from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import (
     MAX_NAME,
@@ -98,14 +98,14 @@ def create_app(
         keys = SqliteIdempotencyStore(idempotency_path)
     else:
         keys = MemoryIdempotencyStore()
-    registry = SessionRegistry(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode)
+    sessions = ServedSessions(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         try:
             yield
         finally:
-            await registry.aclose()
+            await sessions.aclose()
             await keys.aclose()
 
     app = _HarnessApi(
@@ -117,8 +117,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.state.registry = registry
-    app.state.begin_shutdown = registry.begin_shutdown  # `open_http_server` ends the streams before it stops
+    app.state.sessions = sessions
+    app.state.begin_shutdown = sessions.begin_shutdown  # `open_http_server` ends the streams before it stops
     install_error_handlers(
         app,
         translators={
@@ -127,7 +127,7 @@ def create_app(
             codec.CodecError: _unavailable,
         },
     )
-    app.include_router(_routes(registry, heartbeat=heartbeat, stream_queue=stream_queue, timeout=command_timeout))
+    app.include_router(_routes(sessions, heartbeat=heartbeat, stream_queue=stream_queue, timeout=command_timeout))
     install_docs(app)  # Swagger UI at /docs from bundled assets (FastAPI's own page loads them from a CDN)
     app.add_middleware(Guard, token=token, max_body_bytes=max_body_bytes)
     return app
@@ -153,10 +153,10 @@ class _HarnessApi(FastAPI):
         return schema
 
 
-def registry_of(app: FastAPI) -> SessionRegistry:
-    registry = app.state.registry
-    assert isinstance(registry, SessionRegistry)
-    return registry
+def sessions_of(app: FastAPI) -> ServedSessions:
+    sessions = app.state.sessions
+    assert isinstance(sessions, ServedSessions)
+    return sessions
 
 
 # --- errors ----------------------------------------------------------------------------------------------------
@@ -175,13 +175,13 @@ def _body(view: SessionView) -> dict[str, Any]:
     )
 
 
-def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, timeout: float) -> APIRouter:
+def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, timeout: float) -> APIRouter:
     router = APIRouter(responses=_ERRORS)
 
     @router.get("/healthz", tags=["server"])
     async def healthz() -> Health:
         """Liveness; needs no token."""
-        return Health(status="ok", live_sessions=registry.live_count)
+        return Health(status="ok", live_sessions=sessions.live_count)
 
     @router.post("/v1/sessions", status_code=201, tags=["sessions"])
     async def create_session(
@@ -194,23 +194,23 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
         With ``Idempotency-Key`` the same key returns the same session: 201 the first time, 200 after (also across
         restarts); the same key with a different body is 409.
         """
-        created = await registry.create(body or CreateSessionRequest(), key=idempotency_key)
+        created = await sessions.create(body or CreateSessionRequest(), key=idempotency_key)
         response.status_code = 201 if created.created else 200
         response.headers["Location"] = f"/v1/sessions/{created.session_id}"
-        view = await registry.view(created.session_id)
+        view = await sessions.view(created.session_id)
         return CreatedSession(**_body(view), input_command_id=created.command_id)
 
     @router.get("/v1/sessions", tags=["sessions"])
     async def list_sessions(limit: Annotated[int, Query(ge=1, le=500)] = 100) -> SessionList:
         """Sessions in the journal, newest first, with their status on this server."""
-        infos = await registry.io(registry.rig.journal.sessions(limit=limit))
+        infos = await sessions.io(sessions.rig.journal.sessions(limit=limit))
         items = [
             SessionSummary(
                 id=info.session_id,
                 created_at=info.created_at,
                 last_seq=info.last_seq,
-                live=registry.live(info.session_id) is not None,
-                status=await registry.status_of(info.session_id, info.last_seq),
+                live=sessions.live(info.session_id) is not None,
+                status=await sessions.status_of(info.session_id, info.last_seq),
             )
             for info in infos
         ]
@@ -219,19 +219,19 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
     @router.get("/v1/sessions/{session_id}", tags=["sessions"])
     async def get_session(session_id: SessionId) -> SessionBody:
         """Status, last journal seq, usage, loops (running turn, queued inputs) and open gates."""
-        return SessionBody(**_body(await registry.view(session_id)))
+        return SessionBody(**_body(await sessions.view(session_id)))
 
     @router.post("/v1/sessions/{session_id}/restore", tags=["sessions"])
     async def restore_session(session_id: SessionId) -> RestoredSession:
         """Bring a dormant or faulted session back (an open turn is interrupted); a live one is left as it is."""
-        _session, restored = await registry.restore(session_id)
-        return RestoredSession(**_body(await registry.view(session_id)), restored=restored)
+        _session, restored = await sessions.restore(session_id)
+        return RestoredSession(**_body(await sessions.view(session_id)), restored=restored)
 
     @router.post("/v1/sessions/{session_id}/inputs", status_code=202, tags=["inputs"])
     async def submit_input(session_id: SessionId, body: InputRequest) -> InputAccepted:
         """Queue a user input; its turn's events arrive on the event stream. Restores a dormant session."""
-        session = await registry.ensure_live(session_id)
-        command_id = await registry.submit(session, body.text, loop=body.loop)
+        session = await sessions.ensure_live(session_id)
+        command_id = await sessions.submit(session, body.text, loop=body.loop)
         return InputAccepted(session_id=session.id, command_id=command_id, loop=body.loop or session.default_loop)
 
     @router.delete("/v1/sessions/{session_id}/inputs/{command_id}", tags=["inputs"])
@@ -239,8 +239,8 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
         session_id: SessionId, command_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
     ) -> CancelResult:
         """Cancel an input that is still queued (409 once it started, 404 for an unknown id)."""
-        session = await registry.ensure_live(session_id)
-        await cancel_queued_input(registry, session, command_id, timeout=timeout)
+        session = await sessions.ensure_live(session_id)
+        await cancel_queued_input(sessions, session, command_id, timeout=timeout)
         return CancelResult(command_id=command_id, status="cancelled")
 
     @router.post("/v1/sessions/{session_id}/interrupt", tags=["inputs"])
@@ -249,7 +249,7 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
     ) -> InterruptResult:
         """Stop the running turn (of one loop, or of all) and cancel queued inputs."""
         request = body or InterruptRequest()
-        session = await registry.ensure_live(session_id)
+        session = await sessions.ensure_live(session_id)
         if request.loop is not None and request.loop not in session.loops:
             raise ApiError("invalid_request", f"session {session.id} has no loop {request.loop!r}")
         stopped = await session.interrupt(loop=request.loop, reason=request.reason)
@@ -267,9 +267,9 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
         response: Response,
     ) -> GateAnswerResult:
         """Answer an open gate: approve (once), always (remember for this workspace), or deny. An answer binds once."""
-        session = await registry.ensure_live(session_id)
+        session = await sessions.ensure_live(session_id)
         wire = _GATE_ANSWERS[body.answer]
-        outcome = await answer_gate(registry, session, gate_id, wire, timeout=timeout)
+        outcome = await answer_gate(sessions, session, gate_id, wire, timeout=timeout)
         resolved = outcome.resolved
         if resolved is None:
             response.status_code = 202
@@ -285,8 +285,8 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
         limit: Annotated[int, Query(ge=1, le=MAX_JOURNAL_PAGE)] = 100,
     ) -> JournalPage:
         """A page of stored events from ``from_seq``; continue with ``next_from_seq``."""
-        records = await registry.read(session_id, from_seq, limit + 1)
-        info = await registry.io(registry.rig.journal.session(session_id))
+        records = await sessions.read(session_id, from_seq, limit + 1)
+        info = await sessions.io(sessions.rig.journal.session(session_id))
         page = records[:limit]
         items: list[EventItem] = [event_item(r.seq, codec.decode(r.kind, r.version, r.data)) for r in page]
         return JournalPage(
@@ -312,16 +312,14 @@ def _routes(registry: SessionRegistry, *, heartbeat: float, stream_queue: int, t
 
         Without ``Last-Event-ID`` or ``from_seq`` the stream starts after the session's current last seq.
         """
-        start = await _start_seq(registry, session_id, from_seq, last_event_id)
-        frames = event_frames(registry, session_id, from_seq=start, heartbeat=heartbeat, queue_size=stream_queue)
+        start = await _start_seq(sessions, session_id, from_seq, last_event_id)
+        frames = event_frames(sessions, session_id, from_seq=start, heartbeat=heartbeat, queue_size=stream_queue)
         return EventStreamResponse(frames, wait_for_first_frame=True)  # answer once attached: see `event_frames`
 
     return router
 
 
-async def _start_seq(
-    registry: SessionRegistry, session_id: str, from_seq: int | None, last_event_id: str | None
-) -> int:
+async def _start_seq(sessions: ServedSessions, session_id: str, from_seq: int | None, last_event_id: str | None) -> int:
     """The first seq to send; a cursor past the session's last stored seq is ``cursor_ahead`` (it belongs to another
     session or journal, and following it would silently skip the events that take those seqs later)."""
     resume: int | None = None
@@ -332,11 +330,11 @@ async def _start_seq(
         resume = int(value) + 1
     else:
         resume = from_seq
-    session = registry.live(session_id)
+    session = sessions.live(session_id)
     if session is not None:
         last_seq = session.last_seq
     else:
-        info = await registry.io(registry.rig.journal.session(session_id))
+        info = await sessions.io(sessions.rig.journal.session(session_id))
         if info is None:
             raise ApiError("not_found", f"no session {session_id!r}")
         last_seq = info.last_seq

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from loopd._infra.http_errors import ApiError
+from loopd.harness.actors import Session
 from loopd.harness.core import codec
 from loopd.harness.core.events import (
     EphemeralEvent,
@@ -28,8 +29,7 @@ from loopd.harness.core.events import (
     SessionEvent,
     TurnStarted,
 )
-from loopd.harness.runtime import Session
-from loopd.harness.serve._sessions import SessionRegistry
+from loopd.harness.serve._sessions import ServedSessions
 
 InputFate = Literal["queued", "started", "cancelled", "rejected"]
 
@@ -60,7 +60,7 @@ def _input_fate(event: SessionEvent | LoopEvent | EphemeralEvent, command_id: st
 
 
 async def _scan(
-    registry: SessionRegistry, session_id: str, upto: int, kinds: Collection[str]
+    registry: ServedSessions, session_id: str, upto: int, kinds: Collection[str]
 ) -> list[SessionEvent | LoopEvent]:
     """Decoded events of ``kinds`` with seq <= ``upto`` (only those kinds are decoded)."""
     found: list[SessionEvent | LoopEvent] = []
@@ -75,7 +75,7 @@ async def _scan(
 
 
 async def cancel_queued_input(
-    registry: SessionRegistry, session: Session, command_id: str, *, timeout: float = 10.0
+    registry: ServedSessions, session: Session, command_id: str, *, timeout: float = 10.0
 ) -> None:
     """Cancel a queued input: returns once it is cancelled (also if it already was); `ApiError` otherwise."""
     seq0 = session.last_seq
@@ -112,7 +112,7 @@ def _settle_input(fate: InputFate, command_id: str) -> None:
 
 
 async def answer_gate(
-    registry: SessionRegistry,
+    registry: ServedSessions,
     session: Session,
     gate_id: str,
     answer: Literal["approve", "approve_always", "deny"],
@@ -145,7 +145,7 @@ async def answer_gate(
     raise ApiError("service_unavailable", f"session {session.id} stopped before gate {gate_id} was resolved")
 
 
-async def _explain_closed_gate(registry: SessionRegistry, session: Session, gate_id: str, upto: int) -> None:
+async def _explain_closed_gate(registry: ServedSessions, session: Session, gate_id: str, upto: int) -> None:
     opened = False
     for event in await _scan(registry, session.id, max(upto, session.last_seq), _GATE_KINDS):
         if isinstance(event, GateResolved) and event.gate_id == gate_id:

@@ -24,9 +24,9 @@ from typing import Final, TypeVar
 from loopd._infra.http_errors import ApiError
 from loopd._infra.ids import new_id
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
+from loopd.harness.actors import RecoveryMode, Rig, Session
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal import Record, replay
-from loopd.harness.runtime import RecoveryMode, Rig, Session
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
 from loopd.harness.serve._wire import CreateSessionRequest, SessionStatus
 
@@ -57,7 +57,7 @@ def fingerprint(body: CreateSessionRequest) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-class SessionRegistry:
+class ServedSessions:
     """Owns the live `Session` objects of one app; every mutation of the set happens under one lock."""
 
     def __init__(

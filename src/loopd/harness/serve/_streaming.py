@@ -24,9 +24,9 @@ from typing import Any, Final
 from loopd._infra.http_errors import ApiError, ErrorType, error_body
 from loopd._infra.sse import SSE_PING, sse_message
 from loopd.harness._errors import HarnessError, SubscriptionLostError
+from loopd.harness.actors import Envelope, Subscription
 from loopd.harness.core import codec
-from loopd.harness.runtime import Envelope, Subscription
-from loopd.harness.serve._sessions import SessionRegistry
+from loopd.harness.serve._sessions import ServedSessions
 from loopd.harness.serve._wire import event_json
 
 RETRY: Final = b"retry: 2000\n\n"  # how long a browser's EventSource waits before it reconnects
@@ -44,7 +44,7 @@ def error_frame(type: ErrorType, message: str, **extra: Any) -> bytes:
 
 
 async def event_frames(
-    registry: SessionRegistry,
+    registry: ServedSessions,
     session_id: str,
     *,
     from_seq: int,

@@ -1,7 +1,7 @@
 """The in-memory twin of a Kubernetes API: the real store engine over an in-memory database, with test controls.
 
 Owns: ``InMemoryClient`` — a ``StoreClient`` over its own ``MemoryResourceStore`` (``loopd.resources``: the same
-``StoreEngine`` the SQLite and PostgreSQL stores run, on the floor's inline in-memory SQLite), and the controls
+``SemanticStore`` the SQLite and PostgreSQL stores run, on the floor's inline in-memory SQLite), and the controls
 that make rare server behaviour happen on demand (``send_bookmarks``, ``compact``, ``end_watches``).
 Must not do: Kubernetes semantics of its own (merge and JSON patches, selectors, resourceVersions, finalizers,
 cascades and watch bookkeeping are the engine's), threads, or sleeping.

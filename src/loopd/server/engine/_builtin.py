@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError
-from loopd.harness.runtime import Rig, Session, Subscription
+from loopd.harness.actors import Rig, Session, Subscription
 from loopd.server.ledger import EffectKind, Idempotency
 
 from ._adapter import AdapterRequest, GateAnswer, Update

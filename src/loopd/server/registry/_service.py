@@ -62,14 +62,14 @@ class RegistryService:
     ) -> RegisteredActor:
         """Register or renew ``kind:key`` for ``lease_seconds`` from now (``InvalidRecord`` beyond five minutes)."""
         async with self._db.transaction() as tx:
-            return await tx.registry.upsert(
+            return await tx.actor_leases.upsert(
                 kind, key, display_name=display_name, description=description, lease_seconds=lease_seconds
             )
 
     async def list_live(self) -> list[ActorInfo]:
         """Built-in and live registered actors: operators first, then harnesses, each by key."""
         async with self._db.transaction(read_only=True) as tx:
-            live = await tx.registry.list_live()
+            live = await tx.actor_leases.list_live()
         found: dict[tuple[str, str], ActorInfo] = {(a.kind, a.key): a for a in self._builtin}
         for actor in live:
             found.setdefault(
@@ -83,7 +83,7 @@ class RegistryService:
             return ActorStatus(kind, key, connected=True)
         async with self._db.transaction(read_only=True) as tx:
             try:
-                actor = await tx.registry.get(kind, key)
+                actor = await tx.actor_leases.get(kind, key)
             except NotFound:
                 return ActorStatus(kind, key, connected=False)
             now = tx.now()
@@ -97,7 +97,7 @@ class RegistryService:
             return False
         async with self._db.transaction(read_only=True) as tx:
             try:
-                await tx.registry.get(kind, key)  # type: ignore[arg-type]  # checked just above
+                await tx.actor_leases.get(kind, key)  # type: ignore[arg-type]  # checked just above
             except NotFound:
                 return False
         return True

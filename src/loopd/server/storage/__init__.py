@@ -31,6 +31,7 @@ imports nothing of loopd but the floor (``loopd._infra``: ids, databases, migrat
 
 from __future__ import annotations
 
+from ._actor_leases import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ._database import Database, DatabaseOptions, Transaction, open_database
 from ._errors import (
     CommitOutcomeUnknown,
@@ -77,7 +78,6 @@ from ._records import (
     RegisteredActor,
     RegistryKind,
 )
-from ._registry import DEFAULT_LEASE_SECONDS, MAX_LEASE_SECONDS
 from ._tx import TransactionCore
 from ._values import (
     MAX_PAGE,

@@ -19,6 +19,7 @@ from loopd._infra.database import Database as Backend
 from loopd._infra.database import DatabaseErrors, Dialect
 from loopd._infra.migrations import migrate, schema_version
 
+from ._actor_leases import ActorLeases
 from ._conversations import Conversations
 from ._errors import CommitOutcomeUnknown, Conflict, InvalidRecord, SchemaTooNew, StorageUnavailable
 from ._harness_calls import HarnessCalls
@@ -27,7 +28,6 @@ from ._leases import Leases
 from ._message_events import MessageEvents
 from ._messages import Messages
 from ._migrations import MIGRATIONS, Migration, schema
-from ._registry import Registry
 from ._tx import TransactionCore
 from ._values import MonotonicIds, utc_now
 
@@ -81,8 +81,8 @@ class Transaction(TransactionCore):
         return HumanRequests(self)
 
     @cached_property
-    def registry(self) -> Registry:
-        return Registry(self)
+    def actor_leases(self) -> ActorLeases:
+        return ActorLeases(self)
 
     @cached_property
     def harness_calls(self) -> HarnessCalls:

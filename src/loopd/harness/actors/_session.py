@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING
 from loopd._infra.clock import Clock
 from loopd._infra.ids import new_id
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
+from loopd.harness.actors._budget import BudgetPolicy
+from loopd.harness.actors._delegation import Subagents
+from loopd.harness.actors._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 from loopd.harness.core import Usage, codec
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
 from loopd.harness.core.events import (
@@ -40,13 +43,10 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.state import AgentInfo, SessionState
 from loopd.harness.journal import Journal, JournalWriter, NewRecord
-from loopd.harness.runtime._budget import BudgetPolicy
-from loopd.harness.runtime._delegation import Subagents
-from loopd.harness.runtime._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 
 if TYPE_CHECKING:
-    from loopd.harness.runtime._loop import LoopActor
-    from loopd.harness.runtime._rig import Rig
+    from loopd.harness.actors._loop import LoopActor
+    from loopd.harness.actors._rig import Rig
 
 AnyCommand = UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from loopd._infra.clock import Clock
 from loopd._infra.tasks import TaskSet
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
+from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
 from loopd.harness.core.compaction import SUMMARIZER_PROMPT, render_transcript
@@ -68,13 +69,12 @@ from loopd.harness.models import (
     UsageReport,
     tool_calls_from_deltas,
 )
-from loopd.harness.runtime._mailbox import Mailbox
 from loopd.harness.tools import Tool, ToolContext
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from loopd.harness.runtime._session import Session
+    from loopd.harness.actors._session import Session
 
 
 @dataclass(frozen=True, slots=True)

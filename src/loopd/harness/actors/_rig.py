@@ -13,16 +13,16 @@ from typing import Literal
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.ids import new_id
 from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
+from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
+from loopd.harness.actors._delegation import delegation_tools
+from loopd.harness.actors._loop import LoopActor, LoopDefinition
+from loopd.harness.actors._session import Session
 from loopd.harness.core import Usage
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionRestored, SessionStarted
 from loopd.harness.core.state import AgentInfo, LoopState
 from loopd.harness.gate import MemoryRuleStore, RuleStore
 from loopd.harness.journal import Journal, SessionInfo, replay
-from loopd.harness.runtime._budget import UNLIMITED, BudgetPolicy
-from loopd.harness.runtime._delegation import delegation_tools
-from loopd.harness.runtime._loop import LoopActor, LoopDefinition
-from loopd.harness.runtime._session import Session
 from loopd.harness.tools import Tool
 
 RecoveryMode = Literal["interrupt", "resume"]

@@ -1,4 +1,4 @@
-"""The registry: operators and harnesses that announced themselves under a stable key with a lease.
+"""Actor leases: operators and harnesses that announced themselves under a stable key with a lease.
 
 Table ``registry_actors`` (PRIMARY KEY (kind, actor_key), id, display_name, description, expires_at,
 created_at, updated_at). A lease means "recently alive", not a lock: replicas of one operator share a row, and
@@ -35,7 +35,7 @@ def _actor(row: tuple[Any, ...]) -> RegisteredActor:
     )
 
 
-class Registry:
+class ActorLeases:
     def __init__(self, tx: TransactionCore) -> None:
         self._tx = tx
 

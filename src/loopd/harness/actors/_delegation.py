@@ -48,8 +48,8 @@ from loopd.harness.models import ToolSpec
 from loopd.harness.tools import PreparedCall, Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
-    from loopd.harness.runtime._rig import Rig
-    from loopd.harness.runtime._session import Session
+    from loopd.harness.actors._rig import Rig
+    from loopd.harness.actors._session import Session
 
 
 class DelegationError(HarnessError):
