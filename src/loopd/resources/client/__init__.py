@@ -42,7 +42,7 @@ def open_http_client(
     context: str | None = None,
     request_timeout: float = 30.0,
 ) -> AbstractAsyncContextManager[HttpResourceClient]:
-    """Open an HTTP client configured like ``kubectl`` (needs the ``k8s`` extra: ``pyloopd[k8s]``).
+    """Open an HTTP client configured like ``kubectl`` (kubernetes-asyncio, a base dependency).
 
     ``kubeconfig`` is a path or a parsed kubeconfig; without it ``$KUBECONFIG``, ``~/.kube/config``, or the
     in-cluster service account. ``async with open_http_client() as client: ...``
