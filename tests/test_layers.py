@@ -97,7 +97,7 @@ def test_loopd_server_has_a_small_public_face() -> None:
     ("package", "absent"),
     [
         ("loopd.server.http", ("create_server_app", "ServerContext")),  # the app sits above the services
-        ("loopd.server", ("create_server_app", "HarnessEngine", "ChatService")),
+        ("loopd.server", ("create_server_app", "HarnessEngine", "ChatRequests", "ConversationReader")),
     ],
 )
 def test_a_face_does_not_export_what_lives_above_it(package: str, absent: tuple[str, ...]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from loopd._infra.sse import parse_sse, split_sse
-from loopd.server.chat import ChatService, conversation_frames, text_content
+from loopd.server.chat import ConversationReader, conversation_frames, text_content
 from loopd.server.http._identity import Identity
 from loopd.server.streams import emit
 from tests.server_http.support import (
@@ -101,8 +101,8 @@ async def test_many_streams_share_one_feed_and_each_gets_every_event_once_in_ord
 
         async with asyncio.timeout(30):
             readers = [asyncio.ensure_future(reader()) for _ in range(streams)]
-            await _until(lambda: rig.chat.feeds.statistics().subscriptions == streams)
-            assert rig.chat.feeds.statistics().feeds == 1
+            await _until(lambda: rig.conversations.feeds.statistics().subscriptions == streams)
+            assert rig.conversations.feeds.statistics().feeds == 1
             posted = await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
             assert posted.status_code == 200
             for index in range(20):
@@ -113,21 +113,21 @@ async def test_many_streams_share_one_feed_and_each_gets_every_event_once_in_ord
         log = await _log(rig, cid)
         for got in results:
             assert _entries(got) == log
-        statistics = rig.chat.feeds.statistics()
+        statistics = rig.conversations.feeds.statistics()
         assert statistics.frames <= len(log)  # each event was encoded once, not once per stream
         assert statistics.detached == 0
-        await _until(lambda: rig.chat.feeds.statistics().feeds == 0)  # everyone left: the feed stopped
+        await _until(lambda: rig.conversations.feeds.statistics().feeds == 0)  # everyone left: the feed stopped
 
 
 async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event_once(rig: Rig) -> None:
-    chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=5.0, stream_buffer=4)
-    conversation = await chat.create_conversation(ALICE)
-    asked = await chat.ask(
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0, stream_buffer=4)
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
         ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("count")
     )
 
     def frames() -> AsyncGenerator[bytes, None]:
-        return conversation_frames(chat, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id)
+        return conversation_frames(reader, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id)
 
     fast_chunks: list[bytes] = []
     fast = asyncio.ensure_future(_collect(frames(), fast_chunks))
@@ -138,7 +138,7 @@ async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event
         await rig.task_api.emit(asked.task_id, text_events("a"))
         for index in range(12):
             await rig.task_api.emit(asked.task_id, _append(str(index)))
-        await _until(lambda: chat.feeds.statistics().detached >= 1)  # the slow stream's buffer overflowed
+        await _until(lambda: reader.feeds.statistics().detached >= 1)  # the slow stream's buffer overflowed
         await rig.task_api.emit(asked.task_id, _append("after"))
         await rig.task_api.complete(asked.task_id)
         await fast
@@ -146,8 +146,8 @@ async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event
     log = await _log(rig, conversation.id)
     assert _parsed(fast_chunks) == log
     assert _parsed(slow_chunks) == log
-    assert chat.feeds.statistics().detached == 1  # only the slow one
-    await _until(lambda: chat.feeds.statistics().feeds == 0)
+    assert reader.feeds.statistics().detached == 1  # only the slow one
+    await _until(lambda: reader.feeds.statistics().feeds == 0)
 
 
 async def test_resuming_with_last_event_id_while_the_feed_is_live_has_no_gap_and_no_duplicate(rig: Rig) -> None:
@@ -210,27 +210,29 @@ async def test_the_feed_stops_when_the_last_stream_leaves(rig: Rig) -> None:
 
         async with asyncio.timeout(15):
             readers = [asyncio.ensure_future(reader(index)) for index in range(3)]
-            await _until(lambda: rig.chat.feeds.statistics().subscriptions == 3)
+            await _until(lambda: rig.conversations.feeds.statistics().subscriptions == 3)
             await _until(lambda: rig.ctx.bus.watched == 1)  # one reader waits on the bus for all three
             for index in (0, 1):
                 leave[index].set()
                 await readers[index]
-            await _until(lambda: rig.chat.feeds.statistics().subscriptions == 1)
-            assert rig.chat.feeds.statistics().feeds == 1
+            await _until(lambda: rig.conversations.feeds.statistics().subscriptions == 1)
+            assert rig.conversations.feeds.statistics().feeds == 1
             leave[2].set()
             await readers[2]
-            await _until(lambda: rig.chat.feeds.statistics().subscriptions == 0)
-            await _until(lambda: rig.chat.feeds.statistics().feeds == 0 and rig.ctx.bus.watched == 0)
+            await _until(lambda: rig.conversations.feeds.statistics().subscriptions == 0)
+            await _until(lambda: rig.conversations.feeds.statistics().feeds == 0 and rig.ctx.bus.watched == 0)
 
 
 async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_poll(rig: Rig) -> None:
-    chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=0.05)
-    conversation = await chat.create_conversation(ALICE)
-    asked = await chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=0.05)
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
     chunks: list[bytes] = []
     reading = asyncio.ensure_future(
         _collect(
-            conversation_frames(chat, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id),
+            conversation_frames(reader, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id),
             chunks,
         )
     )
@@ -245,61 +247,65 @@ async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_po
 
 
 async def test_shutting_down_ends_idle_streams_at_once(rig: Rig) -> None:
-    chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=30.0)
-    conversation = await chat.create_conversation(ALICE)
-    await chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=30.0)
+    conversation = await rig.chat.create_conversation(ALICE)
+    await rig.chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
     chunks: list[bytes] = []
     readers = [
-        asyncio.ensure_future(_collect(conversation_frames(chat, conversation.id, after=0, heartbeat=30.0), chunks))
+        asyncio.ensure_future(_collect(conversation_frames(reader, conversation.id, after=0, heartbeat=30.0), chunks))
         for _ in range(3)
     ]
     async with asyncio.timeout(10):
         await _until(lambda: len(chunks) == 3)  # each caught up; now all wait (no poll or heartbeat for 30 s)
-        chat.begin_shutdown()
+        reader.begin_shutdown()
         await asyncio.gather(*readers)
-    assert chat.feeds.statistics().feeds == 0 and chat.feeds.statistics().subscriptions == 0
+    assert reader.feeds.statistics().feeds == 0 and reader.feeds.statistics().subscriptions == 0
 
 
 async def test_a_stream_follows_the_feed_only_once_its_own_reads_cover_where_the_feed_started(rig: Rig) -> None:
-    chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=5.0)
-    conversation = await chat.create_conversation(ALICE)
-    asked = await chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
-    with chat.feeds.subscribe(conversation.id) as early, chat.feeds.subscribe(conversation.id) as late:
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0)
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
+    with reader.feeds.subscribe(conversation.id) as early, reader.feeds.subscribe(conversation.id) as late:
         early.attach()
-        early_page = await chat.read_stream_page(conversation.id, after=0)
+        early_page = await reader.read_stream_page(conversation.id, after=0)
         early_cursor = early_page.items[-1].event.cursor
         await rig.task_api.emit(asked.task_id, text_events("a"))  # commits between the two streams' reads
         late.attach()
-        late_page = await chat.read_stream_page(conversation.id, after=0)
+        late_page = await reader.read_stream_page(conversation.id, after=0)
         assert late_page.end == early_page.end + 1
         assert late.covers(late_page.items[-1].event.cursor, late_page.end)  # the first to ask starts the feed
         # The feed hands out only what comes after the late stream's read: the early one must read on first.
         assert not early.covers(early_cursor, early_page.end)
-        again = await chat.read_stream_page(conversation.id, after=early_cursor)
+        again = await reader.read_stream_page(conversation.id, after=early_cursor)
         assert [item.event.cursor for item in again.items] == [late_page.end]
         assert early.covers(again.items[-1].event.cursor, again.end)
-        assert chat.feeds.statistics().feeds == 1
-    assert chat.feeds.statistics().feeds == 0
+        assert reader.feeds.statistics().feeds == 1
+    assert reader.feeds.statistics().feeds == 0
 
 
 async def test_a_stream_that_falls_behind_while_catching_up_over_many_pages_reads_on_to_the_end(rig: Rig) -> None:
-    chat = ChatService(rig.db, rig.ctx.bus, rig.gateway, poll_interval=5.0, stream_buffer=4)
-    conversation = await chat.create_conversation(ALICE)
-    asked = await chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0, stream_buffer=4)
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
     await rig.task_api.emit(asked.task_id, text_events("a", *(str(n) for n in range(700))))  # more than a page
 
     def frames() -> AsyncGenerator[bytes, None]:
-        return conversation_frames(chat, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id)
+        return conversation_frames(reader, conversation.id, after=0, heartbeat=30.0, until_message_id=asked.response.id)
 
     live_chunks: list[bytes] = []
     live = asyncio.ensure_future(_collect(frames(), live_chunks))
     late = frames()
     async with asyncio.timeout(20):
-        await _until(lambda: chat.feeds.statistics().feeds == 1 and len(live_chunks) >= 2)  # caught up: feed live
+        await _until(lambda: reader.feeds.statistics().feeds == 1 and len(live_chunks) >= 2)  # caught up: feed live
         late_chunks = [await anext(late)]  # its first page; it pauses there while more events arrive
         for index in range(6):
             await rig.task_api.emit(asked.task_id, _append(f"late {index}"))
-        await _until(lambda: chat.feeds.statistics().detached >= 1)
+        await _until(lambda: reader.feeds.statistics().detached >= 1)
         await rig.task_api.complete(asked.task_id)
         late_chunks += [chunk async for chunk in late]
         await live

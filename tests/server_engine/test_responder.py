@@ -39,7 +39,7 @@ class Context:
 
 @dataclass
 class StorageChat:
-    """The two chat operations the responder needs, on storage and streams (no ChatService)."""
+    """The two chat operations the responder needs, on storage and streams (not the real TaskApi)."""
 
     db: Database
     client: StoreClient

@@ -17,7 +17,7 @@ from fastapi import APIRouter, FastAPI
 from loopd._infra.sse import read_sse
 from loopd.resources.client import TASKS, InMemoryClient
 from loopd.server.app import ServerContext, create_server_app
-from loopd.server.chat import ChatService, ResourceTaskGateway, TaskApi, TaskGateway
+from loopd.server.chat import ChatRequests, ConversationReader, ResourceTaskGateway, TaskApi, TaskGateway
 from loopd.server.http import ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.registry import ActorInfo, RegistryService
@@ -97,7 +97,11 @@ class Rig:
     opened: list[httpx.AsyncClient] = field(default_factory=list)
 
     @property
-    def chat(self) -> ChatService:
+    def conversations(self) -> ConversationReader:
+        return self.ctx.conversations
+
+    @property
+    def chat(self) -> ChatRequests:
         return self.ctx.chat
 
     @property
@@ -164,12 +168,14 @@ def build_rig(
     gateway = ControlledGateway(ResourceTaskGateway(resources, timeout=5.0))
     bus = ConversationBus()
     registry = RegistryService(db, builtin_actors=BUILTIN)
-    chat = ChatService(db, bus, gateway, targets=registry, poll_interval=poll_interval)
+    conversations = ConversationReader(db, bus, poll_interval=poll_interval)
+    chat = ChatRequests(db, bus, gateway, targets=registry)
     human = HumanService(chat, max_timeout_seconds=max_timeout_seconds)
     ctx = ServerContext(
         db=db,
         bus=bus,
         security=ServerSecurity(tokens=(TOKEN,), max_body_bytes=max_body_bytes, browser_hosts=browser_hosts),
+        conversations=conversations,
         chat=chat,
         task_api=TaskApi(db, bus, gateway),
         human=human,

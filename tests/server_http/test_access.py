@@ -248,7 +248,7 @@ async def test_a_responder_starts_harness_calls_only_into_its_own_tasks(rig: Rig
 
 
 async def test_a_responder_reads_the_trail_of_its_own_tasks_only(rig: Rig) -> None:
-    rig.app.include_router(ledger_router(SqlLedgerStore(rig.db), tasks=rig.task_api, conversations=rig.chat))
+    rig.app.include_router(ledger_router(SqlLedgerStore(rig.db), tasks=rig.task_api, conversations=rig.conversations))
     user = rig.client(token=False, cookie="ef" * 32, origin=BASE)
     task_id = (await ask(user, await new_conversation(user), target="operator:echo"))["task_id"]
     router = bearer(rig, await actor_token(rig, "operator:router"))

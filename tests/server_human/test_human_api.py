@@ -63,7 +63,7 @@ async def test_questions_and_replies_travel_in_the_conversation_stream(rig: Rig)
     a = await asked(rig)
     q = await question(a, ask_body())
     await reply(a, q["message_id"], "success", "pg")
-    items = await rig.chat.read_stream(a.conversation_id, after=0)
+    items = await rig.conversations.read_stream(a.conversation_id, after=0)
     request_ops = [i.event.event["op"] for i in items if i.event.message_id == q["message_id"]]
     assert request_ops == ["start", "set", "end"]
     start = next(i for i in items if i.event.message_id == q["message_id"])

@@ -52,7 +52,7 @@ from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import ServerContext, create_server_app
 from loopd.server.audit import ledger_router
-from loopd.server.chat import ChatService, ResourceTaskGateway, TaskApi
+from loopd.server.chat import ChatRequests, ConversationReader, ResourceTaskGateway, TaskApi
 from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
 from loopd.server.http import AccessStore, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
@@ -144,7 +144,8 @@ class RunningServer:
     token_file: Path
     model: ModelConfig
     db: Database
-    chat: ChatService
+    conversations: ConversationReader
+    chat: ChatRequests
     engine: HarnessEngine
     workspace: Path
     sandbox: Sandbox
@@ -234,7 +235,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
             )
             gateway = ResourceTaskGateway(client)
-            chat = ChatService(db, bus, gateway, targets=registry)
+            conversations = ConversationReader(db, bus)
+            chat = ChatRequests(db, bus, gateway, targets=registry)
             task_api = TaskApi(db, bus, gateway)
             human = HumanService(chat)
             ledger = SqlLedgerStore(db)
@@ -267,6 +269,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 db=db,
                 bus=bus,
                 security=ServerSecurity(tokens=(credentials.token,)),
+                conversations=conversations,
                 chat=chat,
                 task_api=task_api,
                 human=human,
@@ -277,7 +280,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 clock=clock,
                 routers=[
                     engine_router(engine, asker_of=task_api.asker_of, tasks=task_api),
-                    ledger_router(ledger, tasks=task_api, conversations=chat),
+                    ledger_router(ledger, tasks=task_api, conversations=conversations),
                 ],
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
@@ -294,6 +297,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 token_file=token_file,
                 model=settings.model,
                 db=db,
+                conversations=conversations,
                 chat=chat,
                 engine=engine,
                 workspace=workspace,

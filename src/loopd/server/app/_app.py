@@ -99,10 +99,10 @@ def create_server_app(
         try:
             yield
         finally:
-            ctx.chat.begin_shutdown()
+            ctx.conversations.begin_shutdown()
             for sweeper in background:
                 await sweeper.stop()
-            await ctx.chat.feeds.aclose()  # the feeds' tasks end with the app
+            await ctx.conversations.feeds.aclose()  # the feeds' tasks end with the app
 
     app = _ServerApi(
         title="loopd server",
@@ -113,12 +113,12 @@ def create_server_app(
         redoc_url=None,
     )
     app.state.context = ctx
-    app.state.begin_shutdown = ctx.chat.begin_shutdown
+    app.state.begin_shutdown = ctx.conversations.begin_shutdown
     install_error_handlers(app)
     access = AccessStore(ctx.db, signin_ttl=ctx.security.signin_ttl)
     app.include_router(_base_routes())
     app.include_router(access_router(access, ctx.security))
-    app.include_router(chat_router(ctx.chat, heartbeat=heartbeat))
+    app.include_router(chat_router(ctx.conversations, ctx.chat, heartbeat=heartbeat))
     app.include_router(task_router(ctx.task_api))
     app.include_router(human_router(ctx.human))
     app.include_router(registry_router(ctx.registry))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from loopd.server.chat import ChatService, TaskApi
+from loopd.server.chat import ChatRequests, ConversationReader, TaskApi
 from loopd.server.http import ServerSecurity
 from loopd.server.human import HumanService
 from loopd.server.registry import RegistryService
@@ -26,7 +26,8 @@ class ServerContext:
     db: Database
     bus: ConversationBus
     security: ServerSecurity
-    chat: ChatService
+    conversations: ConversationReader
+    chat: ChatRequests
     task_api: TaskApi
     human: HumanService
     registry: RegistryService

@@ -47,7 +47,7 @@ def _usage(totals: UsageTotals) -> dict[str, Any]:
 
 
 class ConversationReadCheck(Protocol):
-    """Who may read a conversation's trail (``loopd.server.chat.ChatService`` is one)."""
+    """Who may read a conversation's trail (``loopd.server.chat.ConversationReader`` is one)."""
 
     async def check_readable(self, caller: Identity, conversation_id: str) -> int: ...
 

@@ -46,7 +46,7 @@ and requests (the next emit's own transaction) are served in between instead of 
 
 
 class FeedSource(Protocol):
-    """What a feed reads from (``ChatService`` is one)."""
+    """What a feed reads from (``ConversationReader`` is one)."""
 
     poll_interval: float
 

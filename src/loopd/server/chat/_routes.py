@@ -1,8 +1,8 @@
 """The chat routes: conversations, chat requests (JSON or SSE), the conversation stream and snapshot (`chat_router`);
 the Task API for responders (`task_router`).
 
-Must not do: business rules (``ChatService`` and ``TaskApi`` own them); this module translates HTTP to service calls
-and back.
+Must not do: business rules (``ConversationReader``, ``ChatRequests`` and ``TaskApi`` own them); this module
+translates HTTP to service calls and back.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi import Path as PathParam
 
 from loopd._infra.http_errors import ApiError
+from loopd.server.chat._reader import ConversationReader
 from loopd.server.chat._records import ChatRequest
-from loopd.server.chat._service import ChatService, text_content
+from loopd.server.chat._requests import ChatRequests, text_content
 from loopd.server.chat._stream import conversation_frames
 from loopd.server.chat._tasks import TaskApi, check_responder
 from loopd.server.chat._wire import (
@@ -83,8 +84,9 @@ def _accepted(chat: ChatRequest) -> ChatAccepted:
     )
 
 
-def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
-    """Routes over ``chat``; streams send a heartbeat comment after ``heartbeat`` quiet seconds."""
+def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartbeat: float = 15.0) -> APIRouter:
+    """Routes over ``conversations`` (reads, streams) and ``chat`` (new conversations, chat requests); streams
+    send a heartbeat comment after ``heartbeat`` quiet seconds."""
     if not (heartbeat > 0):
         raise ValueError("heartbeat must be positive")
     router = APIRouter(responses=ERROR_RESPONSES)
@@ -108,23 +110,23 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
     ) -> ConversationList:
         """The caller's conversations, newest first; with ``task_id``: that Task's work conversation (if any)."""
         if task_id is not None:
-            work = await chat.work_conversation(caller, task_id)
+            work = await conversations.work_conversation(caller, task_id)
             return ConversationList(data=[] if work is None else [conversation_body(work)], next_after=None)
-        page = await chat.list_conversations(caller, after=after, limit=limit)
+        page = await conversations.list_conversations(caller, after=after, limit=limit)
         return ConversationList(
             data=[conversation_body(c) for c in page], next_after=page[-1].id if len(page) == limit else None
         )
 
     @router.get("/v1/conversations/{conversation_id}", tags=["conversations"])
     async def get_conversation(caller: Caller, conversation_id: Id) -> ConversationBody:
-        return conversation_body(await chat.conversation(caller, conversation_id))
+        return conversation_body(await conversations.conversation(caller, conversation_id))
 
     @router.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
     async def list_messages(
         caller: Caller, conversation_id: Id, after: After = None, limit: Limit = 100
     ) -> MessageList:
         """Messages in id order (ids are UUIDv7, so this is creation order)."""
-        page = await chat.messages(caller, conversation_id, after=after, limit=limit)
+        page = await conversations.messages(caller, conversation_id, after=after, limit=limit)
         return MessageList(data=[message_body(m) for m in page], next_after=page[-1].id if len(page) == limit else None)
 
     @router.post(
@@ -152,7 +154,7 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
         names the task; with ``Accept: text/event-stream`` the answer streams in the same response."""
         resume = parse_cursor(last_event_id, None) if _wants_stream(request) else None
         if resume is not None:  # checked before anything is stored: a refused request asks nothing
-            check_cursor(resume, await chat.check_readable(caller, conversation_id))
+            check_cursor(resume, await conversations.check_readable(caller, conversation_id))
         if body.task_id is not None:
             asked = await chat.observe(caller, conversation_id, body.task_id)
             status = 200
@@ -176,7 +178,7 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
             "cursor": asked.cursor,
         }
         frames = conversation_frames(
-            chat,
+            conversations,
             asked.conversation.id,
             after=asked.cursor if resume is None else resume,
             heartbeat=heartbeat,
@@ -199,19 +201,19 @@ def chat_router(chat: ChatService, *, heartbeat: float = 15.0) -> APIRouter:
     ) -> Response:
         """Every event of every message of the conversation, from durable state; resume with ``Last-Event-ID``
         (or ``?after=``). Without either, the stream starts at the current end (load the snapshot first)."""
-        current = await chat.check_readable(caller, conversation_id)
+        current = await conversations.check_readable(caller, conversation_id)
         resume = parse_cursor(last_event_id, after)
         if resume is not None:
             check_cursor(resume, current)
         frames = conversation_frames(
-            chat, conversation_id, after=current if resume is None else resume, heartbeat=heartbeat
+            conversations, conversation_id, after=current if resume is None else resume, heartbeat=heartbeat
         )
         return EventStreamResponse(frames)
 
     @router.get("/v1/conversations/{conversation_id}/snapshot", tags=["conversations"])
     async def snapshot(caller: Caller, conversation_id: Id) -> SnapshotBody:
         """Every message with its current content, and the cursor to resume the stream from."""
-        found = await chat.snapshot(caller, conversation_id)
+        found = await conversations.snapshot(caller, conversation_id)
         return SnapshotBody(
             conversation=conversation_body(found.conversation),
             messages=[message_body(m) for m in found.messages],

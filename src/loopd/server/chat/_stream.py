@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
-from loopd.server.chat._service import ChatService
+from loopd.server.chat._reader import ConversationReader
 from loopd.server.http import HEARTBEAT, api_error_of, error_body, sse_frame
 from loopd.server.storage import StorageError
 
@@ -44,7 +44,7 @@ def _chunk(frames: Iterable[Frame], cursor: int, until_message_id: str | None) -
 
 
 async def conversation_frames(
-    chat: ChatService,
+    conversations: ConversationReader,
     conversation_id: str,
     *,
     after: int,
@@ -57,13 +57,13 @@ async def conversation_frames(
     if ack is not None:
         yield sse_frame(ack, event="ack")
     if until_message_id is not None:
-        ended_at = await chat.end_cursor(until_message_id)
+        ended_at = await conversations.end_cursor(until_message_id)
         if ended_at is not None and ended_at <= after:
             return
     cursor = after
     quiet_since = loop.time()
-    with chat.feeds.subscribe(conversation_id) as stream:
-        while not chat.closing:
+    with conversations.feeds.subscribe(conversation_id) as stream:
+        while not conversations.closing:
             if not stream.is_attached():
                 # Catch up from the log by ourselves, then follow the feed (attached first: nothing falls between).
                 while True:
@@ -72,7 +72,7 @@ async def conversation_frames(
                         if not stream.is_attached():
                             return  # the feeds are closed: shutting down
                     try:
-                        page = await chat.read_stream_page(conversation_id, after=cursor, limit=PAGE)
+                        page = await conversations.read_stream_page(conversation_id, after=cursor, limit=PAGE)
                     except StorageError as exc:
                         # The database went away under an open stream: say so and end; the client resumes later.
                         error = api_error_of(exc)  # internal details stay in the server log

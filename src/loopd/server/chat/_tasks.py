@@ -7,8 +7,8 @@ delete the Task → ``closed``. A crash anywhere in between leaves the row ``clo
 `Sweeper`) resumes it with the stored intent. A normal completion with pending Human questions is refused; a
 failure completion ends them with ``failure(task_ended)``.
 
-Must not do: HTTP (the routes do), conversations or chat requests (``ChatService`` does), or write message content
-except through ``loopd.server.streams``.
+Must not do: HTTP (the routes do), a user's reads or chat requests (``ConversationReader`` and ``ChatRequests`` do),
+or write message content except through ``loopd.server.streams``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Any, Final, Literal
 
 from loopd._infra.http_errors import ApiError
 from loopd.agentue import AgentUEError, typed_block
-from loopd.server.chat import ChatService, TaskUnavailable, check_responder, question_block, resolve_question
+from loopd.server.chat import ChatRequests, TaskUnavailable, check_responder, question_block, resolve_question
 from loopd.server.http import Identity
 from loopd.server.storage import (
     MAX_PAGE,
@@ -79,7 +79,7 @@ def _check_block(block: Mapping[str, Any], what: str) -> None:
 
 
 class HumanService:
-    def __init__(self, chat: ChatService, *, max_timeout_seconds: float = DEFAULT_MAX_TIMEOUT) -> None:
+    def __init__(self, chat: ChatRequests, *, max_timeout_seconds: float = DEFAULT_MAX_TIMEOUT) -> None:
         if not (0 < max_timeout_seconds < math.inf):
             raise ValueError("max_timeout_seconds must be positive and finite")
         self._chat = chat
