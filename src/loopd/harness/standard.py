@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
@@ -26,6 +26,9 @@ from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleSto
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.tools import Sandbox, Workspace, default_tools, resolve_sandbox
+
+if TYPE_CHECKING:
+    from loopd.harness.models import DemoOptions, DemoRule
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -74,6 +77,9 @@ class HarnessSettings:
     """Where bash runs its commands; None: `resolve_sandbox()` (``$LOOPD_SANDBOX``, default ``auto``)."""
     hidden: tuple[Path, ...] = ()
     """Directories bash must not see besides ``data_dir`` (e.g. the server's data directory holding credentials)."""
+    demo_rules: tuple[DemoRule, ...] = ()
+    """Extra reply rules for the demo model (``model`` = ``demo``), tried before its own: how a layer above the
+    harness (e.g. the Router's ``demo_rules()``) teaches the demo its prompts. Ignored for a real model."""
 
 
 @asynccontextmanager
@@ -96,7 +102,12 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
         else:
             journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE, clock=clock)
         stack.push_async_callback(journal.aclose)
-        model = await stack.enter_async_context(open_model(settings.model))
+        demo: DemoOptions | None = None
+        if settings.demo_rules and settings.model.is_demo:
+            from loopd.harness.models import DemoOptions  # the scripted server's module: loaded for the demo only
+
+            demo = DemoOptions(rules=settings.demo_rules)
+        model = await stack.enter_async_context(open_model(settings.model, demo=demo))
         prices = settings.model.price_table()
         sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
         hidden = (settings.data_dir, default_data_dir(), *settings.hidden)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from loopd.harness.models._openai import OpenAICompatibleModel
     from loopd.harness.models._scripted_server import (
         DemoOptions,
+        DemoRule,
         DropAfter,
         FailWithStatus,
         IncomingRequest,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "OpenAICompatibleModel": "_openai",
     "DemoOptions": "_scripted_server",
+    "DemoRule": "_scripted_server",
     "DropAfter": "_scripted_server",
     "FailWithStatus": "_scripted_server",
     "IncomingRequest": "_scripted_server",
@@ -64,6 +66,7 @@ __all__ = [
     "DEMO_MODEL",
     "CostQuote",
     "DemoOptions",
+    "DemoRule",
     "DropAfter",
     "FailWithStatus",
     "IncomingRequest",

@@ -16,7 +16,9 @@ What it answers comes from its **script**:
   ``read_file`` tools (names configurable in `DemoOptions`), then shows the tool result, so a demo
   exercises tools and the gate. It reacts to the current request only: the last user message, and of a
   prompt that carries the conversation before it (loop-server's "Conversation so far: … Current request:"),
-  only the part after the last "Current request:" line.
+  only the part after the last "Current request:" line. Extra **demo rules** (`DemoRule`, in
+  ``DemoOptions.rules``) are tried first on that text: a layer above the harness (the Router, which must not
+  import the harness) teaches the demo its own prompts this way, through whoever builds the model.
 
 Each reply may inject faults: ``delay`` before the response, ``chunk_delay`` between chunks,
 `FailWithStatus` (an HTTP error, optionally with Retry-After) and `DropAfter` (close the connection after
@@ -171,14 +173,24 @@ def content_text(content: Any) -> str:
 # The demo model
 
 
+DemoRule = Callable[[str], str | None]
+"""An extra reply rule of the demo model: the current request's text (see `current_request`) → the answer text, or
+None to leave the request to the next rule. Rules must be pure and quick (they run in the server's event loop)."""
+
+
 class DemoOptions(Frozen):
-    """How the demo rule names its tools and paces its answer."""
+    """How the demo rule names its tools and paces its answer, and the extra ``rules`` tried before its own.
+
+    ``rules`` apply to a request whose last message is the user's (a tool result is always shown as is); the first
+    rule that returns text answers, with that text and no tool call.
+    """
 
     list_tool: str = "list_dir"
     read_tool: str = "read_file"
     path_argument: str = "path"
     chunk_delay: float = Field(default=0.0, ge=0)
     chunk_size: int = Field(default=12, ge=1)
+    rules: tuple[DemoRule, ...] = ()
 
 
 _DEMO_NOTE = (
@@ -213,6 +225,9 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
         return answer(text)
 
     said = current_request(request.last_user_text)
+    for rule in opts.rules:
+        if (ruled := rule(said)) is not None:
+            return answer(ruled)
     wanted: tuple[str, str] | None = None
     if match := _LIST_FILES.search(said):
         wanted = (opts.list_tool, (match.group("path") or "").rstrip(".") or ".")

@@ -1,0 +1,56 @@
+"""The Router operator: answers a question by planning it, working the parts in parallel and combining them.
+
+Per Task addressed to ``operator:router``: a ``plan`` harness call classifies the request (simple: one task;
+complex: 2..``max_subtasks`` tasks) → every ``work/<i>`` call starts before the Router waits on any → a
+``summarize`` call writes the answer from the evidence → the answer goes into the Task's response and the Task
+completes. Any failure completes it with ``router_failed`` and a readable message, cancelling what it started.
+Follow-ups the user adds while the work runs get a progress message and a replan (``plan/<round>``,
+``work/<round>/<i>``). Every call is keyed by the Task's UID and its effect key, so a restarted Router re-attaches.
+See docs/router.md.
+
+Public face: `Router` (the reconciler), `RouterSettings`, `demo_rules` (the demo model's answers to the Router's
+prompts), the pure parts (`parse_plan`, `Plan`, the prompt builders) and the errors.
+
+Must not import: loopd.server, loopd.harness, loopd.cli — the Router talks to loop-server only through
+``loopd.runtime``.
+"""
+
+from loopd.operators.router._demo import DemoAnswer, demo_rules
+from loopd.operators.router._errors import PlanError, RouterError, RouterSettingsError, TaskFailed
+from loopd.operators.router._plans import Plan, PlanKind, parse_plan, strip_fences
+from loopd.operators.router._progress import ProgressMark, progress_content, recover_rounds
+from loopd.operators.router._prompts import (
+    Evidence,
+    history_text,
+    plan_prompt,
+    replan_prompt,
+    summarize_prompt,
+    work_prompt,
+)
+from loopd.operators.router._settings import RouterSettings
+from loopd.operators.router._texts import model_text, result_text
+
+__all__ = [
+    "DemoAnswer",
+    "Evidence",
+    "Plan",
+    "PlanError",
+    "PlanKind",
+    "ProgressMark",
+    "RouterError",
+    "RouterSettings",
+    "RouterSettingsError",
+    "TaskFailed",
+    "demo_rules",
+    "history_text",
+    "model_text",
+    "parse_plan",
+    "plan_prompt",
+    "progress_content",
+    "recover_rounds",
+    "replan_prompt",
+    "result_text",
+    "strip_fences",
+    "summarize_prompt",
+    "work_prompt",
+]
