@@ -1,8 +1,102 @@
-"""loop-runtime: the operator toolkit (planned; empty today).
+"""loop-runtime: the operator toolkit — what an operator process embeds to answer Tasks.
 
-What operators will embed: a client of loop-server's HTTP API (the API, never the server's modules) and of the
-Kubernetes-compatible API, through ``loopd.resources``' client (``loopd.resources.client``) and reconcile runtime
-(``loopd.resources.reconcile``), which live there and are used as they are.
+It talks to loop-server only through its HTTP API (``httpx``), and to Tasks only through the Kubernetes API
+(``loopd.resources.client`` and the reconcile runtime ``loopd.resources.reconcile``, used as they are)::
 
-Must not import: loopd.server, loopd.harness, loopd.cli.
+    from loopd.runtime import Result, Task, open_runtime
+
+    async with open_runtime("http://127.0.0.1:8420", token=TOKEN) as rt:   # or data_dir= of a `loopd up`
+        await rt.register("echo", display_name="Echo")                      # renewed every lease/3
+        async def answer(task: Task) -> Result | None:
+            context = await rt.task.get(task.id)                            # TaskNotReady → requeued shortly
+            await rt.chat.answer(task.id, context.input.text)
+            await rt.chat.complete(task.id)
+            return None
+        rt.task.watch("echo", answer)
+        await rt.run()                                                      # until cancelled or rt.shutdown()
+
+The verbs: ``rt.task`` (get, messages, followups, list, watch), ``rt.chat`` (conversation, history, send, speak,
+tell → ``Output``, emit, answer, complete), ``rt.harness.prompt`` → ``Call`` (value, stream, wait, cancel),
+``rt.human`` (ask, confirm → ``Question`` with get, wait), ``rt.register``. Errors: ``RuntimeApiError`` and its
+members (``_errors``' docstring draws the tree).
+
+Must not import: loopd.server, loopd.harness, loopd.cli (an import-linter contract checks it).
 """
+
+from loopd.resources.reconcile import LeaderElection, PermanentError, Result, TemporaryError
+
+from ._chat import ANSWER_BLOCK, TEXT_BLOCK, ChatVerbs, Emitted, Output
+from ._client import Endpoint, ServerClient, find_endpoint
+from ._errors import (
+    CapacityFull,
+    Conflict,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    RuntimeApiError,
+    ServerFailure,
+    TaskNotReady,
+    Unauthorized,
+    Unavailable,
+)
+from ._harness import Call, HarnessVerbs
+from ._human import HumanVerbs, Question
+from ._records import (
+    CallState,
+    Conversation,
+    InvalidResponse,
+    Message,
+    QuestionState,
+    Registration,
+    Sent,
+    TaskContext,
+    TaskSummary,
+    text_of,
+)
+from ._runtime import Runtime, open_runtime
+from ._tasks import Task, TaskReconcileFunction, TaskReconciler, TaskVerbs
+
+__all__ = [
+    "ANSWER_BLOCK",
+    "TEXT_BLOCK",
+    "Call",
+    "CallState",
+    "CapacityFull",
+    "ChatVerbs",
+    "Conflict",
+    "Conversation",
+    "Emitted",
+    "Endpoint",
+    "Forbidden",
+    "HarnessVerbs",
+    "HumanVerbs",
+    "InvalidRequest",
+    "InvalidResponse",
+    "LeaderElection",
+    "Message",
+    "NotFound",
+    "Output",
+    "PermanentError",
+    "Question",
+    "QuestionState",
+    "Registration",
+    "Result",
+    "Runtime",
+    "RuntimeApiError",
+    "Sent",
+    "ServerClient",
+    "ServerFailure",
+    "Task",
+    "TaskContext",
+    "TaskNotReady",
+    "TaskReconcileFunction",
+    "TaskReconciler",
+    "TaskSummary",
+    "TaskVerbs",
+    "TemporaryError",
+    "Unauthorized",
+    "Unavailable",
+    "find_endpoint",
+    "open_runtime",
+    "text_of",
+]
