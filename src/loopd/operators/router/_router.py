@@ -1,0 +1,353 @@
+"""`Router`: the reconciler that answers each Task addressed to ``operator:router``, through ``loopd.runtime`` only.
+
+One reconcile works one Task to its end (the watch's ``workers`` bound how many run at once)::
+
+    plan ─▶ work/0 … work/n-1 (all started, then awaited together) ─▶ follow-ups? ─┬─ no ─▶ summarize ─▶ answer
+                                                                                  └─ yes: progress/<r>, plan/<r>,
+                                                                                     work/<r>/<i>, … (round r)
+
+Every harness call is ``rt.harness.prompt(task.uid, effect_key, target, prompt, output="work")``: its identity is
+the Task's UID and the effect key, and its prompt is a function of stored facts only (the question, the history
+before it, the follow-ups, the results of finished calls), so running the reconcile again — after a requeue, a
+restart or a take-over by another replica — re-attaches to the same calls and starts none twice. The round
+boundaries are durable too: the ``progress/<r>`` message spoken before round ``r`` records the follow-ups it
+covers, and a restarted Router replays exactly those rounds (`recover_rounds`).
+
+Failures: a `TaskFailed` (an invalid plan, a failed, cancelled, timed-out or empty call, a call whose parameters
+changed) cancels the calls this reconcile started that still run, then completes the Task with ``router_failed``
+and the message. A retryable runtime error (``Unavailable``, ``CapacityFull``) or a cancellation leaves the calls
+running and propagates: the runtime requeues the Task, and the next reconcile re-attaches.
+
+Must not import: loopd.server, loopd.harness, loopd.cli.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from loopd.operators.router._errors import PlanError, TaskFailed
+from loopd.operators.router._plans import Plan, parse_plan
+from loopd.operators.router._progress import ProgressMark, progress_content, progress_key, recover_rounds
+from loopd.operators.router._prompts import (
+    Evidence,
+    history_text,
+    plan_prompt,
+    replan_prompt,
+    summarize_prompt,
+    work_prompt,
+)
+from loopd.operators.router._settings import RouterSettings
+from loopd.operators.router._texts import result_text
+from loopd.runtime import (
+    Call,
+    CallState,
+    Conflict,
+    InvalidRequest,
+    LeaderElection,
+    Message,
+    NotFound,
+    Result,
+    Runtime,
+    RuntimeApiError,
+    Task,
+    TaskContext,
+    TaskNotReady,
+)
+
+__all__ = [
+    "FAILURE_CODE",
+    "MAX_ROUNDS",
+    "ROUTER_DESCRIPTION",
+    "ROUTER_DISPLAY_NAME",
+    "ROUTER_KEY",
+    "SUMMARIZE_KEY",
+    "Router",
+    "plan_key",
+    "work_key",
+]
+
+logger = logging.getLogger("loopd.operators.router")
+
+ROUTER_KEY: Final = "router"
+ROUTER_DISPLAY_NAME: Final = "Router"
+ROUTER_DESCRIPTION: Final = (
+    "Plans a question, works its parts in parallel with the assistant harness, and writes one answer."
+)
+FAILURE_CODE: Final = "router_failed"
+MAX_ROUNDS: Final = 8
+"""Rounds of follow-ups one Task replans for; later follow-ups are left to their own Tasks."""
+PAGE: Final = 100
+_CANCEL_WAIT: Final = 30.0
+"""Seconds the Router waits for a cancelled call to stop before it completes the failed Task anyway."""
+_WAIT_GRACE: Final = 120.0
+"""Seconds past a call's own timeout the Router waits before it gives up on it (the engine times it out first)."""
+
+
+def plan_key(round_: int) -> str:
+    """The effect key of round ``round_``'s planner call: ``plan``, then ``plan/<round>``."""
+    return "plan" if round_ == 0 else f"plan/{round_}"
+
+
+def work_key(round_: int, index: int) -> str:
+    """The effect key of task ``index`` (from 0) of round ``round_``: ``work/<i>``, then ``work/<round>/<i>``."""
+    return f"work/{index}" if round_ == 0 else f"work/{round_}/{index}"
+
+
+SUMMARIZE_KEY: Final = "summarize"
+
+
+class Router:
+    """The Router's reconciler: ``await router.reconcile(task)`` answers one Task (see the module docstring).
+
+    ``rt`` is an open runtime acting as ``operator:<key>``; `watch` binds the router to it with ``settings``'
+    concurrency, `register` lists it in ``/v1/actors``.
+    """
+
+    def __init__(self, rt: Runtime, settings: RouterSettings | None = None, *, key: str = ROUTER_KEY) -> None:
+        self._rt = rt
+        self.settings = settings or RouterSettings()
+        self.key = key
+
+    async def register(self, *, lease_seconds: float = 30.0) -> None:
+        """Register ``operator:<key>`` (renewed in the background by the runtime)."""
+        await self._rt.register(
+            self.key, display_name=ROUTER_DISPLAY_NAME, description=ROUTER_DESCRIPTION, lease_seconds=lease_seconds
+        )
+
+    def watch(self, *, leader_election: str | LeaderElection | None = None) -> None:
+        """Reconcile the Tasks addressed to ``operator:<key>`` once ``rt.run()`` runs (``concurrency`` workers)."""
+        self._rt.task.watch(
+            self.key, self, workers=self.settings.concurrency, leader_election=leader_election, kind="operator"
+        )
+
+    async def reconcile(self, task: Task) -> Result | None:
+        """Answer ``task`` and complete it (``router_failed`` on a permanent failure). Idempotent."""
+        context = await self._rt.task.get(task.id)  # TaskNotReady: the runtime requeues shortly
+        if context.response.status != "streaming":
+            return None  # answered already (a late requeue)
+        work = _TaskWork(self._rt, self.settings, self.key, task, context)
+        try:
+            answer = await work.answer()
+        except TaskFailed as exc:
+            await work.cancel_running()
+            logger.info("task %s failed: %s", task.id, exc)
+            await _finish(self._rt, task.id, error=(FAILURE_CODE, str(exc)))
+            return None
+        except TaskNotReady:
+            raise
+        except NotFound:
+            logger.info("task %s is gone; nothing to answer", task.id)
+            return None
+        try:
+            await self._rt.chat.answer(task.id, answer)
+        except Conflict:
+            return None  # its completion has begun (another replica, or a completion we made before a restart)
+        await _finish(self._rt, task.id, error=None)
+        return None
+
+
+async def _finish(rt: Runtime, task_id: str, *, error: tuple[str, str] | None) -> None:
+    try:
+        await rt.chat.complete(task_id, error=error)
+    except (Conflict, NotFound) as exc:  # completed already (e.g. the other way by an earlier run), or gone
+        logger.info("task %s: completion refused (%s); it is being completed already", task_id, exc.message)
+
+
+class _TaskWork:
+    """One reconcile's work on one Task: its calls, its rounds and the calls it started."""
+
+    def __init__(self, rt: Runtime, settings: RouterSettings, key: str, task: Task, context: TaskContext) -> None:
+        self._rt = rt
+        self._settings = settings
+        self._key = key
+        self._task = task
+        self._request = context.input.text.strip()
+        earlier = [m for m in context.history if m.id != context.input.id and _settled(m)]
+        self._history = history_text(earlier, has_earlier=context.has_earlier)
+        self._calls: list[Call] = []
+        self._followups: dict[str, str] | None = None  # follow-up id → text, read once when first needed
+
+    async def answer(self) -> str:
+        """Plan, work (round after round while follow-ups arrive), summarize; the answer's text."""
+        if not self._request:
+            raise TaskFailed("the question has no text to answer")
+        recorded = await self._recorded_rounds()
+        evidence: list[Evidence] = []
+        covered: list[str] = []
+        plan = await self._plan(0, evidence, covered)
+        round_ = 0
+        while True:
+            evidence += await self._work(round_, plan, covered)
+            if round_ < len(recorded):
+                new_ids = recorded[round_].followup_ids  # this boundary was crossed before a restart: replay it
+            elif round_ + 1 >= MAX_ROUNDS:
+                break
+            else:
+                new_ids = await self._new_followups(covered)
+                if not new_ids:
+                    break
+                await self._rt.chat.speak(
+                    self._task.id, progress_key(round_ + 1), content=progress_content(round_ + 1, new_ids)
+                )
+            covered += [i for i in new_ids if i not in covered]
+            round_ += 1
+            plan = await self._plan(round_, evidence, covered)
+        followups = await self._texts(covered)
+        prompt = summarize_prompt(self._request, self._history, evidence, followups=followups)
+        return await self._ask(SUMMARIZE_KEY, prompt)
+
+    async def cancel_running(self) -> None:
+        """Cancel the calls this reconcile started that are not known to have ended, and wait (bounded) until the
+        engine has stopped them, so nothing of the Task is left running when it completes. Best effort: a call
+        that cannot be cancelled or does not stop in time is logged (the engine's deadline still ends it)."""
+        cancelled: list[Call] = []
+        for call in self._calls:
+            if call.state.terminal:
+                continue
+            try:
+                await call.cancel()
+            except RuntimeApiError as exc:
+                logger.warning("task %s: could not cancel harness call %s: %s", self._task.id, call.id, exc.message)
+            else:
+                cancelled.append(call)
+        for call in cancelled:
+            try:
+                await call.wait(timeout=_CANCEL_WAIT)
+            except (TimeoutError, RuntimeApiError) as exc:
+                logger.warning("task %s: harness call %s did not stop yet: %s", self._task.id, call.id, exc)
+
+    # -- steps ----------------------------------------------------------------------------------------------
+
+    async def _plan(self, round_: int, evidence: Sequence[Evidence], covered: Sequence[str]) -> Plan:
+        limit = self._settings.max_subtasks
+        if round_ == 0:
+            prompt = plan_prompt(self._request, self._history, max_subtasks=limit)
+        else:
+            followups = await self._texts(covered)
+            prompt = replan_prompt(
+                self._request, self._history, max_subtasks=limit, evidence=evidence, followups=followups
+            )
+        key = plan_key(round_)
+        said = await self._ask(key, prompt, empty_ok=True)
+        try:
+            return parse_plan(said, request=self._request, max_subtasks=limit, replan=round_ > 0)
+        except PlanError as exc:
+            raise PlanError(f"{key}: {exc}", answer=exc.answer) from None
+
+    async def _work(self, round_: int, plan: Plan, covered: Sequence[str]) -> list[Evidence]:
+        """Start every task's call, then wait for all of them together; the first failure fails the Task."""
+        followups = await self._texts(covered) if covered else []
+        calls: list[tuple[str, str, Call]] = []
+        for index, task in enumerate(plan.tasks):
+            key = work_key(round_, index)
+            prompt = work_prompt(self._request, self._history, task, followups=followups)
+            calls.append((key, task, await self._start(key, prompt)))
+        results: dict[str, str] = {}
+        try:
+            async with asyncio.TaskGroup() as group:
+                for key, _, call in calls:
+                    group.create_task(self._finished_text(key, call, results), name=f"router:{key}")
+        except BaseExceptionGroup as group:
+            raise _first_failure(group) from None
+        return [Evidence(task, results[key]) for key, task, _ in calls]
+
+    async def _ask(self, key: str, prompt: str, *, empty_ok: bool = False) -> str:
+        """Start (or re-attach to) one call and wait for its text."""
+        call = await self._start(key, prompt)
+        results: dict[str, str] = {}
+        await self._finished_text(key, call, results, empty_ok=empty_ok)
+        return results[key]
+
+    async def _start(self, key: str, prompt: str) -> Call:
+        try:
+            call = await self._rt.harness.prompt(
+                self._task.uid,
+                key,
+                self._settings.target,
+                prompt,
+                task_id=self._task.id,
+                timeout=float(self._settings.call_timeout),
+                output="work",
+            )
+        except Conflict as exc:
+            raise TaskFailed(
+                f"{key}: the harness call exists with other parameters ({exc.message}); the question's context "
+                "changed since it started"
+            ) from exc
+        except (InvalidRequest, NotFound) as exc:
+            raise TaskFailed(f"{key}: the harness call was refused: {exc.message}") from exc
+        self._calls.append(call)
+        return call
+
+    async def _finished_text(self, key: str, call: Call, into: dict[str, str], *, empty_ok: bool = False) -> None:
+        try:
+            state = await call.wait(timeout=self._settings.call_timeout + _WAIT_GRACE)
+        except TimeoutError as exc:
+            raise TaskFailed(f"{key}: the harness call did not finish in {self._settings.call_timeout} s") from exc
+        except NotFound as exc:
+            raise TaskFailed(f"{key}: the harness call is gone: {exc.message}") from exc
+        text = _text_of(key, state)
+        if not text.strip() and not empty_ok:
+            raise TaskFailed(f"{key}: the harness call returned an empty result")
+        into[key] = text
+
+    # -- durable facts --------------------------------------------------------------------------------------
+
+    async def _recorded_rounds(self) -> tuple[ProgressMark, ...]:
+        messages: list[Message] = []
+        after: str | None = None
+        while True:
+            page = await self._rt.task.messages(self._task.id, after=after, limit=PAGE)
+            messages += page
+            if len(page) < PAGE:
+                break
+            after = page[-1].id
+        return recover_rounds(messages, kind="operator", key=self._key)
+
+    async def _all_followups(self) -> dict[str, str]:
+        if self._followups is None:
+            found: dict[str, str] = {}
+            after: str | None = None
+            while True:
+                page = await self._rt.task.followups(self._task.id, after=after, limit=PAGE)
+                found.update((m.id, m.text) for m in page)
+                if len(page) < PAGE:
+                    break
+                after = page[-1].id
+            self._followups = found
+        return self._followups
+
+    async def _new_followups(self, covered: Sequence[str]) -> tuple[str, ...]:
+        self._followups = None  # read again: new ones may have arrived during the batch
+        known = set(covered)
+        return tuple(i for i in await self._all_followups() if i not in known)
+
+    async def _texts(self, ids: Sequence[str]) -> list[str]:
+        followups = await self._all_followups()
+        return [followups.get(i, "") for i in ids if followups.get(i, "").strip()]
+
+
+def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What a batch's failure raises: its first `TaskFailed` (the Task fails), else its first error (retried)."""
+    failed = group.subgroup(TaskFailed)
+    leaves = (failed or group).exceptions
+    first = leaves[0]
+    return _first_failure(first) if isinstance(first, BaseExceptionGroup) else first
+
+
+def _settled(message: Message) -> bool:
+    """Whether a history message is final (its text no longer changes): only those go into prompts, which must be
+    the same when a restarted Router builds them again."""
+    return message.status != "streaming"
+
+
+def _text_of(key: str, state: CallState) -> str:
+    """The text of a finished call; `TaskFailed` unless it succeeded."""
+    if state.phase != "succeeded":
+        error = state.error or {}
+        detail = str(error.get("message") or error.get("code") or "no reason given")
+        raise TaskFailed(f"{key}: the harness call {state.phase.replace('_', ' ')}: {detail}")
+    return result_text(state.result) or state.text
