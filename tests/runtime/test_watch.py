@@ -1,0 +1,186 @@
+"""``task.watch``: one reconciler, run (a) over the in-memory resource client and (b) over the embedded Kubernetes
+API over TLS (the kubeconfig of the data directory), answering questions of a real loop-server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from loopd.resources.client import TASKS, InMemoryClient, ResourceClient
+from loopd.resources.reconcile import ManagerStatistics
+from loopd.runtime import Conflict, Result, Runtime, Task, open_runtime
+from loopd.server._composition import RunningServer
+from tests.support.waiting import eventually
+
+from .conftest import User
+
+
+class Echo:
+    """The reconciler under test: answers with the question, idempotently; ``fail_first`` raises once per Task."""
+
+    def __init__(self, rt: Runtime, fail_first: Callable[[Task], Exception] | None = None) -> None:
+        self.rt = rt
+        self.seen: list[Task] = []
+        self.fail_first = fail_first
+        self.failed: set[str] = set()
+
+    async def reconcile(self, task: Task) -> Result | None:
+        self.seen.append(task)
+        if self.fail_first is not None and task.id not in self.failed:
+            self.failed.add(task.id)
+            raise self.fail_first(task)
+        context = await self.rt.task.get(task.id)
+        if context.response.status == "streaming":
+            await self.rt.chat.answer(task.id, context.input.text)
+        await self.rt.chat.complete(task.id)
+        return None
+
+
+def _task_object(name: str, key: str = "echo") -> dict[str, Any]:
+    return {
+        "apiVersion": "loopd.dev/v1alpha1",
+        "kind": "Task",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"target": {"kind": "operator", "key": key}, "revision": 1},
+    }
+
+
+@asynccontextmanager
+async def _running(rt: Runtime) -> AsyncIterator[None]:
+    runner = asyncio.create_task(rt.run())
+    await eventually(lambda: rt.managers and all(m.leading for m in rt.managers), what="the watch to start")
+    try:
+        yield
+    finally:
+        rt.shutdown()
+        await asyncio.wait_for(runner, 30)
+
+
+def _stats(rt: Runtime) -> ManagerStatistics:
+    (manager,) = rt.managers
+    return manager.statistics()
+
+
+async def _answered(user: User, asked: dict[str, Any]) -> dict[str, Any]:
+    async def completed() -> dict[str, Any] | None:
+        found = await user.message(asked["conversation_id"], asked["response"]["id"])
+        return found if found["status"] != "streaming" else None
+
+    return await eventually(completed, timeout=30, what="the answer")
+
+
+@pytest.mark.parametrize("api", ["memory", "embedded"])
+async def test_the_same_reconciler_answers_through_either_resource_client(
+    api: str, server: RunningServer, user: User
+) -> None:
+    memory = InMemoryClient() if api == "memory" else None
+    async with open_runtime(data_dir=server.data_dir, resources=memory) as rt:
+        await rt.register("echo")
+        echo = Echo(rt)
+        rt.task.watch("echo", echo, workers=2)
+        async with _running(rt):
+            asked = [await user.ask(f"question {i}") for i in range(3)]
+            if memory is not None:  # the twin holds what the server's store holds for these Tasks
+                for question in asked:
+                    await memory.create(TASKS, _task_object(question["task_id"]), namespace="default")
+            for question in asked:
+                answer = await _answered(user, question)
+                assert answer["status"] == "completed"
+                assert answer["content"]["blocks"] == [
+                    {"id": "answer", "type": "text", "content": question["input"]["content"]["blocks"][0]["content"]}
+                ]
+            if memory is not None:
+                status = (await memory.get(TASKS, asked[0]["task_id"], namespace="default"))["status"]
+                assert (status["phase"], status["responder"], status["observedRevision"]) == (
+                    "Running",
+                    "operator:echo",
+                    1,
+                )
+                await memory.aclose()
+        seen = {task.id for task in echo.seen}
+        assert seen == {question["task_id"] for question in asked}
+        assert all(t.target_key == "echo" and t.uid and t.namespace == "default" for t in echo.seen)
+        (controller,) = _stats(rt).controllers
+        assert controller.failed == 0
+
+
+async def test_tasks_of_others_and_tasks_being_deleted_are_skipped(server: RunningServer) -> None:
+    memory = InMemoryClient()
+    async with open_runtime(data_dir=server.data_dir, resources=memory) as rt:
+        await rt.register("echo")
+        echo = Echo(rt)
+        rt.task.watch("echo", echo)
+        leaving = {**_task_object("leaving"), "metadata": {"name": "leaving", "finalizers": ["test/hold"]}}
+        await memory.create(TASKS, leaving, namespace="default")
+        await memory.delete(TASKS, "leaving", namespace="default")  # held by its finalizer: being deleted
+        await memory.create(TASKS, _task_object("theirs", key="other"), namespace="default")
+        async with _running(rt):
+            await eventually(lambda: _stats(rt).controllers[0].reconciles >= 2, what="both Tasks reconciled")
+        assert echo.seen == []
+        assert "status" not in await memory.get(TASKS, "theirs", namespace="default")
+    await memory.aclose()
+
+
+async def test_a_task_whose_question_has_not_committed_is_requeued_shortly(server: RunningServer) -> None:
+    memory = InMemoryClient()
+    async with open_runtime(data_dir=server.data_dir, resources=memory) as rt:
+        await rt.register("echo")
+        echo = Echo(rt)
+        rt.task.watch("echo", echo)
+        await memory.create(TASKS, _task_object("not-committed-yet"), namespace="default")
+        async with _running(rt):
+            await eventually(lambda: len(echo.seen) >= 4, what="four reconciles of the waiting Task")
+        (controller,) = _stats(rt).controllers
+        assert controller.failed == 0 and controller.requeued >= 3  # requeued, never counted as an error
+    await memory.aclose()
+
+
+async def test_a_reconcilers_typed_error_is_requeued_with_backoff_and_logged_with_the_task_id(
+    server: RunningServer, user: User, caplog: pytest.LogCaptureFixture
+) -> None:
+    def conflict(task: Task) -> Exception:
+        return Conflict(f"output of {task.id} was opened with other parameters", type="conflict")
+
+    caplog.set_level(logging.INFO, logger="loopd")
+    async with open_runtime(data_dir=server.data_dir) as rt:
+        await rt.register("echo")
+        echo = Echo(rt, fail_first=conflict)
+        rt.task.watch("echo", echo)
+        async with _running(rt):
+            asked = await user.ask("try again")
+            assert (await _answered(user, asked))["status"] == "completed"
+        (controller,) = _stats(rt).controllers
+    assert controller.temporary_errors == 1 and [t.id for t in echo.seen].count(asked["task_id"]) >= 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "loopd.runtime"]
+    assert any(asked["task_id"] in line and "Conflict" in line for line in lines), lines
+
+
+async def test_with_leader_election_only_the_holder_reconciles(server: RunningServer, user: User) -> None:
+    memory: ResourceClient = InMemoryClient()
+    async with (
+        open_runtime(data_dir=server.data_dir, resources=memory) as first,
+        open_runtime(data_dir=server.data_dir, resources=memory) as second,
+    ):
+        echoes = [Echo(first), Echo(second)]
+        for rt, echo in zip((first, second), echoes, strict=True):
+            await rt.register("echo")
+            rt.task.watch("echo", echo, leader_election="echo")
+        runners = [asyncio.create_task(rt.run()) for rt in (first, second)]
+        try:
+            await eventually(
+                lambda: sum(m.leading for rt in (first, second) for m in rt.managers) == 1, what="one leader"
+            )
+            asked = await user.ask("who answers?")
+            await memory.create(TASKS, _task_object(asked["task_id"]), namespace="default")
+            assert (await _answered(user, asked))["status"] == "completed"
+            assert sorted(len(echo.seen) > 0 for echo in echoes) == [False, True]
+        finally:
+            for rt in (first, second):
+                rt.shutdown()
+            await asyncio.wait_for(asyncio.gather(*runners), 30)
+    await memory.aclose()
