@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NoReturn
 
 from loopd.agentue._errors import AgentUEValidationError
@@ -142,11 +143,18 @@ class InlineBlock:
         return cls({"id": id, "type": type, **fields})
 
     @classmethod
-    def _owned(cls, data: JsonObject) -> InlineBlock:
-        """Wrap an already checked dict that nobody else holds (no copy, no validation)."""
+    def adopt(cls, data: JsonObject) -> InlineBlock:
+        """Wrap a dict that was already checked (`check_inline`) and that nobody else holds or changes: no copy, no
+        validation. For this package's parser and reducer; anyone else constructs with `InlineBlock(...)`."""
         block = cls.__new__(cls)
         object.__setattr__(block, "_data", data)
         return block
+
+    @property
+    def view(self) -> Mapping[str, Any]:
+        """The block's fields as a read-only mapping, without a copy (nested values are shared: do not change them;
+        `get` and `to_json` return copies)."""
+        return MappingProxyType(self._data)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("AgentUE blocks are immutable")
@@ -229,7 +237,7 @@ def block_from_owned(obj: JsonObject, path: str) -> Block:
         _check_reference(obj, path)
         return RefBlock(obj["id"], obj["ref"])
     check_inline(obj, path)
-    return InlineBlock._owned(obj)
+    return InlineBlock.adopt(obj)
 
 
 def block_json(block: Block | Mapping[str, Any]) -> Any:
@@ -310,11 +318,22 @@ class Model:
         return model
 
     @classmethod
-    def _owned(cls, version: str, biz: str, meta: JsonObject, blocks: tuple[Block, ...]) -> Model:
-        """Assemble from parts that are already valid and owned (the reducer's constructor)."""
+    def adopt(cls, version: str, biz: str, meta: JsonObject, blocks: tuple[Block, ...]) -> Model:
+        """Assemble from parts that are already valid and that nobody else holds or changes: no copy, no validation.
+        For this package's reducer; anyone else constructs with `Model(...)` or `Model.from_json`."""
         model = cls.__new__(cls)
         model._assign(version, biz, meta, blocks)
         return model
+
+    def with_blocks(self, blocks: tuple[Block, ...]) -> Model:
+        """This model with ``blocks`` instead of its own, sharing its meta: no copy, no validation (the caller keeps
+        the ids unique and the blocks valid for the version). For this package's reducer."""
+        return Model.adopt(self._version, self._biz, self._meta, blocks)
+
+    @property
+    def meta_view(self) -> Mapping[str, Any]:
+        """`meta` as a read-only mapping, without a copy (nested values are shared: do not change them)."""
+        return MappingProxyType(self._meta)
 
     def _assign(self, version: str, biz: str, meta: JsonObject, blocks: tuple[Block, ...]) -> None:
         object.__setattr__(self, "_version", version)
@@ -380,7 +399,7 @@ class Model:
 
     def empty_like(self) -> Model:
         """Same version and biz, empty meta and no blocks (a responder's initial content)."""
-        return Model._owned(self._version, self._biz, {}, ())
+        return Model.adopt(self._version, self._biz, {}, ())
 
     def resolve(self, resolver: Callable[[RefBlock], InlineBlock | Mapping[str, Any] | None]) -> Model:
         """Replace every reference block by what `resolver` returns for it, keeping positions.
@@ -403,10 +422,10 @@ class Model:
                 check_inline(obj, where)
                 if obj["id"] != block.id:
                     raise AgentUEValidationError(where, f"returned block id {obj['id']!r}, expected {block.id!r}")
-                resolved.append(InlineBlock._owned(obj))
+                resolved.append(InlineBlock.adopt(obj))
             else:
                 resolved.append(block)
-        return Model._owned(self._version, self._biz, self._meta, tuple(resolved))
+        return Model.adopt(self._version, self._biz, self._meta, tuple(resolved))
 
     def to_json(self) -> JsonObject:
         return {

@@ -150,7 +150,7 @@ def _find(model: Model, block_id: str) -> tuple[int, Block | None]:
 def _with_block(model: Model, index: int, block: Block) -> Model:
     blocks = model.blocks
     new_blocks = (*blocks, block) if index == len(blocks) else (*blocks[:index], block, *blocks[index + 1 :])
-    return Model._owned(model.version, model.biz, model._meta, new_blocks)
+    return model.with_blocks(new_blocks)
 
 
 def _with_meta(model: Model, meta: JsonObject) -> Model:
@@ -158,7 +158,7 @@ def _with_meta(model: Model, meta: JsonObject) -> Model:
         check_meta(meta, "meta")
     except AgentUEValidationError as exc:
         raise _Rejected(RejectCode.INVALID_RESULT, f"the result would be invalid: {exc}") from None
-    return Model._owned(model.version, model.biz, meta, model.blocks)
+    return Model.adopt(model.version, model.biz, meta, model.blocks)
 
 
 def _checked_inline(block_id: str, data: JsonObject) -> InlineBlock:
@@ -166,10 +166,10 @@ def _checked_inline(block_id: str, data: JsonObject) -> InlineBlock:
         check_inline(data, f"block {block_id!r}")
     except AgentUEValidationError as exc:
         raise _Rejected(RejectCode.INVALID_RESULT, f"the result would be invalid: {exc}") from None
-    return InlineBlock._owned(data)
+    return InlineBlock.adopt(data)
 
 
-def _write(target: JsonObject, path: Sequence[str], value: Any, where: str) -> JsonObject:
+def _write(target: Mapping[str, Any], path: Sequence[str], value: Any, where: str) -> JsonObject:
     try:
         return set_path(target, path, value)
     except PathConflict as exc:
@@ -186,7 +186,7 @@ def _apply_set(model: Model, event: SetEvent) -> Model:
     value = event.patch_value()
     dotted = ".".join(event.path)
     if event.slot == "meta":
-        return _with_meta(model, _write(model._meta, event.path, value, f"meta.{dotted}"))
+        return _with_meta(model, _write(model.meta_view, event.path, value, f"meta.{dotted}"))
     block_id: str = (event.block or {})["id"]
     index, target = _find(model, block_id)
     if target is None:
@@ -196,7 +196,7 @@ def _apply_set(model: Model, event: SetEvent) -> Model:
             RejectCode.UNRESOLVED_REFERENCE,
             f"block {block_id!r} is an unresolved reference; only a whole-block set can replace it",
         )
-    data = _write(target._data, event.path, value, f"block.{dotted} of {block_id!r}")
+    data = _write(target.view, event.path, value, f"block.{dotted} of {block_id!r}")
     return _with_block(model, index, _checked_inline(target.id, data))
 
 
@@ -218,7 +218,7 @@ def _apply_append(model: Model, event: AppendEvent) -> Model:
             f"block {event.block_id!r} is an unresolved reference; only a whole-block set can replace it",
         )
     addition = clone(payload[name])
-    current = target._data.get(name)
+    current = target.view.get(name)
     if current is None:
         merged: Any = addition
     elif isinstance(current, str) and isinstance(addition, str):
@@ -230,13 +230,13 @@ def _apply_append(model: Model, event: AppendEvent) -> Model:
             RejectCode.TYPE_MISMATCH,
             f"cannot append {describe(addition)} to {name!r} of block {event.block_id!r}, which is {describe(current)}",
         )
-    data = dict(target._data)
+    data = dict(target.view)
     data[name] = merged
     return _with_block(model, index, _checked_inline(target.id, data))
 
 
 def _apply_error(model: Model, event: ErrorEvent) -> Model:
-    meta = dict(model._meta)
+    meta = dict(model.meta_view)
     meta["error"] = clone(event.meta["error"])
     return _with_meta(model, meta)
 

@@ -15,7 +15,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from loopd._infra.errors import LoopdError
 
@@ -105,6 +105,17 @@ class SemanticStore:
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    async def _open_on(cls, backend: Backend, options: StoreOptions) -> Self:
+        """A started store over ``backend`` (what a backend's ``open()`` returns); closed again if starting fails."""
+        store = cls(backend, options)
+        try:
+            await store._start()
+        except BaseException:
+            await store.aclose()
+            raise
+        return store
 
     async def _start(self) -> None:
         async with self._backend.read() as conn:

@@ -34,14 +34,11 @@ class MemoryResourceStore(SemanticStore):
         without an event loop. ``errors`` replaces the database's errors (default: all ``StoreUnavailable``)."""
         database = MemorySqliteDatabase(errors or sql.ERRORS)
         await migrate(database, sql.SCHEMA)
-        store = cls(SqliteBackend(database), options or StoreOptions())
-        try:
-            await store._start()
-            await store._hub.pump_once()  # the built-in CRDs and the default namespace seeded by _start
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await cls._open_on(SqliteBackend(database), options or StoreOptions())
+
+    async def _start(self) -> None:
+        await super()._start()
+        await self._hub.pump_once()  # the built-in CRDs and the default namespace seeded by the start
 
     async def _committed(self) -> None:
         # No pump task: dispatch to the open watches before the write returns, and compact beyond the window.

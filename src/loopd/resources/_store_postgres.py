@@ -103,13 +103,7 @@ class PostgresResourceStore(SemanticStore):
     async def open(cls, dsn: str, *, options: StoreOptions | None = None) -> PostgresResourceStore:
         options = options or StoreOptions()
         backend = await PostgresBackend.connect(dsn, options.operation_timeout)
-        store = cls(backend, options)
-        try:
-            await store._start()
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await cls._open_on(backend, options)
 
 
 @asynccontextmanager

@@ -72,13 +72,7 @@ class SqliteResourceStore(SemanticStore):
     async def open(cls, path: str | Path, *, options: StoreOptions | None = None) -> SqliteResourceStore:
         options = options or StoreOptions()
         backend = await SqliteBackend.connect(path, options.operation_timeout)
-        store = cls(backend, options)
-        try:
-            await store._start()
-        except BaseException:
-            await store.aclose()
-            raise
-        return store
+        return await cls._open_on(backend, options)
 
 
 @asynccontextmanager

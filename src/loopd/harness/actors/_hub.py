@@ -77,9 +77,11 @@ class Subscription:
         self.last_seq = 0 if from_seq is None else from_seq - 1
         self.dropped = 0
 
-    # --- publisher side (never blocks) ---------------------------------------------------------------------
+    # --- publisher side (never blocks; the hub calls these) ---------------------------------------------------
 
-    def _push(self, env: Envelope) -> None:
+    def push(self, env: Envelope) -> None:
+        """Offer a published event (the hub calls this): queued if it passes the filter; on overflow an ephemeral
+        one is dropped and an enduring one ends this subscription (see the module docstring)."""
         if self._ended or self._lost or not self._filter.accepts(env):
             return
         if len(self._queue) < self._maxsize:
@@ -95,10 +97,12 @@ class Subscription:
             self._resync = True
             return
         self._lost = True
-        self._hub._detach(self)
+        self._hub.detach(self)
         self._ready.set()
 
-    def _end(self, error: BaseException | None = None) -> None:
+    def end(self, error: BaseException | None = None) -> None:
+        """The session stopped (the hub calls this): the subscriber drains what it holds, then stops (with
+        ``error`` if given)."""
         if error is not None and self._error is None:
             self._error = error
         self._ended = True
@@ -157,8 +161,8 @@ class Subscription:
         return env
 
     async def aclose(self) -> None:
-        self._hub._detach(self)
-        self._end()
+        self._hub.detach(self)
+        self.end()
         self._queue.clear()
         self._backlog.clear()
 
@@ -198,7 +202,7 @@ class Hub:
         )
         sub = Subscription(self, flt, maxsize, from_seq, self._reader)
         if self._closed:
-            sub._end(self._error)
+            sub.end(self._error)
         else:
             self._subscribers.add(sub)
         return sub
@@ -206,9 +210,10 @@ class Hub:
     def publish(self, env: Envelope) -> None:
         self.published += 1
         for sub in tuple(self._subscribers):
-            sub._push(env)
+            sub.push(env)
 
-    def _detach(self, sub: Subscription) -> None:
+    def detach(self, sub: Subscription) -> None:
+        """Stop delivering to ``sub`` (it was closed, or lost events); idempotent."""
         self._subscribers.discard(sub)
 
     @property
@@ -224,5 +229,5 @@ class Hub:
         self._closed = True
         self._error = error
         for sub in tuple(self._subscribers):
-            sub._end(error)
+            sub.end(error)
         self._subscribers.clear()

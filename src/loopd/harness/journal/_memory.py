@@ -40,15 +40,15 @@ class MemoryJournal:
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
         if session_id in self._sessions:
             raise SessionBusyError(session_id)
-        self._sessions[session_id] = _Session(session_id, at, meta)
-        return _MemoryWriter(self, session_id, 1)
+        s = self._sessions[session_id] = _Session(session_id, at, meta)
+        return _MemoryWriter(self._append, s, 1)
 
     async def open_writer(self, session_id: str) -> JournalWriter:
         s = self._sessions.get(session_id)
         if s is None:
             raise SessionNotFoundError(session_id)
         s.epoch += 1
-        return _MemoryWriter(self, session_id, s.epoch)
+        return _MemoryWriter(self._append, s, s.epoch)
 
     def _append(self, session_id: str, epoch: int, records: Sequence[NewRecord]) -> list[int]:
         s = self._sessions[session_id]
@@ -106,25 +106,29 @@ class MemoryJournal:
 
 
 class _MemoryWriter:
-    def __init__(self, journal: MemoryJournal, session_id: str, epoch: int) -> None:
-        self._journal = journal
-        self._session_id = session_id
+    """A session's writer: appends through the journal's ``append`` (handed over by the journal) at its epoch."""
+
+    def __init__(
+        self, append: Callable[[str, int, Sequence[NewRecord]], list[int]], session: _Session, epoch: int
+    ) -> None:
+        self._append = append
+        self._session = session
         self._epoch = epoch
         self._closed = False
 
     @property
     def session_id(self) -> str:
-        return self._session_id
+        return self._session.session_id
 
     @property
     def last_seq(self) -> int:
-        return len(self._journal._sessions[self._session_id].records)
+        return len(self._session.records)
 
     async def append(self, records: Sequence[NewRecord]) -> list[int]:
         if self._closed:
             raise JournalError("writer is closed")
         await asyncio.sleep(0)  # an append is a suspension point, as with a real store
-        return self._journal._append(self._session_id, self._epoch, records)
+        return self._append(self._session.session_id, self._epoch, records)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from loopd._infra.backoff import Backoff
@@ -414,7 +414,7 @@ class PostgresJournal:
             raise SessionBusyError(session_id)
         sid, epoch = int(row[0]), int(row[1])
         self._remember(session_id, sid)
-        return _PostgresWriter(self, session_id, sid, epoch, 0)
+        return _PostgresWriter(self._append, session_id, sid, epoch, 0)
 
     async def open_writer(self, session_id: str) -> JournalWriter:
         self._check_open()
@@ -426,7 +426,7 @@ class PostgresJournal:
             raise SessionNotFoundError(session_id)
         sid, epoch, last_seq = int(row[0]), int(row[1]), int(row[2])
         self._remember(session_id, sid)
-        return _PostgresWriter(self, session_id, sid, epoch, last_seq)
+        return _PostgresWriter(self._append, session_id, sid, epoch, last_seq)
 
     # --- group commit --------------------------------------------------------------------------------------
 
@@ -617,8 +617,17 @@ class PostgresJournal:
 
 
 class _PostgresWriter:
-    def __init__(self, journal: PostgresJournal, session_id: str, sid: int, epoch: int, last_seq: int) -> None:
-        self._journal = journal
+    """A session's writer: appends through the journal's ``append`` (handed over by the journal) at its epoch."""
+
+    def __init__(
+        self,
+        append: Callable[[int, int, Sequence[NewRecord]], Awaitable[list[int]]],
+        session_id: str,
+        sid: int,
+        epoch: int,
+        last_seq: int,
+    ) -> None:
+        self._append = append
         self._session_id = session_id
         self._sid = sid
         self._epoch = epoch
@@ -636,7 +645,7 @@ class _PostgresWriter:
     async def append(self, records: Sequence[NewRecord]) -> list[int]:
         if self._closed:
             raise JournalError("writer is closed")
-        seqs = await self._journal._append(self._sid, self._epoch, records)
+        seqs = await self._append(self._sid, self._epoch, records)
         if seqs:
             self._last_seq = seqs[-1]
         return seqs

@@ -346,7 +346,7 @@ class SqliteJournal:
         if sid < 0:
             raise SessionBusyError(session_id)
         self._sids[session_id] = sid
-        return _SqliteWriter(self, session_id, sid, 1, 0)
+        return _SqliteWriter(self._append, session_id, sid, 1, 0)
 
     async def open_writer(self, session_id: str) -> JournalWriter:
         def take() -> tuple[int, int, int] | None:
@@ -375,7 +375,7 @@ class SqliteJournal:
             raise SessionNotFoundError(session_id)
         sid, epoch, last_seq = found
         self._sids[session_id] = sid
-        return _SqliteWriter(self, session_id, sid, epoch, last_seq)
+        return _SqliteWriter(self._append, session_id, sid, epoch, last_seq)
 
     @property
     def _wc(self) -> sqlite3.Connection:
@@ -396,14 +396,14 @@ class SqliteJournal:
     # --- group commit --------------------------------------------------------------------------------------
 
     async def _append(self, writer: _SqliteWriter, records: Sequence[NewRecord]) -> list[int]:
-        if writer._closed:
+        if writer.closed:
             raise JournalError("writer is closed")
         self._check_open()
         if not records:
             return []
         if self._pending_size >= self._max_pending:
             await self._wait_for_room()
-        item = _Append(writer, writer._sid, writer._epoch, records, asyncio.get_running_loop().create_future())
+        item = _Append(writer, writer.sid, writer.epoch, records, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._pending_size += len(records)
         if not self._leader and self._flusher is None:
@@ -521,7 +521,7 @@ class SqliteJournal:
             if isinstance(result, BaseException):
                 item.future.set_exception(result)
             else:
-                item.writer._last_seq = result[-1]
+                item.writer.last_seq = result[-1]
                 item.future.set_result(result)
                 signal = self._signals.get(item.sid)
                 if signal is not None:
@@ -677,25 +677,31 @@ class SqliteJournal:
 
 
 class _SqliteWriter:
-    def __init__(self, journal: SqliteJournal, session_id: str, sid: int, epoch: int, last_seq: int) -> None:
-        self._journal = journal
+    """A session's writer. Its fields are the journal's to read (``sid``, ``epoch``, ``closed``) and to advance
+    (``last_seq``, when a round commits); it appends through the journal's ``append``, handed over at creation."""
+
+    def __init__(
+        self,
+        append: Callable[[_SqliteWriter, Sequence[NewRecord]], Coroutine[Any, Any, list[int]]],
+        session_id: str,
+        sid: int,
+        epoch: int,
+        last_seq: int,
+    ) -> None:
+        self._append = append
         self._session_id = session_id
-        self._sid = sid
-        self._epoch = epoch
-        self._last_seq = last_seq
-        self._closed = False
+        self.sid = sid
+        self.epoch = epoch
+        self.last_seq = last_seq
+        self.closed = False
 
     @property
     def session_id(self) -> str:
         return self._session_id
 
-    @property
-    def last_seq(self) -> int:
-        return self._last_seq
-
     def append(self, records: Sequence[NewRecord]) -> Coroutine[Any, Any, list[int]]:
-        # The journal's coroutine itself (one coroutine per append, not two); it checks `_closed` when awaited.
-        return self._journal._append(self, records)
+        # The journal's coroutine itself (one coroutine per append, not two); it checks `closed` when awaited.
+        return self._append(self, records)
 
     async def aclose(self) -> None:
-        self._closed = True
+        self.closed = True

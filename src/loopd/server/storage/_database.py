@@ -64,6 +64,11 @@ class Transaction(TransactionCore):
         """Run ``callback`` once this transaction has committed (never on rollback). For wake-ups, not writes."""
         self._after_commit.append(callback)
 
+    def run_after_commit(self) -> None:
+        """Run the `after_commit` callbacks (the database calls this once the transaction committed, or may have)."""
+        for callback in self._after_commit:
+            callback()
+
     @cached_property
     def conversations(self) -> Conversations:
         return Conversations(self)
@@ -176,11 +181,9 @@ class Database:
         except CommitOutcomeUnknown:
             # It may have committed: wake whoever waits for its writes (a wake-up that finds nothing is harmless).
             if tx is not None:
-                for callback in tx._after_commit:
-                    callback()
+                tx.run_after_commit()
             raise
-        for callback in tx._after_commit:
-            callback()
+        tx.run_after_commit()
 
     async def schema_version(self) -> int:
         return await schema_version(self._backend, schema())
