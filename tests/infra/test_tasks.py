@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import warnings
 
 import pytest
 
-from loopd._infra.tasks import TaskSet, TaskSetClosed
+from loopd._infra.tasks import TaskSet, TaskSetClosed, background, companions, race
 
 
 async def test_a_finished_task_is_forgotten() -> None:
@@ -103,3 +105,124 @@ async def test_a_cancelled_owner_still_waits_for_its_tasks_then_is_cancelled() -
     with pytest.raises(asyncio.CancelledError):
         await running
     assert ended == ["stubborn"]
+
+
+async def test_aclose_with_a_timeout_keeps_a_stubborn_task_owned_and_counts_it() -> None:
+    tasks = TaskSet("stubborn")
+    release = asyncio.Event()
+
+    async def ignores_cancellation() -> None:
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue  # swallowed on purpose: what a misbehaving library does
+
+    task = tasks.start(ignores_cancellation(), name="stubborn")
+    await asyncio.sleep(0)
+    assert await tasks.aclose(timeout=0.05) == 1
+    assert list(tasks) == [task] and not task.done()
+    release.set()
+    assert await tasks.aclose() == 0
+    assert task.done() and len(tasks) == 0
+
+
+async def test_race_the_first_to_end_cancels_the_other() -> None:
+    cleaned: list[str] = []
+
+    async def slow() -> str:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.append("slow")
+        return "never"
+
+    fast, slower = await race(asyncio.sleep(0, result="fast"), slow())
+    assert fast.ok and fast.result() == "fast"
+    assert slower.cancelled and not slower.ok and cleaned == ["slow"]
+    with pytest.raises(asyncio.CancelledError):
+        slower.result()
+
+
+async def test_race_returns_an_error_in_its_outcome_and_cancels_the_other() -> None:
+    async def boom() -> None:
+        raise ValueError("boom")
+
+    failed, other = await race(boom(), asyncio.Event().wait())
+    assert isinstance(failed.error, ValueError) and not failed.ok and other.cancelled
+    with pytest.raises(ValueError, match="boom"):
+        failed.result()
+
+
+async def test_race_closes_a_coroutine_cancelled_before_it_started() -> None:
+    async def instant() -> int:
+        return 1  # ends in its first step, before the second task has run at all
+
+    async def never_runs() -> None:
+        raise AssertionError("cancelled before its first step")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would be an error
+        first, second = await race(instant(), never_runs())
+        gc.collect()
+    assert first.result() == 1 and second.cancelled
+
+
+async def test_a_cancelled_race_cancels_both_and_passes_the_cancellation_on() -> None:
+    ended: list[str] = []
+
+    async def forever(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(name)
+
+    racing = asyncio.ensure_future(race(forever("a"), forever("b")))
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    racing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await racing
+    assert sorted(ended) == ["a", "b"]
+
+
+async def test_background_ends_with_the_block_and_its_error_is_not_wrapped() -> None:
+    ended: list[str] = []
+
+    async def helper() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append("helper")
+
+    with pytest.raises(KeyError):
+        async with background(helper(), name="helper") as task:
+            await asyncio.sleep(0)
+            assert task.get_name() == "helper" and not task.done()
+            raise KeyError("from the block")
+    assert ended == ["helper"] and task.cancelled()
+
+
+async def test_companions_are_cancelled_and_awaited_when_the_block_ends() -> None:
+    ended: list[str] = []
+
+    async def companion(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended.append(name)
+
+    async with companions([companion("a"), companion("b")], names=["a", "b"]) as tasks:
+        await asyncio.sleep(0)
+        assert [task.get_name() for task in tasks] == ["a", "b"]
+    assert sorted(ended) == ["a", "b"] and all(task.cancelled() for task in tasks)
+
+
+async def test_a_companion_that_fails_ends_the_block_with_its_error() -> None:
+    async def boom() -> None:
+        raise ValueError("companion failed")
+
+    with pytest.raises(ExceptionGroup) as caught:
+        async with companions([boom()]):
+            await asyncio.Event().wait()  # cancelled by the companion's failure
+    assert isinstance(caught.value.exceptions[0], ValueError)

@@ -261,14 +261,15 @@ async def test_the_sweeper_runs_in_the_background(rig: Rig) -> None:
     rig.gateway.fail_delete = None
     clock = VirtualClock()
     sweeper = Sweeper("test", lambda: rig.task_api.sweep_closing(limit=5), interval=1.0, clock=clock)
-    sweeper.start()
-    try:
-        async with asyncio.timeout(5):
-            while (await rig.task_api.response_of(task_id)).delivery_state != "closed":
-                await clock.advance(1.0)  # the next tick comes due
-    finally:
-        await sweeper.stop()
-    assert not sweeper.running and await task_object(rig, task_id) is None
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(sweeper.run())
+        try:
+            async with asyncio.timeout(5):
+                while (await rig.task_api.response_of(task_id)).delivery_state != "closed":
+                    await clock.advance(1.0)  # the next tick comes due
+        finally:
+            running.cancel()
+    assert running.cancelled() and sweeper.ticks >= 1 and await task_object(rig, task_id) is None
 
 
 async def test_follow_up_messages_while_work_continues(rig: Rig) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
-from loopd._infra.tasks import TaskSet
+from loopd._infra.tasks import background, companions, race
 from loopd.resources.client import ResourceClient, ResourceType
 
 from ._controller import Controller, ControllerStatistics, ReconcileFunction, Reconciler, Watch
@@ -155,9 +155,8 @@ class Manager:
         self._started = True
         self._running = True
         try:
-            async with TaskSet("reconcile informers") as informers:  # they run until the manager stops
-                for informer in self._informers.values():
-                    informers.start(informer.run(), name=f"informer:{informer.resource}")
+            informers = self._informers.values()  # they run until the manager stops (one TaskGroup)
+            async with companions([i.run() for i in informers], names=[f"informer:{i.resource}" for i in informers]):
                 if self._elector is None:
                     await self._lead(lost=None)
                 else:
@@ -171,8 +170,7 @@ class Manager:
                 return
             lost = asyncio.Event()
             try:
-                async with TaskSet("lease renewal") as renewal:  # renews for exactly one term
-                    renewal.start(self._renew(elector, lost), name="lease-renewer")
+                async with background(self._renew(elector, lost), name="lease-renewer"):  # for exactly one term
                     await self._lead(lost=lost)
             finally:
                 if not lost.is_set():
@@ -186,25 +184,27 @@ class Manager:
     async def _lead(self, *, lost: asyncio.Event | None) -> None:
         """One term: start every controller, wait for a stop or a loss, then stop them."""
         started: list[Controller] = []
-        stop_waiters = [asyncio.ensure_future(self._stopping.wait())]
-        if lost is not None:
-            stop_waiters.append(asyncio.ensure_future(lost.wait()))
-        starter = asyncio.ensure_future(self._start_all(started))
         try:
-            await asyncio.wait([starter, *stop_waiters], return_when=asyncio.FIRST_COMPLETED)
-            if starter.done():
-                starter.result()
+            # Starting the controllers races a stop or a loss: whichever ends first cancels the other.
+            begun, _ = await race(self._start_all(started), self._stop_requested(lost), names=("starter", "stop"))
+            if not begun.cancelled:
+                begun.result()  # a controller that could not start says so
                 self._leading = True
-                await asyncio.wait(stop_waiters, return_when=asyncio.FIRST_COMPLETED)
+                await self._stop_requested(lost)
         finally:
             self._leading = False
-            starter.cancel()
-            for waiter in stop_waiters:
-                waiter.cancel()
-            await asyncio.gather(starter, *stop_waiters, return_exceptions=True)
             abort = lost is not None and lost.is_set()
             drain = None if abort else self._drain_timeout
-            await asyncio.gather(*(controller.stop(drain) for controller in started))
+            async with asyncio.TaskGroup() as stopping:  # every controller drains at the same time
+                for controller in started:
+                    stopping.create_task(controller.stop(drain), name=f"stop:{controller.name}")
+
+    async def _stop_requested(self, lost: asyncio.Event | None) -> None:
+        """Until ``shutdown()`` is asked for or (with ``lost``) the lease is lost."""
+        if lost is None:
+            await self._stopping.wait()
+        else:
+            await race(self._stopping.wait(), lost.wait(), names=("stopping", "lost"))
 
     async def _start_all(self, started: list[Controller]) -> None:
         for controller in self._controllers:

@@ -10,6 +10,7 @@ Must not do: bind sockets (``loopd.server.http.open_http_server``), build servic
 
 from __future__ import annotations
 
+import asyncio
 import html
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -93,16 +94,20 @@ def create_server_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if sweepers:
-            for sweeper in background:
-                sweeper.start()
         try:
-            yield
+            async with asyncio.TaskGroup() as group:  # the sweepers run as long as the app
+                running = [
+                    group.create_task(sweeper.run(), name=f"loopd-sweeper-{sweeper.name}")
+                    for sweeper in (background if sweepers else ())
+                ]
+                try:
+                    yield
+                finally:
+                    ctx.conversations.begin_shutdown()
+                    for task in running:
+                        task.cancel()  # the group's exit waits until they have ended
         finally:
-            ctx.conversations.begin_shutdown()
-            for sweeper in background:
-                await sweeper.stop()
-            await ctx.conversations.feeds.aclose()  # the feeds' tasks end with the app
+            await ctx.conversations.feeds.aclose()  # then the feeds' tasks end with the app
 
     app = _ServerApi(
         title="loopd server",

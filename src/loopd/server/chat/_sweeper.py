@@ -1,9 +1,10 @@
-"""`Sweeper`: one background asyncio task that runs a bounded unit of work every ``interval`` seconds.
+"""`Sweeper`: a bounded unit of work run every ``interval`` seconds by ``run()``, in a task its owner holds.
 
 Used for completions left ``closing`` and for Human deadlines. Each tick is bounded in time (``tick_timeout``) and
 in work (the tick itself takes a batch limit); the interval is slept on the given ``Clock``. An error in a tick is
 logged and the next tick runs as usual.
-``asyncio.CancelledError`` is never swallowed: `stop` cancels the task and waits for it.
+The sweeper starts no task of its own: its owner runs ``run()`` in a TaskGroup (the server app's lifespan runs
+every sweeper in one) and ends it by cancelling that task. ``asyncio.CancelledError`` is never swallowed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ _log = logging.getLogger(__name__)
 
 
 class Sweeper:
+    """Runs ``tick`` (a bounded batch; its count is ignored) every ``interval`` seconds of ``clock`` while ``run()``
+    runs."""
+
     def __init__(
         self,
         name: str,
@@ -34,32 +38,11 @@ class Sweeper:
         self._interval = interval
         self._tick_timeout = tick_timeout
         self._clock = clock or SystemClock()
-        self._task: asyncio.Task[None] | None = None
         self.ticks = 0
         """How many ticks ran (for tests and statistics)."""
 
-    @property
-    def running(self) -> bool:
-        return self._task is not None and not self._task.done()
-
-    def start(self) -> None:
-        if self.running:
-            return
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"loopd-sweeper-{self.name}")
-
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                raise  # we are being cancelled ourselves, not just our sweeper
-
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Tick every ``interval`` until cancelled (a tick's error is logged; the next tick runs as usual)."""
         while True:
             try:
                 async with asyncio.timeout(self._tick_timeout):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from loopd._infra.clock import wait_event
+from loopd._infra.tasks import TaskSet
 from loopd.server.storage import HarnessCall, StorageError
 
 from ._adapter import HarnessAdapter
@@ -103,10 +104,11 @@ class CallDriver:
         self._poll_interval = poll_interval
         self._retry_delay = retry_delay
         self._scan_limit = scan_limit
-        self._drives: dict[str, tuple[Drive, asyncio.Task[None]]] = {}
+        self._drives: dict[str, Drive] = {}
         self._retry_after: dict[str, float] = {}
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("harness call driver")  # the driver loop and one task per drive; `stop` ends them
+        self._started = False
         self._closed = False
         self.claims = 0
         """Leases taken to drive or close a call."""
@@ -121,8 +123,9 @@ class CallDriver:
 
     def start(self) -> None:
         """Start the driver task (once)."""
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._drive_forever())
+        if not self._started:
+            self._started = True
+            self._tasks.start(self._drive_forever(), name="loopd-harness-driver")
 
     def wake(self) -> None:
         """Scan now rather than after the poll interval."""
@@ -132,19 +135,18 @@ class CallDriver:
         """Tell the drive of ``call_id`` (if it runs here) to re-read its call."""
         found = self._drives.get(call_id)
         if found is not None:
-            found[0].poke.set()
+            found.poke.set()
 
     async def stop(self) -> list[tuple[str, int]]:
         """Stop the driver and every drive; the (call id, lease token) pairs they held."""
         self._closed = True
-        held = [(call_id, drive.token) for call_id, (drive, _task) in self._drives.items()]
-        tasks: list[asyncio.Task[None]] = [task for _drive, task in self._drives.values()]
-        if self._task is not None:
-            tasks.append(self._task)
-        for drive, _task in self._drives.values():
+        held = [(call_id, drive.token) for call_id, drive in self._drives.items()]
+        for drive in self._drives.values():
             drive.stop()
-        await cancel_all(tasks, timeout=self._db.options.operation_timeout + 5)
-        self._task = None
+        # Cancelled again while any is left (a library may swallow one cancellation: 3.11's `wait_for` can).
+        left = await self._tasks.aclose(timeout=self._db.options.operation_timeout + 5)
+        if left:
+            _log.warning("harness engine: %d task(s) did not stop within the shutdown timeout", left)
         self._drives.clear()
         self._slots.clear()
         return held
@@ -209,7 +211,8 @@ class CallDriver:
                 self._slots.hold(call.id)
             drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
             self.claims += 1
-            self._drives[call.id] = (drive, asyncio.ensure_future(self._run_drive(drive, call)))
+            self._drives[call.id] = drive
+            self._tasks.start(self._run_drive(drive, call), name=f"loopd-drive-{call.id}")
 
     async def _run_drive(self, drive: Drive, call: HarnessCall) -> None:
         outcome: Outcome = "retry"
@@ -233,20 +236,3 @@ class CallDriver:
         with contextlib.suppress(StorageError, TimeoutError):
             async with asyncio.timeout(self._db.options.operation_timeout):
                 await self.release(drive.call_id, drive.token)
-
-
-async def cancel_all(tasks: list[asyncio.Task[None]], *, timeout: float) -> None:
-    """Cancel ``tasks`` and wait for them, cancelling again while any is left (a library may swallow one
-    cancellation: Python 3.11's ``wait_for`` can), for at most ``timeout`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    pending = {task for task in tasks if not task.done()}
-    while pending and loop.time() < deadline:
-        for task in pending:
-            task.cancel()
-        _done, pending = await asyncio.wait(pending, timeout=min(0.5, max(deadline - loop.time(), 0.01)))
-    for task in tasks:
-        if task.done() and not task.cancelled():
-            task.exception()  # retrieved: a drive's error was logged where it happened
-    if pending:
-        _log.warning("harness engine: %d task(s) did not stop within %g s", len(pending), timeout)

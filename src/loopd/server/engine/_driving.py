@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 
 from loopd._infra.clock import Clock, wait_event
 from loopd._infra.errors import LoopdError
+from loopd._infra.tasks import background, race
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency
 from loopd.server.storage import (
@@ -314,20 +315,17 @@ class Drive:
             elif run.execution_ref is not None and call.execution_ref != run.execution_ref:
                 call = await tx.harness_calls.update(call.id, execution_ref=run.execution_ref)
         replaying = mode == "resume" and run.replays
-        consumer = asyncio.ensure_future(self._consume(run, call, replaying))
-        watcher = asyncio.ensure_future(self._watch(run))
-        try:
-            await asyncio.wait({consumer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (consumer, watcher):
-                if not task.done():
-                    task.cancel()
-            await asyncio.gather(consumer, watcher, return_exceptions=True)
-        if consumer.done() and not consumer.cancelled() and consumer.exception() is None:
-            return consumer.result()
-        if consumer.done() and not consumer.cancelled():
-            return await self._consumer_failed(consumer.exception())
-        reason = watcher.result()  # the watcher stopped the drive (it never raises but cancellation)
+        # The first of the two to end decides; the other is cancelled (one TaskGroup, see `race`).
+        consumed, watched = await race(
+            self._consume(run, call, replaying),
+            self._watch(run),
+            names=(f"loopd-drive-consume-{call.id}", f"loopd-drive-watch-{call.id}"),
+        )
+        if consumed.ok:
+            return consumed.result()
+        if consumed.error is not None:
+            return await self._consumer_failed(consumed.error)
+        reason = watched.result()  # the watcher stopped the drive (it never raises but cancellation)
         return await self._stopped(run, reason)
 
     async def _consumer_failed(self, exc: BaseException | None) -> Outcome:
@@ -381,13 +379,8 @@ class Drive:
             except BaseException as exc:
                 await queue.put(_Raised(exc))
 
-        pumping = asyncio.ensure_future(pump())
-        try:
+        async with background(pump(), name=f"loopd-drive-pump-{call.id}"):  # cancelled and awaited at the end
             return await self._apply_all(queue, call, replaying)
-        finally:
-            pumping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pumping
 
     async def _apply_all(
         self, queue: asyncio.Queue[Update | _End | _Raised], call: HarnessCall, replaying: bool
