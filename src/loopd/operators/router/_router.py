@@ -141,6 +141,9 @@ class Router:
         except NotFound:
             logger.info("task %s is gone; nothing to answer", task.id)
             return None
+        except Conflict as exc:  # a progress message refused: the Task's completion has begun
+            logger.info("task %s is being completed already: %s", task.id, exc.message)
+            return None
         try:
             await self._rt.chat.answer(task.id, answer)
         except Conflict:
@@ -339,8 +342,9 @@ def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _settled(message: Message) -> bool:
-    """Whether a history message is final (its text no longer changes): only those go into prompts, which must be
-    the same when a restarted Router builds them again."""
+    """Whether a history message is final (its text no longer changes). Only those go into prompts, which must be
+    the same when a restarted Router builds them again; one that was still streaming at the first run and has ended
+    by a restart changes the prompt, and the restarted Router fails the Task (``Conflict`` → `TaskFailed`)."""
     return message.status != "streaming"
 
 
