@@ -103,10 +103,22 @@ class Subscription:
     Use it as a context manager; leaving it detaches the stream and stops the feed if it was the last one.
     """
 
-    __slots__ = ("_feed", "_feeds", "_frames", "_joined", "_open", "_timer", "_timer_at", "_waiter", "conversation_id")
+    __slots__ = (
+        "_feed",
+        "_feeds",
+        "_frames",
+        "_joined",
+        "_open",
+        "_tally",
+        "_timer",
+        "_timer_at",
+        "_waiter",
+        "conversation_id",
+    )
 
-    def __init__(self, feeds: ConversationFeeds, conversation_id: str) -> None:
+    def __init__(self, feeds: ConversationFeeds, conversation_id: str, tally: _Tally) -> None:
         self._feeds = feeds
+        self._tally = tally
         self.conversation_id = conversation_id
         self._feed: _Feed | None = None
         self._frames: deque[Frame] = deque()
@@ -125,8 +137,20 @@ class Subscription:
     def attach(self) -> None:
         """Have the feed fill the (emptied) buffer from now on; the caller then catches up from the log and asks
         `covers`. A no-op when attached or closed, or once the feeds are closed."""
-        if self._open and not self.is_attached():
-            self._feeds._attach(self)
+        if not self._open or self.is_attached():
+            return
+        feed = self._feeds.live_feed(self.conversation_id)
+        if feed is None:
+            return  # the feeds are closed
+        if self._feed is not feed:
+            if self._feed is not None:
+                self._feed.leave(self)
+            self._feed = feed
+            feed.members.add(self)
+        # What the buffer still holds is read from the log again (a catch-up always follows an attach).
+        self._frames.clear()
+        self._joined = feed.cursor
+        feed.attached.add(self)
 
     def covers(self, cursor: int, end: int) -> bool:
         """Whether the stream may follow its buffer now: it sent everything through ``cursor``, after reading a
@@ -169,13 +193,14 @@ class Subscription:
             self._waiter = None
 
     def close(self) -> None:
+        """Leave the conversation's feed (it stops if this was its last stream); idempotent."""
         if not self._open:
             return
         self._open = False
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._feeds._subscriptions -= 1
+        self._tally.subscriptions -= 1
         feed, self._feed = self._feed, None
         self._frames.clear()
         if feed is not None:
@@ -189,15 +214,19 @@ class Subscription:
 
     # --- called by the feed --------------------------------------------------------------------------------------
 
-    def _offer(self, frames: list[Frame], limit: int) -> bool:
+    def offer(self, frames: list[Frame], limit: int) -> bool:
+        """Buffer ``frames`` and wake the stream (the feed calls this); False, buffering nothing, when the buffer
+        would hold more than ``limit``: the feed then detaches the stream."""
         if len(self._frames) + len(frames) > limit:
             return False
         self._frames.extend(frames)
         self._wake()
         return True
 
-    def _detached(self, feed: _Feed | None) -> None:
-        if feed is None:
+    def dropped(self, *, ended: bool) -> None:
+        """The feed stopped filling this buffer (the feed calls this): the stream fell behind, or (``ended``) the
+        feed is gone. Either way the stream reads the log by itself next."""
+        if ended:
             self._feed = None
         self._wake()
 
@@ -214,8 +243,9 @@ class Subscription:
 class _Feed:
     """The single live reader of one conversation (see the module docstring)."""
 
-    def __init__(self, feeds: ConversationFeeds, conversation_id: str) -> None:
+    def __init__(self, feeds: ConversationFeeds, conversation_id: str, tally: _Tally) -> None:
         self._feeds = feeds
+        self._tally = tally
         self.conversation_id = conversation_id
         self.cursor: int | None = None
         """Every event through this cursor was read (and handed out); None until the first stream caught up."""
@@ -227,7 +257,7 @@ class _Feed:
 
     def begin(self, cursor: int) -> None:
         self.cursor = self.started = cursor
-        self._task = self._feeds._tasks.start(self._run(), name=f"feed:{self.conversation_id}")
+        self._task = self._feeds.tasks.start(self._run(), name=f"feed:{self.conversation_id}")
 
     def leave(self, subscription: Subscription) -> None:
         self.members.discard(subscription)
@@ -236,7 +266,7 @@ class _Feed:
             self.stop()
 
     def stop(self) -> None:
-        self._feeds._forget(self)
+        self._feeds.forget(self)
         if self._task is not None:
             self._task.cancel()  # it holds nothing but its bus wait or a read: nothing to clean up after it
 
@@ -249,7 +279,7 @@ class _Feed:
                 try:
                     await asyncio.sleep(0)  # the waiter registers with the bus before we read
                     items = await source.read_stream(self.conversation_id, after=self.cursor, limit=PAGE)
-                    self._feeds._reads += 1
+                    self._tally.reads += 1
                     if items:
                         await self._hand_out([frame_of(item) for item in items])
                         continue
@@ -261,13 +291,13 @@ class _Feed:
         except Exception:  # a bug here must not leave streams waiting: they fall back to their own reads
             _log.exception("feed of conversation %s failed; its streams read on their own", self.conversation_id)
         finally:
-            self._retire()
+            self.retire()
 
     async def _hand_out(self, frames: list[Frame]) -> None:
         # The cursor moves first: a stream attaching from now on catches up through it from the log; one that
         # re-attaches during the hand-out may still be offered these frames, and skips them by cursor.
         self.cursor = frames[-1].cursor
-        self._feeds._frames += len(frames)
+        self._tally.frames += len(frames)
         limit = self._feeds.buffer
         receivers = tuple(self.attached)
         for start in range(0, len(receivers), HAND_OUT_SLICE):
@@ -276,17 +306,27 @@ class _Feed:
             for subscription in receivers[start : start + HAND_OUT_SLICE]:
                 if subscription not in self.attached:
                     continue  # left or fell behind meanwhile
-                if not subscription._offer(frames, limit):
+                if not subscription.offer(frames, limit):
                     self.attached.discard(subscription)
-                    self._feeds._detached += 1
-                    subscription._detached(self)
+                    self._tally.detached += 1
+                    subscription.dropped(ended=False)
 
-    def _retire(self) -> None:
+    def retire(self) -> None:
         """The feed ends while streams may remain: they read the log themselves (and join a new feed)."""
-        self._feeds._forget(self)
+        self._feeds.forget(self)
         members, self.members, self.attached = self.members, set(), set()
         for subscription in members:
-            subscription._detached(None)
+            subscription.dropped(ended=True)
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What `ConversationFeeds.statistics` counts, kept by the subscriptions and feeds as they go."""
+
+    subscriptions: int = 0
+    reads: int = 0
+    frames: int = 0
+    detached: int = 0
 
 
 class ConversationFeeds:
@@ -300,22 +340,24 @@ class ConversationFeeds:
         self._feeds: dict[str, _Feed] = {}
         self._closed = False
         self._tasks = TaskSet("conversation feeds")  # every feed's task; cancelled ones end here
-        self._subscriptions = 0
-        self._reads = 0
-        self._frames = 0
-        self._detached = 0
+        self._tally = _Tally()
+
+    @property
+    def tasks(self) -> TaskSet:
+        """Where the feeds and the streams' timers run (`aclose` waits for them)."""
+        return self._tasks
 
     def subscribe(self, conversation_id: str) -> Subscription:
         """A new, detached stream of ``conversation_id``: attach it, catch up from the log, then follow."""
-        self._subscriptions += 1
-        return Subscription(self, conversation_id)
+        self._tally.subscriptions += 1
+        return Subscription(self, conversation_id, self._tally)
 
     def close(self) -> None:
         """Stop every feed and wake every stream (shutdown): nothing is followed any more."""
         self._closed = True
         for feed in list(self._feeds.values()):
             feed.stop()
-            feed._retire()
+            feed.retire()
 
     async def aclose(self) -> None:
         """`close`, then wait until every feed's task has ended."""
@@ -325,32 +367,25 @@ class ConversationFeeds:
     def statistics(self) -> FeedStatistics:
         return FeedStatistics(
             feeds=len(self._feeds),
-            subscriptions=self._subscriptions,
-            reads=self._reads,
-            frames=self._frames,
-            detached=self._detached,
+            subscriptions=self._tally.subscriptions,
+            reads=self._tally.reads,
+            frames=self._tally.frames,
+            detached=self._tally.detached,
         )
 
-    # --- internals -----------------------------------------------------------------------------------------------
+    # --- for the subscriptions and feeds -------------------------------------------------------------------------
 
-    def _attach(self, subscription: Subscription) -> None:
+    def live_feed(self, conversation_id: str) -> _Feed | None:
+        """The conversation's feed, made if it has none (a stream is attaching); None once the feeds are closed."""
         if self._closed:
-            return
-        feed = subscription._feed
-        if feed is None or self._feeds.get(subscription.conversation_id) is not feed:
-            if feed is not None:
-                feed.leave(subscription)
-            feed = self._feeds.get(subscription.conversation_id)
-            if feed is None:
-                feed = self._feeds[subscription.conversation_id] = _Feed(self, subscription.conversation_id)
-            subscription._feed = feed
-            feed.members.add(subscription)
-        # What the buffer still holds is read from the log again (a catch-up always follows an attach).
-        subscription._frames.clear()
-        subscription._joined = feed.cursor
-        feed.attached.add(subscription)
+            return None
+        feed = self._feeds.get(conversation_id)
+        if feed is None:
+            feed = self._feeds[conversation_id] = _Feed(self, conversation_id, self._tally)
+        return feed
 
-    def _forget(self, feed: _Feed) -> None:
+    def forget(self, feed: _Feed) -> None:
+        """Drop ``feed`` from the live ones (it stopped); a later stream of its conversation starts a new one."""
         if self._feeds.get(feed.conversation_id) is feed:
             del self._feeds[feed.conversation_id]
 
