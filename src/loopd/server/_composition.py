@@ -279,7 +279,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 ctx,
                 clock=clock,
                 routers=[
-                    engine_router(engine, asker_of=task_api.asker_of, tasks=task_api),
+                    engine_router(engine, asker_of=task_api.asker_of, tasks=task_api, stopping=task_api.stopping),
                     ledger_router(ledger, tasks=task_api, conversations=conversations),
                 ],
             )

@@ -103,7 +103,7 @@ def create_server_app(
                 try:
                     yield
                 finally:
-                    ctx.conversations.begin_shutdown()
+                    begin_shutdown()
                     for task in running:
                         task.cancel()  # the group's exit waits until they have ended
         finally:
@@ -118,14 +118,19 @@ def create_server_app(
         redoc_url=None,
     )
     app.state.context = ctx
-    app.state.begin_shutdown = ctx.conversations.begin_shutdown
+
+    def begin_shutdown() -> None:
+        ctx.conversations.begin_shutdown()  # streams end
+        ctx.task_api.begin_shutdown()  # bounded waits answer
+
+    app.state.begin_shutdown = begin_shutdown
     install_error_handlers(app)
     access = AccessStore(ctx.db, signin_ttl=ctx.security.signin_ttl)
     app.include_router(_base_routes())
     app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.conversations, ctx.chat, heartbeat=heartbeat))
     app.include_router(task_router(ctx.task_api))
-    app.include_router(human_router(ctx.human))
+    app.include_router(human_router(ctx.human, stopping=ctx.task_api.stopping))
     app.include_router(registry_router(ctx.registry))
     for router in routers:
         app.include_router(router)

@@ -7,7 +7,7 @@ translates HTTP to service calls and back.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from typing import Annotated, Final, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi import Path as PathParam
@@ -17,7 +17,7 @@ from loopd.server.chat._reader import ConversationReader
 from loopd.server.chat._records import ChatRequest
 from loopd.server.chat._requests import ChatRequests, text_content
 from loopd.server.chat._stream import conversation_frames
-from loopd.server.chat._tasks import TaskApi, check_responder
+from loopd.server.chat._tasks import OutputSpec, TaskApi, check_responder
 from loopd.server.chat._wire import (
     MAX_KEY,
     ChatAccepted,
@@ -30,10 +30,16 @@ from loopd.server.chat._wire import (
     EmitAccepted,
     EmitRequest,
     MessageList,
+    OutputCreated,
+    OutputEnded,
+    OutputEndRequest,
+    OutputRequest,
     SnapshotBody,
     TaskContextBody,
+    TaskList,
     conversation_body,
     message_body,
+    task_summary,
 )
 from loopd.server.http import ERROR_RESPONSES, EventStreamResponse, Identity, current_identity, trusted_identity
 
@@ -280,5 +286,71 @@ def task_router(tasks: TaskApi) -> APIRouter:
         error = None if body is None or body.error is None else body.error.model_dump()
         response = await tasks.complete(task_id, error=error, actor=caller)
         return CompletionBody(task_id=task_id, delivery_state=response.delivery_state, response=message_body(response))
+
+    # -- the operator surface ------------------------------------------------------------------------------
+
+    @router.get("/v1/tasks", tags=["tasks"])
+    async def list_tasks(
+        caller: Responder,
+        target_kind: Annotated[Literal["operator", "harness"], Query(description="The responder's kind.")],
+        target_key: Annotated[str, Query(min_length=1, max_length=MAX_KEY, description="The responder's key.")],
+        after: Annotated[str | None, Query(min_length=1, max_length=MAX_KEY, description="Last task id seen.")] = None,
+        limit: Limit = 100,
+    ) -> TaskList:
+        """The Tasks addressed to a responder whose delivery is not ``closed``, in task id order. Only that
+        responder itself (its token, or the admin acting as it) or the admin may list them (403)."""
+        page = await tasks.list_tasks(caller, target_kind, target_key, after=after, limit=limit)
+        return TaskList(
+            data=[task_summary(m) for m in page], next_after=page[-1].task_id if len(page) == limit else None
+        )
+
+    @router.post(
+        "/v1/tasks/{task_id}/outputs",
+        tags=["tasks"],
+        status_code=201,
+        responses={200: {"model": OutputCreated, "description": "The same key with the same parameters again."}},
+    )
+    async def put_output(caller: Responder, task_id: Id, body: OutputRequest, response: Response) -> OutputCreated:
+        """Speak (``stream`` false: a complete message) or Tell (``stream`` true: a streaming output) as the
+        caller in the Task's ``main`` conversation (a reply to the input) or its ``work`` conversation. 201;
+        200 with the same message when the key and the parameters repeat; 409 when they differ, or for a new
+        key once the Task's completion has begun."""
+        spec = OutputSpec(
+            key=body.key,
+            conversation=body.conversation,
+            stream=body.stream,
+            text=body.text,
+            content=body.content,
+            title=body.title,
+        )
+        message, created = await tasks.put_output(task_id, spec, actor=caller)
+        response.status_code = 201 if created else 200
+        return OutputCreated(created=created, message=message_body(message))
+
+    @router.post("/v1/tasks/{task_id}/outputs/{message_id}/events", tags=["tasks"])
+    async def emit_output(caller: Responder, task_id: Id, message_id: Id, body: EmitRequest) -> EmitAccepted:
+        """Append ``set`` / ``append`` / ``error`` events to an output opened by key (no Human blocks); 409 once
+        it has ended or the Task's completion has begun."""
+        emitted = await tasks.emit_output(task_id, message_id, body.events, actor=caller)
+        last = emitted.events[-1] if emitted.events else None
+        return EmitAccepted(
+            message_id=emitted.message.id,
+            seq=last.seq if last is not None else 0,
+            cursor=last.cursor if last is not None else 0,
+            revision=emitted.message.revision,
+        )
+
+    @router.post("/v1/tasks/{task_id}/outputs/{message_id}/end", tags=["tasks"])
+    async def end_output(
+        caller: Responder,
+        task_id: Id,
+        message_id: Id,
+        body: Annotated[OutputEndRequest | None, Body()] = None,
+    ) -> OutputEnded:
+        """End an output opened by key: ``completed``, or ``failed`` with ``error``. Once: the same end again is
+        answered with the message as it is; a different one is 409."""
+        error = None if body is None or body.error is None else body.error.model_dump()
+        message = await tasks.end_output(task_id, message_id, error=error, actor=caller)
+        return OutputEnded(message=message_body(message))
 
     return router

@@ -13,11 +13,15 @@ or write message content except through ``loopd.server.streams``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Literal
 
+from loopd._infra.errors import LoopdError
 from loopd._infra.http_errors import ApiError
+from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question
 from loopd.server.chat._records import Emitted, TaskContext
@@ -25,13 +29,27 @@ from loopd.server.http import Identity
 from loopd.server.storage import (
     MAX_PAGE,
     Conflict,
+    Conversation,
     Database,
     InvalidRecord,
     Message,
     NewMessage,
+    NotFound,
     StorageError,
+    TaskOutput,
+    Transaction,
+    digest,
 )
-from loopd.server.streams import TERMINAL_STATUSES, ConversationBus, emit, empty_model, finish, open_message
+from loopd.server.streams import (
+    HUMAN_BLOCK_TYPES,
+    TERMINAL_STATUSES,
+    ConversationBus,
+    TerminalStatus,
+    emit,
+    empty_model,
+    finish,
+    open_message,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -73,6 +91,7 @@ class TaskApi:
         self._bus = bus
         self._tasks = tasks
         self._history_limit = history_limit
+        self._stopping = asyncio.Event()
 
     async def task_context(self, task_id: str) -> TaskContext:
         """Input, response, conversation and bounded history; ``NotFound`` in the commit window (requeue)."""
@@ -268,3 +287,210 @@ class TaskApi:
             except StorageError as exc:
                 _log.warning("completion of task %s not finished yet: %s", response.task_id, exc)
         return done
+
+    # -- the operator surface: Tasks per responder, keyed outputs, the work conversation ----------------------
+
+    @property
+    def stopping(self) -> asyncio.Event:
+        """Set by `begin_shutdown`: long waits (the wait routes) return their current state at once."""
+        return self._stopping
+
+    def begin_shutdown(self) -> None:
+        """End every bounded wait that watches `stopping`; nothing else changes."""
+        self._stopping.set()
+
+    async def list_tasks(
+        self, actor: Identity, kind: str, key: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The response messages of the Tasks addressed to ``kind:key`` whose delivery is not ``closed``, in task
+        id order after ``after``. Only that responder itself (a token caller) or the admin may list (403)."""
+        if not (actor.admin or (actor.trusted and (actor.kind, actor.key) == (kind, key))):
+            raise ApiError("forbidden", f"only {kind}:{key} itself (or the admin) may list its Tasks")
+        if kind not in AUTHOR_KINDS:
+            raise InvalidRecord(f"a Task's responder is an operator or a harness, not {kind!r}")
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.messages.list_open_tasks(kind, key, after=after, limit=limit)  # type: ignore[arg-type]
+
+    async def put_output(self, task_id: str, output: OutputSpec, *, actor: Identity) -> tuple[Message, bool]:
+        """Speak (``stream=False``: a completed message) or Tell (a ``streaming`` one) as ``actor`` in the Task's
+        main or work conversation; returns the message and whether it was created now.
+
+        Keyed by (task, ``output.key``): the key is stored in the message's transaction, so a retry with the same
+        parameters gets the same message (even across a crash, even when two arrive at once), other parameters a
+        ``Conflict``. A new key once completion has begun is a ``Conflict``.
+        """
+        content = output.model()
+        params = output.params_hash()
+        for _ in range(3):
+            try:
+                return await self._put_output(task_id, output, content, params, actor)
+            except _OutputRaced:
+                continue  # another request stored this key meanwhile: read its row
+        raise Conflict(f"task {task_id}: output {output.key!r} keeps changing; retry")
+
+    async def _put_output(
+        self, task_id: str, output: OutputSpec, content: dict[str, Any], params: str, actor: Identity
+    ) -> tuple[Message, bool]:
+        async with self._db.transaction() as tx:
+            input_, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)  # serializes the Task's outputs and its completion
+            check_responder(actor, response)
+            existing = await tx.task_outputs.find(task_id, output.key)
+            if existing is not None:
+                if existing.params_hash != params:
+                    raise Conflict(f"task {task_id} already has output {output.key!r} with other parameters")
+                return await tx.messages.get(existing.message_id), False
+            if response.delivery_state:
+                raise Conflict(f"task {task_id} is completing; it takes no new outputs")
+            if output.conversation == "main":
+                conversation_id, reply_to = response.conversation_id, input_.id
+            else:
+                conversation_id, reply_to = (await self._work_conversation(tx, task_id, response, "")).id, None
+            message = await open_message(
+                tx,
+                NewMessage(
+                    conversation_id=conversation_id,
+                    kind=actor.kind,  # the responder (check_responder): an operator or a harness
+                    key=actor.key,
+                    purpose="output",
+                    content=content,
+                    task_id=task_id,
+                    reply_to_message_id=reply_to,
+                    status="streaming" if output.stream else "completed",
+                ),
+                bus=self._bus,
+            )
+            try:
+                await tx.task_outputs.insert(task_id, output.key, params, message.id)
+            except Conflict as exc:
+                raise _OutputRaced(output.key) from exc  # rolls this message back
+            return message, True
+
+    async def emit_output(
+        self, task_id: str, message_id: str, events: Sequence[Mapping[str, Any]], *, actor: Identity
+    ) -> Emitted:
+        """Append ``set`` / ``append`` / ``error`` events to a keyed output of the Task (no Human blocks);
+        ``Conflict`` once it has ended or the Task's completion has begun, ``NotFound`` for any other message."""
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            check_responder(actor, response)
+            await _keyed_output(tx, task_id, message_id)
+            if response.delivery_state:
+                raise Conflict(f"task {task_id} is completing; its outputs take no more events")
+            message, stored = await emit(tx, message_id, events, bus=self._bus)
+        return Emitted(message, stored)
+
+    async def end_output(
+        self, task_id: str, message_id: str, *, error: Mapping[str, str] | None = None, actor: Identity
+    ) -> Message:
+        """End a keyed output once: ``completed``, or ``failed`` with ``error``. The same end again returns the
+        message unchanged; a different one is a ``Conflict``. An output the Task's completion already ended takes
+        the end that matches its status (else ``Conflict``)."""
+        intent = _intent(error)
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            check_responder(actor, response)
+            output = await _keyed_output(tx, task_id, message_id)
+            message = await tx.messages.lock(message_id)
+            if output.end_intent is not None:
+                if output.end_intent != intent:
+                    raise Conflict(f"output {message_id} has already ended otherwise")
+                return message
+            status: TerminalStatus = "failed" if intent["error"] else "completed"
+            if message.status in TERMINAL_STATUSES:
+                if message.status != status:
+                    raise Conflict(f"output {message_id} was already ended ({message.status})")
+            else:
+                message = await finish(tx, message_id, status, error=intent["error"], bus=self._bus)
+            await tx.task_outputs.set_end(message_id, intent)
+            return message
+
+    async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None:
+        """The id of the Task's work conversation, created on first use (``Conflict`` once completion has begun);
+        with ``create=False`` None when there is none. For harness calls whose output goes there."""
+        if not create:
+            async with self._db.transaction(read_only=True) as tx:
+                await tx.messages.task_pair(task_id)
+                work = await tx.conversations.find_work(task_id)
+                return None if work is None else work.id
+        async with self._db.transaction() as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            response = await tx.messages.lock(response.id)
+            if response.delivery_state:
+                raise Conflict(f"task {task_id} is completing; it takes no new outputs")
+            return (await self._work_conversation(tx, task_id, response, "")).id
+
+    async def _work_conversation(self, tx: Transaction, task_id: str, response: Message, name: str) -> Conversation:
+        work = await tx.conversations.find_work(task_id)
+        if work is None:  # one per Task: the unique task_id refuses a second (its transaction rolls back)
+            work = await tx.conversations.create(
+                actor_kind=response.kind, actor_key=response.key, task_id=task_id, name=name
+            )
+        return work
+
+
+class _OutputRaced(LoopdError):
+    """Another request stored the same output key first: roll back and read its row."""
+
+
+async def _keyed_output(tx: Transaction, task_id: str, message_id: str) -> TaskOutput:
+    try:
+        output = await tx.task_outputs.by_message(message_id)
+    except NotFound:
+        raise NotFound(f"message {message_id} is not an output of task {task_id} opened by key") from None
+    if output.task_id != task_id:
+        raise NotFound(f"message {message_id} is not an output of task {task_id}")
+    return output
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What a Speak / Tell asks for: the client's key, where (``main`` or ``work``), streaming or complete, and
+    the opening content (``text`` → one text block ``text``, or an AgentUE ``content`` model) and ``title``."""
+
+    key: str
+    conversation: Literal["work", "main"] = "work"
+    stream: bool = False
+    text: str | None = None
+    content: Mapping[str, Any] | None = None
+    title: str | None = None
+
+    def params_hash(self) -> str:
+        """The digest of everything but the key: the same key with another digest is a different request."""
+        return digest(
+            {
+                "conversation": self.conversation,
+                "stream": self.stream,
+                "text": self.text,
+                "content": None if self.content is None else dict(self.content),
+                "title": self.title,
+            }
+        )
+
+    def model(self) -> dict[str, Any]:
+        """The opening (or whole) content model; ``InvalidRecord`` for a bad model, Human blocks or a complete
+        message without exactly one of text / content."""
+        if not isinstance(self.key, str) or not self.key or len(self.key) > 200:
+            raise InvalidRecord("an output key is 1 to 200 characters")
+        if self.text is not None and self.content is not None:
+            raise InvalidRecord("send text or content, not both")
+        if not self.stream and self.text is None and self.content is None:
+            raise InvalidRecord("a complete output (stream=false) needs text or content")
+        if self.content is not None:
+            try:
+                model = validate_model(dict(self.content), typed_blocks=True).to_json()
+            except AgentUEError as exc:
+                raise InvalidRecord(f"content is not a valid AgentUE model: {exc}") from exc
+            if any(block.get("type") in HUMAN_BLOCK_TYPES for block in model["blocks"]):
+                raise InvalidRecord("ask / confirm / human_reply blocks are created through the Human API only")
+            if "human" in model["meta"]:
+                raise InvalidRecord("meta.human is reserved for the Human API")
+        else:
+            model = empty_model()
+            if self.text is not None:
+                model["blocks"] = [{"id": "text", "type": "text", "content": self.text}]
+        if self.title:
+            model["meta"] = {**model["meta"], "title": self.title}
+        return model

@@ -197,3 +197,74 @@ def message_body(message: Message) -> MessageBody:
         created_at=message.created_at,
         updated_at=message.updated_at,
     )
+
+
+# --- the operator surface: Tasks per responder, keyed outputs ----------------------------------------------
+
+
+class OutputRequest(_Request):
+    """Speak (``stream`` false: a complete message) or Tell (``stream`` true: a streaming output to emit into)."""
+
+    key: str = Field(min_length=1, max_length=MAX_KEY, description="Client-chosen, unique per Task (idempotency).")
+    conversation: Literal["work", "main"] = Field(
+        default="work", description="``main``: the Task's user conversation; ``work``: its work conversation."
+    )
+    stream: bool = False
+    text: str | None = Field(default=None, max_length=MAX_TEXT)
+    content: dict[str, Any] | None = Field(default=None, description="An AgentUE model (no Human blocks).")
+    title: str | None = Field(default=None, max_length=MAX_KEY)
+
+    @model_validator(mode="after")
+    def _one_content(self) -> Self:
+        if self.text is not None and self.content is not None:
+            raise ValueError("send text or content, not both")
+        if not self.stream and self.text is None and self.content is None:
+            raise ValueError("a complete output (stream=false) needs text or content")
+        return self
+
+
+class OutputEndRequest(_Request):
+    error: CompletionError | None = None
+
+
+class TargetBody(_Response):
+    kind: Literal["operator", "harness"]
+    key: str
+
+
+class TaskSummary(_Response):
+    task_id: str
+    conversation_id: str
+    input_message_id: str
+    response_message_id: str
+    target: TargetBody
+    delivery_state: Literal["", "closing", "closed"]
+    created_at: datetime
+
+
+class TaskList(_Response):
+    data: list[TaskSummary]
+    next_after: str | None = Field(description="Pass as ?after= for the next page; null on the last page.")
+
+
+class OutputCreated(_Response):
+    created: bool = Field(description="False when this repeated a stored output (same key, same parameters).")
+    message: MessageBody
+
+
+class OutputEnded(_Response):
+    message: MessageBody
+
+
+def task_summary(response: Message) -> TaskSummary:
+    """A Task as its responder lists it, from the Task's response message."""
+    assert response.task_id is not None and response.reply_to_message_id is not None
+    return TaskSummary(
+        task_id=response.task_id,
+        conversation_id=response.conversation_id,
+        input_message_id=response.reply_to_message_id,
+        response_message_id=response.id,
+        target=TargetBody(kind=response.kind, key=response.key),  # type: ignore[arg-type]  # responders only
+        delivery_state=response.delivery_state,
+        created_at=response.created_at,
+    )

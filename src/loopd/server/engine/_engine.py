@@ -332,17 +332,18 @@ class HarnessEngine:
         async with self._db.transaction(read_only=True) as tx:
             return await tx.harness_calls.list_by_owner(owner_uid, limit=limit)
 
-    async def wait(self, call_id: str, timeout: float) -> HarnessCall:
-        """The call once it is terminal, or as it is when ``timeout`` passes (ending a wait never cancels)."""
+    async def wait(self, call_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> HarnessCall:
+        """The call once it is terminal, or as it is when ``timeout`` passes or ``stop`` is set (a server's
+        shutdown). Wakes when the call's message changes; ending a wait never cancels the call."""
         deadline = self._clock.monotonic() + max(timeout, 0.0)
         while True:
             call = await self.get(call_id)
             remaining = deadline - self._clock.monotonic()
-            if call.is_terminal or remaining <= 0:
+            if call.is_terminal or remaining <= 0 or (stop is not None and stop.is_set()):
                 return call
             step = min(remaining, self._poll_interval)
             if call.conversation_id is not None:
-                await self._bus.wait(call.conversation_id, step)
+                await self._bus.wait(call.conversation_id, step, stop=stop)
             else:  # pragma: no cover - every call has a message and so a conversation
                 await self._clock.sleep(step)
 

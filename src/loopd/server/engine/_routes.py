@@ -3,11 +3,15 @@
     POST /v1/harness/calls                     start or re-attach (token callers only) → 202 + the call
     GET  /v1/harness/calls/{id}                the call's state
     GET  /v1/harness/calls/{id}/stream         its visible events (SSE; resume with Last-Event-ID or ?after=)
+    GET  /v1/harness/calls/{id}/wait           the call once terminal, or as it is after ?timeout= (≤ 60 s)
     POST /v1/harness/calls/{id}/cancel         ask it to stop → 202 + the call
     POST /v1/harness/calls/{id}/gates/{gate}   {"answer": "approve" | "always" | "deny"}; only the asker (403)
 
 Who may start a call: the admin, and an operator or harness for a Task addressed to it (``task_id`` required; the
-destination conversation or message must belong to that Task; 403 otherwise). Who may see or cancel one: the
+destination conversation or message must belong to that Task; 403 otherwise). With ``"output": "work"`` the call's
+visible output is a ``harness`` message the engine opens in the Task's work conversation (created on first use),
+in the call's own transaction, so a replay of the same identity returns the same call and message. Who may see,
+wait for or cancel one: the
 admin, the call's asker, and the responder of the Task its output message belongs to; anyone else gets 404.
 The asker of a call started here is the user who asked the Task (``asker_of(task_id)``), never a value from the
 body. The stream is AgentUE over SSE: ``id:`` is the message event seq; a resumed stream starts with a
@@ -39,7 +43,7 @@ from loopd.server.http import (
     sse_frame,
     trusted_identity,
 )
-from loopd.server.storage import HarnessCall, HarnessPhase, MessageEvent, NotFound, StorageError
+from loopd.server.storage import Conflict, HarnessCall, HarnessPhase, MessageEvent, NotFound, StorageError
 
 from ._adapter import HistoryEntry
 from ._engine import HarnessEngine
@@ -58,8 +62,12 @@ class TaskAccess(Protocol):
 
     async def task_of_message(self, message_id: str) -> str | None: ...
 
+    async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None: ...
+
 
 MAX_NAME: Final = 500
+MAX_WAIT: Final = 60.0
+DEFAULT_WAIT: Final = 30.0
 CallId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 
 
@@ -90,6 +98,11 @@ class StartCallBody(_Body):
     history: list[HistoryItem] = Field(default_factory=list, max_length=MAX_HISTORY)
     params: dict[str, Any] = Field(default_factory=dict)
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0, description="Seconds; the deadline is fixed at first start.")
+    output: Literal["work"] | None = Field(
+        default=None,
+        description="``work``: the output goes to a new harness message in the Task's work conversation (needs "
+        "task_id; no conversation_id or message_id). Null: to conversation_id / message_id.",
+    )
 
 
 class GateAnswerBody(_Body):
@@ -144,9 +157,11 @@ def engine_router(
     asker_of: AskerOf | None = None,
     tasks: TaskAccess | None = None,
     heartbeat: float = 15.0,
+    stopping: asyncio.Event | None = None,
 ) -> APIRouter:
     """The engine's routes. ``asker_of(task_id)``: the user who asked a Task (``TaskApi.asker_of``);
-    ``tasks``: the Task access checks for operator and harness callers (without it only the admin starts calls)."""
+    ``tasks``: the Task access checks for operator and harness callers (without it only the admin starts calls);
+    ``stopping``: the server's shutdown signal (waits answer at once once it is set)."""
     router = APIRouter(prefix="/v1/harness/calls", tags=["harness"], responses=ERROR_RESPONSES)
 
     async def responds_for(caller: Identity, call: HarnessCall) -> bool:
@@ -171,6 +186,14 @@ def engine_router(
     async def start_call(body: StartCallBody, caller: Annotated[Identity, Depends(trusted_identity)]) -> CallBody:
         """Start a harness call, or get the one with this identity (same parameters); 409 if they differ, 429
         when this server's slots are full (nothing is created then)."""
+        conversation_id = body.conversation_id
+        if body.output == "work":
+            if body.task_id is None or body.conversation_id is not None or body.message_id is not None:
+                raise ApiError(
+                    "invalid_request", 'output "work" needs task_id and takes no conversation_id or message_id'
+                )
+            if tasks is None:
+                raise ApiError("invalid_request", 'this server has no Task API: output "work" is not available')
         if not caller.admin:
             if body.task_id is None or tasks is None:
                 raise ApiError("forbidden", f"{caller.text} may start calls only for its own Tasks: send task_id")
@@ -182,12 +205,21 @@ def engine_router(
             if asker_of is None:
                 raise ApiError("invalid_request", "this server does not resolve Task askers; leave task_id out")
             asker = (await asker_of(body.task_id)).text
+        if body.output == "work":
+            assert tasks is not None and body.task_id is not None  # checked above
+            # A replay needs no new work conversation (the Task may be completing by now): its identity decides.
+            replay = await engine.find(body.owner_uid, body.effect_key) is not None
+            conversation_id = await tasks.work_conversation_id(body.task_id, create=not replay)
+            if conversation_id is None:
+                raise Conflict(
+                    f"harness call {body.effect_key!r} of {body.owner_uid} already exists with different parameters"
+                )
         request = CallRequest(
             owner_uid=body.owner_uid,
             effect_key=body.effect_key,
             target=body.target,
             text=body.text,
-            conversation_id=body.conversation_id,
+            conversation_id=conversation_id,
             message_id=body.message_id,
             history=tuple(HistoryEntry(item.kind, item.key, item.text) for item in body.history),
             params=body.params,
@@ -201,6 +233,19 @@ def engine_router(
     async def get_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:
         """The call's state (phase, result or error, deadline, checkpoint)."""
         return call_body(await visible(call_id, caller))
+
+    @router.get("/{call_id}/wait")
+    async def wait_call(
+        call_id: CallId,
+        caller: Annotated[Identity, Depends(current_identity)],
+        timeout: Annotated[
+            float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="Seconds to wait at most.")
+        ] = DEFAULT_WAIT,
+    ) -> CallBody:
+        """The call as soon as it is terminal, or as it is when ``timeout`` passes (or the server stops): loop
+        until ``phase`` is terminal. Ending a wait never cancels the call."""
+        await visible(call_id, caller)
+        return call_body(await engine.wait(call_id, timeout, stop=stopping))
 
     @router.post("/{call_id}/cancel", status_code=202)
     async def cancel_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal, Self
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,6 +15,8 @@ from loopd.server.http import ERROR_RESPONSES, Identity, current_identity, trust
 from loopd.server.human._service import MAX_ANSWER, HumanService, Question, ReplyResult
 
 MAX_KEY: Final = 200
+MAX_WAIT: Final = 60.0
+DEFAULT_WAIT: Final = 30.0
 Id = Annotated[str, PathParam(min_length=1, max_length=MAX_KEY)]
 
 
@@ -124,7 +127,8 @@ def reply_body(result: ReplyResult) -> ReplyBody:
     )
 
 
-def human_router(human: HumanService) -> APIRouter:
+def human_router(human: HumanService, *, stopping: asyncio.Event | None = None) -> APIRouter:
+    """Ask, read, wait for and reply to Human questions; ``stopping`` (the server's shutdown signal) ends waits."""
     router = APIRouter(responses=ERROR_RESPONSES, tags=["human"])
 
     @router.post("/v1/tasks/{task_id}/human", status_code=201)
@@ -156,6 +160,18 @@ def human_router(human: HumanService) -> APIRouter:
     async def get_question(message_id: Id, caller: Annotated[Identity, Depends(current_identity)]) -> QuestionBody:
         """A question and its state (``pending`` or its one outcome)."""
         return question_body(await human.get(message_id, reader=caller))
+
+    @router.get("/v1/human/{message_id}/wait")
+    async def wait_question(
+        message_id: Id,
+        caller: Annotated[Identity, Depends(current_identity)],
+        timeout: Annotated[
+            float, Query(gt=0, le=MAX_WAIT, allow_inf_nan=False, description="Seconds to wait at most.")
+        ] = DEFAULT_WAIT,
+    ) -> QuestionBody:
+        """The question as soon as its outcome is not ``pending``, or as it is when ``timeout`` passes (or the
+        server stops): loop while ``status`` is ``pending``."""
+        return question_body(await human.wait(message_id, timeout, reader=caller, stop=stopping))
 
     @router.post("/v1/conversations/{conversation_id}/tasks/{task_id}/replies")
     async def reply(

@@ -18,10 +18,12 @@ Must not do: write message content except through ``loopd.server.streams`` (via 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Literal
 
 from loopd._infra.http_errors import ApiError
@@ -46,6 +48,7 @@ from loopd.server.streams import open_message
 _log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TIMEOUT: Final = 7 * 24 * 3600.0
+WAIT_POLL: Final = 1.0
 MAX_ANSWER: Final = 10_000
 REPLY_BLOCK_ID: Final = "reply"
 HUMAN_BIZ: Final = "loopd.human"
@@ -187,6 +190,29 @@ class HumanService:
         async with self._db.transaction(read_only=True) as tx:
             request = await tx.human_requests.get(message_id)
             return Question(request, await tx.messages.get(message_id), False)
+
+    async def wait(
+        self,
+        message_id: str,
+        timeout: float,
+        *,
+        reader: Identity | None = None,
+        stop: asyncio.Event | None = None,
+        poll_interval: float = WAIT_POLL,
+    ) -> Question:
+        """The question as soon as its outcome is not ``pending``, or as it is when ``timeout`` seconds pass (or
+        ``stop`` is set: a server's shutdown). Wakes on every change of its conversation, and at its deadline
+        (where `get` times it out); polls every ``poll_interval`` for changes another replica made."""
+        deadline = self._db.now() + timedelta(seconds=max(timeout, 0.0))  # the database's clock judges time here
+        while True:
+            question = await self.get(message_id, reader=reader)
+            now = self._db.now()
+            remaining = (deadline - now).total_seconds()
+            if question.request.outcome != "pending" or remaining <= 0 or (stop is not None and stop.is_set()):
+                return question
+            until_due = (question.request.due_at - now).total_seconds()
+            step = min(remaining, poll_interval, max(until_due, 0.0) + 0.001)
+            await self._bus.wait(question.request.conversation_id, step, stop=stop)
 
     # -- replying ------------------------------------------------------------------------------------------
 

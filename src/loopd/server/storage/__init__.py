@@ -23,6 +23,8 @@ refused with ``SchemaTooNew``). Ids are UUIDv7 text, times fixed-width UTC text,
 - ``harness_calls`` (id, (owner_uid, effect_key) UNIQUE, params, fingerprint, target, conversation/message ids,
   phase, result, error, deadline_at, checkpoint, replay_hash, execution_ref, cancel_requested).
 - ``leases`` (resource, holder, token, expires_at): fencing tokens only grow.
+- ``task_outputs`` ((task_id, output_key), params_hash, message_id UNIQUE, end_intent): an operator's keyed
+  outputs, stored with their message.
 - ``ledger_*``: the AgentLedger tables, used by ``loopd.server.ledger``.
 
 Errors: see ``StorageError`` (``_errors``), a branch of ``loopd.server._errors.LoopServerError``. This package
@@ -78,6 +80,7 @@ from ._records import (
     RegisteredActor,
     RegistryKind,
 )
+from ._task_outputs import TaskOutput
 from ._tx import TransactionCore
 from ._values import (
     MAX_PAGE,
@@ -143,6 +146,7 @@ __all__ = [
     "SchemaTooNew",
     "StorageError",
     "StorageUnavailable",
+    "TaskOutput",
     "Transaction",
     "TransactionCore",
     "Unset",

@@ -28,6 +28,7 @@ from ._leases import Leases
 from ._message_events import MessageEvents
 from ._messages import Messages
 from ._migrations import MIGRATIONS, Migration, schema
+from ._task_outputs import TaskOutputs
 from ._tx import TransactionCore
 from ._values import MonotonicIds, utc_now
 
@@ -96,6 +97,10 @@ class Transaction(TransactionCore):
     @cached_property
     def leases(self) -> Leases:
         return Leases(self)
+
+    @cached_property
+    def task_outputs(self) -> TaskOutputs:
+        return TaskOutputs(self)
 
 
 def _is_postgres(url: str) -> bool:

@@ -174,6 +174,20 @@ class Messages:
             found.append(rows[0])
         return found[0], found[1]
 
+    async def list_open_tasks(
+        self, kind: MessageKind, key: str, *, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        """The ``response`` messages of the Tasks addressed to ``kind:key`` whose delivery is not ``closed``, in
+        task id order after the task id ``after`` (one per Task: a Task has one response)."""
+        require_choice(kind, MESSAGE_KINDS, "message kind")
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE purpose = 'response' AND kind = ? AND actor_key = ? "
+            "AND task_id > ? AND delivery_state <> 'closed' ORDER BY task_id LIMIT ?",
+            (kind, key, after or "", limit),
+        )
+        return [_message(row) for row in rows]
+
     async def list_closing(self, *, limit: int = 100) -> list[Message]:
         """Messages whose delivery is ``closing``: completions to resume after a crash."""
         page_limit(limit)

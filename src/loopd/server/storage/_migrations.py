@@ -278,7 +278,26 @@ _ACCESS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE, _ACCESS)
+_OPERATOR_OUTPUTS = Migration(
+    5,
+    "operator API: keyed Task outputs, Tasks listed per responder",
+    (
+        # The key is stored in the same transaction as its message: a key names one message, across crashes too.
+        """CREATE TABLE task_outputs (
+            task_id TEXT NOT NULL,
+            output_key TEXT NOT NULL,
+            params_hash TEXT NOT NULL,
+            message_id TEXT NOT NULL UNIQUE,
+            end_intent TEXT,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (task_id, output_key)
+        )""",
+        # GET /v1/tasks?target_kind=&target_key=: a responder's open Tasks, paged by task id.
+        "CREATE INDEX messages_by_responder ON messages (purpose, kind, actor_key, task_id)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE, _ACCESS, _OPERATOR_OUTPUTS)
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from loopd._infra.clock import Clock, SystemClock, wait_event
+from loopd._infra.clock import Clock, SystemClock, wait_event, wait_first
 
 
 @dataclass
@@ -33,13 +33,27 @@ class ConversationBus:
             slot.event.set()
             slot.event = asyncio.Event()
 
-    async def wait(self, conversation_id: str, timeout: float) -> bool:
-        """Wait for the next notify of ``conversation_id``, at most ``timeout`` seconds; whether it came."""
+    async def wait(self, conversation_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> bool:
+        """Wait for the next notify of ``conversation_id``, at most ``timeout`` seconds; whether it came.
+
+        ``stop`` (e.g. a server's shutdown signal), when set, ends the wait early as well.
+        """
         slot = self._slots.setdefault(conversation_id, _Slot())
         event = slot.event
         slot.waiters += 1
         try:
-            return await wait_event(self._clock, event, timeout)
+            if stop is None:
+                return await wait_event(self._clock, event, timeout)
+            if stop.is_set():
+                return event.is_set()
+            waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await wait_first(self._clock, waiters, timeout)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+            return event.is_set()
         finally:
             slot.waiters -= 1
             if slot.waiters == 0 and self._slots.get(conversation_id) is slot:
