@@ -175,3 +175,28 @@ def test_find_endpoint_reads_a_data_directory_and_refuses_what_is_missing(tmp_pa
         find_endpoint("http://127.0.0.1:9", token=None, data_dir=tmp_path / "empty")
     with pytest.raises(InvalidRequest, match="no embedded Kubernetes API"):
         find_endpoint("http://127.0.0.1:9", token="x", data_dir=None).kubeconfig()
+
+
+def test_the_tree_carries_the_floors_markers_and_one_root() -> None:
+    from loopd._infra.errors import ConflictError, NotFoundError
+    from loopd.runtime import InvalidResponse, TaskNotReady
+
+    for error in (InvalidRequest, Unauthorized, Forbidden, NotFound, Conflict, CapacityFull, Unavailable):
+        assert issubclass(error, RuntimeApiError) and issubclass(error, LoopdError)
+    assert issubclass(TaskNotReady, NotFound) and issubclass(NotFound, NotFoundError)
+    assert issubclass(Conflict, ConflictError) and issubclass(Unavailable, UnavailableError)
+    assert issubclass(InvalidResponse, RuntimeApiError) and issubclass(InvalidResponse, ValueError)
+    assert [e for e in (CapacityFull, Unavailable, Conflict, NotFound, ServerFailure) if e.retryable] == [
+        CapacityFull,
+        Unavailable,
+    ]
+
+
+def test_the_public_face_is_the_documented_one() -> None:
+    import loopd.runtime as runtime
+
+    assert set(runtime.__all__) <= set(vars(runtime))
+    aliases = {"TaskReconcileFunction"}  # a type alias: documented where it is defined
+    assert all(getattr(runtime, name).__doc__ for name in runtime.__all__ if not name.isupper() and name not in aliases)
+    for verb in ("open_runtime", "Runtime", "Task", "TaskContext", "Result", "Call", "CallState", "Question", "Output"):
+        assert verb in runtime.__all__

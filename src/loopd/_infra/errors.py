@@ -15,6 +15,9 @@ Each layer owns one subtree and draws its detail where it is defined; this is th
     ├── ResourceError            loopd.resources (.code, .reason → a Kubernetes Status): NotFound, Conflict,
     │                            StoreUnavailable …; the client's TransportError, TooManyRequests, ServerError
     ├── ReconcileError           loopd.resources.reconcile: TemporaryError (retryable), PermanentError
+    ├── RuntimeApiError          loopd.runtime (.status, .type: the server's answer): InvalidRequest, Unauthorized,
+    │                            Forbidden, NotFound (TaskNotReady), Conflict, CapacityFull and Unavailable (retryable),
+    │                            ServerFailure, InvalidResponse
     ├── LoopServerError          loopd.server (.type → the JSON envelope):
     │   ├── StorageError         NotFound, Conflict (Fenced, the ledger's conflicts), StorageUnavailable …
     │   ├── HarnessEngineError   CapacityExceeded, UnknownTarget, GateForbidden, EngineClosed

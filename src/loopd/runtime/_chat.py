@@ -58,6 +58,7 @@ class Output:
 
     @property
     def id(self) -> str:
+        """The output message's id."""
         return self.message.id
 
     async def emit(self, events: Sequence[Mapping[str, Any]]) -> Emitted:

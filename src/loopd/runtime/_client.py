@@ -140,6 +140,7 @@ class ServerClient:
         )
 
     async def aclose(self) -> None:
+        """Close the connections (``open_runtime`` does it on exit)."""
         await self._http.aclose()
 
     def headers(self, *, as_user: bool = False) -> dict[str, str]:

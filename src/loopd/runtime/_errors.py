@@ -13,7 +13,8 @@ Owns: the classes and the mapping of an HTTP answer to them. Must not do: I/O, o
     ├── Conflict                409  (a ConflictError) same key, other parameters; completion has begun
     ├── CapacityFull            429  retryable, after ``retry_after`` seconds when the server said so
     ├── Unavailable             503 or no answer (connection refused, timeout); retryable (an UnavailableError)
-    └── ServerFailure           500 and other 5xx: a bug on the server; not retried
+    ├── ServerFailure           500 and other 5xx: a bug on the server; not retried
+    └── InvalidResponse         an answer lacks a field this runtime needs (a server of another version; a ValueError)
 
 Inside ``task.watch`` a reconciler's ``RuntimeApiError`` becomes a requeue with the key's backoff (``CapacityFull``
 after its ``retry_after``), logged with the task id; ``TaskNotReady`` a short requeue without a log line.

@@ -43,14 +43,17 @@ class Call:
 
     @property
     def id(self) -> str:
+        """The call's id."""
         return self.state.id
 
     @property
     def message_id(self) -> str | None:
+        """The message the call's visible output goes to."""
         return self.state.message_id
 
     @property
     def conversation_id(self) -> str | None:
+        """The conversation of that message (the Task's work conversation with ``output="work"``)."""
         return self.state.conversation_id
 
     async def value(self) -> CallState:

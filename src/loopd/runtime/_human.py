@@ -30,6 +30,7 @@ class Question:
 
     @property
     def message_id(self) -> str:
+        """The question's message id (its identity on the server)."""
         return self.state.message_id
 
     async def get(self) -> QuestionState:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from loopd._infra.errors import LoopdError
+from ._errors import RuntimeApiError
 
 TERMINAL_PHASES: Final = frozenset({"succeeded", "failed", "cancelled", "timed_out", "unknown"})
 """Harness call phases that never change again."""
 
 
-class InvalidResponse(LoopdError, ValueError):
+class InvalidResponse(RuntimeApiError, ValueError):
     """An answer of the server lacks a field this runtime needs (a server of another version)."""
 
 
@@ -231,6 +231,7 @@ class CallState:
 
     @property
     def succeeded(self) -> bool:
+        """Whether the call ended with a result."""
         return self.phase == "succeeded"
 
     @classmethod
@@ -285,6 +286,7 @@ class QuestionState:
 
     @property
     def terminal(self) -> bool:
+        """Whether the question has its one outcome."""
         return self.status != "pending"
 
     @property

@@ -66,6 +66,7 @@ class Runtime:
 
     @property
     def endpoint(self) -> Endpoint:
+        """The server, credential and embedded Kubernetes API this runtime uses."""
         return self._client.endpoint
 
     @property
@@ -75,6 +76,7 @@ class Runtime:
 
     @property
     def clock(self) -> Clock:
+        """The clock of every wait, renewal and backoff of this runtime."""
         return self._clock
 
     @property

@@ -75,6 +75,7 @@ class TaskReconciler(Protocol):
 
 
 TaskReconcileFunction = Callable[[Task], Awaitable[Result | None]]
+"""A plain ``async def reconcile(task) -> Result | None`` works too."""
 
 
 @dataclass(frozen=True, slots=True)
