@@ -3,11 +3,14 @@ answers a real loop-server gives only under load or failure: 429, 503, 500, a dr
 
 from __future__ import annotations
 
+import asyncio
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import SystemClock
@@ -200,3 +203,31 @@ def test_the_public_face_is_the_documented_one() -> None:
     assert all(getattr(runtime, name).__doc__ for name in runtime.__all__ if not name.isupper() and name not in aliases)
     for verb in ("open_runtime", "Runtime", "Task", "TaskContext", "Result", "Call", "CallState", "Question", "Output"):
         assert verb in runtime.__all__
+
+
+def _sse(*events: str) -> Response:
+    return Response("".join(events), media_type="text/event-stream")
+
+
+async def test_a_call_stream_resumes_after_the_last_seq_when_the_connection_ends(scripted: Scripted) -> None:
+    call = {
+        "id": "c1", "owner_uid": "u", "effect_key": "k", "target": "assistant", "conversation_id": "cv",
+        "message_id": "m", "phase": "running", "result": None, "error": None,
+    }  # fmt: skip
+    scripted.answers = [
+        JSONResponse(call),
+        _sse('id: 1\ndata: {"op":"start","seq":1,"model":{"blocks":[]}}\n\n', ": ping\n\n",
+             'id: 2\ndata: {"op":"append","seq":2}\n\n'),  # the server goes away without an end
+        _sse('data: {"op":"start","seq":2,"model":{"blocks":[]}}\n\n', 'id: 3\ndata: {"op":"set","seq":3}\n\n',
+             'id: 3\ndata: {"op":"end","seq":3}\n\n'),
+    ]  # fmt: skip
+    async with open_runtime(scripted.url, token="t") as rt:
+        handle = await rt.harness.get("c1")
+        events = await asyncio.wait_for(_collect(handle.stream()), 30)  # one reconnect: a 0.2 s backoff
+    assert [(e["op"], e["seq"]) for e in events] == [("start", 1), ("append", 2), ("set", 3), ("end", 3)]
+    streams = [headers for method, path, headers in scripted.seen if path.endswith("/stream")]
+    assert "last-event-id" not in streams[0] and streams[1]["last-event-id"] == "2"
+
+
+async def _collect(events: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [event async for event in events]

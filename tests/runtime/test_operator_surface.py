@@ -4,11 +4,12 @@ harness calls projected into the work conversation, and the bounded waits of cal
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from loopd.runtime import Conflict, Forbidden, InvalidRequest, Runtime, open_runtime
-from loopd.server._composition import RunningServer
+from loopd.runtime import CapacityFull, Conflict, Forbidden, InvalidRequest, Runtime, open_runtime
+from loopd.server._composition import RunningServer, UpSettings, open_loop_server
 
 from .conftest import User
 
@@ -126,3 +127,20 @@ async def test_question_wait_returns_the_users_answer(rt: Runtime, user: User) -
 
 def _model(text: str) -> dict[str, object]:
     return {"version": "1.1", "biz": "test", "meta": {}, "blocks": [{"id": "text", "type": "text", "content": text}]}
+
+
+async def test_a_full_engine_answers_capacity_full(tmp_path: Path) -> None:
+    settings = UpSettings(data_dir=tmp_path / "data", port=0, engine_capacity=1)
+    async with open_loop_server(settings) as server, open_runtime(data_dir=server.data_dir) as rt:
+        asker = User(server)
+        try:
+            task_id = await _question(rt, asker)
+            # "list files" holds the one slot: its tool waits at the permission gate.
+            held = await rt.harness.prompt("uid-c", "work/0", "assistant", "list files", task_id=task_id)
+            with pytest.raises(CapacityFull) as caught:
+                await rt.harness.prompt("uid-c", "work/1", "assistant", "say hi", task_id=task_id)
+            assert caught.value.status == 429 and caught.value.retryable
+            await held.cancel()
+            assert (await asyncio.wait_for(held.wait(), 30)).phase == "cancelled"
+        finally:
+            await asker.aclose()
