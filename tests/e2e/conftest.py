@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,15 +42,23 @@ def env_for(data_dir: Path) -> dict[str, str]:
     return env
 
 
-def start_up(data_dir: Path, tmp_path: Path, name: str = "up") -> UpProcess:
+def start_up(
+    data_dir: Path,
+    tmp_path: Path,
+    name: str = "up",
+    *,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> UpProcess:
+    """``loopd up --port 0`` on ``data_dir`` (plus ``args``; ``env`` over `env_for`), once it serves."""
     log = tmp_path / f"{name}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [LOOPD, "up", "--data-dir", str(data_dir), "--port", "0"],
+            [LOOPD, "up", "--data-dir", str(data_dir), "--port", "0", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env_for(data_dir),
+            env={**env_for(data_dir), **(env or {})},
         )
     info = wait_for_server_file(process, data_dir, log)
     return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)

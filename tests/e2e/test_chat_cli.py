@@ -10,7 +10,12 @@ from .test_loopd_up import NOTE, _prepare_workspace
 
 def _spawn(up: UpProcess, text: str) -> pexpect.spawn:
     return pexpect.spawn(
-        LOOPD, ["chat", text], env=env_for(up.data_dir), encoding="utf-8", timeout=30, dimensions=(40, 200)
+        LOOPD,
+        ["chat", "--to", "harness:assistant", text],
+        env=env_for(up.data_dir),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 200),
     )
 
 

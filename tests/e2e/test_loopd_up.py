@@ -80,7 +80,11 @@ def _prepare_workspace(data_dir: Path) -> None:
 
 def test_loopd_chat_streams_an_answer_and_exits_0(up: UpProcess) -> None:
     done = subprocess.run(
-        [LOOPD, "chat", "hello"], env=env_for(up.data_dir), capture_output=True, timeout=60, stdin=subprocess.DEVNULL
+        [LOOPD, "chat", "--to", "harness:assistant", "hello"],
+        env=env_for(up.data_dir),
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr.decode()
     assert "hello" in done.stdout.decode()

@@ -21,6 +21,7 @@ from loopd.cli._demo import demo_command
 from loopd.cli._errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, report, set_debug
 from loopd.cli._harness_serve import harness_app
 from loopd.cli._logging import LOG_FORMAT_ENV, LOG_LEVEL_ENV, apply_log_options
+from loopd.cli._operator import operator_app
 from loopd.cli._resources_commands import kubeconfig_command, manifests_app
 from loopd.cli._run import run_command
 from loopd.cli._up import up_command
@@ -105,6 +106,7 @@ app.command("signin-link")(signin_link_command)
 app.add_typer(token_app, name="token")
 app.add_typer(manifests_app, name="manifests")
 app.add_typer(harness_app, name="harness")
+app.add_typer(operator_app, name="operator")
 
 
 def run_app(args: Sequence[str] | None = None) -> int:

@@ -3,8 +3,9 @@
 Finds the server the way a user expects: ``--server`` / ``$LOOPD_SERVER``, else the ``server.json`` that a
 `loopd up` on the same data directory wrote; the token comes from ``--token`` / ``$LOOPD_TOKEN``, else the token
 file named there (only for the server recorded there, or with an explicit ``--data-dir``: a local token is never
-sent to another server). ``--to operator:<key>`` or ``harness:<key>`` picks the responder (default: the built-in
-assistant); a responder that is not connected gets the question all the same, and the CLI says it waits.
+sent to another server). ``--to operator:<key>`` or ``harness:<key>`` picks the responder (default: the Router,
+``operator:router``, which `loopd up` runs); a responder that is not connected gets the question all the same, and
+the CLI says it waits.
 The answer streams from the conversation's durable event log; a dropped connection is resumed from the last
 cursor (``Last-Event-ID``), so nothing is lost or shown twice. A permission gate opened by the harness is asked in
 the terminal (Approve / Always / Deny). Exit codes: 0 the answer completed, 1 it failed (or the server refused),
@@ -38,6 +39,7 @@ from loopd.cli._errors import cli_console
 from loopd.cli._run_input import InputInterrupted, LineInput
 
 ANSWER_BLOCK: Final = "answer"
+DEFAULT_TARGET: Final = "operator:router"
 GATE_PREFIX: Final = "gate/"
 TOOL_PREFIX: Final = "tool/"
 _RECONNECTS: Final = 20
@@ -372,9 +374,10 @@ def chat_command(
         ),
     ),
     to: str = typer.Option(
-        "harness:assistant",
+        DEFAULT_TARGET,
         "--to",
-        help="Who answers: harness:<key> or operator:<key> (default: the built-in assistant).",
+        help="Who answers: operator:<key> or harness:<key> (default: the Router, which plans the work and asks the "
+        "built-in assistant; --to harness:assistant asks the assistant directly).",
     ),
     conversation: str | None = typer.Option(None, "--conversation", help="Continue this conversation."),
 ) -> None:

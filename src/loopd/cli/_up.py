@@ -1,12 +1,21 @@
-"""`loopd up`: the whole platform in one process, on the embedded default (SQLite in a data directory)."""
+"""`loopd up`: the whole platform in one process, on the embedded default (SQLite in a data directory).
+
+After the server is up, the Router (`operator:router`) runs in the same process through `loopd.runtime`, exactly as
+`loopd operator router` runs it: over the server's HTTP API on loopback with a token of its own (minted once with the
+server's `AccessStore` and kept in ``<data dir>/operators/router.token``), and Tasks and its Lease through the
+embedded Kubernetes API with a kubeconfig — no private shortcut into the server. ``--no-router`` leaves it out.
+The server layer never imports operators or the runtime: this module composes them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import signal
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import typer
 from rich.console import Console
@@ -16,7 +25,14 @@ from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console,
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
-    from loopd.server import UpSettings
+    from loopd.harness.models import DemoRule
+    from loopd.operators.router import RouterSettings
+    from loopd.server import RunningServer, UpSettings
+
+logger = logging.getLogger(__name__)
+
+ROUTER_TOKEN_FILE: Final = Path("operators") / "router.token"
+_STOP_ROUTER_TIMEOUT: Final = 15.0
 
 
 def up_command(
@@ -42,6 +58,12 @@ def up_command(
         help="Where the harnesses' workspaces live, outside the data directory (default: <data dir>-workspaces).",
     ),
     sandbox: str | None = sandbox_option(),
+    no_router: bool = typer.Option(
+        False,
+        "--no-router",
+        help="Do not run the Router (operator:router) in this process (run `loopd operator router` elsewhere, or "
+        "none: questions to it then wait).",
+    ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
     from loopd.server import ExposureRefused, check_exposure
@@ -66,10 +88,12 @@ def up_command(
         public=public,
         workspaces=workspaces.expanduser() if workspaces is not None else None,
         sandbox=confinement,
+        demo_rules=_demo_rules(),
     )
+    router = None if no_router else _router_settings()
     require_free_ports(host, {"--port": port, "--api-port": api_port})
     try:
-        asyncio.run(_up(settings, console))
+        asyncio.run(_up(settings, console, router))
     except WorkspaceLocationError as exc:
         raise CliError(str(exc), "pass --workspaces DIR outside it", exit_code=EXIT_USAGE) from exc
     except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
@@ -79,7 +103,23 @@ def up_command(
         raise busy from exc
 
 
-async def _up(settings: UpSettings, console: Console) -> None:
+def _demo_rules() -> tuple[DemoRule, ...]:
+    """The Router's answers for the demo model (with or without the Router here: a standalone one may ask it)."""
+    from loopd.operators.router import demo_rules
+
+    return tuple(demo_rules())
+
+
+def _router_settings() -> RouterSettings:
+    from loopd.operators.router import RouterSettings, RouterSettingsError
+
+    try:
+        return RouterSettings.from_env()
+    except RouterSettingsError as exc:
+        raise CliError(str(exc), "fix it, or pass --no-router", exit_code=EXIT_USAGE) from exc
+
+
+async def _up(settings: UpSettings, console: Console, router: RouterSettings | None) -> None:
     from loopd.server import open_loop_server
 
     stop = asyncio.Event()
@@ -115,8 +155,68 @@ async def _up(settings: UpSettings, console: Console) -> None:
                 )
             else:
                 console.print(f"  model                 {server.model.model}")
-            console.print('Try it: [bold]loopd chat "hello"[/] in another terminal. Ctrl-C stops.')
-            await stop.wait()
+            if router is None:
+                console.print("  router                off (--no-router): questions to operator:router wait for one")
+                console.print('Try it: [bold]loopd chat --to harness:assistant "hello"[/] in another terminal.')
+                await stop.wait()
+            else:
+                console.print(
+                    "  router                operator:router, in this process (plans, asks the assistant, answers)"
+                )
+                console.print('Try it: [bold]loopd chat "hello"[/] in another terminal. Ctrl-C stops.')
+                await _serve_with_router(server, router, stop, console)
             console.print("stopping…")
     finally:
         status.stop()
+
+
+async def _serve_with_router(
+    server: RunningServer, settings: RouterSettings, stop: asyncio.Event, console: Console
+) -> None:
+    """Run the Router until ``stop``; a Router that fails is reported and the server keeps serving without it."""
+    from loopd.cli._operator import (
+        ROUTER_KEY,
+        RouterConnection,
+        kubeconfig_for,
+        loopback_url,
+        router_lease,
+        serve_router,
+    )
+
+    token = await _router_token(server)
+    url = loopback_url(server.url)
+    connection = RouterConnection(url, token, kubeconfig_for(server.data_dir, token))
+    # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
+    lease = router_lease(ROUTER_KEY, connection.namespace, identity=f"loopd-up:{server.data_dir}")
+    try:
+        await serve_router(connection, settings, stop=stop, lease=lease)
+    except Exception as exc:  # the server goes on; the Router's failure is said once, in one line
+        from loopd.cli._errors import describe
+        from loopd.cli._operator import describe_router_error
+
+        error = describe_router_error(exc, connection) or describe(exc)
+        logger.error("the Router stopped", exc_info=True)
+        console.print(f"[red]the Router stopped:[/] {error.line()}", markup=True)
+        await stop.wait()
+
+
+async def _router_token(server: RunningServer) -> str:
+    """The in-process Router's token for `operator:router`: the one kept in the data directory while the server
+    still accepts it, else a new one (minted with the `AccessStore` that `loopd token create` uses, and kept)."""
+    from loopd.server.http import AccessStore, Identity
+
+    path = server.data_dir / ROUTER_TOKEN_FILE
+    access = AccessStore(server.db)
+    actor = Identity("operator", "router")
+    with contextlib.suppress(OSError):
+        kept = path.read_text().strip()
+        if kept and await access.token_actor(kept) == actor:
+            return kept
+    token = await access.create_token(actor)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    os.replace(tmp, path)
+    return token

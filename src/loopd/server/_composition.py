@@ -37,7 +37,7 @@ from loopd._infra.http import is_loopback
 from loopd._infra.ids import new_id
 from loopd._infra.locking import data_dir_lock
 from loopd._infra.tasks import TaskSet
-from loopd.harness.models import ModelConfig
+from loopd.harness.models import DemoRule, ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import (
@@ -86,6 +86,8 @@ class UpSettings:
     """Where harness workspaces live; must be outside ``data_dir`` (default: `default_workspaces`)."""
     sandbox: Sandbox | None = None
     """Where the built-in harness's bash runs commands (default: `resolve_sandbox()`)."""
+    demo_rules: tuple[DemoRule, ...] = ()
+    """Extra reply rules for the demo model, tried before its own (the CLI passes the Router's `demo_rules()`)."""
 
 
 class WorkspaceLocationError(ServerSetupError):
@@ -224,6 +226,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
                         sandbox=sandbox,
                         hidden=(data_dir,),
+                        demo_rules=settings.demo_rules,
                     ),
                     clock=clock,
                 )

@@ -50,7 +50,7 @@ code,pre{{background:#f3f3f3;border-radius:4px;padding:.1rem .3rem}}pre{{padding
 </head><body>
 <h1>loopd</h1>
 <p>The web UI will be here. This server is running (version {version}); until the UI ships, use the CLI:</p>
-<pre>loopd chat "hello"              # ask the built-in assistant; the answer streams back</pre>
+<pre>loopd chat "hello"              # ask the Router (it asks the assistant); the answer streams back</pre>
 <p>or the HTTP API, described at <a href="/docs">/docs</a> (the OpenAPI document is at
 <a href="/openapi.json">/openapi.json</a>).</p>
 <p>Your browser identity here is <code>{identity}</code> (kept in the <code>{cookie}</code> cookie).</p>
