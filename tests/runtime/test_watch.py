@@ -184,3 +184,20 @@ async def test_with_leader_election_only_the_holder_reconciles(server: RunningSe
                 rt.shutdown()
             await asyncio.wait_for(asyncio.gather(*runners), 30)
     await memory.aclose()
+
+
+async def test_an_operator_token_watches_over_tls_with_leader_election(server: RunningServer, user: User) -> None:
+    made = await user.http.post("/v1/tokens", json={"actor": "operator:echo"})
+    assert made.status_code == 201, made.text
+    # The URL and the operator's own token; the data directory only locates the embedded API and its CA.
+    async with open_runtime(server.url, token=made.json()["token"], data_dir=server.data_dir) as rt:
+        assert not rt.endpoint.admin
+        await rt.register("echo")
+        echo = Echo(rt)
+        rt.task.watch("echo", echo, leader_election="echo")
+        async with _running(rt):
+            asked = await user.ask("as myself")
+            answer = await _answered(user, asked)
+        assert answer["status"] == "completed" and [t.id for t in echo.seen][:1] == [asked["task_id"]]
+        leader = _stats(rt).leader
+        assert leader is not None and leader.acquisitions == 1

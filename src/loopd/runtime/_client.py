@@ -33,6 +33,8 @@ logger = logging.getLogger("loopd.runtime")
 SERVER_FILE: Final = "server.json"
 """What a running `loopd up` writes in its data directory: ``url``, ``api_url``, ``token_file``, ``pid``."""
 API_FOLDER: Final = "resources-api"
+STREAM_SILENCE: Final = 60.0
+"""Seconds without a byte (not even a heartbeat) after which an event stream counts as lost."""
 _NEVER_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
@@ -200,10 +202,11 @@ class ServerClient:
     async def stream(
         self, path: str, *, headers: Mapping[str, str] | None = None, params: Mapping[str, Any] | None = None
     ) -> AsyncIterator[httpx.Response]:
-        """A streaming GET (SSE): the response once its status is known (connect bounded by the request
-        timeout; reading is unbounded, the server's heartbeats keep it alive); typed errors for a 4xx/5xx."""
+        """A streaming GET (SSE): the response once its status is known; typed errors for a 4xx/5xx. Connecting
+        is bounded by the request timeout, and so is each read, by ``STREAM_SILENCE`` at least: the server sends a
+        heartbeat every 15 s, so a longer silence is a dead connection (``Unavailable``; the caller resumes)."""
         all_headers = {**self.headers(), "Accept": "text/event-stream", **(headers or {})}
-        timeout = httpx.Timeout(self.request_timeout, read=None)
+        timeout = httpx.Timeout(self.request_timeout, read=max(STREAM_SILENCE, self.request_timeout))
         try:
             async with self._http.stream("GET", path, headers=all_headers, params=params, timeout=timeout) as response:
                 if response.status_code >= 400:
