@@ -264,13 +264,13 @@ def router_command(
     token: str | None = typer.Option(
         None,
         "--token",
-        help="A token for operator:router from `loopd token create operator:router` (default: $LOOPD_TOKEN, else "
+        help="A token made for operator:router (loopd token create operator:router; default: $LOOPD_TOKEN, else "
         "the admin token of --data-dir). Other local users can see command lines: prefer LOOPD_TOKEN.",
     ),
     data_dir: Path | None = typer.Option(
         None,
         "--data-dir",
-        help="The data directory of a `loopd up` on this machine: its URL, its token and its Kubernetes API "
+        help="The data directory of a loopd up on this machine: its URL, its token and its Kubernetes API "
         "(default: $LOOPD_DATA_DIR, else ~/.local/share/loopd, when --server is not given).",
     ),
     kubeconfig: Path | None = typer.Option(

@@ -61,8 +61,8 @@ def up_command(
     no_router: bool = typer.Option(
         False,
         "--no-router",
-        help="Do not run the Router (operator:router) in this process (run `loopd operator router` elsewhere, or "
-        "none: questions to it then wait).",
+        help="Do not run the Router (operator:router) in this process: run loopd operator router beside it, or "
+        "questions to the Router wait.",
     ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
