@@ -5,7 +5,8 @@
   work conversation, the work calls overlapping, an answer naming all three, the Task gone, 5 calls in the ledger;
 - kill -9 of a standalone Router while the work runs (a slow model), restarted: the answer completes with one
   execution per effect key, and the model is asked once per effect key;
-- two replicas: killing the leader lets the other take over the Lease and finish the Task.
+- two replicas: killing the leader lets the other take over the Lease and finish the Task;
+- a follow-up while the work runs: a progress message in the conversation, a replan, an answer covering it.
 """
 
 from __future__ import annotations
@@ -139,4 +140,36 @@ def test_two_replicas_the_leader_killed_the_other_takes_over_and_finishes(tmp_pa
         finally:
             for router in routers:
                 router.kill(signal.SIGTERM)
+            up.kill(signal.SIGTERM)
+
+
+def test_a_followup_during_the_work_gets_a_progress_message_and_a_replan(tmp_path: Path) -> None:
+    with router_model(work_delay=WORK_DELAY) as model:
+        up = start_up(tmp_path / "data", tmp_path, env=model.env())  # the Router runs in loopd up
+        try:
+            with up.client() as client:
+                asked = ask(client)
+                wait_until(
+                    lambda: any(e.startswith("work/") for e in model.counts()),
+                    timeout=30,
+                    what="the work to reach the model",
+                )
+                said = client.post(
+                    f"/v1/conversations/{asked.conversation_id}/messages",
+                    json={"target": {"kind": "harness", "key": "assistant"}, "text": "Also introduce Cao Cao"},
+                )
+                assert said.status_code == 201, said.text
+                message = wait_answer(client, asked, timeout=45)
+                assert message["status"] == "completed", message
+                assert "Cao Cao" in answer_text(message)
+                keys = sorted(call["effect_key"] for call in harness_calls(client, asked.task_id))
+                assert "plan/1" in keys and "work/1/0" in keys, keys
+                page = client.get(f"/v1/conversations/{asked.conversation_id}/messages", params={"limit": 200})
+                progress = [
+                    m
+                    for m in page.json()["data"]
+                    if m["kind"] == "operator" and m["content"].get("meta", {}).get("phase") == "progress"
+                ]
+                assert len(progress) == 1, page.json()["data"]
+        finally:
             up.kill(signal.SIGTERM)
