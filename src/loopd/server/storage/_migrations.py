@@ -292,8 +292,10 @@ _OPERATOR_OUTPUTS = Migration(
             created_at TEXT NOT NULL,
             PRIMARY KEY (task_id, output_key)
         )""",
-        # GET /v1/tasks?target_kind=&target_key=: a responder's open Tasks, paged by task id.
-        "CREATE INDEX messages_by_responder ON messages (purpose, kind, actor_key, task_id)",
+        # GET /v1/tasks?target_kind=&target_key=: a responder's open Tasks, paged by task id. Partial, so the
+        # closed Tasks (every Task ever answered) are not in it and a listing reads only the open ones.
+        "CREATE INDEX messages_open_by_responder ON messages (kind, actor_key, task_id) "
+        "WHERE purpose = 'response' AND delivery_state <> 'closed'",
     ),
 )
 
