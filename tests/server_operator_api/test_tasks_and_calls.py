@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from tests.server_http.support import ask, error_of, new_conversation
@@ -158,3 +159,20 @@ async def test_registration_is_renewed_by_registering_again_and_only_for_itself(
     assert refused.status_code == 403 and error_of(refused) == "forbidden"
     actors = (await api.user().get("/v1/actors")).json()["data"]
     assert ("operator", "router") in {(a["kind"], a["key"]) for a in actors}
+
+
+async def test_concurrent_duplicate_work_calls_are_one_call_with_one_message(api: Api) -> None:
+    asked = await ask(api.user(), await new_conversation(api.user()), "study")
+    task_id = asked["task_id"]
+    operator = api.operator()
+    answers = await asyncio.gather(*(operator.post("/v1/harness/calls", json=_call(task_id)) for _ in range(6)))
+    # A first start reserves a slot before it finds its twin, so racing duplicates may be told 429 (retryable).
+    assert {a.status_code for a in answers} <= {202, 429} and 202 in {a.status_code for a in answers}
+    started = {(a.json()["id"], a.json()["message_id"]) for a in answers if a.status_code == 202}
+    replay = await operator.post("/v1/harness/calls", json=_call(task_id))
+    assert replay.status_code == 202
+    assert started == {(replay.json()["id"], replay.json()["message_id"])}
+    async with api.rig.db.transaction(read_only=True) as tx:
+        harness = [m for m in await tx.messages.list_task(task_id) if m.kind == "harness"]
+        work = await tx.conversations.find_work(task_id)
+    assert len(harness) == 1 and work is not None and harness[0].conversation_id == work.id
