@@ -8,10 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-LEAK_GRACE = 10.0
-"""Seconds a task cancelled or finishing at teardown may take to end (a thread, a socket close) before it counts.
-Above the tests' 5 s database operation timeout: a PostgreSQL read cancelled mid-query ends only after its shielded
-ROLLBACK gives up (see tests/server_chat/test_feeds.py's [postgres] cases)."""
+from tests.support.leaks import cancel_leaked, describe, leaked_tasks
+
+pytest_plugins = ("pytester",)  # tests/infra/test_leak_check.py runs the leak check on a test that leaks
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,18 +23,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 async def no_leaked_tasks() -> AsyncIterator[None]:
-    """Fail the test if a task it (or its fixtures) started is still pending after its fixtures closed."""
+    """Fail the test if a task it (or its fixtures) started is still pending after its fixtures closed (see
+    tests/support/leaks.py: strict, no real time is given to a task to end on its own)."""
     runner = asyncio.current_task()
     before = asyncio.all_tasks()
     yield
-    current = asyncio.current_task()
-    pending = {task for task in asyncio.all_tasks() - before if task is not current and task is not runner}
-    if pending:
-        _, pending = await asyncio.wait(pending, timeout=LEAK_GRACE)
+    pending = await leaked_tasks(before, ignore=(runner, asyncio.current_task()))
     if not pending:
         return
-    names = sorted(f"{task.get_name()} ({task.get_coro()!r})" for task in pending)
-    for task in pending:
-        task.cancel()
-    await asyncio.wait(pending, timeout=LEAK_GRACE)
+    names = describe(pending)
+    await cancel_leaked(pending)
     pytest.fail(f"{len(names)} task(s) left running by this test:\n  " + "\n  ".join(names), pytrace=False)

@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from loopd._infra.tasks import TaskSet, TaskSetClosed, background, companions, race
+from loopd._infra.tasks import TaskSet, TaskSetClosed, background, cancel_and_wait, companions, race
 
 
 async def test_a_finished_task_is_forgotten() -> None:
@@ -120,7 +120,7 @@ async def test_aclose_with_a_timeout_keeps_a_stubborn_task_owned_and_counts_it()
 
     task = tasks.start(ignores_cancellation(), name="stubborn")
     await asyncio.sleep(0)
-    assert await tasks.aclose(timeout=0.05) == 1
+    assert await tasks.aclose(timeout=0.05, recancel=0.01) == 1
     assert list(tasks) == [task] and not task.done()
     release.set()
     assert await tasks.aclose() == 0
@@ -226,3 +226,63 @@ async def test_a_companion_that_fails_ends_the_block_with_its_error() -> None:
         async with companions([boom()]):
             await asyncio.Event().wait()  # cancelled by the companion's failure
     assert isinstance(caught.value.exceptions[0], ValueError)
+
+
+async def test_cancel_and_wait_absorbs_the_tasks_cancellation_but_passes_the_callers_on() -> None:
+    started = asyncio.Event()
+
+    async def forever() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    owned = asyncio.get_running_loop().create_task(forever())
+    await started.wait()
+    await cancel_and_wait(owned)  # returns: the task's own cancellation is its end
+    assert owned.cancelled()
+
+    release = asyncio.Event()
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await release.wait()
+            raise
+
+    async def closer(task: asyncio.Task[None]) -> None:
+        await cancel_and_wait(task)
+
+    stubborn = asyncio.get_running_loop().create_task(slow_to_stop())
+    await asyncio.sleep(0)
+    closing = asyncio.get_running_loop().create_task(closer(stubborn))
+    await asyncio.sleep(0)
+    closing.cancel()  # the closer itself is cancelled while it waits: that is passed on
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert stubborn.done()
+
+
+async def test_wait_ended_in_a_cancelled_callers_finally_lets_the_cleanup_after_it_run() -> None:
+    steps: list[str] = []
+    started = asyncio.Event()
+
+    async def helper() -> None:
+        await asyncio.Event().wait()
+
+    async def owner() -> None:
+        task = asyncio.get_running_loop().create_task(helper())
+        try:
+            started.set()
+            await asyncio.Event().wait()
+        finally:
+            await cancel_and_wait(task)
+            steps.append("cleanup after the helper ended")
+
+    running = asyncio.get_running_loop().create_task(owner())
+    await started.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert steps == ["cleanup after the helper ended"]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from loopd._infra.sse import parse_sse, split_sse
 from loopd.server.chat import ConversationReader, conversation_frames, text_content
@@ -28,6 +29,20 @@ from tests.server_http.support import (
 
 ALICE = Identity("user", "alice")
 Entry = tuple[int, str, int, dict[str, Any]]
+
+
+@pytest.fixture
+async def reader_of(rig: Rig) -> AsyncIterator[Callable[..., ConversationReader]]:
+    """Readers over the rig's database and bus; their feeds' tasks are closed (awaited) after the test."""
+    made: list[ConversationReader] = []
+
+    def make(**options: Any) -> ConversationReader:
+        made.append(ConversationReader(rig.db, rig.ctx.bus, **options))
+        return made[-1]
+
+    yield make
+    for reader in made:
+        await reader.feeds.aclose()
 
 
 async def _log(rig: Rig, conversation_id: str) -> list[Entry]:
@@ -119,8 +134,10 @@ async def test_many_streams_share_one_feed_and_each_gets_every_event_once_in_ord
         await _until(lambda: rig.conversations.feeds.statistics().feeds == 0)  # everyone left: the feed stopped
 
 
-async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event_once(rig: Rig) -> None:
-    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0, stream_buffer=4)
+async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event_once(
+    rig: Rig, reader_of: Callable[..., ConversationReader]
+) -> None:
+    reader = reader_of(poll_interval=5.0, stream_buffer=4)
     conversation = await rig.chat.create_conversation(ALICE)
     asked = await rig.chat.ask(
         ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("count")
@@ -223,8 +240,10 @@ async def test_the_feed_stops_when_the_last_stream_leaves(rig: Rig) -> None:
             await _until(lambda: rig.conversations.feeds.statistics().feeds == 0 and rig.ctx.bus.watched == 0)
 
 
-async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_poll(rig: Rig) -> None:
-    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=0.05)
+async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_poll(
+    rig: Rig, reader_of: Callable[..., ConversationReader]
+) -> None:
+    reader = reader_of(poll_interval=0.05)
     conversation = await rig.chat.create_conversation(ALICE)
     asked = await rig.chat.ask(
         ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
@@ -246,8 +265,8 @@ async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_po
     assert _parsed(chunks) == await _log(rig, conversation.id)
 
 
-async def test_shutting_down_ends_idle_streams_at_once(rig: Rig) -> None:
-    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=30.0)
+async def test_shutting_down_ends_idle_streams_at_once(rig: Rig, reader_of: Callable[..., ConversationReader]) -> None:
+    reader = reader_of(poll_interval=30.0)
     conversation = await rig.chat.create_conversation(ALICE)
     await rig.chat.ask(ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x"))
     chunks: list[bytes] = []
@@ -262,8 +281,10 @@ async def test_shutting_down_ends_idle_streams_at_once(rig: Rig) -> None:
     assert reader.feeds.statistics().feeds == 0 and reader.feeds.statistics().subscriptions == 0
 
 
-async def test_a_stream_follows_the_feed_only_once_its_own_reads_cover_where_the_feed_started(rig: Rig) -> None:
-    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0)
+async def test_a_stream_follows_the_feed_only_once_its_own_reads_cover_where_the_feed_started(
+    rig: Rig, reader_of: Callable[..., ConversationReader]
+) -> None:
+    reader = reader_of(poll_interval=5.0)
     conversation = await rig.chat.create_conversation(ALICE)
     asked = await rig.chat.ask(
         ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
@@ -286,8 +307,10 @@ async def test_a_stream_follows_the_feed_only_once_its_own_reads_cover_where_the
     assert reader.feeds.statistics().feeds == 0
 
 
-async def test_a_stream_that_falls_behind_while_catching_up_over_many_pages_reads_on_to_the_end(rig: Rig) -> None:
-    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0, stream_buffer=4)
+async def test_a_stream_that_falls_behind_while_catching_up_over_many_pages_reads_on_to_the_end(
+    rig: Rig, reader_of: Callable[..., ConversationReader]
+) -> None:
+    reader = reader_of(poll_interval=5.0, stream_buffer=4)
     conversation = await rig.chat.create_conversation(ALICE)
     asked = await rig.chat.ask(
         ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from loopd._infra.tasks import background, race
+
 T = TypeVar("T")
 
 
@@ -190,11 +192,8 @@ async def wait_event(clock: Clock, event: asyncio.Event, timeout: float | None) 
         except TimeoutError:
             return event.is_set()
         return True
-    waiter = asyncio.ensure_future(event.wait())
-    try:
+    async with background(event.wait(), name="wait-event") as waiter:  # cancelled and awaited at the end
         await wait_first(clock, [waiter], timeout)
-    finally:
-        waiter.cancel()
     return event.is_set()
 
 
@@ -205,11 +204,8 @@ async def wait_first(clock: Clock, tasks: Iterable[asyncio.Future[Any]], timeout
     nothing but its own timer.
     """
     pending: set[asyncio.Future[Any]] = set(tasks)
-    timer: asyncio.Future[Any] = asyncio.ensure_future(clock.sleep(timeout))
-    try:
+    async with background(clock.sleep(timeout), name="wait-timer") as timer:  # cancelled and awaited at the end
         done, _ = await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        timer.cancel()
     return {task for task in done if task is not timer}
 
 
@@ -218,35 +214,21 @@ async def wait_all(clock: Clock, tasks: Iterable[asyncio.Future[Any]], timeout: 
     pending: set[asyncio.Future[Any]] = {task for task in tasks if not task.done()}
     if not pending:
         return True
-    timer: asyncio.Future[Any] = asyncio.ensure_future(clock.sleep(timeout))
-    try:
+    async with background(clock.sleep(timeout), name="wait-timer") as timer:  # cancelled and awaited at the end
         while pending and not timer.done():
             done, _ = await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
             pending -= done
-    finally:
-        timer.cancel()
     return not pending
 
 
 async def with_timeout(clock: Clock, awaitable: Awaitable[T], timeout: float) -> T:
-    """Await ``awaitable`` for at most ``timeout`` seconds of ``clock`` time; ``TimeoutError`` after that."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        done = await wait_first(clock, [task], timeout)
-    except BaseException:
-        task.cancel()
-        raise
-    if not done:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            if _current_task_cancelling():
-                raise
+    """Await ``awaitable`` for at most ``timeout`` seconds of ``clock`` time; ``TimeoutError`` after that (it is
+    cancelled and awaited first). Its error is raised as it is; a cancellation of the caller is passed on."""
+    ended, _timer = await race(_awaited(awaitable), clock.sleep(timeout), names=("with-timeout", "with-timeout-timer"))
+    if ended.cancelled:  # the timer ended first
         raise TimeoutError(f"timed out after {timeout} s")
-    return task.result()
+    return ended.result()
 
 
-def _current_task_cancelling() -> bool:
-    current = asyncio.current_task()
-    return current is not None and current.cancelling() > 0
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable

@@ -27,6 +27,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from loopd._infra.http_errors import ApiError
+from loopd._infra.tasks import race
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -193,16 +194,10 @@ class EventStreamResponse(StreamingResponse):
         self._wait_for_first_frame = wait_for_first_frame
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streamer = asyncio.ensure_future(self._stream(send))
-        watcher = asyncio.ensure_future(self._client_left(receive))
-        try:
-            await asyncio.wait({streamer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (streamer, watcher):
-                task.cancel()
-            await asyncio.gather(streamer, watcher, return_exceptions=True)
-        if not streamer.cancelled() and (error := streamer.exception()) is not None and not isinstance(error, OSError):
-            raise error
+        # The stream and the watcher for the client leaving: the first to end cancels the other (one TaskGroup).
+        streamed, _left = await race(self._stream(send), self._client_left(receive), names=("sse-stream", "sse-left"))
+        if streamed.error is not None and not isinstance(streamed.error, OSError):
+            raise streamed.error
 
     async def _stream(self, send: Send) -> None:
         async with contextlib.aclosing(self._frames) as frames:

@@ -16,6 +16,9 @@ Which to use:
   unwrapped.
 - Dynamic children of a long-lived object, started and reaped over time (one per call, feed, effect or worker) →
   a `TaskSet` (see its docstring for why it is not a TaskGroup).
+- The one background task of a long-lived object, started lazily from synchronous code (a journal's flusher, a
+  store's listener, a watch pump) → held by the object and ended by its ``aclose()`` with `cancel_and_wait`,
+  which, unlike ``suppress(CancelledError)``, passes the closer's own cancellation on.
 """
 
 from __future__ import annotations
@@ -144,6 +147,28 @@ async def companions(
         raise error
 
 
+async def wait_ended(task: asyncio.Future[Any]) -> None:
+    """Wait until ``task`` has ended. Its own cancellation is absorbed (it was stopped: that is an end); a
+    cancellation of the caller that arrives during the wait is passed on, never swallowed; an error of the task
+    is raised. Safe in a ``finally`` that runs because the caller is being cancelled: the cleanup after it runs."""
+    current = asyncio.current_task()
+    requested = current.cancelling() if current is not None else 0
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled() or (current is not None and current.cancelling() > requested):
+            raise
+
+
+async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
+    """Cancel the single background task an object owns (a listener, a pump, a flusher) and wait until it has
+    ended (see `wait_ended`): the way an owner's ``aclose()`` ends it."""
+    if task is None:
+        return
+    task.cancel()
+    await wait_ended(task)
+
+
 class TaskSet:
     """Dynamic tasks of one long-lived owner; ``aclose()`` cancels and awaits them all.
 
@@ -194,13 +219,14 @@ class TaskSet:
     def __iter__(self) -> Iterator[asyncio.Task[Any]]:
         return iter(tuple(self._tasks))
 
-    async def aclose(self, *, timeout: float | None = None) -> int:
+    async def aclose(self, *, timeout: float | None = None, recancel: float | None = None) -> int:
         """Refuse new tasks, cancel the running ones and wait until every one has ended; how many did not.
 
-        A task that swallows a cancellation is cancelled again (Python 3.11's ``wait_for`` can swallow one). With
-        ``timeout`` the wait lasts at most that many seconds: tasks still running then stay in the set (owned,
-        and cancelled again by the next ``aclose()``) and their count is returned. A cancellation of the caller
-        while it waits is passed on after the tasks have ended (or the timeout passed).
+        With ``timeout`` the wait lasts at most that many seconds: tasks still running then stay in the set
+        (owned, and cancelled again by the next ``aclose()``) and their count is returned. With ``recancel``,
+        tasks still running are cancelled again every ``recancel`` seconds (a library may swallow one
+        cancellation: Python 3.11's ``wait_for`` can). A cancellation of the caller while it waits is passed on
+        after the tasks have ended (or the timeout passed).
         """
         self._closed = True
         loop = asyncio.get_running_loop()
@@ -213,7 +239,7 @@ class TaskSet:
             tasks = tuple(self._tasks)
             for task in tasks:
                 task.cancel()
-            wait = None if remaining is None else min(0.5, remaining)
+            wait = remaining if recancel is None else recancel if remaining is None else min(recancel, remaining)
             try:
                 await asyncio.shield(asyncio.wait(tasks, timeout=wait))
             except asyncio.CancelledError:

@@ -14,6 +14,8 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from loopd._infra.tasks import race
+
 from ._api_tables import IncludeObject, table
 from ._errors import ResourceError
 from ._kinds import KindSpec
@@ -52,17 +54,16 @@ class WatchResponse:
                 ],
             }
         )
-        writer = asyncio.create_task(self._write_events(send), name="loopd-resources-watch-writer")
-        disconnect = asyncio.create_task(_wait_for_disconnect(receive), name="loopd-resources-watch-disconnect")
-        try:
-            await asyncio.wait({writer, disconnect}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (writer, disconnect):
-                task.cancel()
-            for task in (writer, disconnect):
-                with contextlib.suppress(asyncio.CancelledError, OSError):
-                    await task
-        if writer.done() and not writer.cancelled() and writer.exception() is None:
+        # The writer and the watcher for the client leaving: the first to end cancels the other (one TaskGroup).
+        written, left = await race(
+            self._write_events(send),
+            _wait_for_disconnect(receive),
+            names=("loopd-resources-watch-writer", "loopd-resources-watch-disconnect"),
+        )
+        for outcome in (written, left):
+            if outcome.error is not None and not isinstance(outcome.error, OSError):
+                raise outcome.error  # a gone client (OSError) is the normal end of a watch
+        if written.ok:
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
 

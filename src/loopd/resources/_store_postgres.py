@@ -10,7 +10,6 @@ Must not do: Kubernetes semantics (``_semantics``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,6 +17,7 @@ from typing import Any
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.migrations import migrate
+from loopd._infra.tasks import cancel_and_wait
 
 from . import _sql as sql
 from ._semantics import SemanticStore
@@ -89,9 +89,7 @@ class PostgresBackend:
 
     async def aclose(self) -> None:
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+            await cancel_and_wait(self._listener)
             self._listener = None
         await self.database.aclose()
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.tasks import cancel_and_wait
 
 from ._errors import BadRequest, Gone, ResourceError
 from ._kinds import KindSpec
@@ -182,9 +183,7 @@ class WatchHub:
     async def aclose(self) -> None:
         self._closed = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         for watcher in list(self._watchers):
             watcher.close()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopd._infra.clock import Clock
-from loopd._infra.tasks import TaskSet
+from loopd._infra.tasks import TaskSet, wait_ended
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
@@ -216,8 +216,7 @@ class LoopActor:
             await asyncio.wait_for(asyncio.shield(self._task), 5.0)
         except TimeoutError:
             self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await wait_ended(self._task)  # the caller's own cancellation is passed on
         await self._effect_tasks.aclose()  # effects cancelled by the actor's end have ended too
 
     def abort(self) -> None:
@@ -228,8 +227,7 @@ class LoopActor:
 
     async def wait_stopped(self) -> None:
         if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await wait_ended(self._task)
 
     # --- the pipeline --------------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock, wait_event
 from loopd._infra.database import Connection, DatabaseErrors
 from loopd._infra.migrations import Migration, Schema, migrate
+from loopd._infra.tasks import cancel_and_wait
 from loopd.harness._errors import (
     JournalCorruptError,
     JournalError,
@@ -603,13 +604,9 @@ class PostgresJournal:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._flusher), self._timeout)
             if not self._flusher.done():
-                self._flusher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._flusher
+                await cancel_and_wait(self._flusher)
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
+            await cancel_and_wait(self._listener)
             self._listener = None
         self._wake_all()  # followers find the journal closed on their next read
         if self._db is not None:

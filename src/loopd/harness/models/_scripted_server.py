@@ -55,6 +55,7 @@ from starlette.types import Receive, Scope, Send
 
 from loopd._infra.serving import open_http_server
 from loopd._infra.sse import sse_message
+from loopd._infra.tasks import race
 from loopd.harness._errors import HarnessError
 from loopd.harness.core import Frozen, Usage
 
@@ -559,17 +560,14 @@ async def _play(
     send: Send,
 ) -> Outcome:
     """Send ``reply`` while watching for the client to go away; return how the exchange ended."""
-    producer = asyncio.create_task(_produce(reply, request, completion_id, created, send))
-    listener = asyncio.create_task(_wait_for_disconnect(receive))
-    try:
-        await asyncio.wait({producer, listener}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        producer_done = producer.done() and not producer.cancelled()
-        for task in (producer, listener):
-            task.cancel()
-        await asyncio.wait({producer, listener})
-    if producer_done:
-        return producer.result()  # re-raises what the producer raised
+    # The first of the two to end decides; the other is cancelled (one TaskGroup, see `race`).
+    produced, _ = await race(
+        _produce(reply, request, completion_id, created, send),
+        _wait_for_disconnect(receive),
+        names=("scripted-produce", "scripted-disconnect"),
+    )
+    if not produced.cancelled:
+        return produced.result()  # re-raises what the producer raised
     return "disconnected"
 
 

@@ -23,6 +23,7 @@ from typing import Final, TypeVar
 
 from loopd._infra.http_errors import ApiError
 from loopd._infra.ids import new_id
+from loopd._infra.tasks import TaskSet
 from loopd.harness._errors import SessionClosedError, SessionNotFoundError
 from loopd.harness.actors import RecoveryMode, Rig, Session
 from loopd.harness.core.state import SessionState
@@ -273,21 +274,25 @@ class ServedSessions:
         self.begin_shutdown()
         sessions = list(self._live.values())
         limit = timeout if timeout is not None else self.rig.drain_timeout + _SHUTDOWN_GRACE
-        tasks = [asyncio.ensure_future(s.shutdown(reason="server shutdown")) for s in sessions]
+        # Every session shuts down at the same time, owned by one set; bounded: after `limit` the rest are
+        # cancelled and aborted, and given `_SHUTDOWN_GRACE` to end (a TaskGroup's exit could not be bounded).
+        shutting = TaskSet("served sessions shutdown")
+        tasks = [shutting.start(_shut_down(s), name=f"shutdown:{s.id}") for s in sessions]
         if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=limit)
-            for task in done:
-                if not task.cancelled():
-                    task.exception()  # a faulted session has nothing more to write; its error is in the journal
+            _done, pending = await asyncio.wait(tasks, timeout=limit)
             for session, task in zip(sessions, tasks, strict=True):
                 if task in pending:
                     task.cancel()
                     session.abort()
-            if pending:
-                await asyncio.wait(pending, timeout=_SHUTDOWN_GRACE)
+        await shutting.aclose(timeout=_SHUTDOWN_GRACE)
         self._live.clear()
         self._touched.clear()
         self._recent_inputs.clear()
+
+
+async def _shut_down(session: Session) -> None:
+    with contextlib.suppress(Exception):  # a faulted session has nothing more to write; its error is in the journal
+        await session.shutdown(reason="server shutdown")
 
 
 def _is_idle(session: Session) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from loopd._infra.http_errors import ApiError, ErrorType, error_body
 from loopd._infra.sse import SSE_PING, sse_message
+from loopd._infra.tasks import cancel_and_wait, race
 from loopd.harness._errors import HarnessError, SubscriptionLostError
 from loopd.harness.actors import Envelope, Subscription
 from loopd.harness.core import codec
@@ -130,23 +131,19 @@ async def _with_heartbeat(
                 return
             else:
                 yield None
-    finally:
+    finally:  # both are this generator's own: ended here (a cancellation of the reader is passed on)
         for task in (pending, closer):
             if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
 
 
 async def _wait_any(first: asyncio.Event, second: asyncio.Event, *, timeout: float) -> bool:
     """Whether either event was set within ``timeout``."""
-    waiters = [asyncio.ensure_future(first.wait()), asyncio.ensure_future(second.wait())]
+    if first.is_set() or second.is_set():
+        return True
     try:
-        done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        return bool(done)
-    finally:
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiter
+        async with asyncio.timeout(timeout):
+            await race(first.wait(), second.wait())  # the first to be set cancels the other wait
+    except TimeoutError:
+        return first.is_set() or second.is_set()
+    return True

@@ -31,6 +31,7 @@ from typing import Final
 
 from pydantic import Field
 
+from loopd._infra.tasks import cancel_and_wait
 from loopd.harness._errors import ToolArgumentsError
 from loopd.harness.core import EffectKind, Idempotency
 from loopd.harness.tools._base import BuiltinTool, Plan, ToolArgs
@@ -163,7 +164,7 @@ class BashTool(BuiltinTool[BashArgs]):
         if process.stdout is None:  # pragma: no cover - stdout=PIPE always sets it
             raise RuntimeError("bash started without a stdout pipe")
         capture = OutputCapture(self._output_limit)
-        reader = asyncio.create_task(capture.drain(process.stdout))
+        reader = asyncio.create_task(capture.drain(process.stdout), name="bash-output")  # ended below, always
         timed_out = False
         stream_left_open = False
         try:
@@ -186,7 +187,7 @@ class BashTool(BuiltinTool[BashArgs]):
             if process.returncode is None:
                 signal_group(process, signal.SIGKILL)
             if not reader.done():
-                reader.cancel()
+                await cancel_and_wait(reader)  # the pipe was abandoned or we are cancelled: stop reading it
             if process.returncode is None:
                 await stop_group(process)
 

@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
-from loopd._infra.tasks import TaskSet
+from loopd._infra.tasks import TaskSet, background
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
 from loopd.server.http import sse_frame
@@ -275,8 +275,8 @@ class _Feed:
         try:
             while not source.closing:
                 assert self.cursor is not None
-                waiter = asyncio.ensure_future(source.bus.wait(self.conversation_id, source.poll_interval))
-                try:
+                wait = source.bus.wait(self.conversation_id, source.poll_interval)
+                async with background(wait, name=f"feed-wait:{self.conversation_id}") as waiter:  # ends with it
                     await asyncio.sleep(0)  # the waiter registers with the bus before we read
                     items = await source.read_stream(self.conversation_id, after=self.cursor, limit=PAGE)
                     self._tally.reads += 1
@@ -284,8 +284,6 @@ class _Feed:
                         await self._hand_out([frame_of(item) for item in items])
                         continue
                     await waiter
-                finally:
-                    waiter.cancel()
         except StorageError as exc:
             _log.info("feed of conversation %s stopped; its streams read on their own: %s", self.conversation_id, exc)
         except Exception:  # a bug here must not leave streams waiting: they fall back to their own reads

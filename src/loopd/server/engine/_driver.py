@@ -144,7 +144,7 @@ class CallDriver:
         for drive in self._drives.values():
             drive.stop()
         # Cancelled again while any is left (a library may swallow one cancellation: 3.11's `wait_for` can).
-        left = await self._tasks.aclose(timeout=self._db.options.operation_timeout + 5)
+        left = await self._tasks.aclose(timeout=self._db.options.operation_timeout + 5, recancel=0.5)
         if left:
             _log.warning("harness engine: %d task(s) did not stop within the shutdown timeout", left)
         self._drives.clear()

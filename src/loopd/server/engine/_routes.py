@@ -32,6 +32,7 @@ from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi import Path as PathParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopd._infra.tasks import cancel_and_wait
 from loopd.agentue import StartEvent, fold
 from loopd.server.http import (
     ERROR_RESPONSES,
@@ -346,7 +347,6 @@ async def _with_heartbeat(
                 return
             yield item
     finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                await pending
+        if pending is not None and not pending.done():  # this generator's own: ended here, the reader's
+            with contextlib.suppress(StopAsyncIteration):  # cancellation passed on
+                await cancel_and_wait(pending)
