@@ -47,6 +47,8 @@ def _interval(call: dict[str, object]) -> tuple[datetime, datetime]:
 
 
 def test_the_liu_bei_question_through_loopd_up_with_the_demo_model(up: UpProcess) -> None:
+    with up.client() as client:
+        wait_registered(client)  # the in-process Router registers just after the server is up
     done = subprocess.run(
         [LOOPD, "chat", "--to", "operator:router", QUESTION],
         env=env_for(up.data_dir),
@@ -148,6 +150,7 @@ def test_a_followup_during_the_work_gets_a_progress_message_and_a_replan(tmp_pat
         up = start_up(tmp_path / "data", tmp_path, env=model.env())  # the Router runs in loopd up
         try:
             with up.client() as client:
+                wait_registered(client)
                 asked = ask(client)
                 wait_until(
                     lambda: any(e.startswith("work/") for e in model.counts()),

@@ -196,12 +196,18 @@ async def serve_router(
     *,
     stop: asyncio.Event,
     lease: LeaderElection | None,
+    abort: asyncio.Event | None = None,
+    drain: float | None = None,
     on_registered: Callable[[], None] | None = None,
 ) -> None:
     """Run the Router until ``stop`` is set: register `operator:router` (renewed in the background), reconcile its
-    Tasks (with leader election on ``lease`` when given), then stop the watch and release the Lease.
+    Tasks (with leader election on ``lease`` when given), then stop taking Tasks, let the answers in progress finish
+    and release the Lease.
 
-    Errors the runtime cannot retry (a refused token, an unreachable server at start) propagate.
+    The answers in progress get at most ``drain`` seconds (None: the reconcile manager's own bound, 30 s), or until
+    ``abort`` is set; what is cut short then is cancelled — its harness calls go on in the server, and the next
+    Router re-attaches to them. Errors the runtime cannot retry (a refused token, an unreachable server at start)
+    propagate.
     """
     from loopd.operators.router import Router
     from loopd.runtime import open_runtime
@@ -220,11 +226,25 @@ async def serve_router(
         router.watch(leader_election=lease)
         async with asyncio.TaskGroup() as group:
             running = group.create_task(rt.run(), name="loopd-router")
-            stopping = group.create_task(stop.wait(), name="loopd-router-stop")
-            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await _until(running, stop)
             if not running.done():
                 rt.shutdown()
-            stopping.cancel()
+                await _until(running, abort, timeout=drain)
+                if not running.done():
+                    logger.warning("the Router stops without waiting for its answers in progress")
+                    running.cancel()
+
+
+async def _until(task: asyncio.Task[None], event: asyncio.Event | None, *, timeout: float | None = None) -> None:
+    """Wait until ``task`` is done, ``event`` is set or ``timeout`` passes, whichever comes first."""
+    waiter = asyncio.ensure_future(event.wait()) if event is not None else None
+    try:
+        await asyncio.wait(
+            {task} if waiter is None else {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        if waiter is not None:
+            waiter.cancel()
 
 
 def describe_router_error(exc: BaseException, connection: RouterConnection) -> CliError | None:
@@ -335,10 +355,19 @@ async def _standalone(
     connection: RouterConnection, settings: RouterSettings, lease: LeaderElection, console: Console
 ) -> None:
     stop = asyncio.Event()
+    abort = asyncio.Event()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            abort.set()
+            return
+        stop.set()
+        console.print("stopping: answers in progress may finish (up to 30 s); press Ctrl-C again to stop at once")
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
 
     def registered() -> None:
         console.print(
@@ -348,5 +377,5 @@ async def _standalone(
             markup=True,
         )
 
-    await serve_router(connection, settings, stop=stop, lease=lease, on_registered=registered)
+    await serve_router(connection, settings, stop=stop, abort=abort, lease=lease, on_registered=registered)
     console.print("Router stopped")

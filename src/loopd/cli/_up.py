@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ROUTER_TOKEN_FILE: Final = Path("operators") / "router.token"
-_STOP_ROUTER_TIMEOUT: Final = 15.0
+ROUTER_DRAIN: Final = 5.0
+"""Seconds the in-process Router's answers in progress may take to finish when `loopd up` stops."""
 
 
 def up_command(
@@ -123,10 +124,15 @@ async def _up(settings: UpSettings, console: Console, router: RouterSettings | N
     from loopd.server import open_loop_server
 
     stop = asyncio.Event()
+    abort = asyncio.Event()  # a second Ctrl-C: the Router stops without waiting for its answers in progress
+
+    def on_signal() -> None:
+        (abort if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     status = console.status("starting loopd…")
     status.start()
     try:
@@ -164,16 +170,19 @@ async def _up(settings: UpSettings, console: Console, router: RouterSettings | N
                     "  router                operator:router, in this process (plans, asks the assistant, answers)"
                 )
                 console.print('Try it: [bold]loopd chat "hello"[/] in another terminal. Ctrl-C stops.')
-                await _serve_with_router(server, router, stop, console)
+                await _serve_with_router(server, router, stop, abort, console)
             console.print("stopping…")
     finally:
         status.stop()
 
 
 async def _serve_with_router(
-    server: RunningServer, settings: RouterSettings, stop: asyncio.Event, console: Console
+    server: RunningServer, settings: RouterSettings, stop: asyncio.Event, abort: asyncio.Event, console: Console
 ) -> None:
-    """Run the Router until ``stop``; a Router that fails is reported and the server keeps serving without it."""
+    """Run the Router until ``stop``; a Router that fails is reported and the server keeps serving without it.
+
+    On stop its answers in progress get a few seconds (`ROUTER_DRAIN`): their harness calls run in this server and
+    are journaled, so the Router of the next start re-attaches to them."""
     from loopd.cli._operator import (
         ROUTER_KEY,
         RouterConnection,
@@ -189,7 +198,7 @@ async def _serve_with_router(
     # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
     lease = router_lease(ROUTER_KEY, connection.namespace, identity=f"loopd-up:{server.data_dir}")
     try:
-        await serve_router(connection, settings, stop=stop, lease=lease)
+        await serve_router(connection, settings, stop=stop, abort=abort, drain=ROUTER_DRAIN, lease=lease)
     except Exception as exc:  # the server goes on; the Router's failure is said once, in one line
         from loopd.cli._errors import describe
         from loopd.cli._operator import describe_router_error
