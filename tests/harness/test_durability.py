@@ -219,7 +219,7 @@ async def test_resume_reissues_a_model_call_in_flight(sqlite_journal: SqliteJour
 async def test_restore_fences_the_old_writer(sqlite_journal: SqliteJournal) -> None:
     rig = tool_rig(sqlite_journal, ScriptedModel([], default=Reply(text="x")))
     session = await rig.start_session()
-    old_writer = session._writer
+    old_writer = session.log.writer
     session.abort()
     restored = await rig.restore_session(session.id)
     with pytest.raises(JournalFencedError):

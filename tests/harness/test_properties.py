@@ -69,7 +69,7 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
-                async with session._commit_lock:
+                async with session.log.paused():
                     rebuilt = await journal_state(journal, session.id)
                     assert dict(rebuilt.loops) == dict(session.state.loops)
                     assert rebuilt.last_seq == session.last_seq

@@ -291,7 +291,7 @@ async def test_restore_on_another_replica_rebuilds_the_same_state_and_fences_the
     session = await tool_rig(replica_a).start_session()
     assert isinstance(await session.ask("go", timeout=10), TurnDone)
     live = dict(session.state.loops)
-    old_writer = session._writer
+    old_writer = session.log.writer
     session.abort()  # replica A dies without a goodbye
 
     restored = await tool_rig(replica_b).restore_session(session.id)

@@ -7,6 +7,7 @@ from loopd.harness.actors._loop import LoopDefinition
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.actors._rig import RecoveryMode, Rig
 from loopd.harness.actors._session import Session, SessionStatistics
+from loopd.harness.actors._session_log import SessionLog
 
 __all__ = [
     "DELEGATION_TOOL_NAMES",
@@ -23,6 +24,7 @@ __all__ = [
     "RecoveryMode",
     "Rig",
     "Session",
+    "SessionLog",
     "SessionStatistics",
     "Subagents",
     "Subscription",

@@ -1,8 +1,8 @@
 """A session: the live, durable execution of a rig, restorable by id.
 
-The session owns the journal writer (one writer per session), the hub, and one actor per loop. Every commit of
-enduring events happens under the session's commit lock, so journal seq order == apply order == publish order.
-A failed append stops the whole session (fail-closed) with `SessionFaultError`.
+The session owns its `SessionLog` (``_session_log.py``: the one journal writer, the hub, the commit lock under which
+journal seq order == apply order == publish order) and one actor per loop; it takes commands and runs the
+lifecycle. A failed append stops the whole session (fail-closed) with `SessionFaultError`.
 
 Sub-agents (start, message, list, stop, reports to their parents) are `Subagents` (``_delegation.py``), reached as
 ``session.subagents``. The loop actors and the rig use the session's underscore-free methods marked "runtime"
@@ -23,8 +23,9 @@ from loopd._infra.ids import new_id
 from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
 from loopd.harness.actors._budget import BudgetPolicy
 from loopd.harness.actors._delegation import Subagents
-from loopd.harness.actors._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
-from loopd.harness.core import Usage, codec
+from loopd.harness.actors._hub import DEFAULT_QUEUE, Subscription
+from loopd.harness.actors._session_log import SessionLog
+from loopd.harness.core import Usage
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
 from loopd.harness.core.events import (
     AgentStarted,
@@ -42,7 +43,7 @@ from loopd.harness.core.events import (
     TurnStarted,
 )
 from loopd.harness.core.state import AgentInfo, SessionState
-from loopd.harness.journal import Journal, JournalWriter, NewRecord
+from loopd.harness.journal import Journal, JournalWriter
 
 if TYPE_CHECKING:
     from loopd.harness.actors._loop import LoopActor
@@ -84,22 +85,18 @@ class Session:
     ) -> None:
         self.id = session_id
         self.rig_name = rig_name
-        self._journal = journal
-        self._writer = writer
         self._clock = clock
         self._price_fn = price
         self._budget = budget
         self._submit_timeout = submit_timeout
         self._drain_timeout = drain_timeout
-        self._hub = Hub(session_id, self._read_envelopes)
+        self.log = SessionLog(session_id, journal, writer, clock=clock, on_fault=self._faulted)
+        """The session's journal writer, hub and commit lock (runtime: commits go through the methods below)."""
         self._actors: dict[str, LoopActor] = {}
-        self._commit_lock = asyncio.Lock()
         self._change = asyncio.Event()  # replaced on every change: waiters hold the one that was current
         self._status = "active"
-        self._last_seq = writer.last_seq
         self._closing = False
         self._stopped = asyncio.Event()
-        self._fault: SessionFaultError | None = None
         self.subagents = Subagents(self, rig, clock, agents or MappingProxyType({}))
         """The session's sub-agents: start, message, list and stop them (the delegation tools use these)."""
 
@@ -128,15 +125,15 @@ class Session:
 
     @property
     def status(self) -> str:
-        return "faulted" if self._fault is not None else self._status
+        return "faulted" if self.log.fault is not None else self._status
 
     @property
     def fault(self) -> SessionFaultError | None:
-        return self._fault
+        return self.log.fault
 
     @property
     def last_seq(self) -> int:
-        return self._last_seq
+        return self.log.last_seq
 
     @property
     def state(self) -> SessionState:
@@ -146,7 +143,7 @@ class Session:
             rig=self.rig_name,
             status="stopped" if self._status == "stopped" else "active",
             loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
-            last_seq=self._last_seq,
+            last_seq=self.log.last_seq,
             agents=self.subagents.infos,
         )
 
@@ -158,12 +155,12 @@ class Session:
         return SessionStatistics(
             session_id=self.id,
             status=self.status,
-            last_seq=self._last_seq,
+            last_seq=self.log.last_seq,
             turns=sum(a.state.turns for a in self._actors.values()),
             usage=self.usage,
-            events_published=self._hub.published,
-            subscribers=self._hub.subscriber_count,
-            ephemeral_dropped=self._hub.dropped,
+            events_published=self.log.hub.published,
+            subscribers=self.log.hub.subscriber_count,
+            ephemeral_dropped=self.log.hub.dropped,
             effects_running=sum(a.effects_running for a in self._actors.values()),
         )
 
@@ -178,8 +175,8 @@ class Session:
 
     def check_accepting(self) -> None:
         """Runtime: raise unless the session takes input (the fault, or `SessionClosedError`)."""
-        if self._fault is not None:
-            raise self._fault
+        if self.log.fault is not None:
+            raise self.log.fault
         if self._closing or self._status == "stopped":
             raise SessionClosedError(f"session {self.id} is closed")
 
@@ -240,7 +237,7 @@ class Session:
         maxsize: int = DEFAULT_QUEUE,
     ) -> Subscription:
         """Subscribe to live events, or from a journal seq (gap-free catch-up, then live)."""
-        return self._hub.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
+        return self.log.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
 
     async def ask(self, text: str, *, loop: str | None = None, timeout: float | None = None) -> TerminalEvent:
         """Submit ``text`` and wait for the terminal event of the turn that handled it."""
@@ -259,8 +256,8 @@ class Session:
                         return event
                     elif getattr(event, "command_id", None) == command_id:
                         raise HarnessError(f"input {command_id} was not run: {event.kind}")
-                if self._fault is not None:
-                    raise self._fault
+                if self.log.fault is not None:
+                    raise self.log.fault
                 raise SessionClosedError(f"session {self.id} stopped before the turn ended")
         finally:
             await sub.aclose()
@@ -275,13 +272,13 @@ class Session:
             await self._change.wait()
 
     def _drained(self) -> bool:
-        if self._fault is not None:
-            raise self._fault
+        if self.log.fault is not None:
+            raise self.log.fault
         return all(a.quiescent or a.parked for a in self.running_actors())
 
     def _quiescent(self) -> bool:
-        if self._fault is not None:
-            raise self._fault
+        if self.log.fault is not None:
+            raise self.log.fault
         return all(a.quiescent for a in self._actors.values())
 
     @property
@@ -301,7 +298,7 @@ class Session:
             return
         self._closing = True
         try:
-            if self._fault is None:
+            if self.log.fault is None:
                 drain = self._drain_timeout if drain_timeout is None else drain_timeout
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(drain):
@@ -315,9 +312,7 @@ class Session:
         finally:
             for actor in tuple(self._actors.values()):
                 await actor.stop()
-            with contextlib.suppress(Exception):
-                await self._writer.aclose()
-            self._hub.close(self._fault)
+            await self.log.aclose()
             self._stopped.set()
 
     def abort(self) -> None:
@@ -325,7 +320,7 @@ class Session:
         self._closing = True
         for actor in self._actors.values():
             actor.abort()
-        self._hub.close(self._fault)
+        self.log.close()
         self._stopped.set()
 
     async def __aenter__(self) -> Session:
@@ -346,71 +341,47 @@ class Session:
 
     def publish(self, seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> None:
         """Hand a committed (``seq``) or ephemeral (None) event to the subscribers."""
-        self._hub.publish(Envelope(self.id, seq, event))
+        self.log.publish(seq, event)
 
-    async def _append(self, events: tuple[SessionEvent | LoopEvent, ...]) -> list[int]:
-        records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
-        try:
-            return await self._writer.append(records)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._set_fault(exc)
-            assert self._fault is not None
-            raise self._fault from exc
-
-    def _set_fault(self, exc: BaseException) -> None:
-        if self._fault is None:
-            self._fault = SessionFaultError(self.id, f"journal append failed: {exc}")
-            for actor in self._actors.values():
-                if not actor.in_current_task():
-                    actor.abort()
-            self._hub.close(self._fault)
-            self._stopped.set()
-            self.notify_changed()
+    def _faulted(self, fault: SessionFaultError) -> None:
+        """The log's first failed append: stop every actor (but the one failing, which ends by itself)."""
+        for actor in self._actors.values():
+            if not actor.in_current_task():
+                actor.abort()
+        self._stopped.set()
+        self.notify_changed()
 
     async def commit_loop(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
         """Journal a loop's events, then apply and publish them (under the commit lock)."""
-        async with self._commit_lock:
-            if self._fault is not None:
-                raise self._fault
-            seqs = await self._append(events)
-            self._last_seq = seqs[-1]
-            actor.apply_committed(events, seqs)
+        await self.log.commit(events, lambda seqs: actor.apply_committed(events, seqs))
 
     async def commit_agent_start(self, started: AgentStarted, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
         """Journal an agent's start and its first turn's events in one append, then add and apply its actor."""
-        async with self._commit_lock:
-            if self._fault is not None:
-                raise self._fault
-            seqs = await self._append((started, *events))
-            self._last_seq = seqs[-1]
+
+        def apply(seqs: list[int]) -> None:
             self.subagents.apply(started)
-            self._hub.publish(Envelope(self.id, seqs[0], started))
+            self.log.publish(seqs[0], started)
             self.add_actor(actor)
             actor.apply_committed(events, seqs[1:])
 
+        await self.log.commit((started, *events), apply)
+
     async def commit_session(self, event: SessionEvent) -> int:
         """Journal and publish a session event; its seq."""
-        async with self._commit_lock:
-            if self._fault is not None:
-                raise self._fault
-            (seq,) = await self._append((event,))
-            self._last_seq = seq
+
+        def apply(seqs: list[int]) -> None:
             if isinstance(event, AgentStarted | AgentStopped):
                 self.subagents.apply(event)
-            self._hub.publish(Envelope(self.id, seq, event))
-            return seq
+            self.log.publish(seqs[0], event)
+
+        (seq,) = await self.log.commit((event,), apply)
+        return seq
 
     # --- sub-agents ----------------------------------------------------------------------------------------
 
     @property
     def agents(self) -> Mapping[str, AgentInfo]:
         return self.subagents.infos
-
-    async def _read_envelopes(self, from_seq: int, limit: int) -> list[Envelope]:
-        records = await self._journal.read(self.id, from_seq, limit)
-        return [Envelope(self.id, r.seq, codec.decode(r.kind, r.version, r.data)) for r in records]
 
     @property
     def actors(self) -> Mapping[str, LoopActor]:

@@ -1,0 +1,131 @@
+"""`SessionLog`: a session's durable, ordered log — its journal writer, the hub its events are published on, and
+the commit lock under which journal seq order == apply order == publish order.
+
+A commit appends the events, then runs the caller's ``apply`` with their seqs, all under the lock, so nothing
+commits between an append and its application. A failed append faults the log (fail-closed): the session hears
+of it once (``on_fault``), the hub ends every subscription with the `SessionFaultError`, and every later commit
+raises it. Must not do: run loops or decide anything (the session's actors do); it stores and publishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+
+from loopd._infra.clock import Clock
+from loopd.harness._errors import SessionFaultError
+from loopd.harness.actors._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
+from loopd.harness.core import codec
+from loopd.harness.core.events import EphemeralEvent, Lifecycle, LoopEvent, SessionEvent
+from loopd.harness.journal import Journal, JournalWriter, NewRecord
+
+Committed = SessionEvent | LoopEvent
+
+
+class SessionLog:
+    """The journal writer, hub and commit lock of one session (see the module docstring)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        journal: Journal,
+        writer: JournalWriter,
+        *,
+        clock: Clock,
+        on_fault: Callable[[SessionFaultError], None],
+    ) -> None:
+        self.session_id = session_id
+        self._journal = journal
+        self._writer = writer
+        self._clock = clock
+        self._on_fault = on_fault
+        self._hub = Hub(session_id, self._read_envelopes)
+        self._lock = asyncio.Lock()
+        self._last_seq = writer.last_seq
+        self._fault: SessionFaultError | None = None
+
+    @property
+    def writer(self) -> JournalWriter:
+        """The session's one journal writer (fenced when another process restores the session)."""
+        return self._writer
+
+    @property
+    def last_seq(self) -> int:
+        """The seq of the last committed event."""
+        return self._last_seq
+
+    @property
+    def fault(self) -> SessionFaultError | None:
+        """Why the log stopped taking commits (an append failed), or None."""
+        return self._fault
+
+    @property
+    def hub(self) -> Hub:
+        """Where committed and ephemeral events go out (its counters feed the session's statistics)."""
+        return self._hub
+
+    def subscribe(
+        self,
+        *,
+        from_seq: int | None = None,
+        lifecycles: Collection[Lifecycle] | None = None,
+        loops: Collection[str] | None = None,
+        kinds: Collection[str] | None = None,
+        maxsize: int = DEFAULT_QUEUE,
+    ) -> Subscription:
+        """Live events, or from a journal seq (gap-free catch-up, then live)."""
+        return self._hub.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
+
+    def publish(self, seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> None:
+        """Hand a committed (``seq``) or ephemeral (None) event to the subscribers."""
+        self._hub.publish(Envelope(self.session_id, seq, event))
+
+    async def commit(self, events: Sequence[Committed], apply: Callable[[list[int]], None]) -> list[int]:
+        """Journal ``events``, then ``apply(seqs)``, under the commit lock; their seqs. Raises the fault once the
+        log is faulted (this append failing faults it)."""
+        async with self._lock:
+            if self._fault is not None:
+                raise self._fault
+            seqs = await self._append(events)
+            self._last_seq = seqs[-1]
+            apply(seqs)
+            return seqs
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold the commit lock for the block: nothing commits meanwhile (a consistent view of live and durable
+        state, for checks). Must not commit inside the block (it would wait for itself)."""
+        async with self._lock:
+            yield
+
+    def close(self) -> None:
+        """End every subscription (with the fault, if any); the writer stays as it is."""
+        self._hub.close(self._fault)
+
+    async def aclose(self) -> None:
+        """`close`, and close the writer (a failure to close it is ignored: the log is done either way)."""
+        with contextlib.suppress(Exception):
+            await self._writer.aclose()
+        self.close()
+
+    async def _append(self, events: Sequence[Committed]) -> list[int]:
+        records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
+        try:
+            return await self._writer.append(records)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            fault = self._fail(exc)
+            raise fault from exc
+
+    def _fail(self, exc: BaseException) -> SessionFaultError:
+        if self._fault is None:
+            self._fault = SessionFaultError(self.session_id, f"journal append failed: {exc}")
+            self._on_fault(self._fault)
+            self._hub.close(self._fault)
+        return self._fault
+
+    async def _read_envelopes(self, from_seq: int, limit: int) -> list[Envelope]:
+        records = await self._journal.read(self.session_id, from_seq, limit)
+        return [Envelope(self.session_id, r.seq, codec.decode(r.kind, r.version, r.data)) for r in records]
