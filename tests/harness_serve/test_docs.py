@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd._infra.docs import DOCS_ASSETS_PATH
 from loopd.harness import SqliteJournal
 from loopd.server.storage import Database, DatabaseOptions
 from tests.server_http.support import build_rig
-from tests.server_storage.conftest import ManualClock
 
 from .conftest import scripted_rig, serving
 
@@ -70,7 +70,7 @@ async def test_harness_serve_docs_need_no_token_but_the_api_does(journal: Sqlite
 
 @pytest.fixture
 async def server_db(tmp_path: Path) -> AsyncIterator[Database]:
-    db = await Database.open(tmp_path / "loopd.db", options=DatabaseOptions(clock=ManualClock()))
+    db = await Database.open(tmp_path / "loopd.db", options=DatabaseOptions(clock=VirtualClock()))
     try:
         yield db
     finally:
@@ -78,7 +78,9 @@ async def server_db(tmp_path: Path) -> AsyncIterator[Database]:
 
 
 async def test_loop_server_docs_work_offline_and_need_no_credentials(server_db: Database) -> None:
-    rig = build_rig(server_db, ManualClock())
+    clock = server_db.clock
+    assert isinstance(clock, VirtualClock)
+    rig = build_rig(server_db, clock)
     try:
         await _check_docs(rig.client(token=False))
     finally:

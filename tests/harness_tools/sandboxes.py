@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
 from loopd.harness.tools._sandbox import UNCONFINED, BubblewrapSandbox, Sandbox, bubblewrap_problem, resolve_sandbox
 from tests.support.availability import missing
+from tests.support.waiting import eventually
 
 SANDBOX_NAMES = ("none", "bubblewrap")
 
@@ -44,16 +44,13 @@ def pids_running(marker: str) -> list[int]:
 
 async def wait_running(marker: str, timeout: float = 5.0) -> list[int]:
     """The host pids running ``marker`` once there is at least one (works inside a pid namespace too)."""
-    async with asyncio.timeout(timeout):
-        while not (pids := pids_running(marker)):
-            await asyncio.sleep(0.02)
+    pids: list[int] = await eventually(lambda: pids_running(marker), timeout=timeout, what=f"{marker!r} running")
     return pids
 
 
 async def wait_gone(pids: list[int], timeout: float = 3.0) -> bool:
-    async with asyncio.timeout(timeout):
-        while any(_alive(pid) for pid in pids):
-            await asyncio.sleep(0.02)
+    """True once none of ``pids`` is alive (``AssertionError`` after ``timeout`` seconds)."""
+    await eventually(lambda: not any(_alive(pid) for pid in pids), timeout=timeout, what=f"pids {pids} to exit")
     return True
 
 

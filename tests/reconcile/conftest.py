@@ -39,7 +39,7 @@ def clock() -> VirtualClock:
 
 @pytest.fixture
 def memory(clock: VirtualClock) -> InMemoryClient:
-    return InMemoryClient(now=clock.now)
+    return InMemoryClient(clock=clock)
 
 
 @dataclass

@@ -32,7 +32,7 @@ async def test_a_closed_twin_refuses_calls_and_ends_watches() -> None:
 
 async def test_the_twin_stamps_objects_with_the_given_clock() -> None:
     clock = VirtualClock()
-    twin = InMemoryClient(now=clock.now)
+    twin = InMemoryClient(clock=clock)
     await clock.advance(90)
     created = await twin.create(TASKS, task("t"))
     assert created["metadata"]["creationTimestamp"] == "2030-01-01T00:01:30Z"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -15,6 +14,7 @@ import pytest
 from loopd.resources import TASK_KIND, ApiCredentials
 from tests.resources.conftest import RunningApi, open_running_api
 from tests.resources.helpers import task
+from tests.support.waiting import eventually
 
 TASKS = "/apis/loopd.dev/v1alpha1/namespaces/default/tasks"
 AGGREGATED = (
@@ -221,17 +221,16 @@ async def test_watch_from_a_compacted_version_sends_410_expired(tmp_path: Path, 
             start = await api.store.current_resource_version()
             for index in range(20):
                 await api.store.create(TASK_KIND, task(f"t{index}"))
-            expired: list[dict[str, Any]] = []
-            for _ in range(100):  # compaction runs in the background
-                params = {"watch": "true", "resourceVersion": start, "timeoutSeconds": "1"}
+            params = {"watch": "true", "resourceVersion": start, "timeoutSeconds": "1"}
+
+            async def expired_watch() -> list[dict[str, Any]] | None:
                 async with http.stream("GET", TASKS, params=params) as response:
                     assert response.status_code == 200
                     first = await read_events(response, 1)
-                if first and first[0]["type"] == "ERROR":
-                    expired = first
-                    break
-                await asyncio.sleep(0.05)
-            assert expired, "the watch never expired"
+                return first if first and first[0]["type"] == "ERROR" else None
+
+            # Compaction runs in the background: wait until a watch from `start` expires, not for time.
+            expired = await eventually(expired_watch, what="the watch from a compacted version to expire")
             status = expired[0]["object"]
             assert (status["kind"], status["code"], status["reason"]) == ("Status", 410, "Expired")
             relisted = (await http.get(TASKS)).json()

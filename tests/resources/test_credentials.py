@@ -14,6 +14,7 @@ import yaml
 from cryptography import x509
 from typer.testing import CliRunner
 
+from loopd._infra.clock import VirtualClock
 from loopd.cli._resources_commands import kubeconfig_command
 from loopd.resources import load_or_create_credentials, render_kubeconfig, write_endpoint
 from tests.resources.conftest import RunningApi
@@ -52,8 +53,8 @@ def test_server_certificate_covers_loopback_and_is_reissued_for_new_hosts(tmp_pa
 def test_server_certificate_is_renewed_before_expiry(tmp_path: Path) -> None:
     credentials = load_or_create_credentials(tmp_path)
     before = credentials.server_cert_file.read_bytes()
-    later = datetime.now(UTC) + timedelta(days=340)
-    load_or_create_credentials(tmp_path, clock=lambda: later)
+    later = VirtualClock(wall_start=datetime.now(UTC) + timedelta(days=340))
+    load_or_create_credentials(tmp_path, clock=later)
     assert credentials.server_cert_file.read_bytes() != before
 
 

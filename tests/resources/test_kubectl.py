@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import yaml
 from loopd.resources import TASK_KIND, ApiCredentials, builtin_crds
 from tests.resources.conftest import RunningApi, open_running_api, require_kubectl
 from tests.support.kubectl import Kubectl
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kubectl
 
@@ -142,14 +142,14 @@ async def test_expired_watch_then_relist(tmp_path: Path, credentials: ApiCredent
         start = json.loads(await kubectl.ok("get", "--raw", collection))["metadata"]["resourceVersion"]
         for index in range(20):
             await api.store.create(TASK_KIND, yaml.safe_load(TASK_YAML.format(name=f"t{index}", team="a")))
-        event: dict[str, Any] = {}
-        for _ in range(50):  # compaction runs in the background
+
+        async def expired_watch() -> dict[str, Any] | None:
             raw = await kubectl.ok("get", "--raw", f"{collection}?watch=true&timeoutSeconds=1&resourceVersion={start}")
-            event = json.loads(raw.splitlines()[0])
-            if event["type"] == "ERROR":
-                break
-            await asyncio.sleep(0.05)
-        assert event["type"] == "ERROR"
+            event: dict[str, Any] = json.loads(raw.splitlines()[0])
+            return event if event["type"] == "ERROR" else None
+
+        # Compaction runs in the background: wait until a watch from `start` expires, not for time.
+        event = await eventually(expired_watch, timeout=30.0, what="the watch from a compacted version to expire")
         assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
         relisted = json.loads(await kubectl.ok("get", "--raw", collection))
         assert len(relisted["items"]) == 20

@@ -24,6 +24,7 @@ from loopd.server.streams import ConversationBus, empty_model, finish, open_mess
 from tests.resources.conftest import RunningApi
 from tests.server_engine.conftest import ScriptedAdapter, make_engine, scripted
 from tests.support.kubectl import Kubectl
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.kubectl
 
@@ -126,12 +127,12 @@ def _row(table: str, name: str) -> dict[str, str]:
 
 
 async def _until_phase(kubectl: Kubectl, name: str, phase: str) -> dict[str, Any]:
-    async with asyncio.timeout(15):
-        while True:
-            task = json.loads(await kubectl.ok("get", "task", name, "-o", "json"))
-            if (task.get("status") or {}).get("phase") == phase:
-                return dict(task)
-            await asyncio.sleep(0.05)
+    async def in_phase() -> dict[str, Any] | None:
+        task = json.loads(await kubectl.ok("get", "task", name, "-o", "json"))
+        return dict(task) if (task.get("status") or {}).get("phase") == phase else None
+
+    found: dict[str, Any] = await eventually(in_phase, timeout=15.0, what=f"task {name} in phase {phase}")
+    return found
 
 
 async def test_kubectl_get_tasks_shows_who_holds_a_task_and_its_phase(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.storage import Database, DatabaseOptions
 from tests.server_http.support import Rig, build_rig, error_of, new_conversation, task_object
-from tests.server_storage.conftest import ManualClock
 from tests.server_storage.slow_commits import SlowCommit, slow_commits
 
 TIMEOUT = 0.5
@@ -19,7 +19,7 @@ BODY = {"target": {"kind": "operator", "key": "echo"}, "text": "hello"}
 
 
 @pytest.fixture
-async def sqlite_rig(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Rig]:
+async def sqlite_rig(tmp_path: Path, clock: VirtualClock) -> AsyncIterator[Rig]:
     db = await Database.open(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock, operation_timeout=TIMEOUT))
     rig = build_rig(db, clock)
     try:

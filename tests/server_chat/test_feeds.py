@@ -26,6 +26,7 @@ from tests.server_http.support import (
     served,
     text_events,
 )
+from tests.support.waiting import eventually
 
 ALICE = Identity("user", "alice")
 Entry = tuple[int, str, int, dict[str, Any]]
@@ -78,9 +79,7 @@ def _append(piece: str) -> list[dict[str, Any]]:
 
 
 async def _until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.01)
+    await eventually(predicate, timeout=timeout)
 
 
 async def _collect(frames: AsyncGenerator[bytes, None], into: list[bytes]) -> list[bytes]:
@@ -183,11 +182,14 @@ async def test_resuming_with_last_event_id_while_the_feed_is_live_has_no_gap_and
                     if _is_end_of(frame, response_id):
                         return
 
+        resumed = asyncio.Event()
+
         async def publish() -> None:
             await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
             for index in range(40):
                 await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
-                await asyncio.sleep(0.005)
+                if index == 19:
+                    await resumed.wait()  # the second half arrives while the resumed stream follows the feed
             await operator.post(f"/v1/tasks/{task_id}/complete", json={})
 
         async with asyncio.timeout(30):
@@ -200,6 +202,7 @@ async def test_resuming_with_last_event_id_while_the_feed_is_live_has_no_gap_and
             async with user.stream("GET", f"/v1/conversations/{cid}/stream", headers=headers) as response:
                 async for frame in frames_of(response):
                     second.append(frame)
+                    resumed.set()
                     if _is_end_of(frame, response_id):
                         break
             await publishing

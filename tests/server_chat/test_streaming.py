@@ -20,6 +20,7 @@ from tests.server_http.support import (
     served,
     text_events,
 )
+from tests.support.waiting import eventually
 
 SSE = {"Accept": "text/event-stream"}
 
@@ -157,25 +158,44 @@ async def test_snapshot_then_stream_from_its_cursor_is_the_same_as_streaming_fro
 
 
 async def test_the_stream_sends_heartbeats_and_wakes_on_new_events(rig: Rig) -> None:
-    quick = build_rig(rig.db, rig.clock, heartbeat=0.2, poll_interval=5.0)
+    clock = rig.clock  # heartbeats and the feed's 5 s poll run on virtual time: they come when the test says
+    quick = build_rig(rig.db, clock, heartbeat=0.2, poll_interval=5.0, bus_clock=clock)
     async with served(quick) as url:
         user = real_client(quick, url)
         operator = real_client(quick, url, actor="operator:echo")
         cid = await new_conversation(user)
         accepted = await ask(user, cid)
         seen: list[Frame] = []
-        async with asyncio.timeout(10), user.stream("GET", f"/v1/conversations/{cid}/stream") as response:
-            async for frame in frames_of(response):
-                seen.append(frame)
-                if len([f for f in seen if f.comments]) == 2 and not any(f.id for f in seen):
-                    # Two heartbeats and no event (the stream started at the current end); now an event arrives,
-                    # woken by the bus long before the 5 s poll.
-                    started = asyncio.get_running_loop().time()
-                    await operator.post(f"/v1/tasks/{accepted['task_id']}/events", json={"events": text_events("a")})
-                if frame.id is not None:
-                    assert asyncio.get_running_loop().time() - started < 2.0
-                    break
-        assert seen[0].comments == ("ping",)
+
+        async def read() -> None:
+            async with user.stream("GET", f"/v1/conversations/{cid}/stream") as response:
+                async for frame in frames_of(response):
+                    seen.append(frame)
+                    if frame.id is not None:
+                        return
+
+        def heartbeats() -> int:
+            return len([f for f in seen if f.comments])
+
+        begin = clock.monotonic()
+
+        async def beat(count: int) -> None:
+            due = begin + 0.2 * count
+            # The stream is caught up (it started at the current end) and its heartbeat timer is armed.
+            await eventually(lambda: clock.next_deadline == due, what="the heartbeat timer")
+            await clock.advance(0.2)
+            await eventually(lambda: heartbeats() == count, what=f"heartbeat {count}")
+
+        async with asyncio.timeout(10):
+            reading = asyncio.ensure_future(read())
+            await beat(1)
+            await beat(2)
+            assert not any(f.id for f in seen)
+            posted_at = clock.monotonic()
+            await operator.post(f"/v1/tasks/{accepted['task_id']}/events", json={"events": text_events("a")})
+            await reading  # the event arrives with virtual time standing still: the bus woke the feed, not its poll
+        assert clock.monotonic() == posted_at < begin + 5.0
+        assert seen[0].comments == ("ping",) and heartbeats() == 2
         assert seen[-1].data is not None and seen[-1].data["event"]["op"] == "set"
     await quick.aclose()
 
@@ -229,8 +249,7 @@ async def test_client_disconnects_never_affect_the_answer_or_other_readers(rig: 
         accepted = await ask(user, cid)
         task_id, response_id = accepted["task_id"], accepted["response"]["id"]
 
-        async def reader(leave_after: int | None) -> list[Frame]:
-            got: list[Frame] = []
+        async def reader(leave_after: int | None, got: list[Frame]) -> list[Frame]:
             async with (
                 httpx.AsyncClient(base_url=url, headers=dict(user.headers), timeout=10) as own,
                 own.stream("GET", f"/v1/conversations/{cid}/stream?after=0") as response,
@@ -244,8 +263,12 @@ async def test_client_disconnects_never_affect_the_answer_or_other_readers(rig: 
             return got
 
         async with asyncio.timeout(15):
-            readers = [asyncio.ensure_future(reader(n)) for n in (1, 2, 3, None, None)]
-            await asyncio.sleep(0.2)
+            gots: list[list[Frame]] = [[] for _ in range(5)]
+            readers = [
+                asyncio.ensure_future(reader(n, got)) for n, got in zip((1, 2, 3, None, None), gots, strict=True)
+            ]
+            # Every reader is connected (it has its first frame) before the answer streams; some then leave.
+            await eventually(lambda: all(gots), what="every reader's first frame")
             for piece in "abc":
                 response = await operator.post(
                     f"/v1/tasks/{task_id}/events", json={"events": text_events(piece, piece)}
@@ -256,9 +279,8 @@ async def test_client_disconnects_never_affect_the_answer_or_other_readers(rig: 
         log = await _log(rig, cid)
         for got in results[3:]:
             assert _entries(got) == log
-        async with asyncio.timeout(5):  # every reader leaves the bus (the server notices a disconnect promptly)
-            while rig.ctx.bus.watched:
-                await asyncio.sleep(0.01)
+        # Every reader leaves the bus (the server notices a disconnect promptly).
+        await eventually(lambda: rig.ctx.bus.watched == 0, timeout=5.0, what="every reader to leave the bus")
 
 
 async def test_a_database_failure_under_an_open_stream_ends_it_with_an_error_event(rig: Rig) -> None:

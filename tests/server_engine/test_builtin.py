@@ -54,7 +54,7 @@ async def _answer_gate(engine: HarnessEngine, call_id: str, db: Database, respon
 async def _run_clean(folder: Path, clock: VirtualClock) -> dict[str, Any]:
     async with (
         open_rig(folder / "harness") as harness,
-        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
+        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
     ):
         async with make_engine(db, {"builtin": BuiltinHarnessAdapter(harness.rig)}, clock=clock) as engine:
             call_id, response = await _start(db, engine)
@@ -106,7 +106,7 @@ async def test_a_crashed_engine_is_resumed_through_the_journal_and_ends_like_a_c
     folder = tmp_path / "crash"
     async with (
         open_rig(folder / "harness", stall_final=True) as harness,
-        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
+        open_database(folder / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")

@@ -145,11 +145,13 @@ async def _checkpoint(engine: object, call_id: str, at_least: int) -> bool:
     return (await engine.get(call_id)).checkpoint >= at_least  # type: ignore[attr-defined, no-any-return]
 
 
-async def test_cancel_stops_the_execution_and_a_wait_never_cancels(sqlite_db: Database) -> None:
+async def test_cancel_stops_the_execution_and_a_wait_never_cancels(sqlite_db: Database, clock: VirtualClock) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
         call_id, _ = await start(sqlite_db, engine)
-        waited = await engine.wait(call_id, 0.2)
+        waiting = asyncio.ensure_future(engine.wait(call_id, 0.2))
+        await clock.advance(0.2)  # the wait's timeout passes on the engine's (the database's) clock
+        waited = await waiting
         assert not waited.is_terminal
         assert (await engine.get(call_id)).phase == "running"
         requested = await engine.cancel(call_id)

@@ -51,7 +51,7 @@ async def test_a_crash_mid_answer_is_settled_with_an_estimate_of_the_lost_model_
 ) -> None:
     async with (
         open_rig(tmp_path / "harness", script=Script(stall_final_mid=True)) as harness,
-        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
+        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")

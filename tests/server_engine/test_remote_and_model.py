@@ -132,12 +132,12 @@ async def test_an_unavailable_model_is_run_again_and_a_refusal_fails_the_call(sq
         adapter = _model(url)
         async with make_engine(sqlite_db, {"gpt": adapter}) as engine:
             call_id, _ = await _start(sqlite_db, engine, "gpt", text="hi")
-            retried = await engine.wait(call_id, 10)
+            retried = await until_done(engine, call_id)  # the retry after the 503 comes due on the virtual clock
             conversation = await new_conversation(sqlite_db)
             other = await engine.start(
                 CallRequest("uid-x", "respond", "gpt", "hi", conversation_id=conversation, timeout=60)
             )
-            refused = await engine.wait(other.id, 10)
+            refused = await until_done(engine, other.id)
         await adapter.aclose()
     assert retried.phase == "succeeded" and retried.result["content"] == "Second try."
     assert refused.phase == "failed" and refused.error is not None and refused.error["code"] == "model_error"

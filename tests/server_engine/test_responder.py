@@ -199,11 +199,12 @@ async def test_an_orphan_task_whose_question_never_committed_is_deleted(world: W
     """A crash between creating the Task and deleting it after a failed commit leaves a Task with no question."""
     from datetime import UTC, datetime, timedelta
 
+    from loopd._infra.clock import VirtualClock
     from loopd.resources.reconcile import Request
 
-    later = datetime.now(UTC) + timedelta(hours=1)
+    later = VirtualClock(wall_start=datetime.now(UTC) + timedelta(hours=1))
     responder = HarnessResponder(
-        client=world.client, engine=world.engine, chat=world.chat, orphan_after=60, clock=lambda: later
+        client=world.client, engine=world.engine, chat=world.chat, orphan_after=60, clock=later
     )
     try:
         await world.client.create(TASKS, _task("t-orphan", "assistant"), namespace="default")

@@ -93,7 +93,7 @@ async def _crash_mid_answer(
     """Stream the answer's first chunk, crash the engine (and its in-process session), resume on a second one."""
     async with (
         open_rig(tmp_path / "harness", script=script) as harness,
-        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock.now)) as db,
+        open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)) as db,
     ):
         adapter = BuiltinHarnessAdapter(harness.rig)
         first = make_engine(db, {"builtin": adapter}, clock=clock, replica_id="first")

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from fastapi import APIRouter, FastAPI
 
+from loopd._infra.clock import Clock, VirtualClock
 from loopd._infra.sse import read_sse
 from loopd.resources.client import TASKS, InMemoryClient
 from loopd.server.app import ServerContext, create_server_app
@@ -23,7 +24,7 @@ from loopd.server.human import HumanService
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.storage import Database, DatabaseOptions, StorageUnavailable
 from loopd.server.streams import ConversationBus
-from tests.server_storage.conftest import ManualClock, database_url_for, shared_postgres_dsn
+from tests.server_storage.conftest import database_url_for, shared_postgres_dsn
 from tests.support.postgres import postgres_server
 
 __all__ = ["postgres_server", "shared_postgres_dsn"]  # fixtures the suites re-export
@@ -89,7 +90,7 @@ class CommitFailingDatabase(Database):
 @dataclass
 class Rig:
     db: Database
-    clock: ManualClock
+    clock: VirtualClock
     resources: InMemoryClient
     gateway: ControlledGateway
     ctx: ServerContext
@@ -154,7 +155,7 @@ class Rig:
 
 def build_rig(
     db: Database,
-    clock: ManualClock,
+    clock: VirtualClock,
     *,
     heartbeat: float = 15.0,
     poll_interval: float = 0.05,
@@ -163,10 +164,11 @@ def build_rig(
     max_timeout_seconds: float = 3600.0,
     browser_hosts: frozenset[str] = frozenset(),
     resources: InMemoryClient | None = None,
+    bus_clock: Clock | None = None,
 ) -> Rig:
     resources = resources or InMemoryClient()
     gateway = ControlledGateway(ResourceTaskGateway(resources, timeout=5.0))
-    bus = ConversationBus()
+    bus = ConversationBus(clock=bus_clock)  # the system clock unless a test puts streams on virtual time
     registry = RegistryService(db, builtin_actors=BUILTIN)
     conversations = ConversationReader(db, bus, poll_interval=poll_interval)
     chat = ChatRequests(db, bus, gateway, targets=registry)
@@ -180,13 +182,12 @@ def build_rig(
         task_api=TaskApi(db, bus, gateway),
         human=human,
         registry=registry,
-        clock=clock,
     )
     app = create_server_app(ctx, routers=routers, sweepers=False, heartbeat=heartbeat)
     return Rig(db, clock, resources, gateway, ctx, app)
 
 
-async def open_db(url: str, clock: ManualClock, *, cls: type[Database] = Database) -> Database:
+async def open_db(url: str, clock: VirtualClock, *, cls: type[Database] = Database) -> Database:
     return await cls.open(url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
 
 
@@ -205,8 +206,9 @@ def real_client(rig: Rig, url: str, **options: Any) -> httpx.AsyncClient:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> VirtualClock:
+    """The database's clock (stamps, leases, deadlines): it moves only when the test advances it."""
+    return VirtualClock()
 
 
 def backend_fixture(*backends: str) -> Any:
@@ -220,7 +222,7 @@ def backend_fixture(*backends: str) -> Any:
 
 
 @pytest.fixture
-async def rig(backend: str, tmp_path: Path, request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Rig]:
+async def rig(backend: str, tmp_path: Path, request: pytest.FixtureRequest, clock: VirtualClock) -> AsyncIterator[Rig]:
     url = database_url_for(backend, tmp_path, request)
     db = await open_db(url, clock, cls=CommitFailingDatabase)
     built = build_rig(db, clock)

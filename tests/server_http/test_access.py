@@ -120,7 +120,7 @@ async def test_a_sign_in_link_works_once_and_only_once(rig: Rig) -> None:
 
 async def test_a_sign_in_link_expires(rig: Rig) -> None:
     path = await signin_path(rig)
-    rig.clock.advance(rig.ctx.security.signin_ttl + 1)
+    await rig.clock.advance(rig.ctx.security.signin_ttl + 1)
     late = await remote(rig).get(path)
     assert late.status_code == 403 and error_of(late) == "forbidden"
 

@@ -18,12 +18,12 @@ async def test_leases_expire_in_virtual_time_and_renewal_extends_them(rig: Rig) 
     default = await rig.client(actor="harness:remote").put("/v1/harnesses/remote", json={})
     assert default.json()["lease_seconds"] == 30  # the default lease
     assert ("operator", "router") in await _actors(rig)
-    rig.clock.advance(20)
+    await rig.clock.advance(20)
     await router.put("/v1/operators/router", json={"display_name": "Router", "lease_seconds": 30})  # renewed
-    rig.clock.advance(20)
+    await rig.clock.advance(20)
     live = await _actors(rig)
     assert ("operator", "router") in live and ("harness", "remote") not in live  # 40 s > 30 s, never renewed
-    rig.clock.advance(11)
+    await rig.clock.advance(11)
     assert ("operator", "router") not in await _actors(rig)
 
 
@@ -45,7 +45,7 @@ async def test_the_list_puts_operators_first_and_always_has_the_builtin_targets(
         ("harness", "alpha"),
         ("harness", "assistant"),
     ]
-    rig.clock.advance(3600)
+    await rig.clock.advance(3600)
     assert await _actors(rig) == [("operator", "echo"), ("harness", "assistant")]  # built-ins never expire
 
 
@@ -79,7 +79,7 @@ async def test_a_chat_target_must_be_known(rig: Rig) -> None:
     )
     assert unknown.status_code == 400 and "ghost" in unknown.json()["error"]["message"]
     await rig.client(actor="operator:ghost").put("/v1/operators/ghost", json={"lease_seconds": 1})
-    rig.clock.advance(10)  # expired, but known: it may come back and pick the Task up
+    await rig.clock.advance(10)  # expired, but known: it may come back and pick the Task up
     known = await client.post(
         f"/v1/conversations/{cid}/messages", json={"target": {"kind": "operator", "key": "ghost"}, "text": "hi"}
     )

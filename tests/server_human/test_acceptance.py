@@ -50,9 +50,9 @@ async def test_case_01_timeout_is_mandatory_finite_and_bounded_no_answer_times_o
     # No answer → timeout, enforced by the server at the deadline; the Task is woken.
     waited = await question(a, ask_body("wait", timeout_seconds=30))
     ignored = await question(a, confirm_body("ignore", timeout_seconds=300))
-    rig.clock.advance(29)
+    await rig.clock.advance(29)
     assert await rig.human.sweep_deadlines() == 0
-    rig.clock.advance(1)
+    await rig.clock.advance(1)
     assert await rig.human.sweep_deadlines() == 1
     timed_out = await state(a, waited["message_id"])
     assert timed_out["status"] == "timeout" and timed_out["value"] is None
@@ -76,7 +76,7 @@ async def test_case_02_a_repeated_call_returns_the_original_question_and_state_d
     first = await a.operator.post(f"/v1/tasks/{a.task_id}/human", json=ask_body())
     assert first.status_code == 201 and first.json()["created"] is True
     original = first.json()
-    rig.clock.advance(10)
+    await rig.clock.advance(10)
     again = await a.operator.post(f"/v1/tasks/{a.task_id}/human", json=ask_body())
     assert again.status_code == 200 and again.json()["created"] is False
     assert again.json()["message_id"] == original["message_id"]
@@ -98,7 +98,7 @@ async def test_case_02_a_repeated_call_returns_the_original_question_and_state_d
     assert (await state(a, original["message_id"]))["status"] == "pending"
     # A timeout creates no user message; the repeat then returns the final state.
     users_before = [m for m in await conversation_messages(a) if m["kind"] == "user"]
-    rig.clock.advance(60)
+    await rig.clock.advance(60)
     assert await rig.human.sweep_deadlines() == 1
     assert [m for m in await conversation_messages(a) if m["kind"] == "user"] == users_before
     final = await question(a, ask_body())
@@ -115,7 +115,7 @@ async def test_case_03_parallel_ask_and_confirm_close_independently_and_a_timeou
     # Answer in reverse order of asking.
     assert (await reply(a, q_confirm["message_id"], "success", "accepted")).status_code == 200
     assert (await state(a, q_ask["message_id"]))["status"] == "pending"
-    rig.clock.advance(11)
+    await rig.clock.advance(11)
     assert await rig.human.sweep_deadlines() == 1
     assert (await state(a, q_short["message_id"]))["status"] == "timeout"
     assert (await state(a, q_ask["message_id"]))["status"] == "pending"  # the timeout blocked nothing
@@ -215,7 +215,7 @@ async def test_case_07_free_text_is_not_limited_to_choices_and_dismiss_or_timeou
     carrying = await reply(a, dismissed_q["message_id"], "dismissed", "pg")
     assert carrying.status_code == 400  # a dismissal cannot smuggle a choice
     await reply(a, dismissed_q["message_id"], "dismissed")
-    rig.clock.advance(5)
+    await rig.clock.advance(5)
     await rig.human.sweep_deadlines()
     for message_id in (dismissed_q["message_id"], timeout_q["message_id"]):
         final = await state(a, message_id)
@@ -234,7 +234,7 @@ async def test_case_08_the_same_block_id_in_different_messages_updates_independe
     assert ids == {"request"}  # one block id, three messages
     before_third = await state(a, q_third["message_id"])
     await reply(a, q_ask["message_id"], "success", "pg")
-    rig.clock.advance(5)
+    await rig.clock.advance(5)
     await rig.human.sweep_deadlines()
     third = await state(a, q_third["message_id"])
     assert third["message"]["content"] == before_third["message"]["content"]
@@ -277,7 +277,7 @@ async def test_case_09_duplicate_contradictory_late_and_foreign_replies_yield_ex
     assert sorted(r.status_code for r in results) == [200, 409]
     # Late: past the deadline, before any sweep.
     late_q = await question(a, confirm_body("late", timeout_seconds=5))
-    rig.clock.advance(6)
+    await rig.clock.advance(6)
     late = await reply(a, late_q["message_id"], "success", "accepted")
     assert late.status_code == 409
     assert (await state(a, late_q["message_id"]))["status"] == "timeout"
@@ -334,7 +334,7 @@ async def test_case_10_restart_projection_and_wake_failures_recover_and_a_late_r
         if m["purpose"] == "human_reply"
     ]
     # The deadline sweeper meets the same failure: the question stays pending and is retried.
-    rig.clock.advance(31)
+    await rig.clock.advance(31)
     assert await restarted.human.sweep_deadlines() == 0
     assert (await user.get(f"/v1/human/{other['message_id']}")).status_code == 503
     # Projection failure (the transaction cannot commit): also nothing half-done.

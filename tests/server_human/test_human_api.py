@@ -78,7 +78,7 @@ async def test_the_app_runs_the_deadline_and_completion_sweepers(rig: Rig) -> No
 
     a = await asked(rig)
     q = await question(a, confirm_body(timeout_seconds=5))
-    rig.clock.advance(6)
+    await rig.clock.advance(6)
     app = create_server_app(rig.ctx, sweepers=True)
     background = build_rig(rig.db, rig.clock, resources=rig.resources)
     background.app = app

@@ -1,32 +1,19 @@
-"""Fixtures for loop-server storage: a ``Database`` on each backend, a manual clock, ledger stores."""
+"""Fixtures for loop-server storage: a ``Database`` on each backend, a virtual clock, ledger stores."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.ledger import LedgerStore, SqlLedgerStore
 from loopd.server.storage import MIGRATIONS, Database, DatabaseOptions, Migration
 from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
 
 __all__ = ["postgres_dsn", "postgres_server"]  # fixtures re-exported for pytest
-
-
-class ManualClock:
-    """A clock that moves only when told to (leases, deadlines and expiry become exact and instant)."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.now = start or datetime(2030, 1, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 DatabaseFactory = Callable[..., Awaitable[Database]]
@@ -38,8 +25,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> VirtualClock:
+    """The database's clock: leases, deadlines and expiry move only when the test advances it."""
+    return VirtualClock()
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +63,7 @@ def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
 
 
 @pytest.fixture
-async def open_db(database_url: str, clock: ManualClock) -> AsyncIterator[DatabaseFactory]:
+async def open_db(database_url: str, clock: VirtualClock) -> AsyncIterator[DatabaseFactory]:
     """Open handles on one database (several may be open at once, like replicas); all closed afterwards."""
     opened: list[Database] = []
 
@@ -98,7 +86,7 @@ async def db(open_db: DatabaseFactory) -> Database:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def ledger(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> AsyncIterator[LedgerStore]:
+async def ledger(request: pytest.FixtureRequest, tmp_path: Path, clock: VirtualClock) -> AsyncIterator[LedgerStore]:
     """The ledger contract on each backend of the one store (``SqlLedgerStore``)."""
     url = database_url_for(str(request.param), tmp_path, request)
     database = await Database.open(url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))

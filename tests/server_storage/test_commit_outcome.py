@@ -14,6 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd._infra.postgres import commit_outcome_unknown as _outcome_unknown
 from loopd.server.storage import (
     CommitOutcomeUnknown,
@@ -24,7 +25,7 @@ from loopd.server.storage import (
     StorageUnavailable,
     open_database,
 )
-from tests.server_storage.conftest import ManualClock, database_url_for
+from tests.server_storage.conftest import database_url_for
 from tests.server_storage.helpers import user_conversation
 from tests.server_storage.slow_commits import SlowCommit, slow_commits
 
@@ -41,7 +42,7 @@ async def _exists(db: Database, conversation_id: str) -> bool:
 
 
 @pytest.fixture
-async def sqlite_db(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Database]:
+async def sqlite_db(tmp_path: Path, clock: VirtualClock) -> AsyncIterator[Database]:
     """SQLite, where the slow COMMIT is injected (PostgreSQL has its own test below)."""
     options = DatabaseOptions(clock=clock, operation_timeout=TIMEOUT)
     async with open_database(tmp_path / "loopd.db", options=options) as db:
@@ -92,7 +93,7 @@ async def test_a_commit_that_does_not_settle_is_outcome_unknown_and_reading_back
 
 
 @pytest.fixture
-async def postgres_db(tmp_path: Path, clock: ManualClock, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+async def postgres_db(tmp_path: Path, clock: VirtualClock, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
     options = DatabaseOptions(clock=clock, operation_timeout=1.0)
     async with open_database(database_url_for("postgres", tmp_path, request), options=options) as db:
         yield db

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.storage import Conflict, Database, InvalidRecord, Message, NewMessage, NotFound
-from tests.server_storage.conftest import ManualClock
 from tests.server_storage.helpers import question, text_content, user_conversation
 
 
@@ -45,10 +45,10 @@ async def test_conversation_shape_rules(db: Database, kind: str, key: str, task_
             await tx.conversations.create(actor_kind=kind, actor_key=key, task_id=task_id)  # type: ignore[arg-type]
 
 
-async def test_rename_and_touch_update_the_conversation(db: Database, clock: ManualClock) -> None:
+async def test_rename_and_touch_update_the_conversation(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         conversation = await user_conversation(tx)
-    clock.advance(5)
+    await clock.advance(5)
     async with db.transaction() as tx:
         renamed = await tx.conversations.rename(conversation.id, "renamed")
         with pytest.raises(NotFound):

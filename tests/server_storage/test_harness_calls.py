@@ -7,19 +7,19 @@ from datetime import timedelta
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.storage import Conflict, Database, InvalidRecord, NewHarnessCall, NotFound
-from tests.server_storage.conftest import ManualClock
 
 
-def call(clock: ManualClock, key: str = "work/0", owner: str = "uid-1", text: str = "hi") -> NewHarnessCall:
-    return NewHarnessCall(owner, key, "builtin", {"text": text}, deadline_at=clock.now + timedelta(minutes=30))
+def call(clock: VirtualClock, key: str = "work/0", owner: str = "uid-1", text: str = "hi") -> NewHarnessCall:
+    return NewHarnessCall(owner, key, "builtin", {"text": text}, deadline_at=clock.now() + timedelta(minutes=30))
 
 
-async def test_the_same_identity_and_parameters_return_the_same_call(db: Database, clock: ManualClock) -> None:
+async def test_the_same_identity_and_parameters_return_the_same_call(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         first, created = await tx.harness_calls.get_or_create(call(clock))
         assert created and (first.phase, first.checkpoint, first.cancel_requested) == ("pending", 0, False)
-    clock.advance(60)
+    await clock.advance(60)
     async with db.transaction() as tx:
         again, created = await tx.harness_calls.get_or_create(call(clock))  # a replay: its deadline is not moved
         assert not created and again == first
@@ -31,7 +31,7 @@ async def test_the_same_identity_and_parameters_return_the_same_call(db: Databas
         assert [c.id for c in await tx.harness_calls.list_by_owner("uid-1")] == [first.id]
 
 
-async def test_racing_submissions_create_one_call(db: Database, clock: ManualClock) -> None:
+async def test_racing_submissions_create_one_call(db: Database, clock: VirtualClock) -> None:
     async def submit() -> tuple[str, bool]:
         async with db.transaction() as tx:
             found, created = await tx.harness_calls.get_or_create(call(clock))
@@ -42,7 +42,7 @@ async def test_racing_submissions_create_one_call(db: Database, clock: ManualClo
     assert sum(created for _, created in results) == 1
 
 
-async def test_phases_end_at_a_terminal_one(db: Database, clock: ManualClock) -> None:
+async def test_phases_end_at_a_terminal_one(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         created, _ = await tx.harness_calls.get_or_create(call(clock))
         running = await tx.harness_calls.update(created.id, phase="running", execution_ref="exec-1")
@@ -58,7 +58,7 @@ async def test_phases_end_at_a_terminal_one(db: Database, clock: ManualClock) ->
             await tx.harness_calls.update("missing", phase="running")
 
 
-async def test_the_checkpoint_moves_forward_by_compare_and_set(db: Database, clock: ManualClock) -> None:
+async def test_the_checkpoint_moves_forward_by_compare_and_set(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         created, _ = await tx.harness_calls.get_or_create(call(clock))
         one = await tx.harness_calls.advance_checkpoint(
@@ -73,7 +73,7 @@ async def test_the_checkpoint_moves_forward_by_compare_and_set(db: Database, clo
         assert cancelled.cancel_requested and cancelled.phase == "pending"
 
 
-async def test_active_calls_are_counted_for_capacity(db: Database, clock: ManualClock) -> None:
+async def test_active_calls_are_counted_for_capacity(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         ids = [(await tx.harness_calls.get_or_create(call(clock, key=f"work/{i}")))[0].id for i in range(4)]
         await tx.harness_calls.update(ids[0], phase="running")
@@ -84,8 +84,8 @@ async def test_active_calls_are_counted_for_capacity(db: Database, clock: Manual
         assert [c.id for c in await tx.harness_calls.list_active(after=ids[1])] == [ids[3]]
 
 
-async def test_two_calls_never_stream_into_one_message(db: Database, clock: ManualClock) -> None:
-    deadline = clock.now + timedelta(minutes=30)
+async def test_two_calls_never_stream_into_one_message(db: Database, clock: VirtualClock) -> None:
+    deadline = clock.now() + timedelta(minutes=30)
     async with db.transaction() as tx:
         await tx.harness_calls.get_or_create(NewHarnessCall("uid-1", "a", "builtin", {}, deadline, message_id="m-1"))
         await tx.harness_calls.get_or_create(NewHarnessCall("uid-1", "b", "builtin", {}, deadline))  # no message: fine

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.storage import (
     Conflict,
     Database,
@@ -18,7 +19,6 @@ from loopd.server.storage import (
     NotFound,
     Transaction,
 )
-from tests.server_storage.conftest import ManualClock
 from tests.server_storage.helpers import question, user_conversation
 
 CHOICES = ({"value": "red", "label": "Red"}, {"value": "blue", "label": "Blue", "description": "calm"})
@@ -62,14 +62,14 @@ async def store_question(tx: Transaction, new: NewHumanRequest) -> tuple[HumanRe
 
 
 async def test_the_same_effect_key_and_parameters_return_the_original_question(
-    db: Database, clock: ManualClock
+    db: Database, clock: VirtualClock
 ) -> None:
     async with db.transaction() as tx:
         conversation = await tx.conversations.create(actor_kind="user", actor_key="alice", id="c1")
         first, created = await store_question(tx, ask("t1"))
     assert created and first.outcome == "pending"
-    assert first.created_at == clock.now and (first.due_at - first.created_at).total_seconds() == 60
-    clock.advance(30)
+    assert first.created_at == clock.now() and (first.due_at - first.created_at).total_seconds() == 60
+    await clock.advance(30)
     async with db.transaction() as tx:
         again, created = await store_question(tx, ask("t1", message_id="m-other"))  # a retry after a crash
         assert not created and again == first  # same message, same deadline: not extended by the retry
@@ -166,13 +166,13 @@ async def test_concurrent_answers_produce_exactly_one_outcome(db: Database) -> N
     assert {(stored.outcome, stored.value, stored.resolved_at)} == final
 
 
-async def test_due_requests_are_listed_and_pending_ones_fail_with_the_task(db: Database, clock: ManualClock) -> None:
+async def test_due_requests_are_listed_and_pending_ones_fail_with_the_task(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         soon, _ = await tx.human_requests.create(ask("t1", "soon", timeout_seconds=10))
         later, _ = await tx.human_requests.create(ask("t1", "later", timeout_seconds=100))
         other, _ = await tx.human_requests.create(ask("t2", "other", timeout_seconds=5))
         assert await tx.human_requests.list_due() == []
-    clock.advance(20)
+    await clock.advance(20)
     async with db.transaction() as tx:
         assert [r.message_id for r in await tx.human_requests.list_due()] == [other.message_id, soon.message_id]
         await tx.human_requests.resolve(soon.message_id, "timeout")

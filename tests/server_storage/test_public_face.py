@@ -34,11 +34,11 @@ def test_errors_form_one_tree() -> None:
 
 
 def test_storage_and_ledger_import_only_what_they_may() -> None:
-    """Storage needs nothing of loopd but the floor (``loopd._infra``: ids, databases, migrations, private files)
-    and the server's error root; the ledger adds only storage (never agentue, resources…)."""
+    """Storage needs nothing of loopd but the floor (``loopd._infra``: ids, clock, databases, migrations, private
+    files) and the server's error root; the ledger adds only storage (never agentue, resources…)."""
     allowed = {
         "storage": {"loopd._infra.", "loopd.server._errors"},
-        "ledger": {"loopd._infra.ids", "loopd.server.storage"},
+        "ledger": {"loopd._infra.ids", "loopd._infra.clock", "loopd.server.storage"},
     }
     for package, permitted in allowed.items():
         for path in (SERVER / package).glob("*.py"):

@@ -7,18 +7,18 @@ from datetime import timedelta
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.server.storage import Database, Fenced, InvalidRecord, NewHarnessCall
-from tests.server_storage.conftest import ManualClock
 
 
-async def test_registered_actors_are_live_until_their_lease_ends(db: Database, clock: ManualClock) -> None:
+async def test_registered_actors_are_live_until_their_lease_ends(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         await tx.actor_leases.upsert("harness", "builtin", display_name="Built-in", lease_seconds=60)
         router = await tx.actor_leases.upsert("operator", "router", description="plans", lease_seconds=30)
         await tx.actor_leases.upsert("operator", "alpha", lease_seconds=10)
         live = await tx.actor_leases.list_live()
     assert [(a.kind, a.key) for a in live] == [("operator", "alpha"), ("operator", "router"), ("harness", "builtin")]
-    clock.advance(20)
+    await clock.advance(20)
     async with db.transaction() as tx:
         assert [a.key for a in await tx.actor_leases.list_live()] == ["router", "builtin"]
         renewed = await tx.actor_leases.upsert("operator", "router", display_name="Router", lease_seconds=30)
@@ -33,14 +33,14 @@ async def test_registry_rules(db: Database, kind: str, key: str, lease: float) -
             await tx.actor_leases.upsert(kind, key, lease_seconds=lease)  # type: ignore[arg-type]
 
 
-async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Database, clock: ManualClock) -> None:
+async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Database, clock: VirtualClock) -> None:
     async with db.transaction() as tx:
         first = await tx.leases.acquire("harness-call/1", "replica-a", 30)
         assert first is not None and first.token == 1
         assert await tx.leases.acquire("harness-call/1", "replica-b", 30) is None
         renewed = await tx.leases.renew("harness-call/1", first.token, 30)
-        assert renewed.token == 1 and renewed.expires_at == clock.now + timedelta(seconds=30)
-    clock.advance(31)
+        assert renewed.token == 1 and renewed.expires_at == clock.now() + timedelta(seconds=30)
+    await clock.advance(31)
     async with db.transaction() as tx:
         second = await tx.leases.acquire("harness-call/1", "replica-b", 30)
         assert second is not None and (second.holder, second.token) == ("replica-b", 2)
@@ -49,15 +49,15 @@ async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Da
         assert third is not None and third.token == 3
 
 
-async def test_a_fenced_holder_cannot_write(db: Database, clock: ManualClock) -> None:
+async def test_a_fenced_holder_cannot_write(db: Database, clock: VirtualClock) -> None:
     """Replica A's lease expires and B takes over; A's late write (checked by token) fails and leaves nothing."""
     async with db.transaction() as tx:
         call, _ = await tx.harness_calls.get_or_create(
-            NewHarnessCall("task-uid", "work/0", "builtin", {"text": "hi"}, deadline_at=clock.now)
+            NewHarnessCall("task-uid", "work/0", "builtin", {"text": "hi"}, deadline_at=clock.now())
         )
         lease_a = await tx.leases.acquire(f"harness-call/{call.id}", "replica-a", 30)
     assert lease_a is not None
-    clock.advance(45)
+    await clock.advance(45)
     async with db.transaction() as tx:
         lease_b = await tx.leases.acquire(f"harness-call/{call.id}", "replica-b", 30)
     assert lease_b is not None and lease_b.token > lease_a.token
@@ -73,7 +73,7 @@ async def test_a_fenced_holder_cannot_write(db: Database, clock: ManualClock) ->
         assert (await tx.harness_calls.get(call.id)).phase == "pending"
         await tx.leases.check_token(f"harness-call/{call.id}", lease_b.token)
         await tx.harness_calls.update(call.id, phase="running")
-    clock.advance(31)
+    await clock.advance(31)
     with pytest.raises(Fenced, match="expired"):
         async with db.transaction() as tx:
             await tx.leases.check_token(f"harness-call/{call.id}", lease_b.token)

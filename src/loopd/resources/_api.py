@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from loopd._infra.clock import Clock, SystemClock
+
 from . import _api_discovery as discovery
 from ._api_access import ADMIN, Caller, TokenResolver, check_task_target, check_verb
 from ._api_tables import IncludeObject, table
@@ -100,8 +102,10 @@ class ResourceApi:
         max_body_bytes: int = DEFAULT_MAX_BODY,
         body_timeout: float = 30.0,
         resolve_token: TokenResolver | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self._store = store
+        self._clock = clock or SystemClock()  # the Age column of Table responses
         self._token = token
         self._resolve_token = resolve_token
         self._max_body = max_body_bytes
@@ -275,7 +279,8 @@ class ResourceApi:
     def _object_response(self, request: Request, spec: KindSpec, obj: dict[str, Any], status: int = 200) -> Response:
         if self._table_requested(request):
             rv = str(obj.get("metadata", {}).get("resourceVersion", ""))
-            return _JSON(table(spec, [obj], resource_version=rv, include=_include(request)), status_code=status)
+            rendered = table(spec, [obj], resource_version=rv, include=_include(request), now=self._clock.now())
+            return _JSON(rendered, status_code=status)
         return _JSON(obj, status_code=status)
 
     @staticmethod
@@ -300,6 +305,7 @@ class ResourceApi:
                     resource_version=result.resource_version,
                     include=_include(request),
                     continue_token=result.continue_token,
+                    now=self._clock.now(),
                 )
             )
         metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
@@ -331,6 +337,7 @@ class ResourceApi:
             as_table=self._table_requested(request),
             include=_include(request),
             timeout=float(timeout) if timeout else None,
+            clock=self._clock,
         )
 
     async def _create(self, request: Request, target: _Target) -> Response:
@@ -545,9 +552,11 @@ def create_api_app(
     token: str | None,
     max_body_bytes: int = DEFAULT_MAX_BODY,
     resolve_token: TokenResolver | None = None,
+    clock: Clock | None = None,
 ) -> ResourceApi:
     """The ASGI app loop-server mounts at ``/`` (it owns ``/version``, ``/api``, ``/apis``, ``/openapi``).
 
-    ``token`` is the admin's; ``resolve_token`` maps any other bearer token to the responder it was issued to.
+    ``token`` is the admin's; ``resolve_token`` maps any other bearer token to the responder it was issued to;
+    ``clock`` dates the Age column of Table responses.
     """
-    return ResourceApi(store, token=token, max_body_bytes=max_body_bytes, resolve_token=resolve_token)
+    return ResourceApi(store, token=token, max_body_bytes=max_body_bytes, resolve_token=resolve_token, clock=clock)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from ._kinds import KindSpec, PrinterColumn
@@ -148,9 +148,9 @@ def table(
     include: IncludeObject = "Metadata",
     with_columns: bool = True,
     continue_token: str | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> dict[str, Any]:
-    moment = now or datetime.now(UTC)
+    moment = now
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if continue_token:
         meta["continue"] = continue_token

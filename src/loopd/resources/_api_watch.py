@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
+from loopd._infra.clock import Clock
 from loopd._infra.tasks import race
 
 from ._api_tables import IncludeObject, table
@@ -35,8 +36,10 @@ class WatchResponse:
         as_table: bool,
         include: IncludeObject,
         timeout: float | None,
+        clock: Clock,
     ) -> None:
         self._stream = stream
+        self._clock = clock
         self._spec = spec
         self._as_table = as_table
         self._include = include
@@ -97,6 +100,7 @@ class WatchResponse:
             resource_version=rv,
             include=self._include,
             with_columns=not self._columns_sent,
+            now=self._clock.now(),
         )
         self._columns_sent = True
         return {"type": event.type, "object": rendered}

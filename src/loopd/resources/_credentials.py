@@ -13,15 +13,17 @@ import ipaddress
 import os
 import secrets
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from loopd._infra.clock import Clock, SystemClock
 
 FOLDER = "resources-api"
 DEFAULT_HOSTS = ("127.0.0.1", "::1", "localhost")
@@ -174,13 +176,14 @@ def load_or_create_credentials(
     data_dir: str | Path,
     *,
     hosts: Sequence[str] = DEFAULT_HOSTS,
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    clock: Clock | None = None,
 ) -> ApiCredentials:
-    """Reuse or create the CA, server certificate (for ``hosts``) and token under ``data_dir``."""
+    """Reuse or create the CA, server certificate (for ``hosts``) and token under ``data_dir``; certificates are
+    checked and dated by ``clock`` (the system clock by default)."""
     directory = Path(data_dir) / FOLDER
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
-    now = clock()
+    now = (clock or SystemClock()).now()
     loaded = _load_ca(directory, now)
     ca, ca_key = loaded if loaded is not None else _create_ca(directory, now)
     wanted = list(dict.fromkeys((*DEFAULT_HOSTS, *hosts)))

@@ -581,7 +581,7 @@ class SemanticStore:
     # -- small helpers -----------------------------------------------------------------------------------------
 
     def _now(self) -> str:
-        return self._options.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self._options.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _conforms(engine: SemanticStore) -> ResourceStore:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from loopd._infra.clock import Clock
 from loopd._infra.http import is_loopback
 from loopd._infra.serving import RunningServer, open_http_server
 
@@ -36,6 +37,7 @@ async def open_api_server(
     graceful_shutdown: float = 1.0,
     public: bool = False,
     resolve_token: TokenResolver | None = None,
+    clock: Clock | None = None,
 ) -> AsyncIterator[ApiServer]:
     """Serve ``store`` over HTTPS with bearer-token auth until the block exits (``port=0`` picks a free port).
 
@@ -44,7 +46,7 @@ async def open_api_server(
     """
     if not public and not is_loopback(host):
         raise ValueError(f"the resource API listens on loopback only unless public=True, not on {host!r}")
-    app = create_api_app(store, token=credentials.token, resolve_token=resolve_token)
+    app = create_api_app(store, token=credentials.token, resolve_token=resolve_token, clock=clock)
     async with open_http_server(
         app,
         host=host,

@@ -6,10 +6,11 @@ vocabularies (field validation, propagation policy). Must not do: implement anyt
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
+
+from loopd._infra.clock import Clock, SystemClock
 
 from ._kinds import KindRef, KindRegistry
 from ._patching import PatchType
@@ -17,10 +18,6 @@ from ._patching import PatchType
 FieldValidation = Literal["Ignore", "Warn", "Strict"]
 PropagationPolicy = Literal["Background", "Foreground", "Orphan"]
 WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -37,8 +34,8 @@ class StoreOptions:
     """Fallback poll of the event log, for changes made by other processes or replicas."""
     operation_timeout: float = 10.0
     """Upper bound for every database call."""
-    clock: Callable[[], datetime] = field(default=utc_now)
-    """Source of creationTimestamp / deletionTimestamp."""
+    clock: Clock = field(default_factory=SystemClock)
+    """Wall time for creationTimestamp / deletionTimestamp; intervals (polls, retries, bookmarks) on its timers."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ Must not do: write objects, or block: a slow watcher is ended with ``Gone``, nev
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import logging
 from collections import deque
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.clock import wait_event
 from loopd._infra.tasks import cancel_and_wait
 
 from ._errors import BadRequest, Gone, ResourceError
@@ -191,10 +191,9 @@ class WatchHub:
 
     async def _run(self) -> None:
         failures = 0
+        clock = self._options.clock
         while not self._closed:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._options.poll_interval):
-                    await self._wake.wait()
+            await wait_event(clock, self._wake, self._options.poll_interval)
             self._wake.clear()
             try:
                 await self.pump_once()
@@ -202,12 +201,12 @@ class WatchHub:
             except (ResourceError, OSError) as exc:
                 failures += 1
                 _log.warning("watch pump: reading the event log failed (%s); retrying", exc)
-                await asyncio.sleep(_RETRY.after_failures(failures))
+                await clock.sleep(_RETRY.after_failures(failures))
             except Exception:
                 # A bug must not silently stop every watch of this store: log it and keep pumping.
                 failures += 1
                 _log.exception("watch pump: unexpected error; retrying")
-                await asyncio.sleep(_RETRY.after_failures(failures))
+                await clock.sleep(_RETRY.after_failures(failures))
 
     async def pump_once(self) -> None:
         """Dispatch what is committed, then compact the event log beyond the window (one turn of the pump)."""
@@ -332,10 +331,7 @@ class Watch:
             if not self._bookmarks:
                 await watcher.signal.wait()
                 continue
-            try:
-                async with asyncio.timeout(self._interval):
-                    await watcher.signal.wait()
-            except TimeoutError:
+            if not await wait_event(self._hub.options.clock, watcher.signal, self._interval):
                 rv = max(watcher.cursor, self._hub.dispatched_rv)
                 if rv > self._last_bookmark and watcher.state == "open" and not watcher.buffer:
                     return self._bookmark(rv)

@@ -41,6 +41,7 @@ from loopd.harness.models import DemoRule, ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig
 from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import (
+    StoreOptions,
     TokenResolver,
     load_or_create_credentials,
     open_api_server,
@@ -59,7 +60,7 @@ from loopd.server.human import HumanService
 from loopd.server.ledger import SqlLedgerStore
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.responder import HarnessResponder
-from loopd.server.storage import Database, StorageError, open_database
+from loopd.server.storage import Database, DatabaseOptions, StorageError, open_database
 from loopd.server.streams import ConversationBus
 
 DEFAULT_PORT: Final = 8420
@@ -193,9 +194,16 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
     os.chmod(data_dir, 0o700)
     with data_dir_lock(data_dir, LOCK_FILE, holder="loopd up"):
         async with AsyncExitStack() as stack:
-            credentials = load_or_create_credentials(data_dir)
-            store = await stack.enter_async_context(open_sqlite_store(data_dir / "resources.db"))
-            db = await stack.enter_async_context(open_database(settings.database_url or data_dir / "loopd.db"))
+            # The process's one clock: the stores, the harness rig, the engine, the bus (readers' polls), the
+            # sweepers, the responder and reconcile all read time and sleep on it (tests pass a VirtualClock).
+            clock = SystemClock()
+            credentials = load_or_create_credentials(data_dir, clock=clock)
+            store = await stack.enter_async_context(
+                open_sqlite_store(data_dir / "resources.db", options=StoreOptions(clock=clock))
+            )
+            db = await stack.enter_async_context(
+                open_database(settings.database_url or data_dir / "loopd.db", options=DatabaseOptions(clock=clock))
+            )
             api = await stack.enter_async_context(
                 open_api_server(
                     store,
@@ -204,6 +212,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                     port=settings.api_port,
                     public=settings.public,
                     resolve_token=_responder_of(AccessStore(db)),
+                    clock=clock,
                 )
             )
             write_endpoint(data_dir, api.url)
@@ -215,8 +224,6 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                     await tx.leases.expire_others(replica_id)
 
             _move_old_workspace(data_dir, workspace)
-            # One clock for the harness rig, the engine, the bus (readers' polls), the sweepers and reconcile.
-            clock = SystemClock()
             rig = await stack.enter_async_context(
                 open_standard_rig(
                     HarnessSettings(
@@ -256,7 +263,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             await stack.enter_async_context(engine)
 
             manager = Manager(client, clock=clock)
-            manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=task_api), workers=8)
+            responder = HarnessResponder(client=client, engine=engine, chat=task_api, clock=clock)
+            manager.add_controller(TASKS, responder, workers=8)
             background = await stack.enter_async_context(TaskSet("loopd up"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
 
@@ -280,7 +288,6 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             )
             app = create_server_app(
                 ctx,
-                clock=clock,
                 routers=[
                     engine_router(engine, asker_of=task_api.asker_of, tasks=task_api, stopping=task_api.stopping),
                     ledger_router(ledger, tasks=task_api, conversations=conversations),

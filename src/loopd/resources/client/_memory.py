@@ -7,18 +7,18 @@ Must not do: Kubernetes semantics of its own (merge and JSON patches, selectors,
 cascades and watch bookkeeping are the engine's), threads, or sleeping.
 
 Every write reaches the open watches before it returns and no call waits on a thread, so a test on a virtual
-clock sees the twin's effects as soon as the event loop settles. Timestamps come from the ``now`` callable it is
-given; only a watch's ``timeout_seconds`` uses the event loop's clock. Kinds the store does not know (no CRD) are
-served as their ``ResourceType`` describes them, without a schema. The same contract tests run on this client,
-the in-process store client and the HTTP client (tests/reconcile/test_client_contract.py).
+clock sees the twin's effects as soon as the event loop settles. Timestamps and bookmark intervals come from the
+``clock`` it is given; only a watch's ``timeout_seconds`` uses the event loop's clock. Kinds the store does not know
+(no CRD) are served as their ``ResourceType`` describes them, without a schema. The same contract tests run on this
+client, the in-process store client and the HTTP client (tests/reconcile/test_client_contract.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any
 
+from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.database import DatabaseErrors
 from loopd._infra.sqlite_memory import run_inline
 from loopd.resources import KindRef, KindSpec, MemoryResourceStore, NotFound, StoreOptions
@@ -26,11 +26,6 @@ from loopd.resources import KindRef, KindSpec, MemoryResourceStore, NotFound, St
 from ._errors import TransportError
 from ._store import StoreClient
 from ._types import ResourceType
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
 
 _PRESERVE: Mapping[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 
@@ -49,7 +44,7 @@ class InMemoryClient(StoreClient):
         *,
         history_limit: int = 1_000,
         watch_queue_size: int = 1_000,
-        now: Callable[[], datetime] = _utc_now,
+        clock: Clock | None = None,
     ) -> None:
         if history_limit < 1 or watch_queue_size < 1:
             raise ValueError("history_limit and watch_queue_size must be positive")
@@ -57,7 +52,7 @@ class InMemoryClient(StoreClient):
             event_window=history_limit,
             watch_queue_size=watch_queue_size,
             bookmark_interval=86_400.0,  # bookmarks come when a test asks (send_bookmarks)
-            clock=now,
+            clock=clock or SystemClock(),
         )
         self._memory = run_inline(
             MemoryResourceStore.open(options=options, errors=DatabaseErrors.all_as(TransportError))

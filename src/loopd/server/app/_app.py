@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import HTMLResponse
 
 from loopd import __version__
-from loopd._infra.clock import Clock
 from loopd._infra.docs import install_docs
 from loopd._infra.http_errors import drop_validation_responses
 from loopd.server.app._context import ServerContext
@@ -83,13 +82,12 @@ def create_server_app(
     routers: Sequence[APIRouter] = (),
     sweepers: bool = True,
     heartbeat: float = DEFAULT_HEARTBEAT,
-    clock: Clock | None = None,
 ) -> FastAPI:
     """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones; the sweepers' intervals
-    run on ``clock`` (the system clock by default)."""
+    run on ``ctx.clock``."""
     background = [
-        Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=clock),
-        Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=clock),
+        Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=ctx.clock),
+        Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=ctx.clock),
     ]
 
     @asynccontextmanager

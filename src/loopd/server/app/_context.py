@@ -5,10 +5,9 @@ Must not do: build anything (``loopd.server._composition`` does).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
+from loopd._infra.clock import Clock
 from loopd.server.chat import ChatRequests, ConversationReader, TaskApi
 from loopd.server.http import ServerSecurity
 from loopd.server.human import HumanService
@@ -17,12 +16,10 @@ from loopd.server.storage import Database
 from loopd.server.streams import ConversationBus
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 @dataclass(frozen=True)
 class ServerContext:
+    """The services one loop-server serves from; ``clock`` is the database's, the one they all run on."""
+
     db: Database
     bus: ConversationBus
     security: ServerSecurity
@@ -31,4 +28,9 @@ class ServerContext:
     task_api: TaskApi
     human: HumanService
     registry: RegistryService
-    clock: Callable[[], datetime] = field(default=_utc_now)
+
+    @property
+    def clock(self) -> Clock:
+        """The process's one clock: the database's (the composition root gives the same one to the engine, the
+        bus and reconcile), so stamps, deadlines and the sweepers' intervals never disagree."""
+        return self.db.clock

@@ -28,7 +28,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
-from loopd._infra.tasks import TaskSet, background
+from loopd._infra.clock import Clock, sleep_until
+from loopd._infra.tasks import TaskSet, TaskSetClosed, background
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
 from loopd.server.http import sse_frame
@@ -124,8 +125,8 @@ class Subscription:
         self._frames: deque[Frame] = deque()
         self._waiter: asyncio.Future[None] | None = None
         # One timer per stream, moved lazily: it may fire before the current deadline (the stream then waits
-        # again), which is cheaper than re-arming a timer for every frame.
-        self._timer: asyncio.TimerHandle | None = None
+        # again), which is cheaper than re-arming a timer for every frame. It sleeps on the feeds' clock.
+        self._timer: asyncio.Task[None] | None = None
         self._timer_at = 0.0
         self._open = True
         self._joined: int | None = None  # the feed's cursor when this stream attached (None: before it began)
@@ -174,19 +175,22 @@ class Subscription:
         return frames
 
     async def wait(self, deadline: float) -> None:
-        """Until a frame is buffered, the stream is detached, or (at the latest) the loop's clock reaches
-        ``deadline``; it may return earlier with nothing new, so check the clock after it."""
+        """Until a frame is buffered, the stream is detached, or (at the latest) the feeds' clock reaches
+        ``deadline`` (its ``monotonic()``); it may return earlier with nothing new, so check the clock after it."""
         if self._frames or not self.is_attached():
             return
-        loop = asyncio.get_running_loop()
-        if deadline <= loop.time():
+        clock = self._feeds.clock
+        if deadline <= clock.monotonic():
             return
-        if self._timer is None or self._timer_at > deadline:
+        if self._timer is None or self._timer.done() or self._timer_at > deadline:
             if self._timer is not None:
                 self._timer.cancel()
-            self._timer = loop.call_at(deadline, self._ring)
+            try:
+                self._timer = self._feeds.tasks.start(self._ring_at(deadline), name="loopd-stream-timer")
+            except TaskSetClosed:
+                return  # shutting down: the stream sees the feeds closed
             self._timer_at = deadline
-        waiter = self._waiter = loop.create_future()
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
         try:
             await waiter
         finally:
@@ -230,7 +234,8 @@ class Subscription:
             self._feed = None
         self._wake()
 
-    def _ring(self) -> None:
+    async def _ring_at(self, deadline: float) -> None:
+        await sleep_until(self._feeds.clock, deadline)
         self._timer = None
         self._wake()
 
@@ -361,6 +366,11 @@ class ConversationFeeds:
         """`close`, then wait until every feed's task has ended."""
         self.close()
         await self._tasks.aclose()
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the streams' heartbeats are measured on: the bus's."""
+        return self.source.bus.clock
 
     def statistics(self) -> FeedStatistics:
         return FeedStatistics(

@@ -18,7 +18,6 @@ Must not do: change anything (a stream only observes; a disconnect closes this g
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
@@ -53,7 +52,7 @@ async def conversation_frames(
     ack: dict[str, Any] | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """SSE frames of the conversation after cursor ``after``; forever, or until ``until_message_id`` ends."""
-    loop = asyncio.get_running_loop()
+    clock = conversations.feeds.clock  # heartbeats are measured on the server's clock
     if ack is not None:
         yield sse_frame(ack, event="ack")
     if until_message_id is not None:
@@ -61,7 +60,7 @@ async def conversation_frames(
         if ended_at is not None and ended_at <= after:
             return
     cursor = after
-    quiet_since = loop.time()
+    quiet_since = clock.monotonic()
     with conversations.feeds.subscribe(conversation_id) as stream:
         while not conversations.closing:
             if not stream.is_attached():
@@ -83,7 +82,7 @@ async def conversation_frames(
                     chunk, cursor, ended = _chunk(map(frame_of, page.items), cursor, until_message_id)
                     if chunk:
                         yield chunk
-                        quiet_since = loop.time()
+                        quiet_since = clock.monotonic()
                     if ended:
                         return
                     if len(page.items) < PAGE and stream.covers(cursor, page.end):
@@ -94,14 +93,14 @@ async def conversation_frames(
                 chunk, cursor, ended = _chunk(frames, cursor, until_message_id)
                 if chunk:
                     yield chunk
-                    quiet_since = loop.time()
+                    quiet_since = clock.monotonic()
                 if ended:
                     return
                 continue
             if not stream.is_attached():
                 continue  # fell behind: read the log from our own cursor
-            if loop.time() - quiet_since >= heartbeat:
+            if clock.monotonic() - quiet_since >= heartbeat:
                 yield HEARTBEAT
-                quiet_since = loop.time()
+                quiet_since = clock.monotonic()
                 continue
             await stream.wait(quiet_since + heartbeat)

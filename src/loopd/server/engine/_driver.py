@@ -187,7 +187,7 @@ class CallDriver:
         ids = {call.id for call in active}
         for stale in [call_id for call_id in self._retry_after if call_id not in ids]:
             del self._retry_after[stale]
-        now = self._settings.now()
+        now = self._settings.clock.now()
         ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
         for call in ordered:
             if self._closed:

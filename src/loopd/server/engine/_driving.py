@@ -24,10 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final, Literal
 
 from loopd._infra.clock import Clock, wait_event
@@ -86,9 +85,7 @@ class DriveSettings:
     db: Database
     bus: ConversationBus
     clock: Clock
-    """Timers: lease renewal, the watch tick."""
-    now: Callable[[], datetime]
-    """Wall time for deadlines and the trail's timestamps."""
+    """Timers (lease renewal, the watch tick) and wall time (deadlines, the trail's timestamps)."""
     replica_id: str
     lease_ttl: float
     tick: float
@@ -176,7 +173,7 @@ class Drive:
             yield tx, call
 
     def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
-        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.now)
+        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock)
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
         if call.conversation_id is not None:
@@ -231,7 +228,7 @@ class Drive:
         call, mode = begun
         adapter = self._adapter
         assert adapter is not None  # _begin ends calls without an adapter
-        now = self._s.now()
+        now = self._s.clock.now()
         request = AdapterRequest(
             call_id=call.id,
             target=call.target,
@@ -278,7 +275,7 @@ class Drive:
             if call.cancel_requested:
                 await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))
                 return None
-            if self._s.now() >= call.deadline_at:
+            if self._s.clock.now() >= call.deadline_at:
                 await self._end_in(tx, call, "timed_out", _error("timed_out", "the call passed its deadline"))
                 return None
             if self._adapter is None:
@@ -550,7 +547,7 @@ class Drive:
             return "lost"
         if call.cancel_requested:
             return "cancelled"
-        if self._s.now() >= call.deadline_at:
+        if self._s.clock.now() >= call.deadline_at:
             return "timed_out"
         if message is None:
             return None

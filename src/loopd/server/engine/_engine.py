@@ -26,10 +26,10 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, Self
 
-from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.clock import Clock
 from loopd._infra.errors import LoopdError
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
@@ -134,9 +134,8 @@ class HarnessEngine:
         self._adapters = dict(adapters)
         self._bus = bus
         self._replica_id = replica_id
-        self._clock: Clock = clock or SystemClock()
-        # Wall time (deadlines) follows the database's clock unless a clock is given: leases are stamped there.
-        self._now: Callable[[], datetime] = clock.now if clock is not None else db.now
+        # One clock for timers and wall time (deadlines); by default the database's, which stamps the leases.
+        self._clock: Clock = clock or db.clock
         self._poll_interval = poll_interval
         self._max_timeout = max_timeout
         self._slots = CallSlots(capacity)
@@ -144,7 +143,6 @@ class HarnessEngine:
             db=db,
             bus=bus,
             clock=self._clock,
-            now=self._now,
             replica_id=replica_id,
             lease_ttl=lease_ttl,
             tick=min(poll_interval, lease_ttl / 3),
@@ -275,7 +273,7 @@ class HarnessEngine:
                         effect_key=request.effect_key,
                         target=request.target,
                         params=params,
-                        deadline_at=self._now() + timedelta(seconds=request.timeout),
+                        deadline_at=self._clock.now() + timedelta(seconds=request.timeout),
                         conversation_id=message.conversation_id,
                         message_id=message.id,
                     )

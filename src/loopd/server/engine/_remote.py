@@ -17,7 +17,6 @@ the peer's heartbeat). Transport errors, 5xx and 429 become `ObservationLost`; o
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
@@ -26,6 +25,7 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.sse import read_sse
 from loopd.harness.core.events import Event as HarnessEvent
 from loopd.server.ledger import EffectKind, Idempotency
@@ -72,9 +72,17 @@ class RemoteRun:
     """One remote session, observed through its event stream."""
 
     def __init__(
-        self, client: _Client, session_id: str, *, loop: str | None, stream_timeout: float, max_reconnects: int
+        self,
+        client: _Client,
+        session_id: str,
+        *,
+        loop: str | None,
+        stream_timeout: float,
+        max_reconnects: int,
+        clock: Clock,
     ) -> None:
         self._client = client
+        self._clock = clock
         self._session_id = session_id
         self._loop = loop
         self._stream_timeout = stream_timeout
@@ -133,7 +141,7 @@ class RemoteRun:
                 failures += 1
                 if failures > self._max_reconnects:
                     raise ObservationLost(f"the remote event stream keeps failing: {exc!r}") from exc
-            await asyncio.sleep(_RECONNECT.delay(failures))
+            await self._clock.sleep(_RECONNECT.delay(failures))
 
     async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
         await self._client.call("POST", self._path(f"/gates/{gate_id}"), json={"answer": answer})
@@ -174,7 +182,9 @@ class RemoteHarnessAdapter:
         stream_timeout: float = 60.0,
         max_reconnects: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock = clock or SystemClock()  # the pause between reconnects of the event stream
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(timeout), transport=transport
@@ -221,6 +231,7 @@ class RemoteHarnessAdapter:
             loop=self._loop,
             stream_timeout=self._stream_timeout,
             max_reconnects=self._max_reconnects,
+            clock=self._clock,
         )
 
     async def _has_input(self, session_id: str) -> bool:

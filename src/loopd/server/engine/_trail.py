@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from typing import Any, Final
 
+from loopd._infra.clock import Clock
 from loopd.server.ledger import (
     Action,
     ActionType,
@@ -98,7 +98,7 @@ class Trail:
         *,
         task_id: str | None,
         effect: tuple[EffectKind, Idempotency],
-        clock: Callable[[], datetime],
+        clock: Clock,
     ) -> None:
         self._store = SqlLedgerStore.within(tx)
         self._call = call
@@ -123,7 +123,7 @@ class Trail:
         return self._engine_actor, self._harness_actor
 
     def _event(self, event_type: str, subject: str, actor: str, payload: dict[str, Any] | None = None) -> NewEvent:
-        return NewEvent(event_type, subject, actor, payload=payload or {}, occurred_at=self._clock())
+        return NewEvent(event_type, subject, actor, payload=payload or {}, occurred_at=self._clock.now())
 
     async def _append(self, append_key: str, events: Sequence[NewEvent]) -> None:
         lane = await self._store.get_lane(self.lane_id)

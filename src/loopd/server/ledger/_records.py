@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from loopd._infra.clock import SystemClock
 from loopd._infra.ids import new_id
-from loopd.server.storage import InvalidRecord, time_text, utc_now
+from loopd.server.storage import InvalidRecord, time_text
 
 from ._vocabulary import SCHEMA_VERSION, ActionType, EffectKind, Idempotency
 
@@ -139,7 +140,8 @@ class NewEvent:
     extensions: dict[str, Any] = field(default_factory=dict)
     causation_id: str | None = None
     id: str = field(default_factory=new_id)
-    occurred_at: datetime = field(default_factory=utc_now)
+    occurred_at: datetime = field(default_factory=lambda: SystemClock().now())
+    """When it happened; writers on the server's clock pass it (the engine's trail does)."""
     schema_version: str = SCHEMA_VERSION
 
     def canonical(self) -> dict[str, Any]:

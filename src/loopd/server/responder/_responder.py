@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from loopd._infra.clock import Clock, SystemClock
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import ResourceError
 from loopd.resources.client import TASKS, ResourceClient
@@ -120,10 +121,6 @@ def call_error(call: HarnessCall) -> dict[str, str] | None:
 DEFAULT_ORPHAN_AFTER: Final = 120.0
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def _rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -153,7 +150,7 @@ class HarnessResponder:
         context_retry: float = 0.2,
         capacity_retry: float = DEFAULT_CAPACITY_RETRY,
         orphan_after: float = DEFAULT_ORPHAN_AFTER,
-        clock: Callable[[], datetime] = _utc_now,
+        clock: Clock | None = None,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -163,7 +160,7 @@ class HarnessResponder:
         self._context_retry = context_retry
         self._capacity_retry = capacity_retry
         self._orphan_after = orphan_after
-        self._clock = clock
+        self._clock = clock or SystemClock()  # wall time, to judge a Task's age against its creationTimestamp
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
@@ -295,7 +292,7 @@ class HarnessResponder:
         try:
             context = await self._chat.task_context(task_id)
         except StorageNotFound:
-            age = (self._clock() - created).total_seconds() if created is not None else 0.0
+            age = (self._clock.now() - created).total_seconds() if created is not None else 0.0
             if age < self._orphan_after:
                 # The commit window (milliseconds); back off a little if it lasts, in case the commit failed.
                 return Result(requeue_after=self._context_retry if age < 2.0 else min(5.0, self._orphan_after / 10))

@@ -95,7 +95,6 @@ from ._values import (
     require_object,
     require_text,
     time_text,
-    utc_now,
 )
 
 __all__ = [
@@ -161,5 +160,4 @@ __all__ = [
     "require_object",
     "require_text",
     "time_text",
-    "utc_now",
 ]

@@ -15,6 +15,7 @@ from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
+from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.database import Database as Backend
 from loopd._infra.database import DatabaseErrors, Dialect
 from loopd._infra.migrations import migrate, schema_version
@@ -30,7 +31,7 @@ from ._messages import Messages
 from ._migrations import MIGRATIONS, Migration, schema
 from ._task_outputs import TaskOutputs
 from ._tx import TransactionCore
-from ._values import MonotonicIds, utc_now
+from ._values import MonotonicIds
 
 ERRORS = DatabaseErrors(
     unavailable=StorageUnavailable,
@@ -48,8 +49,8 @@ class DatabaseOptions:
     """Upper bound, in seconds, for every database call (and for waiting to start a transaction)."""
     max_connections: int = 10
     """PostgreSQL pool size."""
-    clock: Callable[[], datetime] = field(default=utc_now)
-    """Source of ``now()`` for timestamps, deadlines and lease expiry."""
+    clock: Clock = field(default_factory=SystemClock)
+    """The process's one ``Clock``: its ``now()`` stamps rows and judges deadlines and lease expiry."""
     migrate: bool = True
     """Apply missing schema steps on open (otherwise a database behind the code is used as it is)."""
 
@@ -172,8 +173,14 @@ class Database:
     def options(self) -> DatabaseOptions:
         return self._options
 
+    @property
+    def clock(self) -> Clock:
+        """The clock this database stamps and judges time by (``options.clock``)."""
+        return self._options.clock
+
     def now(self) -> datetime:
-        return self._options.clock()
+        """Wall time on the database's clock."""
+        return self._options.clock.now()
 
     @asynccontextmanager
     async def transaction(self, *, read_only: bool = False) -> AsyncIterator[Transaction]:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from loopd._infra.clock import Clock
 from loopd._infra.database import Connection, Dialect
 from loopd._infra.ids import new_id
 
@@ -19,7 +20,7 @@ class TransactionCore:
         self,
         conn: Connection,
         dialect: Dialect,
-        clock: Callable[[], datetime],
+        clock: Clock,
         *,
         read_only: bool,
         ids: Callable[[], str] = new_id,
@@ -36,8 +37,8 @@ class TransactionCore:
         return self._ids()
 
     def now(self) -> datetime:
-        """The database clock (injectable, so tests control expiry and deadlines)."""
-        return self._clock()
+        """Wall time on the database's clock (injectable, so tests control expiry and deadlines)."""
+        return self._clock.now()
 
     @property
     def for_update(self) -> str:

@@ -55,10 +55,6 @@ class MonotonicIds:
         return str(uuid.UUID(int=value))
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def time_text(value: datetime) -> str:
     """A timezone-aware instant as fixed-width UTC text (naive datetimes are refused)."""
     if not isinstance(value, datetime):

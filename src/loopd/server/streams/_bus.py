@@ -60,5 +60,10 @@ class ConversationBus:
                 del self._slots[conversation_id]
 
     @property
+    def clock(self) -> Clock:
+        """The clock bounded waits are measured on (the streams' heartbeats and the feeds' polls use it too)."""
+        return self._clock
+
+    @property
     def watched(self) -> int:
         return len(self._slots)
