@@ -66,7 +66,7 @@ def test_the_token_flag_and_the_hint_from_the_command_line(tmp_path: Path) -> No
 async def test_an_expired_operator_is_reported_with_when_it_was_last_seen(rig: Rig) -> None:
     router = rig.client(actor="operator:router")
     assert (await router.put("/v1/operators/router", json={"lease_seconds": 30})).status_code == 200
-    rig.clock.advance(95)  # the lease ran out 65 s ago
+    await rig.clock.advance(95)  # the lease ran out 65 s ago
 
     status = (await rig.client().get("/v1/actors/operator/router")).json()
     assert status["connected"] is False and status["last_seen"] is not None
