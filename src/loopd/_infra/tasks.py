@@ -1,6 +1,7 @@
-"""Owned tasks: every task loopd starts belongs to an ``asyncio.TaskGroup`` or to a ``TaskSet``.
+"""Owned tasks: every task loopd starts has an owner that awaits it (a ``TaskGroup``, a `TaskSet`, or the one object
+that holds it and ends it in its ``aclose()``).
 
-Owns: the three shapes of concurrency loopd uses, so that no task is ever started without an owner that awaits it.
+Owns: the shapes of concurrency loopd uses, so that no task is ever started without an owner that awaits it.
 Must not do: schedule, retry or decide what runs.
 
 Which to use:
