@@ -90,6 +90,8 @@ def up_command(
         workspaces=workspaces.expanduser() if workspaces is not None else None,
         sandbox=confinement,
         demo_rules=_demo_rules(),
+        # With the Router here, server.json (how clients find this server) is written once it has registered.
+        announce=no_router,
     )
     router = None if no_router else _router_settings()
     require_free_ports(host, {"--port": port, "--api-port": api_port})
@@ -192,18 +194,30 @@ async def _serve_with_router(
         serve_router,
     )
 
-    token = await _router_token(server)
-    url = loopback_url(server.url)
-    connection = RouterConnection(url, token, kubeconfig_for(server.data_dir, token))
-    # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
-    lease = router_lease(ROUTER_KEY, connection.namespace, identity=f"loopd-up:{server.data_dir}")
+    connection: RouterConnection | None = None
     try:
-        await serve_router(connection, settings, stop=stop, abort=abort, drain=ROUTER_DRAIN, lease=lease)
+        token = await _router_token(server)
+        url = loopback_url(server.url)
+        connection = RouterConnection(url, token, kubeconfig_for(server.data_dir, token))
+        # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
+        lease = router_lease(ROUTER_KEY, connection.namespace, identity=f"loopd-up:{server.data_dir}")
+        # Clients find the server (server.json) only once the Router is registered: a `loopd chat` right after
+        # start-up is never refused for an unknown operator:router.
+        await serve_router(
+            connection,
+            settings,
+            stop=stop,
+            abort=abort,
+            drain=ROUTER_DRAIN,
+            lease=lease,
+            on_registered=server.announce,
+        )
     except Exception as exc:  # the server goes on; the Router's failure is said once, in one line
         from loopd.cli._errors import describe
         from loopd.cli._operator import describe_router_error
 
-        error = describe_router_error(exc, connection) or describe(exc)
+        server.announce()  # serve without the Router
+        error = (describe_router_error(exc, connection) if connection is not None else None) or describe(exc)
         logger.error("the Router stopped", exc_info=True)
         console.print(f"[red]the Router stopped:[/] {error.line()}", markup=True)
         await stop.wait()

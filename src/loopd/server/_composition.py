@@ -89,6 +89,10 @@ class UpSettings:
     """Where the built-in harness's bash runs commands (default: `resolve_sandbox()`)."""
     demo_rules: tuple[DemoRule, ...] = ()
     """Extra reply rules for the demo model, tried before its own (the CLI passes the Router's `demo_rules()`)."""
+    announce: bool = True
+    """Write ``server.json`` as soon as the server listens. False: the caller does, with `RunningServer.announce`,
+    once what it runs beside the server is ready (`loopd up` waits for its Router to register, so a client that
+    finds the server never asks ``operator:router`` before it is known)."""
 
 
 class WorkspaceLocationError(ServerSetupError):
@@ -152,6 +156,12 @@ class RunningServer:
     engine: HarnessEngine
     workspace: Path
     sandbox: Sandbox
+    server_file_info: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def announce(self) -> None:
+        """Write ``server.json`` (where clients such as `loopd chat` find this server). Idempotent; removed when
+        the server stops."""
+        _write_server_file(self.data_dir, self.server_file_info)
 
 
 def read_server_file(data_dir: Path) -> dict[str, Any] | None:
@@ -295,11 +305,10 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
             token_file = credentials.directory / "token"
-            _write_server_file(
-                data_dir,
-                {"url": http.url, "api_url": api.url, "pid": os.getpid(), "token_file": str(token_file)},
-            )
+            server_file_info = {"url": http.url, "api_url": api.url, "pid": os.getpid(), "token_file": str(token_file)}
             stack.callback(lambda: (data_dir / SERVER_FILE).unlink(missing_ok=True))
+            if settings.announce:
+                _write_server_file(data_dir, server_file_info)
             yield RunningServer(
                 url=http.url,
                 api_url=api.url,
@@ -312,4 +321,5 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 engine=engine,
                 workspace=workspace,
                 sandbox=sandbox,
+                server_file_info=server_file_info,
             )
