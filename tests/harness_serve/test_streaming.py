@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 
-from loopd._infra.clock import settle
 from loopd.harness import EchoTool, Reply, Rig, SqliteJournal
 from loopd.harness.gate import Access, AccessConfig
 from loopd.harness.models import ModelRequest
@@ -170,7 +169,8 @@ async def test_an_overflowing_subscriber_gets_an_error_event_and_resumes_without
         frames = event_frames(registry, session.id, from_seq=2, heartbeat=5.0, queue_size=1)
         seen: list[bytes] = [await anext(frames)]  # retry:
         first = asyncio.ensure_future(anext(frames))  # subscribes (live: nothing to catch up) and waits
-        await settle()  # the reader runs until it waits on its (empty) subscription: no real time needed
+        # The reader subscribes, reads the (empty) rest of the journal on the journal's thread, then waits live.
+        await eventually(lambda: session.log.hub.live_subscriber_count == 1, what="the reader to wait live")
         await session.submit("work in steps")
         seen.append(await first)  # turn_started; the subscription has room for one more event
         await session.wait_idle(timeout=10)  # the turn runs to its end while this reader is stalled

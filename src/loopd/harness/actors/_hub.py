@@ -108,6 +108,11 @@ class Subscription:
         self._ended = True
         self._ready.set()
 
+    @property
+    def live(self) -> bool:
+        """True once the journal catch-up is over (or there was none): events now come from the hub only."""
+        return self._phase == "live"
+
     # --- subscriber side -----------------------------------------------------------------------------------
 
     def __aiter__(self) -> AsyncIterator[Envelope]:
@@ -219,6 +224,11 @@ class Hub:
     @property
     def subscriber_count(self) -> int:
         return len(self._subscribers)
+
+    @property
+    def live_subscriber_count(self) -> int:
+        """Subscriptions past their journal catch-up, now taking published events straight from the hub."""
+        return sum(1 for s in self._subscribers if s.live)
 
     @property
     def dropped(self) -> int:
