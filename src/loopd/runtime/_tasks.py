@@ -2,14 +2,16 @@
 
 Owns: the ``Task`` a reconciler gets, the ``TaskReconciler`` shape, and the adapter that puts it on the reconcile
 runtime (``loopd.resources.reconcile``): Tasks are filtered to ``spec.target`` = (kind, key), Tasks being deleted
-are skipped, the Task's status says who holds it, ``TaskNotReady`` becomes a short requeue and the runtime's typed
-errors a requeue with the key's backoff, logged with the task id.
+are skipped, the Task's status says who holds it (written beside the reconcile, not before it; awaited before the
+reconcile returns), ``TaskNotReady`` becomes a short requeue and the runtime's typed errors a requeue with the key's
+backoff, logged with the task id.
 Must not do: read Tasks' content from the Kubernetes API (Tasks hold routing only; content comes over HTTP), or
 import loopd.server / loopd.harness.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -189,27 +191,43 @@ class TaskController:
         if (obj.get("metadata") or {}).get("deletionTimestamp"):
             self._waiting.pop(task.id, None)
             return Result()
-        await self._claim(obj, task)
-        try:
-            result = await self._reconcile(task)
-        except TaskNotReady:
+        failure: Exception | None = None
+        result: Result | None = None
+        # The status write runs beside the reconcile (not before it): a reconcile's first step is usually a read of
+        # the Task's context, and waiting for the write first only delays it. Both end before this returns.
+        async with asyncio.TaskGroup() as group:
+            if self._claim_needed(obj, task):
+                group.create_task(self._claim(obj, task), name=f"claim:{task.id}")
+            try:
+                result = await self._reconcile(task)
+            except Exception as exc:  # handled below, once the status write has ended
+                failure = exc
+        if failure is None:
+            self._waiting.pop(task.id, None)
+            return result if result is not None else Result()
+        if isinstance(failure, TaskNotReady):
             tries = self._waiting[task.id] = self._waiting.get(task.id, 0) + 1
             return Result(requeue_after=self._not_ready.after_failures(tries))
-        except RuntimeApiError as exc:
+        if isinstance(failure, RuntimeApiError):
             self._waiting.pop(task.id, None)
             logger.warning(
-                "task %s (%s): %s %s; retrying with backoff", task.id, self._actor, type(exc).__name__, exc.message
+                "task %s (%s): %s %s; retrying with backoff",
+                task.id,
+                self._actor,
+                type(failure).__name__,
+                failure.message,
             )
-            delay = exc.retry_after if isinstance(exc, CapacityFull) else None
-            raise TemporaryError(f"task {task.id}: {exc.message}", delay=delay) from exc
-        self._waiting.pop(task.id, None)
-        return result if result is not None else Result()
+            delay = failure.retry_after if isinstance(failure, CapacityFull) else None
+            raise TemporaryError(f"task {task.id}: {failure.message}", delay=delay) from failure
+        raise failure
+
+    def _claim_needed(self, obj: Mapping[str, Any], task: Task) -> bool:
+        status = obj.get("status") or {}
+        return not (status.get("responder") == self._actor and status.get("observedRevision") == task.revision)
 
     async def _claim(self, obj: Mapping[str, Any], task: Task) -> None:
         """Say in the Task's status who holds it (once per revision; a failed write is logged, never fatal)."""
         status = obj.get("status") or {}
-        if status.get("responder") == self._actor and status.get("observedRevision") == task.revision:
-            return
         wanted = {
             "phase": "Running",
             "responder": self._actor,

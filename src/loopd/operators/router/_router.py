@@ -172,18 +172,20 @@ class _TaskWork:
         self._history = history_text(earlier, has_earlier=context.has_earlier)
         self._calls: list[Call] = []
         self._followups: dict[str, str] | None = None  # follow-up id → text, read once when first needed
+        self._recorded: tuple[ProgressMark, ...] | None = None
+        """The round boundaries of earlier runs (read while the first batch works: only its end consults them)."""
 
     async def answer(self) -> str:
         """Plan, work (round after round while follow-ups arrive), summarize; the answer's text."""
         if not self._request:
             raise TaskFailed("the question has no text to answer")
-        recorded = await self._recorded_rounds()
         evidence: list[Evidence] = []
         covered: list[str] = []
         plan = await self._plan(0, evidence, covered)
         round_ = 0
         while True:
             evidence += await self._work(round_, plan, covered)
+            recorded = self._recorded if self._recorded is not None else await self._recorded_rounds()
             if round_ < len(recorded):
                 new_ids = recorded[round_].followup_ids  # this boundary was crossed before a restart: replay it
             elif round_ + 1 >= MAX_ROUNDS:
@@ -251,6 +253,8 @@ class _TaskWork:
         results: dict[str, str] = {}
         try:
             async with asyncio.TaskGroup() as group:
+                if self._recorded is None:
+                    group.create_task(self._recorded_rounds(), name=f"router:rounds:{self._task.id}")
                 for key, _, call in calls:
                     group.create_task(self._finished_text(key, call, results), name=f"router:{key}")
         except BaseExceptionGroup as group:
@@ -300,6 +304,7 @@ class _TaskWork:
     # -- durable facts --------------------------------------------------------------------------------------
 
     async def _recorded_rounds(self) -> tuple[ProgressMark, ...]:
+        """The progress marks of earlier runs of this Task (kept for the rest of this reconcile)."""
         messages: list[Message] = []
         after: str | None = None
         while True:
@@ -308,7 +313,8 @@ class _TaskWork:
             if len(page) < PAGE:
                 break
             after = page[-1].id
-        return recover_rounds(messages, kind="operator", key=self._key)
+        self._recorded = recover_rounds(messages, kind="operator", key=self._key)
+        return self._recorded
 
     async def _all_followups(self) -> dict[str, str]:
         if self._followups is None:

@@ -410,11 +410,18 @@ class TaskApi:
     async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None:
         """The id of the Task's work conversation, created on first use (``Conflict`` once completion has begun);
         with ``create=False`` None when there is none. For harness calls whose output goes there."""
-        if not create:
-            async with self._db.transaction(read_only=True) as tx:
-                await tx.messages.task_pair(task_id)
-                work = await tx.conversations.find_work(task_id)
+        # A read first: only the Task's first call creates the conversation, and a write transaction would wait
+        # for the writer behind the Task's running calls. Completion may begin right after either answer, as it
+        # may after the write below commits: the engine's start is another transaction in both cases.
+        async with self._db.transaction(read_only=True) as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            work = await tx.conversations.find_work(task_id)
+            if not create:
                 return None if work is None else work.id
+            if work is not None:
+                if response.delivery_state:
+                    raise Conflict(f"task {task_id} is completing; it takes no new outputs")
+                return work.id
         async with self._db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)
             response = await tx.messages.lock(response.id)
