@@ -217,12 +217,16 @@ class TaskApi:
         finished by a retry or by `sweep_closing`.
         """
         intent = _intent(error)
-        response = await self._begin_completion(task_id, intent, actor)
+        response, finished = await self._begin_completion(task_id, intent, actor)
         if response.delivery_state == "closed":
             return response
-        return await self._finish_delivery(task_id, intent)
+        return await self._finish_delivery(task_id, intent, ended=response if finished else None)
 
-    async def _begin_completion(self, task_id: str, intent: dict[str, Any], actor: Identity | None) -> Message:
+    async def _begin_completion(
+        self, task_id: str, intent: dict[str, Any], actor: Identity | None
+    ) -> tuple[Message, bool]:
+        """Store the completion intent (``closing``) and, in the same transaction, end the Task's open outputs and
+        its response; whether this call did both (False: a completion stored before is resumed or refused)."""
         async with self._db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)
             response = await tx.messages.lock(response.id)
@@ -231,7 +235,7 @@ class TaskApi:
             if response.delivery_state:
                 if (response.completion or {"error": None}) != intent:
                     raise Conflict(f"task {task_id} is already completing with another outcome")
-                return response
+                return response, False
             if intent["error"] is None:
                 pending = await tx.human_requests.count_pending(task_id)
                 if pending:
@@ -242,20 +246,32 @@ class TaskApi:
             else:
                 for request in await tx.human_requests.list_pending(task_id=task_id, limit=MAX_PAGE):
                     await resolve_question(tx, request, "failure", reason="task_ended", bus=self._bus)
-            return await tx.messages.update(
+            response = await tx.messages.update(
                 response.id, expected_revision=response.revision, delivery_state="closing", completion=intent
             )
+            await self._end_messages(tx, task_id, response.id, intent)
+            return response, True
 
-    async def _finish_delivery(self, task_id: str, intent: Mapping[str, Any]) -> Message:
+    async def _end_messages(self, tx: Transaction, task_id: str, response_id: str, intent: Mapping[str, Any]) -> None:
+        """End the Task's outputs still open, then its response (``failed`` with the intent's error)."""
         error = intent.get("error")
         status = "failed" if error else "completed"
-        async with self._db.transaction() as tx:
-            _, response = await tx.messages.task_pair(task_id)
-            await tx.messages.lock(response.id)
-            for output in await tx.messages.find_by_purpose(task_id, "output", limit=MAX_PAGE):
-                if output.status not in TERMINAL_STATUSES:
-                    await finish(tx, output.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
-            await finish(tx, response.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
+        for output in await tx.messages.find_by_purpose(task_id, "output", limit=MAX_PAGE):
+            if output.status not in TERMINAL_STATUSES:
+                await finish(tx, output.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
+        await finish(tx, response_id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
+
+    async def _finish_delivery(
+        self, task_id: str, intent: Mapping[str, Any], *, ended: Message | None = None
+    ) -> Message:
+        """End the Task's messages (unless ``ended``, its response that `_begin_completion` ended already), delete
+        the Task, then mark the delivery ``closed``."""
+        response = ended
+        if response is None:
+            async with self._db.transaction() as tx:
+                _, response = await tx.messages.task_pair(task_id)
+                await tx.messages.lock(response.id)
+                await self._end_messages(tx, task_id, response.id, intent)
         await self._delete_task(task_id)
         async with self._db.transaction() as tx:
             response = await tx.messages.lock(response.id)
