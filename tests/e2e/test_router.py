@@ -63,6 +63,13 @@ def test_the_liu_bei_question_through_loopd_up_with_the_demo_model(up: UpProcess
     assert done.returncode == 0, f"{out}\n{err}\n{up.log.read_text()}"
     for hero in HEROES:
         assert hero in out, out
+    # The terminal shows the Router's harness calls as they start and end (that they overlap is checked on the
+    # calls' own times below: with the zero-latency demo model the lines may come in either order).
+    lines = [line.strip() for line in err.splitlines()]
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"… assistant · work/\d", line)]
+    ends = [i for i, line in enumerate(lines) if re.match(r"✓ assistant · work/\d \(", line)]
+    assert len(starts) == 3 and len(ends) == 3, err
+    assert any(line.startswith("✓ assistant · plan (") for line in lines), err
     found = re.search(r"task (\S+)", err)
     assert found is not None, err
     task_id = found.group(1)

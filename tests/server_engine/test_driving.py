@@ -149,6 +149,7 @@ async def test_cancel_stops_the_execution_and_a_wait_never_cancels(sqlite_db: Da
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
         call_id, _ = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "running")  # the driver has it (it may still be pending right after start)
         waiting = asyncio.ensure_future(engine.wait(call_id, 0.2))
         await clock.advance(0.2)  # the wait's timeout passes on the engine's (the database's) clock
         waited = await waiting

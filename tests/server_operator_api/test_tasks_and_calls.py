@@ -176,3 +176,35 @@ async def test_concurrent_duplicate_work_calls_are_one_call_with_one_message(api
         harness = [m for m in await tx.messages.list_task(task_id) if m.kind == "harness"]
         work = await tx.conversations.find_work(task_id)
     assert len(harness) == 1 and work is not None and harness[0].conversation_id == work.id
+
+
+async def test_a_work_output_names_its_call_and_ends_with_it(api: Api) -> None:
+    """The harness message a call opens in the work conversation carries the call's effect key as its title and ends
+    when the call ends (completed / cancelled), not only when the Task completes."""
+    asked = await ask(api.user(), await new_conversation(api.user()), "study")
+    task_id = asked["task_id"]
+    operator = api.operator()
+    first = (await operator.post("/v1/harness/calls", json=_call(task_id))).json()
+    second = (await operator.post("/v1/harness/calls", json=_call(task_id, effect_key="work/1"))).json()
+
+    async def message(call: dict[str, Any]) -> dict[str, Any]:
+        found = await api.user().get(f"/v1/conversations/{call['conversation_id']}/messages")
+        return next(m for m in found.json()["data"] if m["id"] == call["message_id"])
+
+    opened = await message(first)
+    assert opened["status"] == "streaming"
+    assert opened["content"]["meta"] == {"title": "work/0", "effect_key": "work/0"}
+
+    async def phase_of(call: dict[str, Any], phase: str) -> bool:
+        return bool((await operator.get(f"/v1/harness/calls/{call['id']}")).json()["phase"] == phase)
+
+    await api.until(lambda: phase_of(first, "running"))
+    api.adapter.last_run(first["id"]).release()
+    await api.until(lambda: phase_of(first, "succeeded"))
+    done = await message(first)
+    assert done["status"] == "completed" and done["content"]["meta"]["title"] == "work/0"
+
+    cancelled = await operator.post(f"/v1/harness/calls/{second['id']}/cancel")
+    assert cancelled.status_code == 202
+    await api.until(lambda: phase_of(second, "cancelled"))
+    assert (await message(second))["status"] == "cancelled"

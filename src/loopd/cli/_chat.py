@@ -44,6 +44,8 @@ GATE_PREFIX: Final = "gate/"
 TOOL_PREFIX: Final = "tool/"
 _RECONNECTS: Final = 20
 _RECONNECT: Final = Backoff(base=0.4, factor=2.0, max_delay=3.0)
+_WORK_POLL: Final = 0.3
+"""Seconds between looks for the Task's work conversation (it appears with the responder's first harness call)."""
 _ANSWERS: Final = {"a": "approve", "approve": "approve", "l": "always", "always": "always", "d": "deny", "deny": "deny"}
 
 
@@ -203,6 +205,26 @@ class _View:
         return error if isinstance(error, dict) else None
 
 
+def _work_title(header: dict[str, Any], event: dict[str, Any]) -> str:
+    """What a harness output in the work conversation is: its title (the call's effect key), else its id."""
+    content = header.get("content") if isinstance(header.get("content"), dict) else None
+    model = event.get("model") if isinstance(event.get("model"), dict) else content
+    meta = (model or {}).get("meta") if isinstance(model, dict) else None
+    title = meta.get("title") if isinstance(meta, dict) else None
+    return str(title) if title else str(header.get("id", "output"))[-8:]
+
+
+def _took(header: dict[str, Any], seen: float) -> float:
+    """Seconds a message streamed: by the server's stamps (created → last update) when the header has them,
+    else as this client saw it (a resumed view sees old messages end at once)."""
+    try:
+        created = datetime.fromisoformat(str(header["created_at"]))
+        updated = datetime.fromisoformat(str(header["updated_at"]))
+    except (KeyError, ValueError):
+        return seen
+    return max(0.0, (updated - created).total_seconds())
+
+
 class ChatClient:
     def __init__(
         self, endpoint: Endpoint, console: Console, *, timeout: float = 30.0, http: httpx.AsyncClient | None = None
@@ -297,6 +319,58 @@ class ChatClient:
                 self._console.print(f"[dim]  connection lost ({exc.__class__.__name__}); resuming…[/]")
                 await asyncio.sleep(_RECONNECT.after_failures(failures))
 
+    async def follow_work(self, task_id: str) -> None:
+        """Show the Task's work conversation as it happens: a line when each harness call starts and when it ends
+        (calls that run in parallel show as several started lines before their ended lines). Runs until cancelled;
+        a failure here only ends this view, never the answer."""
+        work_id: str | None = None
+        while work_id is None:
+            try:
+                found = await self._json("GET", f"/v1/conversations?task_id={task_id}")
+            except ChatFailure:
+                return
+            data = found.get("data") if isinstance(found, dict) else None
+            if data:
+                work_id = str(data[0]["id"])
+                break
+            await asyncio.sleep(_WORK_POLL)
+        started: dict[str, tuple[str, float]] = {}
+        cursor = 0
+        loop = asyncio.get_running_loop()
+        for _attempt in range(_RECONNECTS):
+            try:
+                async with self._http.stream(
+                    "GET",
+                    f"/v1/conversations/{work_id}/stream",
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(cursor)},
+                ) as response:
+                    if response.status_code >= 400:
+                        return
+                    async for message in read_sse(response.aiter_text()):
+                        if message.data is None or message.event == "error":
+                            continue
+                        if message.id is not None:
+                            cursor = int(message.id)
+                        data = json.loads(message.data)
+                        header = data.get("message") or {}
+                        event = data.get("event") or {}
+                        message_id = str(data.get("message_id", ""))
+                        if header.get("kind") != "harness" or event.get("op") not in ("start", "end"):
+                            continue
+                        if event["op"] == "start" and message_id not in started:
+                            name = f"{header.get('key', 'harness')} · {_work_title(header, event)}"
+                            started[message_id] = (name, loop.time())
+                            self._console.print(f"  [dim]… {escape(name)}[/]")
+                        elif event["op"] == "end" and message_id in started:
+                            name, since = started.pop(message_id)
+                            took = _took(header, loop.time() - since)
+                            ok = header.get("status") == "completed"
+                            mark = "✓" if ok else "✗"
+                            shown = f"{took * 1000:.0f} ms" if took < 1 else f"{took:.1f} s"
+                            self._console.print(f"  [dim]{mark} {escape(name)} ({shown})[/]")
+            except (httpx.TransportError, httpx.RemoteProtocolError, ValueError, KeyError, TypeError):
+                await asyncio.sleep(_WORK_POLL)
+
     async def _answer_gate(self, block: dict[str, Any], view: _View) -> None:
         block_id = str(block["id"])
         view.asked.add(block_id)
@@ -346,7 +420,15 @@ async def run_chat(
         if absent is not None:
             console.print(f"[yellow]{escape(absent)}[/] [dim](Ctrl-C stops watching; the question stays)[/]")
         view = _View(console=console, out=out)
-        await client.follow(cid, asked, view)
+        if target.get("kind") == "operator":  # an operator's harness calls: shown as they start and end
+            async with asyncio.TaskGroup() as group:
+                work = group.create_task(client.follow_work(str(asked["task_id"])), name="loopd-chat-work")
+                try:
+                    await client.follow(cid, asked, view)
+                finally:
+                    work.cancel()
+        else:
+            await client.follow(cid, asked, view)
         if view.shown_text == 0 and view.final_text():
             out.write(view.final_text())
         out.write("\n")

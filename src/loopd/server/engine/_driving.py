@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -68,6 +68,8 @@ from ._requests import history_of
 from ._trail import Trail, interrupted_usage
 
 _log = logging.getLogger(__name__)
+_MESSAGE_STATUS: Final[Mapping[str, streams.TerminalStatus]] = {"succeeded": "completed", "cancelled": "cancelled"}
+"""How an output the engine opened for a call ends, by the call's terminal phase (any other: ``failed``)."""
 
 Outcome = Literal["done", "lost", "retry"]
 QUEUE_SIZE: Final = 256
@@ -183,8 +185,13 @@ class Drive:
     async def _end_in(
         self, tx: Transaction, call: HarnessCall, phase: HarnessPhase, error: dict[str, Any] | None, result: Any = None
     ) -> HarnessCall:
-        """Make ``call`` terminal in ``tx`` (with its ledger facts); gates still open in its message close."""
+        """Make ``call`` terminal in ``tx`` (with its ledger facts); gates still open in its message close, and a
+        message the engine opened for the call (an output in a conversation, not a caller's message) ends with it."""
         await self._close_gates(tx, call, phase)
+        if call.message_id is not None and call.params.get("message_id") is None:
+            status = _MESSAGE_STATUS.get(phase, "failed")
+            shown = {"code": str(error.get("code", phase)), "message": str(error.get("message", ""))} if error else None
+            await streams.finish(tx, call.message_id, status, error=shown, bus=self._s.bus)
         trail = self._trail(tx, call)
         await trail.open()
         await trail.close(phase, error, self._attempt_id)

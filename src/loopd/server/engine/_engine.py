@@ -302,6 +302,9 @@ class HarnessEngine:
             return message
         assert request.conversation_id is not None  # validate() requires one of the two
         conversation = await tx.conversations.get(request.conversation_id)
+        content = streams.empty_model()
+        # Which call this output is (a work conversation holds several, side by side): its effect key.
+        content["meta"] = {"title": request.effect_key, "effect_key": request.effect_key}
         return await streams.open_message(
             tx,
             NewMessage(
@@ -309,7 +312,7 @@ class HarnessEngine:
                 kind="harness",
                 key=request.target,
                 purpose="output",
-                content=streams.empty_model(),
+                content=content,
                 task_id=request.task_id or conversation.task_id,
                 status="streaming",
             ),
