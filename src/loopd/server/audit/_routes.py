@@ -24,7 +24,7 @@ class TaskAccessCheck(Protocol):
 
     async def check_task_access(
         self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
-    ) -> None: ...
+    ) -> object: ...
 
 
 def _plain(value: Any) -> Any:

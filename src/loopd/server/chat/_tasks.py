@@ -135,12 +135,13 @@ class TaskApi:
 
     async def check_task_access(
         self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
-    ) -> None:
+    ) -> Identity:
         """403 unless ``actor`` is the Task's responder (`check_responder`) and the named conversation / message
         belong to that Task (its user conversation, its work conversation, its messages). For the Harness Engine's
-        and the ledger's routes: a responder reaches only what its own Tasks touch."""
+        and the ledger's routes: a responder reaches only what its own Tasks touch. Returns the Task's asker (as
+        `asker_of` does), read in the same transaction."""
         async with self._db.transaction(read_only=True) as tx:
-            _, response = await tx.messages.task_pair(task_id)
+            input_, response = await tx.messages.task_pair(task_id)
             check_responder(actor, response)
             if message_id is not None and (await tx.messages.get(message_id)).task_id != task_id:
                 raise ApiError("forbidden", f"message {message_id} is not part of task {task_id}")
@@ -150,6 +151,7 @@ class TaskApi:
                 and (await tx.conversations.get(conversation_id)).task_id != task_id
             ):
                 raise ApiError("forbidden", f"conversation {conversation_id} is not part of task {task_id}")
+        return Identity(input_.kind, input_.key)
 
     async def task_of_message(self, message_id: str) -> str | None:
         """The Task a message belongs to (None for a message outside any Task)."""

@@ -59,7 +59,9 @@ class TaskAccess(Protocol):
 
     async def check_task_access(
         self, actor: Identity, task_id: str, *, conversation_id: str | None = None, message_id: str | None = None
-    ) -> None: ...
+    ) -> Identity:
+        """Raise unless ``actor`` may act for the Task; the Task's asker."""
+        ...
 
     async def task_of_message(self, message_id: str) -> str | None: ...
 
@@ -195,17 +197,18 @@ def engine_router(
                 )
             if tasks is None:
                 raise ApiError("invalid_request", 'this server has no Task API: output "work" is not available')
+        checked: Identity | None = None  # the Task's asker, read by the access check (one read, not two)
         if not caller.admin:
             if body.task_id is None or tasks is None:
                 raise ApiError("forbidden", f"{caller.text} may start calls only for its own Tasks: send task_id")
-            await tasks.check_task_access(
+            checked = await tasks.check_task_access(
                 caller, body.task_id, conversation_id=body.conversation_id, message_id=body.message_id
             )
         asker: str | None = None
         if body.task_id is not None:
             if asker_of is None:
                 raise ApiError("invalid_request", "this server does not resolve Task askers; leave task_id out")
-            asker = (await asker_of(body.task_id)).text
+            asker = (checked or await asker_of(body.task_id)).text
         if body.output == "work":
             assert tasks is not None and body.task_id is not None  # checked above
             # A replay needs no new work conversation (the Task may be completing by now): its identity decides.
