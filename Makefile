@@ -24,8 +24,11 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 run: $(STAMP)
 	$(BIN)/loopd up $(RUN_ARGS)
 
+# The suite runs on every core (pytest-xdist; PYTEST_WORKERS=0 for one process, e.g. to debug a test).
+PYTEST_WORKERS ?= auto
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
