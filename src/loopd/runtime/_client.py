@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 import httpx
 
@@ -34,6 +34,16 @@ SERVER_FILE: Final = "server.json"
 """What a running `loopd up` writes in its data directory: ``url``, ``api_url``, ``token_file``, ``pid``."""
 API_FOLDER: Final = "resources-api"
 STREAM_SILENCE: Final = 60.0
+MAX_WAIT: Final = 30.0
+"""Seconds one server wait (``…/wait?timeout=``) may last; longer waits loop (the server allows up to 60)."""
+
+
+class _Ends(Protocol):
+    @property
+    def terminal(self) -> bool: ...
+
+
+_Waited = TypeVar("_Waited", bound=_Ends)
 """Seconds without a byte (not even a heartbeat) after which an event stream counts as lost."""
 _NEVER_SENT: Final = (httpx.ConnectError, httpx.ConnectTimeout)
 
@@ -150,6 +160,33 @@ class ServerClient:
         if self.actor and self.endpoint.admin and not as_user:
             return {"X-Loopd-Actor": self.actor}
         return {}
+
+    async def wait_until_ended(
+        self,
+        path: str,
+        state: _Waited,
+        parse: Callable[[Any], _Waited],
+        *,
+        clock: Clock,
+        timeout: float | None,
+        what: str,
+    ) -> _Waited:
+        """Loop over a bounded server wait (``GET <path>?timeout=``, at most `MAX_WAIT` s each) until the state it
+        returns has ended; ``TimeoutError`` once ``timeout`` seconds pass on ``clock``. Cancelling this ends only the
+        waiting, never the thing waited on."""
+        deadline = None if timeout is None else clock.monotonic() + timeout
+        while not state.terminal:
+            bound = MAX_WAIT
+            if deadline is not None:
+                remaining = deadline - clock.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"{what} has not ended after {timeout}s")
+                bound = min(bound, max(remaining, 0.1))
+            body = await self.request(
+                "GET", path, params={"timeout": round(bound, 3)}, timeout=bound + self.request_timeout, what=what
+            )
+            state = parse(body)
+        return state
 
     async def request(
         self,

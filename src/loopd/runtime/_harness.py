@@ -24,7 +24,6 @@ from ._records import CallState, Message
 
 logger = logging.getLogger("loopd.runtime")
 
-MAX_WAIT: Final = 30.0
 """The longest single ``/wait`` the client asks the server for (the server caps it at 60 s)."""
 RECONNECTS: Final = 10
 """Consecutive lost connections ``Call.stream`` survives before it raises ``Unavailable``."""
@@ -64,22 +63,14 @@ class Call:
     async def wait(self, timeout: float | None = None) -> CallState:
         """The call's terminal state, waiting as long as it runs (``TimeoutError`` after ``timeout`` seconds on the
         runtime's clock). Loops over the server's bounded wait; cancelling this never cancels the call."""
-        deadline = None if timeout is None else self._clock.monotonic() + timeout
-        while not self.state.terminal:
-            bound = MAX_WAIT
-            if deadline is not None:
-                remaining = deadline - self._clock.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"harness call {self.id} is still {self.state.phase} after {timeout}s")
-                bound = min(bound, max(remaining, 0.1))
-            body = await self._client.request(
-                "GET",
-                f"/v1/harness/calls/{self.id}/wait",
-                params={"timeout": round(bound, 3)},
-                timeout=bound + self._client.request_timeout,
-                what=f"harness call {self.id}",
-            )
-            self.state = CallState.from_json(body)
+        self.state = await self._client.wait_until_ended(
+            f"/v1/harness/calls/{self.id}/wait",
+            self.state,
+            CallState.from_json,
+            clock=self._clock,
+            timeout=timeout,
+            what=f"harness call {self.id}",
+        )
         return self.state
 
     async def cancel(self) -> CallState:

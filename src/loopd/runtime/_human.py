@@ -8,14 +8,12 @@ Must not do: answer questions (the asking user does), or import loopd.server / l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from loopd._infra.clock import Clock
 
 from ._client import ServerClient
 from ._records import QuestionState
-
-MAX_WAIT: Final = 30.0
 
 ChoiceLike = str | tuple[str, str] | Mapping[str, Any]
 
@@ -42,22 +40,14 @@ class Question:
         """The question's outcome (``success`` / ``dismissed`` / ``timeout`` / ``failure``), waiting while it is
         pending (``TimeoutError`` after ``timeout`` seconds on the runtime's clock; the question stays open — its
         own deadline decides when it times out)."""
-        deadline = None if timeout is None else self._clock.monotonic() + timeout
-        while not self.state.terminal:
-            bound = MAX_WAIT
-            if deadline is not None:
-                remaining = deadline - self._clock.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError(f"question {self.message_id} is still pending after {timeout}s")
-                bound = min(bound, max(remaining, 0.1))
-            body = await self._client.request(
-                "GET",
-                f"/v1/human/{self.message_id}/wait",
-                params={"timeout": round(bound, 3)},
-                timeout=bound + self._client.request_timeout,
-                what=f"question {self.message_id}",
-            )
-            self.state = QuestionState.from_json(body)
+        self.state = await self._client.wait_until_ended(
+            f"/v1/human/{self.message_id}/wait",
+            self.state,
+            QuestionState.from_json,
+            clock=self._clock,
+            timeout=timeout,
+            what=f"question {self.message_id}",
+        )
         return self.state
 
 
