@@ -30,6 +30,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from loopd._infra.tasks import cancel_and_wait
 from loopd._paths import default_data_dir
 from loopd.cli._errors import EXIT_USAGE, CliError, cli_console
 from loopd.resources import ResourceError, load_or_create_credentials, read_endpoint, render_kubeconfig
@@ -243,8 +244,7 @@ async def _until(task: asyncio.Task[None], event: asyncio.Event | None, *, timeo
             {task} if waiter is None else {task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
         )
     finally:
-        if waiter is not None:
-            waiter.cancel()
+        await cancel_and_wait(waiter)  # owned: ended and awaited, never left pending
 
 
 def describe_router_error(exc: BaseException, connection: RouterConnection) -> CliError | None:
