@@ -152,15 +152,24 @@ class BashTool(BuiltinTool[BashArgs]):
     async def _run(self, args: BashArgs, ctx: ToolContext) -> ToolResult:
         root = str(self.workspace.root)
         argv = self._sandbox.wrap([self._bash, "-c", args.command], workspace=self.workspace.root, hidden=self._hidden)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=root,
-            env=scrubbed_environment(root, self._extra_env),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+        spawn = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
+                *argv,
+                cwd=root,
+                env=scrubbed_environment(root, self._extra_env),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
         )
+        try:
+            process = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled while the process was starting: it may run already, with children of its own in its group
+            # (asyncio would kill only the leader). End the whole group, then pass the cancellation on.
+            await _stop_spawned(spawn)
+            raise
         if process.stdout is None:  # pragma: no cover - stdout=PIPE always sets it
             raise RuntimeError("bash started without a stdout pipe")
         capture = OutputCapture(self._output_limit)
@@ -203,3 +212,13 @@ class BashTool(BuiltinTool[BashArgs]):
             footer += "\n[output may be incomplete: a process outside the group kept the stream open]"
         separator = "" if not output or output.endswith("\n") else "\n"
         return ToolResult(output=f"{output}{separator}{footer}", is_error=timed_out or code != 0)
+
+
+async def _stop_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    """Kill and reap the process group of a spawn whose caller was cancelled (nothing when it failed to start)."""
+    try:
+        process = await spawn
+    except Exception:  # it never started: nothing runs
+        return
+    signal_group(process, signal.SIGKILL)
+    await stop_group(process)
