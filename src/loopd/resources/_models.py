@@ -7,7 +7,9 @@ Must not do: I/O; store semantics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +17,9 @@ from pydantic.alias_generators import to_camel
 
 from ._kinds import KindSpec, PrinterColumn
 from ._schemas import structural_schema
+
+#: The CEL transition rule that freezes a value once created (``spec`` of a kind with ``immutable_spec``).
+IMMUTABLE_RULE: Mapping[str, str] = MappingProxyType({"rule": "self == oldSelf", "message": "spec is immutable"})
 
 
 class WireModel(BaseModel):
@@ -63,6 +68,9 @@ class KindDeclaration:
     printer_columns: tuple[PrinterColumn, ...] = ()
     spec_required: bool = True
     description: str = ""
+    #: Make ``spec`` immutable: ``x-kubernetes-validations: [{rule: "self == oldSelf"}]`` on the spec schema,
+    #: enforced by the embedded API (and a real kube-apiserver) on every update and patch.
+    immutable_spec: bool = False
 
     @property
     def api_version(self) -> str:
@@ -109,6 +117,8 @@ def _object_schema(model: type[KubeObject]) -> dict[str, Any]:
         properties[field_name] = structural_schema(sub.model_json_schema(by_alias=True, mode="validation"))
         if info.description:  # what the field means here wins over the model's own docstring
             properties[field_name]["description"] = info.description
+        if field_name == "spec" and declaration.immutable_spec:
+            properties[field_name]["x-kubernetes-validations"] = [dict(IMMUTABLE_RULE)]
         if field_name == "spec" and declaration.spec_required and info.is_required():
             required.append("spec")
     schema: dict[str, Any] = {"type": "object", "properties": properties}
