@@ -24,6 +24,7 @@ from loopd.harness.models._scripted import Reply, ScriptedModel
 if TYPE_CHECKING:
     from loopd.harness.models._openai import OpenAICompatibleModel
     from loopd.harness.models._scripted_server import (
+        TOOL_RESULTS_HEADER,
         DemoOptions,
         DemoRule,
         DropAfter,
@@ -48,6 +49,7 @@ _LAZY = {
     "ServerReply": "_scripted_server",
     "ServerStatistics": "_scripted_server",
     "ServerToolCall": "_scripted_server",
+    "TOOL_RESULTS_HEADER": "_scripted_server",
     "demo_reply": "_scripted_server",
     "open_scripted_server": "_scripted_server",
 }
@@ -64,6 +66,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEMO_MODEL",
+    "TOOL_RESULTS_HEADER",
     "CostQuote",
     "DemoOptions",
     "DemoRule",

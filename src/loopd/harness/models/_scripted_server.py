@@ -43,8 +43,8 @@ import math
 import re
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
@@ -174,9 +174,15 @@ def content_text(content: Any) -> str:
 # The demo model
 
 
-DemoRule = Callable[[str], str | None]
-"""An extra reply rule of the demo model: the current request's text (see `current_request`) → the answer text, or
-None to leave the request to the next rule. Rules must be pure and quick (they run in the server's event loop)."""
+DemoRule = Callable[[str], str | Mapping[str, Any] | None]
+"""An extra reply rule of the demo model: the current request's text (see `current_request`) → the answer text, a
+tool call ``{"tool": name, "arguments": {...}}`` (optionally with ``"text"``: said before the call), or None to leave
+the request to the next rule. After a tool result the rules are asked again with the current request followed by
+`TOOL_RESULTS_HEADER` and one ``[<tool>] <output>`` block per tool result of this turn (oldest first), so a rule can
+answer from what its tool really returned. Rules must be pure and quick (they run in the server's event loop)."""
+
+TOOL_RESULTS_HEADER: Final = "Tool results so far:"
+"""The line that separates the current request from the tool results of this turn in what a `DemoRule` is given."""
 
 
 class DemoOptions(Frozen):
@@ -213,8 +219,21 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
     def answer(text: str, *calls: ServerToolCall) -> ServerReply:
         return ServerReply(text=text, tool_calls=calls, chunk_delay=opts.chunk_delay, chunk_size=opts.chunk_size)
 
+    def ruled(text: str) -> ServerReply | None:
+        for rule in opts.rules:
+            reply = rule(text)
+            if reply is None:
+                continue
+            if isinstance(reply, str):
+                return answer(reply)
+            return _rule_tool_call(request, reply, answer)
+        return None
+
     last = request.last_message or {}
+    said = current_request(request.last_user_text)
     if last.get("role") == "tool":
+        if opts.rules and (reply := ruled(_with_tool_results(said, request))) is not None:
+            return reply
         name = last.get("name") or _tool_name_for(request, last.get("tool_call_id")) or "the tool"
         output = content_text(last.get("content")).strip() or "(no output)"
         if len(output) > _MAX_TOOL_OUTPUT:
@@ -225,10 +244,8 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
         )
         return answer(text)
 
-    said = current_request(request.last_user_text)
-    for rule in opts.rules:
-        if (ruled := rule(said)) is not None:
-            return answer(ruled)
+    if opts.rules and (reply := ruled(said)) is not None:
+        return reply
     wanted: tuple[str, str] | None = None
     if match := _LIST_FILES.search(said):
         wanted = (opts.list_tool, (match.group("path") or "").rstrip(".") or ".")
@@ -246,6 +263,35 @@ def demo_reply(request: IncomingRequest, options: DemoOptions | None = None) -> 
         return answer(f"Hello! {_DEMO_NOTE}")
     echo = said if len(said) <= _MAX_ECHO else said[:_MAX_ECHO] + "…"
     return answer(f"You said: “{echo}”\n\n{_DEMO_NOTE}")
+
+
+def _rule_tool_call(
+    request: IncomingRequest, reply: Mapping[str, Any], answer: Callable[..., ServerReply]
+) -> ServerReply:
+    """A rule's ``{"tool", "arguments", "text"?}``: that tool call when the request offers the tool, else a note."""
+    tool = reply.get("tool")
+    arguments = reply.get("arguments")
+    if not isinstance(tool, str) or not isinstance(arguments, Mapping):
+        return answer(f"(a demo rule answered with something that is not a tool call: {dict(reply)!r})")
+    if tool not in request.tool_names:
+        offered = ", ".join(f"`{n}`" for n in request.tool_names) or "none"
+        return answer(f"I would call `{tool}`, but this request offers no such tool (offered: {offered}).")
+    text = reply.get("text")
+    said = text if isinstance(text, str) else f"Let me call `{tool}`."
+    return answer(said, ServerToolCall(name=tool, arguments=dict(arguments)))
+
+
+def _with_tool_results(said: str, request: IncomingRequest) -> str:
+    """``said`` followed by `TOOL_RESULTS_HEADER` and the tool results after the last user message, oldest first."""
+    results: list[str] = []
+    for message in reversed(request.messages):
+        role = message.get("role")
+        if role == "user":
+            break
+        if role == "tool":
+            name = message.get("name") or _tool_name_for(request, message.get("tool_call_id")) or "tool"
+            results.append(f"[{name}] {content_text(message.get('content')).strip()}")
+    return "\n".join([said, "", TOOL_RESULTS_HEADER, *reversed(results)])
 
 
 def current_request(text: str) -> str:
