@@ -54,7 +54,7 @@ async def test_get_root_sets_the_cookie_identity_and_it_is_used(rig: Rig) -> Non
     browser = rig.client(token=False)
     page = await browser.get("/")
     assert page.status_code == 200
-    assert "the web ui will be here" in page.text.lower() and "loopd chat" in page.text and "/docs" in page.text
+    assert "<html" in page.text.lower()  # the web UI, or the page saying how to build it (tests/web checks both)
     set_cookie = page.headers["set-cookie"]
     match = re.match(r"loopd-human=([0-9a-f]{64}); ", set_cookie)
     assert match is not None, set_cookie
@@ -66,7 +66,6 @@ async def test_get_root_sets_the_cookie_identity_and_it_is_used(rig: Rig) -> Non
     me = await browser.get("/v1/me")  # the client kept the cookie
     assert me.json() == {"kind": "user", "key": expected, "trusted": False}
     assert "set-cookie" not in me.headers
-    assert expected in page.text
 
 
 async def test_v1_me_issues_a_cookie_when_missing(rig: Rig) -> None:

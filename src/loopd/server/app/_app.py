@@ -1,8 +1,9 @@
 """`create_server_app`: the loop-server FastAPI app over a `ServerContext`.
 
-The app serves: ``GET /healthz``, ``GET /v1/me``, the placeholder page at ``/``, the sign-in link and token
-routes (``loopd.server.http.access_router``), the chat, Human and registry routes of the context's services, and
-any extra ``routers`` (the Harness Engine's, the ledger's). Every error is the envelope of ``loopd.server.http``;
+The app serves: ``GET /healthz``, ``GET /v1/me``, the web UI at ``/`` with its ``/assets/``
+(``loopd.server.webui``), the sign-in link and token routes (``loopd.server.http.access_router``), the chat,
+Human and registry routes of the context's services, and any extra ``routers`` (the Harness Engine's, the
+ledger's). Every error is the envelope of ``loopd.server.http``;
 `SecurityMiddleware` authenticates every request (with the `AccessStore` over the context's database). With
 ``sweepers`` the app's lifespan runs the completion sweeper and the Human deadline sweeper.
 Must not do: bind sockets (``loopd.server.http.open_http_server``), build services (the composition root does).
@@ -11,14 +12,13 @@ Must not do: bind sockets (``loopd.server.http.open_http_server``), build servic
 from __future__ import annotations
 
 import asyncio
-import html
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.responses import HTMLResponse
 
 from loopd import __version__
 from loopd._infra.docs import install_docs
@@ -33,28 +33,13 @@ from loopd.server.http import (
     SecurityMiddleware,
     access_router,
     current_identity,
-    identity_of,
     install_error_handlers,
 )
 from loopd.server.human import human_router
 from loopd.server.registry import registry_router
+from loopd.server.webui import webui_router
 
 DEFAULT_HEARTBEAT: Final = 15.0
-
-_PLACEHOLDER: Final = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>loopd</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style>body{{font:16px/1.5 system-ui,sans-serif;max-width:42rem;margin:3rem auto;padding:0 1rem;color:#222}}
-code,pre{{background:#f3f3f3;border-radius:4px;padding:.1rem .3rem}}pre{{padding:.6rem;overflow:auto}}</style>
-</head><body>
-<h1>loopd</h1>
-<p>The web UI will be here. This server is running (version {version}); until the UI ships, use the CLI:</p>
-<pre>loopd chat "hello"              # ask the Router (it asks the assistant); the answer streams back</pre>
-<p>or the HTTP API, described at <a href="/docs">/docs</a> (the OpenAPI document is at
-<a href="/openapi.json">/openapi.json</a>).</p>
-<p>Your browser identity here is <code>{identity}</code> (kept in the <code>{cookie}</code> cookie).</p>
-</body></html>
-"""
 
 
 class _ServerApi(FastAPI):
@@ -82,9 +67,10 @@ def create_server_app(
     routers: Sequence[APIRouter] = (),
     sweepers: bool = True,
     heartbeat: float = DEFAULT_HEARTBEAT,
+    webui: Path | None = None,
 ) -> FastAPI:
     """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones; the sweepers' intervals
-    run on ``ctx.clock``."""
+    run on ``ctx.clock``; ``webui`` is the built web page's folder (default: the package's ``webui/dist``)."""
     background = [
         Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=ctx.clock),
         Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=ctx.clock),
@@ -130,6 +116,7 @@ def create_server_app(
     app.include_router(task_router(ctx.task_api))
     app.include_router(human_router(ctx.human, stopping=ctx.task_api.stopping))
     app.include_router(registry_router(ctx.registry))
+    app.include_router(webui_router(webui))
     for router in routers:
         app.include_router(router)
     install_docs(app)
@@ -162,14 +149,4 @@ def _base_routes() -> APIRouter:
         """Who the server thinks you are (a browser without the cookie gets one here)."""
         return Me(kind=caller.kind, key=caller.key, trusted=caller.trusted)
 
-    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def placeholder(caller: Annotated[Identity | None, Depends(_optional_identity)]) -> HTMLResponse:
-        who = caller.text if caller is not None else "(none: on another machine, open a link from `loopd signin-link`)"
-        page = _PLACEHOLDER.format(version=html.escape(__version__), identity=html.escape(who), cookie=COOKIE_NAME)
-        return HTMLResponse(page)
-
     return router
-
-
-async def _optional_identity(request: Request) -> Identity | None:
-    return identity_of(request)

@@ -90,8 +90,9 @@ class ServerSecurity:
     trusted_origins: frozenset[str] = frozenset()
     """Origins besides the request's own that may send cookie-authenticated writes (e.g. a dev server)."""
     public_paths: frozenset[str] = field(default=DEFAULT_PUBLIC_PATHS)
-    public_prefixes: tuple[str, ...] = ("/static/",)
-    """Paths reachable without credentials: the placeholder page, health, the API document, static assets."""
+    public_prefixes: tuple[str, ...] = ("/static/", "/assets/")
+    """Paths reachable without credentials: the web page, health, the API document, static assets (the docs' and
+    the web UI's bundle)."""
     signin_ttl: float = 600.0
     """Seconds a one-time sign-in link stays valid."""
 
