@@ -20,6 +20,7 @@ from typing import Any
 from ._crds import kind_specs_from_crd
 from ._errors import BadRequest, Cause, Conflict, NotFound
 from ._kinds import KindSpec
+from ._rules import transition_causes
 from ._sql import ObjectKey
 from ._validation import invalid_error, validate_object
 
@@ -160,6 +161,7 @@ def compose_update(
                     )
                 ],
             )
+    check_transition_rules(spec, existing, new)
     include_status = not spec.status_subresource
     if _spec_part(new, include_status=include_status) != _spec_part(existing, include_status=include_status):
         new_meta["generation"] = int(old_meta.get("generation", 1)) + 1
@@ -174,7 +176,16 @@ def compose_status(spec: KindSpec, existing: dict[str, Any], body: Mapping[str, 
         new.pop("status", None)
     else:
         new["status"] = copy.deepcopy(status)
-    return validate_object(spec, new)
+    new = validate_object(spec, new)
+    check_transition_rules(spec, existing, new)
+    return new
+
+
+def check_transition_rules(spec: KindSpec, existing: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Raise ``Invalid`` when a write breaks a transition rule (``self == oldSelf``) of the kind's schema."""
+    causes = transition_causes(spec.schema, existing, new)
+    if causes:
+        raise invalid_error(spec, str(metadata_of(existing).get("name", "")), causes)
 
 
 def apply_kind_rules(spec: KindSpec, body: dict[str, Any], now: str) -> dict[str, Any]:

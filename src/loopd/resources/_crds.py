@@ -12,6 +12,7 @@ from typing import Any
 
 from ._errors import Cause, ErrorDetails, Invalid
 from ._kinds import KindSpec, PrinterColumn
+from ._rules import check_rules
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _KIND_NAME = re.compile(r"^[A-Z][A-Za-z0-9]*$")
@@ -33,11 +34,14 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _check_schema(schema: Any, path: str, causes: list[Cause]) -> None:
-    """A light structural-schema check: every node has a known type or preserves unknown fields."""
+def _check_schema(schema: Any, path: str, causes: list[Cause], *, reachable: bool = False, root: bool = False) -> None:
+    """A light structural-schema check: every node has a known type or preserves unknown fields; validation rules
+    are of the subset the embedded API evaluates (``_rules``), at nodes it evaluates them (``reachable``: reached
+    from the root through ``properties`` only; the root itself is not)."""
     if not isinstance(schema, Mapping):
         _invalid(causes, path, schema, "must be an object")
         return
+    check_rules(schema, path, causes, reachable=reachable)
     kind = schema.get("type")
     open_ended = schema.get("x-kubernetes-preserve-unknown-fields") is True or schema.get("x-kubernetes-int-or-string")
     if kind is None and not open_ended:
@@ -53,7 +57,7 @@ def _check_schema(schema: Any, path: str, causes: list[Cause]) -> None:
     properties = schema.get("properties")
     if isinstance(properties, Mapping):
         for name, sub in properties.items():
-            _check_schema(sub, f"{path}.properties[{name}]", causes)
+            _check_schema(sub, f"{path}.properties[{name}]", causes, reachable=reachable or root)
     items = schema.get("items")
     if items is not None:
         _check_schema(items, f"{path}.items", causes)
@@ -126,7 +130,7 @@ def kind_specs_from_crd(crd: Mapping[str, Any]) -> list[KindSpec]:
         if schema is None:
             _required(causes, f"{path}.schema.openAPIV3Schema")
         else:
-            _check_schema(schema, f"{path}.schema.openAPIV3Schema", causes)
+            _check_schema(schema, f"{path}.schema.openAPIV3Schema", causes, root=True)
         columns = _printer_columns(version.get("additionalPrinterColumns"), path, causes)
         subresources = version.get("subresources")
         has_status = isinstance(subresources, Mapping) and "status" in subresources
