@@ -1,0 +1,176 @@
+import { describe, expect, it } from "vitest";
+import {
+  actorLabel,
+  layoutMessages,
+  messageActor,
+  messageInterval,
+  parallelGroups,
+  type Interval,
+  type LayoutMessage,
+  type ParallelGroup,
+} from "./parallel";
+
+interface Item {
+  readonly id: number;
+  readonly actor: string;
+  readonly interval: Interval | null;
+}
+
+const options = { actorOf: (i: Item) => i.actor, intervalOf: (i: Item) => i.interval };
+const ids = (groups: ParallelGroup<Item>[]) => groups.map((g) => g.columns.map((c) => c.items.map((i) => i.id)));
+
+function item(id: number, actor: string, start: number | null, end?: number): Item {
+  return { id, actor, interval: start === null ? null : { start, end: end ?? start } };
+}
+
+/** A small seeded PRNG (mulberry32): property tests are reproducible. */
+function random(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function randomItems(next: () => number): Item[] {
+  const count = Math.floor(next() * 25);
+  const actors = ["a", "b", "c", "d"];
+  const out: Item[] = [];
+  let clock = 0;
+  for (let id = 0; id < count; id += 1) {
+    clock += Math.floor(next() * 6); // creation order: starts mostly rise, like server messages
+    const untimed = next() < 0.1;
+    const start = next() < 0.1 ? clock - Math.floor(next() * 5) : clock; // a few out of order
+    out.push(item(id, actors[Math.floor(next() * actors.length)] ?? "a", untimed ? null : start, start + Math.floor(next() * 8)));
+  }
+  return out;
+}
+
+const overlaps = (a: Interval, b: Interval) => a.start <= b.end && b.start <= a.end;
+
+describe("parallelGroups examples", () => {
+  it("puts the Router's three parallel calls side by side, between the plan and the summary", () => {
+    const t = (s: number) => new Date(Date.UTC(2026, 0, 1, 12, 0, s)).toISOString();
+    const msg = (id: string, effect: string, start: number, end: number): LayoutMessage & { id: string } => ({
+      id,
+      kind: "harness",
+      key: "assistant",
+      status: "completed",
+      created_at: t(start),
+      updated_at: t(end),
+      content: { meta: { effect_key: effect, title: effect } },
+    });
+    const messages = [
+      msg("plan", "plan", 0, 2),
+      msg("w0", "work/0", 3, 9),
+      msg("w1", "work/1", 3, 7),
+      msg("w2", "work/2", 4, 12),
+      msg("sum", "summarize", 13, 15),
+    ];
+    const groups = layoutMessages(messages);
+    expect(groups.map((g) => g.columns.map((c) => c.actor))).toEqual([
+      ["harness:assistant/plan"],
+      ["harness:assistant/work/0", "harness:assistant/work/1", "harness:assistant/work/2"],
+      ["harness:assistant/summarize"],
+    ]);
+    expect(groups[1]?.columns.map((c) => c.items.map((m) => m.id))).toEqual([["w0"], ["w1"], ["w2"]]);
+  });
+
+  it("counts touching intervals as overlapping and chains overlaps", () => {
+    const groups = parallelGroups(
+      [item(1, "a", 0, 5), item(2, "b", 5, 6), item(3, "c", 6, 9), item(4, "a", 10, 11)],
+      options,
+    );
+    expect(ids(groups)).toEqual([[[1], [2], [3]], [[4]]]);
+  });
+
+  it("stacks one actor's messages in its column, in first-seen column order", () => {
+    const groups = parallelGroups([item(1, "b", 0, 10), item(2, "a", 1, 2), item(3, "b", 3, 4)], options);
+    expect(groups[0]?.columns.map((c) => c.actor)).toEqual(["b", "a"]);
+    expect(ids(groups)).toEqual([[[1, 3], [2]]]);
+  });
+
+  it("renders a message without timestamps alone, and restarts each group at the left", () => {
+    const groups = parallelGroups([item(1, "a", 0, 10), item(2, "b", null), item(3, "b", 2, 3), item(4, "c", 20)], options);
+    expect(ids(groups)).toEqual([[[1], [3]], [[2]], [[4]]]);
+    expect(groups[1]?.span).toBeNull();
+  });
+
+  it("handles an empty list and a single message", () => {
+    expect(parallelGroups([], options)).toEqual([]);
+    expect(ids(parallelGroups([item(1, "a", 5)], options))).toEqual([[[1]]]);
+  });
+});
+
+describe("message helpers", () => {
+  it("reads [created_at, updated_at], extends a streaming message to now, and rejects bad times", () => {
+    const base = { kind: "harness", key: "x", created_at: "2026-01-01T00:00:00Z", updated_at: "2026-01-01T00:00:01Z" };
+    const start = Date.parse(base.created_at);
+    expect(messageInterval(base)).toEqual({ start, end: start + 1000 });
+    expect(messageInterval({ ...base, status: "streaming" }, start + 5000)).toEqual({ start, end: start + 5000 });
+    expect(messageInterval({ ...base, status: "completed" }, start + 5000)).toEqual({ start, end: start + 1000 });
+    expect(messageInterval({ ...base, updated_at: "2025-01-01T00:00:00Z" })).toEqual({ start, end: start });
+    expect(messageInterval({ ...base, created_at: "not a time" })).toBeNull();
+    expect(messageInterval({ ...base, created_at: null })).toBeNull();
+  });
+
+  it("names columns by kind:key and the call's effect key", () => {
+    expect(messageActor({ kind: "operator", key: "router" })).toBe("operator:router");
+    expect(messageActor({ kind: "harness", key: "assistant", content: { meta: { effect_key: "work/1" } } })).toBe(
+      "harness:assistant/work/1",
+    );
+    expect(actorLabel("harness:assistant/work/1")).toBe("assistant · work/1");
+    expect(actorLabel("operator:router")).toBe("router");
+  });
+});
+
+describe("parallelGroups properties (seeded random inputs)", () => {
+  for (let seed = 1; seed <= 300; seed += 1) {
+    it(`seed ${seed}`, () => {
+      const items = randomItems(random(seed));
+      const groups = parallelGroups(items, options);
+      const members = groups.map((g) => g.columns.flatMap((c) => c.items));
+      // 1. every item exactly once
+      expect(members.flat().map((i) => i.id).sort((a, b) => a - b)).toEqual(items.map((i) => i.id));
+      for (const [gi, group] of groups.entries()) {
+        const inGroup = members[gi] ?? [];
+        // 2. an untimed item stands alone
+        if (inGroup.some((i) => i.interval === null)) expect(inGroup).toHaveLength(1);
+        // 3. a group's intervals are connected (overlaps chain) and its span covers them
+        const timed = inGroup.flatMap((i) => (i.interval ? [i.interval] : [])).sort((a, b) => a.start - b.start);
+        let end = timed[0]?.end ?? 0;
+        for (const interval of timed.slice(1)) {
+          expect(interval.start).toBeLessThanOrEqual(end);
+          end = Math.max(end, interval.end);
+        }
+        // 4. columns: distinct actors in first-seen order; a column holds its actor's items in input order
+        const actors = group.columns.map((c) => c.actor);
+        expect(new Set(actors).size).toBe(actors.length);
+        const firstSeen = [...new Set([...inGroup].sort((a, b) => a.id - b.id).map((i) => i.actor))];
+        expect(actors).toEqual(firstSeen);
+        for (const column of group.columns) {
+          expect(column.items.every((i) => i.actor === column.actor)).toBe(true);
+          const order = column.items.map((i) => i.id);
+          expect(order).toEqual([...order].sort((a, b) => a - b));
+        }
+        expect(group.key).toBe(Math.min(...inGroup.map((i) => i.id)));
+      }
+      // 5. no interval of one group overlaps an interval of another
+      for (let a = 0; a < members.length; a += 1) {
+        for (let b = a + 1; b < members.length; b += 1) {
+          for (const x of members[a] ?? []) {
+            for (const y of members[b] ?? []) {
+              if (x.interval && y.interval) expect(overlaps(x.interval, y.interval)).toBe(false);
+            }
+          }
+        }
+      }
+      // 6. groups in the order of their first item
+      const keys = groups.map((g) => g.key);
+      expect(keys).toEqual([...keys].sort((a, b) => a - b));
+    });
+  }
+});
