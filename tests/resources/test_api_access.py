@@ -100,3 +100,54 @@ async def test_the_admin_keeps_every_verb_and_unknown_tokens_are_refused(http: h
         refused = await http.get(TASKS, headers=headers)
         assert refused.status_code == 401, headers
         assert refused.json()["reason"] == "Unauthorized"
+
+
+def _crd(group: str, plural: str = "notes") -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "names": {"kind": "Note", "plural": plural},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+async def test_an_operator_owns_the_kinds_and_crds_of_its_domain_group(http: httpx.AsyncClient) -> None:
+    router, echo = _as("router-token"), _as("echo-token")
+    created = await http.post(CRDS, json=_crd("router.loopd.dev"), headers=router)
+    assert created.status_code == 201, created.text
+    # Another group (another operator's, or any other), by body or by URL: refused.
+    _forbidden(await http.post(CRDS, json=_crd("echo.loopd.dev"), headers=router))
+    _forbidden(await http.post(CRDS, json=_crd("example.com"), headers=router))
+    spoofed = _crd("router.loopd.dev")
+    spoofed["spec"]["group"] = "example.com"
+    _forbidden(await http.post(CRDS, json=spoofed, headers=router))
+    _forbidden(await http.delete(f"{CRDS}/notes.router.loopd.dev", headers=router))
+    crd = (await http.get(f"{CRDS}/notes.router.loopd.dev", headers=router)).json()
+    updated = await http.put(f"{CRDS}/notes.router.loopd.dev", json=crd, headers=router)
+    assert updated.status_code == 200, updated.text
+    _forbidden(await http.put(f"{CRDS}/notes.router.loopd.dev", json=crd, headers=echo))
+
+    notes = "/apis/router.loopd.dev/v1/namespaces/default/notes"
+    note = {"apiVersion": "router.loopd.dev/v1", "kind": "Note", "metadata": {"name": "n1"}, "spec": {"a": 1}}
+    assert (await http.post(notes, json=note, headers=router)).status_code == 201
+    patched = await http.patch(f"{notes}/n1", json={"spec": {"a": 2}}, headers={**router, **MERGE})
+    assert patched.status_code == 200, patched.text
+    _forbidden(await http.patch(f"{notes}/n1", json={"spec": {"a": 3}}, headers={**echo, **MERGE}))
+    assert (await http.get(f"{notes}/n1", headers=echo)).status_code == 200  # reading stays open to all
+    _forbidden(await http.delete(f"{notes}/n1", headers=echo))
+    assert (await http.delete(f"{notes}/n1", headers=router)).status_code == 200

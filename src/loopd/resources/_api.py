@@ -25,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from loopd._infra.clock import Clock, SystemClock
 
 from . import _api_discovery as discovery
-from ._api_access import ADMIN, Caller, TokenResolver, check_task_target, check_verb
+from ._api_access import ADMIN, CRD_GROUP, Caller, TokenResolver, check_crd_body, check_task_target, check_verb
 from ._api_tables import IncludeObject, table
 from ._api_watch import WatchResponse
 from ._errors import (
@@ -253,7 +253,14 @@ class ResourceApi:
     async def _resource(self, request: Request, target: _Target, caller: Caller) -> Response | WatchResponse:
         method = request.method
         spec = target.spec
-        if check_verb(caller, method=method, group=spec.group, resource=spec.plural, subresource=target.subresource):
+        if check_verb(
+            caller,
+            method=method,
+            group=spec.group,
+            resource=spec.plural,
+            subresource=target.subresource,
+            name=target.name,
+        ):
             # Spec cannot change through the status subresource, so the target read here is the one written.
             current = await self._store.get(spec.ref, target.item_name, namespace=target.namespace)
             check_task_target(caller, current)
@@ -263,7 +270,7 @@ class ResourceApi:
                     return self._watch(request, target)
                 return await self._list(request, target)
             if method == "POST":
-                return await self._create(request, target)
+                return await self._create(request, target, caller)
             raise MethodNotAllowed(f"{method} is not supported on a collection")
         if method == "GET":
             obj = await self._store.get(target.spec.ref, target.name, namespace=target.namespace)
@@ -340,8 +347,10 @@ class ResourceApi:
             clock=self._clock,
         )
 
-    async def _create(self, request: Request, target: _Target) -> Response:
+    async def _create(self, request: Request, target: _Target, caller: Caller) -> Response:
         body = await self._read_object(request)
+        if target.spec.storage_key == (CRD_GROUP, "customresourcedefinitions"):
+            check_crd_body(caller, body)
         created = await self._store.create(
             target.spec.ref,
             body,
