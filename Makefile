@@ -6,7 +6,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench fmt clean
+.PHONY: run test lint bench fmt clean web web-test
+
+# The web UI (web/: Preact + TypeScript, built by Vite into the package, where `loopd up` serves it). `npm ci` runs
+# when the lockfile changes, the build when a source, the page or a config does.
+WEB := web
+WEB_DEPS := $(WEB)/node_modules/.loopd-installed
+WEB_BUILD := src/loopd/server/webui/dist/index.html
+WEB_SOURCES := $(shell find $(WEB)/src $(WEB)/public -type f 2>/dev/null) \
+	$(wildcard $(WEB)/index.html $(WEB)/package.json $(WEB)/vite.config.* $(WEB)/tsconfig*.json)
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python >= 3.11 is required"; exit 1; }
@@ -21,14 +29,29 @@ $(BENCH_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,k8s,bench]'
 	@touch $@
 
-run: $(STAMP)
+$(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "Node.js and npm are required to build the web UI"; exit 1; }
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+$(WEB_BUILD): $(WEB_SOURCES) $(WEB_DEPS)
+	cd $(WEB) && npm run build --silent
+	@touch $@
+
+web: $(WEB_BUILD)
+
+# The page's unit tests (vitest): the reducer, the revision merge, the parallel layout, the rendering.
+web-test: $(WEB_DEPS)
+	cd $(WEB) && npm test --silent
+
+run: $(STAMP) web
 	$(BIN)/loopd up $(RUN_ARGS)
 
 # One process by default (the process and terminal tests keep real-time guards that a loaded machine can trip);
 # PYTEST_WORKERS=auto runs the suite on every core with pytest-xdist (about 40% faster on 2 cores).
 PYTEST_WORKERS ?= 0
 
-test: $(STAMP)
+test: $(STAMP) web web-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -45,4 +68,4 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(WEB)/node_modules src/loopd/server/webui/dist

@@ -122,6 +122,14 @@ class ChatRequests:
         async with self._db.transaction() as tx:
             return await tx.conversations.create(actor_kind="user", actor_key=owner.key, name=name)
 
+    async def rename_conversation(self, owner: Identity, conversation_id: str, *, name: str) -> Conversation:
+        """Rename ``owner``'s conversation (``NotFound`` for anyone else's; a Task's work conversation keeps its
+        name: ``InvalidRecord``)."""
+        _require_user(owner)
+        async with self._db.transaction() as tx:
+            await _owned(tx, owner, conversation_id)
+            return await tx.conversations.rename(conversation_id, name)
+
     # -- the chat request ----------------------------------------------------------------------------------
 
     async def ask(

@@ -34,6 +34,7 @@ from loopd.server.chat._wire import (
     OutputEnded,
     OutputEndRequest,
     OutputRequest,
+    RenameConversationRequest,
     SnapshotBody,
     TaskContextBody,
     TaskList,
@@ -126,6 +127,13 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
     @router.get("/v1/conversations/{conversation_id}", tags=["conversations"])
     async def get_conversation(caller: Caller, conversation_id: Id) -> ConversationBody:
         return conversation_body(await conversations.conversation(caller, conversation_id))
+
+    @router.patch("/v1/conversations/{conversation_id}", tags=["conversations"])
+    async def rename_conversation(
+        caller: Caller, conversation_id: Id, body: RenameConversationRequest
+    ) -> ConversationBody:
+        """Rename one of the caller's conversations (404 for anyone else's; 400 for a Task's work conversation)."""
+        return conversation_body(await chat.rename_conversation(caller, conversation_id, name=body.name))
 
     @router.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
     async def list_messages(

@@ -34,6 +34,10 @@ class CreateConversationRequest(_Request):
     name: str = Field(default="", max_length=MAX_KEY)
 
 
+class RenameConversationRequest(_Request):
+    name: str = Field(max_length=MAX_KEY, description="The new name (empty: no name).")
+
+
 class Target(_Request):
     kind: Literal["operator", "harness"]
     key: str = Field(min_length=1, max_length=MAX_KEY)
