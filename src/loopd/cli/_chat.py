@@ -35,7 +35,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.sse import read_sse
 from loopd._paths import default_data_dir
 from loopd.agentue import AgentUEError, StreamState, reduce
-from loopd.cli._errors import cli_console
+from loopd.cli._errors import cli_console, run_async
 from loopd.cli._run_input import InputInterrupted, LineInput
 
 ANSWER_BLOCK: Final = "answer"
@@ -474,7 +474,7 @@ def chat_command(
     except ChatFailure as exc:
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(code=exc.code) from exc
-    code = asyncio.run(_main(endpoint, text, target, conversation, console))
+    code = run_async(_main(endpoint, text, target, conversation, console))
     raise typer.Exit(code=code)
 
 

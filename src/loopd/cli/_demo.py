@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import tempfile
 from pathlib import Path
 
 import typer
 from rich.panel import Panel
 
-from loopd.cli._errors import cli_console
+from loopd.cli._errors import cli_console, run_async
 from loopd.harness import EchoTool, LoopDefinition, Reply, Rig, ScriptedModel, SqliteJournal
 from loopd.harness.core.events import TokenDelta, ToolCallStarted, ToolCompleted, TurnDone
 
@@ -18,7 +17,7 @@ def demo_command(
     data_dir: Path | None = typer.Option(None, help="Where to keep the demo journal (default: a temp folder)."),
 ) -> None:
     """Run a short durable harness session with the scripted model: a tool step, a streamed answer, a restore."""
-    asyncio.run(_demo(data_dir or Path(tempfile.mkdtemp(prefix="loopd-demo-"))))
+    run_async(_demo(data_dir or Path(tempfile.mkdtemp(prefix="loopd-demo-"))))
 
 
 async def _demo(data_dir: Path) -> None:

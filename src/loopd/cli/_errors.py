@@ -16,13 +16,14 @@ import os
 import socket
 import sys
 import traceback
-from collections.abc import Mapping
-from typing import Any, Final, TextIO
+from collections.abc import Coroutine, Mapping
+from typing import Any, Final, TextIO, TypeVar
 
 import httpx
 from pydantic import ValidationError
 from rich.console import Console
 
+from loopd._infra import eventloop
 from loopd._infra.errors import LoopdError
 from loopd._infra.locking import DataDirBusyError
 from loopd.harness import HarnessError, ModelError
@@ -33,6 +34,7 @@ EXIT_RUNTIME: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130
 DEBUG_ENV: Final = "LOOPD_DEBUG"
+_T = TypeVar("_T")
 
 
 class CliError(LoopdError):
@@ -66,6 +68,15 @@ def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
 def cli_console(*, stderr: bool = True, file: TextIO | None = None, **options: Any) -> Console:
     """A Rich console for command output that never inserts line breaks of its own (see the module doc)."""
     return Console(stderr=stderr, file=file, soft_wrap=True, highlight=False, **options)
+
+
+def run_async(main: Coroutine[Any, Any, _T]) -> _T:
+    """Run a command's ``main`` on loopd's event loop (`loopd._infra.eventloop.run`: uvloop where installed);
+    a bad ``LOOPD_EVENT_LOOP`` is a usage error."""
+    try:
+        return eventloop.run(main)
+    except eventloop.EventLoopError as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from None
 
 
 def model_config(model: str | None, base_url: str | None = None) -> ModelConfig:

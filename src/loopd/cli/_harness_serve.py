@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Final
 
@@ -11,7 +10,7 @@ import typer
 from loopd._infra.locking import data_dir_lock
 from loopd._infra.serving import RunningServer
 from loopd._paths import ensure_private_dir, ensure_private_file
-from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free_ports
+from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free_ports, run_async
 from loopd.cli._errors import model_config as checked_model_config
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
@@ -84,7 +83,7 @@ def serve_command(
         # One server per data directory: a second one would take over (and fault) the first one's sessions.
         with data_dir_lock(settings.data_dir, LOCK_FILE, holder="loopd harness serve"):
             ensure_private_file(settings.data_dir / IDEMPOTENCY_FILE)
-            asyncio.run(serve(settings, host, port, token, on_ready=ready))
+            run_async(serve(settings, host, port, token, on_ready=ready))
     except OSError as exc:
         busy = address_in_use(exc, host, {"--port": port})
         if busy is not None:

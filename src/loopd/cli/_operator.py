@@ -32,7 +32,7 @@ from rich.console import Console
 
 from loopd._infra.tasks import cancel_and_wait
 from loopd._paths import default_data_dir
-from loopd.cli._errors import EXIT_USAGE, CliError, cli_console
+from loopd.cli._errors import EXIT_USAGE, CliError, cli_console, run_async
 from loopd.resources import ResourceError, load_or_create_credentials, read_endpoint, render_kubeconfig
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ def router_command(
     lease = router_lease(lease_name, namespace, duration=lease_duration)
     console = cli_console()
     try:
-        asyncio.run(_standalone(connection, settings, lease, console))
+        run_async(_standalone(connection, settings, lease, console))
     except Exception as exc:
         cause = _first_error(exc)
         error = describe_router_error(cause, connection)

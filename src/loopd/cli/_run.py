@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 
 from loopd._paths import ensure_private_dir
-from loopd.cli._errors import CliError, cli_console, model_config
+from loopd.cli._errors import CliError, cli_console, model_config, run_async
 from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation, open_gates
 from loopd.cli._run_input import LineInput
 from loopd.cli._run_view import RunView
@@ -94,7 +94,7 @@ def run_command(
         resume=resume,
         sandbox=sandbox,
     )
-    code = asyncio.run(run_harness(options))
+    code = run_async(run_harness(options))
     if code:
         raise typer.Exit(code)
 
@@ -138,7 +138,7 @@ async def run_harness(
     if main is None:
         raise RuntimeError("run_harness must run in a task")
     conversation.bind_main_task(main)
-    with _signal_handlers(conversation):
+    with _signal_handlers(conversation), view.holding_log_lines():
         try:
             return await _converse(settings, options, conversation, view)
         except asyncio.CancelledError:

@@ -21,7 +21,15 @@ import typer
 from rich.console import Console
 
 from loopd._paths import default_data_dir
-from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, cli_console, model_config, require_free_ports
+from loopd.cli._errors import (
+    EXIT_USAGE,
+    CliError,
+    address_in_use,
+    cli_console,
+    model_config,
+    require_free_ports,
+    run_async,
+)
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
@@ -96,7 +104,7 @@ def up_command(
     router = None if no_router else _router_settings()
     require_free_ports(host, {"--port": port, "--api-port": api_port})
     try:
-        asyncio.run(_up(settings, console, router))
+        run_async(_up(settings, console, router))
     except WorkspaceLocationError as exc:
         raise CliError(str(exc), "pass --workspaces DIR outside it", exit_code=EXIT_USAGE) from exc
     except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
