@@ -18,7 +18,7 @@ def test_the_defaults_follow_the_reference() -> None:
         300.0,
     )
     assert (settings.human_timeout, settings.run_timeout, settings.retention_ttl) == (1800.0, 86400.0, 86400.0)
-    assert (settings.target, settings.workspace, settings.concurrency) == ("assistant", "longhorizon", 4)
+    assert (settings.target, settings.workspace, settings.concurrency) == ("assistant", "runs", 4)
 
 
 def test_the_environment_is_read_and_explicit_values_win() -> None:

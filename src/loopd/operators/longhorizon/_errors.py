@@ -2,6 +2,8 @@
 
     LongHorizonError
     ├── LongHorizonSettingsError   a setting (flag or LOOPD_LH_* variable) is invalid; one line, also a ValueError
+    ├── RunGone                    the Run (or its child) is not there: its Task or conversation was deleted
+    ├── StaleRun                   the Run changed since it was read (a stale status write): read it again
     └── StepFailed                 one step of a round failed (counts as a failure of the Run, never a crash)
         └── ParseError             the Manager's decision or the Auditor's verdict is not valid (also a ValueError)
 
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from loopd._infra.errors import LoopdError
 
-__all__ = ["LongHorizonError", "LongHorizonSettingsError", "ParseError", "StepFailed"]
+__all__ = ["LongHorizonError", "LongHorizonSettingsError", "ParseError", "RunGone", "StaleRun", "StepFailed"]
 
 
 class LongHorizonError(LoopdError):
@@ -21,6 +23,15 @@ class LongHorizonError(LoopdError):
 
 class LongHorizonSettingsError(LongHorizonError, ValueError):
     """A LongHorizon setting is invalid; the message is one line naming the setting and the bad value."""
+
+
+class RunGone(LongHorizonError):
+    """The Run or one of its Executions / Audits does not exist (any more): its Task was deleted, e.g. with its
+    conversation. The reconcile stops; nothing is left to do."""
+
+
+class StaleRun(LongHorizonError):
+    """The Run changed since this reconcile read it (another replica, a retried write): it is read again."""
 
 
 class StepFailed(LongHorizonError):

@@ -8,8 +8,8 @@
     LOOPD_LH_HUMAN_TIMEOUT     one question to the human (default 30m)
     LOOPD_LH_RUN_TIMEOUT       a Run's deadline after it starts (default 24h)
     LOOPD_LH_RETENTION_TTL     how long a finished Run is kept before it is deleted (default 24h)
-    LOOPD_LH_WORKSPACE         directory under the harness engine's workspace root holding one workspace per Run
-                               (default ``longhorizon``: a Run works in ``longhorizon/<run name>``)
+    LOOPD_LH_WORKSPACE         directory (under the server's workspaces of ``operator:longhorizon``) holding one
+                               workspace per Run (default ``runs``: a Run works in ``runs/<run uid>``)
     LOOPD_LH_TARGET            the harness every role's call goes to (default ``assistant``)
     LOOPD_LH_CONCURRENCY       Tasks worked at once: the watch's workers (default 4)
 
@@ -90,8 +90,9 @@ class LongHorizonSettings:
     """Seconds from a Run's start to its deadline (the Run fails when it passes)."""
     retention_ttl: float = 86400.0
     """Seconds a finished Run (and its Executions and Audits) is kept before it is deleted."""
-    workspace: str = "longhorizon"
-    """Directory under the harness engine's workspace root with one workspace per Run (``<workspace>/<run>``)."""
+    workspace: str = "runs"
+    """Directory of one workspace per Run (``<workspace>/<run uid>``), relative to the server's workspaces of this
+    operator (``<data dir>-workspaces/operator/longhorizon`` for `loopd up`)."""
     target: str = "assistant"
     """The harness key every Manager, Executor and Auditor call goes to."""
     concurrency: int = 4
