@@ -199,7 +199,7 @@ def test_the_public_face_is_the_documented_one() -> None:
     import loopd.runtime as runtime
 
     assert set(runtime.__all__) <= set(vars(runtime))
-    aliases = {"TaskReconcileFunction"}  # a type alias: documented where it is defined
+    aliases = {"TaskReconcileFunction", "ToolsProfile"}  # type aliases: documented where they are defined
     assert all(getattr(runtime, name).__doc__ for name in runtime.__all__ if not name.isupper() and name not in aliases)
     for verb in ("open_runtime", "Runtime", "Task", "TaskContext", "Result", "Call", "CallState", "Question", "Output"):
         assert verb in runtime.__all__

@@ -9,23 +9,31 @@ may delegate to (same tools and gate, depth 1), and a SQLite journal in the data
 bash runs its commands in the configured sandbox (default: ``$LOOPD_SANDBOX``, else bubblewrap when it works
 here), which hides the data directory, loopd's default data directory (where `loopd up` keeps its credentials)
 and every other ``hidden`` directory from them, even inside the workspace (e.g. `loopd run` in the home directory).
+
+`WorkspaceRigs` (from `workspace_rigs`) derives, from an open standard rig, a rig for one directory under a
+workspaces root and one tools profile (`ToolsProfile`: ``none`` no tools, ``read`` read_file/list_dir/glob/grep,
+``write`` those plus write_file/edit_file/bash). Such a rig is for calls nobody attends (an operator's harness call):
+its gate allows, by configuration, what the profile offers inside its workspace — file reads, file writes, and bash
+only when the sandbox confines commands (elsewhere bash asks, like any gate) — and it has no helper subagent.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
+from loopd.harness._errors import HarnessError
 from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
-from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, FileRuleStore, GatePolicy
+from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, AccessConfig, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, open_model
-from loopd.harness.tools import Sandbox, Workspace, default_tools, resolve_sandbox
+from loopd.harness.tools import EXEC, FS_READ, FS_WRITE, Sandbox, Tool, Workspace, default_tools, resolve_sandbox
 
 if TYPE_CHECKING:
     from loopd.harness.models import DemoOptions, DemoRule
@@ -35,9 +43,18 @@ __all__ = [
     "HELPER_AGENT",
     "JOURNAL_FILE",
     "MAIN_LOOP",
+    "READ_TOOLS",
+    "TOOLS_PROFILES",
+    "WRITE_TOOLS",
     "HarnessSettings",
+    "ToolsProfile",
+    "WorkspaceLocationError",
+    "WorkspaceRigs",
+    "check_workspace_location",
     "default_data_dir",
     "open_standard_rig",
+    "profile_access",
+    "workspace_rigs",
 ]
 
 JOURNAL_FILE: Final = "journal.db"
@@ -142,3 +159,108 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
             budget=settings.budget,
             clock=clock,
         )
+
+
+ToolsProfile = Literal["none", "read", "write"]
+TOOLS_PROFILES: Final[tuple[ToolsProfile, ...]] = ("none", "read", "write")
+READ_TOOLS: Final = ("read_file", "list_dir", "glob", "grep")
+WRITE_TOOLS: Final = (*READ_TOOLS, "write_file", "edit_file", "bash")
+_PROFILE_TOOLS: Final[dict[str, tuple[str, ...]]] = {"none": (), "read": READ_TOOLS, "write": WRITE_TOOLS}
+_SEGMENT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MAX_LOCATION_SEGMENTS: Final = 12
+MAX_LOCATION_CHARS: Final = 512
+
+
+class WorkspaceLocationError(HarnessError):
+    """A workspace location that is malformed, or that resolves (through a symlink) outside the workspaces root."""
+
+
+def check_workspace_location(location: str) -> str:
+    """``location`` when it is a relative path of plain segments (``[A-Za-z0-9][A-Za-z0-9._-]*``, no ``..``, no
+    leading ``/``, at most 12 segments and 512 characters); `WorkspaceLocationError` otherwise. Pure."""
+    if not isinstance(location, str) or not location or len(location) > MAX_LOCATION_CHARS:
+        raise WorkspaceLocationError(f"a workspace is a relative path of at most {MAX_LOCATION_CHARS} characters")
+    segments = location.split("/")
+    if len(segments) > MAX_LOCATION_SEGMENTS or not all(_SEGMENT.fullmatch(part) for part in segments):
+        raise WorkspaceLocationError(
+            f"workspace {location!r}: each /-separated part must start with a letter or digit and hold only letters, "
+            "digits, '.', '_' and '-' (no '..', no absolute path)"
+        )
+    if any(part.strip(".") == "" for part in segments):  # pragma: no cover - the pattern already refuses them
+        raise WorkspaceLocationError(f"workspace {location!r} names a parent or current directory")
+    return location
+
+
+def profile_access(profile: ToolsProfile, *, confined: bool) -> AccessConfig:
+    """The configured gate access of an unattended call with ``profile``: what it offers is allowed (file reads;
+    file writes; bash only when ``confined``, i.e. the sandbox shows commands nothing but the workspace), everything
+    else keeps asking."""
+    kinds: dict[str, Access] = {}
+    if profile in ("read", "write"):
+        kinds[FS_READ] = Access.ALLOW
+    if profile == "write":
+        kinds[FS_WRITE] = Access.ALLOW
+        if confined:
+            kinds[EXEC] = Access.ALLOW
+    return AccessConfig(kinds=kinds)
+
+
+@dataclass(frozen=True)
+class WorkspaceRigs:
+    """Rigs like ``base`` (same model, journal, clock, prices, budget), each for one directory under ``root`` and
+    one `ToolsProfile`. The session of a call is built from the same location and profile every time it is started
+    or resumed, so both are part of the call's parameters. Must not: decide who may name a location."""
+
+    base: Rig
+    root: Path
+    sandbox: Sandbox
+    hidden: tuple[Path, ...]
+
+    @property
+    def confined(self) -> bool:
+        """Whether bash's commands run confined to their workspace (any sandbox but ``none``)."""
+        return self.sandbox.name != "none"
+
+    def directory(self, location: str) -> Path:
+        """``root/location``, created when missing (blocking file-system calls: run it off the event loop).
+        `WorkspaceLocationError` when the location is malformed or resolves outside ``root``."""
+        check_workspace_location(location)
+        root = self.root.resolve()
+        path = root.joinpath(*location.split("/"))
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        segments = location.split("/")
+        for depth in range(1, len(segments) + 1):  # a symlink could lead into another caller's workspaces
+            if root.joinpath(*segments[:depth]).is_symlink():
+                raise WorkspaceLocationError(f"workspace {location!r} resolves outside {root}: a part is a symlink")
+        resolved = path.resolve(strict=True)
+        if not resolved.is_relative_to(root) or resolved == root:
+            raise WorkspaceLocationError(f"workspace {location!r} resolves outside {root}")
+        return resolved
+
+    def rig(self, location: str | None, profile: ToolsProfile) -> Rig:
+        """The rig for ``profile`` in ``root/location`` (see `directory`). Without a location only ``none`` (no tools,
+        so no directory is touched) is possible: `WorkspaceLocationError` otherwise."""
+        if profile not in TOOLS_PROFILES:
+            raise WorkspaceLocationError(f"unknown tools profile {profile!r}: none, read or write")
+        if location is None:
+            if profile != "none":
+                raise WorkspaceLocationError(f"tools {profile!r} need a workspace")
+            path = self.base.workspace
+            tools: tuple[Tool, ...] = ()
+        else:
+            path = self.directory(location)
+            wanted = _PROFILE_TOOLS[profile]
+            every = default_tools(Workspace(path), sandbox=self.sandbox, hidden=self.hidden)
+            tools = tuple(tool for tool in every if tool.spec.name in wanted)
+        access = profile_access(profile, confined=self.confined)
+        loops = [replace(self.base.loops[0], tools=tools, access=access)]
+        rules = FileRuleStore.for_workspace(path) if path is not None else self.base.rules
+        return replace(self.base, loops=loops, agents=(), workspace=path, rules=rules)
+
+
+def workspace_rigs(base: Rig, settings: HarnessSettings, root: Path) -> WorkspaceRigs:
+    """`WorkspaceRigs` over ``base`` (a rig `open_standard_rig` opened with ``settings``), for workspaces under
+    ``root``; bash in them runs in the same sandbox and hides the same directories as ``base``'s."""
+    sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
+    hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
+    return WorkspaceRigs(base=base, root=root, sandbox=sandbox, hidden=hidden)

@@ -42,6 +42,7 @@ from ._errors import (
 from ._harness import Call, HarnessVerbs
 from ._human import HumanVerbs, Question
 from ._records import (
+    TOOLS_PROFILES,
     CallState,
     Conversation,
     InvalidResponse,
@@ -51,6 +52,7 @@ from ._records import (
     Sent,
     TaskContext,
     TaskSummary,
+    ToolsProfile,
     text_of,
 )
 from ._runtime import Runtime, open_runtime
@@ -59,6 +61,7 @@ from ._tasks import Task, TaskReconcileFunction, TaskReconciler, TaskVerbs
 __all__ = [
     "ANSWER_BLOCK",
     "TEXT_BLOCK",
+    "TOOLS_PROFILES",
     "Call",
     "CallState",
     "CapacityFull",
@@ -94,6 +97,7 @@ __all__ = [
     "TaskSummary",
     "TaskVerbs",
     "TemporaryError",
+    "ToolsProfile",
     "Unauthorized",
     "Unavailable",
     "find_endpoint",

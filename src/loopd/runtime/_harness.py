@@ -20,7 +20,7 @@ from loopd._infra.sse import read_sse
 
 from ._client import ServerClient
 from ._errors import InvalidRequest, Unavailable
-from ._records import CallState, Message
+from ._records import TOOLS_PROFILES, CallState, Message, ToolsProfile
 
 logger = logging.getLogger("loopd.runtime")
 
@@ -138,7 +138,8 @@ class HarnessVerbs:
         text: str,
         *,
         task_id: str | None = None,
-        tools: Sequence[str] = (),
+        workspace: str | None = None,
+        tools: ToolsProfile | None = None,
         history: Sequence[HistoryLike] = (),
         timeout: float = 1800.0,
         output: str | None = "work",
@@ -151,13 +152,17 @@ class HarnessVerbs:
         ``Conflict``, a full engine is ``CapacityFull``. ``target`` is the harness (e.g. ``assistant``); ``task_id``
         the Task it works for (required for an operator's token); ``output="work"`` makes the call's visible output
         one ``harness`` message in that Task's work conversation (``None``: no projection, or the explicit
-        ``conversation_id`` / ``message_id``). ``tools`` and ``params`` travel in the call's parameters;
-        ``history`` is ``(kind, key, text)`` items or ``Message``s."""
+        ``conversation_id`` / ``message_id``). ``workspace`` names the call's own directory (a relative id such as
+        a Run's UID: the server keeps it under its workspaces root, per caller, and creates it on demand) and
+        ``tools`` its tools profile: ``none`` (no tools), ``read`` (read_file, list_dir, glob, grep) or ``write``
+        (those plus write_file, edit_file, bash), allowed inside that workspace without a gate prompt (bash only in a
+        confining sandbox); read and write need a workspace. Both are part of the call's parameters. ``params``
+        travel with them; ``history`` is ``(kind, key, text)`` items or ``Message``s."""
         if output is not None and task_id is None:
             raise InvalidRequest("output='work' needs the task_id whose work conversation receives it")
+        if tools is not None and tools not in TOOLS_PROFILES:
+            raise InvalidRequest(f"tools must be one of {', '.join(TOOLS_PROFILES)}, not {tools!r}")
         merged: dict[str, Any] = dict(params or {})
-        if tools:
-            merged["tools"] = list(tools)
         body: dict[str, Any] = {
             "owner_uid": owner_uid,
             "effect_key": effect_key,
@@ -169,6 +174,8 @@ class HarnessVerbs:
             "history": [_history_item(item) for item in history],
             "params": merged,
             "timeout": timeout,
+            "workspace": workspace,
+            "tools": tools,
         }
         if output is not None:
             body["output"] = output

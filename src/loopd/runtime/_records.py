@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ._errors import RuntimeApiError
 
@@ -210,6 +210,12 @@ class Registration:
         )
 
 
+ToolsProfile = Literal["none", "read", "write"]
+"""A harness call's tools in its own workspace: none; read (read_file, list_dir, glob, grep); write (those plus
+write_file, edit_file, bash)."""
+TOOLS_PROFILES: Final[tuple[ToolsProfile, ...]] = ("none", "read", "write")
+
+
 @dataclass(frozen=True, slots=True)
 class CallState:
     """A harness call as the server has it now. ``result`` is ``{"format": "text"|"json", "content": ...}`` once
@@ -228,6 +234,10 @@ class CallState:
     conversation_id: str | None = None
     message_id: str | None = None
     cancel_requested: bool = False
+    workspace: str | None = None
+    """Where the call works, relative to the server's workspaces root (``<kind>/<key>/<id>``); None: its target's."""
+    tools: str | None = None
+    """Its tools profile (``none`` | ``read`` | ``write``); None: its target's own tools."""
 
     @property
     def succeeded(self) -> bool:
@@ -252,6 +262,8 @@ class CallState:
             conversation_id=body.get("conversation_id"),
             message_id=body.get("message_id"),
             cancel_requested=bool(body.get("cancel_requested")),
+            workspace=body.get("workspace"),
+            tools=body.get("tools"),
         )
 
 

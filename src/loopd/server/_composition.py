@@ -8,6 +8,7 @@
               └─ server.json         where this server listens (read by `loopd chat`)
 
     <data dir>-workspaces/assistant   the built-in `assistant` harness's workspace (`--workspaces` moves it)
+    <data dir>-workspaces/<kind>/<key>/<id>   a harness call's own workspace (``workspace``: an operator's Run)
 
 Workspaces live outside the data directory, which holds the credentials: a command in a workspace must not
 reach them through ``..``. The rig's bash runs in the sandbox of `UpSettings.sandbox`, which also hides the
@@ -38,7 +39,7 @@ from loopd._infra.ids import new_id
 from loopd._infra.locking import data_dir_lock
 from loopd._infra.tasks import TaskSet
 from loopd.harness.models import DemoRule, ModelConfig
-from loopd.harness.standard import HarnessSettings, open_standard_rig
+from loopd.harness.standard import HarnessSettings, open_standard_rig, workspace_rigs
 from loopd.harness.tools import Sandbox, resolve_sandbox
 from loopd.resources import (
     StoreOptions,
@@ -234,20 +235,19 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                     await tx.leases.expire_others(replica_id)
 
             _move_old_workspace(data_dir, workspace)
-            rig = await stack.enter_async_context(
-                open_standard_rig(
-                    HarnessSettings(
-                        workspace=workspace,
-                        data_dir=data_dir / "harness",
-                        model=settings.model,
-                        journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
-                        sandbox=sandbox,
-                        hidden=(data_dir,),
-                        demo_rules=settings.demo_rules,
-                    ),
-                    clock=clock,
-                )
+            harness_settings = HarnessSettings(
+                workspace=workspace,
+                data_dir=data_dir / "harness",
+                model=settings.model,
+                journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
+                sandbox=sandbox,
+                hidden=(data_dir,),
+                demo_rules=settings.demo_rules,
             )
+            rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
+            # Calls that name their own workspace (an operator's Executor / Auditor) work under the same root,
+            # in <root>/<caller kind>/<caller key>/<id>, beside the assistant's <root>/assistant.
+            call_workspaces = workspace_rigs(rig, harness_settings, workspace.parent)
 
             bus = ConversationBus(clock=clock)
             client = StoreClient(store)
@@ -263,7 +263,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             engine = HarnessEngine(
                 db,
                 ledger=ledger,
-                adapters={ASSISTANT: BuiltinHarnessAdapter(rig)},
+                adapters={ASSISTANT: BuiltinHarnessAdapter(rig, workspaces=call_workspaces)},
                 bus=bus,
                 replica_id=replica_id,
                 clock=clock,

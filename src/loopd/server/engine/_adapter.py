@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -57,6 +57,10 @@ class AdapterRequest:
     deadline: datetime
     timeout: float
     """Seconds left until ``deadline`` when the request was built."""
+    workspace: str | None = None
+    """The call's own workspace, relative to the engine's workspaces root (None: the target's own)."""
+    tools: str | None = None
+    """The call's tools profile (``none`` | ``read`` | ``write``; None: the target's own tools and gates)."""
 
     def prompt(self) -> str:
         """The task text, preceded by the visible history when there is any."""
@@ -216,6 +220,20 @@ class AdapterRun(Protocol):
     async def aclose(self) -> None:
         """Stop observing and release resources; a running execution stays resumable."""
         ...
+
+
+@runtime_checkable
+class WorkspaceCapable(Protocol):
+    """An adapter that can run a call in its own workspace with a tools profile (`AdapterRequest.workspace`,
+    ``tools``); the engine refuses such calls for any other adapter."""
+
+    @property
+    def supports_workspaces(self) -> bool: ...
+
+
+def supports_workspaces(adapter: object) -> bool:
+    """Whether ``adapter`` takes `AdapterRequest.workspace` and ``tools``."""
+    return isinstance(adapter, WorkspaceCapable) and adapter.supports_workspaces
 
 
 class HarnessAdapter(Protocol):

@@ -15,6 +15,11 @@ The harness session id *is* the call id, so the journal names the execution and 
 
 Closing a run after the call's turn ended shuts the session down; closing it earlier (the engine stops or
 crashes) aborts the in-process session without a final record, so the journal stays resumable.
+
+A call with its own workspace and tools profile (`AdapterRequest.workspace` / ``tools``) runs on the rig
+``workspaces.rig(location, profile)`` derives (`loopd.harness.standard.WorkspaceRigs`): the directory under the
+workspaces root (created on demand), the profile's tools and its unattended gate policy. Start and resume build the
+same rig from the call's stored parameters. Without ``workspaces`` such a call fails (the engine refuses it first).
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Final, cast
 
 from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError
 from loopd.harness.actors import Rig, Session, Subscription
+from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
 
 from ._adapter import AdapterRequest, GateAnswer, Update
-from ._errors import ObservationLost
+from ._errors import AdapterError, ObservationLost
 from ._translation import HarnessTranslator
 
 _log = logging.getLogger(__name__)
@@ -117,13 +123,33 @@ class BuiltinRun:
 class BuiltinHarnessAdapter:
     """The in-process harness over ``rig`` (which the caller keeps open). ``loop``: the loop that answers."""
 
-    def __init__(self, rig: Rig, *, loop: str | None = None) -> None:
+    def __init__(self, rig: Rig, *, loop: str | None = None, workspaces: WorkspaceRigs | None = None) -> None:
         self._rig = rig
         self._loop = loop
+        self._workspaces = workspaces
 
     @property
     def supports_resume(self) -> bool:
         return True
+
+    @property
+    def supports_workspaces(self) -> bool:
+        """Whether calls may name their own workspace and tools profile (``workspaces`` was given)."""
+        return self._workspaces is not None
+
+    async def _rig_for(self, request: AdapterRequest) -> Rig:
+        if request.workspace is None and request.tools is None:
+            return self._rig
+        if self._workspaces is None:
+            raise AdapterError("this harness takes no workspace or tools profile")
+        if (request.tools or "read") not in TOOLS_PROFILES:
+            raise AdapterError(f"unknown tools profile {request.tools!r}")
+        profile = cast(ToolsProfile, request.tools or "read")
+        workspaces, location = self._workspaces, request.workspace
+        try:  # creating the directory is file-system work: off the event loop
+            return await asyncio.to_thread(workspaces.rig, location, profile)
+        except (WorkspaceLocationError, OSError) as exc:
+            raise AdapterError(f"workspace {location!r}: {exc}") from exc
 
     @property
     def effect(self) -> tuple[EffectKind, Idempotency]:
@@ -137,15 +163,16 @@ class BuiltinHarnessAdapter:
 
     async def _open(self, request: AdapterRequest) -> BuiltinRun:
         session_id = request.call_id
+        rig = await self._rig_for(request)
         session: Session
-        if await self._rig.journal.session(session_id) is None:
+        if await rig.journal.session(session_id) is None:
             try:
-                session = await self._rig.start_session(session_id)
+                session = await rig.start_session(session_id)
             except SessionBusyError:  # created concurrently: take it over
-                session = await self._rig.restore_session(session_id, mode="resume")
+                session = await rig.restore_session(session_id, mode="resume")
         else:
-            session = await self._rig.restore_session(session_id, mode="resume")
-        run = BuiltinRun(session, self._rig, self._loop)
+            session = await rig.restore_session(session_id, mode="resume")
+        run = BuiltinRun(session, rig, self._loop)
         try:
             await run.submit_once(request.prompt())
         except BaseException:

@@ -64,7 +64,7 @@ from ._adapter import (
 )
 from ._errors import HarnessEngineError, ObservationLost, ResumeUnsupported
 from ._projection import closed_gates, merge_previews, next_hash, project, shown_answer
-from ._requests import history_of
+from ._requests import history_of, workspace_of
 from ._trail import Trail, interrupted_usage
 
 _log = logging.getLogger(__name__)
@@ -236,6 +236,7 @@ class Drive:
         adapter = self._adapter
         assert adapter is not None  # _begin ends calls without an adapter
         now = self._s.clock.now()
+        workspace, tools = workspace_of(call.params)
         request = AdapterRequest(
             call_id=call.id,
             target=call.target,
@@ -244,6 +245,8 @@ class Drive:
             options=dict(call.params.get("params") or {}),
             deadline=call.deadline_at,
             timeout=max((call.deadline_at - now).total_seconds(), 0.001),
+            workspace=workspace,
+            tools=tools,
         )
         self._prompt_chars = len(request.prompt())
         try:

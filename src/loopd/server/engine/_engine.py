@@ -50,7 +50,7 @@ from loopd.server.storage import (
 )
 from loopd.server.streams import ConversationBus
 
-from ._adapter import GATE_ANSWERS, HarnessAdapter
+from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_workspaces
 from ._driver import CallDriver, CallSlots
 from ._driving import DriveSettings
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
@@ -265,6 +265,10 @@ class HarnessEngine:
                 if request.target not in self._adapters:
                     known = ", ".join(sorted(self._adapters)) or "none"
                     raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
+                if request.profile is not None and not supports_workspaces(self._adapters[request.target]):
+                    raise InvalidRecord(
+                        f"the harness {request.target!r} takes no workspace or tools profile; leave them out"
+                    )
                 reservation = self._slots.reserve()
                 message = await self._destination(tx, request)
                 call, created = await tx.harness_calls.get_or_create(

@@ -1,8 +1,9 @@
 """What callers hand the engine: `CallRequest`, its validation, and what of it makes a call's identity.
 
 A call's identity is (``owner_uid``, ``effect_key``); everything else that shapes the execution is a parameter
-(the fingerprint): target, text, history, params, asker, timeout and the visible destination. Same identity +
-same parameters is the same call; different parameters are a ``Conflict``. Must not do: I/O.
+(the fingerprint): target, text, history, params, asker, timeout, the visible destination, and the workspace and
+tools profile when given. Same identity + same parameters is the same call; different parameters are a
+``Conflict``. Must not do: I/O.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
+from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, check_workspace_location
 from loopd.server.storage import InvalidRecord, canonical_json
 
 from ._adapter import HistoryEntry
@@ -45,6 +47,19 @@ class CallRequest:
     timeout: float = DEFAULT_TIMEOUT
     task_id: str | None = None
     """For an output message the engine opens: its task (defaults to the conversation's task)."""
+    workspace: str | None = None
+    """The call's own workspace: a location relative to the engine's workspaces root (the HTTP route prefixes the
+    caller's ``<kind>/<key>``), created on demand. None: the target's own workspace."""
+    tools: ToolsProfile | None = None
+    """The tools profile (``none`` | ``read`` | ``write``) with its unattended gate policy; read/write need a
+    ``workspace``. None: the target's own tools and gates (``read`` when a workspace is given)."""
+
+    @property
+    def profile(self) -> ToolsProfile | None:
+        """The tools profile the call runs with: ``tools``, else ``read`` with a workspace, else None."""
+        if self.tools is not None:
+            return self.tools
+        return "read" if self.workspace is not None else None
 
     def validate(self, *, max_timeout: float = MAX_TIMEOUT) -> None:
         """Raise ``InvalidRecord`` for anything malformed."""
@@ -65,6 +80,15 @@ class CallRequest:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise InvalidRecord(f"{name} must be a non-empty string when given")
+        if self.workspace is not None:
+            try:
+                check_workspace_location(self.workspace)
+            except WorkspaceLocationError as exc:
+                raise InvalidRecord(str(exc)) from exc
+        if self.tools is not None and self.tools not in TOOLS_PROFILES:
+            raise InvalidRecord(f"tools must be one of {', '.join(TOOLS_PROFILES)}, not {self.tools!r}")
+        if self.tools in ("read", "write") and self.workspace is None:
+            raise InvalidRecord(f"tools {self.tools!r} need a workspace (the call's own directory)")
         if len(self.history) > MAX_HISTORY:
             raise InvalidRecord(f"history holds at most {MAX_HISTORY} entries")
         for entry in self.history:
@@ -78,8 +102,9 @@ class CallRequest:
             raise InvalidRecord(f"params must be at most {MAX_PARAMS_BYTES} bytes of JSON")
 
     def stored_params(self) -> dict[str, Any]:
-        """What the call row keeps and the fingerprint covers (with ``target``)."""
-        return {
+        """What the call row keeps and the fingerprint covers (with ``target``). ``workspace`` and ``tools`` are
+        there only when the call has them, so the calls stored before they existed keep their fingerprints."""
+        stored: dict[str, Any] = {
             "text": self.text,
             "history": [entry.to_json() for entry in self.history],
             "params": dict(self.params),
@@ -88,6 +113,11 @@ class CallRequest:
             "conversation_id": self.conversation_id,
             "message_id": self.message_id,
         }
+        if self.workspace is not None:
+            stored["workspace"] = self.workspace
+        if self.profile is not None:
+            stored["tools"] = self.profile
+        return stored
 
 
 def history_of(params: Mapping[str, Any]) -> tuple[HistoryEntry, ...]:
@@ -97,4 +127,14 @@ def history_of(params: Mapping[str, Any]) -> tuple[HistoryEntry, ...]:
         HistoryEntry(str(entry.get("kind", "")), str(entry.get("key", "")), str(entry.get("text", "")))
         for entry in entries
         if isinstance(entry, Mapping)
+    )
+
+
+def workspace_of(params: Mapping[str, Any]) -> tuple[str | None, ToolsProfile | None]:
+    """The workspace location and tools profile stored in a call's params (None, None: the target's own)."""
+    workspace = params.get("workspace")
+    tools = params.get("tools")
+    return (
+        workspace if isinstance(workspace, str) else None,
+        cast(ToolsProfile, tools) if tools in TOOLS_PROFILES else None,
     )

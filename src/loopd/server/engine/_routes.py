@@ -8,7 +8,11 @@
     POST /v1/harness/calls/{id}/gates/{gate}   {"answer": "approve" | "always" | "deny"}; only the asker (403)
 
 Who may start a call: the admin, and an operator or harness for a Task addressed to it (``task_id`` required; the
-destination conversation or message must belong to that Task; 403 otherwise). With ``"output": "work"`` the call's
+destination conversation or message must belong to that Task; 403 otherwise). A call may name its own
+``workspace`` (a relative id) and ``tools`` profile (none | read | write): the id resolves under the engine's
+workspaces root *per caller*, ``<kind>/<key>/<id>`` (``operator/longhorizon/<id>``; the admin's own calls under
+``user/<admin key>/``), so a caller reaches only its own workspaces. The unattended gate policy of such calls is
+`loopd.harness.standard.profile_access`; see docs/longhorizon.md. With ``"output": "work"`` the call's
 visible output is a ``harness`` message the engine opens in the Task's work conversation (created on first use),
 in the call's own transaction, so a replay of the same identity returns the same call and message. Who may see,
 wait for or cancel one: the
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loopd._infra.tasks import cancel_and_wait
 from loopd.agentue import StartEvent, fold
+from loopd.harness.standard import ToolsProfile
 from loopd.server.http import (
     ERROR_RESPONSES,
     HEARTBEAT,
@@ -49,7 +54,7 @@ from loopd.server.storage import Conflict, HarnessCall, HarnessPhase, MessageEve
 from ._adapter import HistoryEntry
 from ._engine import HarnessEngine
 from ._errors import HarnessEngineError
-from ._requests import DEFAULT_TIMEOUT, MAX_HISTORY, MAX_TEXT, CallRequest
+from ._requests import DEFAULT_TIMEOUT, MAX_HISTORY, MAX_TEXT, CallRequest, workspace_of
 
 AskerOf = Callable[[str], Awaitable[Identity]]
 
@@ -69,6 +74,7 @@ class TaskAccess(Protocol):
 
 
 MAX_NAME: Final = 500
+MAX_WORKSPACE: Final = 255
 MAX_WAIT: Final = 60.0
 DEFAULT_WAIT: Final = 30.0
 CallId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
@@ -106,6 +112,19 @@ class StartCallBody(_Body):
         description="``work``: the output goes to a new harness message in the Task's work conversation (needs "
         "task_id; no conversation_id or message_id). Null: to conversation_id / message_id.",
     )
+    workspace: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_WORKSPACE,
+        description="The call's own workspace: a relative id (parts of letters, digits, '.', '_', '-'; no '..'), "
+        "resolved under the engine's workspaces root for the caller (<kind>/<key>/<id>) and created on demand.",
+    )
+    tools: ToolsProfile | None = Field(
+        default=None,
+        description="none: no tools; read: read_file, list_dir, glob, grep; write: those plus write_file, edit_file "
+        "and bash. Allowed without asking inside the workspace (bash only under a confining sandbox). read and "
+        "write need a workspace; with a workspace the default is read.",
+    )
 
 
 class GateAnswerBody(_Body):
@@ -127,6 +146,9 @@ class CallBody(_Body):
     cancel_requested: bool
     created_at: datetime
     updated_at: datetime
+    workspace: str | None = None
+    """Where the call works, relative to the workspaces root (``<kind>/<key>/<id>``); None: its target's own."""
+    tools: ToolsProfile | None = None
 
 
 class GateAnswered(_Body):
@@ -136,6 +158,7 @@ class GateAnswered(_Body):
 
 
 def call_body(call: HarnessCall) -> CallBody:
+    workspace, tools = workspace_of(call.params)
     return CallBody(
         id=call.id,
         owner_uid=call.owner_uid,
@@ -151,6 +174,8 @@ def call_body(call: HarnessCall) -> CallBody:
         cancel_requested=call.cancel_requested,
         created_at=call.created_at,
         updated_at=call.updated_at,
+        workspace=workspace,
+        tools=tools,
     )
 
 
@@ -230,6 +255,8 @@ def engine_router(
             asker=asker,
             timeout=body.timeout,
             task_id=body.task_id,
+            workspace=None if body.workspace is None else f"{caller.kind}/{caller.key}/{body.workspace}",
+            tools=body.tools,
         )
         return call_body(await engine.start(request))
 
