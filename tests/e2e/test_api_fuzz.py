@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from .conftest import UpProcess, start_up
 
 MAX_EXAMPLES = 30
-PARTS = 2  # the operations are fuzzed in this many tests over one server, each well inside the per-test timeout
+PARTS = 3  # the operations are fuzzed in this many tests over one server, each well inside the per-test timeout
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,30 @@
-"""``/v1/ledger``: the audit trail, read-only."""
+"""``/v1/ledger``: the audit trail, read-only: events (``""``), the usage roll-up (``/usage``), the trail as a tree
+of lanes → turns → actions → attempts (``/tree``), and a conversation's cost over time (``/series``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel, ConfigDict
 
 from loopd.server.http import ERROR_RESPONSES, ApiError, Identity, current_identity
-from loopd.server.ledger import LedgerStore, Scope, UsageTotals
+from loopd.server.ledger import (
+    ATTEMPT_TERMINAL_EVENTS,
+    Action,
+    Attempt,
+    Event,
+    Lane,
+    LedgerStore,
+    LedgerStructure,
+    Scope,
+    Turn,
+    UsageTotals,
+)
 
 _ID = Annotated[str | None, Query(min_length=1, max_length=100)]
 MAX_EVENTS = 5000
@@ -46,10 +60,241 @@ def _usage(totals: UsageTotals) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"usage": body}
 
 
+class _Message(Protocol):
+    @property
+    def task_id(self) -> str | None: ...
+
+    @property
+    def id(self) -> str: ...
+
+
 class ConversationReadCheck(Protocol):
     """Who may read a conversation's trail (``loopd.server.chat.ConversationReader`` is one)."""
 
     async def check_readable(self, caller: Identity, conversation_id: str) -> int: ...
+
+    async def messages(
+        self, reader: Identity, conversation_id: str, *, after: str | None = None, limit: int = 100
+    ) -> Sequence[_Message]: ...
+
+
+# --- the tree and the series (typed: the web UI's ledger view reads them) ------------------------------------------
+
+MAX_SERIES_TASKS = 200
+"""The series covers at most this many Tasks of a conversation (the latest)."""
+_Status = Literal["running", "completed", "failed"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttemptUsage(_Body):
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class AttemptError(_Body):
+    code: str | None
+    message: str | None
+
+
+class AttemptNode(_Body):
+    id: str
+    attempt_no: int | None
+    status: Literal["requested", "completed", "failed"]
+    resolved: bool
+    requested_at: datetime | None
+    ended_at: datetime | None
+    usage: AttemptUsage | None
+    usage_estimated: bool
+    error: AttemptError | None
+
+
+class ActionNode(_Body):
+    id: str
+    type: str
+    name: str | None
+    parent_action_id: str | None
+    effect_kind: str
+    idempotency: str
+    created_at: datetime | None
+    status: _Status
+    attempts: list[AttemptNode]
+
+
+class TurnNode(_Body):
+    id: str
+    created_at: datetime | None
+    status: _Status
+    actions: list[ActionNode]
+
+
+class LaneNode(_Body):
+    id: str
+    name: str
+    task_id: str | None
+    conversation_id: str | None
+    harness_call_id: str | None
+    attributes: dict[str, Any]
+    created_at: datetime | None
+    turns: list[TurnNode]
+
+
+class LedgerTree(_Body):
+    task_id: str | None
+    lanes: list[LaneNode]
+    usage: dict[str, Any]
+
+
+class CostPoint(_Body):
+    at: datetime
+    task_id: str | None
+    call_id: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    usage_estimated: bool
+
+
+class CostSeries(_Body):
+    conversation_id: str
+    points: list[CostPoint]
+
+
+def _status_of(events: Sequence[Event], kind: str) -> _Status:
+    names = {event.event_type for event in events}
+    if f"{kind}.failed" in names:
+        return "failed"
+    if f"{kind}.completed" in names:
+        return "completed"
+    return "running"
+
+
+def _usage_of(payload: dict[str, Any]) -> AttemptUsage | None:
+    usage = payload.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    return AttemptUsage(
+        input_tokens=int(usage.get("input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
+        cost_usd=float(usage.get("cost_usd") or 0.0),
+    )
+
+
+def _attempt_node(attempt: Attempt, events: Sequence[Event]) -> AttemptNode:
+    requested = next((e for e in events if e.event_type == "attempt.requested"), None)
+    terminal = next((e for e in events if e.event_type in ATTEMPT_TERMINAL_EVENTS), None)
+    payload = terminal.payload if terminal is not None else {}
+    error = payload.get("error")
+    return AttemptNode(
+        id=attempt.id,
+        attempt_no=attempt.attempt_no,
+        status="requested"
+        if terminal is None
+        else "completed"
+        if terminal.event_type == "attempt.completed"
+        else "failed",
+        resolved=terminal is not None or requested is None,
+        requested_at=requested.occurred_at if requested is not None else None,
+        ended_at=terminal.occurred_at if terminal is not None else None,
+        usage=_usage_of(payload),
+        usage_estimated=payload.get("usage_estimated") is True,
+        error=(
+            AttemptError(code=_text(error.get("code")), message=_text(error.get("message")))
+            if isinstance(error, dict)
+            else None
+        ),
+    )
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def build_tree(
+    task_id: str | None, lanes: Sequence[Lane], structure: LedgerStructure, events: Sequence[Event], usage: UsageTotals
+) -> LedgerTree:
+    """The trail as lanes → turns → actions → attempts, each with its status from its events."""
+    by_subject: dict[str, list[Event]] = {}
+    for event in events:
+        by_subject.setdefault(event.subject_id, []).append(event)
+    attempts: dict[str, list[Attempt]] = {}
+    for attempt in structure.attempts:
+        attempts.setdefault(attempt.action_id, []).append(attempt)
+    actions: dict[str, list[Action]] = {}
+    for action in structure.actions:
+        actions.setdefault(action.turn_id, []).append(action)
+    turns: dict[str, list[Turn]] = {}
+    for turn in structure.turns:
+        turns.setdefault(turn.lane_id, []).append(turn)
+
+    def action_node(action: Action) -> ActionNode:
+        return ActionNode(
+            id=action.id,
+            type=str(action.type),
+            name=action.name,
+            parent_action_id=action.parent_action_id,
+            effect_kind=str(action.effect_kind),
+            idempotency=str(action.idempotency),
+            created_at=action.created_at,
+            status=_status_of(by_subject.get(action.id, ()), "action"),
+            attempts=[_attempt_node(a, by_subject.get(a.id, ())) for a in attempts.get(action.id, ())],
+        )
+
+    return LedgerTree(
+        task_id=task_id,
+        lanes=[
+            LaneNode(
+                id=lane.id,
+                name=lane.name,
+                task_id=lane.task_id,
+                conversation_id=lane.conversation_id,
+                harness_call_id=lane.harness_call_id,
+                attributes=_plain(lane.attributes),
+                created_at=lane.created_at,
+                turns=[
+                    TurnNode(
+                        id=turn.id,
+                        created_at=turn.created_at,
+                        status=_status_of(by_subject.get(turn.id, ()), "turn"),
+                        actions=[action_node(action) for action in actions.get(turn.id, ())],
+                    )
+                    for turn in turns.get(lane.id, ())
+                ],
+            )
+            for lane in lanes
+        ],
+        usage=_usage(usage),
+    )
+
+
+def cost_points(lanes: Sequence[Lane], events: Sequence[Event]) -> list[CostPoint]:
+    """One point per ended attempt that spent something (or whose spend is unknown), at its terminal event."""
+    lane_of = {lane.id: lane for lane in lanes}
+    points: list[CostPoint] = []
+    for event in events:
+        if event.event_type not in ATTEMPT_TERMINAL_EVENTS:
+            continue
+        usage = _usage_of(event.payload)
+        estimated = event.payload.get("usage_estimated") is True
+        if usage is None and not estimated:
+            continue
+        lane = lane_of.get(event.lane_id)
+        points.append(
+            CostPoint(
+                at=event.occurred_at,
+                task_id=lane.task_id if lane is not None else None,
+                call_id=lane.harness_call_id if lane is not None else None,
+                input_tokens=usage.input_tokens if usage is not None else 0,
+                output_tokens=usage.output_tokens if usage is not None else 0,
+                cost_usd=usage.cost_usd if usage is not None else 0.0,
+                usage_estimated=estimated,
+            )
+        )
+    points.sort(key=lambda point: point.at)
+    return points
 
 
 def ledger_router(ledger: LedgerStore, *, tasks: TaskAccessCheck, conversations: ConversationReadCheck) -> APIRouter:
@@ -101,6 +346,53 @@ def ledger_router(ledger: LedgerStore, *, tasks: TaskAccessCheck, conversations:
             "unresolved_attempts": _plain(await ledger.unresolved_attempts(scope)),
             "usage": _usage(await ledger.usage(scope)),
         }
+
+    async def lane_events(lanes: Sequence[Lane]) -> list[Event]:
+        events: list[Event] = []
+        for lane in lanes:
+            events.extend(await ledger.load_lane(lane.id))
+        return events
+
+    @router.get("/tree")
+    async def tree(
+        caller: Annotated[Identity, Depends(current_identity)],
+        task_id: _ID = None,
+        conversation_id: _ID = None,
+        call_id: _ID = None,
+    ) -> LedgerTree:
+        """The trail as a tree (lanes → turns → actions → attempts) with each attempt's status, timing, tokens and
+        USD, and the usage roll-up; same access rules as ``GET /v1/ledger``."""
+        scope = await scope_for(caller, task_id, conversation_id, call_id)
+        lanes = await ledger.find_lanes(scope)
+        return build_tree(
+            task_id, lanes, await ledger.structure(scope), await lane_events(lanes), await ledger.usage(scope)
+        )
+
+    @router.get("/series")
+    async def series(
+        caller: Annotated[Identity, Depends(current_identity)],
+        conversation_id: Annotated[str, Query(min_length=1, max_length=100)],
+    ) -> CostSeries:
+        """The cost over time of a user conversation: one point per ended attempt of every Task asked in it (up to
+        the latest 200 Tasks, their work calls included), oldest first. Only the conversation's owner reads it (a
+        responder or another user: 403 / 404)."""
+        if caller.trusted and not caller.admin:
+            raise ApiError("forbidden", f"{caller.text} reads the trail of its own Tasks only: name task_id")
+        task_ids: dict[str, None] = {}
+        after: str | None = None
+        while True:
+            page = await conversations.messages(caller, conversation_id, after=after, limit=1000)  # 404 if not theirs
+            task_ids.update((m.task_id, None) for m in page if m.task_id is not None)
+            if len(page) < 1000:
+                break
+            after = page[-1].id
+        lanes: dict[str, Lane] = {
+            lane.id: lane for lane in await ledger.find_lanes(Scope(conversation_id=conversation_id))
+        }
+        for task in list(task_ids)[-MAX_SERIES_TASKS:]:
+            lanes.update((lane.id, lane) for lane in await ledger.find_lanes(Scope(task_id=task)))
+        ordered = list(lanes.values())
+        return CostSeries(conversation_id=conversation_id, points=cost_points(ordered, await lane_events(ordered)))
 
     @router.get("/usage")
     async def usage(

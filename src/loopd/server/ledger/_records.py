@@ -296,6 +296,15 @@ class UnresolvedAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerStructure:
+    """The turns, actions and attempts of the lanes in a scope, each list by creation time, then id."""
+
+    turns: list[Turn]
+    actions: list[Action]
+    attempts: list[Attempt]
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerView:
     """Lanes (by creation time, then id) and their events: lane by lane in that order, each lane's by seq."""
 

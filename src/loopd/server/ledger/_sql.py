@@ -45,6 +45,7 @@ from ._records import (
     CheckpointAnchor,
     Event,
     Lane,
+    LedgerStructure,
     LedgerView,
     NewEvent,
     Scope,
@@ -504,6 +505,30 @@ class _LedgerSql:
         )
         return LedgerView(lanes=lanes, events=[_event(row) for row in rows])
 
+    async def structure(self, scope: Scope) -> LedgerStructure:
+        where, params = _scope_sql(scope, "l")
+        turns = await self._tx.fetch(
+            f"SELECT {_prefixed(_TURN, 't')} FROM ledger_turns t JOIN ledger_lanes l ON l.id = t.lane_id "
+            f"WHERE {where} ORDER BY t.created_at, t.id",
+            params,
+        )
+        actions = await self._tx.fetch(
+            f"SELECT {_prefixed(_ACTION, 'c')} FROM ledger_actions c JOIN ledger_turns t ON t.id = c.turn_id "
+            f"JOIN ledger_lanes l ON l.id = t.lane_id WHERE {where} ORDER BY c.created_at, c.id",
+            params,
+        )
+        attempts = await self._tx.fetch(
+            f"SELECT {_prefixed(_ATTEMPT, 'a')} FROM ledger_attempts a JOIN ledger_actions c ON c.id = a.action_id "
+            f"JOIN ledger_turns t ON t.id = c.turn_id JOIN ledger_lanes l ON l.id = t.lane_id "
+            f"WHERE {where} ORDER BY a.created_at, a.id",
+            params,
+        )
+        return LedgerStructure(
+            turns=[_turn(row) for row in turns],
+            actions=[_action(row) for row in actions],
+            attempts=[_attempt(row) for row in attempts],
+        )
+
     async def unresolved_attempts(self, scope: Scope) -> list[UnresolvedAttempt]:
         where, params = _scope_sql(scope, "l")
         rows = await self._tx.fetch(
@@ -712,6 +737,10 @@ class SqlLedgerStore:
     async def load_session(self, session_id: str) -> LedgerView:
         async with self._sql(read_only=True) as sql:
             return await sql.view(Scope(session_id=session_id))
+
+    async def structure(self, scope: Scope) -> LedgerStructure:
+        async with self._sql(read_only=True) as sql:
+            return await sql.structure(scope)
 
     async def unresolved_attempts(self, scope: Scope) -> list[UnresolvedAttempt]:
         async with self._sql(read_only=True) as sql:

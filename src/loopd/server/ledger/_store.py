@@ -28,6 +28,7 @@ from ._records import (
     Checkpoint,
     Event,
     Lane,
+    LedgerStructure,
     LedgerView,
     NewEvent,
     Scope,
@@ -73,6 +74,10 @@ class LedgerStore(Protocol):
     async def load_run(self, session_id: str, run_id: str) -> LedgerView: ...
 
     async def load_session(self, session_id: str) -> LedgerView: ...
+
+    async def structure(self, scope: Scope) -> LedgerStructure:
+        """The turns, actions and attempts of the scope's lanes (what ties an attempt to its action)."""
+        ...
 
     async def unresolved_attempts(self, scope: Scope) -> list[UnresolvedAttempt]: ...
 
