@@ -96,6 +96,17 @@ async def test_emit_answer_and_complete_write_the_response(rt: Runtime, user: Us
     assert stored["status"] == "completed"
 
 
+async def test_complete_with_an_answer_sets_it_and_ends_in_one_request(rt: Runtime, user: User) -> None:
+    task_id = await _question(rt)
+    context = await rt.task.get(task_id)
+    response = await rt.chat.complete(task_id, answer="all at once")
+    assert response.status == "completed" and response.text == "all at once"
+    assert (await rt.chat.complete(task_id, answer="all at once")).text == "all at once"  # idempotent
+    stored = await user.message(context.conversation.id, context.response.id)
+    assert stored["status"] == "completed"
+    assert stored["content"]["blocks"] == [{"id": "answer", "type": "text", "content": "all at once"}]
+
+
 async def test_complete_with_an_error_fails_the_response(rt: Runtime) -> None:
     task_id = await _question(rt)
     failed = await rt.chat.complete(task_id, ("echo_failed", "nothing to echo"))

@@ -221,6 +221,55 @@ async def test_completion_is_idempotent_and_a_different_outcome_conflicts(rig: R
     assert ops == ["start", "error", "end"]  # written once
 
 
+async def test_completion_events_land_with_the_end_once_and_are_checked(rig: Rig) -> None:
+    user = rig.client()
+    operator = rig.operator()
+    cid = await new_conversation(user)
+    task_id = (await ask(user, cid))["task_id"]
+    answer = [{"op": "set", "block": {"id": "answer", "type": "text", "content": "forty-two"}}]
+    refused: list[list[dict[str, Any]]] = [
+        [{"op": "error", "error": {"code": "x", "message": "y"}}],  # a failure is the completion's error
+        [{"op": "set", "block": {"id": "q", "type": "ask", "prompt": "?", "allow_other": True}}],  # no Human blocks
+        [{"op": "end"}],
+    ]
+    for events in refused:
+        response = await operator.post(f"/v1/tasks/{task_id}/complete", json={"events": events})
+        assert response.status_code == 400 and error_of(response) == "invalid_request", events
+    assert (await task_object(rig, task_id)) is not None  # a refused completion changed nothing
+    done = await operator.post(f"/v1/tasks/{task_id}/complete", json={"events": answer})
+    assert done.status_code == 200, done.text
+    response = done.json()["response"]
+    assert response["status"] == "completed"
+    assert response["content"]["blocks"] == [{"id": "answer", "type": "text", "content": "forty-two"}]
+    again = await operator.post(
+        f"/v1/tasks/{task_id}/complete",
+        json={"events": [{"op": "append", "mask": "block.content", "block": {"id": "answer", "content": "!"}}]},
+    )
+    assert again.status_code == 200 and again.json()["response"]["revision"] == response["revision"]
+    async with rig.db.transaction(read_only=True) as tx:
+        ops = [e.event["op"] for e in await tx.message_events.read(response["id"])]
+    assert ops == ["start", "set", "end"]  # the answer and the end, once
+
+
+async def test_completion_events_are_not_applied_when_the_completion_is_refused(rig: Rig) -> None:
+    user = rig.client()
+    operator = rig.operator()
+    cid = await new_conversation(user)
+    task_id = (await ask(user, cid))["task_id"]
+    assert (
+        await operator.post(f"/v1/tasks/{task_id}/complete", json={"error": {"code": "a", "message": "b"}})
+    ).is_success
+    late = await operator.post(
+        f"/v1/tasks/{task_id}/complete",
+        json={"events": [{"op": "set", "block": {"id": "answer", "type": "text", "content": "late"}}]},
+    )
+    assert late.status_code == 409 and error_of(late) == "conflict"
+    async with rig.db.transaction(read_only=True) as tx:
+        response = (await tx.messages.task_pair(task_id))[1]
+        ops = [e.event["op"] for e in await tx.message_events.read(response.id)]
+    assert ops == ["start", "error", "end"]
+
+
 async def test_a_crash_between_closing_and_closed_is_finished_by_the_sweeper(rig: Rig) -> None:
     user = rig.client()
     operator = rig.operator()

@@ -249,14 +249,21 @@ class ChatVerbs:
         )
         return Emitted.from_json(body)
 
-    async def complete(self, task_id: str, error: CompletionErrorLike | None = None) -> Message:
+    async def complete(
+        self, task_id: str, error: CompletionErrorLike | None = None, *, answer: str | None = None
+    ) -> Message:
         """Finish the answer (``failed`` with ``error`` = ``(code, message)`` or ``{"code", "message"}``) and delete
-        the Task; outputs still open end with it. Idempotent. ``Conflict`` while questions are pending (unless
-        ``error`` is given); ``Unavailable`` when the Task could not be deleted yet (it completes by itself)."""
+        the Task; outputs still open end with it. ``answer`` sets the response's answer text in the same server
+        transaction (like `answer` then `complete`, in one request, and never one without the other). Idempotent.
+        ``Conflict`` while questions are pending (unless ``error`` is given); ``Unavailable`` when the Task could not
+        be deleted yet (it completes by itself)."""
+        payload: dict[str, Any] = {"error": _error_body(error)}
+        if answer is not None:
+            payload["events"] = [{"op": "set", "block": {"id": ANSWER_BLOCK, "type": "text", "content": answer}}]
         body = await self._client.request(
             "POST",
             f"/v1/tasks/{task_id}/complete",
-            json={"error": _error_body(error)},
+            json=payload,
             idempotent=True,
             what=f"complete task {task_id}",
         )

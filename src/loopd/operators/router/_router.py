@@ -144,17 +144,13 @@ class Router:
         except Conflict as exc:  # a progress message refused: the Task's completion has begun
             logger.info("task %s is being completed already: %s", task.id, exc.message)
             return None
-        try:
-            await self._rt.chat.answer(task.id, answer)
-        except Conflict:
-            return None  # its completion has begun (another replica, or a completion we made before a restart)
-        await _finish(self._rt, task.id, error=None)
+        await _finish(self._rt, task.id, error=None, answer=answer)  # the answer and the end in one transaction
         return None
 
 
-async def _finish(rt: Runtime, task_id: str, *, error: tuple[str, str] | None) -> None:
+async def _finish(rt: Runtime, task_id: str, *, error: tuple[str, str] | None, answer: str | None = None) -> None:
     try:
-        await rt.chat.complete(task_id, error=error)
+        await rt.chat.complete(task_id, error=error, answer=answer)
     except (Conflict, NotFound) as exc:  # completed already (e.g. the other way by an earlier run), or gone
         logger.info("task %s: completion refused (%s); it is being completed already", task_id, exc.message)
 

@@ -288,11 +288,13 @@ def task_router(tasks: TaskApi) -> APIRouter:
     async def complete(
         caller: Responder, task_id: Id, body: Annotated[CompleteRequest | None, Body()] = None
     ) -> CompletionBody:
-        """Finish the answer and delete the Task. Idempotent; 409 while Human questions are pending (unless
-        ``error`` is given, which ends them with ``failure(task_ended)``); 503 when the Task could not be deleted
-        (the completion resumes by itself)."""
+        """Finish the answer and delete the Task. ``events`` (``set`` / ``append``) are the response's last ones,
+        stored with the completion in one transaction. Idempotent (a repeat does not apply ``events`` again); 409
+        while Human questions are pending (unless ``error`` is given, which ends them with
+        ``failure(task_ended)``); 503 when the Task could not be deleted (the completion resumes by itself)."""
         error = None if body is None or body.error is None else body.error.model_dump()
-        response = await tasks.complete(task_id, error=error, actor=caller)
+        events = None if body is None else body.events
+        response = await tasks.complete(task_id, error=error, events=events, actor=caller)
         return CompletionBody(task_id=task_id, delivery_state=response.delivery_state, response=message_body(response))
 
     # -- the operator surface ------------------------------------------------------------------------------

@@ -210,25 +210,35 @@ class TaskApi:
     # -- completion ----------------------------------------------------------------------------------------
 
     async def complete(
-        self, task_id: str, *, error: Mapping[str, str] | None = None, actor: Identity | None = None
+        self,
+        task_id: str,
+        *,
+        error: Mapping[str, str] | None = None,
+        events: Sequence[Mapping[str, Any]] | None = None,
+        actor: Identity | None = None,
     ) -> Message:
         """Finish the Task's answer (idempotent, resumable); returns the final response message.
 
-        ``Conflict`` when questions are pending and ``error`` is None, or when a different completion was stored.
-        ``TaskUnavailable`` (retryable) when the Task cannot be deleted: the completion stays ``closing`` and is
-        finished by a retry or by `sweep_closing`.
+        ``events`` (``set`` / ``append``, e.g. the answer) are appended to the response in the transaction that
+        stores the completion, so the answer and the end land together; a repeat of a stored completion does not
+        apply them again. ``Conflict`` when questions are pending and ``error`` is None, or when a different
+        completion was stored. ``TaskUnavailable`` (retryable) when the Task cannot be deleted: the completion stays
+        ``closing`` and is finished by a retry or by `sweep_closing`.
         """
         intent = _intent(error)
-        response, finished = await self._begin_completion(task_id, intent, actor)
+        if events and any(event.get("op") == "error" for event in events):
+            raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
+        response, finished = await self._begin_completion(task_id, intent, actor, events or ())
         if response.delivery_state == "closed":
             return response
         return await self._finish_delivery(task_id, intent, ended=response if finished else None)
 
     async def _begin_completion(
-        self, task_id: str, intent: dict[str, Any], actor: Identity | None
+        self, task_id: str, intent: dict[str, Any], actor: Identity | None, events: Sequence[Mapping[str, Any]]
     ) -> tuple[Message, bool]:
-        """Store the completion intent (``closing``) and, in the same transaction, end the Task's open outputs and
-        its response; whether this call did both (False: a completion stored before is resumed or refused)."""
+        """Append ``events`` to the response, store the completion intent (``closing``) and, in the same
+        transaction, end the Task's open outputs and its response; whether this call did all of it (False: a
+        completion stored before is resumed or refused)."""
         async with self._db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)
             response = await tx.messages.lock(response.id)
@@ -248,6 +258,8 @@ class TaskApi:
             else:
                 for request in await tx.human_requests.list_pending(task_id=task_id, limit=MAX_PAGE):
                     await resolve_question(tx, request, "failure", reason="task_ended", bus=self._bus)
+            if events:
+                response, _ = await emit(tx, response.id, events, bus=self._bus)
             response = await tx.messages.update(
                 response.id, expected_revision=response.revision, delivery_state="closing", completion=intent
             )

@@ -76,6 +76,12 @@ class CompletionError(_Request):
 
 class CompleteRequest(_Request):
     error: CompletionError | None = None
+    events: list[dict[str, Any]] | None = Field(
+        default=None,
+        max_length=MAX_EVENTS,
+        description="Last ``set`` / ``append`` events of the response (e.g. the answer), applied in the completion's "
+        "own transaction: the answer and the end land together, or neither does.",
+    )
 
 
 # --- responses ---------------------------------------------------------------------------------------------
