@@ -17,7 +17,10 @@ It talks to loop-server only through its HTTP API (``httpx``), and to Tasks only
 
 The verbs: ``rt.task`` (get, messages, followups, list, watch), ``rt.chat`` (conversation, history, send, speak,
 tell → ``Output``, emit, answer, complete), ``rt.harness.prompt`` → ``Call`` (value, stream, wait, cancel),
-``rt.human`` (ask, confirm → ``Question`` with get, wait), ``rt.register``. Errors: ``RuntimeApiError`` and its
+``rt.human`` (ask, confirm → ``Question`` with get, wait), ``rt.register``; an operator's own domain resources
+(typed ``loopd.resources.KubeObject`` models): ``rt.resources(Model)`` → ``ResourceVerbs`` (get, find, list, create
+with an owner, patch_status, replace_status, delete), ``rt.watch(Model, reconciler, owns=...)``,
+``rt.ensure_crds(manifests)``. Errors: ``RuntimeApiError`` and its
 members (``_errors``' docstring draws the tree).
 
 Must not import: loopd.server, loopd.harness, loopd.cli (an import-linter contract checks it).
@@ -27,10 +30,19 @@ from loopd.resources.reconcile import LeaderElection, PermanentError, Result, Te
 
 from ._chat import ANSWER_BLOCK, TEXT_BLOCK, ChatVerbs, Emitted, Output
 from ._client import Endpoint, ServerClient, find_endpoint
+from ._domain import (
+    CRDS,
+    DomainReconciler,
+    ResourceVerbs,
+    owner_reference,
+    resource_type,
+)
 from ._errors import (
+    AlreadyExists,
     CapacityFull,
     Conflict,
     Forbidden,
+    Invalid,
     InvalidRequest,
     NotFound,
     RuntimeApiError,
@@ -60,19 +72,23 @@ from ._tasks import Task, TaskReconcileFunction, TaskReconciler, TaskVerbs
 
 __all__ = [
     "ANSWER_BLOCK",
+    "CRDS",
     "TEXT_BLOCK",
     "TOOLS_PROFILES",
+    "AlreadyExists",
     "Call",
     "CallState",
     "CapacityFull",
     "ChatVerbs",
     "Conflict",
     "Conversation",
+    "DomainReconciler",
     "Emitted",
     "Endpoint",
     "Forbidden",
     "HarnessVerbs",
     "HumanVerbs",
+    "Invalid",
     "InvalidRequest",
     "InvalidResponse",
     "LeaderElection",
@@ -83,6 +99,7 @@ __all__ = [
     "Question",
     "QuestionState",
     "Registration",
+    "ResourceVerbs",
     "Result",
     "Runtime",
     "RuntimeApiError",
@@ -102,5 +119,7 @@ __all__ = [
     "Unavailable",
     "find_endpoint",
     "open_runtime",
+    "owner_reference",
+    "resource_type",
     "text_of",
 ]

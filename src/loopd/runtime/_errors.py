@@ -6,15 +6,20 @@ Owns: the classes and the mapping of an HTTP answer to them. Must not do: I/O, o
 
     RuntimeApiError             .status (HTTP, 0 without an answer), .type (the envelope's), .message; a LoopdError
     ├── InvalidRequest          400  the request is malformed (also ``cursor_ahead``, 413, 415)
+    │   └── Invalid                  422 from the Kubernetes API: the object breaks its schema (``causes``)
     ├── Unauthorized            401  no valid token
     ├── Forbidden               403  the caller may not do this (another responder's Task, a user-only route)
     ├── NotFound                404  (a NotFoundError) gone or never visible to the caller
     │   └── TaskNotReady             ``task.get`` before the question committed: the runtime requeues shortly
     ├── Conflict                409  (a ConflictError) same key, other parameters; completion has begun
+    │   └── AlreadyExists            ``rt.resources(M).create`` of a name that exists
     ├── CapacityFull            429  retryable, after ``retry_after`` seconds when the server said so
     ├── Unavailable             503 or no answer (connection refused, timeout); retryable (an UnavailableError)
     ├── ServerFailure           500 and other 5xx: a bug on the server; not retried
     └── InvalidResponse         an answer lacks a field this runtime needs (a server of another version; a ValueError)
+
+Calls on domain resources (``rt.resources(M)``, the Kubernetes API) raise the same tree: ``error_from_resource``
+maps ``loopd.resources.ResourceError`` onto it (a lost connection or a 5xx → ``Unavailable``; 429 → ``CapacityFull``).
 
 Inside ``task.watch`` a reconciler's ``RuntimeApiError`` becomes a requeue with the key's backoff (``CapacityFull``
 after its ``retry_after``), logged with the task id; ``TaskNotReady`` a short requeue without a log line.
@@ -26,12 +31,17 @@ from typing import Any, ClassVar
 
 import httpx
 
+import loopd.resources as kube
 from loopd._infra.errors import ConflictError, LoopdError, NotFoundError, UnavailableError
+from loopd.resources import ResourceError
+from loopd.resources.client import TooManyRequests, TransportError
 
 __all__ = [
+    "AlreadyExists",
     "CapacityFull",
     "Conflict",
     "Forbidden",
+    "Invalid",
     "InvalidRequest",
     "NotFound",
     "RuntimeApiError",
@@ -39,6 +49,7 @@ __all__ = [
     "TaskNotReady",
     "Unauthorized",
     "Unavailable",
+    "error_from_resource",
     "error_from_response",
 ]
 
@@ -60,6 +71,19 @@ class InvalidRequest(RuntimeApiError):
     """400: the request is malformed (fix the call; retrying the same one fails the same way)."""
 
     status = 400
+
+
+class Invalid(InvalidRequest):
+    """422 from the Kubernetes API: the object breaks its kind's schema or a validation rule (an immutable spec);
+    ``causes`` lists ``(reason, field, message)`` as the API said."""
+
+    status = 422
+
+    def __init__(
+        self, message: str, *, type: str = "", status: int | None = None, causes: tuple[tuple[str, str, str], ...] = ()
+    ) -> None:
+        super().__init__(message, type=type, status=status)
+        self.causes = causes
 
 
 class Unauthorized(RuntimeApiError):
@@ -89,6 +113,10 @@ class Conflict(RuntimeApiError, ConflictError):
     """409: the thing exists in another state (same key with other parameters, completion begun, output ended)."""
 
     status = 409
+
+
+class AlreadyExists(Conflict):
+    """409 from the Kubernetes API: an object of that name exists already."""
 
 
 class CapacityFull(RuntimeApiError):
@@ -160,3 +188,23 @@ def _retry_after(response: httpx.Response) -> float | None:
     except ValueError:
         return None
     return seconds if 0 <= seconds < 86_400 else None
+
+
+def error_from_resource(error: ResourceError) -> RuntimeApiError:
+    """The runtime error for an error of the Kubernetes API (``loopd.resources.ResourceError``); the message is the
+    API's, the status its HTTP code (0 when no answer came)."""
+    message, kind = error.message, error.reason
+    if isinstance(error, TooManyRequests):
+        return CapacityFull(message, type=kind, status=429, retry_after=error.retry_after)
+    if isinstance(error, kube.Invalid):
+        causes = tuple((c.reason, c.field, c.message) for c in error.causes)
+        return Invalid(message, type=kind, status=422, causes=causes)
+    if isinstance(error, kube.AlreadyExists):
+        return AlreadyExists(message, type=kind, status=409)
+    if isinstance(error, TransportError):
+        return Unavailable(message, type=kind, status=0)
+    if isinstance(error, kube.StoreUnavailable | kube.Gone) or error.code >= 500:
+        # A 5xx of the Kubernetes API (or a 410 on a unary call) says nothing about the object: retry later.
+        return Unavailable(message, type=kind, status=error.code)
+    cls = _BY_STATUS.get(error.code, InvalidRequest)
+    return cls(message, type=kind, status=error.code)

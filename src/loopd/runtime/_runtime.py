@@ -1,8 +1,9 @@
 """``open_runtime`` and ``Runtime``: one operator process's connection to loopd, its registration, its watches.
 
 Owns: the lifetime of the HTTP client, the background renewal of registrations (a ``TaskSet`` that ends with the
-runtime), the resource client used by watches (given, or opened from a kubeconfig when ``run()`` starts), and the
-reconcile managers (one per leader-election Lease) that ``run()`` drives until cancelled or ``shutdown()``.
+runtime), the resource client used by watches and domain verbs (given, or opened from a kubeconfig on first use and
+closed with the runtime), and the reconcile managers (one per leader-election Lease) that ``run()`` drives until
+cancelled or ``shutdown()``.
 Must not do: import loopd.server / loopd.harness, or talk to the server other than through its HTTP API.
 """
 
@@ -10,27 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.errors import LoopdError
 from loopd._infra.tasks import TaskSet
+from loopd.resources import KubeObject
 from loopd.resources.client import TASKS, ResourceClient, open_http_client
-from loopd.resources.reconcile import LeaderElection, Manager
+from loopd.resources.reconcile import LeaderElection, Manager, Watch, owner_requests
 
 from ._chat import ChatVerbs
 from ._client import Endpoint, ServerClient, find_endpoint
+from ._domain import (
+    DomainController,
+    DomainReconcileFunction,
+    DomainReconciler,
+    DomainWatchSpec,
+    ResourceVerbs,
+    ensure_crds,
+    resource_type,
+)
 from ._harness import HarnessVerbs
 from ._human import HumanVerbs
 from ._records import Registration
 from ._tasks import TaskController, TaskVerbs, WatchSpec
 
 logger = logging.getLogger("loopd.runtime")
+
+M = TypeVar("M", bound=KubeObject)
 
 
 class Runtime:
@@ -55,6 +68,10 @@ class Runtime:
         self._kubeconfig = kubeconfig
         self._background = background
         self._watches: list[WatchSpec] = []
+        self._domain_watches: list[DomainWatchSpec] = []
+        self._verbs: dict[type[KubeObject], ResourceVerbs[Any]] = {}
+        self._resource_stack = AsyncExitStack()
+        self._resource_lock = asyncio.Lock()
         self._renewals: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._managers: list[Manager] = []
         self._stopping = asyncio.Event()
@@ -73,6 +90,11 @@ class Runtime:
     def actor(self) -> str | None:
         """``kind:key`` this runtime acts as (None until named)."""
         return self._client.actor
+
+    @property
+    def namespace(self) -> str:
+        """The namespace of this runtime's Tasks, Leases and (by default) domain objects."""
+        return self._namespace
 
     @property
     def clock(self) -> Clock:
@@ -140,6 +162,63 @@ class Runtime:
                     logger.info("the registration of %s:%s is renewed again", kind, key)
                 failures = 0
 
+    # -- domain resources ----------------------------------------------------------------------------------
+
+    def resources(self, model: type[M]) -> ResourceVerbs[M]:
+        """Typed verbs for one kind of domain resource (``rt.resources(Run).get(name)``): get, find, list, create
+        (with an owner), patch_status, replace_status, delete. Errors are this runtime's tree."""
+        verbs = self._verbs.get(model)
+        if verbs is None:
+            verbs = self._verbs[model] = ResourceVerbs(self, model)
+        return verbs
+
+    async def ensure_crds(
+        self, manifests: Iterable[Mapping[str, Any]], *, timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
+        """Create the CustomResourceDefinitions, or update those whose spec differs, and wait until every one is
+        Established (``Unavailable`` after ``timeout`` s). An operator token may write CRDs of its own group only
+        (``<key>.loopd.dev`` on the embedded API; a real cluster decides by its RBAC)."""
+        client = await self.resource_client()
+        return await ensure_crds(client, manifests, clock=self._clock, timeout=timeout)
+
+    async def resource_client(self) -> ResourceClient:
+        """The Kubernetes API client of this runtime: the one given to ``open_runtime``, or one opened (once) from
+        the kubeconfig / the data directory's embedded API and closed with the runtime."""
+        if self._resources is not None:
+            return self._resources
+        async with self._resource_lock:
+            if self._resources is None:
+                kubeconfig = self._kubeconfig
+                if kubeconfig is None and self.endpoint.api_url is not None and self.endpoint.ca_file is not None:
+                    kubeconfig = self.endpoint.kubeconfig(self._namespace)
+                self._resources = await self._resource_stack.enter_async_context(
+                    open_http_client(kubeconfig, request_timeout=self._client.request_timeout)
+                )
+            return self._resources
+
+    async def aclose(self) -> None:
+        """Close what the runtime opened for itself (the resource client). ``open_runtime`` calls it."""
+        await self._resource_stack.aclose()
+
+    def watch(
+        self,
+        model: type[M],
+        reconciler: DomainReconciler[M] | DomainReconcileFunction[M],
+        *,
+        owns: Iterable[type[KubeObject]] = (),
+        workers: int = 4,
+        leader_election: str | LeaderElection | None = None,
+    ) -> None:
+        """Reconcile every ``model`` object of the runtime's namespace with ``reconciler`` (at most ``workers`` at
+        once) once ``rt.run()`` runs; a change of an object of an ``owns`` kind whose controlling owner is one of
+        them wakes that owner. ``leader_election``: a Lease name — watches naming the same Lease (``task.watch``
+        too) run in one manager, only while this replica holds it. Call before ``run()``."""
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        if self._started:
+            raise RuntimeError("rt.watch must be called before rt.run()")
+        self._domain_watches.append(DomainWatchSpec(model, reconciler, tuple(owns), workers, leader_election))
+
     # -- watches -------------------------------------------------------------------------------------------
 
     def add_watch(self, spec: WatchSpec) -> None:
@@ -155,31 +234,23 @@ class Runtime:
         if self._started:
             raise RuntimeError("a runtime runs once")
         self._started = True
-        async with AsyncExitStack() as stack:
-            resources = self._resources
-            if resources is None and self._watches:
-                kubeconfig = self._kubeconfig
-                if kubeconfig is None and self.endpoint.api_url is not None and self.endpoint.ca_file is not None:
-                    kubeconfig = self.endpoint.kubeconfig(self._namespace)
-                resources = await stack.enter_async_context(
-                    open_http_client(kubeconfig, request_timeout=self._client.request_timeout)
-                )
-            if resources is not None:
-                self._managers = self._build_managers(resources)
-            async with asyncio.TaskGroup() as group:
-                for manager in self._managers:
-                    group.create_task(manager.run(), name="loopd-runtime-manager")
-                await self._stopping.wait()
-                for manager in self._managers:
-                    manager.shutdown()
+        if self._watches or self._domain_watches:
+            self._managers = self._build_managers(await self.resource_client())
+        async with asyncio.TaskGroup() as group:
+            for manager in self._managers:
+                group.create_task(manager.run(), name="loopd-runtime-manager")
+            await self._stopping.wait()
+            for manager in self._managers:
+                manager.shutdown()
 
     def shutdown(self) -> None:
         """Ask ``run()`` to stop gracefully and return."""
         self._stopping.set()
 
     def _build_managers(self, resources: ResourceClient) -> list[Manager]:
-        groups: dict[object, tuple[LeaderElection | None, list[WatchSpec]]] = {}
-        for spec in self._watches:
+        groups: dict[object, tuple[LeaderElection | None, list[WatchSpec | DomainWatchSpec]]] = {}
+        every: list[WatchSpec | DomainWatchSpec] = [*self._watches, *self._domain_watches]
+        for spec in every:
             election = spec.leader_election
             if isinstance(election, str):
                 group_key: object = election
@@ -192,15 +263,30 @@ class Runtime:
         managers: list[Manager] = []
         for election, specs in groups.values():
             manager = Manager(resources, leader_election=election, clock=self._clock)
-            informer = manager.informer(TASKS, namespace=self._namespace)
             for spec in specs:
-                controller = TaskController(spec, informer=informer, resources=resources, clock=self._clock)
+                if isinstance(spec, WatchSpec):
+                    informer = manager.informer(TASKS, namespace=self._namespace)
+                    controller = TaskController(spec, informer=informer, resources=resources, clock=self._clock)
+                    manager.add_controller(
+                        TASKS,
+                        controller.reconcile,
+                        name=f"tasks:{spec.kind}:{spec.key}",
+                        namespace=self._namespace,
+                        workers=spec.workers,
+                    )
+                    continue
+                primary = resource_type(spec.model)
+                domain = DomainController(spec, informer=manager.informer(primary, namespace=self._namespace))
                 manager.add_controller(
-                    TASKS,
-                    controller.reconcile,
-                    name=f"tasks:{spec.kind}:{spec.key}",
+                    primary,
+                    domain.reconcile,
+                    name=f"{primary.qualified_name}",
                     namespace=self._namespace,
                     workers=spec.workers,
+                    watches=[
+                        Watch(resource_type(owned), owner_requests(primary), namespace=self._namespace)
+                        for owned in spec.owns
+                    ],
                 )
             managers.append(manager)
         return managers
@@ -237,7 +323,7 @@ async def open_runtime(
     )
     try:
         async with TaskSet("loopd runtime") as background:
-            yield Runtime(
+            runtime = Runtime(
                 client,
                 clock=the_clock,
                 namespace=namespace,
@@ -245,5 +331,9 @@ async def open_runtime(
                 kubeconfig=kubeconfig,
                 background=background,
             )
+            try:
+                yield runtime
+            finally:
+                await runtime.aclose()
     finally:
         await client.aclose()
