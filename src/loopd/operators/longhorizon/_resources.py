@@ -171,7 +171,7 @@ class RunStatus(WireModel):
     summary: str | None = Field(default=None, max_length=MAX_NOTE)
     consumed_through: str | None = Field(default=None, max_length=MAX_ID)
     rounds: list[RoundRecord] | None = Field(default=None, max_length=MAX_ROUND_RECORDS)
-    conditions: list[Condition] | None = None
+    conditions: list[Condition] | None = Field(default=None, max_length=8)
 
 
 class ExecutionSpec(WireModel):
