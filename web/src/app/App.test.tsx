@@ -1,11 +1,11 @@
-import { render } from "preact";
 import { describe, expect, it } from "vitest";
-import { App } from "./App";
+import { hashConversation } from "./App";
 
-describe("App", () => {
-  it("mounts", () => {
-    const root = document.createElement("div");
-    render(<App />, root);
-    expect(root.textContent).toContain("loopd");
+describe("hashConversation", () => {
+  it("reads #c=<id>", () => {
+    expect(hashConversation("#c=0190abc")).toBe("0190abc");
+    expect(hashConversation("#c=a%2Fb")).toBe("a/b");
+    expect(hashConversation("")).toBeNull();
+    expect(hashConversation("#other")).toBeNull();
   });
 });

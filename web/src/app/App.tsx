@@ -1,8 +1,284 @@
-// The page shell (three panes). Scaffold placeholder: filled in by W1 step 4.
+// The page shell: three panes (conversations, chat, detail) side by side, or as tabs on a narrow screen.
+// State: the conversation list, the open conversation (useConversation), the responders (useActors), the chosen
+// responder (remembered in localStorage) and the selected message (whose Task the detail panel shows).
+// Must not do: talk to the server except through ../api.
+import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
+import type { ComponentChild } from "preact";
+import { type ConversationBody, type MessageBody, createConversation, listConversations, renameConversation, sendMessage } from "../api";
+import { ActorPicker, Composer, actorValue } from "../chat/Composer";
+import { ConversationList, conversationTitle } from "../chat/ConversationList";
+import { MessageList } from "../chat/MessageList";
+import { MessageView } from "../chat/MessageView";
+import { badgeOf } from "../chat/status";
+import { fromBody, messagesOf } from "../chat/store";
+import { DetailPanel } from "../detail";
+import { useActors } from "./useActors";
+import { useConversation } from "./useConversation";
+
+export type Pane = "conversations" | "chat" | "detail";
+const TARGET_KEY = "loopd.target";
+const CONVERSATION_KEY = "loopd.conversation";
+
+function readStorage(key: string): string | null {
+  try {
+    return localStorage.getItem(key);
+  } catch {
+    return null;
+  }
+}
+
+function writeStorage(key: string, value: string): void {
+  try {
+    localStorage.setItem(key, value);
+  } catch {
+    // storage may be disabled: the choice just isn't remembered
+  }
+}
+
+/** The conversation id in the location hash (`#c=<id>`), if any. */
+export function hashConversation(hash: string): string | null {
+  const match = /^#c=([^&]+)$/.exec(hash);
+  return match === null ? null : decodeURIComponent(match[1] as string);
+}
+
+const noop = () => undefined;
+
 export function App() {
+  const [conversations, setConversations] = useState<ConversationBody[]>([]);
+  const [nextAfter, setNextAfter] = useState<string | null>(null);
+  const [listError, setListError] = useState<string | null>(null);
+  const [activeId, setActiveId] = useState<string | null>(() =>
+    typeof location === "undefined" ? null : hashConversation(location.hash) ?? readStorage(CONVERSATION_KEY),
+  );
+  const [pane, setPane] = useState<Pane>("chat");
+  const [selectedId, setSelectedId] = useState<string | null>(null);
+  const [target, setTarget] = useState<string>(() => readStorage(TARGET_KEY) ?? "");
+  const { actors, error: actorsError } = useActors();
+  const { view, connection, error: streamError, mergeBodies } = useConversation(activeId);
+
+  // The conversation list (first page), once.
+  useEffect(() => {
+    const controller = new AbortController();
+    listConversations(undefined, controller.signal).then(
+      (page) => {
+        setConversations(page.data);
+        setNextAfter(page.next_after);
+        setActiveId((current) => {
+          if (current !== null && page.data.some((c) => c.id === current)) return current;
+          if (current !== null && hashConversation(location.hash) === current) return current; // older than page 1
+          return page.data[0]?.id ?? null;
+        });
+      },
+      (failure: Error) => {
+        if (!controller.signal.aborted) setListError(failure.message);
+      },
+    );
+    return () => controller.abort();
+  }, []);
+
+  // Remember the open conversation (hash + storage); follow hash changes (back/forward).
+  useEffect(() => {
+    if (activeId === null) return;
+    writeStorage(CONVERSATION_KEY, activeId);
+    const hash = `#c=${encodeURIComponent(activeId)}`;
+    if (location.hash !== hash) history.replaceState(null, "", hash);
+  }, [activeId]);
+  useEffect(() => {
+    const onHash = () => {
+      const id = hashConversation(location.hash);
+      if (id !== null) setActiveId(id);
+    };
+    addEventListener("hashchange", onHash);
+    return () => removeEventListener("hashchange", onHash);
+  }, []);
+
+  // The chosen responder: remembered; defaults to the first operator (the Router) once the list arrives.
+  useEffect(() => {
+    if (actors.length === 0) return;
+    if (target === "" || !actors.some((actor) => actorValue(actor) === target)) {
+      const preferred = actors.find((actor) => actor.kind === "operator" && actor.key === "router") ?? actors[0];
+      if (preferred !== undefined && target === "") setTarget(actorValue(preferred));
+    }
+  }, [actors, target]);
+  const chooseTarget = useCallback((value: string) => {
+    setTarget(value);
+    writeStorage(TARGET_KEY, value);
+  }, []);
+
+  const selectConversation = useCallback((id: string) => {
+    setActiveId(id);
+    setSelectedId(null);
+    setPane("chat");
+  }, []);
+
+  const create = useCallback(async () => {
+    try {
+      const created = await createConversation();
+      setConversations((list) => [created, ...list.filter((c) => c.id !== created.id)]);
+      selectConversation(created.id);
+      setListError(null);
+      return created;
+    } catch (failure) {
+      setListError(failure instanceof Error ? failure.message : String(failure));
+      throw failure;
+    }
+  }, [selectConversation]);
+
+  const rename = useCallback(async (id: string, name: string) => {
+    const renamed = await renameConversation(id, name);
+    setConversations((list) => list.map((c) => (c.id === id ? renamed : c)));
+  }, []);
+
+  const more = useCallback(async () => {
+    if (nextAfter === null) return;
+    try {
+      const page = await listConversations(nextAfter);
+      setConversations((list) => [...list, ...page.data.filter((c) => !list.some((known) => known.id === c.id))]);
+      setNextAfter(page.next_after);
+    } catch (failure) {
+      setListError(failure instanceof Error ? failure.message : String(failure));
+    }
+  }, [nextAfter]);
+
+  const send = useCallback(
+    async (text: string) => {
+      let conversationId = activeId;
+      if (conversationId === null) conversationId = (await create()).id;
+      const accepted = await sendMessage(conversationId, target, text);
+      if (accepted.conversation_id === conversationId) {
+        mergeBodies([accepted.input, accepted.response], accepted.cursor);
+        setSelectedId(accepted.response.id);
+      }
+      setConversations((list) => {
+        const index = list.findIndex((c) => c.id === conversationId);
+        if (index <= 0) return list;
+        const moved = list[index] as ConversationBody;
+        return [moved, ...list.slice(0, index), ...list.slice(index + 1)];
+      });
+    },
+    [activeId, target, create, mergeBodies],
+  );
+
+  const onHumanUpdate = useCallback((body: MessageBody) => mergeBodies([body], null), [mergeBodies]);
+  const selectMessage = useCallback((id: string) => {
+    setSelectedId(id);
+    setPane("detail");
+  }, []);
+
+  // The detail panel follows the selected message's Task, else the newest answer's.
+  const ordered = useMemo(() => (view === null ? [] : messagesOf(view)), [view?.byId, view?.order]);
+  const selected = useMemo(() => {
+    if (view === null) return null;
+    const chosen = selectedId === null ? undefined : view.byId.get(selectedId);
+    if (chosen !== undefined && chosen.task_id !== null) return chosen;
+    for (let index = ordered.length - 1; index >= 0; index -= 1) {
+      const message = ordered[index];
+      if (message !== undefined && message.purpose === "response" && message.task_id !== null) return message;
+    }
+    return null;
+  }, [view, selectedId, ordered]);
+  const taskId = selected?.task_id ?? null;
+  const taskRunning = useMemo(() => {
+    if (view === null || taskId === null) return false;
+    for (const message of view.byId.values()) if (message.task_id === taskId && message.purpose === "response") return message.status === "streaming";
+    return false;
+  }, [view, taskId]);
+
+  const renderDetailMessage = useCallback(
+    (body: unknown): ComponentChild => {
+      const message = fromBody(body as MessageBody, null);
+      const names = new Map(actors.map((actor) => [actorValue(actor), actor.display_name || actor.key]));
+      return (
+        <MessageView
+          key={message.id}
+          message={message}
+          badge={badgeOf(message, "open", new Set())}
+          selected={false}
+          authorName={names.get(`${message.kind}:${message.key}`) ?? message.key}
+          onSelect={null}
+          onHumanUpdate={noop}
+        />
+      );
+    },
+    [actors],
+  );
+
+  const active = conversations.find((c) => c.id === activeId) ?? null;
+  const tab = (id: Pane, label: string) => (
+    <button
+      type="button"
+      role="tab"
+      id={`pane-tab-${id}`}
+      data-testid={`pane-tab-${id}`}
+      aria-selected={pane === id}
+      aria-controls={`pane-${id}`}
+      class={pane === id ? "active" : ""}
+      onClick={() => setPane(id)}
+    >
+      {label}
+    </button>
+  );
+
   return (
-    <main class="app">
-      <h1>loopd</h1>
-    </main>
+    <div class={`app pane-${pane}`}>
+      <header class="topbar">
+        <h1>loopd</h1>
+        <div class="tabs" role="tablist" aria-label="Panes">
+          {tab("conversations", "Conversations")}
+          {tab("chat", "Chat")}
+          {tab("detail", "Details")}
+        </div>
+      </header>
+      <div class="panes">
+        <section id="pane-conversations" class="pane pane-left" aria-label="Conversations">
+          <ConversationList
+            conversations={conversations}
+            activeId={activeId}
+            hasMore={nextAfter !== null}
+            error={listError}
+            onSelect={selectConversation}
+            onCreate={() => void create().catch(noop)}
+            onRename={rename}
+            onMore={() => void more()}
+          />
+        </section>
+        <main id="pane-chat" class="pane pane-center" aria-label="Chat">
+          <div class="pane-head">
+            <h2 class="chat-title">{active !== null ? conversationTitle(active) : activeId === null ? "No conversation open" : "Conversation"}</h2>
+            {connection === "reconnecting" && <span class="muted" role="status">Reconnecting…</span>}
+          </div>
+          {streamError !== null && (
+            <p class="error" role="alert">
+              {streamError}
+            </p>
+          )}
+          {actorsError !== null && actors.length === 0 && (
+            <p class="error" role="alert">
+              Cannot list responders: {actorsError}
+            </p>
+          )}
+          {view !== null ? (
+            <MessageList
+              view={view}
+              connection={connection}
+              actors={actors}
+              selectedId={selected?.id ?? null}
+              onSelect={selectMessage}
+              onHumanUpdate={onHumanUpdate}
+            />
+          ) : (
+            <div class="message-list">
+              <p class="empty muted">Start a new conversation, pick a responder and ask a question.</p>
+            </div>
+          )}
+          <Composer actors={actors} target={target} onTarget={chooseTarget} onSend={send} />
+        </main>
+        <aside id="pane-detail" class="pane pane-right" aria-label="Details">
+          <DetailPanel taskId={taskId} running={taskRunning} conversationId={activeId} renderMessage={renderDetailMessage as never} />
+        </aside>
+      </div>
+    </div>
   );
 }
+
+export { ActorPicker };

@@ -1,0 +1,133 @@
+// The conversations pane: the list (newest first), "New conversation", and rename in place (Enter saves,
+// Escape cancels). Must not do: fetch (the app passes the actions in).
+import { useEffect, useRef, useState } from "preact/hooks";
+import type { ConversationBody } from "../api";
+
+export interface ConversationListProps {
+  conversations: ConversationBody[];
+  activeId: string | null;
+  hasMore: boolean;
+  error: string | null;
+  onSelect: (id: string) => void;
+  onCreate: () => void;
+  onRename: (id: string, name: string) => Promise<void>;
+  onMore: () => void;
+}
+
+/** The title shown for a conversation. */
+export function conversationTitle(conversation: ConversationBody): string {
+  if (conversation.name.trim() !== "") return conversation.name;
+  const date = new Date(conversation.created_at);
+  return Number.isNaN(date.getTime()) ? "New conversation" : `Conversation of ${date.toLocaleString([], { dateStyle: "medium", timeStyle: "short" })}`;
+}
+
+function RenameInput({ conversation, onDone, onRename }: { conversation: ConversationBody; onDone: () => void; onRename: ConversationListProps["onRename"] }) {
+  const [value, setValue] = useState(conversation.name);
+  const [error, setError] = useState<string | null>(null);
+  const [saving, setSaving] = useState(false);
+  const input = useRef<HTMLInputElement>(null);
+  useEffect(() => {
+    input.current?.focus();
+    input.current?.select();
+  }, []);
+  const save = async () => {
+    setSaving(true);
+    try {
+      await onRename(conversation.id, value.trim());
+      onDone();
+    } catch (failure) {
+      setError(failure instanceof Error ? failure.message : String(failure));
+      setSaving(false);
+    }
+  };
+  return (
+    <div class="rename">
+      <input
+        ref={input}
+        data-testid="conversation-title-input"
+        aria-label="Conversation name"
+        value={value}
+        maxLength={200}
+        disabled={saving}
+        onInput={(event) => setValue((event.currentTarget as HTMLInputElement).value)}
+        onKeyDown={(event) => {
+          if (event.key === "Enter") {
+            event.preventDefault();
+            void save();
+          } else if (event.key === "Escape") {
+            event.preventDefault();
+            onDone();
+          }
+        }}
+        onBlur={() => {
+          if (!saving && error === null) onDone();
+        }}
+      />
+      {error !== null && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+    </div>
+  );
+}
+
+export function ConversationList({ conversations, activeId, hasMore, error, onSelect, onCreate, onRename, onMore }: ConversationListProps) {
+  const [renaming, setRenaming] = useState<string | null>(null);
+  return (
+    <nav class="conversations" aria-label="Conversations">
+      <div class="pane-head">
+        <h2>Conversations</h2>
+        <button type="button" class="primary" data-testid="new-conversation" onClick={onCreate}>
+          New conversation
+        </button>
+      </div>
+      {error !== null && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      <ul data-testid="conversation-list" class="conversation-list">
+        {conversations.map((conversation) => {
+          const active = conversation.id === activeId;
+          return (
+            <li key={conversation.id} class={active ? "active" : ""}>
+              {renaming === conversation.id ? (
+                <RenameInput conversation={conversation} onRename={onRename} onDone={() => setRenaming(null)} />
+              ) : (
+                <div class="conversation-row">
+                  <button
+                    type="button"
+                    class="conversation-item"
+                    data-testid="conversation-item"
+                    data-conversation-id={conversation.id}
+                    aria-current={active ? "true" : undefined}
+                    onClick={() => onSelect(conversation.id)}
+                  >
+                    {conversationTitle(conversation)}
+                  </button>
+                  <button
+                    type="button"
+                    class="icon"
+                    data-testid="rename-conversation"
+                    aria-label={`Rename ${conversationTitle(conversation)}`}
+                    title="Rename"
+                    onClick={() => setRenaming(conversation.id)}
+                  >
+                    ✎
+                  </button>
+                </div>
+              )}
+            </li>
+          );
+        })}
+      </ul>
+      {conversations.length === 0 && error === null && <p class="muted empty">No conversations yet.</p>}
+      {hasMore && (
+        <button type="button" class="link" onClick={onMore}>
+          Load more
+        </button>
+      )}
+    </nav>
+  );
+}

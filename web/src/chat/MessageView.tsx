@@ -1,0 +1,105 @@
+// One chat message: author, badge, blocks; human questions as W2's HumanCard, gates as W2's GateCard.
+// Memoized: it re-renders only when its message (a new object on every change), badge or selection changes.
+import { memo } from "preact/compat";
+import { isRefBlock } from "../agentue";
+import type { MessageBody } from "../api";
+import { GateCard, HumanCard } from "../cards";
+import { Blocks, isGateBlock } from "./Blocks";
+import { BADGE_TEXT, type BadgeStatus } from "./status";
+import { type ChatMessage, toBody } from "./store";
+
+export interface MessageViewProps {
+  message: ChatMessage;
+  badge: BadgeStatus | null;
+  selected: boolean;
+  /** The display name of the message's author (from the actors list), when known. */
+  authorName: string;
+  /** Select the message (its Task goes to the detail panel); null: not selectable (inside the detail panel). */
+  onSelect: ((id: string) => void) | null;
+  onHumanUpdate: (body: MessageBody) => void;
+}
+
+/** The status badge (`status-badge`, `data-status`). */
+export function StatusBadge({ status }: { status: BadgeStatus }) {
+  return (
+    <span class={`badge badge-${status}`} data-testid="status-badge" data-status={status} role="status">
+      {BADGE_TEXT[status]}
+    </span>
+  );
+}
+
+function HumanReply({ message }: { message: ChatMessage }) {
+  const block = message.content?.blocks[0];
+  if (block === undefined || isRefBlock(block)) return null;
+  const outcome = block["outcome"];
+  const value = block["value"];
+  return (
+    <div class="human-reply">
+      {outcome === "dismissed" ? "You dismissed the question." : `You answered: ${typeof value === "string" ? value : ""}`}
+    </div>
+  );
+}
+
+function timeOf(iso: string): string {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? "" : date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate }: MessageViewProps) {
+  const role = message.purpose;
+  const mine = message.kind === "user";
+  const body = message.purpose === "human_request" || hasGates(message) ? toBody(message) : null;
+  const select = () => onSelect?.(message.id);
+  return (
+    <article
+      class={`message role-${role}${mine ? " mine" : ""}${selected ? " selected" : ""}`}
+      data-testid="message"
+      data-message-id={message.id}
+      data-role={role}
+      data-author={`${message.kind}:${message.key}`}
+      data-revision={message.revision}
+      data-task-id={message.task_id ?? undefined}
+      data-status={message.status}
+      aria-label={`${mine ? "You" : authorName}${badge !== null ? `, ${BADGE_TEXT[badge]}` : ""}`}
+    >
+      <header class="message-head">
+        <span class="author">{mine ? "You" : authorName}</span>
+        <time class="muted" dateTime={message.created_at}>
+          {timeOf(message.created_at)}
+        </time>
+        {badge !== null && <StatusBadge status={badge} />}
+        {message.task_id !== null && !mine && onSelect !== null && (
+          <button
+            type="button"
+            class="link details-button"
+            aria-pressed={selected}
+            aria-label={`Show the work behind this ${role === "response" ? "answer" : "message"}`}
+            onClick={select}
+          >
+            {selected ? "Showing details" : "Details"}
+          </button>
+        )}
+      </header>
+      <div class="message-body">
+        {message.purpose === "human_request" && body !== null ? (
+          <HumanCard message={body} onUpdate={(update) => onHumanUpdate(update as unknown as MessageBody)} />
+        ) : message.purpose === "human_reply" ? (
+          <HumanReply message={message} />
+        ) : (
+          <>
+            <Blocks model={message.content} />
+            {body !== null &&
+              (message.content?.blocks ?? []).map((block) =>
+                isGateBlock(block) ? <GateCard key={block.id} message={body} block={block as unknown as Record<string, unknown>} /> : null,
+              )}
+          </>
+        )}
+        {message.content === null && message.status === "streaming" && <div class="muted">…</div>}
+      </div>
+    </article>
+  );
+});
+
+function hasGates(message: ChatMessage): boolean {
+  return message.kind === "harness" && (message.content?.blocks ?? []).some(isGateBlock);
+}
