@@ -29,6 +29,7 @@ from loopd.operators.longhorizon._demo import demo_rules
 from loopd.operators.longhorizon._operator import LongHorizon
 from loopd.operators.longhorizon._resources import Audit, Execution, Run
 from loopd.operators.longhorizon._settings import LongHorizonSettings
+from loopd.operators.longhorizon._store import RunStore
 from loopd.runtime import Message, Result, Runtime, Task, open_runtime
 from loopd.server._composition import RunningServer, UpSettings, open_loop_server
 from loopd.server.storage import HarnessCall
@@ -54,18 +55,32 @@ class Recording:
 class OperatorProcess:
     """One LongHorizon operator (its runtime, its watches), like one `loopd operator longhorizon`."""
 
-    def __init__(self, server: RunningServer, settings: LongHorizonSettings, seen: dict[str, Task]) -> None:
+    def __init__(
+        self,
+        server: RunningServer,
+        settings: LongHorizonSettings,
+        seen: dict[str, Task],
+        *,
+        store: StoreFactory | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._server = server
         self._settings = settings
         self._seen = seen
+        self._store = store
+        self._transport = transport
         self._stack = AsyncExitStack()
         self._run: asyncio.Task[None] | None = None
         self.operator: LongHorizon | None = None
 
     async def __aenter__(self) -> Runtime:
-        rt = await self._stack.enter_async_context(open_runtime(data_dir=self._server.data_dir, request_timeout=15))
+        rt = await self._stack.enter_async_context(
+            open_runtime(data_dir=self._server.data_dir, request_timeout=15, transport=self._transport)
+        )
         await rt.ensure_crds(crds())
         operator = self.operator = LongHorizon(rt, self._settings)
+        if self._store is not None:
+            operator.store = self._store(rt)
         await operator.register()
         rt.task.watch("longhorizon", Recording(operator, self._seen), workers=2)
         rt.watch(Run, operator.collect, workers=1)
@@ -101,7 +116,7 @@ class Rig:
         return self.process.operator
 
     async def restart(self) -> None:
-        """Kill the operator and start another one on the same server."""
+        """Kill the operator and start another one on the same server (plain store, plain transport)."""
         await self.process.kill()
         self.process = OperatorProcess(self.server, self.settings, self.tasks)
         self.rt = await self.process.__aenter__()
@@ -145,6 +160,27 @@ class Rig:
     async def calls(self, owner_uid: str) -> list[HarnessCall]:
         return await self.server.engine.list_by_owner(owner_uid)
 
+    async def reply(self, asked: dict[str, Any], outcome: str, value: str | None = None) -> None:
+        """Answer the Task's pending question as its user (``success`` with ``value``, or ``dismissed``)."""
+        question = await self.pending_question(asked["task_id"])
+        body: dict[str, Any] = {"reply_to_message_id": question.id, "outcome": outcome}
+        if value is not None:
+            body["value"] = value
+        path = f"/v1/conversations/{asked['conversation_id']}/tasks/{asked['task_id']}/replies"
+        answer = await self.http.post(path, json=body)
+        assert answer.status_code == 200, answer.text
+
+    async def pending_question(self, task_id: str, *, timeout: float = 45) -> Message:
+        async def probe() -> Message | None:
+            for message in reversed(await self.messages(task_id)):
+                if message.purpose == "human_request":
+                    state = (await self.http.get(f"/v1/human/{message.id}")).json()
+                    if state["status"] == "pending":
+                        return message
+            return None
+
+        return await eventually(probe, timeout=timeout, what="a question to the user")
+
     async def messages(self, task_id: str) -> list[Message]:
         found: list[Message] = []
         after: str | None = None
@@ -163,6 +199,8 @@ async def rig(
     rules: tuple[DemoRule, ...] = (),
     model: ModelConfig | None = None,
     settings: LongHorizonSettings | None = None,
+    store: StoreFactory | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Rig]:
     up = UpSettings(data_dir=tmp_path / "data", port=0, demo_rules=rules, model=model or ModelConfig())
     lh = settings or LongHorizonSettings(concurrency=2)
@@ -171,7 +209,7 @@ async def rig(
         headers = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=15) as http:
             seen: dict[str, Task] = {}
-            process = OperatorProcess(server, lh, seen)
+            process = OperatorProcess(server, lh, seen, store=store, transport=transport)
             rt = await process.__aenter__()
             state = Rig(server, http, process, rt, lh, seen)
             try:
@@ -181,6 +219,7 @@ async def rig(
 
 
 Reply = Callable[[IncomingRequest], ServerReply]
+StoreFactory = Callable[[Runtime], RunStore]
 
 
 @asynccontextmanager

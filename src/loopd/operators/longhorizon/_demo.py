@@ -6,10 +6,10 @@ text, or a mapping ``{"tool": name, "arguments": {...}}`` that makes the demo mo
 result the rule is called again with the request followed by ``"Tool results so far:"`` and the results. Each rule
 recognises its role's prompt by its header line:
 
-- Manager: with no valid audit, a goal like "Create hello.txt containing hello world" becomes ``cli`` with a plan
-  ``Write file: hello.txt`` / ``Content: hello world`` (any other goal: a plan to write ``goal.md`` holding the goal,
-  since the demo cannot do real work); after a complete, clean audit of this contract version: ``done``; after an
-  incomplete one: the same plan again.
+- Manager: with no valid audit of the current contract version, a goal like "Create hello.txt containing hello
+  world" becomes ``cli`` with a plan ``Write file: hello.txt`` / ``Content: hello world`` (any other goal: a plan to
+  write ``goal.md`` holding the goal, since the demo cannot do real work); after a complete, clean audit of this
+  contract version: ``done``; after an incomplete or stale one: the same plan again.
 - Executor: calls ``write_file`` with the plan's path and content, then reports what the tool answered.
 - Auditor: calls ``read_file`` on the plan's path, then gives a verdict from what it really read: complete and
   clean with the file's text as evidence when the content is there, incomplete with feedback otherwise.
@@ -43,6 +43,8 @@ _FILE_GOAL: Final = re.compile(
 )
 _PLAN_FILE: Final = re.compile(r"^Write file: (?P<path>.+)$", re.M)
 _PLAN_CONTENT: Final = re.compile(r"^Content: (?P<content>.*)$", re.M)
+_CONTRACT_VERSION: Final = re.compile(r"^Round \d+ of a budget of \d+\. Contract version (\d+)\.$", re.M)
+_AUDITED_VERSION: Final = re.compile(r"^Last audit \(of execution \S+, contract version (\d+)\)", re.M)
 _NOTE: Final = "(The demo model scripted this step; set LOOPD_MODEL to a real model for real work.)"
 
 
@@ -87,7 +89,10 @@ def _manager(text: str) -> str | None:
     goal = _section(text, "Goal:")
     path, content = file_task(goal)
     plan = f"Write file: {path}\nContent: {content}"
-    if "complete=true, integrity=clean." in text and "\nLast audit (of execution" in text:
+    version = _CONTRACT_VERSION.search(text)
+    audited = _AUDITED_VERSION.search(text)
+    fresh = version is not None and audited is not None and version.group(1) == audited.group(1)
+    if fresh and "complete=true, integrity=clean." in text:
         return json.dumps(
             {
                 "next": "done",

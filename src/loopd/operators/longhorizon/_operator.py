@@ -239,7 +239,10 @@ class _RunWork:
             past = deadline is not None and self._rt.clock.now() >= deadline
             expired = expire(state, now=self._now(), past_deadline=past)
             following = expired if expired is not state else await self._step(run, state)
-            if isinstance(following, Result):
+            if isinstance(following, Result):  # waiting for a person: look again by then, or at the deadline
+                if deadline is not None and following.requeue_after is not None:
+                    remaining = (deadline - self._rt.clock.now()).total_seconds()
+                    return Result(requeue_after=max(0.05, min(following.requeue_after, remaining)))
                 return following
             if following != state:
                 run = await self._write(run, following)

@@ -1,0 +1,326 @@
+"""The LongHorizon operator against a real loop-server (in process, loopback) and its embedded Kubernetes API.
+
+Scenario rules (`scenarios`) bend the demo model's scripted path by a marker in the goal, so one server runs several
+Runs at once. Durations that must pass (a human timeout, a Run deadline, the retention TTL) are seconds long; every
+wait is for a condition with a deadline, never a timed assertion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loopd.operators.longhorizon import LongHorizonSettings, RunGone, RunStore, StaleRun
+from loopd.operators.longhorizon._resources import RunStatus
+from loopd.resources.client import TASKS
+from loopd.runtime import Runtime
+from tests.operators_longhorizon.rig import HELLO, Rig, rig
+from tests.operators_longhorizon.scenarios import QUESTION, reports, scenario_rules
+from tests.support.waiting import eventually
+
+
+def answer_of(response: dict[str, Any]) -> str:
+    return str(next(b["content"] for b in response["content"]["blocks"] if b["id"] == "answer"))
+
+
+async def status_of(r: Rig, task_id: str) -> RunStatus:
+    run = await r.run(task_id)
+    assert run is not None and run.status is not None
+    return run.status
+
+
+async def test_three_role_correction_and_a_stale_audit_never_produce_done(tmp_path: Path) -> None:
+    async with rig(tmp_path, rules=scenario_rules()) as r:
+        asked = await r.ask(f"{HELLO} [wrong-once] [early-done] [new-contract]")
+        response = await r.finished(asked, timeout=90)
+
+        assert response["status"] == "completed", response
+        status = await status_of(r, asked["task_id"])
+        assert status.phase == "Succeeded" and status.round == 6 and status.contract_version == 2
+        assert status.failures == 0
+        rounds = {record.index: record for record in status.rounds or ()}
+        assert rounds[1].summary.startswith("Audit: incomplete")  # the audit found the wrong content
+        assert rounds[2].summary == "Completion rejected: the last audit found the work incomplete."
+        assert rounds[3].summary.startswith("Audit: complete, integrity clean")
+        assert rounds[4].summary == "Completion rejected: the last audit checked contract version 1, not 2."
+        assert rounds[5].summary.startswith("Audit: complete")  # the new contract audited afresh
+        assert rounds[6].decision == "done"
+        assert status.last_audit is not None and status.last_audit.contract_version == 2
+        assert status.last_audit.execution.name.endswith("-r5")
+        assert sorted(e.spec.round for e in await r.executions()) == [1, 3, 5]
+        assert sorted((a.spec.round, a.spec.contract_version) for a in await r.audits()) == [(1, 1), (3, 1), (5, 2)]
+        assert reports(await r.messages(asked["task_id"])) == [
+            ("manager", 1), ("executor", 1), ("auditor", 1),
+            ("manager", 2),
+            ("manager", 3), ("executor", 3), ("auditor", 3),
+            ("manager", 4),
+            ("manager", 5), ("executor", 5), ("auditor", 5),
+            ("manager", 6),
+        ]  # fmt: skip
+
+
+async def test_human_answers_and_fallbacks(tmp_path: Path) -> None:
+    settings = LongHorizonSettings(concurrency=4, human_timeout=3)
+    async with rig(tmp_path, rules=scenario_rules(), settings=settings) as r:
+        answered = await r.ask(f"{HELLO} [ask]")
+        dismissed = await r.ask(f"{HELLO} [ask] (dismiss)")
+        ignored = await r.ask(f"{HELLO} [ask] (ignore)")
+        junk = await r.ask(f"{HELLO} [junk]")
+
+        await r.reply(answered, "success", "hi")
+        await r.reply(dismissed, "dismissed")
+        await r.reply(junk, "success", "declined")  # three invalid decisions: "Continue?" → Finish here
+
+        done = await r.finished(answered, timeout=60)
+        assert done["status"] == "completed" and answer_of(done).startswith("Done in round 3")
+        status = await status_of(r, answered["task_id"])
+        assert status.guidance == f"Question: {QUESTION}\nAnswer: hi"
+        assert [(x.index, x.decision) for x in status.rounds or ()][:1] == [(1, "ask")]
+
+        stopped = await r.finished(dismissed)
+        assert stopped["status"] == "completed"
+        assert answer_of(stopped) == "Stopped in round 1: Stopped in round 1: the question to you was dismissed."
+        timed_out = await r.finished(ignored, timeout=60)
+        assert "the question to you timed out" in answer_of(timed_out)
+        assert (await status_of(r, ignored["task_id"])).phase == "Stopped"
+
+        failed = await r.finished(junk)
+        assert "3 failures in a row and you chose to finish" in answer_of(failed)
+        junk_status = await status_of(r, junk["task_id"])
+        assert junk_status.phase == "Stopped" and junk_status.failures == 3
+        assert all(x.summary.startswith("Invalid decision: the decision is not JSON") for x in junk_status.rounds or ())
+        assert junk_status.human_reason is None and not any(
+            c.type == "WaitingForHuman" and c.status == "True" for c in junk_status.conditions or ()
+        )
+
+
+async def test_past_the_budget_the_user_stops_or_continues_with_25_more_rounds(tmp_path: Path) -> None:
+    async with rig(tmp_path, rules=scenario_rules(), settings=LongHorizonSettings(max_rounds=1)) as r:
+        declined = await r.ask(f"{HELLO} [wrong-always]")
+        accepted = await r.ask(f"{HELLO} [wrong-once]")
+
+        await r.reply(declined, "success", "declined")
+        await r.reply(accepted, "success", "accepted")
+
+        stopped = await r.finished(declined, timeout=60)
+        assert "the round budget is spent and you chose to finish" in answer_of(stopped)
+        assert (await status_of(r, declined["task_id"])).budget == 1
+        done = await r.finished(accepted, timeout=60)
+        assert answer_of(done).startswith("Done in round 3")
+        status = await status_of(r, accepted["task_id"])
+        assert status.budget == 26 and status.phase == "Succeeded"
+        run = await r.run(accepted["task_id"])
+        assert run is not None and run.spec.deadline_at is not None  # the deadline is the spec's: never extended
+
+
+async def test_the_deadline_fails_the_run_and_the_retention_ttl_deletes_it_with_its_children(tmp_path: Path) -> None:
+    settings = LongHorizonSettings(run_timeout=8, retention_ttl=1, human_timeout=600)
+    async with rig(tmp_path, rules=scenario_rules(), settings=settings) as r:
+        asked = await r.ask(f"{HELLO} [ask-r2]")  # round 1 works, round 2 asks and nobody answers
+        await r.pending_question(asked["task_id"])
+        assert [e.spec.round for e in await r.executions()] == [1]
+
+        response = await r.finished(asked, timeout=60)
+
+        assert response["status"] == "failed"
+        assert "Deadline exceeded in round 2 (WaitingForHuman)" in answer_of(response)
+        assert "longhorizon_failed" in json.dumps(response["content"])
+        await eventually(lambda: _gone(r, asked["task_id"]), timeout=30, what="the Run to be deleted")
+        assert await r.executions() == [] and await r.audits() == []  # garbage-collected with it
+
+
+async def _gone(r: Rig, name: str) -> bool:
+    return await r.run(name) is None
+
+
+class FlakyEnds(httpx.AsyncBaseTransport):
+    """Fails the first ``failures`` requests that end an output (as if the server could not be reached)."""
+
+    def __init__(self, failures: int) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self.left = failures
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST" and request.url.path.endswith("/end") and self.left > 0:
+            self.left -= 1
+            raise httpx.ConnectError("injected: the output's end did not reach the server", request=request)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class CheckedStore(RunStore):
+    """Checks, at every status write that records a report, that the report has ended (the end comes first)."""
+
+    def __init__(self, rt: Runtime, task_ids: list[str], problems: list[str]) -> None:
+        super().__init__(rt)
+        self._rt = rt
+        self._task_ids = task_ids
+        self._problems = problems
+
+    async def write_run_status(self, run: Any, status: RunStatus) -> Any:
+        ids = {i for record in status.rounds or () for i in record.messages or ()}
+        ids |= {status.manager_message_id} - {None}  # type: ignore[arg-type]
+        if ids and self._task_ids:
+            messages = {m.id: m for m in await self._rt.task.messages(self._task_ids[0], limit=100)}
+            self._problems += [
+                f"{i} is {messages[i].status}" for i in ids if i in messages and messages[i].status != "completed"
+            ]
+        return await super().write_run_status(run, status)
+
+
+async def test_a_report_whose_end_keeps_failing_is_retried_until_it_lands(tmp_path: Path) -> None:
+    flaky = FlakyEnds(failures=9)  # three requests of three tries each: the step's reconcile fails three times
+    task_ids: list[str] = []
+    problems: list[str] = []
+    async with rig(
+        tmp_path,
+        rules=scenario_rules(),
+        transport=flaky,
+        store=lambda rt: CheckedStore(rt, task_ids, problems),
+    ) as r:
+        asked = await r.ask(HELLO)
+        task_ids.append(asked["task_id"])
+        response = await r.finished(asked, timeout=90)
+
+        assert response["status"] == "completed" and flaky.left == 0
+        assert reports(await r.messages(asked["task_id"])) == [
+            ("manager", 1), ("executor", 1), ("auditor", 1), ("manager", 2),
+        ]  # fmt: skip
+        assert problems == []  # no status named a report that had not ended
+
+
+class HangingStore(RunStore):
+    """Holds the first status write into ``phase`` until ``killed`` is set, then fails it: the operator dies there
+    (set just before the kill, so the runtime's drain does not wait for this reconcile)."""
+
+    def __init__(self, rt: Runtime, phase: str, reached: asyncio.Event, killed: asyncio.Event) -> None:
+        super().__init__(rt)
+        self._phase = phase
+        self._reached = reached
+        self._killed = killed
+
+    async def write_run_status(self, run: Any, status: RunStatus) -> Any:
+        if status.phase == self._phase:
+            self._reached.set()
+            await self._killed.wait()
+            raise StaleRun("injected: the operator died before this status write")
+        return await super().write_run_status(run, status)
+
+
+async def test_a_restart_rewrites_the_status_without_repeating_a_report_or_a_call(tmp_path: Path) -> None:
+    reached, killed = asyncio.Event(), asyncio.Event()
+    async with rig(
+        tmp_path, rules=scenario_rules(), store=lambda rt: HangingStore(rt, "Auditing", reached, killed)
+    ) as r:
+        asked = await r.ask(HELLO)
+        await asyncio.wait_for(reached.wait(), timeout=45)  # the Executor's report ended; its status not written
+        status = await status_of(r, asked["task_id"])
+        assert status.phase == "Executing"
+
+        killed.set()
+        await r.restart()
+        response = await r.finished(asked, timeout=60)
+
+        assert response["status"] == "completed"
+        assert Counter(reports(await r.messages(asked["task_id"]))) == Counter(
+            {("manager", 1): 1, ("executor", 1): 1, ("auditor", 1): 1, ("manager", 2): 1}
+        )
+        run = await r.run(asked["task_id"])
+        assert run is not None
+        keys = Counter(c.effect_key.split("/round/")[1] for c in await r.calls(str(run.metadata.uid)))
+        assert keys == Counter({"1/manager": 1, "1/executor": 1, "1/auditor": 1, "2/manager": 1})
+
+
+class CheckpointStore(RunStore):
+    """Holds the write into Auditing until ``posted`` is set, and fails the first write that commits follow-ups."""
+
+    def __init__(self, rt: Runtime, posted: asyncio.Event, failed: list[str]) -> None:
+        super().__init__(rt)
+        self._posted = posted
+        self._failed = failed
+
+    async def write_run_status(self, run: Any, status: RunStatus) -> Any:
+        if status.phase == "Auditing":
+            await self._posted.wait()
+        if status.input_through and not self._failed:
+            self._failed.append(status.input_through)
+            raise StaleRun("injected: the commit of the follow-ups failed")
+        return await super().write_run_status(run, status)
+
+
+async def test_followups_are_checkpointed_once_even_when_their_commit_fails(tmp_path: Path) -> None:
+    posted = asyncio.Event()
+    failed: list[str] = []
+    async with rig(tmp_path, rules=scenario_rules(), store=lambda rt: CheckpointStore(rt, posted, failed)) as r:
+        asked = await r.ask(HELLO)
+        await eventually(lambda: _in_phase(r, asked["task_id"], "Executing"), what="the Run to execute")
+        followup = await r.ask("Also say it politely.", conversation=asked["conversation_id"])
+        posted.set()
+
+        response = await r.finished(asked, timeout=60)
+        taken = await r.finished(followup)
+
+        assert response["status"] == "completed"
+        status = await status_of(r, asked["task_id"])
+        assert failed == [followup["input"]["id"]]  # the first commit failed …
+        assert status.input_message_ids == [asked["input"]["id"], followup["input"]["id"]]  # … taken once
+        assert status.guidance == "Follow-up from the user: Also say it politely."
+        assert status.round == 3  # the follow-up voided round 1's audit: round 2 worked again, round 3 is done
+        assert "taken as guidance by the LongHorizon run" in answer_of(taken)
+        assert await r.run(followup["task_id"]) is None  # no Run of its own
+
+
+async def _in_phase(r: Rig, name: str, phase: str) -> bool:
+    run = await r.run(name)
+    return run is not None and run.status is not None and run.status.phase == phase
+
+
+async def test_a_task_deleted_mid_run_takes_its_run_along_and_the_operator_stops(tmp_path: Path) -> None:
+    reached, release = asyncio.Event(), asyncio.Event()
+    stopped: list[str] = []
+    async with rig(tmp_path, rules=scenario_rules(), store=lambda rt: GatedStore(rt, reached, release, stopped)) as r:
+        asked = await r.ask(HELLO)
+        await asyncio.wait_for(reached.wait(), timeout=45)  # the Manager decided; Executing not written yet
+        run = await r.run(asked["task_id"])
+        assert run is not None
+
+        client = await r.rt.resource_client()
+        await client.delete(TASKS, asked["task_id"], namespace="default")  # as when its conversation goes
+        await eventually(lambda: _gone(r, asked["task_id"]), what="the Run to be garbage-collected")
+        release.set()
+
+        await eventually(lambda: _true(bool(stopped)), what="the operator to find the Run gone")
+        keys = [c.effect_key.split("/round/")[1] for c in await r.calls(str(run.metadata.uid))]
+        assert keys == ["1/manager"]  # nothing started after the Run went away
+        assert stopped == ["gone"]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+class GatedStore(RunStore):
+    """Holds the first write into Executing until ``release`` is set; notes when a write finds the Run gone."""
+
+    def __init__(self, rt: Runtime, reached: asyncio.Event, release: asyncio.Event, stopped: list[str]) -> None:
+        super().__init__(rt)
+        self._reached = reached
+        self._release = release
+        self._stopped = stopped
+
+    async def write_run_status(self, run: Any, status: RunStatus) -> Any:
+        if status.phase == "Executing":
+            self._reached.set()
+            await self._release.wait()
+        try:
+            return await super().write_run_status(run, status)
+        except RunGone:
+            self._stopped.append("gone")
+            raise
