@@ -156,6 +156,18 @@ async def test_harness_prompt_reattaches_streams_and_reports_its_value(rt: Runti
     assert (await rt.harness.get(call.id)).state.id == call.id
 
 
+async def test_harness_prompt_with_wait_returns_the_ended_call_in_one_request(rt: Runtime) -> None:
+    task_id = await _question(rt)
+    call = await rt.harness.prompt("owner-w", "plan/0", "assistant", "say hi", task_id=task_id, wait=20)
+    assert call.state.terminal and call.state.succeeded and "say hi" in call.state.text
+    assert (await call.wait(timeout=1)).id == call.id  # ended already: no waiting
+    replay = await rt.harness.prompt("owner-w", "plan/0", "assistant", "say hi", task_id=task_id)
+    assert replay.id == call.id and replay.state.terminal  # wait is not one of the call's parameters
+    for wait in (-1.0, 31.0):
+        with pytest.raises(InvalidRequest):
+            await rt.harness.prompt("owner-w", "plan/1", "assistant", "x", task_id=task_id, wait=wait)
+
+
 async def test_a_cancelled_call_ends_cancelled(rt: Runtime) -> None:
     task_id = await _question(rt)
     context = await rt.task.get(task_id)

@@ -29,7 +29,7 @@ Must not import: loopd.server, loopd.harness, loopd.cli (an import-linter contra
 from loopd.resources.reconcile import LeaderElection, PermanentError, Result, TemporaryError
 
 from ._chat import ANSWER_BLOCK, TEXT_BLOCK, ChatVerbs, Emitted, Output
-from ._client import Endpoint, ServerClient, find_endpoint
+from ._client import MAX_WAIT, Endpoint, ServerClient, find_endpoint
 from ._domain import (
     CRDS,
     DomainReconciler,
@@ -73,6 +73,7 @@ from ._tasks import Task, TaskReconcileFunction, TaskReconciler, TaskVerbs
 __all__ = [
     "ANSWER_BLOCK",
     "CRDS",
+    "MAX_WAIT",
     "TEXT_BLOCK",
     "TOOLS_PROFILES",
     "AlreadyExists",

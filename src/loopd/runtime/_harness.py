@@ -18,7 +18,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock
 from loopd._infra.sse import read_sse
 
-from ._client import ServerClient
+from ._client import MAX_WAIT, ServerClient
 from ._errors import InvalidRequest, Unavailable
 from ._records import TOOLS_PROFILES, CallState, Message, ToolsProfile
 
@@ -146,6 +146,7 @@ class HarnessVerbs:
         conversation_id: str | None = None,
         message_id: str | None = None,
         params: Mapping[str, Any] | None = None,
+        wait: float = 0.0,
     ) -> Call:
         """Start the harness call identified by ``(owner_uid, effect_key)`` — or re-attach to it: the same identity
         with the same parameters is the same call (a restarted operator finds its work), other parameters are
@@ -157,7 +158,9 @@ class HarnessVerbs:
         ``tools`` its tools profile: ``none`` (no tools), ``read`` (read_file, list_dir, glob, grep) or ``write``
         (those plus write_file, edit_file, bash), allowed inside that workspace without a gate prompt (bash only in a
         confining sandbox); read and write need a workspace. Both are part of the call's parameters. ``params``
-        travel with them; ``history`` is ``(kind, key, text)`` items or ``Message``s."""
+        travel with them; ``history`` is ``(kind, key, text)`` items or ``Message``s. ``wait`` (seconds, at most
+        30) answers only once the call has ended or that time has passed — a start and a first `Call.wait` in one
+        request, for a caller that waits on this call alone; it is not one of the call's parameters."""
         if output is not None and task_id is None:
             raise InvalidRequest("output='work' needs the task_id whose work conversation receives it")
         if tools is not None and tools not in TOOLS_PROFILES:
@@ -179,11 +182,16 @@ class HarnessVerbs:
         }
         if output is not None:
             body["output"] = output
+        if not 0 <= wait <= MAX_WAIT:
+            raise InvalidRequest(f"wait must be between 0 and {MAX_WAIT:g} seconds, not {wait!r}")
+        if wait > 0:
+            body["wait"] = wait
         state = await self._client.request(
             "POST",
             "/v1/harness/calls",
             json={k: v for k, v in body.items() if v is not None},
             idempotent=True,  # by (owner_uid, effect_key)
+            timeout=wait + self._client.request_timeout if wait > 0 else None,
             what=f"harness call {effect_key!r}",
         )
         return Call(self._client, self._clock, CallState.from_json(state))

@@ -42,6 +42,7 @@ from loopd.operators.router._prompts import (
 from loopd.operators.router._settings import RouterSettings
 from loopd.operators.router._texts import result_text
 from loopd.runtime import (
+    MAX_WAIT,
     Call,
     CallState,
     Conflict,
@@ -258,13 +259,13 @@ class _TaskWork:
         return [Evidence(task, results[key]) for key, task, _ in calls]
 
     async def _ask(self, key: str, prompt: str, *, empty_ok: bool = False) -> str:
-        """Start (or re-attach to) one call and wait for its text."""
-        call = await self._start(key, prompt)
+        """Start (or re-attach to) one call and wait for its text (the start's own request waits already)."""
+        call = await self._start(key, prompt, wait=min(float(self._settings.call_timeout), MAX_WAIT))
         results: dict[str, str] = {}
         await self._finished_text(key, call, results, empty_ok=empty_ok)
         return results[key]
 
-    async def _start(self, key: str, prompt: str) -> Call:
+    async def _start(self, key: str, prompt: str, *, wait: float = 0.0) -> Call:
         try:
             call = await self._rt.harness.prompt(
                 self._task.uid,
@@ -274,6 +275,7 @@ class _TaskWork:
                 task_id=self._task.id,
                 timeout=float(self._settings.call_timeout),
                 output="work",
+                wait=wait,
             )
         except Conflict as exc:
             raise TaskFailed(

@@ -125,6 +125,14 @@ class StartCallBody(_Body):
         "and bash. Allowed without asking inside the workspace (bash only under a confining sandbox). read and "
         "write need a workspace; with a workspace the default is read.",
     )
+    wait: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_WAIT,
+        allow_inf_nan=False,
+        description="Seconds to wait for the call to end before answering (0: at once), like GET .../wait right "
+        "after the start, in one request; not one of the call's parameters. The call runs on either way.",
+    )
 
 
 class GateAnswerBody(_Body):
@@ -213,7 +221,8 @@ def engine_router(
     @router.post("", status_code=202)
     async def start_call(body: StartCallBody, caller: Annotated[Identity, Depends(trusted_identity)]) -> CallBody:
         """Start a harness call, or get the one with this identity (same parameters); 409 if they differ, 429
-        when this server's slots are full (nothing is created then)."""
+        when this server's slots are full (nothing is created then). With ``wait``, answer once the call has
+        ended or ``wait`` seconds have passed (check ``phase``)."""
         conversation_id = body.conversation_id
         if body.output == "work":
             if body.task_id is None or body.conversation_id is not None or body.message_id is not None:
@@ -258,7 +267,10 @@ def engine_router(
             workspace=None if body.workspace is None else f"{caller.kind}/{caller.key}/{body.workspace}",
             tools=body.tools,
         )
-        return call_body(await engine.start(request))
+        call = await engine.start(request)
+        if body.wait > 0 and not call.is_terminal:
+            call = await engine.wait(call.id, body.wait, stop=stopping)
+        return call_body(call)
 
     @router.get("/{call_id}")
     async def get_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:
