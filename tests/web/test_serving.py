@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from loopd.server.app import create_server_app
 from loopd.server.http import human_key
 from loopd.server.webui import CONTENT_SECURITY_POLICY, DIST_DIR
+from tests.docs._doctest import loopd_in_prose
 from tests.server_http.support import Rig, error_of
 
 REMOTE_PEER = ("192.0.2.9", 50000)
@@ -109,6 +110,7 @@ async def test_without_a_build_root_says_how_to_make_it(rig: Rig, tmp_path: Path
     cookie = re.match(r"loopd-human=([0-9a-f]{64}); ", page.headers["set-cookie"])
     assert cookie is not None
     assert human_key(cookie.group(1)) in page.text  # whom this browser is, as the placeholder said
+    assert ["chat", "hello"] in loopd_in_prose(page.text)  # a command that works meanwhile (tests/docs runs it)
     assert (await client.get("/assets/index.js")).status_code == 404
     remote = await browser(rig, app_over(rig, tmp_path / "nothing-here"), remote=True).get("/")
     assert "set-cookie" not in remote.headers and "signin-link" in remote.text

@@ -61,7 +61,9 @@ _MISSING: Final = """<!doctype html>
 <pre>make web</pre>
 <p>(it runs <code>npm ci</code> and <code>npm run build</code> in <code>web/</code>, which writes
 <code>src/loopd/server/webui/dist/</code>; <code>make run</code> does it for you), then reload this page.
-Meanwhile use the CLI (<code>loopd chat "hello"</code>) or the HTTP API described at <a href="/docs">/docs</a>.</p>
+Meanwhile use the CLI (it asks the Router; the answer streams back):</p>
+<pre>loopd chat "hello"</pre>
+<p>or the HTTP API described at <a href="/docs">/docs</a>.</p>
 <p>Your browser identity here is <code>{identity}</code> (kept in the <code>{cookie}</code> cookie).</p>
 </main>
 </body></html>
