@@ -7,6 +7,7 @@ A python block of docs/operators.md is preceded by a directive saying how it run
     <!-- operators-example: program key=K question="Q" expect="E" -->                    main(data_dir) runs the
                                        operator (with the classes of the blocks above) until the answer came
     <!-- operators-example: top-level -->           top-level await, with DATA_DIR, SERVER_URL, ECHO_TOKEN, KUBECONFIG
+    <!-- operators-example: definitions -->         classes used by the blocks below it (a program runs them)
 """
 
 from __future__ import annotations
@@ -117,8 +118,12 @@ async def _answered(user: User, asked: dict[str, Any]) -> dict[str, Any]:
 async def test_the_guides_example_runs(example: Example, server: RunningServer, user: User, tmp_path: Path) -> None:
     namespace: dict[str, Any] = {"__name__": "operators_guide"}
     for earlier in examples():  # a program uses the classes defined above it
-        if earlier.line < example.line and earlier.mode == "class":
-            exec(compile(earlier.code, f"{GUIDE}:{earlier.line}", "exec"), namespace)
+        if earlier.line < example.line and earlier.mode in ("class", "definitions"):
+            # dont_inherit: the guide's code runs as written, without this file's `from __future__` imports
+            exec(compile(earlier.code, f"{GUIDE}:{earlier.line}", "exec", dont_inherit=True), namespace)
+    if example.mode == "definitions":
+        exec(compile(example.code, f"{GUIDE}:{example.line}", "exec", dont_inherit=True), namespace)
+        return
     if example.mode == "top-level":
         made = await user.http.post("/v1/tokens", json={"actor": "operator:echo"})
         namespace.update(
