@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
+import type { JsonObject } from "../agentue";
 import { HttpError, type MessageBody } from "../detail/http";
 import { click, deferred, FakeApi, type Mounted, mount, press, type } from "../detail/testing";
 import { CHOICES, gateMessage, questionMessage } from "./fixtures";
@@ -14,8 +15,8 @@ afterEach(() => {
 });
 
 function answeredTo(message: MessageBody, patch: Record<string, unknown>): MessageBody {
-  const [block] = message.content.blocks ?? [];
-  return { ...message, revision: message.revision + 1, content: { ...message.content, blocks: [{ ...block, ...patch }] } };
+  const [block] = (message.content["blocks"] ?? []) as JsonObject[];
+  return { ...message, revision: message.revision + 1, content: { ...message.content, blocks: [{ ...block, ...(patch as JsonObject) }] } };
 }
 
 describe("HumanCard: ask", () => {

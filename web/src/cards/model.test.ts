@@ -1,3 +1,4 @@
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import { CHOICES, gateMessage, questionMessage } from "./fixtures";
 import { askValue, cardState, gateBlocks, gateOf, gateState, newerMessage, outcomeText, questionOf } from "./model";

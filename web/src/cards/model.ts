@@ -88,8 +88,8 @@ function choices(value: unknown): Choice[] {
 }
 
 function blocksOf(message: Pick<MessageBody, "content">): Block[] {
-  const blocks = message.content?.blocks;
-  return Array.isArray(blocks) ? blocks.filter((b): b is Block => typeof b === "object" && b !== null) : [];
+  const blocks: unknown = (message.content as Record<string, unknown> | null | undefined)?.["blocks"];
+  return Array.isArray(blocks) ? (blocks as unknown[]).filter((b): b is Block => typeof b === "object" && b !== null && !Array.isArray(b)) : [];
 }
 
 /** True for a `human_request` message (a question to the user). */

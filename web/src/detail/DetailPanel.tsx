@@ -60,14 +60,15 @@ function textOf(block: Record<string, unknown>): string {
 
 /** The built-in message renderer: text, tool calls folded, results, gates and questions as cards. */
 export function DefaultMessage({ message, api }: { message: MessageBody; api?: Api }): JSX.Element {
-  const blocks = (message.content.blocks ?? []) as Record<string, unknown>[];
+  const raw: unknown = message.content["blocks"];
+  const blocks = Array.isArray(raw) ? (raw as unknown[]).filter((b): b is Record<string, unknown> => typeof b === "object" && b !== null) : [];
   const cardApi = api ? { api } : {};
   return (
     <article
       class="w2-message"
       data-testid="message"
       data-message-id={message.id}
-      data-role={message.kind === "user" ? "user" : "assistant"}
+      data-role={message.purpose}
       data-author={`${message.kind}:${message.key}`}
       data-revision={String(message.revision)}
       data-task-id={message.task_id ?? ""}

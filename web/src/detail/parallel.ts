@@ -45,7 +45,7 @@ export interface LayoutMessage {
   readonly status?: string;
   readonly created_at?: string | null;
   readonly updated_at?: string | null;
-  readonly content?: { readonly meta?: Record<string, unknown> | null } | null;
+  readonly content?: unknown;
 }
 
 function parseTime(text: string | null | undefined): number | null {
@@ -73,7 +73,9 @@ export function messageInterval(message: LayoutMessage, now?: number): Interval 
  */
 export function messageActor(message: LayoutMessage): string {
   const base = `${message.kind}:${message.key}`;
-  const effect = message.content?.meta?.["effect_key"];
+  const content = message.content;
+  const meta = typeof content === "object" && content !== null ? (content as Record<string, unknown>)["meta"] : undefined;
+  const effect = typeof meta === "object" && meta !== null ? (meta as Record<string, unknown>)["effect_key"] : undefined;
   return typeof effect === "string" && effect !== "" ? `${base}/${effect}` : base;
 }
 
