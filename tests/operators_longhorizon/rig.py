@@ -35,7 +35,7 @@ from loopd.server._composition import RunningServer, UpSettings, open_loop_serve
 from loopd.server.storage import HarnessCall
 from tests.support.waiting import eventually
 
-__all__ = ["HELLO", "Rig", "demo_rules", "rig", "scripted_model"]
+__all__ = ["HELLO", "Rig", "Served", "attached", "demo_rules", "rig", "scripted_model", "served"]
 
 HELLO = "Create hello.txt containing hello world"
 
@@ -151,11 +151,11 @@ class Rig:
 
         return await eventually(probe, timeout=timeout, what=what)
 
-    async def executions(self) -> list[Execution]:
-        return await self.rt.resources(Execution).list()
+    async def executions(self, run: str) -> list[Execution]:
+        return [e for e in await self.rt.resources(Execution).list() if e.spec.run == run]
 
-    async def audits(self) -> list[Audit]:
-        return await self.rt.resources(Audit).list()
+    async def audits(self, run: str) -> list[Audit]:
+        return [a for a in await self.rt.resources(Audit).list() if a.spec.run == run]
 
     async def calls(self, owner_uid: str) -> list[HarnessCall]:
         return await self.server.engine.list_by_owner(owner_uid)
@@ -192,6 +192,47 @@ class Rig:
             after = page[-1].id
 
 
+@dataclass
+class Served:
+    """A running loop-server and an admin HTTP client to it (shared by the operators of several tests)."""
+
+    server: RunningServer
+    http: httpx.AsyncClient
+
+
+@asynccontextmanager
+async def served(
+    tmp_path: Path, *, rules: tuple[DemoRule, ...] = (), model: ModelConfig | None = None
+) -> AsyncIterator[Served]:
+    """A loop-server on loopback whose demo model knows ``rules``."""
+    up = UpSettings(data_dir=tmp_path / "data", port=0, demo_rules=rules, model=model or ModelConfig())
+    async with open_loop_server(up) as server:
+        token = server.token_file.read_text().strip()
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=15) as http:
+            yield Served(server, http)
+
+
+@asynccontextmanager
+async def attached(
+    on: Served,
+    *,
+    settings: LongHorizonSettings | None = None,
+    store: StoreFactory | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[Rig]:
+    """A LongHorizon operator on ``on``'s server for the block (stopped at its end)."""
+    lh = settings or LongHorizonSettings(concurrency=2)
+    seen: dict[str, Task] = {}
+    process = OperatorProcess(on.server, lh, seen, store=store, transport=transport)
+    rt = await process.__aenter__()
+    state = Rig(on.server, on.http, process, rt, lh, seen)
+    try:
+        yield state
+    finally:
+        await state.process.__aexit__()
+
+
 @asynccontextmanager
 async def rig(
     tmp_path: Path,
@@ -202,20 +243,12 @@ async def rig(
     store: StoreFactory | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> AsyncIterator[Rig]:
-    up = UpSettings(data_dir=tmp_path / "data", port=0, demo_rules=rules, model=model or ModelConfig())
-    lh = settings or LongHorizonSettings(concurrency=2)
-    async with open_loop_server(up) as server:
-        token = server.token_file.read_text().strip()
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=15) as http:
-            seen: dict[str, Task] = {}
-            process = OperatorProcess(server, lh, seen, store=store, transport=transport)
-            rt = await process.__aenter__()
-            state = Rig(server, http, process, rt, lh, seen)
-            try:
-                yield state
-            finally:
-                await state.process.__aexit__()
+    """A server of its own with an operator attached."""
+    async with (
+        served(tmp_path, rules=rules, model=model) as on,
+        attached(on, settings=settings, store=store, transport=transport) as r,
+    ):
+        yield r
 
 
 Reply = Callable[[IncomingRequest], ServerReply]

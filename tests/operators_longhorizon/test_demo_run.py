@@ -49,7 +49,7 @@ async def test_the_demo_run_writes_hello_txt_audits_it_and_succeeds(tmp_path: Pa
         ]
         assert all(m.status == "completed" for m in reports)
         assert {m.conversation_id for m in reports} != {asked["conversation_id"]}
-        [execution] = await r.executions()
-        [audit] = await r.audits()
+        [execution] = await r.executions(task_id)
+        [audit] = await r.audits(task_id)
         assert execution.status is not None and execution.status.phase == "Completed"
         assert audit.status is not None and audit.status.verdict is not None and audit.status.verdict.complete

@@ -10,18 +10,29 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
+import pytest_asyncio
 
 from loopd.operators.longhorizon import LongHorizonSettings, RunGone, RunStore, StaleRun
 from loopd.operators.longhorizon._resources import RunStatus
 from loopd.resources.client import TASKS
 from loopd.runtime import Runtime
-from tests.operators_longhorizon.rig import HELLO, Rig, rig
+from tests.operators_longhorizon.rig import HELLO, Rig, Served, attached, served
 from tests.operators_longhorizon.scenarios import QUESTION, reports, scenario_rules
 from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def on(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    """One loop-server for the module (its demo model taught the scenario rules); each test attaches its operator."""
+    async with served(tmp_path_factory.mktemp("longhorizon"), rules=scenario_rules()) as server:
+        yield server
 
 
 def answer_of(response: dict[str, Any]) -> str:
@@ -34,8 +45,8 @@ async def status_of(r: Rig, task_id: str) -> RunStatus:
     return run.status
 
 
-async def test_three_role_correction_and_a_stale_audit_never_produce_done(tmp_path: Path) -> None:
-    async with rig(tmp_path, rules=scenario_rules()) as r:
+async def test_three_role_correction_and_a_stale_audit_never_produce_done(on: Served) -> None:
+    async with attached(on) as r:
         asked = await r.ask(f"{HELLO} [wrong-once] [early-done] [new-contract]")
         response = await r.finished(asked, timeout=90)
 
@@ -52,8 +63,12 @@ async def test_three_role_correction_and_a_stale_audit_never_produce_done(tmp_pa
         assert rounds[6].decision == "done"
         assert status.last_audit is not None and status.last_audit.contract_version == 2
         assert status.last_audit.execution.name.endswith("-r5")
-        assert sorted(e.spec.round for e in await r.executions()) == [1, 3, 5]
-        assert sorted((a.spec.round, a.spec.contract_version) for a in await r.audits()) == [(1, 1), (3, 1), (5, 2)]
+        assert sorted(e.spec.round for e in await r.executions(asked["task_id"])) == [1, 3, 5]
+        assert sorted((a.spec.round, a.spec.contract_version) for a in await r.audits(asked["task_id"])) == [
+            (1, 1),
+            (3, 1),
+            (5, 2),
+        ]
         assert reports(await r.messages(asked["task_id"])) == [
             ("manager", 1), ("executor", 1), ("auditor", 1),
             ("manager", 2),
@@ -64,9 +79,9 @@ async def test_three_role_correction_and_a_stale_audit_never_produce_done(tmp_pa
         ]  # fmt: skip
 
 
-async def test_human_answers_and_fallbacks(tmp_path: Path) -> None:
+async def test_human_answers_and_fallbacks(on: Served) -> None:
     settings = LongHorizonSettings(concurrency=4, human_timeout=3)
-    async with rig(tmp_path, rules=scenario_rules(), settings=settings) as r:
+    async with attached(on, settings=settings) as r:
         answered = await r.ask(f"{HELLO} [ask]")
         dismissed = await r.ask(f"{HELLO} [ask] (dismiss)")
         ignored = await r.ask(f"{HELLO} [ask] (ignore)")
@@ -99,8 +114,8 @@ async def test_human_answers_and_fallbacks(tmp_path: Path) -> None:
         )
 
 
-async def test_past_the_budget_the_user_stops_or_continues_with_25_more_rounds(tmp_path: Path) -> None:
-    async with rig(tmp_path, rules=scenario_rules(), settings=LongHorizonSettings(max_rounds=1)) as r:
+async def test_past_the_budget_the_user_stops_or_continues_with_25_more_rounds(on: Served) -> None:
+    async with attached(on, settings=LongHorizonSettings(max_rounds=1)) as r:
         declined = await r.ask(f"{HELLO} [wrong-always]")
         accepted = await r.ask(f"{HELLO} [wrong-once]")
 
@@ -118,12 +133,12 @@ async def test_past_the_budget_the_user_stops_or_continues_with_25_more_rounds(t
         assert run is not None and run.spec.deadline_at is not None  # the deadline is the spec's: never extended
 
 
-async def test_the_deadline_fails_the_run_and_the_retention_ttl_deletes_it_with_its_children(tmp_path: Path) -> None:
+async def test_the_deadline_fails_the_run_and_the_retention_ttl_deletes_it_with_its_children(on: Served) -> None:
     settings = LongHorizonSettings(run_timeout=8, retention_ttl=1, human_timeout=600)
-    async with rig(tmp_path, rules=scenario_rules(), settings=settings) as r:
+    async with attached(on, settings=settings) as r:
         asked = await r.ask(f"{HELLO} [ask-r2]")  # round 1 works, round 2 asks and nobody answers
         await r.pending_question(asked["task_id"])
-        assert [e.spec.round for e in await r.executions()] == [1]
+        assert [e.spec.round for e in await r.executions(asked["task_id"])] == [1]
 
         response = await r.finished(asked, timeout=60)
 
@@ -131,7 +146,9 @@ async def test_the_deadline_fails_the_run_and_the_retention_ttl_deletes_it_with_
         assert "Deadline exceeded in round 2 (WaitingForHuman)" in answer_of(response)
         assert "longhorizon_failed" in json.dumps(response["content"])
         await eventually(lambda: _gone(r, asked["task_id"]), timeout=30, what="the Run to be deleted")
-        assert await r.executions() == [] and await r.audits() == []  # garbage-collected with it
+        assert (
+            await r.executions(asked["task_id"]) == [] and await r.audits(asked["task_id"]) == []
+        )  # garbage-collected with it
 
 
 async def _gone(r: Rig, name: str) -> bool:
@@ -175,13 +192,12 @@ class CheckedStore(RunStore):
         return await super().write_run_status(run, status)
 
 
-async def test_a_report_whose_end_keeps_failing_is_retried_until_it_lands(tmp_path: Path) -> None:
+async def test_a_report_whose_end_keeps_failing_is_retried_until_it_lands(on: Served) -> None:
     flaky = FlakyEnds(failures=9)  # three requests of three tries each: the step's reconcile fails three times
     task_ids: list[str] = []
     problems: list[str] = []
-    async with rig(
-        tmp_path,
-        rules=scenario_rules(),
+    async with attached(
+        on,
         transport=flaky,
         store=lambda rt: CheckedStore(rt, task_ids, problems),
     ) as r:
@@ -214,11 +230,9 @@ class HangingStore(RunStore):
         return await super().write_run_status(run, status)
 
 
-async def test_a_restart_rewrites_the_status_without_repeating_a_report_or_a_call(tmp_path: Path) -> None:
+async def test_a_restart_rewrites_the_status_without_repeating_a_report_or_a_call(on: Served) -> None:
     reached, killed = asyncio.Event(), asyncio.Event()
-    async with rig(
-        tmp_path, rules=scenario_rules(), store=lambda rt: HangingStore(rt, "Auditing", reached, killed)
-    ) as r:
+    async with attached(on, store=lambda rt: HangingStore(rt, "Auditing", reached, killed)) as r:
         asked = await r.ask(HELLO)
         await asyncio.wait_for(reached.wait(), timeout=45)  # the Executor's report ended; its status not written
         status = await status_of(r, asked["task_id"])
@@ -255,10 +269,10 @@ class CheckpointStore(RunStore):
         return await super().write_run_status(run, status)
 
 
-async def test_followups_are_checkpointed_once_even_when_their_commit_fails(tmp_path: Path) -> None:
+async def test_followups_are_checkpointed_once_even_when_their_commit_fails(on: Served) -> None:
     posted = asyncio.Event()
     failed: list[str] = []
-    async with rig(tmp_path, rules=scenario_rules(), store=lambda rt: CheckpointStore(rt, posted, failed)) as r:
+    async with attached(on, store=lambda rt: CheckpointStore(rt, posted, failed)) as r:
         asked = await r.ask(HELLO)
         await eventually(lambda: _in_phase(r, asked["task_id"], "Executing"), what="the Run to execute")
         followup = await r.ask("Also say it politely.", conversation=asked["conversation_id"])
@@ -282,10 +296,10 @@ async def _in_phase(r: Rig, name: str, phase: str) -> bool:
     return run is not None and run.status is not None and run.status.phase == phase
 
 
-async def test_a_task_deleted_mid_run_takes_its_run_along_and_the_operator_stops(tmp_path: Path) -> None:
+async def test_a_task_deleted_mid_run_takes_its_run_along_and_the_operator_stops(on: Served) -> None:
     reached, release = asyncio.Event(), asyncio.Event()
     stopped: list[str] = []
-    async with rig(tmp_path, rules=scenario_rules(), store=lambda rt: GatedStore(rt, reached, release, stopped)) as r:
+    async with attached(on, store=lambda rt: GatedStore(rt, reached, release, stopped)) as r:
         asked = await r.ask(HELLO)
         await asyncio.wait_for(reached.wait(), timeout=45)  # the Manager decided; Executing not written yet
         run = await r.run(asked["task_id"])
