@@ -240,3 +240,68 @@ async def test_an_operator_token_writes_its_own_group_and_nothing_else(server: R
         changed["spec"]["names"]["shortNames"] = ["taken"]
         with pytest.raises(Forbidden):
             await intruder.ensure_crds([changed])
+
+
+def test_resource_errors_map_onto_the_runtimes_tree() -> None:
+    import loopd.resources as kube
+    from loopd.resources.client import ServerError, TooManyRequests, TransportError
+    from loopd.runtime import CapacityFull, InvalidRequest, RuntimeApiError, Unauthorized, Unavailable
+    from loopd.runtime._errors import error_from_resource
+
+    cause = kube.Cause("FieldValueInvalid", 'Invalid value: "object": spec is immutable', "spec")
+    cases: list[tuple[kube.ResourceError, type[RuntimeApiError], int]] = [
+        (kube.NotFound("gone"), NotFound, 404),
+        (kube.AlreadyExists("there"), AlreadyExists, 409),
+        (kube.Conflict("stale"), Conflict, 409),
+        (kube.Invalid("bad", causes=(cause,)), Invalid, 422),
+        (kube.BadRequest("malformed"), InvalidRequest, 400),
+        (kube.Forbidden("no"), Forbidden, 403),
+        (kube.Unauthorized("who"), Unauthorized, 401),
+        (kube.StoreUnavailable("down"), Unavailable, 503),
+        (TransportError("no answer"), Unavailable, 0),
+        (ServerError("boom"), Unavailable, 500),
+        (kube.Gone("expired"), Unavailable, 410),
+        (TooManyRequests("slow down", retry_after=2.0), CapacityFull, 429),
+    ]
+    for error, wanted, status in cases:
+        mapped = error_from_resource(error)
+        assert type(mapped) is wanted and mapped.status == status and mapped.message == error.message, error
+    invalid = error_from_resource(kube.Invalid("bad", causes=(cause,)))
+    assert isinstance(invalid, Invalid) and invalid.causes == (("FieldValueInvalid", "spec", cause.message),)
+    assert isinstance(invalid, InvalidRequest)
+    slow = error_from_resource(TooManyRequests("slow down", retry_after=2.0))
+    assert isinstance(slow, CapacityFull) and slow.retry_after == 2.0 and slow.retryable
+
+
+async def test_watch_skips_objects_being_deleted_and_requeues_on_runtime_errors() -> None:
+    memory = InMemoryClient()
+    try:
+        async with open_runtime("http://127.0.0.1:9", token="unused", resources=memory) as rt:  # no loop-server call
+            await rt.ensure_crds(crds())
+            runs = rt.resources(Run)
+            leaving = _run("leaving")
+            leaving.metadata.finalizers = ["test/hold"]
+            await runs.create(leaving)
+            await runs.delete("leaving")  # held by its finalizer: being deleted, never reconciled
+            await runs.create(_run("flaky"))
+            seen: list[str] = []
+
+            async def reconcile(run: Run) -> Result | None:
+                seen.append(run.metadata.name or "")
+                if seen.count("flaky") == 1:
+                    raise Conflict("someone wrote it first", status=409)
+                return None
+
+            rt.watch(Run, reconcile)
+            runner = asyncio.create_task(rt.run())
+            try:
+                await eventually(lambda: seen.count("flaky") >= 2, what="the flaky Run to be retried")
+            finally:
+                rt.shutdown()
+                await asyncio.wait_for(runner, 30)
+            assert "leaving" not in seen
+            (manager,) = rt.managers
+            (controller,) = manager.statistics().controllers
+            assert controller.temporary_errors == 1 and controller.failed == 1
+    finally:
+        await memory.aclose()
