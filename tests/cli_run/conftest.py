@@ -30,10 +30,14 @@ from loopd.harness.models import (
     demo_reply,
     open_scripted_server,
 )
+from tests.support.waiting import wait_until
 
 LOOPD = Path(sys.executable).parent / "loopd"
-TIMEOUT = 20.0
-SLOW_TEXT = "slow " * 300  # 300 chunks of 5 characters, 0.05 s apart: 15 s unless interrupted
+TIMEOUT = 30.0
+"""Seconds one expected output (or a plain run) may take: bounds a hang only, so it is generous for a loaded machine."""
+SLOW_CHUNKS = 1500
+SLOW_TEXT = "slow " * SLOW_CHUNKS  # chunks of 5 characters 0.05 s apart: 75 s, longer than a test may run: only an
+# interrupt ends it
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 _SESSION_LINE = re.compile(r"session (\S+) · resume with: loopd run --resume (\S+)")
 
@@ -192,6 +196,11 @@ def _script(request: IncomingRequest) -> ServerReply:
 class RunningServer:
     url: str
     server: ScriptedServer
+
+    def disconnects(self) -> int:
+        """Streams the client closed before their end, once the server's thread has seen at least one."""
+        wait_until(lambda: self.server.statistics().disconnected, what="the server to see the stream closed")
+        return self.server.statistics().disconnected
 
 
 @pytest.fixture

@@ -27,4 +27,4 @@ def test_ctrl_c_interrupts_and_exits_130(dirs: Dirs, terminal: type[Terminal], s
     out = t.output
     session_id = session_id_in(out)
     assert f"session {session_id} · 1 turn" in out
-    assert scripted_server.server.statistics().disconnected == 1  # the model stream was closed, not drained
+    assert scripted_server.disconnects() == 1  # the model stream was closed, not drained

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +104,37 @@ def test_text_from_tools_and_models_is_never_markup() -> None:
     view.close()
     assert out.getvalue() == "answer with [bold]brackets[/bold]\n"  # the open answer line is ended first
     assert "✓ read_file → [red]not red[/red]" in err.getvalue()
+
+
+def test_a_log_line_waits_for_the_end_of_the_answer_it_would_split() -> None:
+    err, out, logs = io.StringIO(), io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(logs)  # the view guards the root logger's handlers: this one stands for the CLI's
+    root = logging.getLogger()
+    root.addHandler(handler)
+    logger = logging.getLogger("tests.cli_run.split")
+    try:
+        view = RunView(console=Console(file=err, width=200), out=out)
+        with view.holding_log_lines():
+            view.text("You said: “h")
+            logger.warning("model x is not in the price table")  # the model client logs as its stream ends
+            view.text("ello after”\n\nmore")
+            other = threading.Thread(target=logger.warning, args=("from another thread",))
+            other.start()
+            other.join()
+            assert logs.getvalue() == "from another thread\n"  # only the view's own thread is held back
+            view.note("  ✓ done")
+            assert logs.getvalue() == "from another thread\nmodel x is not in the price table\n"
+            logger.warning("between answers")  # no answer open: written at once
+            assert logs.getvalue().endswith("between answers\n")
+            view.text("cut short")
+            logger.warning("left at the end")
+            view.close()
+            assert logs.getvalue().endswith("left at the end\n")
+            view.text("again")
+            logger.warning("held at the block's end")
+        assert logs.getvalue().endswith("held at the block's end\n")  # the block's end writes what it still holds
+        logger.warning("after the block")
+        assert logs.getvalue().endswith("after the block\n")
+        assert out.getvalue() == "You said: “hello after”\n\nmore\ncut short\nagain"
+    finally:
+        root.removeHandler(handler)

@@ -138,7 +138,7 @@ async def run_harness(
     if main is None:
         raise RuntimeError("run_harness must run in a task")
     conversation.bind_main_task(main)
-    with _signal_handlers(conversation):
+    with _signal_handlers(conversation), view.holding_log_lines():
         try:
             return await _converse(settings, options, conversation, view)
         except asyncio.CancelledError:

@@ -77,6 +77,8 @@ _ANSWERS: Final = {
 }
 _QUIT_COMMANDS: Final = frozenset({"/exit", "/quit"})
 _SUBSCRIPTION_QUEUE: Final = 1024
+_INTERRUPT_WAIT: Final = 30.0
+"""Seconds the end of a turn waits for the session to take a Ctrl-C's interrupt before it gives up on it."""
 
 Event = SessionEvent | LoopEvent | EphemeralEvent
 
@@ -306,9 +308,13 @@ class Conversation:
             await _cancel(turn.gate_task)
         finally:
             await subscription.aclose()
-            if self._interrupt_task is not None:
-                await asyncio.wait({self._interrupt_task}, timeout=5.0)
-                self._interrupt_task = None
+            # Read after the last other await: a Ctrl-C during the ones above may just have started an interrupt.
+            interrupting, self._interrupt_task = self._interrupt_task, None
+            if interrupting is not None:
+                try:
+                    await asyncio.wait({interrupting}, timeout=_INTERRUPT_WAIT)
+                finally:
+                    await _cancel(interrupting)  # still pending after the wait: stopped, never left running
             self._view.stop_spinner()
             self._enter("idle")
 

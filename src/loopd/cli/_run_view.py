@@ -3,13 +3,18 @@
 Keeping the answer alone on stdout means ``loopd run "…" > answer.md`` captures just the answer while the
 terminal still shows the rest. The view owns the cursor: it closes an unfinished answer line or question before
 anything else is printed, and runs at most one spinner at a time (none when stderr is not a terminal). Text from
-the model, tools or the user is always printed as plain text, never as Rich markup.
+the model, tools or the user is always printed as plain text, never as Rich markup. While `holding_log_lines` is
+open, a log record written on the view's thread in the middle of an answer waits for the answer's end (both go to
+the same terminal: a warning must not split the answer's text).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Mapping
+import logging
+import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -40,6 +45,8 @@ CHARS_PER_TOKEN: Final = 4.0
 GATE_QUESTION: Final = "[a]pprove once / a[l]ways / [d]eny › "
 _STATUS_STYLES: Final = {"ok": "green", "error": "red", "denied": "yellow", "interrupted": "yellow", "unknown": "red"}
 _STATUS_MARKS: Final = {"ok": "✓", "error": "✗", "denied": "⊘", "interrupted": "■", "unknown": "?"}
+_MAX_HELD_RECORDS: Final = 100
+"""Log records held back during one answer at most; later ones are written at once."""
 
 
 def shorten(text: str, *, lines: int = 4, width: int = 160) -> str:
@@ -92,6 +99,7 @@ class RunView:
         self._text_written = False
         self._text_at_line_start = True
         self._question_open = False
+        self._held_logs: list[_HeldLogRecords] = []
 
     # --- the cursor ---------------------------------------------------------------------------------------
 
@@ -106,6 +114,33 @@ class RunView:
         if self._question_open:
             self._console.print()
             self._question_open = False
+        for held in self._held_logs:
+            held.release()
+
+    @property
+    def answering(self) -> bool:
+        """Whether an answer is being written (its text started and nothing else has been printed since)."""
+        return self._text_written
+
+    @contextlib.contextmanager
+    def holding_log_lines(self) -> Iterator[None]:
+        """While open, log records written on this thread in the middle of an answer wait for its end.
+
+        Each handler of the root logger gets a filter for the time of the block; what it still holds at the end
+        is written then. Records from other threads are never held (the view is not thread-safe).
+        """
+        thread = threading.get_ident()
+        guards = [(handler, _HeldLogRecords(self, handler, thread)) for handler in logging.getLogger().handlers]
+        for handler, guard in guards:
+            handler.addFilter(guard)
+        self._held_logs = [guard for _, guard in guards]
+        try:
+            yield
+        finally:
+            self._held_logs = []
+            for handler, guard in guards:
+                handler.removeFilter(guard)
+                guard.release()
 
     def _line(self, *parts: str | tuple[str, str] | Text) -> None:
         self._break()
@@ -316,3 +351,28 @@ class RunView:
 
     def input_dropped(self, kind: str, reason: str) -> None:
         self._line((f"  ■ the input was not run ({kind}: {reason})", "yellow"))
+
+
+class _HeldLogRecords(logging.Filter):
+    """On one log handler: holds back the records logged on the view's thread while it writes an answer.
+
+    `release` hands them to the handler, in order; it never holds more than `_MAX_HELD_RECORDS` at a time.
+    """
+
+    def __init__(self, view: RunView, handler: logging.Handler, thread: int) -> None:
+        super().__init__()
+        self._view = view
+        self._handler = handler
+        self._thread = thread
+        self._held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if threading.get_ident() != self._thread or not self._view.answering or len(self._held) >= _MAX_HELD_RECORDS:
+            return True
+        self._held.append(record)
+        return False
+
+    def release(self) -> None:
+        held, self._held = self._held, []
+        for record in held:
+            self._handler.handle(record)
