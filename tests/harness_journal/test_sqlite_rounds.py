@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -104,13 +104,9 @@ async def test_a_lock_held_by_another_connection_never_blocks_the_event_loop(tmp
         other.execute("BEGIN IMMEDIATE")  # another process is writing
         other.execute("CREATE TABLE elsewhere (x)")
         append = asyncio.create_task(writer.append(records(2, tag="waited")))
-        started = time.monotonic()
-        loop_turns = 0
-        while time.monotonic() - started < 0.2:
-            await asyncio.sleep(0.005)
-            loop_turns += 1
+        for _ in range(20):  # the event loop keeps turning while the append waits for the lock (10 s busy timeout):
+            await asyncio.sleep(0.005)  # a wait on the loop itself would have ended the append before these did
         assert not append.done()
-        assert loop_turns >= 10  # the event loop kept running while the append waited for the lock
         other.execute("COMMIT")  # the other connection's commit also invalidates the cached session heads
         assert await asyncio.wait_for(append, 10) == [2, 3]
         assert await writer.append(records(1, tag="after")) == [4]
@@ -130,11 +126,14 @@ async def test_a_stuck_writer_thread_fails_the_round_within_the_timeout(tmp_path
     try:
         writer = await journal.create_session("s", at=0.0)
         assert await writer.append(records(1, tag="ok")) == [1]
-        blocker = asyncio.wrap_future(journal._submit(time.sleep, 1.0))  # the writer thread hangs for 1 s
-        started = time.monotonic()
-        with pytest.raises(JournalError, match=r"no commit within 0\.3 s"):
-            await writer.append(records(1, tag="lost"))
-        assert time.monotonic() - started < 0.9
+        release = threading.Event()
+        blocker = asyncio.wrap_future(journal._submit(release.wait, 30.0))  # the writer thread hangs until released
+        try:
+            with pytest.raises(JournalError, match=r"no commit within 0\.3 s"):
+                await writer.append(records(1, tag="lost"))
+            assert not blocker.done()  # the round failed on its own timeout, while the writer thread was still stuck
+        finally:
+            release.set()
         await blocker
         # The round that timed out never ran; the journal goes on without a gap.
         assert await writer.append(records(1, tag="later")) == [2]
@@ -147,11 +146,14 @@ async def test_waiting_for_room_in_a_full_queue_is_bounded_too(tmp_path: Path) -
     journal = await SqliteJournal.open(tmp_path / "j.db", append_timeout=0.3, max_pending=4)
     try:
         writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(12)]
-        blocker = asyncio.wrap_future(journal._submit(time.sleep, 2.0))
-        started = time.monotonic()
-        outcomes = await asyncio.gather(*(w.append(records(1)) for w in writers), return_exceptions=True)
-        assert all(isinstance(o, JournalError) for o in outcomes), outcomes
-        assert time.monotonic() - started < 1.8  # three rounds of 0.3 s, well before the writer thread is back
+        release = threading.Event()
+        blocker = asyncio.wrap_future(journal._submit(release.wait, 30.0))  # the writer thread hangs until released
+        try:
+            outcomes = await asyncio.gather(*(w.append(records(1)) for w in writers), return_exceptions=True)
+            assert all(isinstance(o, JournalError) for o in outcomes), outcomes
+            assert not blocker.done()  # every wait (for room, then for its commit) ended on its own timeout
+        finally:
+            release.set()
         await blocker
         assert await writers[0].append(records(1)) == [1]
         for w in writers[1:]:

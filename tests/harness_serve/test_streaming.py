@@ -97,7 +97,7 @@ async def test_dropped_stream_resumes_with_last_event_id_without_loss_or_duplica
                     break  # drop the connection in the middle of the turn
         session = served.session(session_id)
         # The server notices the client left; the session is untouched.
-        await eventually(lambda: not session.statistics().subscribers, timeout=5, what="the subscriber to leave")
+        await eventually(lambda: not session.statistics().subscribers, timeout=30, what="the subscriber to leave")
         assert session.state.loops["main"].turn is not None, "the turn must still be running after the drop"
         last_id = max(f.id for f in first if f.id is not None)
 

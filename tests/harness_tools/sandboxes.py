@@ -42,13 +42,13 @@ def pids_running(marker: str) -> list[int]:
     return found
 
 
-async def wait_running(marker: str, timeout: float = 5.0) -> list[int]:
+async def wait_running(marker: str, timeout: float = 30.0) -> list[int]:
     """The host pids running ``marker`` once there is at least one (works inside a pid namespace too)."""
     pids: list[int] = await eventually(lambda: pids_running(marker), timeout=timeout, what=f"{marker!r} running")
     return pids
 
 
-async def wait_gone(pids: list[int], timeout: float = 3.0) -> bool:
+async def wait_gone(pids: list[int], timeout: float = 30.0) -> bool:
     """True once none of ``pids`` is alive (``AssertionError`` after ``timeout`` seconds)."""
     await eventually(lambda: not any(_alive(pid) for pid in pids), timeout=timeout, what=f"pids {pids} to exit")
     return True

@@ -162,7 +162,7 @@ async def test_a_process_that_leaves_the_group_cannot_hang_the_call(
     )
     prepared = tool.prepare(ToolCall(id="c1", name="bash", arguments={"command": command}))
     try:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):  # bounds a hang only: the 0.3 s drain ends the call
             result = await tool.run(prepared, ctx)
         if sandbox.name == "none":
             # Unconfined, a new session escapes the group: the call ends anyway and says so.

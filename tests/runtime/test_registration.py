@@ -81,8 +81,8 @@ async def test_a_real_server_lists_the_operator_until_its_lease_lapses(server: R
 
         assert await connected()
         first_seen = (await user.http.get("/v1/actors/operator/echo")).json()["last_seen"]
-        await eventually(lambda: _last_seen_after(user, first_seen), timeout=10, what="a renewal moving last_seen")
-    await eventually(lambda: _disconnected(user), timeout=10, what="the lease to lapse after the runtime closed")
+        await eventually(lambda: _last_seen_after(user, first_seen), timeout=30, what="a renewal moving last_seen")
+    await eventually(lambda: _disconnected(user), timeout=30, what="the lease to lapse after the runtime closed")
 
 
 async def _last_seen_after(user: User, first: str) -> bool:

@@ -91,6 +91,6 @@ async def test_the_app_runs_the_deadline_and_completion_sweepers(rig: Rig) -> No
         return await outcome() != "pending"
 
     async with served(background):
-        await eventually(decided, timeout=5, what="the sweeper to time the question out")
+        await eventually(decided, timeout=30, what="the sweeper to time the question out")
     assert await outcome() == "timeout"
     await background.aclose()

@@ -21,7 +21,7 @@ _INTERVAL = 0.005  # how often a condition over real I/O is checked; short, the 
 async def eventually(predicate: Callable[[], Awaitable[T | None]], *, timeout: float = ..., what: str = ...) -> T: ...
 @overload
 async def eventually(predicate: Callable[[], T | None], *, timeout: float = ..., what: str = ...) -> T: ...
-async def eventually(predicate: Callable[[], Any], *, timeout: float = 10.0, what: str = "the condition") -> Any:
+async def eventually(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "the condition") -> Any:
     """Check ``predicate`` (sync or async) until its value is truthy; that value. ``AssertionError`` after
     ``timeout`` real seconds (a guard, not a measurement)."""
     loop = asyncio.get_running_loop()
