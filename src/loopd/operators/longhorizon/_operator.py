@@ -68,7 +68,7 @@ from loopd.operators.longhorizon._resources import (
 )
 from loopd.operators.longhorizon._settings import LongHorizonSettings
 from loopd.operators.longhorizon._status import from_status, to_status, wire_verdict
-from loopd.operators.longhorizon._store import RunStore
+from loopd.operators.longhorizon._store import CONVERSATION_LABEL, RunStore, label_value
 from loopd.operators.router import result_text
 from loopd.resources import ObjectMeta
 from loopd.runtime import (
@@ -112,6 +112,12 @@ HUMAN_POLL: Final = 30.0
 FOLLOWUP_POLL: Final = 2.0
 """Seconds between looks while a follow-up Task waits for the live Run of its conversation."""
 _CONTEXT_BYTES: Final = 16_000
+_OUTCOMES: Final = {
+    "success": HumanOutcome("success"),
+    "dismissed": HumanOutcome("dismissed"),
+    "timeout": HumanOutcome("timeout"),
+}
+"""A question's terminal status as the machine's outcome (anything else is a failure)."""
 
 
 def effect_key(run_uid: str, round_: int, role: Role) -> str:
@@ -275,8 +281,8 @@ class _RunWork:
         context = self._context
         siblings = [
             r
-            for r in await self._store.list_runs()
-            if r.spec.conversation.name == context.conversation.id and r.metadata.name != self._task.id
+            for r in await self._store.list_runs(conversation=context.conversation.id)
+            if r.metadata.name != self._task.id
         ]
         for other in siblings:
             taken = other.status.input_message_ids if other.status is not None else None
@@ -301,7 +307,7 @@ class _RunWork:
         deadline = self._rt.clock.now() + timedelta(seconds=self._settings.run_timeout)
         history = [m for m in context.history if m.id != context.input.id and m.status != "streaming"]
         run = Run(
-            metadata=ObjectMeta(name=self._task.id),
+            metadata=ObjectMeta(name=self._task.id, labels={CONVERSATION_LABEL: label_value(context.conversation.id)}),
             spec=RunSpec(
                 conversation=ObjectRef(name=context.conversation.id),
                 workspaceID=self._task.id,
@@ -463,15 +469,10 @@ class _RunWork:
         asked = question.state
         if not asked.terminal:
             return Result(requeue_after=HUMAN_POLL)  # an answer bumps the Task's revision: it is reconciled at once
-        outcome = asked.status if asked.status in ("success", "dismissed", "timeout") else "failure"
         value = asked.value if isinstance(asked.value, str) else ("" if asked.value is None else str(asked.value))
+        outcome = _OUTCOMES.get(asked.status, HumanOutcome("failure"))
         prompt = state.decision.question if state.decision is not None else ""
-        return answered(
-            state,
-            HumanOutcome(outcome, value=value, text=value),  # type: ignore[arg-type]
-            now=self._now(),
-            question=prompt,
-        )
+        return answered(state, replace(outcome, value=value, text=value), now=self._now(), question=prompt)
 
     async def _question(self, key: str, reason: str, state: RunState) -> Question:
         timeout = self._settings.human_timeout

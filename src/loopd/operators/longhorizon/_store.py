@@ -10,6 +10,7 @@ Must not do: decide anything (the operator does), retry, or reach loop-server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Final
@@ -30,9 +31,17 @@ from loopd.resources import ResourceError
 from loopd.resources.client import ResourceType
 from loopd.runtime import AlreadyExists, Conflict, NotFound, Runtime, Task
 
-__all__ = ["RUNS", "RunStore"]
+__all__ = ["CONVERSATION_LABEL", "RUNS", "RunStore", "label_value"]
 
 RUNS: Final = ResourceType(GROUP, VERSION, "Run", "runs")
+CONVERSATION_LABEL: Final = f"{GROUP}/conversation"
+"""The label naming a Run's conversation (so the Runs of one conversation are listed without reading all)."""
+
+
+def label_value(value: str) -> str:
+    """``value`` as a label value (≤ 63 of ``[A-Za-z0-9._-]``, alphanumeric at both ends; conversation ids are)."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:63].strip("._-")
+    return cleaned or "none"
 
 
 @asynccontextmanager
@@ -67,9 +76,11 @@ class RunStore:
         async with _decided(f"run {name}"):
             return await self._runs.get(name)
 
-    async def list_runs(self) -> list[Run]:
-        """Every Run of the namespace."""
-        return await self._runs.list()
+    async def list_runs(self, *, conversation: str | None = None) -> list[Run]:
+        """Every Run of the namespace, or only those of ``conversation`` (by their `CONVERSATION_LABEL`)."""
+        selector = f"{CONVERSATION_LABEL}={label_value(conversation)}" if conversation else None
+        runs = await self._runs.list(label_selector=selector)
+        return [r for r in runs if conversation is None or r.spec.conversation.name == conversation]
 
     async def create_run(self, run: Run, *, owner: Task) -> Run:
         """Create ``run`` owned by the Task ``owner``, or get the Run of that name made by an earlier reconcile."""
