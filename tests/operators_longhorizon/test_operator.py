@@ -213,36 +213,47 @@ async def test_a_report_whose_end_keeps_failing_is_retried_until_it_lands(on: Se
 
 
 class HangingStore(RunStore):
-    """Holds the first status write into ``phase`` until ``killed`` is set, then fails it: the operator dies there
-    (set just before the kill, so the runtime's drain does not wait for this reconcile)."""
+    """Holds the first status write into ``phase`` at ``round_`` until ``killed`` is set, then fails it: the operator
+    dies there (set just before the kill, so the runtime's drain does not wait for this reconcile)."""
 
-    def __init__(self, rt: Runtime, phase: str, reached: asyncio.Event, killed: asyncio.Event) -> None:
+    def __init__(self, rt: Runtime, phase: str, round_: int, reached: asyncio.Event, killed: asyncio.Event) -> None:
         super().__init__(rt)
-        self._phase = phase
+        self._at = (phase, round_)
         self._reached = reached
         self._killed = killed
 
     async def write_run_status(self, run: Any, status: RunStatus) -> Any:
-        if status.phase == self._phase:
+        if (status.phase, status.round) == self._at:
             self._reached.set()
             await self._killed.wait()
             raise StaleRun("injected: the operator died before this status write")
         return await super().write_run_status(run, status)
 
 
-async def test_a_restart_rewrites_the_status_without_repeating_a_report_or_a_call(on: Served) -> None:
+@pytest.mark.parametrize(
+    ("phase", "round_", "was"),
+    [
+        ("Planning", 1, "Receiving"),  # nothing started yet
+        ("Executing", 1, "Planning"),  # the Manager's call and report done
+        ("Auditing", 1, "Executing"),  # the Executor's call, report and Execution status done
+        ("Receiving", 2, "Auditing"),  # the Auditor's call, report and verdict done
+        ("Succeeded", 2, "Planning"),  # the final Manager's call and report done
+    ],
+)
+async def test_a_restart_in_any_phase_rewrites_the_status_without_repeating_a_report_or_a_call(
+    on: Served, phase: str, round_: int, was: str
+) -> None:
     reached, killed = asyncio.Event(), asyncio.Event()
-    async with attached(on, store=lambda rt: HangingStore(rt, "Auditing", reached, killed)) as r:
+    async with attached(on, store=lambda rt: HangingStore(rt, phase, round_, reached, killed)) as r:
         asked = await r.ask(HELLO)
-        await asyncio.wait_for(reached.wait(), timeout=45)  # the Executor's report ended; its status not written
-        status = await status_of(r, asked["task_id"])
-        assert status.phase == "Executing"
+        await asyncio.wait_for(reached.wait(), timeout=45)  # the step's effects happened; its status not written
+        assert (await status_of(r, asked["task_id"])).phase == was
 
         killed.set()
         await r.restart()
         response = await r.finished(asked, timeout=60)
 
-        assert response["status"] == "completed"
+        assert response["status"] == "completed" and answer_of(response).startswith("Done in round 2")
         assert Counter(reports(await r.messages(asked["task_id"]))) == Counter(
             {("manager", 1): 1, ("executor", 1): 1, ("auditor", 1): 1, ("manager", 2): 1}
         )
