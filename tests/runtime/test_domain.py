@@ -133,6 +133,18 @@ async def test_typed_verbs_create_read_write_status_and_collect_garbage(api: str
         replaced = await runs.replace_status(moved)
         assert replaced.status is not None and replaced.status.budget is None  # the whole status
 
+        labeled = await runs.patch("task-1", {"metadata": {"labels": {"conversation": "c1"}}})
+        assert labeled.metadata.labels == {"conversation": "c1"} and labeled.status == replaced.status
+        with pytest.raises(Invalid, match="spec is immutable"):
+            await runs.patch("task-1", [{"op": "replace", "path": "/spec/goal", "value": "other"}], patch_type="json")
+
+        other = await runs.create(_run("other"))
+        await runs.patch_status("other", {"phase": "Receiving"})  # changed since `other` was read: still deleted
+        with pytest.raises(Conflict):
+            await runs.delete("other", uid="not-its-uid")
+        await runs.delete("other", uid=other.metadata.uid)
+        assert await runs.find("other") is None
+
         execution = Execution(
             metadata=ObjectMeta(name=execution_name("task-1", 1)),
             spec=ExecutionSpec(run="task-1", round=1, contract_version=1, plan="write hello.txt"),

@@ -11,9 +11,9 @@ loopd.harness / loopd.cli.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from ._runtime import Runtime
 
 logger = logging.getLogger("loopd.runtime")
+
+_DELETE_ATTEMPTS = 5
 
 M = TypeVar("M", bound=KubeObject)
 M_contra = TypeVar("M_contra", bound=KubeObject, contravariant=True)
@@ -178,6 +180,24 @@ class ResourceVerbs(Generic[M]):
             )
         return self._parse(existing)
 
+    async def patch(
+        self,
+        name: str,
+        patch: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        namespace: str | None = None,
+        patch_type: Literal["merge", "json"] = "merge",
+    ) -> M:
+        """Patch the object itself — its ``metadata`` (labels, annotations, owner references) or, for kinds
+        whose spec is mutable, its spec (JSON merge patch, or a JSON patch list); never its status."""
+        ns = self._namespace(namespace)
+        return self._parse(
+            await self._call(lambda c: c.patch(self.type, name, patch, namespace=ns, patch_type=patch_type))
+        )
+
+    async def _delete_at(self, name: str, namespace: str | None, resource_version: str | None) -> None:
+        await self._call(lambda c: c.delete(self.type, name, namespace=namespace, resource_version=resource_version))
+
     async def patch_status(
         self,
         name: str,
@@ -215,11 +235,18 @@ class ResourceVerbs(Generic[M]):
             if uid is None:
                 await self._call(lambda c: c.delete(self.type, name, namespace=ns))
                 return
-            current = await self.get(name, namespace=ns)
-            if current.metadata.uid != uid:
-                raise Conflict(f'{self.type} "{name}" is another object now (uid {current.metadata.uid})', status=409)
-            version = current.metadata.resource_version
-            await self._call(lambda c: c.delete(self.type, name, namespace=ns, resource_version=version))
+            for _ in range(_DELETE_ATTEMPTS):
+                current = await self.get(name, namespace=ns)
+                if current.metadata.uid != uid:
+                    raise Conflict(f'{self.type} "{name}" is another object now (uid {current.metadata.uid})')
+                # The client's precondition is the resourceVersion: a write in between only means "read again".
+                version = current.metadata.resource_version
+                try:
+                    await self._delete_at(name, ns, version)
+                    return
+                except Conflict:
+                    continue
+            raise Conflict(f'{self.type} "{name}" kept changing; not deleted after {_DELETE_ATTEMPTS} attempts')
         except NotFound:
             if not missing_ok:
                 raise
