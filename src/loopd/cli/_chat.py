@@ -459,11 +459,17 @@ def chat_command(
         DEFAULT_TARGET,
         "--to",
         help="Who answers: operator:<key> or harness:<key> (default: the Router, which plans the work and asks the "
-        "built-in assistant; --to harness:assistant asks the assistant directly).",
+        "built-in assistant; --to harness:assistant asks the assistant directly; --to operator:longhorizon works a "
+        "longer task in rounds: a Manager plans, an Executor works in the Run's workspace, an Auditor checks it).",
     ),
     conversation: str | None = typer.Option(None, "--conversation", help="Continue this conversation."),
 ) -> None:
-    """Ask a responder through a running loopd and stream the answer."""
+    """Ask a responder through a running loopd and stream the answer.
+
+    loopd chat "Introduce Liu Bei, Guan Yu, and Zhang Fei"
+    loopd chat --to operator:longhorizon "Create hello.txt containing hello world"
+    loopd chat --to harness:assistant "list files"
+    """
     console = cli_console()
     if not text.strip():
         console.print("[red]nothing to ask[/]")

@@ -1,9 +1,14 @@
 """`loopd up`: the whole platform in one process, on the embedded default (SQLite in a data directory).
 
-After the server is up, the Router (`operator:router`) runs in the same process through `loopd.runtime`, exactly as
-`loopd operator router` runs it: over the server's HTTP API on loopback with a token of its own (minted once with the
-server's `AccessStore` and kept in ``<data dir>/operators/router.token``), and Tasks and its Lease through the
-embedded Kubernetes API with a kubeconfig — no private shortcut into the server. ``--no-router`` leaves it out.
+After the server is up, loopd's operators — the Router (`operator:router`) and LongHorizon (`operator:longhorizon`)
+— run in the same process through `loopd.runtime`, each exactly as `loopd operator <key>` runs it (`OperatorProgram`
+and `serve_operator` of `_operator`): over the server's HTTP API on loopback with a token of its own (minted once
+with the server's `AccessStore` and kept in ``<data dir>/operators/<key>.token``), and Tasks, its resources and its
+Lease through the embedded Kubernetes API with a kubeconfig — no private shortcut into the server. ``--no-router`` /
+``--no-longhorizon`` leave one out. ``server.json`` (how clients find the server) is written once every operator
+here has registered (or failed), so a client never asks an operator the server does not know yet. One that fails is
+reported in one line and the server goes on without it. The demo model learns both operators' prompts
+(`UpSettings.demo_rules`), with or without them here (a standalone one may ask it).
 The server layer never imports operators or the runtime: this module composes them.
 """
 
@@ -11,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -33,15 +40,16 @@ from loopd.cli._errors import (
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
+    from loopd.cli._operator import OperatorProgram
     from loopd.harness.models import DemoRule
-    from loopd.operators.router import RouterSettings
     from loopd.server import RunningServer, UpSettings
 
 logger = logging.getLogger(__name__)
 
-ROUTER_TOKEN_FILE: Final = Path("operators") / "router.token"
-ROUTER_DRAIN: Final = 5.0
-"""Seconds the in-process Router's answers in progress may take to finish when `loopd up` stops."""
+OPERATORS_DIR: Final = Path("operators")
+"""Where the in-process operators' tokens are kept: ``<data dir>/operators/<key>.token`` (0600)."""
+OPERATOR_DRAIN: Final = 5.0
+"""Seconds the in-process operators' work in progress may take to finish when `loopd up` stops."""
 
 
 def up_command(
@@ -73,6 +81,12 @@ def up_command(
         help="Do not run the Router (operator:router) in this process: run loopd operator router beside it, or "
         "questions to the Router wait.",
     ),
+    no_longhorizon: bool = typer.Option(
+        False,
+        "--no-longhorizon",
+        help="Do not run LongHorizon (operator:longhorizon) in this process: run loopd operator longhorizon beside "
+        "it, or its questions wait. Its settings come from the LOOPD_LH_* variables (docs/longhorizon.md).",
+    ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
     from loopd.server import ExposureRefused, check_exposure
@@ -87,6 +101,7 @@ def up_command(
     confinement = sandbox_for(sandbox)
     from loopd.server import UpSettings, WorkspaceLocationError
 
+    programs = _programs(router=not no_router, longhorizon=not no_longhorizon)
     settings = UpSettings(
         data_dir=(data_dir or default_data_dir()).expanduser(),
         host=host,
@@ -98,13 +113,12 @@ def up_command(
         workspaces=workspaces.expanduser() if workspaces is not None else None,
         sandbox=confinement,
         demo_rules=_demo_rules(),
-        # With the Router here, server.json (how clients find this server) is written once it has registered.
-        announce=no_router,
+        # With operators here, server.json (how clients find this server) is written once they have registered.
+        announce=not programs,
     )
-    router = None if no_router else _router_settings()
     require_free_ports(host, {"--port": port, "--api-port": api_port})
     try:
-        run_async(_up(settings, console, router))
+        run_async(_up(settings, console, programs))
     except WorkspaceLocationError as exc:
         raise CliError(str(exc), "pass --workspaces DIR outside it", exit_code=EXIT_USAGE) from exc
     except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
@@ -115,26 +129,44 @@ def up_command(
 
 
 def _demo_rules() -> tuple[DemoRule, ...]:
-    """The Router's answers for the demo model (with or without the Router here: a standalone one may ask it)."""
-    from loopd.operators.router import demo_rules
+    """The demo model's answers to the Router's and LongHorizon's prompts (with or without them here: a standalone
+    one may ask it). Each operator's rules recognise only its own prompts, by their header lines."""
+    from loopd.operators.longhorizon import demo_rules as longhorizon_rules
+    from loopd.operators.router import demo_rules as router_rules
 
-    return tuple(demo_rules())
+    return (*router_rules(), *longhorizon_rules())
 
 
-def _router_settings() -> RouterSettings:
+def _programs(*, router: bool, longhorizon: bool) -> list[OperatorProgram]:
+    """The operators to run here, their settings read now (from the environment): a bad one is a usage error."""
+    from loopd.cli._operator import longhorizon_program, longhorizon_settings, router_program
     from loopd.operators.router import RouterSettings, RouterSettingsError
 
-    try:
-        return RouterSettings.from_env()
-    except RouterSettingsError as exc:
-        raise CliError(str(exc), "fix it, or pass --no-router", exit_code=EXIT_USAGE) from exc
+    programs: list[OperatorProgram] = []
+    if router:
+        try:
+            programs.append(router_program(RouterSettings.from_env()))
+        except RouterSettingsError as exc:
+            raise CliError(str(exc), "fix it, or pass --no-router", exit_code=EXIT_USAGE) from exc
+    if longhorizon:
+        try:
+            programs.append(longhorizon_program(longhorizon_settings()))
+        except CliError as exc:
+            raise CliError(exc.message, "fix it, or pass --no-longhorizon", exit_code=EXIT_USAGE) from exc
+    return programs
 
 
-async def _up(settings: UpSettings, console: Console, router: RouterSettings | None) -> None:
+_ROLES: Final = {
+    "router": "plans, asks the assistant, answers",
+    "longhorizon": "Manager, Executor and Auditor over Runs, in rounds",
+}
+
+
+async def _up(settings: UpSettings, console: Console, programs: list[OperatorProgram]) -> None:
     from loopd.server import open_loop_server
 
     stop = asyncio.Event()
-    abort = asyncio.Event()  # a second Ctrl-C: the Router stops without waiting for its answers in progress
+    abort = asyncio.Event()  # a second Ctrl-C: the operators stop without waiting for their work in progress
 
     def on_signal() -> None:
         (abort if stop.is_set() else stop).set()
@@ -171,74 +203,100 @@ async def _up(settings: UpSettings, console: Console, router: RouterSettings | N
                 )
             else:
                 console.print(f"  model                 {server.model.model}")
-            if router is None:
-                console.print("  router                off (--no-router): questions to operator:router wait for one")
-                console.print('Try it: [bold]loopd chat --to harness:assistant "hello"[/] in another terminal.')
-                await stop.wait()
-            else:
-                console.print(
-                    "  router                operator:router, in this process (plans, asks the assistant, answers)"
-                )
+            running = {program.key for program in programs}
+            for key, role in _ROLES.items():
+                if key in running:
+                    console.print(f"  {key:<21} operator:{key}, in this process ({role})")
+                else:
+                    console.print(f"  {key:<21} off (--no-{key}): questions to operator:{key} wait for one")
+            if "router" in running:
                 console.print('Try it: [bold]loopd chat "hello"[/] in another terminal. Ctrl-C stops.')
-                await _serve_with_router(server, router, stop, abort, console)
+            else:
+                console.print('Try it: [bold]loopd chat --to harness:assistant "hello"[/] in another terminal.')
+            if "longhorizon" in running:
+                console.print(
+                    '        [bold]loopd chat --to operator:longhorizon "Create hello.txt containing hello world"[/]'
+                )
+            if programs:
+                await _serve_operators(server, programs, stop, abort, console)
+            else:
+                await stop.wait()
             console.print("stopping…")
     finally:
         status.stop()
 
 
-async def _serve_with_router(
-    server: RunningServer, settings: RouterSettings, stop: asyncio.Event, abort: asyncio.Event, console: Console
+async def _serve_operators(
+    server: RunningServer, programs: list[OperatorProgram], stop: asyncio.Event, abort: asyncio.Event, console: Console
 ) -> None:
-    """Run the Router until ``stop``; a Router that fails is reported and the server keeps serving without it.
+    """Run every operator of ``programs`` beside the server until ``stop``, each on its own (one that fails is
+    reported and the others and the server go on). ``server.json`` is written once each has registered or failed."""
+    waiting = {program.key for program in programs}
 
-    On stop its answers in progress get a few seconds (`ROUTER_DRAIN`): their harness calls run in this server and
-    are journaled, so the Router of the next start re-attaches to them."""
+    def ready(key: str) -> None:
+        waiting.discard(key)
+        if not waiting:
+            server.announce()
+
+    async with asyncio.TaskGroup() as group:
+        for program in programs:
+            group.create_task(
+                _serve_in_process(server, program, stop, abort, console, ready=functools.partial(ready, program.key)),
+                name=f"loopd-up-{program.key}",
+            )
+
+
+async def _serve_in_process(
+    server: RunningServer,
+    program: OperatorProgram,
+    stop: asyncio.Event,
+    abort: asyncio.Event,
+    console: Console,
+    *,
+    ready: Callable[[], None],
+) -> None:
+    """Run one operator until ``stop``; one that fails is reported and the server keeps serving without it.
+
+    On stop its work in progress gets a few seconds (`OPERATOR_DRAIN`): its harness calls run in this server and
+    are journaled, so the operator of the next start re-attaches to them."""
     from loopd.cli._operator import (
-        ROUTER_KEY,
-        RouterConnection,
+        OperatorConnection,
+        describe_operator_error,
         kubeconfig_for,
         loopback_url,
-        router_lease,
-        serve_router,
+        operator_lease,
+        serve_operator,
     )
 
-    connection: RouterConnection | None = None
+    connection: OperatorConnection | None = None
     try:
-        token = await _router_token(server)
+        token = await _operator_token(server, program.key)
         url = loopback_url(server.url)
-        connection = RouterConnection(url, token, kubeconfig_for(server.data_dir, token))
+        connection = OperatorConnection(url, token, kubeconfig_for(server.data_dir, token))
         # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
-        lease = router_lease(ROUTER_KEY, connection.namespace, identity=f"loopd-up:{server.data_dir}")
-        # Clients find the server (server.json) only once the Router is registered: a `loopd chat` right after
-        # start-up is never refused for an unknown operator:router.
-        await serve_router(
-            connection,
-            settings,
-            stop=stop,
-            abort=abort,
-            drain=ROUTER_DRAIN,
-            lease=lease,
-            on_registered=server.announce,
+        lease = operator_lease(program.lease_name, connection.namespace, identity=f"loopd-up:{server.data_dir}")
+        await serve_operator(
+            connection, program, stop=stop, abort=abort, drain=OPERATOR_DRAIN, lease=lease, on_registered=ready
         )
-    except Exception as exc:  # the server goes on; the Router's failure is said once, in one line
+    except Exception as exc:  # the server goes on; the operator's failure is said once, in one line
         from loopd.cli._errors import describe
-        from loopd.cli._operator import describe_router_error
 
-        server.announce()  # serve without the Router
-        error = (describe_router_error(exc, connection) if connection is not None else None) or describe(exc)
-        logger.error("the Router stopped", exc_info=True)
-        console.print(f"[red]the Router stopped:[/] {error.line()}", markup=True)
+        ready()  # serve without it
+        error = (describe_operator_error(exc, connection, program) if connection is not None else None) or describe(exc)
+        logger.error("the %s stopped", program.title, exc_info=True)
+        console.print(f"[red]the {program.title} stopped:[/] {error.line()}", markup=True)
         await stop.wait()
 
 
-async def _router_token(server: RunningServer) -> str:
-    """The in-process Router's token for `operator:router`: the one kept in the data directory while the server
-    still accepts it, else a new one (minted with the `AccessStore` that `loopd token create` uses, and kept)."""
+async def _operator_token(server: RunningServer, key: str) -> str:
+    """The in-process operator's token for ``operator:<key>``: the one kept in the data directory
+    (``operators/<key>.token``) while the server still accepts it, else a new one (minted with the `AccessStore` that
+    `loopd token create` uses, and kept)."""
     from loopd.server.http import AccessStore, Identity
 
-    path = server.data_dir / ROUTER_TOKEN_FILE
+    path = server.data_dir / OPERATORS_DIR / f"{key}.token"
     access = AccessStore(server.db)
-    actor = Identity("operator", "router")
+    actor = Identity("operator", key)
     with contextlib.suppress(OSError):
         kept = path.read_text().strip()
         if kept and await access.token_actor(kept) == actor:
