@@ -141,54 +141,52 @@ async def test_status_rules_are_enforced_on_status_writes(store: ResourceStore) 
         await store.update_status(GADGET, current)
 
 
-@pytest.mark.parametrize(
-    ("rules", "extra", "field", "fragment"),
-    [
-        (
-            [{"rule": "self.size > 0"}],
-            None,
-            "spec.x-kubernetes-validations[0].rule",
-            'Unsupported value: "self.size > 0"',
-        ),
-        ([{"message": "m"}], None, "spec.x-kubernetes-validations[0].rule", "Required value"),
-        (
-            [{"rule": "self == oldSelf", "messageExpression": "'no'"}],
-            None,
-            "spec.x-kubernetes-validations[0].messageExpression",
-            "not supported",
-        ),
-        (
-            [{"rule": "self == oldSelf", "optionalOldSelf": True}],
-            None,
-            "spec.x-kubernetes-validations[0].optionalOldSelf",
-            "not supported",
-        ),
-        (
-            [{"rule": "self == oldSelf", "reason": "Nope"}],
-            None,
-            "spec.x-kubernetes-validations[0].reason",
-            "Unsupported value",
-        ),
-        (
-            None,
-            {"tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": IMMUTABLE}}},
-            "spec.properties[tags].items.x-kubernetes-validations[0].rule",
-            "only at nodes reached through properties",
-        ),
-    ],
-)
-async def test_rules_outside_the_evaluated_subset_make_the_crd_invalid(
-    store: ResourceStore, rules: list[dict[str, Any]] | None, extra: dict[str, Any] | None, field: str, fragment: str
-) -> None:
-    with pytest.raises(Invalid) as caught:
-        await store.create(CRD_KIND, gadget_crd(spec_rules=rules, extra=extra))
+REFUSED_RULES: list[tuple[list[dict[str, Any]] | None, dict[str, Any] | None, str, str]] = [
+    (
+        [{"rule": "self.size > 0"}],
+        None,
+        "spec.x-kubernetes-validations[0].rule",
+        'Unsupported value: "self.size > 0"',
+    ),
+    ([{"message": "m"}], None, "spec.x-kubernetes-validations[0].rule", "Required value"),
+    (
+        [{"rule": "self == oldSelf", "messageExpression": "'no'"}],
+        None,
+        "spec.x-kubernetes-validations[0].messageExpression",
+        "not supported",
+    ),
+    (
+        [{"rule": "self == oldSelf", "optionalOldSelf": True}],
+        None,
+        "spec.x-kubernetes-validations[0].optionalOldSelf",
+        "not supported",
+    ),
+    (
+        [{"rule": "self == oldSelf", "reason": "Nope"}],
+        None,
+        "spec.x-kubernetes-validations[0].reason",
+        "Unsupported value",
+    ),
+    (
+        None,
+        {"tags": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": IMMUTABLE}}},
+        "spec.properties[tags].items.x-kubernetes-validations[0].rule",
+        "only at nodes reached through properties",
+    ),
+]
+
+
+async def test_rules_outside_the_evaluated_subset_make_the_crd_invalid(store: ResourceStore) -> None:
     prefix = "spec.versions[0].schema.openAPIV3Schema.properties["
-    fields = {c.field: c.message for c in caught.value.causes}
-    wanted = prefix + field.replace("spec.", "spec].", 1)
-    assert wanted in fields, fields
-    assert fragment in fields[wanted]
-    with pytest.raises(Exception, match="not found"):
-        await store.get(CRD_KIND, "gadgets.example.com")
+    for rules, extra, field, fragment in REFUSED_RULES:
+        with pytest.raises(Invalid) as caught:
+            await store.create(CRD_KIND, gadget_crd(spec_rules=rules, extra=extra))
+        fields = {c.field: c.message for c in caught.value.causes}
+        wanted = prefix + field.replace("spec.", "spec].", 1)
+        assert wanted in fields, fields
+        assert fragment in fields[wanted]
+        with pytest.raises(Exception, match="not found"):
+            await store.get(CRD_KIND, "gadgets.example.com")
 
 
 async def test_a_rule_with_its_own_reason_reports_it(store: ResourceStore) -> None:
