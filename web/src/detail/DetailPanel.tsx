@@ -187,20 +187,22 @@ export function DetailPanel({ taskId, running, conversationId, renderMessage, ap
   const render = renderMessage ?? ((m: MessageBody) => <DefaultMessage message={m} api={api} />);
 
   return (
-    <aside class="w2-detail" data-testid="detail-panel" aria-labelledby="w2-detail-title" data-task-id={taskId ?? ""}>
-      <header>
-        <h2 id="w2-detail-title">{ledger ? "Task ledger" : "Work"}</h2>
-        {taskId !== null && !ledger && (
-          <span class="w2-live" aria-live="polite">
-            {live ? "Live" : load.phase === "ready" ? "Finished" : ""}
-          </span>
-        )}
-        {taskId !== null && !ledger && (
-          <button type="button" class="w2-button" data-testid="ledger-open" onClick={() => setLedger(true)}>
-            Ledger
-          </button>
-        )}
-      </header>
+    <aside class="w2-detail" data-testid="detail-panel" aria-label="Task detail" data-task-id={taskId ?? ""}>
+      {!(taskId !== null && ledger) && (
+        <header>
+          <h2>Work</h2>
+          {taskId !== null && (
+            <span class="w2-live" aria-live="polite">
+              {live ? "Live" : load.phase === "ready" ? "Finished" : ""}
+            </span>
+          )}
+          {taskId !== null && (
+            <button type="button" class="w2-button" data-testid="ledger-open" onClick={() => setLedger(true)}>
+              Ledger
+            </button>
+          )}
+        </header>
+      )}
       {error && (
         <p class="w2-error" role="alert">
           {error}

@@ -16,6 +16,7 @@ import "../detail/theme.css";
 import { CostChart } from "./CostChart";
 import "./ledger.css";
 import {
+  actionStatus,
   type AttemptNode,
   callRows,
   costOverTime,
@@ -248,7 +249,7 @@ export function LedgerView({ taskId, conversationId, running = false, onClose, a
                             {turn.actions.map((action) => (
                               <li key={action.id}>
                                 {action.type}
-                                {action.name ? ` ${action.name}` : ""} <span class="w2-muted">({action.status})</span>
+                                {action.name ? ` ${action.name}` : ""} <span class="w2-muted">({actionStatus(action)})</span>
                                 <ol aria-label="Attempts">
                                   {action.attempts.map((attempt) => (
                                     <AttemptItem key={attempt.id} attempt={attempt} />

@@ -28,7 +28,7 @@ export interface ChartSize {
   readonly height: number;
 }
 
-const PAD = { left: 56, right: 10, top: 10, bottom: 22 };
+const PAD = { left: 66, right: 10, top: 10, bottom: 22 };
 
 /** hh:mm:ss in UTC-independent local form (the caller's locale decides the zone). */
 export function clockText(t: number): string {

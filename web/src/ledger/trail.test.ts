@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { chartGeometry } from "./chart";
 import { trailFixture } from "./fixtures";
-import { callRows, costOverTime, formatTokens, formatUsd, laneAttempts, seriesFromTree, totals, treeFromTrail } from "./trail";
+import { actionStatus, callRows, costOverTime, formatTokens, formatUsd, laneAttempts, seriesFromTree, totals, treeFromTrail } from "./trail";
 
 describe("treeFromTrail", () => {
   it("rebuilds lanes → turns → actions → attempts from today's GET /v1/ledger", () => {
@@ -55,6 +55,18 @@ describe("treeFromTrail", () => {
       events: [{ lane_id: "l", seq: 1, subject_id: "a", event_type: "attempt.requested", occurred_at: "x", payload: {} }],
     });
     expect(bare.lanes[0]?.turns[0]?.actions[0]?.attempts[0]?.status).toBe("requested");
+  });
+});
+
+describe("actionStatus", () => {
+  it("lets the attempts decide for a child action the tree still calls running", () => {
+    const attempt = { id: "a", attempt_no: 1, status: "completed" as const, resolved: true, requested_at: null, ended_at: null, usage: null, usage_estimated: false, error: null };
+    const action = { id: "x", type: "model_call", name: "m", parent_action_id: "e", status: "running" as const, attempts: [attempt] };
+    expect(actionStatus(action)).toBe("completed");
+    expect(actionStatus({ ...action, attempts: [{ ...attempt, status: "failed" }] })).toBe("failed");
+    expect(actionStatus({ ...action, attempts: [{ ...attempt, status: "requested", resolved: false }] })).toBe("running");
+    expect(actionStatus({ ...action, attempts: [] })).toBe("running");
+    expect(actionStatus({ ...action, status: "failed" })).toBe("failed");
   });
 });
 

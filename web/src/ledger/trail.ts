@@ -274,6 +274,15 @@ export function treeFromTrail(trail: TrailBody): LedgerTree {
   return { lanes, usage: trail.usage ?? null };
 }
 
+/** An action's status for people: a child action (a model or tool call) has no action events of its own, so while
+ * the tree says `running` its attempts decide: all resolved → the last one's outcome. */
+export function actionStatus(action: ActionNode): EntityStatus {
+  if (action.status !== "running" || action.attempts.length === 0) return action.status;
+  if (action.attempts.some((a) => !a.resolved)) return "running";
+  const last = action.attempts[action.attempts.length - 1];
+  return last?.status === "completed" ? "completed" : "failed";
+}
+
 /** Every attempt of a lane, in tree order. */
 export function laneAttempts(lane: LaneNode): AttemptNode[] {
   return lane.turns.flatMap((turn) => turn.actions.flatMap((action) => [...action.attempts]));
