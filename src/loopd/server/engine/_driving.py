@@ -76,6 +76,12 @@ QUEUE_SIZE: Final = 256
 MAX_PREVIEW_BATCH: Final = 64
 
 
+def call_channel(call_id: str) -> str:
+    """The bus channel a call's end is announced on (after its commit): `HarnessEngine.wait` sleeps on it instead of
+    on the call's conversation, whose every streamed event (of all the calls side by side there) would wake it."""
+    return f"harness-call/{call_id}"
+
+
 def lease_resource(call_id: str) -> str:
     return f"harness-call/{call_id}"
 
@@ -178,9 +184,15 @@ class Drive:
         return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock)
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
-        if call.conversation_id is not None:
-            conversation_id, bus = call.conversation_id, self._s.bus
-            tx.after_commit(lambda: bus.notify(conversation_id))
+        """After the commit: wake the call's own waiters (`call_channel`) and its conversation's readers."""
+        bus, channel, conversation_id = self._s.bus, call_channel(call.id), call.conversation_id
+
+        def wake() -> None:
+            bus.notify(channel)
+            if conversation_id is not None:
+                bus.notify(conversation_id)
+
+        tx.after_commit(wake)
 
     async def _end_in(
         self, tx: Transaction, call: HarnessCall, phase: HarnessPhase, error: dict[str, Any] | None, result: Any = None

@@ -52,7 +52,7 @@ from loopd.server.streams import ConversationBus
 
 from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_workspaces
 from ._driver import CallDriver, CallSlots
-from ._driving import DriveSettings
+from ._driving import DriveSettings, call_channel
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id
 from ._requests import MAX_TIMEOUT, CallRequest
@@ -339,18 +339,16 @@ class HarnessEngine:
 
     async def wait(self, call_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> HarnessCall:
         """The call once it is terminal, or as it is when ``timeout`` passes or ``stop`` is set (a server's
-        shutdown). Wakes when the call's message changes; ending a wait never cancels the call."""
+        shutdown). Wakes when the call ends (`call_channel`; every poll interval for a call another replica
+        drives); ending a wait never cancels the call."""
         deadline = self._clock.monotonic() + max(timeout, 0.0)
         while True:
             call = await self.get(call_id)
             remaining = deadline - self._clock.monotonic()
             if call.is_terminal or remaining <= 0 or (stop is not None and stop.is_set()):
                 return call
-            step = min(remaining, self._poll_interval)
-            if call.conversation_id is not None:
-                await self._bus.wait(call.conversation_id, step, stop=stop)
-            else:  # pragma: no cover - every call has a message and so a conversation
-                await self._clock.sleep(step)
+            # Its end wakes this at once (a call ending on another replica: the poll); other changes do not.
+            await self._bus.wait(call_channel(call_id), min(remaining, self._poll_interval), stop=stop)
 
     async def stream(self, call_id: str, *, after_seq: int = 0) -> AsyncGenerator[MessageEvent, None]:
         """The call's visible events (its message's stored AgentUE events) after ``after_seq``.
