@@ -201,6 +201,8 @@ async def test_kubectl_applies_shows_guards_and_collects_the_longhorizon_resourc
     assert blocks[1][1].split()[:4] == ["execution.longhorizon.loopd.dev/r1-r1", "r1", "1", "Completed"]
     assert blocks[2][1].split()[:6] == ["audit.longhorizon.loopd.dev/r1-r1", "r1", "1", "Completed", "true", "clean"]
     assert "lhrun" in await kubectl.ok("api-resources", "--api-group=longhorizon.loopd.dev")
+    explained = await kubectl.ok("explain", "run.spec")
+    assert "goal" in explained and "What the user asked for." in explained
     assert set((await kubectl.ok("get", "longhorizon", "-o", "name")).split()) == {  # the category
         "run.longhorizon.loopd.dev/r1",
         "execution.longhorizon.loopd.dev/r1-r1",
