@@ -99,7 +99,7 @@ async def test_human_answers_and_fallbacks(on: Served) -> None:
 
         stopped = await r.finished(dismissed)
         assert stopped["status"] == "completed"
-        assert answer_of(stopped) == "Stopped in round 1: Stopped in round 1: the question to you was dismissed."
+        assert answer_of(stopped) == "Stopped in round 1: the question to you was dismissed."
         timed_out = await r.finished(ignored, timeout=60)
         assert "the question to you timed out" in answer_of(timed_out)
         assert (await status_of(r, ignored["task_id"])).phase == "Stopped"

@@ -602,12 +602,10 @@ def _verdict_text(verdict: Verdict) -> str:
 
 
 def _final_text(state: RunState) -> str:
-    head = {
-        "Succeeded": "Done",
-        "Stopped": "Stopped",
-        "Failed": "Failed",
-    }.get(state.phase, state.phase)
-    lines = [f"{head} in round {state.round}: {state.summary}".strip()]
+    """The Task's answer at the end: "Done in round N: …" for a success; a stop or failure's summary says it all."""
+    if state.phase != "Succeeded":
+        return state.summary
+    lines = [f"Done in round {state.round}: {state.summary}".strip()]
     if state.task_state and state.task_state not in state.summary:
         lines += ["", state.task_state]
     return "\n".join(lines)
