@@ -349,3 +349,19 @@ class GatedStore(RunStore):
         except RunGone:
             self._stopped.append("gone")
             raise
+
+
+async def test_a_restart_while_a_question_waits_finds_the_same_question(on: Served) -> None:
+    async with attached(on) as r:
+        asked = await r.ask(f"{HELLO} [ask]")
+        question = await r.pending_question(asked["task_id"])
+
+        await r.restart()
+        await r.reply(asked, "success", "hello")
+        response = await r.finished(asked, timeout=60)
+
+        assert response["status"] == "completed"
+        questions = [m for m in await r.messages(asked["task_id"]) if m.purpose == "human_request"]
+        assert [m.id for m in questions] == [question.id]  # asked once, found again by its effect key
+        status = await status_of(r, asked["task_id"])
+        assert status.guidance == f"Question: {QUESTION}\nAnswer: hello"
