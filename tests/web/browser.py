@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +80,8 @@ class PacedModel:
     lock: threading.Lock = field(default_factory=threading.Lock)
     chunk_delay: float = 0.0
     chunk_size: int = 12
+    extra: Callable[[IncomingRequest], ServerReply | None] | None = None
+    """A rule tried before the demo's (e.g. the benchmark's long answer)."""
 
     def pace(self, chunk_delay: float, chunk_size: int = 12) -> None:
         with self.lock:
@@ -102,6 +104,8 @@ def paced_model() -> Iterator[PacedModel]:
     holder: list[PacedModel] = []
 
     def rule(request: IncomingRequest) -> ServerReply:
+        if holder and holder[0].extra is not None and (reply := holder[0].extra(request)) is not None:
+            return reply
         options = holder[0].options() if holder else DemoOptions(rules=tuple(demo_rules()))
         return demo_reply(request, options)
 
@@ -215,7 +219,7 @@ def asker_operator(server: WebServer) -> Iterator[None]:
 # --- pages ------------------------------------------------------------------------------------------------------
 
 
-def testid(name: str) -> str:
+def tid(name: str) -> str:
     return f'[data-testid="{name}"]'
 
 
@@ -232,16 +236,16 @@ def open_page(context: BrowserContext, url: str) -> Page:
     page = context.new_page()
     page.set_default_timeout(UI_TIMEOUT_MS)
     page.goto(url)
-    expect(page.locator(f'{testid("actor-picker")} option[value="operator:router"]')).to_have_count(1)
+    expect(page.locator(f'{tid("actor-picker")} option[value="operator:router"]')).to_have_count(1)
     return page
 
 
 def new_conversation(page: Page) -> str:
     """Click "new conversation"; the id of the conversation that becomes active."""
-    items = page.locator(testid("conversation-item"))
+    items = page.locator(tid("conversation-item"))
     before = set(items.evaluate_all("els => els.map(e => e.dataset.conversationId)"))
-    page.locator(testid("new-conversation")).click()
-    active = page.locator(f'{testid("conversation-item")}[aria-current="true"]')
+    page.locator(tid("new-conversation")).click()
+    active = page.locator(f'{tid("conversation-item")}[aria-current="true"]')
     wait_until(
         lambda: active.count() == 1 and active.get_attribute("data-conversation-id") not in before,
         timeout=15,
@@ -252,20 +256,39 @@ def new_conversation(page: Page) -> str:
 
 def send(page: Page, target: str, text: str) -> None:
     """Pick ``target`` (e.g. ``operator:router``) and send ``text`` with Enter."""
-    page.locator(testid("actor-picker")).select_option(target)
-    box = page.locator(testid("composer-input"))
+    page.locator(tid("actor-picker")).select_option(target)
+    box = page.locator(tid("composer-input"))
     box.fill(text)
     box.press("Enter")
 
 
+CHAT = ':is([data-testid="chat-pane"], #pane-chat)'
+"""The chat pane (not the detail panel, whose messages carry the same ``message`` testid)."""
+
+
 def answers(page: Page) -> Locator:
-    """The responders' messages of the chat pane (not the user's, not the detail panel's)."""
-    return page.locator(f'{testid("chat-pane")} {testid("message")}:not([data-role="user"])')
+    """The answers (``response`` messages) of the chat pane."""
+    return page.locator(f'{CHAT} {tid("message")}[data-role="response"]')
+
+
+def questions(page: Page) -> Locator:
+    """The user's own messages in the chat pane."""
+    return page.locator(f'{CHAT} {tid("message")}[data-author^="user:"]')
+
+
+def badge(page: Page, status: str) -> Locator:
+    """The chat pane's status badges saying ``status`` (``.last``: the latest Task's)."""
+    return page.locator(f'{CHAT} {tid("status-badge")}[data-status="{status}"]')
+
+
+def select(message: Locator) -> None:
+    """Point the detail panel at this message's Task (its "Details" button)."""
+    message.get_by_role("button", name=re.compile(r"show the work", re.I)).click()
 
 
 def message_text(message: Locator) -> str:
     """The rendered text blocks of one message, whitespace collapsed."""
-    return " ".join(" ".join(message.locator(testid("message-text")).all_inner_texts()).split())
+    return " ".join(" ".join(message.locator(tid("message-text")).all_inner_texts()).split())
 
 
 def cookie_client(context: BrowserContext, url: str) -> httpx.Client:
