@@ -1,6 +1,7 @@
 // Renders an AgentUE model's blocks: text as sanitized Markdown, tools folded with input/output, results as JSON
 // or text, artifacts, progress, and a generic fallback. Gates (`ask` blocks `gate/...`) are rendered by the
 // caller (W2's GateCard). Must not do: fetch, or change the model.
+import { type ComponentChild, Fragment } from "preact";
 import { memo } from "preact/compat";
 import type { Block, InlineBlock, Json, Model } from "../agentue";
 import { isRefBlock } from "../agentue";
@@ -74,7 +75,9 @@ function ToolBlock({ block }: { block: InlineBlock }) {
 function ResultBlock({ block, answerText }: { block: InlineBlock; answerText: string | null }) {
   const format = str(block["format"]);
   const content = block["content"];
-  const sameAsAnswer = typeof content === "string" && answerText !== null && content.trim() === answerText.trim();
+  // The streamed text usually ends with the final result: fold the result then.
+  const sameAsAnswer =
+    typeof content === "string" && content.trim() !== "" && answerText !== null && answerText.trim().endsWith(content.trim());
   if (sameAsAnswer) {
     // The streamed text already shows it: keep the result folded.
     return (
@@ -205,14 +208,24 @@ export function isGateBlock(block: Block): boolean {
   return !isRefBlock(block) && block.type === "ask" && block.id.startsWith("gate/");
 }
 
-/** The blocks of a model, gates excluded (the caller renders those). */
-export function Blocks({ model }: { model: Model | null }) {
+/** The blocks of a model in order; gates go through `renderGate` (W2's GateCard) in their place. */
+export function Blocks({ model, renderGate }: { model: Model | null; renderGate?: (block: InlineBlock) => ComponentChild }) {
   if (model === null) return null;
   const answerText = answerTextOf(model);
   const errorInfo = model.meta["error"];
   return (
     <>
-      {model.blocks.map((block) => (isGateBlock(block) ? null : <BlockView key={block.id} block={block} answerText={answerText} />))}
+      {model.blocks.map((block) =>
+        isGateBlock(block) ? (
+          renderGate === undefined ? (
+            <BlockView key={block.id} block={block} answerText={answerText} />
+          ) : (
+            <Fragment key={block.id}>{renderGate(block as InlineBlock)}</Fragment>
+          )
+        ) : (
+          <BlockView key={block.id} block={block} answerText={answerText} />
+        ),
+      )}
       {typeof errorInfo === "object" && errorInfo !== null && !Array.isArray(errorInfo) && (
         <div class="block error" role="alert" data-testid="block-error">
           {asText(errorInfo["message"]) || asText(errorInfo["code"]) || "failed"}

@@ -87,11 +87,10 @@ export const MessageView = memo(function MessageView({ message, badge, selected,
           <HumanReply message={message} />
         ) : (
           <>
-            <Blocks model={message.content} />
-            {body !== null &&
-              (message.content?.blocks ?? []).map((block) =>
-                isGateBlock(block) ? <GateCard key={block.id} message={body} block={block as unknown as Record<string, unknown>} /> : null,
-              )}
+            <Blocks
+              model={message.content}
+              renderGate={body === null ? undefined : (block) => <GateCard message={body} block={block as unknown as Record<string, unknown>} />}
+            />
           </>
         )}
         {message.content === null && message.status === "streaming" && <div class="muted">…</div>}
