@@ -42,6 +42,7 @@ QUESTION = "Introduce Liu Bei, Guan Yu, and Zhang Fei"
 HEROES = ("Liu Bei", "Guan Yu", "Zhang Fei")
 NOTE = "remember the milk"
 UI_TIMEOUT_MS = 30_000
+expect.set_options(timeout=UI_TIMEOUT_MS)  # a loaded CI machine: conditions, never sleeps, bound every wait
 
 
 # --- preconditions ----------------------------------------------------------------------------------------------
