@@ -185,7 +185,7 @@ class LongHorizon:
         context = await self._rt.task.get(task.id)  # TaskNotReady: the runtime requeues shortly
         if context.response.status != "streaming":
             return None  # answered already (a late requeue)
-        work = _RunWork(self, task, context)
+        work = _RunWork(self._rt, self.settings, self.store, task, context)
         try:
             return await work.go()
         except RunGone as exc:
@@ -216,11 +216,12 @@ class LongHorizon:
 class _RunWork:
     """One reconcile of one Task's Run."""
 
-    def __init__(self, operator: LongHorizon, task: Task, context: TaskContext) -> None:
-        self._op = operator
-        self._rt = operator._rt
-        self._settings = operator.settings
-        self._store = operator.store
+    def __init__(
+        self, rt: Runtime, settings: LongHorizonSettings, store: RunStore, task: Task, context: TaskContext
+    ) -> None:
+        self._rt = rt
+        self._settings = settings
+        self._store = store
         self._task = task
         self._context = context
         self._last_call_id: str | None = None
