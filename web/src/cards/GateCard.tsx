@@ -4,7 +4,7 @@
  * Shown only to the asker: the card first reads `GET /v1/harness/calls/{call_id}`, which the server answers only to
  * the admin, the call's asker and the Task's responder (a browser user is never a responder); on 404/403 it renders
  * nothing. The answer goes to `POST /v1/harness/calls/{call_id}/gates/{gate_id}`; controls are disabled while it is on
- * its way, and a failure is shown (`card-error`) with the controls enabled again. A closed gate is read-only.
+ * its way, and a failure is shown (`card-error`) with the controls enabled again. A closed gate is read-only: its options as text, the chosen one marked, and the outcome.
  * Must not do: answer by itself, or show the controls to anyone the server would refuse.
  */
 
@@ -14,6 +14,7 @@ import { type Api, HttpError, type MessageBody, errorText, httpApi } from "../de
 import "../detail/theme.css";
 import "./cards.css";
 import { type GateAnswer, gateOf, gateOutcomeText, gateState } from "./model";
+import { ReadOnlyOptions } from "./ReadOnlyOptions";
 
 export interface GateCardProps {
   /** The harness message holding the gate block. */
@@ -113,22 +114,28 @@ export function GateCard({ message, block, asker, api = httpApi }: GateCardProps
       <p class="w2-summary" id={`${base}-summary`} data-testid="gate-summary">
         {gate.prompt || "The harness asks for permission."}
       </p>
-      <div class="w2-actions" role="group" aria-label="Your decision">
-        {ANSWERS.map((item) => (
-          <button
-            key={item.answer}
-            type="button"
-            class={`w2-button${item.answer === "deny" ? " danger" : item.answer === "approve" ? " primary" : ""}`}
-            data-testid={item.testid}
-            title={item.hint}
-            disabled={locked}
-            aria-pressed={!pending && shown.status === "success" ? shown.value === item.answer : undefined}
-            onClick={() => void answer(item.answer)}
-          >
-            {item.label}
-          </button>
-        ))}
-      </div>
+      {pending ? (
+        <div class="w2-actions" role="group" aria-label="Your decision">
+          {ANSWERS.map((item) => (
+            <button
+              key={item.answer}
+              type="button"
+              class={`w2-button${item.answer === "deny" ? " danger" : item.answer === "approve" ? " primary" : ""}`}
+              data-testid={item.testid}
+              title={item.hint}
+              disabled={locked}
+              onClick={() => void answer(item.answer)}
+            >
+              {item.label}
+            </button>
+          ))}
+        </div>
+      ) : (
+        <ReadOnlyOptions
+          options={ANSWERS.map((item) => ({ value: item.answer, label: item.label }))}
+          chosen={shown.status === "success" ? shown.value : null}
+        />
+      )}
       {!pending && (
         <p class="w2-outcome" data-testid="card-outcome">
           {gateOutcomeText(shown)}

@@ -14,6 +14,7 @@ import { type Api, HttpError, type MessageBody, errorText, httpApi } from "../de
 import "../detail/theme.css";
 import "./cards.css";
 import { askValue, cardState, newerMessage, outcomeText, type Question, questionOf } from "./model";
+import { ReadOnlyOptions } from "./ReadOnlyOptions";
 
 export interface HumanCardProps {
   /** A `human_request` message (its block is the question). */
@@ -213,33 +214,39 @@ export function HumanCard({ message, onUpdate, api = httpApi }: HumanCardProps):
           )}
         </form>
       ) : (
-        <div class="w2-actions" role="group" aria-label="Your decision">
-          <button
-            type="button"
-            class="w2-button primary"
-            data-testid="confirm-accept"
-            disabled={locked}
-            aria-pressed={!pending && question.status === "success" ? question.value === "accepted" : undefined}
-            onClick={() => void send({ outcome: "success", value: "accepted" })}
-          >
-            {question.confirmLabel}
-          </button>
-          <button
-            type="button"
-            class="w2-button"
-            data-testid="confirm-decline"
-            disabled={locked}
-            aria-pressed={!pending && question.status === "success" ? question.value === "declined" : undefined}
-            onClick={() => void send({ outcome: "success", value: "declined" })}
-          >
-            {question.declineLabel}
-          </button>
-          {pending && (
+        pending ? (
+          <div class="w2-actions" role="group" aria-label="Your decision">
+            <button
+              type="button"
+              class="w2-button primary"
+              data-testid="confirm-accept"
+              disabled={locked}
+              onClick={() => void send({ outcome: "success", value: "accepted" })}
+            >
+              {question.confirmLabel}
+            </button>
+            <button
+              type="button"
+              class="w2-button"
+              data-testid="confirm-decline"
+              disabled={locked}
+              onClick={() => void send({ outcome: "success", value: "declined" })}
+            >
+              {question.declineLabel}
+            </button>
             <button type="button" class="w2-button" data-testid="card-dismiss" disabled={locked} onClick={dismiss}>
               Dismiss
             </button>
-          )}
-        </div>
+          </div>
+        ) : (
+          <ReadOnlyOptions
+            options={[
+              { value: "accepted", label: question.confirmLabel },
+              { value: "declined", label: question.declineLabel },
+            ]}
+            chosen={question.status === "success" ? question.value : null}
+          />
+        )
       )}
       {due && <p class="w2-due">{due}</p>}
       {!pending && (

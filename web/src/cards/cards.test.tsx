@@ -146,8 +146,12 @@ describe("HumanCard: confirm", () => {
     await click(view.one("confirm-decline"));
     expect(api.calls[0]?.body).toEqual({ reply_to_message_id: "q1", outcome: "success", value: "declined" });
     expect(view.one("confirm-card").dataset["state"]).toBe("answered");
-    expect(view.one("confirm-decline").getAttribute("aria-pressed")).toBe("true");
-    expect((view.one("confirm-accept") as HTMLButtonElement).disabled).toBe(true);
+    expect(view.byTestId("confirm-accept")).toHaveLength(0); // read-only: the options stay, as text
+    const options = [...view.one("card-options").querySelectorAll("li")].map((li) => [li.textContent, li.dataset["chosen"]]);
+    expect(options).toEqual([
+      ["Ship it", "false"],
+      ["✓ Not yet (chosen)", "true"],
+    ]);
     expect(view.one("card-outcome").textContent).toBe("Answered: Not yet");
   });
 });
@@ -170,6 +174,7 @@ describe("GateCard", () => {
     expect(view.one("gate-card").dataset["state"]).toBe("approved");
     expect(api.calls.at(-1)).toEqual({ method: "POST", path: gatePath, body: { answer: "approve" } });
     expect(view.one("card-outcome").textContent).toBe("Approved once");
+    expect(view.byTestId("gate-approve")).toHaveLength(0);
   });
 
   it("renders nothing for someone the server hides the call from", async () => {
@@ -191,6 +196,7 @@ describe("GateCard", () => {
     const denied = gateMessage({ status: "success", value: "deny" });
     await view.rerender(<GateCard message={denied} block={gateBlocks(denied)[0] ?? {}} asker api={api} />);
     expect(view.one("gate-card").dataset["state"]).toBe("denied");
-    expect(view.one("gate-deny").getAttribute("aria-pressed")).toBe("true");
+    expect(view.byTestId("gate-deny")).toHaveLength(0);
+    expect(view.one("card-options").querySelector('[data-chosen="true"]')?.getAttribute("data-value")).toBe("deny");
   });
 });
