@@ -64,7 +64,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) web
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
