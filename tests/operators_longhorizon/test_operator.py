@@ -404,6 +404,13 @@ async def test_a_restart_while_a_question_waits_finds_the_same_question(on: Serv
     async with attached(on) as r:
         asked = await r.ask(f"{HELLO} [ask]")
         question = await r.pending_question(asked["task_id"])
+        client = await r.rt.resource_client()
+
+        async def waiting_input() -> bool:
+            task = await client.get(TASKS, asked["task_id"], namespace="default")
+            return bool(task.get("status", {}).get("phase") == "WaitingInput")
+
+        await eventually(waiting_input, what="the Task's status to say it waits for the user")
 
         await r.restart()
         await r.reply(asked, "success", "hello")

@@ -70,7 +70,8 @@ from loopd.operators.longhorizon._settings import LongHorizonSettings
 from loopd.operators.longhorizon._status import from_status, to_status, wire_verdict
 from loopd.operators.longhorizon._store import CONVERSATION_LABEL, RunStore, label_value
 from loopd.operators.router import result_text
-from loopd.resources import ObjectMeta
+from loopd.resources import ObjectMeta, ResourceError
+from loopd.resources.client import TASKS
 from loopd.runtime import (
     Conflict,
     InvalidRequest,
@@ -469,11 +470,24 @@ class _RunWork:
             return replace(state, human_message_id=question.message_id)  # recorded first, then waited on
         asked = question.state
         if not asked.terminal:
+            await self._say_waiting(asked.title)
             return Result(requeue_after=HUMAN_POLL)  # an answer bumps the Task's revision: it is reconciled at once
         value = asked.value if isinstance(asked.value, str) else ("" if asked.value is None else str(asked.value))
         outcome = _OUTCOMES.get(asked.status, HumanOutcome("failure"))
         prompt = state.decision.question if state.decision is not None else ""
         return answered(state, replace(outcome, value=value, text=value), now=self._now(), question=prompt)
+
+    async def _say_waiting(self, title: str) -> None:
+        """The Task's status says it waits for a person (``WaitingInput``; the runtime writes ``Running`` again when
+        the answer wakes it). Best effort: a failed write is logged."""
+        status = {"phase": "WaitingInput", "message": f"waiting for the user: {title}"[:200]}
+        try:
+            client = await self._rt.resource_client()
+            await client.patch(
+                TASKS, self._task.id, {"status": status}, namespace=self._task.namespace or None, subresource="status"
+            )
+        except ResourceError as exc:
+            logger.info("task %s: could not say it waits for the user: %s", self._task.id, exc)
 
     async def _question(self, key: str, reason: str, state: RunState) -> Question:
         timeout = self._settings.human_timeout
