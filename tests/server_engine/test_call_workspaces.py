@@ -360,3 +360,67 @@ async def test_over_http_a_workspace_is_the_callers_own_and_bad_ones_are_400(
     assert state["workspace"] == call["workspace"]
     assert (rigs.root / call["workspace"] / "hello.txt").read_text() == "hello world\n"
     assert not (rigs.root / "operator").exists() and not (tmp_path / "x").exists()
+
+
+@dataclass
+class _WriteThenAnswer:
+    """Step 1 writes notes.txt with write_file; step 2 answers, the first time after a long stall (a crash window)."""
+
+    final_calls: int = 0
+
+    def __call__(self, request: Any) -> Any:
+        from loopd.harness import Reply, ToolCall
+
+        if not any(message.role == "tool" for message in request.messages):
+            return Reply(
+                tool_calls=[ToolCall(id="w1", name="write_file", arguments={"path": "notes.txt", "content": "x"})]
+            )
+        self.final_calls += 1
+        return Reply(text="written", delay=60.0 if self.final_calls == 1 else 0.0)
+
+
+async def test_a_crashed_engine_resumes_a_workspace_call_in_the_same_workspace_without_rerunning_its_tool(
+    tmp_path: Path, clock: Any
+) -> None:
+    from loopd.harness import LoopDefinition, ScriptedModel, SqliteJournal
+    from loopd.harness.gate import MemoryRuleStore
+    from loopd.server.storage import DatabaseOptions, open_database
+
+    from .conftest import until, until_true
+
+    script = _WriteThenAnswer()
+    journal = await SqliteJournal.open(tmp_path / "journal.db")
+    base = Rig(
+        loops=[LoopDefinition(name="main", model=ScriptedModel(script, model_name="scripted"))],
+        journal=journal,
+        rules=MemoryRuleStore(),
+        workspace=tmp_path / "workspaces" / "assistant",
+    )
+    rigs = WorkspaceRigs(base=base, root=tmp_path / "workspaces", sandbox=UNCONFINED, hidden=())
+    adapter = BuiltinHarnessAdapter(base, workspaces=rigs)
+    try:
+        async with open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)) as db:
+            first = make_engine(db, {"assistant": adapter}, clock=clock, replica_id="first")
+            await first.open()
+            call_id, message = await _call(db, first, "write notes", workspace=LOCATION, tools="write")
+            await until_true(lambda: script.final_calls == 1)  # the tool ran; the answer's model call hangs
+            await first.abort()  # a crash: the drive dropped, its lease left to expire
+            notes = tmp_path / "workspaces" / LOCATION / "notes.txt"
+            assert notes.read_text() == "x"
+            notes.write_text("changed after the tool ran")  # a re-run of the tool would overwrite this
+
+            await clock.advance(31)
+            async with make_engine(db, {"assistant": adapter}, clock=clock, replica_id="second") as second:
+                call = await until_done(second, call_id, timeout=20)
+
+                async def settled() -> bool:
+                    return _tools(await content_of(db, message)) == [("write_file", "completed")]
+
+                await until(settled)
+            assert call.phase == "succeeded", call.error
+            assert call.result["content"] == "written"
+            assert script.final_calls == 2  # the model call in flight was re-issued, in the same session
+            assert notes.read_text() == "changed after the tool ran"  # the tool was not run again
+            assert [info.session_id for info in await base.sessions()] == [call_id]
+    finally:
+        await journal.aclose()
