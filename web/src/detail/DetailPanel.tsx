@@ -187,7 +187,7 @@ export function DetailPanel({ taskId, running, conversationId, renderMessage, ap
   const render = renderMessage ?? ((m: MessageBody) => <DefaultMessage message={m} api={api} />);
 
   return (
-    <aside class="w2-detail" data-testid="detail-panel" aria-label="Task detail" data-task-id={taskId ?? ""}>
+    <section class="w2-detail" data-testid="detail-panel" aria-label="Task detail" data-task-id={taskId ?? ""}>
       {!(taskId !== null && ledger) && (
         <header>
           <h2>Work</h2>
@@ -231,6 +231,7 @@ export function DetailPanel({ taskId, running, conversationId, renderMessage, ap
               style={{ "--w2-columns": String(group.columns.length) }}
               role={group.columns.length > 1 ? "group" : undefined}
               aria-label={group.columns.length > 1 ? `${group.columns.length} calls side by side` : undefined}
+              tabIndex={group.columns.length > 1 ? 0 : undefined /* a scrollable row is reachable by keyboard */}
             >
               {group.columns.map((column) => (
                 <section key={column.actor} class="w2-column" data-testid="parallel-column" data-actor={column.actor} aria-label={actorLabel(column.actor)}>
@@ -244,6 +245,6 @@ export function DetailPanel({ taskId, running, conversationId, renderMessage, ap
           ))}
         </div>
       )}
-    </aside>
+    </section>
   );
 }
