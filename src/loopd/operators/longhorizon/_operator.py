@@ -12,9 +12,9 @@ its children) is created once; then, phase after phase of the pure machine (`_ph
 Each step is one keyed harness call (owner = the Run's UID), so a reconcile that runs again — after a requeue, a
 crash, a take-over — re-attaches to the same call and never repeats it. Each step's report is then written into the
 Task's work conversation (`_reports`: keyed like the call; a report missing its end gets only its end), and only then
-the Run's status (guarded by its resource version). At a terminal phase the summary becomes the Task's answer, the
-Run is released from the Task (so it outlives it) and the Task completes; the Run is deleted after the retention TTL
-(`collect`, on the Run watch), its Executions and Audits with it.
+the Run's status (guarded by its resource version). At a terminal phase the Run records the answer's message, is
+released from the Task (so it outlives it), and the Task completes with the summary as its answer (one request); the
+Run is deleted after the retention TTL (`collect`, on the Run watch), its Executions and Audits with it.
 
 A Task whose conversation already has a live Run started earlier is a follow-up: it waits until that Run takes it
 as guidance (then it completes, pointing there) or ends (then it starts its own Run).
@@ -293,8 +293,7 @@ class _RunWork:
                     "Your message was taken as guidance by the LongHorizon run already working in this conversation "
                     f"({other.metadata.name}); its answer will follow there."
                 )
-                await self._rt.chat.answer(self._task.id, text)
-                await _complete(self._rt, self._task.id, error=None)
+                await _complete(self._rt, self._task.id, error=None, answer=text)
                 return None
         if any(
             (r.status is None or r.status.phase not in TERMINAL) and r.spec.input_message_id < context.input.id
@@ -525,12 +524,11 @@ class _RunWork:
 
     async def _finish(self, run: Run, state: RunState) -> None:
         if state.final_message_id is None:
-            await self._rt.chat.answer(self._task.id, _final_text(state))
             state = replace(state, final_message_id=self._context.response.id)
             run = await self._write(run, state)
         await self._store.release_run(run)
         error = (FAILURE_CODE, state.summary) if state.phase == "Failed" else None
-        await _complete(self._rt, self._task.id, error=error)
+        await _complete(self._rt, self._task.id, error=error, answer=_final_text(state))
 
     # -- calls and reports -----------------------------------------------------------------------------------------
 
@@ -583,9 +581,10 @@ class _Failure:
         self.reason = reason
 
 
-async def _complete(rt: Runtime, task_id: str, *, error: tuple[str, str] | None) -> None:
+async def _complete(rt: Runtime, task_id: str, *, error: tuple[str, str] | None, answer: str | None = None) -> None:
+    """Complete the Task (with its answer, in the same request); completed already or gone is fine."""
     try:
-        await rt.chat.complete(task_id, error=error)
+        await rt.chat.complete(task_id, error=error, answer=answer)
     except (Conflict, NotFound) as exc:
         logger.info("task %s: completion refused (%s); it is being completed already", task_id, exc.message)
 
