@@ -222,7 +222,7 @@ describe("followStream", () => {
 
 describe("backoffDelay and parseFrame", () => {
   it("grows and caps the delay", () => {
-    expect([0, 1, 2, 3, 10].map((n) => backoffDelay(n))).toEqual([1500, 3000, 6000, 12000, 15000]);
+    expect([0, 1, 2, 3, 10].map((n) => backoffDelay(n))).toEqual([1500, 3000, 6000, 8000, 8000]);
   });
 
   it("reads only data frames with a numeric id", () => {

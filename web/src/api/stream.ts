@@ -12,7 +12,7 @@ export type StreamStatus = "connecting" | "open" | "reconnecting" | "ended" | "f
 export interface BackoffOptions {
   /** First wait before a reconnect (default 1,500 ms). */
   initialMs?: number;
-  /** Longest wait (default 15,000 ms). */
+  /** Longest wait (default 8,000 ms). */
   maxMs?: number;
   /** Growth per failed attempt (default 2). */
   factor?: number;
@@ -43,7 +43,7 @@ export interface FollowOptions {
 /** The delay before reconnect attempt `attempt` (0-based): initial × factor^attempt, capped. Pure. */
 export function backoffDelay(attempt: number, options: BackoffOptions = {}): number {
   const initial = options.initialMs ?? 1500;
-  const max = options.maxMs ?? 15_000;
+  const max = options.maxMs ?? 8000;
   const factor = options.factor ?? 2;
   return Math.min(max, initial * factor ** Math.max(0, attempt));
 }

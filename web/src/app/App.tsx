@@ -12,10 +12,13 @@ import { MessageView } from "../chat/MessageView";
 import { badgeOf } from "../chat/status";
 import { fromBody, messagesOf } from "../chat/store";
 import { DetailPanel } from "../detail";
+import { memo } from "preact/compat";
 import { useActors } from "./useActors";
 import { useConversation } from "./useConversation";
 
 export type Pane = "conversations" | "chat" | "detail";
+/** The detail panel re-renders only when its props change (not on every streamed frame of the chat). */
+const Detail = memo(DetailPanel);
 const TARGET_KEY = "loopd.target";
 const CONVERSATION_KEY = "loopd.conversation";
 
@@ -27,12 +30,23 @@ function readStorage(key: string): string | null {
   }
 }
 
+const pendingWrites = new Map<string, string>();
+let writeTimer: ReturnType<typeof setTimeout> | null = null;
+
+/** Remember a choice, a little later: the first localStorage write of a page can take a long task by itself. */
 function writeStorage(key: string, value: string): void {
-  try {
-    localStorage.setItem(key, value);
-  } catch {
-    // storage may be disabled: the choice just isn't remembered
-  }
+  pendingWrites.set(key, value);
+  writeTimer ??= setTimeout(() => {
+    writeTimer = null;
+    for (const [name, text] of pendingWrites) {
+      try {
+        localStorage.setItem(name, text);
+      } catch {
+        // storage may be disabled: the choice just isn't remembered
+      }
+    }
+    pendingWrites.clear();
+  }, 1500);
 }
 
 /** The conversation id in the location hash (`#c=<id>`), if any. */
@@ -159,6 +173,8 @@ export function App() {
     [activeId, target, create, mergeBodies],
   );
 
+  const createClicked = useCallback(() => void create().catch(noop), [create]);
+  const moreClicked = useCallback(() => void more(), [more]);
   const onHumanUpdate = useCallback((body: MessageBody) => mergeBodies([body], null), [mergeBodies]);
   const selectMessage = useCallback((id: string) => {
     setSelectedId(id);
@@ -237,9 +253,9 @@ export function App() {
             hasMore={nextAfter !== null}
             error={listError}
             onSelect={selectConversation}
-            onCreate={() => void create().catch(noop)}
+            onCreate={createClicked}
             onRename={rename}
-            onMore={() => void more()}
+            onMore={moreClicked}
           />
         </section>
         <main id="pane-chat" class="pane pane-center" aria-label="Chat">
@@ -274,7 +290,7 @@ export function App() {
           <Composer actors={actors} target={target} onTarget={chooseTarget} onSend={send} />
         </main>
         <aside id="pane-detail" class="pane pane-right" aria-label="Details">
-          <DetailPanel taskId={taskId} running={taskRunning} conversationId={activeId} renderMessage={renderDetailMessage as never} />
+          <Detail taskId={taskId} running={taskRunning} conversationId={activeId} renderMessage={renderDetailMessage as never} />
         </aside>
       </div>
     </div>

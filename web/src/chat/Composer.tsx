@@ -1,5 +1,6 @@
 // The composer: a responder picker (Operators / Harnesses from /v1/actors) and a text area. Enter sends,
 // Shift+Enter adds a line; the text is kept when sending fails. Follow-ups can be sent while work runs.
+import { memo } from "preact/compat";
 import { useState } from "preact/hooks";
 import type { ActorBody } from "../api";
 
@@ -48,7 +49,7 @@ export function ActorPicker({ actors, target, onTarget }: Pick<ComposerProps, "a
   );
 }
 
-export function Composer({ actors, target, onTarget, onSend, disabled = false }: ComposerProps) {
+export const Composer = memo(function Composer({ actors, target, onTarget, onSend, disabled = false }: ComposerProps) {
   const [text, setText] = useState("");
   const [sending, setSending] = useState(false);
   const [error, setError] = useState<string | null>(null);
@@ -105,4 +106,4 @@ export function Composer({ actors, target, onTarget, onSend, disabled = false }:
       )}
     </form>
   );
-}
+});

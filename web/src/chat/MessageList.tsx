@@ -1,13 +1,15 @@
 // The chat's messages: only the newest `window` are mounted (more on scrolling up or on "Show earlier"), so a
-// conversation with thousands of messages opens fast; the list sticks to the bottom while new text streams in,
-// unless the reader scrolled up. Must not do: fetch.
-import { useCallback, useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+// conversation with thousands of messages opens fast. The scroller is a reversed flex column: its origin is the
+// bottom, so it opens at the newest message and stays there while text streams in (no scroll code, no forced
+// layout per frame), and mounting earlier messages above does not move what the reader sees. Must not do: fetch.
+import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import type { ActorBody, MessageBody } from "../api";
 import { MessageView } from "./MessageView";
 import { badgeOf, type Connection, waitingTasks } from "./status";
 import { type ConversationView, messagesOf } from "./store";
 
-export const WINDOW_STEP = 60;
+/** Messages mounted at first, and added on each step back (the newest ones fill a screen several times). */
+export const WINDOW_STEP = 40;
 
 export interface MessageListProps {
   view: ConversationView;
@@ -22,7 +24,6 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
   const [limit, setLimit] = useState(WINDOW_STEP);
   const scroller = useRef<HTMLDivElement>(null);
   const sentinel = useRef<HTMLDivElement>(null);
-  const stick = useRef(true);
   const messages = useMemo(() => messagesOf(view), [view.byId, view.order]);
   const waiting = useMemo(() => waitingTasks(view), [view.byId]);
   const names = useMemo(() => {
@@ -35,57 +36,48 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
 
   useEffect(() => setLimit(WINDOW_STEP), [view.conversationId]);
 
-  const showEarlier = useCallback(() => {
-    const element = scroller.current;
-    const before = element === null ? 0 : element.scrollHeight - element.scrollTop;
-    setLimit((value) => value + WINDOW_STEP);
-    // keep the reader's place once the earlier messages are mounted
-    requestAnimationFrame(() => {
-      if (element !== null) element.scrollTop = element.scrollHeight - before;
-    });
-  }, []);
+  const showEarlier = useCallback(() => setLimit((value) => value + WINDOW_STEP), []);
 
   // Scrolling to the top mounts the earlier messages.
   useEffect(() => {
     const target = sentinel.current;
     if (target === null || hidden === 0 || typeof IntersectionObserver === "undefined") return;
     const observer = new IntersectionObserver((entries) => {
-      if (entries.some((entry) => entry.isIntersecting) && !stick.current) showEarlier();
+      if (entries.some((entry) => entry.isIntersecting)) showEarlier();
     });
     observer.observe(target);
     return () => observer.disconnect();
   }, [hidden, showEarlier]);
 
-  const onScroll = useCallback(() => {
-    const element = scroller.current;
-    if (element !== null) stick.current = element.scrollHeight - element.scrollTop - element.clientHeight < 48;
-  }, []);
-
-  useLayoutEffect(() => {
-    const element = scroller.current;
-    if (element !== null && stick.current) element.scrollTop = element.scrollHeight;
-  });
+  // The reader's own new question brings the view back to the newest message.
+  const last = messages[messages.length - 1];
+  const lastMine = last !== undefined && last.kind === "user" ? last.id : null;
+  useEffect(() => {
+    if (lastMine !== null && scroller.current !== null) scroller.current.scrollTop = 0;
+  }, [lastMine]);
 
   return (
-    <div class="message-list" ref={scroller} onScroll={onScroll} aria-live="polite" aria-relevant="additions" tabIndex={0} aria-label="Messages">
-      <div ref={sentinel} />
-      {hidden > 0 && (
-        <button type="button" class="show-earlier" onClick={showEarlier} data-testid="show-earlier">
-          Show earlier messages ({hidden})
-        </button>
-      )}
-      {shown.length === 0 && <p class="empty muted">No messages yet. Pick a responder below and ask something.</p>}
-      {shown.map((message) => (
-        <MessageView
-          key={message.id}
-          message={message}
-          badge={badgeOf(message, connection, waiting)}
-          selected={message.id === selectedId}
-          authorName={names.get(`${message.kind}:${message.key}`) ?? message.key}
-          onSelect={onSelect}
-          onHumanUpdate={onHumanUpdate}
-        />
-      ))}
+    <div class="message-list" ref={scroller} tabIndex={0} aria-label="Messages">
+      <div class="message-stack" aria-live="polite" aria-relevant="additions">
+        <div ref={sentinel} />
+        {hidden > 0 && (
+          <button type="button" class="show-earlier" onClick={showEarlier} data-testid="show-earlier">
+            Show earlier messages ({hidden})
+          </button>
+        )}
+        {shown.length === 0 && <p class="empty muted">No messages yet. Pick a responder below and ask something.</p>}
+        {shown.map((message) => (
+          <MessageView
+            key={message.id}
+            message={message}
+            badge={badgeOf(message, connection, waiting)}
+            selected={message.id === selectedId}
+            authorName={names.get(`${message.kind}:${message.key}`) ?? message.key}
+            onSelect={onSelect}
+            onHumanUpdate={onHumanUpdate}
+          />
+        ))}
+      </div>
     </div>
   );
 }

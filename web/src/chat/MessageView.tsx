@@ -40,9 +40,11 @@ function HumanReply({ message }: { message: ChatMessage }) {
   );
 }
 
+// HH:MM in local time, by hand: locale formatting (Intl) costs tens of milliseconds on a page's first use.
 function timeOf(iso: string): string {
   const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? "" : date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  if (Number.isNaN(date.getTime())) return "";
+  return `${String(date.getHours()).padStart(2, "0")}:${String(date.getMinutes()).padStart(2, "0")}`;
 }
 
 export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate }: MessageViewProps) {
