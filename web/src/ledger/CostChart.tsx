@@ -14,11 +14,13 @@ export interface CostChartProps {
   readonly title?: string;
   readonly width?: number;
   readonly height?: number;
+  /** Points of this Task are drawn filled, the conversation's other Tasks' hollow. */
+  readonly highlightTaskId?: string | null;
 }
 
 /** The chart; an empty series still renders the <svg> with "No cost recorded yet." */
-export function CostChart({ series, title = "Cost over time", width = 320, height = 120 }: CostChartProps): JSX.Element {
-  const chart = chartGeometry(series, { width, height });
+export function CostChart({ series, title = "Cost over time", width = 320, height = 120, highlightTaskId = null }: CostChartProps): JSX.Element {
+  const chart = chartGeometry(series, { width, height }, highlightTaskId);
   const id = useId();
   const { plot } = chart;
   return (
@@ -52,7 +54,7 @@ export function CostChart({ series, title = "Cost over time", width = 320, heigh
       ))}
       {chart.line && <path class="w2-line" d={chart.line} fill="none" />}
       {chart.dots.map((dot, index) => (
-        <circle key={index} class="w2-dot" cx={dot.x} cy={dot.y} r={3}>
+        <circle key={index} class={highlightTaskId === null || dot.highlighted ? "w2-dot" : "w2-dot other"} cx={dot.x} cy={dot.y} r={3}>
           <title>{dot.label}</title>
         </circle>
       ))}

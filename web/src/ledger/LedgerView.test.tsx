@@ -52,7 +52,8 @@ describe("LedgerView", () => {
     const chart = view.one("ledger-chart");
     expect(chart.querySelector("title")?.textContent).toBe("Cost over time in this conversation");
     expect(chart.querySelectorAll("circle")).toHaveLength(2);
-    expect(chart.querySelector("desc")?.textContent).toContain("$0.011 in total");
+    expect(chart.querySelector("desc")?.textContent).toContain("$0.011 in total; this task's 1 marked with filled dots.");
+    expect([...chart.querySelectorAll("circle")].map((c) => c.getAttribute("class"))).toEqual(["w2-dot other", "w2-dot"]);
   });
 
   it("shows an error it could not load, and an empty chart for a Task without calls", async () => {

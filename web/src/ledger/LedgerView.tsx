@@ -192,10 +192,11 @@ export function LedgerView({ taskId, conversationId, running = false, onClose, a
           <figure>
             <CostChart
               series={series}
+              highlightTaskId={loaded.seriesScope === "conversation" ? taskId : null}
               title={loaded.seriesScope === "conversation" ? "Cost over time in this conversation" : "Cost over time of this task"}
             />
             <figcaption>
-              {loaded.seriesScope === "conversation" ? "Cumulative cost of every task in this conversation" : "Cumulative cost of this task"}
+              {loaded.seriesScope === "conversation" ? "Cumulative cost of every task in this conversation (this task's steps filled)" : "Cumulative cost of this task"}
             </figcaption>
           </figure>
           <h3>Calls</h3>

@@ -10,6 +10,8 @@ export interface ChartDot {
   readonly x: number;
   readonly y: number;
   readonly label: string;
+  /** The point belongs to the highlighted Task. */
+  readonly highlighted: boolean;
 }
 
 export interface ChartGeometry {
@@ -40,7 +42,11 @@ export function clockText(t: number): string {
 const round = (n: number) => Math.round(n * 100) / 100;
 
 /** The chart of `series` (sorted by time, as `costOverTime` returns it) in a `size` viewBox. */
-export function chartGeometry(series: readonly CostPoint[], size: ChartSize = { width: 320, height: 120 }): ChartGeometry {
+export function chartGeometry(
+  series: readonly CostPoint[],
+  size: ChartSize = { width: 320, height: 120 },
+  highlightTaskId: string | null = null,
+): ChartGeometry {
   const plot = { left: PAD.left, right: size.width - PAD.right, top: PAD.top, bottom: size.height - PAD.bottom };
   const first = series[0];
   const last = series[series.length - 1];
@@ -57,7 +63,8 @@ export function chartGeometry(series: readonly CostPoint[], size: ChartSize = { 
   const dots = series.map((p) => ({
     x: x(p.t),
     y: y(p.cumulative),
-    label: `${clockText(p.t)}: +${formatUsd(p.usd)}, ${formatUsd(p.cumulative)} so far`,
+    label: `${clockText(p.t)}: +${formatUsd(p.usd)}${highlightTaskId !== null && p.taskId === highlightTaskId ? " (this task)" : ""}, ${formatUsd(p.cumulative)} so far`,
+    highlighted: highlightTaskId !== null && p.taskId === highlightTaskId,
   }));
   const xTicks = span > 0 ? [{ x: plot.left, label: clockText(first.t) }, { x: plot.right, label: clockText(last.t) }] : [{ x: x(first.t), label: clockText(first.t) }];
   const yTicks = [
@@ -68,6 +75,9 @@ export function chartGeometry(series: readonly CostPoint[], size: ChartSize = { 
   const description =
     `Cumulative cost over time: ${count} ${count === 1 ? "call step" : "call steps"} reported usage` +
     (span > 0 ? ` between ${clockText(first.t)} and ${clockText(last.t)}` : ` at ${clockText(first.t)}`) +
-    `, ${formatUsd(last.cumulative)} in total.`;
+    `, ${formatUsd(last.cumulative)} in total` +
+    (highlightTaskId !== null && series.some((p) => p.taskId !== highlightTaskId)
+      ? `; this task's ${series.filter((p) => p.taskId === highlightTaskId).length} marked with filled dots.`
+      : ".");
   return { width: size.width, height: size.height, line: parts.join(" "), dots, xTicks, yTicks, plot, description };
 }

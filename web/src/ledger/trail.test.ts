@@ -118,7 +118,7 @@ describe("chartGeometry", () => {
 
   it("handles no points and a single point", () => {
     expect(chartGeometry([]).description).toBe("No cost recorded yet.");
-    const one = chartGeometry([{ t: 0, usd: 0.5, cumulative: 0.5 }]);
+    const one = chartGeometry([{ t: 0, usd: 0.5, cumulative: 0.5, taskId: null }]);
     expect(one.dots).toHaveLength(1);
     expect(one.line).not.toContain("NaN");
   });

@@ -137,6 +137,8 @@ export interface CostPoint {
   readonly t: number;
   readonly usd: number;
   readonly cumulative: number;
+  /** The Task the point belongs to (null when the series does not say). */
+  readonly taskId: string | null;
 }
 
 const num = (value: unknown): number => (typeof value === "number" && Number.isFinite(value) && value >= 0 ? value : 0);
@@ -370,13 +372,13 @@ export function seriesFromTree(tree: LedgerTree): SeriesPoint[] {
 /** The cumulative cost over time: points sorted by time (unreadable times dropped), each with the running total. */
 export function costOverTime(points: readonly SeriesPoint[]): CostPoint[] {
   const timed = points
-    .map((p) => ({ t: Date.parse(p.at), usd: num(p.cost_usd) }))
+    .map((p) => ({ t: Date.parse(p.at), usd: num(p.cost_usd), taskId: p.task_id ?? null }))
     .filter((p) => Number.isFinite(p.t))
     .sort((a, b) => a.t - b.t);
   let running = 0;
   return timed.map((p) => {
     running += p.usd;
-    return { t: p.t, usd: p.usd, cumulative: roundUsd(running) };
+    return { t: p.t, usd: p.usd, cumulative: roundUsd(running), taskId: p.taskId };
   });
 }
 
