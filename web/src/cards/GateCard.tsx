@@ -51,6 +51,11 @@ export function GateCard({ message, block, asker, api = httpApi }: GateCardProps
   }, []);
 
   useEffect(() => {
+    setAnswered(null);
+    setError(null);
+  }, [message.id, gate.blockId]);
+
+  useEffect(() => {
     if (asker !== undefined) {
       setVisibility(asker ? "visible" : "hidden");
       return;

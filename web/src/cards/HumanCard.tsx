@@ -64,6 +64,15 @@ export function HumanCard({ message, onUpdate, api = httpApi }: HumanCardProps):
     return () => controller.abort();
   }, []);
 
+  // Another question in the same place: nothing of the previous one's input carries over.
+  const questionId = message.id;
+  useEffect(() => {
+    setLatest(null);
+    setChoice(null);
+    setFreeText("");
+    setError(null);
+  }, [questionId]);
+
   const current = newerMessage(message, latest);
   const question = questionOf(current);
   if (question === null) return null;

@@ -127,6 +127,15 @@ describe("HumanCard: ask", () => {
     expect(api.calls).toHaveLength(0);
   });
 
+  it("carries no input over to another question shown in its place", async () => {
+    const api = new FakeApi();
+    view = await mount(<HumanCard message={questionMessage({ type: "ask", allow_other: true })} api={api} />);
+    await type(view.one("ask-free-text"), "half an answer");
+    await view.rerender(<HumanCard message={questionMessage({ type: "ask", allow_other: true }, { id: "q2" })} api={api} />);
+    expect((view.one("ask-free-text") as HTMLTextAreaElement).value).toBe("");
+    expect(view.one("ask-card").dataset["messageId"]).toBe("q2");
+  });
+
   it("labels every control", async () => {
     view = await mount(<HumanCard message={questionMessage({ type: "ask", choices: CHOICES, allow_other: true })} api={new FakeApi()} />);
     for (const input of view.root.querySelectorAll("input, textarea")) {
