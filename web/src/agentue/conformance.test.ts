@@ -1,3 +1,4 @@
+// @vitest-environment node
 // The AgentUE conformance cases (tests/data/agentue, shared with the Python reducer's tests), every one of them.
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";

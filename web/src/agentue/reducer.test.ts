@@ -1,3 +1,4 @@
+// @vitest-environment node
 // The reducer's sequence rules, streams and immutability beyond the conformance files.
 import { describe, expect, it } from "vitest";
 import { AgentUERejectedError, emptyState, fold, reduce, reduceStreams } from ".";

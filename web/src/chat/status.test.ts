@@ -1,3 +1,4 @@
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import type { MessageBody } from "../api";
 import { FrameBatcher, type Scheduler } from "./batch";

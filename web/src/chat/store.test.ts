@@ -1,3 +1,4 @@
+// @vitest-environment node
 import { describe, expect, it } from "vitest";
 import type { MessageBody, SnapshotBody, StreamFrame } from "../api";
 import { applyFrames, emptyView, fromBody, isNewer, mergeMessages, mergeSnapshot, messagesOf } from "./store";
