@@ -108,6 +108,8 @@ FAILURE_CODE: Final = "longhorizon_failed"
 TASK_API_VERSION: Final = "loopd.dev/v1alpha1"
 _WAIT_GRACE: Final = 120.0
 """Seconds past a call's own timeout the operator waits before it gives up on it (the engine times it out first)."""
+_START_WAIT: Final = 30.0
+"""Seconds the request that starts a call also waits for its end (the server's most)."""
 HUMAN_POLL: Final = 30.0
 """Seconds between looks at a pending question (an answer wakes the Task at once anyway)."""
 FOLLOWUP_POLL: Final = 2.0
@@ -547,6 +549,7 @@ class _RunWork:
                 output="work",
                 workspace=workspace,
                 tools=tools,
+                wait=_START_WAIT,  # start and wait in one request; a longer call is waited on below
             )
         except Conflict as exc:
             return _Failure(f"the {role}'s call exists with other parameters ({exc.message})")
