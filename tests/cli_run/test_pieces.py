@@ -40,11 +40,11 @@ async def test_lines_from_a_pipe_split_anywhere(pipe: tuple[int, int]) -> None:
         os.write(write_fd, data[i : i + 5])
         await asyncio.sleep(0)
     os.close(write_fd)
-    assert await asyncio.wait_for(pending, 5) == "first"
-    assert await asyncio.wait_for(reader.readline(), 5) == "second “quoted”"
-    assert await asyncio.wait_for(reader.readline(), 5) == "last without newline"
-    assert await asyncio.wait_for(reader.readline(), 5) is None
-    assert await asyncio.wait_for(reader.readline(), 5) is None
+    assert await asyncio.wait_for(pending, 30) == "first"
+    assert await asyncio.wait_for(reader.readline(), 30) == "second “quoted”"
+    assert await asyncio.wait_for(reader.readline(), 30) == "last without newline"
+    assert await asyncio.wait_for(reader.readline(), 30) is None
+    assert await asyncio.wait_for(reader.readline(), 30) is None
 
 
 async def test_interrupt_wakes_a_pending_read_and_reading_goes_on(pipe: tuple[int, int]) -> None:
@@ -55,9 +55,9 @@ async def test_interrupt_wakes_a_pending_read_and_reading_goes_on(pipe: tuple[in
     assert not pending.done()
     reader.interrupt()
     with pytest.raises(InputInterrupted):
-        await asyncio.wait_for(pending, 5)
+        await asyncio.wait_for(pending, 30)
     os.write(write_fd, b"after\n")
-    assert await asyncio.wait_for(reader.readline(), 5) == "after"
+    assert await asyncio.wait_for(reader.readline(), 30) == "after"
 
 
 async def test_a_regular_file_is_read_without_polling(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from loopd.harness.actors import Envelope
 from loopd.harness.core import SessionState, codec, fold
 
 
-async def collect_until(sub: Subscription, kinds: set[str], *, timeout: float = 5.0) -> list[Envelope]:
+async def collect_until(sub: Subscription, kinds: set[str], *, timeout: float = 30.0) -> list[Envelope]:
     """Collect envelopes until one whose kind is in ``kinds`` arrives (inclusive)."""
     out: list[Envelope] = []
     async with asyncio.timeout(timeout):
@@ -36,5 +36,5 @@ def same_loops(a: SessionState, b: SessionState) -> None:
     assert dict(a.loops) == dict(b.loops)
 
 
-async def settle(session: Session, timeout: float = 5.0) -> None:
+async def settle(session: Session, timeout: float = 30.0) -> None:
     await session.wait_idle(timeout=timeout)

@@ -43,7 +43,7 @@ async def test_every_model_call_is_priced_from_the_rigs_table() -> None:
     rig = _rig(model)
     async with rig.open_session() as session:
         sub = session.subscribe()
-        done = await session.ask("go", timeout=5)
+        done = await session.ask("go", timeout=30)
         assert isinstance(done, TurnDone)
         # 1 USD per input token, 2 per output token in this table.
         assert done.step_usage.cost_usd == pytest.approx(5 + 4)
@@ -68,14 +68,14 @@ async def test_a_spent_token_budget_fails_the_turn_with_budget_exceeded() -> Non
     )
     rig = _rig(model, budget=Budget(max_tokens=100))
     async with rig.open_session() as session:
-        end = await session.ask("go", timeout=5)
+        end = await session.ask("go", timeout=30)
         assert isinstance(end, TurnFailed)
         assert end.error_type == "BudgetExceeded" == BudgetExceeded.__name__
         assert "tokens budget is spent: used 110 of 100" in end.message
         # The second model call was refused before it reached the model.
         assert len(model.requests) == 1
         # Still spent: the next turn fails at once, without calling the model.
-        again = await session.ask("more", timeout=5)
+        again = await session.ask("more", timeout=30)
         assert isinstance(again, TurnFailed) and again.error_type == "BudgetExceeded"
         assert len(model.requests) == 1
 
@@ -84,15 +84,15 @@ async def test_a_usd_budget_counts_priced_usage_and_survives_restore() -> None:
     model = ScriptedModel([Reply(text="one", usage=_usage(1, 0)), Reply(text="two", usage=_usage(1, 0))])
     rig = _rig(model, budget=Budget(max_usd=1.5))
     session = await rig.start_session()
-    first = await session.ask("a", timeout=5)
+    first = await session.ask("a", timeout=30)
     assert isinstance(first, TurnDone) and first.usage.cost_usd == pytest.approx(1)
     await session.shutdown()
     # Budgets are per session and usage is folded from the journal: a restored session keeps its spend.
     restored = await rig.restore_session(session.id)
     assert restored.usage.cost_usd == pytest.approx(1)
-    second = await restored.ask("b", timeout=5)
+    second = await restored.ask("b", timeout=30)
     assert isinstance(second, TurnDone)  # 1 < 1.5: allowed, and now 2 USD are spent
-    third = await restored.ask("c", timeout=5)
+    third = await restored.ask("c", timeout=30)
     assert isinstance(third, TurnFailed) and third.error_type == "BudgetExceeded"
     assert "USD budget is spent" in third.message
     await restored.shutdown()

@@ -63,7 +63,7 @@ async def _events(rig: Rig, session_id: str) -> list[object]:
     return [codec.decode(r.kind, r.version, r.data) for r in await rig.journal.read(session_id)]
 
 
-async def _wait_for(predicate: object, timeout: float = 5.0) -> None:
+async def _wait_for(predicate: object, timeout: float = 30.0) -> None:
     """Run the event loop until ``predicate()`` holds: the agents' work needs no timer (in-memory journal)."""
     async with asyncio.timeout(timeout):
         while not predicate():  # type: ignore[operator]
@@ -74,7 +74,7 @@ async def test_an_agent_works_in_the_background_and_its_report_starts_the_parent
     boss = _boss(("worker", "add 2 and 2"))
     rig = _rig(boss)
     session = await rig.start_session()
-    first = await session.ask("delegate it", timeout=5)
+    first = await session.ask("delegate it", timeout=30)
     assert isinstance(first, TurnDone)
     assert first.text.startswith("started: started agent worker-1 (worker)")
     await _wait_for(lambda: session.state.loops["main"].turns == 2 and session.state.loops["main"].turn is None)
@@ -101,7 +101,7 @@ async def test_quota_and_depth_are_enforced_and_reported_to_the_model() -> None:
     boss = _boss(("worker", "one"), ("worker", "two"), ("nobody", "x"))
     rig = _rig(boss, max_agents=1)
     async with rig.open_session() as session:
-        done = await session.ask("delegate", timeout=5)
+        done = await session.ask("delegate", timeout=30)
         assert isinstance(done, TurnDone)
         outcomes = [e.outcome for e in await _events(rig, session.id) if isinstance(e, ToolCompleted)]
         by_status = sorted((o.status, o.output.split(":")[0]) for o in outcomes)
@@ -120,7 +120,7 @@ async def test_quota_and_depth_are_enforced_and_reported_to_the_model() -> None:
 async def test_quota_is_recounted_on_restore_and_stopping_frees_it() -> None:
     rig = _rig(_boss(("worker", "one")), max_agents=1)
     session = await rig.start_session()
-    await session.ask("delegate", timeout=5)
+    await session.ask("delegate", timeout=30)
     await _wait_for(lambda: session.state.loops["main"].turns == 2 and session.state.loops["main"].turn is None)
     await session.shutdown()
 
@@ -176,7 +176,7 @@ async def test_a_report_lost_in_a_crash_is_delivered_after_restore() -> None:
     journal = MemoryJournal(fail_append=fail_parent_inputs)
     rig = _rig(_boss(("worker", "slow job")), journal=journal)
     session = await rig.start_session()
-    first = await session.ask("delegate", timeout=5)
+    first = await session.ask("delegate", timeout=30)
     assert isinstance(first, TurnDone)
     state["fail"] = True  # the worker's report cannot reach main: the session stops fail-closed
     await _wait_for(lambda: session.fault is not None)

@@ -66,7 +66,7 @@ async def test_deny_reports_denied_outcomes_to_the_model(journal: Journal) -> No
     session = await gated_rig(journal, model, tool).start_session()
     gate = await open_gate(session)
     await session.answer_gate(gate.gate_id, "deny")
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     assert tool.ran == []
     tool_msgs = [m for m in model.requests[-1].messages if m.role == "tool"]
     assert all("permission denied" in m.content for m in tool_msgs)
@@ -87,7 +87,7 @@ async def test_approve_always_stores_grants_before_running(journal: Journal) -> 
     session = await gated_rig(journal, model, tool, rules=rules).start_session()
     gate = await open_gate(session)
     await session.answer_gate(gate.gate_id, "approve_always")
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     assert [r.pattern for r in await rules.load()] == ["a.txt"]
     # The second time the stored allow meets the requirement: no prompt.
     sub = session.subscribe(kinds={"gate_opened", "turn_done"})
@@ -104,7 +104,7 @@ async def test_a_persistence_failure_grants_nothing(journal: Journal) -> None:
     session = await gated_rig(journal, two_touches(), tool, rules=rules).start_session()
     gate = await open_gate(session)
     await session.answer_gate(gate.gate_id, "approve_always")
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     assert tool.ran == []
     resolved = [r for r in await journal.read(session.id) if r.kind == "gate_resolved"]
     assert b'"granted":false' in resolved[0].data
@@ -116,7 +116,7 @@ async def test_a_stored_deny_short_circuits_without_a_prompt(journal: Journal) -
     rules = MemoryRuleStore([Rule(kind="fs.write", pattern="a.txt", effect=RuleEffect.DENY)])
     model = ScriptedModel([Reply(tool_calls=[("touch", {"path": "a.txt"})])], default=Reply(text="done"))
     session = await gated_rig(journal, model, tool, rules=rules).start_session()
-    done = await session.ask("touch a", timeout=5)
+    done = await session.ask("touch a", timeout=30)
     assert isinstance(done, TurnDone)
     assert tool.ran == []
     assert not [r for r in await journal.read(session.id) if r.kind == "gate_opened"]
@@ -131,7 +131,7 @@ async def test_an_unanswered_gate_times_out_to_deny(journal: Journal) -> None:
     await clock.advance(29.9)
     assert session.state.loops["main"].turn is not None and session.state.loops["main"].turn.gate is not None
     await clock.advance(0.1)
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     assert tool.ran == []
     resolved = [r for r in await journal.read(session.id) if r.kind == "gate_resolved"]
     assert b"timed out" in resolved[0].data
@@ -148,7 +148,7 @@ async def test_an_open_gate_survives_restore(sqlite_journal: SqliteJournal) -> N
     turn = restored.state.loops["main"].turn
     assert turn is not None and turn.gate is not None and turn.gate.gate_id == gate.gate_id
     await restored.answer_gate(gate.gate_id, "approve")
-    await restored.wait_idle(timeout=5)
+    await restored.wait_idle(timeout=30)
     assert sorted(tool.ran) == ["a.txt", "b.txt"]
     assert restored.state.loops["main"].last_reply == "done"
     await restored.shutdown()
@@ -159,14 +159,14 @@ async def test_an_open_gate_survives_a_graceful_shutdown(sqlite_journal: SqliteJ
     rig = gated_rig(sqlite_journal, two_touches(), tool)
     session = await rig.start_session()
     gate = await open_gate(session)
-    await asyncio.wait_for(session.shutdown(drain_timeout=30), 5)  # a parked gate does not hold up the drain
+    await asyncio.wait_for(session.shutdown(drain_timeout=30), 30)  # a parked gate does not hold up the drain
     kinds = [r.kind for r in await sqlite_journal.read(session.id)]
     assert "turn_interrupted" not in kinds and kinds[-1] == "session_stopped"
     restored = await rig.restore_session(session.id)
     turn = restored.state.loops["main"].turn
     assert turn is not None and turn.gate is not None and turn.gate.gate_id == gate.gate_id
     await restored.answer_gate(gate.gate_id, "approve")
-    await restored.wait_idle(timeout=5)
+    await restored.wait_idle(timeout=30)
     assert sorted(tool.ran) == ["a.txt", "b.txt"]
     await restored.shutdown()
 
@@ -178,7 +178,7 @@ async def test_an_answer_binds_once(journal: Journal) -> None:
     await session.answer_gate(gate.gate_id, "approve")
     await asyncio.sleep(0)
     await session.answer_gate(gate.gate_id, "deny")
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     assert sorted(tool.ran) == ["a.txt", "b.txt"]
     assert len([r for r in await journal.read(session.id) if r.kind == "gate_resolved"]) == 1
     await session.shutdown()

@@ -69,11 +69,11 @@ def chatty_rig(journal: Journal) -> Rig:
 async def test_subscribe_from_seq_catches_up_then_goes_live_without_gaps(journal: Journal) -> None:
     session = await chatty_rig(journal).start_session()
     for i in range(5):
-        await session.ask(f"q{i}", timeout=5)
+        await session.ask(f"q{i}", timeout=30)
     head = session.last_seq
     sub = session.subscribe(from_seq=2, lifecycles={Lifecycle.ENDURING, Lifecycle.TERMINAL})
     seen: list[int] = []
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         async for env in sub:
             assert env.seq is not None
             seen.append(env.seq)
@@ -91,7 +91,7 @@ async def test_resubscribe_after_loss_resumes_exactly(journal: Journal) -> None:
     session = await chatty_rig(journal).start_session()
     sub = session.subscribe(maxsize=2, lifecycles={Lifecycle.ENDURING, Lifecycle.TERMINAL})
     for i in range(3):
-        await session.ask(f"q{i}", timeout=5)
+        await session.ask(f"q{i}", timeout=30)
     seen: list[int] = []
     with pytest.raises(SubscriptionLostError) as info:
         async for env in sub:
@@ -106,12 +106,12 @@ async def test_resubscribe_after_loss_resumes_exactly(journal: Journal) -> None:
 async def test_subscribe_from_seq_survives_live_overflow_during_catch_up(journal: Journal) -> None:
     session = await chatty_rig(journal).start_session()
     for i in range(20):
-        await session.ask(f"q{i}", timeout=5)
+        await session.ask(f"q{i}", timeout=30)
     sub = session.subscribe(from_seq=1, maxsize=3, lifecycles={Lifecycle.ENDURING, Lifecycle.TERMINAL})
     first = await sub.__anext__()
     assert first.seq == 1
     for i in range(3):  # live enduring events overflow the tiny queue while it is still catching up
-        await session.ask(f"live{i}", timeout=5)
+        await session.ask(f"live{i}", timeout=30)
     await session.shutdown()
     rest = [e.seq async for e in sub]
     assert [1, *rest] == list(range(1, session.last_seq + 1))
@@ -119,7 +119,7 @@ async def test_subscribe_from_seq_survives_live_overflow_during_catch_up(journal
 
 async def test_a_stopped_session_can_still_be_read_from_a_seq(journal: Journal) -> None:
     session = await chatty_rig(journal).start_session()
-    await session.ask("q", timeout=5)
+    await session.ask("q", timeout=30)
     await session.shutdown()
     sub = session.subscribe(from_seq=1)
     kinds = [e.event.kind async for e in sub]

@@ -21,7 +21,7 @@ async def test_interrupt_during_model_streaming(journal: Journal) -> None:
     session = await make_rig(journal, model).start_session()
     sub = session.subscribe()
     await session.submit("talk a lot")
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         async for env in sub:
             if env.event.kind == "token_delta":
                 break
@@ -29,9 +29,9 @@ async def test_interrupt_during_model_streaming(journal: Journal) -> None:
     events = await collect_until(sub, {"turn_interrupted"})
     terminal = events[-1].event
     assert isinstance(terminal, TurnInterrupted)
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     # The cancelled stream produced nothing durable; the next turn works.
-    done = await session.ask("again", timeout=5)
+    done = await session.ask("again", timeout=30)
     assert isinstance(done, TurnDone)
     assert done.text == "after"
     same_loops(session.state, await journal_state(journal, session.id))
@@ -57,7 +57,7 @@ async def test_interrupt_during_a_tool_batch_closes_open_calls(journal: Journal)
     assert isinstance(terminal, TurnInterrupted)
     assert terminal.reason == "user pressed stop"
     assert [o.status for o in terminal.outcomes] == ["interrupted"]
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     history = session.state.loops["main"].history
     answered = sorted(m.tool_call_id or "" for m in history if m.role == "tool")
     assert answered == sorted(c.id for c in history[1].tool_calls)

@@ -31,7 +31,7 @@ async def test_a_turn_with_a_tool_step_streams_and_is_journaled(journal: Journal
     second = model.requests[1]
     assert [m.role for m in second.messages] == ["user", "assistant", "tool"]
     assert second.messages[-1].content == "pong"
-    await session.wait_idle(timeout=5)
+    await session.wait_idle(timeout=30)
     same_loops(session.state, await journal_state(journal, session.id))
     await session.shutdown()
     await assert_gap_free(journal, session.id)
@@ -50,11 +50,11 @@ async def test_usage_per_step_turn_and_session(journal: Journal) -> None:
         ]
     )
     session = await rig_with(journal, model).start_session()
-    first = await session.ask("one", timeout=5)
+    first = await session.ask("one", timeout=30)
     assert isinstance(first, TurnDone)
     assert first.step_usage == u2
     assert first.usage == u1 + u2
-    second = await session.ask("two", timeout=5)
+    second = await session.ask("two", timeout=30)
     assert isinstance(second, TurnDone)
     assert session.usage == u1 + u2 + u1
     await session.shutdown()
@@ -63,7 +63,7 @@ async def test_usage_per_step_turn_and_session(journal: Journal) -> None:
 async def test_max_steps_fails_the_turn_with_history_intact(journal: Journal) -> None:
     model = ScriptedModel([], default=Reply(tool_calls=[("echo", {"text": "again"})]))
     session = await rig_with(journal, model, max_steps=3).start_session()
-    result = await session.ask("loop forever", timeout=5)
+    result = await session.ask("loop forever", timeout=30)
     assert isinstance(result, TurnFailed)
     assert result.error_type == "max_steps_exceeded"
     history = session.state.loops["main"].history
@@ -79,10 +79,10 @@ async def test_model_error_fails_the_turn_not_the_session(journal: Journal) -> N
 
     model = ScriptedModel([Reply(error=ModelPermanentError("bad request")), Reply(text="fine now")])
     session = await rig_with(journal, model).start_session()
-    failed = await session.ask("a", timeout=5)
+    failed = await session.ask("a", timeout=30)
     assert isinstance(failed, TurnFailed)
     assert failed.error_type == "ModelPermanentError"
-    ok = await session.ask("b", timeout=5)
+    ok = await session.ask("b", timeout=30)
     assert isinstance(ok, TurnDone)
     assert ok.text == "fine now"
     await session.shutdown()
@@ -91,7 +91,7 @@ async def test_model_error_fails_the_turn_not_the_session(journal: Journal) -> N
 async def test_bad_tool_arguments_and_unknown_tools_go_back_to_the_model(journal: Journal) -> None:
     model = ScriptedModel([Reply(tool_calls=[("echo", {"nope": 1}), ("missing", {})]), Reply(text="understood")])
     session = await rig_with(journal, model).start_session()
-    done = await session.ask("go", timeout=5)
+    done = await session.ask("go", timeout=30)
     assert isinstance(done, TurnDone)
     tool_msgs = [m for m in session.state.loops["main"].history if m.role == "tool"]
     assert "invalid arguments" in tool_msgs[0].content

@@ -112,12 +112,12 @@ async def test_always_persists_before_the_grant() -> None:
     _, prompt = open_gate()
     store = SlowStore()
     task = asyncio.create_task(resolve_answer(prompt, GateAnswer.APPROVE_ALWAYS, store))
-    await asyncio.wait_for(store.entered.wait(), 5)
+    await asyncio.wait_for(store.entered.wait(), 30)
     await settle()  # everything that can run without the store has run
     assert not task.done()  # no resolution (no grant) while the rules are not stored
     assert store.rules == ()
     store.release.set()
-    resolution = await asyncio.wait_for(task, 5)
+    resolution = await asyncio.wait_for(task, 30)
     assert resolution.granted
     assert len(store.rules) == 3
 
@@ -126,7 +126,7 @@ async def test_cancelled_while_persisting_grants_nothing() -> None:
     _, prompt = open_gate()
     store = SlowStore()
     task = asyncio.create_task(resolve_answer(prompt, GateAnswer.APPROVE_ALWAYS, store))
-    await asyncio.wait_for(store.entered.wait(), 5)
+    await asyncio.wait_for(store.entered.wait(), 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

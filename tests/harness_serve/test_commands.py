@@ -143,9 +143,9 @@ async def test_journal_pages(journal: SqliteJournal) -> None:
     async with serving(scripted_rig(journal, [text_reply("one"), text_reply("two")])) as served:
         session_id = (await served.client.post("/v1/sessions", json={"input": "a"})).json()["id"]
         session = served.session(session_id)
-        await session.wait_idle(timeout=5)
+        await session.wait_idle(timeout=30)
         await served.client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "b"})
-        await session.wait_idle(timeout=5)
+        await session.wait_idle(timeout=30)
 
         seqs: list[int] = []
         kinds: list[str] = []

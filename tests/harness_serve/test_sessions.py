@@ -45,7 +45,7 @@ async def test_idempotency_key_returns_the_same_session_and_survives_a_restart(t
             unkeyed = [await served.client.post("/v1/sessions", json={}) for _ in range(2)]
             assert [r.status_code for r in unkeyed] == [201, 201]
             assert unkeyed[0].json()["id"] != unkeyed[1].json()["id"]
-            await served.session(session_id).wait_idle(timeout=5)
+            await served.session(session_id).wait_idle(timeout=30)
         # a new app (a restarted server) on the same data: the key still maps to the same session
         async with serving(scripted_rig(journal, []), idempotency_path=keys) as served:
             replay = await served.client.post(
@@ -81,7 +81,7 @@ async def test_view_list_and_restore(journal: SqliteJournal) -> None:
     async with serving(scripted_rig(journal, [text_reply("done")])) as served:
         created = (await served.client.post("/v1/sessions", json={"input": "go"})).json()
         session_id = created["id"]
-        await served.session(session_id).wait_idle(timeout=5)
+        await served.session(session_id).wait_idle(timeout=30)
 
         view = (await served.client.get(f"/v1/sessions/{session_id}")).json()
         assert view["status"] == "active" and view["live"] is True and view["rig"] == "test"
@@ -117,7 +117,7 @@ async def test_an_input_restores_a_dormant_session_on_demand(journal: SqliteJour
         assert accepted.status_code == 202, accepted.text
         assert accepted.json()["loop"] == "main"
         session = served.session(session_id)
-        await session.wait_idle(timeout=5)
+        await session.wait_idle(timeout=30)
         assert session.state.loops["main"].last_reply == "back again"
 
 
@@ -140,7 +140,7 @@ async def test_at_the_cap_an_idle_session_is_unloaded_and_a_busy_one_means_429(j
 
         back = await served.client.post(f"/v1/sessions/{first}/inputs", json={"text": "hi"})  # restores it
         assert back.status_code == 202
-        await served.session(first).wait_idle(timeout=5)
+        await served.session(first).wait_idle(timeout=30)
         assert served.registry.live(second.json()["id"]) is None
 
         busy = await served.client.post(f"/v1/sessions/{first}/inputs", json={"text": "keep talking"})
@@ -184,6 +184,6 @@ async def test_a_faulted_session_answers_503_until_restored() -> None:
         restored = await served.client.post(f"/v1/sessions/{session_id}/restore")
         assert restored.json()["restored"] is True and restored.json()["status"] == "active"
         assert (await served.client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "y"})).status_code == 202
-        await served.session(session_id).wait_idle(timeout=5)
+        await served.session(session_id).wait_idle(timeout=30)
         # the faulted turn never reached the model (its first record failed), so this is the model's first answer
         assert served.session(session_id).state.loops["main"].last_reply == "works again"

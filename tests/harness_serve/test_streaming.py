@@ -128,7 +128,7 @@ async def test_heartbeats_arrive_on_a_quiet_stream(journal: SqliteJournal) -> No
     async with serving(scripted_rig(journal, []), heartbeat=0.1) as served:
         session_id = (await served.client.post("/v1/sessions", json={})).json()["id"]
         pings = 0
-        async with asyncio.timeout(5), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as response:
+        async with asyncio.timeout(30), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as response:
             async for frame in read_frames(response):
                 assert frame.is_ping, frame
                 pings += 1
@@ -174,7 +174,7 @@ async def test_an_overflowing_subscriber_gets_an_error_event_and_resumes_without
         await session.submit("work in steps")
         seen.append(await first)  # turn_started; the subscription has room for one more event
         await session.wait_idle(timeout=10)  # the turn runs to its end while this reader is stalled
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             async for chunk in frames:
                 seen.append(chunk)
         text = b"".join(seen).decode()
@@ -186,7 +186,7 @@ async def test_an_overflowing_subscriber_gets_an_error_event_and_resumes_without
         assert resume_from < (await journal_seqs(journal, session.id))[-1]
         rest = event_frames(registry, session.id, from_seq=resume_from, heartbeat=5.0)
         async with contextlib.aclosing(rest):
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(30):
                 async for chunk in rest:
                     ids += [int(line[4:]) for line in chunk.decode().splitlines() if line.startswith("id: ")]
                     if b"event: turn_done" in chunk:

@@ -74,7 +74,7 @@ async def test_other_processes_environments_are_out_of_reach(layout: tuple[Path,
         assert len(pids) <= 4  # the sandbox's own few processes (bwrap's pid 1, bash, ls), none of the host's
     finally:
         holder.kill()
-        holder.wait(timeout=5)
+        holder.wait(timeout=30)
 
 
 async def test_the_data_directory_is_out_of_reach_through_a_relative_path(layout: tuple[Path, Path]) -> None:
@@ -317,7 +317,7 @@ def test_child_pids_with_and_without_the_children_file() -> None:
         assert child.pid in _sandbox._children_by_scan(os.getpid())
     finally:
         child.kill()
-        child.wait(timeout=5)
+        child.wait(timeout=30)
 
 
 async def test_mounts_go_parents_first_so_a_read_only_directory_inside_the_workspace_stays_read_only(

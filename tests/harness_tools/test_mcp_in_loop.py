@@ -74,7 +74,7 @@ async def test_an_mcp_tool_runs_in_a_loop_only_after_the_gate(errlog: TextIO) ->
             assert isinstance(done, TurnDone) and done.text == "two"
             seen = []
             while True:
-                env = await asyncio.wait_for(sub.__anext__(), 5)
+                env = await asyncio.wait_for(sub.__anext__(), 30)
                 seen.append(env.event)
                 if isinstance(env.event, TurnDone):
                     break

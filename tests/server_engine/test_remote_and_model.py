@@ -59,7 +59,7 @@ async def test_a_remote_call_survives_an_engine_crash_without_a_second_session(
     remote: tuple[Harness, str], sqlite_db: Database, clock: VirtualClock
 ) -> None:
     harness, url = remote
-    first_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=5.0)
+    first_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=30)
     first = make_engine(sqlite_db, {"remote": first_adapter}, clock=clock, replica_id="first")
     await first.open()
     call_id, response = await _start(sqlite_db, first, "remote")
@@ -69,7 +69,7 @@ async def test_a_remote_call_survives_an_engine_crash_without_a_second_session(
     await first_adapter.aclose()
 
     await clock.advance(31)
-    second_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=5.0)
+    second_adapter = RemoteHarnessAdapter(url, TOKEN, timeout=30)
     second = make_engine(sqlite_db, {"remote": second_adapter}, clock=clock, replica_id="second")
     await second.answer_gate(call_id, await _gate_id(sqlite_db, response), "approve", "user:alice")
     async with second:
@@ -92,7 +92,7 @@ async def test_a_remote_call_survives_an_engine_crash_without_a_second_session(
 
 async def test_the_remote_adapter_refuses_a_wrong_token(remote: tuple[Harness, str], sqlite_db: Database) -> None:
     _harness, url = remote
-    adapter = RemoteHarnessAdapter(url, "wrong-token", timeout=5.0)
+    adapter = RemoteHarnessAdapter(url, "wrong-token", timeout=30)
     async with make_engine(sqlite_db, {"remote": adapter}) as engine:
         call_id, _ = await _start(sqlite_db, engine, "remote")
         call = await engine.wait(call_id, 10)
@@ -101,7 +101,7 @@ async def test_the_remote_adapter_refuses_a_wrong_token(remote: tuple[Harness, s
 
 
 def _model(url: str) -> OpenAIModelAdapter:
-    model = OpenAICompatibleModel("gpt-test", base_url=url, api_key="test", max_retries=0, timeout=5.0)
+    model = OpenAICompatibleModel("gpt-test", base_url=url, api_key="test", max_retries=0, timeout=30)
     return OpenAIModelAdapter(model, system_prompt="Be brief.", owned=model)
 
 
