@@ -151,3 +151,21 @@ describe("stream frames", () => {
     expect(messagesOf(view).map((m) => m.id)).toEqual(["m1", "m2"]);
   });
 });
+
+describe("ordering", () => {
+  it("keeps id order whatever order messages arrive in", () => {
+    const ids = ["m5", "m1", "m9", "m3"];
+    let view = emptyView(CID);
+    for (const id of ids) view = mergeMessages(view, [fromBody(body(id, 1, id), null)]);
+    expect(view.order).toEqual(["m1", "m3", "m5", "m9"]);
+    view = mergeMessages(view, [fromBody(body("m2", 1, ""), null), fromBody(body("m7", 1, ""), null)]);
+    expect(view.order).toEqual(["m1", "m2", "m3", "m5", "m7", "m9"]);
+  });
+
+  it("a snapshot of 1,000 messages merges in one pass", () => {
+    const bodies = Array.from({ length: 1000 }, (_, n) => body(`m${String(n).padStart(4, "0")}`, 1, `text ${n}`));
+    const view = mergeSnapshot(emptyView(CID), snapshot(2000, ...bodies));
+    expect(view.order).toHaveLength(1000);
+    expect(view.order[999]).toBe("m0999");
+  });
+});

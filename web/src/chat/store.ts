@@ -64,28 +64,34 @@ export function isNewer(incoming: ChatMessage, local: ChatMessage | undefined): 
   return incoming.revision > local.revision;
 }
 
-function insertOrdered(order: readonly string[], id: string): string[] {
-  const next = order.slice();
-  let index = next.length;
-  while (index > 0 && (next[index - 1] as string) > id) index -= 1; // new ids usually go last
-  next.splice(index, 0, id);
-  return next;
+function withNewIds(order: readonly string[], added: string[]): string[] {
+  const last = order[order.length - 1];
+  let sorted = true;
+  for (let index = 0; index < added.length; index += 1) {
+    const previous = index === 0 ? last : added[index - 1];
+    if (previous !== undefined && previous > (added[index] as string)) {
+      sorted = false;
+      break;
+    }
+  }
+  // New ids usually come after the known ones, in order (a snapshot, a stream): append; else sort once.
+  return sorted ? [...order, ...added] : [...order, ...added].sort();
 }
 
 /** Merge messages into the view by id; the newer of each pair wins. Returns the same view when nothing changed. */
 export function mergeMessages(view: ConversationView, incoming: Iterable<ChatMessage>): ConversationView {
   let byId: Map<string, ChatMessage> | null = null;
-  let order: string[] | null = null;
+  const added: string[] = [];
   for (const message of incoming) {
     if (message.conversation_id !== view.conversationId) continue;
     const local = (byId ?? view.byId).get(message.id);
     if (!isNewer(message, local)) continue;
     byId ??= new Map(view.byId);
     byId.set(message.id, message);
-    if (local === undefined) order = insertOrdered(order ?? view.order, message.id);
+    if (local === undefined) added.push(message.id);
   }
   if (byId === null) return view;
-  return { ...view, byId, order: order ?? view.order };
+  return { ...view, byId, order: added.length === 0 ? view.order : withNewIds(view.order, added) };
 }
 
 /** Merge a snapshot: its messages (current through its cursor) and its cursor, when ahead of the view's. */
@@ -106,7 +112,7 @@ function fromHeader(header: MessageHeader): ChatMessage {
 /** Apply stream frames (in order). Returns the same view when every frame was a duplicate. */
 export function applyFrames(view: ConversationView, frames: readonly StreamFrame[]): ConversationView {
   let byId: Map<string, ChatMessage> | null = null;
-  let order: string[] | null = null;
+  const added: string[] = [];
   let cursor = view.cursor;
   let stale = view.stale;
   for (const frame of frames) {
@@ -116,13 +122,13 @@ export function applyFrames(view: ConversationView, frames: readonly StreamFrame
     let message = map.get(frame.message_id);
     if (message !== undefined && message.asOf !== null && message.asOf >= frame.cursor) continue;
     const header = frame.message;
+    const known = message !== undefined;
     if (message === undefined) {
       if (header === undefined || header.conversation_id !== view.conversationId) {
         stale = true; // a change to a message this view never saw: reload
         continue;
       }
       message = fromHeader(header);
-      order = insertOrdered(order ?? view.order, message.id);
     }
     const state = { stream: "", model: message.content, seq: message.seq, ended: false };
     let next: ChatMessage;
@@ -138,9 +144,10 @@ export function applyFrames(view: ConversationView, frames: readonly StreamFrame
     if (frame.event["op"] === "error" && next.status === "streaming") next = { ...next, status: "failed" };
     byId ??= new Map(view.byId);
     byId.set(next.id, next);
+    if (!known) added.push(next.id);
   }
-  if (byId === null && order === null && cursor === view.cursor && stale === view.stale) return view;
-  return { ...view, byId: byId ?? view.byId, order: order ?? view.order, cursor, stale };
+  if (byId === null && added.length === 0 && cursor === view.cursor && stale === view.stale) return view;
+  return { ...view, byId: byId ?? view.byId, order: added.length === 0 ? view.order : withNewIds(view.order, added), cursor, stale };
 }
 
 /** The messages in order. */
