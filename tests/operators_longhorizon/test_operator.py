@@ -129,7 +129,7 @@ async def test_three_role_correction_and_a_stale_audit_never_produce_done(on: Se
 
 
 async def test_human_answers_and_fallbacks(on: Served) -> None:
-    settings = LongHorizonSettings(concurrency=4, human_timeout=3)
+    settings = LongHorizonSettings(concurrency=4, human_timeout=10)  # room to answer on a loaded machine
     async with attached(on, settings=settings) as r:
         answered = await r.ask(f"{HELLO} [ask]")
         dismissed = await r.ask(f"{HELLO} [ask] (dismiss)")
@@ -183,7 +183,7 @@ async def test_past_the_budget_the_user_stops_or_continues_with_25_more_rounds(o
 
 
 async def test_the_deadline_fails_the_run_and_the_retention_ttl_deletes_it_with_its_children(on: Served) -> None:
-    settings = LongHorizonSettings(run_timeout=8, retention_ttl=1, human_timeout=600)
+    settings = LongHorizonSettings(run_timeout=12, retention_ttl=1, human_timeout=600)
     async with attached(on, settings=settings) as r:
         asked = await r.ask(f"{HELLO} [ask-r2]")  # round 1 works, round 2 asks and nobody answers
         await r.pending_question(asked["task_id"])
