@@ -40,7 +40,7 @@ TARGET_LOAD_MS: Final = 1000.0
 LONG_TASK_MS: Final = 50.0
 MESSAGES: Final = 1000
 STREAM_TRIGGER: Final = "stream the long answer"
-LONG_ANSWER: Final = " ".join(f"token{n:04d}" for n in range(240))  # 2,400 characters
+TOKENS: Final = 240
 ECHO: Final = Path(__file__).resolve().parents[1] / "examples" / "operators" / "echo.py"
 
 _OBSERVER: Final = """
@@ -51,9 +51,16 @@ new PerformanceObserver(list => {
 """
 
 
+def long_text(tag: str) -> str:
+    """About 2,400 characters of numbered words, unique to ``tag`` (one per repetition)."""
+    return " ".join(f"{tag}w{n:04d}" for n in range(TOKENS))
+
+
 def long_answer(request: IncomingRequest) -> ServerReply | None:
-    if STREAM_TRIGGER in request.last_user_text:
-        return ServerReply(text=LONG_ANSWER, chunk_delay=0.02, chunk_size=4)
+    text = request.last_user_text
+    if STREAM_TRIGGER in text:
+        tag = text.rsplit(STREAM_TRIGGER, 1)[1].split()[0]
+        return ServerReply(text=long_text(tag), chunk_delay=0.02, chunk_size=4)
     return None
 
 
@@ -104,15 +111,16 @@ def open_conversation(page: Page, url: str, cid: str, newest: str) -> tuple[floa
     return float(page.evaluate("() => window.__listed")), float(page.evaluate("() => window.__ready"))
 
 
-def streaming_long_tasks(page: Page) -> tuple[int, float, float, list[str]]:
+def streaming_long_tasks(page: Page, tag: str) -> tuple[int, float, float, list[str]]:
     """(long tasks in the streaming window, the longest in ms, the window in s, each as "at+duration") while the
     long answer streams."""
     box = page.locator(tid("composer-input"))
     page.locator(tid("actor-picker")).select_option("harness:assistant")
     start = float(page.evaluate("() => performance.now()"))
-    box.fill(STREAM_TRIGGER)
+    box.fill(f"{STREAM_TRIGGER} {tag}")
     box.press("Enter")
-    page.wait_for_function("() => document.body.innerText.includes('token0239')", polling=100, timeout=120_000)
+    last = f"{tag}w{TOKENS - 1:04d}"
+    page.wait_for_function(f"() => document.body.innerText.includes('{last}')", polling=100, timeout=120_000)
     end = float(page.evaluate("() => performance.now()"))
     tasks: list[dict[str, float]] = page.evaluate("() => window.__longTasks")
     inside = [t for t in tasks if t["start"] >= start and t["start"] <= end]
@@ -160,7 +168,7 @@ def run(repeat: int, questions: int) -> None:
                 counts: list[int] = []
                 longest: list[float] = []
                 window = 0.0
-                for _ in range(repeat):
+                for round_no in range(repeat):
                     context = browser.new_context(viewport={"width": 1400, "height": 900})
                     context.add_cookies([{"name": "loopd-human", "value": cookie, "url": server.url, "httpOnly": True}])
                     context.add_init_script(_OBSERVER)
@@ -170,7 +178,7 @@ def run(repeat: int, questions: int) -> None:
                     loads.append(ready)
                     tasks: list[dict[str, float]] = page.evaluate("() => window.__longTasks")
                     load_tasks.append(max((t["duration"] for t in tasks if t["start"] <= ready), default=0.0))
-                    count, worst, window, where = streaming_long_tasks(page)
+                    count, worst, window, where = streaming_long_tasks(page, f"r{round_no}")
                     counts.append(count)
                     longest.append(worst)
                     newest = str(page.locator(tid("message")).last.get_attribute("data-message-id") or newest)
