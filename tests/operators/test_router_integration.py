@@ -48,15 +48,16 @@ NAMES = ("Liu Bei", "Guan Yu", "Zhang Fei")
 class RouterProcess:
     """A Router on its own runtime (admin token acting as ``operator:router``), like one `loopd operator router`."""
 
-    def __init__(self, server: RunningServer, seen: dict[str, Task]) -> None:
+    def __init__(self, server: RunningServer, seen: dict[str, Task], settings: RouterSettings | None = None) -> None:
         self._server = server
         self._seen = seen
+        self._settings = settings or RouterSettings(max_subtasks=4, concurrency=2)
         self._stack = AsyncExitStack()
         self._run: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Runtime:
         rt = await self._stack.enter_async_context(open_runtime(data_dir=self._server.data_dir, request_timeout=15))
-        router = Router(rt, RouterSettings(max_subtasks=4, concurrency=2))
+        router = Router(rt, self._settings)
         await router.register()
         rt.task.watch("router", Recording(router, self._seen), workers=2)
         group = await self._stack.enter_async_context(asyncio.TaskGroup())
@@ -84,10 +85,10 @@ class Routed:
     rt: Runtime
     tasks: dict[str, Task] = field(default_factory=dict)
 
-    async def restart(self) -> None:
+    async def restart(self, settings: RouterSettings | None = None) -> None:
         """Kill the Router and start another one (a new runtime and reconciler on the same server)."""
         await self.router.kill()
-        self.router = RouterProcess(self.server, self.tasks)
+        self.router = RouterProcess(self.server, self.tasks, settings)
         self.rt = await self.router.__aenter__()
 
     async def ask(self, text: str) -> dict[str, Any]:
@@ -341,6 +342,27 @@ async def test_a_restarted_router_reattaches_to_its_calls_and_makes_none_twice(t
         }
         answer = next(b["content"] for b in response["content"]["blocks"] if b["id"] == "answer")
         assert all(name in answer for name in NAMES)
+
+
+async def test_a_router_restarted_with_other_prompts_reattaches_to_the_calls_it_started(tmp_path: Path) -> None:
+    """A Router restarted mid-plan whose prompts now differ (here its settings changed: "2 to 3 tasks"; an upgrade
+    that rewords a prompt does the same) re-attaches to the plan call it started, by its key, instead of failing."""
+    asked_model = Asked()
+
+    def reply(prompt: str) -> ServerReply:
+        step = asked_model.step(prompt)
+        return ServerReply(text=demo_answer(prompt), delay=3.0 if step == "plan" else 0.0)
+
+    async with scripted_model(reply) as model, routed(tmp_path, model=model) as r:
+        asked = await r.ask(LIU_BEI)
+        await eventually(lambda: asked_model.counts["plan"] == 1, what="the plan call started")
+        await r.restart(RouterSettings(max_subtasks=3, concurrency=2))
+        response = await r.finished(asked)
+
+        assert response["status"] == "completed", response
+        assert asked_model.counts["plan"] == 1 and asked_model.counts["summarize"] == 1
+        keys = sorted(c.effect_key for c in await r.calls(asked["task_id"]))
+        assert keys == ["plan", "summarize", "work/0", "work/1", "work/2"]
 
 
 async def test_a_restart_after_a_replan_replays_the_same_rounds(tmp_path: Path) -> None:

@@ -264,13 +264,37 @@ async def test_the_drain_timeout_cancels_reconciles_that_take_too_long(
     await memory.create(TASKS, task("a"))
     runner = asyncio.ensure_future(manager.run())
     await clock.run_until(lambda: manager.statistics().controllers[0].in_flight == 1)
-    runner.cancel()  # cancellation is a graceful shutdown too
+    manager.shutdown()
     await clock.run_until(runner.done)
-    with pytest.raises(asyncio.CancelledError):
-        await runner
+    await runner
     assert cancelled == ["a"]
     assert clock.monotonic() == 2.0
     assert manager.statistics().controllers[0].cancelled == 1
+
+
+async def test_cancelling_run_is_a_kill_without_a_drain(memory: InMemoryClient, clock: VirtualClock) -> None:
+    cancelled: list[str] = []
+
+    async def stuck(request: Request) -> Result:
+        try:
+            await clock.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(request.name)
+            raise
+        return Result()
+
+    manager = Manager(memory, clock=clock, drain_timeout=30.0)
+    manager.add_controller(TASKS, stuck)
+    await memory.create(TASKS, task("a"))
+    runner = asyncio.ensure_future(manager.run())
+    await clock.run_until(lambda: manager.statistics().controllers[0].in_flight == 1)
+    started = clock.monotonic()
+    runner.cancel()  # a kill: what runs is cancelled at once, nothing drains
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(runner, 10)  # virtual time stands still: only an undrained stop ends it
+    assert cancelled == ["a"]
+    assert clock.monotonic() == started
+    assert not manager.statistics().running
 
 
 async def test_owned_objects_wake_their_owner(start: StartManager, memory: InMemoryClient, clock: VirtualClock) -> None:

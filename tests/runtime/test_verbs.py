@@ -168,6 +168,17 @@ async def test_harness_prompt_with_wait_returns_the_ended_call_in_one_request(rt
             await rt.harness.prompt("owner-w", "plan/1", "assistant", "x", task_id=task_id, wait=wait)
 
 
+async def test_harness_find_returns_the_started_call_whatever_its_parameters(rt: Runtime) -> None:
+    task_id = await _question(rt)
+    call = await rt.harness.prompt("owner-f", "plan/0", "assistant", "first prompt", task_id=task_id)
+    with pytest.raises(Conflict):
+        await rt.harness.prompt("owner-f", "plan/0", "assistant", "a reworded prompt", task_id=task_id)
+    found = await rt.harness.find("owner-f", "plan/0")
+    assert found is not None and found.id == call.id and found.message_id == call.message_id
+    assert await rt.harness.find("owner-f", "plan/9") is None
+    assert await rt.harness.find("nobody", "plan/0") is None
+
+
 async def test_a_cancelled_call_ends_cancelled(rt: Runtime) -> None:
     task_id = await _question(rt)
     context = await rt.task.get(task_id)

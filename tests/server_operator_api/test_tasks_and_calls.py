@@ -208,3 +208,28 @@ async def test_a_work_output_names_its_call_and_ends_with_it(api: Api) -> None:
     assert cancelled.status_code == 202
     await api.until(lambda: phase_of(second, "cancelled"))
     assert (await message(second))["status"] == "cancelled"
+
+
+async def test_a_responder_finds_its_calls_by_owner_and_key_and_nobody_else_does(api: Api) -> None:
+    user = api.user()
+    cid = await new_conversation(user)
+    task_id = (await ask(user, cid))["task_id"]
+    operator = api.operator()
+    first = (await operator.post("/v1/harness/calls", json=_call(task_id))).json()
+    second = (await operator.post("/v1/harness/calls", json=_call(task_id, effect_key="work/1"))).json()
+    owner = f"uid-{task_id}"
+
+    found = await operator.get("/v1/harness/calls", params={"owner_uid": owner, "effect_key": "work/0"})
+    assert found.status_code == 200, found.text
+    assert [c["id"] for c in found.json()["data"]] == [first["id"]]
+    listed = await operator.get("/v1/harness/calls", params={"owner_uid": owner})
+    assert [c["id"] for c in listed.json()["data"]] == [first["id"], second["id"]]
+    none = await operator.get("/v1/harness/calls", params={"owner_uid": owner, "effect_key": "work/9"})
+    assert none.status_code == 200 and none.json()["data"] == []
+    asker = await user.get("/v1/harness/calls", params={"owner_uid": owner})  # the Task's asker sees them too
+    assert [c["id"] for c in asker.json()["data"]] == [first["id"], second["id"]]
+    stranger = await api.operator("someone-else").get("/v1/harness/calls", params={"owner_uid": owner})
+    assert stranger.status_code == 200 and stranger.json()["data"] == []
+    for params in ({}, {"owner_uid": ""}, {"owner_uid": owner, "effect_key": ""}):
+        bad = await operator.get("/v1/harness/calls", params=params)
+        assert bad.status_code == 400 and error_of(bad) == "invalid_request", params

@@ -196,6 +196,19 @@ class HarnessVerbs:
         )
         return Call(self._client, self._clock, CallState.from_json(state))
 
+    async def find(self, owner_uid: str, effect_key: str) -> Call | None:
+        """The call ``(owner_uid, effect_key)`` as it is, or None (none, or one the caller may not see) — whatever
+        parameters it was started with: a restarted operator re-attaches to a step it started before even when the
+        prompt it would build now differs (its context has moved on)."""
+        body = await self._client.request(
+            "GET",
+            "/v1/harness/calls",
+            params={"owner_uid": owner_uid, "effect_key": effect_key},
+            what=f"harness call {effect_key!r}",
+        )
+        found = body.get("data") or []
+        return Call(self._client, self._clock, CallState.from_json(found[0])) if found else None
+
     async def get(self, call_id: str) -> Call:
         """The call with this id (``NotFound`` when the caller may not see it)."""
         state = await self._client.request("GET", f"/v1/harness/calls/{call_id}")

@@ -229,8 +229,9 @@ class Runtime:
         self._watches.append(spec)
 
     async def run(self) -> None:
-        """Run every ``task.watch`` on the reconcile runtime until cancelled or ``shutdown()`` (then in-flight
-        reconciles drain and leases are released). Without watches it just keeps the registrations alive."""
+        """Run every ``task.watch`` on the reconcile runtime until ``shutdown()`` (in-flight reconciles drain, then
+        leases are released) or cancelled (in-flight reconciles are cancelled at once: their harness calls go on in
+        the server and a later run re-attaches). Without watches it just keeps the registrations alive."""
         if self._started:
             raise RuntimeError("a runtime runs once")
         self._started = True

@@ -278,10 +278,15 @@ class _TaskWork:
                 wait=wait,
             )
         except Conflict as exc:
-            raise TaskFailed(
-                f"{key}: the harness call exists with other parameters ({exc.message}); the question's context "
-                "changed since it started"
-            ) from exc
+            # Started by an earlier run of this reconcile whose prompt differed (e.g. a history message that was
+            # still streaming then has ended since): the step is that call — re-attach instead of failing.
+            found = await self._rt.harness.find(self._task.uid, key)
+            if found is None:
+                raise TaskFailed(f"{key}: the harness call was refused: {exc.message}") from exc
+            logger.info(
+                "task %s: %s re-attached to call %s (started with an earlier prompt)", self._task.id, key, found.id
+            )
+            call = found
         except (InvalidRequest, NotFound) as exc:
             raise TaskFailed(f"{key}: the harness call was refused: {exc.message}") from exc
         self._calls.append(call)
@@ -346,9 +351,10 @@ def _first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 def _settled(message: Message) -> bool:
-    """Whether a history message is final (its text no longer changes). Only those go into prompts, which must be
-    the same when a restarted Router builds them again; one that was still streaming at the first run and has ended
-    by a restart changes the prompt, and the restarted Router fails the Task (``Conflict`` → `TaskFailed`)."""
+    """Whether a history message is final (its text no longer changes). Only those go into prompts, so that a
+    restarted Router mostly builds the same ones again; when one that was still streaming at the first run has ended
+    by a restart, the prompt differs (``Conflict``) and the restarted Router re-attaches to the call it started
+    (`HarnessVerbs.find`): a step is its effect key, not its prompt."""
     return message.status != "streaming"
 
 

@@ -10,9 +10,10 @@ Lifecycle of ``await manager.run()``:
 2. Without leader election, controllers start a term immediately. With it, the manager campaigns for the
    Lease; controllers run only while it leads. Losing the lease cancels in-flight reconciles at once (another
    process may be leading soon) and the manager campaigns again as a standby.
-3. ``manager.shutdown()`` or cancelling ``run()``: stop taking work, let in-flight reconciles finish within
-   ``drain_timeout`` (then cancel them), release the Lease, stop the informers. ``run()`` then returns (or
-   re-raises the cancellation).
+3. ``manager.shutdown()``: stop taking work, let in-flight reconciles finish within ``drain_timeout`` (then
+   cancel them), release the Lease, stop the informers; ``run()`` then returns. Cancelling ``run()`` is a kill:
+   in-flight reconciles are cancelled at once (no drain; a cancellation during a drain cuts it short), the Lease
+   is released, and the cancellation is re-raised.
 """
 
 from __future__ import annotations
@@ -193,7 +194,10 @@ class Manager:
                 await self._stop_requested(lost)
         finally:
             self._leading = False
-            abort = lost is not None and lost.is_set()
+            # A lost lease, or this manager's own cancellation (a kill, not a shutdown): stop at once, no drain.
+            current = asyncio.current_task()
+            cancelled = current is not None and current.cancelling() > 0
+            abort = cancelled or (lost is not None and lost.is_set())
             drain = None if abort else self._drain_timeout
             async with asyncio.TaskGroup() as stopping:  # every controller drains at the same time
                 for controller in started:

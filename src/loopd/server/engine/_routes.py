@@ -76,6 +76,7 @@ class TaskAccess(Protocol):
 MAX_NAME: Final = 500
 MAX_WORKSPACE: Final = 255
 MAX_WAIT: Final = 60.0
+FIND_LIMIT: Final = 100
 DEFAULT_WAIT: Final = 30.0
 CallId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 
@@ -157,6 +158,10 @@ class CallBody(_Body):
     workspace: str | None = None
     """Where the call works, relative to the workspaces root (``<kind>/<key>/<id>``); None: its target's own."""
     tools: ToolsProfile | None = None
+
+
+class CallList(_Body):
+    data: list[CallBody]
 
 
 class GateAnswered(_Body):
@@ -271,6 +276,28 @@ def engine_router(
         if body.wait > 0 and not call.is_terminal:
             call = await engine.wait(call.id, body.wait, stop=stopping)
         return call_body(call)
+
+    @router.get("")
+    async def find_calls(
+        caller: Annotated[Identity, Depends(current_identity)],
+        owner_uid: Annotated[str, Query(min_length=1, max_length=MAX_NAME, description="The owner's UID.")],
+        effect_key: Annotated[
+            str | None, Query(min_length=1, max_length=MAX_NAME, description="Only the call with this key.")
+        ] = None,
+    ) -> CallList:
+        """The calls of an owner that the caller may see (at most 100, in creation order), or its one call with
+        ``effect_key``: how a restarted operator finds a step it started before without naming its parameters."""
+        if effect_key is not None:
+            found = await engine.find(owner_uid, effect_key)
+            calls = [] if found is None else [found]
+        else:
+            calls = await engine.list_by_owner(owner_uid, limit=FIND_LIMIT)
+        seen = [
+            call
+            for call in calls
+            if caller.admin or call.params.get("asker") == caller.text or await responds_for(caller, call)
+        ]
+        return CallList(data=[call_body(call) for call in seen])
 
     @router.get("/{call_id}")
     async def get_call(call_id: CallId, caller: Annotated[Identity, Depends(current_identity)]) -> CallBody:
