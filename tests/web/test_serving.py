@@ -4,6 +4,7 @@ the browser cookie minted as before, nothing outside ``dist/assets`` reachable."
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -116,6 +117,12 @@ async def test_without_a_build_root_says_how_to_make_it(rig: Rig, tmp_path: Path
     assert "set-cookie" not in remote.headers and "signin-link" in remote.text
 
 
-def test_the_default_page_folder_is_inside_the_package() -> None:
+def test_the_default_page_folder_is_inside_the_package_and_the_wheel() -> None:
     assert DIST_DIR.parent.name == "webui" and DIST_DIR.name == "dist"
-    assert (DIST_DIR.parent / "__init__.py").is_file()  # so the wheel, which includes dist/**, serves it too
+    assert (DIST_DIR.parent / "__init__.py").is_file()
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    wheel = project["tool"]["hatch"]["build"]["targets"]["wheel"]
+    relative = DIST_DIR.relative_to(root).as_posix()
+    assert f"{relative}/**" in wheel["artifacts"]  # git-ignored, yet in the wheel
+    assert any(relative.startswith(package + "/") for package in wheel["packages"])
