@@ -55,18 +55,25 @@ const marked = new Marked({
   },
 });
 
-let hooked = false;
-function purifier(): typeof DOMPurify {
-  if (!hooked) {
-    hooked = true;
-    DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+let purifier: ReturnType<typeof DOMPurify> | null = null;
+
+/** This module's own DOMPurify instance, configured once (parsing a config on every call costs per streamed frame). */
+function sanitizer(): ReturnType<typeof DOMPurify> {
+  if (purifier === null) {
+    purifier = DOMPurify(window);
+    purifier.setConfig({
+      FORBID_ATTR: ["style"],
+      FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe"],
+      ADD_ATTR: ["target"],
+    });
+    purifier.addHook("afterSanitizeAttributes", (node) => {
       if (node.tagName === "A" && node.hasAttribute("href")) {
         node.setAttribute("target", "_blank");
         node.setAttribute("rel", "noopener noreferrer");
       }
     });
   }
-  return DOMPurify;
+  return purifier;
 }
 
 const cache = new Map<string, string>();
@@ -77,11 +84,7 @@ export function renderMarkdown(source: string): string {
   const hit = cache.get(source);
   if (hit !== undefined) return hit;
   const raw = marked.parse(source) as string;
-  const html = purifier().sanitize(raw, {
-    FORBID_ATTR: ["style"],
-    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe"],
-    ADD_ATTR: ["target"],
-  });
+  const html = sanitizer().sanitize(raw);
   if (cache.size >= CACHE_LIMIT) {
     const oldest = cache.keys().next().value;
     if (oldest !== undefined) cache.delete(oldest);
