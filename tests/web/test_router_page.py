@@ -67,6 +67,10 @@ def column_boxes(page: Page) -> list[Any]:
 def test_the_liu_bei_question_streams_and_the_detail_panel_shows_three_columns(
     server: WebServer, context: BrowserContext
 ) -> None:
+    problems: list[str] = []
+    context.on("console", lambda m: problems.append(f"{m.text} {m.location}") if m.type == "error" else None)
+    context.on("response", lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    context.on("weberror", lambda e: problems.append(str(e.error)))
     page = open_page(context, server.url)
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
@@ -96,6 +100,7 @@ def test_the_liu_bei_question_streams_and_the_detail_panel_shows_three_columns(
     assert all(left["x"] + left["width"] <= right["x"] + 1 for left, right in itertools.pairwise(boxes))
     groups = page.locator(f"{tid('detail-panel')} {tid('parallel-group')}")
     assert groups.filter(has=page.locator('[data-actor*="work/"]')).count() == 1
+    assert problems == [], problems  # no script error, no Content-Security-Policy violation
     own = urlsplit(server.url).netloc
     assert requests and all(urlsplit(url).netloc == own for url in requests if not url.startswith("data:")), requests
 

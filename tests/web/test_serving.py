@@ -81,6 +81,8 @@ async def test_assets_are_public_and_cached_for_good(rig: Rig, dist: Path) -> No
     assert (await remote.get("/assets/index-abc123.js")).status_code == 200
     page = await remote.get("/")
     assert page.status_code == 200 and "set-cookie" not in page.headers
+    icon = await remote.get("/favicon.ico")  # browsers ask unprompted: nothing, not a 404 or a 401
+    assert icon.status_code == 204 and icon.content == b"" and "set-cookie" not in icon.headers
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ COOKIE_NAME: Final = "loopd-human"
 COOKIE_MAX_AGE: Final = 365 * 24 * 3600
 SIGNIN_PATH: Final = "/signin"
 DEFAULT_PUBLIC_PATHS: Final = frozenset(
-    {"/", "/healthz", SIGNIN_PATH, "/openapi.json", "/docs", "/docs/oauth2-redirect"}
+    {"/", "/favicon.ico", "/healthz", SIGNIN_PATH, "/openapi.json", "/docs", "/docs/oauth2-redirect"}
 )
 COOKIE_ISSUING_PATHS: Final = frozenset({"/", "/v1/me"})
 _COOKIE_VALUE = re.compile(r"[0-9a-f]{64}")

@@ -1,5 +1,6 @@
 """`webui_router`: ``GET /`` serves ``dist/index.html`` (or a page saying how to build it), ``GET /assets/…`` the
-hashed bundle files with a year-long immutable cache; every answer carries a strict Content-Security-Policy.
+hashed bundle files with a year-long immutable cache, ``GET /favicon.ico`` nothing (204); every answer carries a
+strict Content-Security-Policy.
 
 The page is read from disk on each request (a few kilobytes, in a worker thread), so ``make web`` while the server
 runs takes effect on reload. Asset paths are resolved inside ``dist/assets`` only: anything else (``..``, absolute
@@ -25,6 +26,7 @@ from loopd.server.http import COOKIE_NAME, ApiError, Identity, identity_of
 DIST_DIR: Final = Path(__file__).resolve().parent / "dist"
 """Where ``vite build`` writes the page (git-ignored; the wheel includes it as a build artifact)."""
 ASSETS_PREFIX: Final = "/assets/"
+FAVICON_PATH: Final = "/favicon.ico"
 CONTENT_SECURITY_POLICY: Final = "; ".join(
     (
         "default-src 'self'",
@@ -84,6 +86,11 @@ def webui_router(dist: Path | None = None) -> APIRouter:
             text = _MISSING.format(version=html.escape(__version__), identity=html.escape(who), cookie=COOKIE_NAME)
             return HTMLResponse(text, status_code=200, headers={**_COMMON_HEADERS, "Cache-Control": "no-store"})
         return HTMLResponse(body, headers={**_COMMON_HEADERS, "Cache-Control": "no-cache"})
+
+    @router.get(FAVICON_PATH)
+    async def favicon() -> Response:
+        """No icon (browsers ask for one unprompted): an empty answer instead of a 404 in the console."""
+        return Response(status_code=204, headers={**_COMMON_HEADERS, "Cache-Control": "public, max-age=86400"})
 
     @router.get(ASSETS_PREFIX + "{path:path}")
     async def asset(path: str) -> Response:
