@@ -246,10 +246,8 @@ async def test_shutdown_drains_in_flight_reconciles(memory: InMemoryClient, cloc
     assert not manager.statistics().running
 
 
-async def test_the_drain_timeout_cancels_reconciles_that_take_too_long(
-    memory: InMemoryClient, clock: VirtualClock
-) -> None:
-    cancelled: list[str] = []
+def _stuck(clock: VirtualClock, cancelled: list[str]) -> Callable[[Request], Awaitable[Result]]:
+    """A reconcile that never ends by itself; the names of the requests it was cancelled in go to ``cancelled``."""
 
     async def stuck(request: Request) -> Result:
         try:
@@ -259,6 +257,14 @@ async def test_the_drain_timeout_cancels_reconciles_that_take_too_long(
             raise
         return Result()
 
+    return stuck
+
+
+async def test_the_drain_timeout_cancels_reconciles_that_take_too_long(
+    memory: InMemoryClient, clock: VirtualClock
+) -> None:
+    cancelled: list[str] = []
+    stuck = _stuck(clock, cancelled)
     manager = Manager(memory, clock=clock, drain_timeout=2.0)
     manager.add_controller(TASKS, stuck)
     await memory.create(TASKS, task("a"))
@@ -274,15 +280,7 @@ async def test_the_drain_timeout_cancels_reconciles_that_take_too_long(
 
 async def test_cancelling_run_is_a_kill_without_a_drain(memory: InMemoryClient, clock: VirtualClock) -> None:
     cancelled: list[str] = []
-
-    async def stuck(request: Request) -> Result:
-        try:
-            await clock.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.append(request.name)
-            raise
-        return Result()
-
+    stuck = _stuck(clock, cancelled)
     manager = Manager(memory, clock=clock, drain_timeout=30.0)
     manager.add_controller(TASKS, stuck)
     await memory.create(TASKS, task("a"))

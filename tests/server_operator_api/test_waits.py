@@ -135,7 +135,8 @@ async def test_waits_answer_when_the_server_shuts_down(api: Api) -> None:
     assert question_state.status_code == 200 and question_state.json()["status"] == "pending"
 
 
-async def test_a_start_with_wait_answers_when_the_call_ends_and_wait_is_no_parameter(api: Api) -> None:
+async def _start_waiting(api: Api, wait: float) -> tuple[dict[str, Any], asyncio.Task[httpx.Response]]:
+    """A parked call started with ``wait``: its body and the start's request, still waiting (checked)."""
     asked = await ask(api.user(), await new_conversation(api.user()), "work")
     body = {
         "owner_uid": f"uid-{asked['task_id']}",
@@ -146,14 +147,19 @@ async def test_a_start_with_wait_answers_when_the_call_ends_and_wait_is_no_param
         "output": "work",
         "timeout": 600,
     }
-    operator = api.operator()
-    starting = asyncio.create_task(operator.post("/v1/harness/calls", json={**body, "wait": 60}))
+    starting = asyncio.create_task(api.operator().post("/v1/harness/calls", json={**body, "wait": wait}))
 
     async def parked() -> bool:
         return bool(api.adapter.runs)
 
     await api.until(parked)
     await _pending(starting)  # started, parked, and the start's own request still waiting for its end
+    return body, starting
+
+
+async def test_a_start_with_wait_answers_when_the_call_ends_and_wait_is_no_parameter(api: Api) -> None:
+    body, starting = await _start_waiting(api, 60)
+    operator = api.operator()
     (call_id,) = api.adapter.runs
     api.adapter.last_run(call_id).release()
     answered = await asyncio.wait_for(starting, 10)  # virtual time stands still: only the call's end answers it
@@ -162,30 +168,13 @@ async def test_a_start_with_wait_answers_when_the_call_ends_and_wait_is_no_param
     for wait in (0, 5, 60):  # a replay with any wait is the same call (wait is not one of its parameters)
         replay = await operator.post("/v1/harness/calls", json={**body, "wait": wait})
         assert replay.status_code == 202 and replay.json()["id"] == call_id and replay.json()["phase"] == "succeeded"
-    for wait in (-1, 61, "nan", "x"):
-        bad = await operator.post("/v1/harness/calls", json={**body, "effect_key": "work/1", "wait": wait})
-        assert bad.status_code == 400 and error_of(bad) == "invalid_request", wait
+    for bad_wait in (-1, 61, "nan", "x"):
+        bad = await operator.post("/v1/harness/calls", json={**body, "effect_key": "work/1", "wait": bad_wait})
+        assert bad.status_code == 400 and error_of(bad) == "invalid_request", bad_wait
 
 
 async def test_a_start_with_wait_answers_at_its_bound_with_the_call_running(api: Api) -> None:
-    asked = await ask(api.user(), await new_conversation(api.user()), "work")
-    body = {
-        "owner_uid": f"uid-{asked['task_id']}",
-        "effect_key": "work/0",
-        "target": "parked",
-        "text": "go",
-        "task_id": asked["task_id"],
-        "output": "work",
-        "timeout": 600,
-        "wait": 5,
-    }
-    starting = asyncio.create_task(api.operator().post("/v1/harness/calls", json=body))
-
-    async def parked() -> bool:
-        return bool(api.adapter.runs)
-
-    await api.until(parked)
-    await _pending(starting)
+    _, starting = await _start_waiting(api, 5)
     await api.clock.advance(5)
     answered = await asyncio.wait_for(starting, 10)
     assert answered.status_code == 202 and answered.json()["phase"] not in ("succeeded", "failed", "cancelled")
