@@ -8,7 +8,8 @@ import { MessageView } from "./MessageView";
 import { badgeOf, type Connection, waitingTasks } from "./status";
 import { type ConversationView, messagesOf } from "./store";
 
-/** Messages mounted at first, and added on each step back (the newest ones fill a screen several times). */
+/** Messages mounted at first (the newest fill a tall screen twice), and added on each step back. */
+export const WINDOW_FIRST = 24;
 export const WINDOW_STEP = 40;
 
 export interface MessageListProps {
@@ -21,7 +22,7 @@ export interface MessageListProps {
 }
 
 export function MessageList({ view, connection, actors, selectedId, onSelect, onHumanUpdate }: MessageListProps) {
-  const [limit, setLimit] = useState(WINDOW_STEP);
+  const [limit, setLimit] = useState(WINDOW_FIRST);
   const scroller = useRef<HTMLDivElement>(null);
   const sentinel = useRef<HTMLDivElement>(null);
   const messages = useMemo(() => messagesOf(view), [view.byId, view.order]);
@@ -34,7 +35,7 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
   const hidden = Math.max(0, messages.length - limit);
   const shown = hidden > 0 ? messages.slice(hidden) : messages;
 
-  useEffect(() => setLimit(WINDOW_STEP), [view.conversationId]);
+  useEffect(() => setLimit(WINDOW_FIRST), [view.conversationId]);
 
   const showEarlier = useCallback(() => setLimit((value) => value + WINDOW_STEP), []);
 
