@@ -99,6 +99,8 @@ async def test_the_tree_ties_attempts_to_their_actions_with_tokens_and_cost(rig:
     model, tool = turn["actions"]
     assert (model["id"], model["type"], model["parent_action_id"]) == (ids["model"], "model_call", None)
     assert (tool["id"], tool["type"], tool["name"]) == (ids["tool"], "tool_call", "read_file")
+    # No action.* events here: an action's status comes from its attempts once they have all ended (the last one's).
+    assert model["status"] == "completed" and tool["status"] == "running"
     assert tool["parent_action_id"] == ids["model"]
     cut, done = model["attempts"]
     assert cut["id"] == ids["cut"] and cut["status"] == "failed" and cut["resolved"] is True

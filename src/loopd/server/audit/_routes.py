@@ -163,12 +163,17 @@ class CostSeries(_Body):
     points: list[CostPoint]
 
 
-def _status_of(events: Sequence[Event], kind: str) -> _Status:
+def _status_of(events: Sequence[Event], kind: str, parts: Sequence[str] = ()) -> _Status:
+    """``failed`` / ``completed`` from the subject's own terminal event; without one, from its ``parts`` (an action's
+    attempts, a turn's actions) once they have all ended: the last one's outcome. Else ``running``."""
     names = {event.event_type for event in events}
     if f"{kind}.failed" in names:
         return "failed"
     if f"{kind}.completed" in names:
         return "completed"
+    ended = [part for part in parts if part in {"completed", "failed"}]
+    if parts and len(ended) == len(parts):
+        return "failed" if ended[-1] == "failed" else "completed"
     return "running"
 
 
@@ -231,6 +236,7 @@ def build_tree(
         turns.setdefault(turn.lane_id, []).append(turn)
 
     def action_node(action: Action) -> ActionNode:
+        nodes = [_attempt_node(a, by_subject.get(a.id, ())) for a in attempts.get(action.id, ())]
         return ActionNode(
             id=action.id,
             type=str(action.type),
@@ -239,8 +245,17 @@ def build_tree(
             effect_kind=str(action.effect_kind),
             idempotency=str(action.idempotency),
             created_at=action.created_at,
-            status=_status_of(by_subject.get(action.id, ()), "action"),
-            attempts=[_attempt_node(a, by_subject.get(a.id, ())) for a in attempts.get(action.id, ())],
+            status=_status_of(by_subject.get(action.id, ()), "action", [a.status for a in nodes]),
+            attempts=nodes,
+        )
+
+    def turn_node(turn: Turn) -> TurnNode:
+        nodes = [action_node(action) for action in actions.get(turn.id, ())]
+        return TurnNode(
+            id=turn.id,
+            created_at=turn.created_at,
+            status=_status_of(by_subject.get(turn.id, ()), "turn", [a.status for a in nodes]),
+            actions=nodes,
         )
 
     return LedgerTree(
@@ -254,15 +269,7 @@ def build_tree(
                 harness_call_id=lane.harness_call_id,
                 attributes=_plain(lane.attributes),
                 created_at=lane.created_at,
-                turns=[
-                    TurnNode(
-                        id=turn.id,
-                        created_at=turn.created_at,
-                        status=_status_of(by_subject.get(turn.id, ()), "turn"),
-                        actions=[action_node(action) for action in actions.get(turn.id, ())],
-                    )
-                    for turn in turns.get(lane.id, ())
-                ],
+                turns=[turn_node(turn) for turn in turns.get(lane.id, ())],
             )
             for lane in lanes
         ],
