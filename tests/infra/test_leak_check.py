@@ -16,7 +16,7 @@ async def test_a_task_left_pending_is_reported_with_its_name_and_coroutine() -> 
     before = asyncio.all_tasks()
 
     async def lingering() -> None:
-        await asyncio.sleep(0.2)  # would end on its own a moment later: still unowned, still reported
+        await asyncio.sleep(30)  # would end on its own later (never within the check, however slow the machine)
 
     task = asyncio.get_running_loop().create_task(lingering(), name="the-leaked-task")
     pending = await leaked_tasks(before, ignore=[asyncio.current_task()])

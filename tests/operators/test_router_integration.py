@@ -217,7 +217,8 @@ async def _gone(r: Routed, task_id: str) -> bool:
 
 async def test_the_work_calls_run_at_the_same_time(tmp_path: Path) -> None:
     def reply(prompt: str) -> ServerReply:
-        return ServerReply(text=demo_answer(prompt), delay=1.0 if prompt.startswith(WORK_HEADER) else 0.0)
+        # Slow enough that creating the other two calls fits in it even on a loaded machine.
+        return ServerReply(text=demo_answer(prompt), delay=5.0 if prompt.startswith(WORK_HEADER) else 0.0)
 
     async with scripted_model(reply) as model, routed(tmp_path, model=model) as r:
         asked = await r.ask(LIU_BEI)
@@ -277,7 +278,7 @@ async def test_a_followup_during_the_work_gets_a_progress_message_and_a_replan(t
     def reply(prompt: str) -> ServerReply:
         if prompt.startswith(WORK_HEADER) and "Follow-ups" not in prompt:
             started.set()
-            return ServerReply(text=demo_answer(prompt), delay=2.0)
+            return ServerReply(text=demo_answer(prompt), delay=5.0)  # the follow-up must land while it runs
         return ServerReply(text=demo_answer(prompt))
 
     async with scripted_model(reply) as model, routed(tmp_path, model=model) as r:
