@@ -17,7 +17,8 @@ def make_rig(journal: Journal, model: ScriptedModel, tool: EchoTool | None = Non
 
 
 async def test_interrupt_during_model_streaming(journal: Journal) -> None:
-    model = ScriptedModel([Reply(text="a" * 100, chunk_size=1, chunk_delay=0.01), Reply(text="after")])
+    # 10 s of streaming: only the interrupt ends it, however late the test gets to send it on a loaded machine.
+    model = ScriptedModel([Reply(text="a" * 1000, chunk_size=1, chunk_delay=0.01), Reply(text="after")])
     session = await make_rig(journal, model).start_session()
     sub = session.subscribe()
     await session.submit("talk a lot")

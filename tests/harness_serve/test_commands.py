@@ -96,7 +96,7 @@ async def test_deny_and_always(journal: SqliteJournal, tmp_path: Path) -> None:
 
 
 async def test_interrupt_stops_the_running_turn(journal: SqliteJournal) -> None:
-    slow = text_reply("a long answer that streams slowly " * 4, chunk_size=2, chunk_delay=0.02)
+    slow = text_reply("a long answer that streams slowly " * 40, chunk_size=2, chunk_delay=0.02)  # 13 s unless stopped
     async with serving(scripted_rig(journal, [slow])) as served:
         session_id = (await served.client.post("/v1/sessions", json={"input": "talk"})).json()["id"]
         await wait_for_event(served, session_id, "token_delta")
@@ -112,7 +112,7 @@ async def test_interrupt_stops_the_running_turn(journal: SqliteJournal) -> None:
 
 
 async def test_cancel_a_queued_input(journal: SqliteJournal) -> None:
-    slow = text_reply("x" * 80, chunk_size=2, chunk_delay=0.02)
+    slow = text_reply("x" * 400, chunk_size=2, chunk_delay=0.02)  # 4 s: the second input is queued behind it
     async with serving(scripted_rig(journal, [slow, text_reply("second")])) as served:
         created = (await served.client.post("/v1/sessions", json={"input": "first"})).json()
         session_id, running = created["id"], created["input_command_id"]
@@ -133,7 +133,7 @@ async def test_cancel_a_queued_input(journal: SqliteJournal) -> None:
         assert unknown.json()["error"]["type"] == "not_found"
 
         session = served.session(session_id)
-        await session.wait_idle(timeout=10)
+        await session.wait_idle(timeout=30)
         assert session.state.loops["main"].turns == 1  # the cancelled input never ran
         kinds = [r.kind for r in await journal.read(session_id)]
         assert kinds.count("input_cancelled") == 1 and kinds.count("turn_started") == 1
