@@ -40,6 +40,8 @@ from .router_support import (
 
 EFFECTS = ["plan", "summarize", "work/0", "work/1", "work/2"]
 WORK_DELAY = 2.0
+FOLLOWUP_WORK_DELAY = 6.0
+"""The follow-up must reach the Router while the work runs: slow enough for a loaded machine's round trips."""
 
 
 def _interval(call: dict[str, object]) -> tuple[datetime, datetime]:
@@ -156,7 +158,7 @@ def test_two_replicas_the_leader_killed_the_other_takes_over_and_finishes(tmp_pa
 
 
 def test_a_followup_during_the_work_gets_a_progress_message_and_a_replan(tmp_path: Path) -> None:
-    with router_model(work_delay=WORK_DELAY) as model:
+    with router_model(work_delay=FOLLOWUP_WORK_DELAY) as model:
         up = start_up(tmp_path / "data", tmp_path, env=model.env())  # the Router runs in loopd up
         try:
             with up.client() as client:
