@@ -70,24 +70,44 @@ export function App() {
   const { actors, error: actorsError } = useActors();
   const { view, connection, error: streamError, mergeBodies } = useConversation(activeId);
 
-  // The conversation list (first page), once.
+  // The conversation list (first page): at start, and again when the page becomes visible (other tabs may have
+  // started conversations; a failed first load is retried).
   useEffect(() => {
-    const controller = new AbortController();
-    listConversations(undefined, controller.signal).then(
-      (page) => {
-        setConversations(page.data);
-        setNextAfter(page.next_after);
-        setActiveId((current) => {
-          if (current !== null && page.data.some((c) => c.id === current)) return current;
-          if (current !== null && hashConversation(location.hash) === current) return current; // older than page 1
-          return page.data[0]?.id ?? null;
-        });
-      },
-      (failure: Error) => {
-        if (!controller.signal.aborted) setListError(failure.message);
-      },
-    );
-    return () => controller.abort();
+    let controller = new AbortController();
+    let loadedAt = 0;
+    let loaded = false; // until one load succeeds, each one is "the first" (paging, the default conversation)
+    const load = () => {
+      const first = !loaded;
+      controller.abort();
+      controller = new AbortController();
+      const { signal } = controller;
+      loadedAt = Date.now();
+      listConversations(undefined, signal).then(
+        (page) => {
+          loaded = true;
+          setListError(null);
+          setConversations((known) => [...page.data, ...known.filter((c) => !page.data.some((fresh) => fresh.id === c.id))]);
+          if (first) setNextAfter(page.next_after);
+          setActiveId((current) => {
+            if (current !== null && page.data.some((c) => c.id === current)) return current;
+            if (current !== null && (!first || hashConversation(location.hash) === current)) return current;
+            return page.data[0]?.id ?? null;
+          });
+        },
+        (failure: Error) => {
+          if (!signal.aborted) setListError(failure.message);
+        },
+      );
+    };
+    load();
+    const onVisible = () => {
+      if (document.visibilityState === "visible" && Date.now() - loadedAt > 5000) load();
+    };
+    document.addEventListener("visibilitychange", onVisible);
+    return () => {
+      controller.abort();
+      document.removeEventListener("visibilitychange", onVisible);
+    };
   }, []);
 
   // Remember the open conversation (hash + storage); follow hash changes (back/forward).
