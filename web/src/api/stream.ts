@@ -48,6 +48,7 @@ export function backoffDelay(attempt: number, options: BackoffOptions = {}): num
   return Math.min(max, initial * factor ** Math.max(0, attempt));
 }
 
+/** Wait `ms`, cut short by `signal` or by the browser coming back online (then reconnecting at once pays off). */
 function defaultSleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) {
@@ -55,12 +56,15 @@ function defaultSleep(ms: number, signal: AbortSignal): Promise<void> {
       return;
     }
     const timer = setTimeout(done, ms);
+    const online = typeof window !== "undefined" && typeof window.addEventListener === "function" ? window : null;
     function done() {
       clearTimeout(timer);
       signal.removeEventListener("abort", done);
+      online?.removeEventListener("online", done);
       resolve();
     }
     signal.addEventListener("abort", done, { once: true });
+    online?.addEventListener("online", done, { once: true });
   });
 }
 
