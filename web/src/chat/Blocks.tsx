@@ -3,9 +3,10 @@
 // caller (W2's GateCard). Must not do: fetch, or change the model.
 import { type ComponentChild, Fragment } from "preact";
 import { memo } from "preact/compat";
+import { useEffect, useState } from "preact/hooks";
 import type { Block, InlineBlock, Json, Model } from "../agentue";
 import { isRefBlock } from "../agentue";
-import { renderMarkdown } from "./markdown";
+import { hasCode, highlighterReady, onHighlighterReady, renderMarkdown } from "./markdown";
 
 function asText(value: Json | undefined): string {
   if (value === undefined || value === null) return "";
@@ -18,6 +19,10 @@ function str(value: Json | undefined): string | null {
 
 /** Sanitized Markdown, memoized on the text itself. */
 export const Markdown = memo(function Markdown({ text, testId }: { text: string; testId?: string }) {
+  // Code waits for the highlighter (loaded on first use): render it plain now, again when it arrives.
+  const [, setReady] = useState(false);
+  const waits = !highlighterReady() && hasCode(text);
+  useEffect(() => (waits ? onHighlighterReady(() => setReady(true)) : undefined), [waits]);
   return <div class="markdown" data-testid={testId} dangerouslySetInnerHTML={{ __html: renderMarkdown(text) }} />;
 });
 

@@ -1,6 +1,6 @@
 // @vitest-environment jsdom
 import { describe, expect, it } from "vitest";
-import { highlight, renderMarkdown } from "./markdown";
+import { ensureHighlighter, highlight, highlighterReady, renderMarkdown } from "./markdown";
 
 describe("renderMarkdown", () => {
   it("renders Markdown", () => {
@@ -22,7 +22,14 @@ describe("renderMarkdown", () => {
     expect(renderMarkdown("[y](javascript:alert(4))")).not.toContain("javascript:");
   });
 
-  it("highlights fenced code of a bundled language, and escapes unknown ones", () => {
+  it("renders code plain until the highlighter has loaded, then highlighted", async () => {
+    if (!highlighterReady()) expect(renderMarkdown("```python\nimport os\n```")).not.toContain("hljs-keyword");
+    await ensureHighlighter();
+    expect(renderMarkdown("```python\nimport os\n```")).toContain("hljs-keyword");
+  });
+
+  it("highlights fenced code of a bundled language, and escapes unknown ones", async () => {
+    await ensureHighlighter();
     const html = renderMarkdown("```python\ndef f(x):\n    return x\n```");
     expect(html).toContain('class="hljs"');
     expect(html).toContain("hljs-keyword");

@@ -1,41 +1,65 @@
 // Markdown → sanitized HTML for text blocks: marked (GFM) + highlight.js for fenced code (a few languages, core
-// build) + DOMPurify (no scripts, no event handlers, no style attributes: the page's CSP forbids inline styles).
+// build, loaded on first use) + DOMPurify (no scripts, no event handlers, no style attributes: the page's CSP forbids inline styles).
 // Results are cached by source text, so re-rendering an unchanged block costs a map lookup.
 // Must not do: fetch anything (images and links are left to the browser and the CSP).
 import DOMPurify from "dompurify";
-import hljs from "highlight.js/lib/core";
-import bash from "highlight.js/lib/languages/bash";
-import css from "highlight.js/lib/languages/css";
-import diff from "highlight.js/lib/languages/diff";
-import go from "highlight.js/lib/languages/go";
-import javascript from "highlight.js/lib/languages/javascript";
-import json from "highlight.js/lib/languages/json";
-import markdownLang from "highlight.js/lib/languages/markdown";
-import python from "highlight.js/lib/languages/python";
-import rust from "highlight.js/lib/languages/rust";
-import sql from "highlight.js/lib/languages/sql";
-import typescript from "highlight.js/lib/languages/typescript";
-import xml from "highlight.js/lib/languages/xml";
-import yaml from "highlight.js/lib/languages/yaml";
 import { Marked, type Tokens } from "marked";
 
-const LANGUAGES = { bash, css, diff, go, javascript, json, markdown: markdownLang, python, rust, sql, typescript, xml, yaml };
-for (const [name, language] of Object.entries(LANGUAGES)) hljs.registerLanguage(name, language);
-hljs.registerAliases(["sh", "shell", "zsh", "console"], { languageName: "bash" });
-hljs.registerAliases(["js", "jsx", "mjs"], { languageName: "javascript" });
-hljs.registerAliases(["ts", "tsx"], { languageName: "typescript" });
-hljs.registerAliases(["py"], { languageName: "python" });
-hljs.registerAliases(["html", "svg"], { languageName: "xml" });
-hljs.registerAliases(["yml"], { languageName: "yaml" });
-hljs.registerAliases(["md"], { languageName: "markdown" });
+type Highlighter = (typeof import("./highlighter"))["hljs"];
+let hljs: Highlighter | null = null;
+let loading: Promise<void> | null = null;
+const waiting = new Set<() => void>();
+
+/** Load highlight.js (its own chunk) once; code rendered before that is plain and re-rendered when it arrives. */
+export function ensureHighlighter(): Promise<void> {
+  loading ??= import("./highlighter").then(
+    (module) => {
+      hljs = module.hljs;
+      cache.clear(); // cached HTML has unhighlighted code
+      const callbacks = [...waiting];
+      waiting.clear();
+      for (const callback of callbacks) callback();
+    },
+    () => {
+      loading = null; // try again next time
+    },
+  );
+  return loading;
+}
+
+/** Call `callback` once highlighting is available (at once if it is); returns an unsubscribe function. */
+export function onHighlighterReady(callback: () => void): () => void {
+  if (hljs !== null) {
+    callback();
+    return () => undefined;
+  }
+  waiting.add(callback);
+  void ensureHighlighter();
+  return () => waiting.delete(callback);
+}
+
+/** Whether code blocks are highlighted now. */
+export function highlighterReady(): boolean {
+  return hljs !== null;
+}
+
+/** Whether a Markdown text may hold a fenced code block (only those wait for the highlighter). */
+export function hasCode(source: string): boolean {
+  return source.includes("```") || source.includes("~~~");
+}
 
 function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
 }
 
-/** Highlight `code` as `lang` (or plain, escaped, when the language is not bundled or the text is very long). */
+/** Highlight `code` as `lang` (or plain, escaped, when the language is not bundled, the text is very long, or the
+ * highlighter has not loaded yet). */
 export function highlight(code: string, lang: string | undefined): string {
   const name = (lang ?? "").trim().split(/\s+/)[0]?.toLowerCase() ?? "";
+  if (hljs === null) {
+    void ensureHighlighter();
+    return escapeHtml(code);
+  }
   if (name !== "" && code.length <= 50_000 && hljs.getLanguage(name) !== undefined) {
     return hljs.highlight(code, { language: name, ignoreIllegals: true }).value;
   }
