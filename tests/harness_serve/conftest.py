@@ -58,7 +58,7 @@ def scripted_rig(
 
 
 def client_for(url: str, *, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=10.0, headers=headers)
+    return httpx.AsyncClient(base_url=url, timeout=30.0, headers=headers)  # a hang only
 
 
 @asynccontextmanager

@@ -60,7 +60,7 @@ async def test_serve_with_the_demo_model_until_ctrl_c(tmp_path: Path) -> None:
             session_id = created.json()["id"]
             reply, final = "", ""
             async with (
-                asyncio.timeout(15),
+                asyncio.timeout(30),
                 client.stream("GET", f"/v1/sessions/{session_id}/events", params={"from_seq": 1}) as response,
             ):
                 sent = await client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "hello from the test"})
@@ -75,7 +75,7 @@ async def test_serve_with_the_demo_model_until_ctrl_c(tmp_path: Path) -> None:
             assert "hello from the test" in reply
 
             # Ctrl-C while a client is still watching: the stream ends and the server stops gracefully.
-            async with asyncio.timeout(15), client.stream("GET", f"/v1/sessions/{session_id}/events") as watching:
+            async with asyncio.timeout(30), client.stream("GET", f"/v1/sessions/{session_id}/events") as watching:
                 process.send_signal(signal.SIGINT)
                 async for _frame in read_frames(watching):
                     pass

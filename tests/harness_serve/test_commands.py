@@ -25,7 +25,7 @@ def writing_model(request: ModelRequest) -> Reply:
 
 async def wait_for_event(served: Served, session_id: str, kind: str, *, from_seq: int = 1) -> dict[str, Any]:
     path = f"/v1/sessions/{session_id}/events"
-    async with asyncio.timeout(10), served.client.stream("GET", path, params={"from_seq": from_seq}) as response:
+    async with asyncio.timeout(30), served.client.stream("GET", path, params={"from_seq": from_seq}) as response:
         async for frame in read_frames(response):
             if frame.event == kind:
                 assert frame.data is not None

@@ -23,7 +23,7 @@ async def _assert_refuses_cursors_past(served: Served, session_id: str, last_seq
         answer = await served.client.get(path, headers=headers, params=params)
         assert_envelope(answer, 400, "cursor_ahead")
     for headers, params in (({"Last-Event-ID": str(last_seq)}, {}), ({}, {"from_seq": last_seq + 1})):
-        async with asyncio.timeout(10), served.client.stream("GET", path, headers=headers, params=params) as ok:
+        async with asyncio.timeout(30), served.client.stream("GET", path, headers=headers, params=params) as ok:
             assert ok.status_code == 200
 
 

@@ -163,7 +163,7 @@ async def test_a_faulted_session_answers_503_until_restored() -> None:
     async with serving(scripted_rig(journal, [text_reply("works again")])) as served:
         session_id = (await served.client.post("/v1/sessions", json={})).json()["id"]
         frames: list[Frame] = []
-        async with asyncio.timeout(10), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as stream:
+        async with asyncio.timeout(30), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as stream:
             broken["on"] = True
             assert (
                 await served.client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "x"})

@@ -39,7 +39,7 @@ def stepping_rig(journal: SqliteJournal) -> Rig:
 
 async def frames_until(served: Served, path: str, stop: str, *, headers: dict[str, str] | None = None) -> list[Frame]:
     out: list[Frame] = []
-    async with asyncio.timeout(10), served.client.stream("GET", path, headers=headers) as response:
+    async with asyncio.timeout(30), served.client.stream("GET", path, headers=headers) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         async for frame in read_frames(response):
@@ -58,7 +58,7 @@ async def test_input_streams_tokens_then_turn_done(journal: SqliteJournal) -> No
     async with serving(rig) as served:
         session_id = (await served.client.post("/v1/sessions", json={})).json()["id"]
         frames: list[Frame] = []
-        async with asyncio.timeout(10), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as response:
+        async with asyncio.timeout(30), served.client.stream("GET", f"/v1/sessions/{session_id}/events") as response:
             posted = await served.client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "hi"})
             assert posted.status_code == 202
             async for frame in read_frames(response):
@@ -87,7 +87,7 @@ async def test_dropped_stream_resumes_with_last_event_id_without_loss_or_duplica
         session_id = (await served.client.post("/v1/sessions", json={})).json()["id"]
         first: list[Frame] = []
         async with (
-            asyncio.timeout(10),
+            asyncio.timeout(30),
             served.client.stream("GET", f"/v1/sessions/{session_id}/events", params={"from_seq": 1}) as response,
         ):
             await served.client.post(f"/v1/sessions/{session_id}/inputs", json={"text": "work in steps"})
@@ -143,7 +143,7 @@ async def test_a_dormant_session_streams_from_the_journal_and_attaches_when_rest
     async with serving(scripted_rig(journal, [text_reply("woken up")]), heartbeat=0.2) as served:
         frames: list[Frame] = []
         async with (
-            asyncio.timeout(10),
+            asyncio.timeout(30),
             served.client.stream("GET", f"/v1/sessions/{session_id}/events", params={"from_seq": 1}) as response,
         ):
             async for frame in read_frames(response):
