@@ -15,6 +15,7 @@ import { DetailPanel } from "../detail";
 import { memo } from "preact/compat";
 import { useActors } from "./useActors";
 import { useConversation } from "./useConversation";
+import { authorLabel } from "../chat/author";
 
 export type Pane = "conversations" | "chat" | "detail";
 /** The detail panel re-renders only when its props change (not on every streamed frame of the chat). */
@@ -230,7 +231,7 @@ export function App() {
           message={message}
           badge={badgeOf(message, "open", new Set())}
           selected={false}
-          authorName={names.get(`${message.kind}:${message.key}`) ?? message.key}
+          authorName={authorLabel(message, names.get(`${message.kind}:${message.key}`) ?? message.key)}
           onSelect={null}
           onHumanUpdate={noop}
         />

@@ -7,6 +7,7 @@ import type { ActorBody, MessageBody } from "../api";
 import { MessageView } from "./MessageView";
 import { badgeOf, type Connection, waitingTasks } from "./status";
 import { type ConversationView, messagesOf } from "./store";
+import { authorLabel } from "./author";
 
 /** Messages mounted at first (the newest fill a tall screen twice), and added on each step back. */
 export const WINDOW_FIRST = 24;
@@ -73,7 +74,7 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
             message={message}
             badge={badgeOf(message, connection, waiting)}
             selected={message.id === selectedId}
-            authorName={names.get(`${message.kind}:${message.key}`) ?? message.key}
+            authorName={authorLabel(message, names.get(`${message.kind}:${message.key}`) ?? message.key)}
             onSelect={onSelect}
             onHumanUpdate={onHumanUpdate}
           />

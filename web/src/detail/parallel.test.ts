@@ -178,3 +178,25 @@ describe("parallelGroups properties (seeded random inputs)", () => {
     expect(failures).toEqual([]);
   });
 });
+
+describe("an operator's parts", () => {
+  it("stand in their own columns (LongHorizon's manager, executor and auditor)", () => {
+    const report = (id: string, part: string, start: string, end: string) => ({
+      id,
+      kind: "operator",
+      key: "longhorizon",
+      created_at: start,
+      updated_at: end,
+      content: { meta: { author: `operator/longhorizon/${part}` } },
+    });
+    const groups = layoutMessages([
+      report("a", "manager", "2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z"),
+      report("b", "executor", "2026-01-01T00:00:01Z", "2026-01-01T00:00:06Z"),
+      report("c", "auditor", "2026-01-01T00:00:02Z", "2026-01-01T00:00:07Z"),
+    ]);
+    expect(groups.map((g) => g.columns.map((c) => c.actor))).toEqual([
+      ["operator:longhorizon/manager", "operator:longhorizon/executor", "operator:longhorizon/auditor"],
+    ]);
+    expect(actorLabel("operator:longhorizon/auditor")).toBe("longhorizon · auditor");
+  });
+});

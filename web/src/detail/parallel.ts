@@ -11,6 +11,8 @@
  * Must not do: I/O, or read the clock (the caller passes `now` for messages still streaming).
  */
 
+import { authorPart } from "../chat/author";
+
 /** A closed time interval in epoch milliseconds. */
 export interface Interval {
   readonly start: number;
@@ -73,6 +75,8 @@ export function messageInterval(message: LayoutMessage, now?: number): Interval 
  */
 export function messageActor(message: LayoutMessage): string {
   const base = `${message.kind}:${message.key}`;
+  const part = authorPart(message);
+  if (part !== null) return `${base}/${part}`; // an operator's part (LongHorizon's manager, executor, auditor)
   const content = message.content;
   const meta = typeof content === "object" && content !== null ? (content as Record<string, unknown>)["meta"] : undefined;
   const effect = typeof meta === "object" && meta !== null ? (meta as Record<string, unknown>)["effect_key"] : undefined;
