@@ -29,6 +29,7 @@ from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwrig
 
 from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply, open_scripted_server
 from loopd.harness.models._scripted_server import IncomingRequest
+from loopd.operators.longhorizon import demo_rules as longhorizon_rules
 from loopd.operators.router import demo_rules
 from loopd.server.webui import DIST_DIR
 from tests.e2e.conftest import UpProcess, env_for, start_up
@@ -73,6 +74,10 @@ def launch(playwright: Playwright) -> Browser:
 # --- the model --------------------------------------------------------------------------------------------------
 
 
+RULES = (*demo_rules(), *longhorizon_rules())
+"""Both operators' demo answers, as `loopd up` gives its demo model."""
+
+
 @dataclass
 class PacedModel:
     """The scripted model's base URL; ``pace`` sets how its answers stream (seconds between chunks, chunk size)."""
@@ -90,7 +95,7 @@ class PacedModel:
 
     def options(self) -> DemoOptions:
         with self.lock:
-            return DemoOptions(rules=tuple(demo_rules()), chunk_delay=self.chunk_delay, chunk_size=self.chunk_size)
+            return DemoOptions(rules=RULES, chunk_delay=self.chunk_delay, chunk_size=self.chunk_size)
 
     def env(self) -> dict[str, str]:
         """What `loopd up` needs to use this model (a priced model id: the ledger shows USD)."""
@@ -107,7 +112,7 @@ def paced_model() -> Iterator[PacedModel]:
     def rule(request: IncomingRequest) -> ServerReply:
         if holder and holder[0].extra is not None and (reply := holder[0].extra(request)) is not None:
             return reply
-        options = holder[0].options() if holder else DemoOptions(rules=tuple(demo_rules()))
+        options = holder[0].options() if holder else DemoOptions(rules=RULES)
         return demo_reply(request, options)
 
     async def serve() -> None:

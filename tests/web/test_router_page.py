@@ -129,6 +129,25 @@ def test_the_ledger_view_shows_the_tasks_calls_with_tokens_and_cost(server: WebS
     screenshot(page, "router-ledger")
 
 
+def test_a_longhorizon_run_shows_its_manager_executor_and_auditor_in_the_detail_panel(
+    server: WebServer, context: BrowserContext
+) -> None:
+    server.model.pace(0.0)
+    page = open_page(context, server.url)
+    new_conversation(page)
+    send(page, "operator:longhorizon", "Create hello.txt containing hello world")
+    answer = answers(page).last
+    expect(answer).to_have_attribute("data-task-id", re.compile(r".+"))
+    expect(badge(page, "completed").last).to_be_visible(timeout=90_000)
+    select(answer)
+    panel = page.locator(tid("detail-panel"))
+    for part in ("manager", "executor", "auditor"):  # three authors, each in its own column
+        column = panel.locator(f'{tid("parallel-column")}[data-actor="operator:longhorizon/{part}"]')
+        expect(column.first).to_be_visible(timeout=30_000)
+        expect(column.first).to_contain_text(f"LongHorizon · {part}", ignore_case=True)
+    screenshot(page, "longhorizon-detail")
+
+
 def test_a_conversation_is_renamed_in_the_page(server: WebServer, context: BrowserContext) -> None:
     page = open_page(context, server.url)
     cid = new_conversation(page)
