@@ -75,7 +75,8 @@ async def test_a_transaction_without_statements_touches_nothing(backend: SqliteD
 async def test_a_busy_database_fails_the_first_statement_and_the_next_transaction_works(
     tmp_path: Path,
 ) -> None:
-    backend = await connect(tmp_path / "db.sqlite", 0.3)
+    # SQLite gives up on the lock after 0.3 s; every call is bounded at 30 s (a hang only, however slow the machine).
+    backend = await SqliteDatabase.open(tmp_path / "db.sqlite", SqliteOptions(timeout=30, busy_timeout=0.3))
     try:
         async with backend.transaction(read_only=False) as conn:
             await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")

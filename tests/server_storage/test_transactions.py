@@ -78,6 +78,7 @@ async def test_read_only_transactions_see_committed_state(db: Database) -> None:
 async def test_a_blocked_database_times_out_as_unavailable(
     backend: str, database_url: str, open_db: DatabaseFactory
 ) -> None:
+    await open_db()  # migrated by a handle with the usual timeout: the short one below only has to open it
     db = await open_db(operation_timeout=0.3)
     if backend == "sqlite":
         blocker = sqlite3.connect(database_url, isolation_level=None)
