@@ -67,7 +67,8 @@ async def test_a_read_only_transaction_refuses_writes(db: PostgresDatabase) -> N
 @pytest.mark.postgres
 async def test_errors_go_through_the_callers_hooks(postgres_dsn: str) -> None:  # noqa: F811
     errors = DatabaseErrors(unavailable=MyUnavailable, conflict=MyConflict)
-    database = await PostgresDatabase.open(postgres_dsn, PostgresOptions(timeout=0.5, errors=errors))
+    # 2 s: room for the statements that must succeed on a loaded machine; the pg_sleep below outlasts it.
+    database = await PostgresDatabase.open(postgres_dsn, PostgresOptions(timeout=2.0, errors=errors))
     try:
         async with database.transaction(read_only=False) as conn:
             await conn.execute("CREATE TABLE u (id INTEGER PRIMARY KEY)")
@@ -78,7 +79,7 @@ async def test_errors_go_through_the_callers_hooks(postgres_dsn: str) -> None:  
         assert isinstance(conflict.value.__cause__, psycopg.errors.UniqueViolation)
         with pytest.raises(MyUnavailable) as slow:  # the server's statement timeout or ours, whichever first
             async with database.transaction(read_only=True) as conn:
-                await conn.fetch("SELECT pg_sleep(2)")
+                await conn.fetch("SELECT pg_sleep(10)")
         assert isinstance(slow.value.__cause__, (TimeoutError, psycopg.Error))
         async with database.transaction(read_only=True) as conn:  # the pool still works
             assert await conn.fetch("SELECT COUNT(*) FROM u") == [(1,)]
