@@ -122,6 +122,8 @@ async def test_a_lock_held_by_another_connection_never_blocks_the_event_loop(tmp
 
 
 async def test_a_stuck_writer_thread_fails_the_round_within_the_timeout(tmp_path: Path) -> None:
+    await (await SqliteJournal.open(tmp_path / "j.db")).aclose()  # created with the usual timeout: the short
+    # one below bounds only opening a ready file, then the rounds under test
     journal = await SqliteJournal.open(tmp_path / "j.db", append_timeout=0.3)
     try:
         writer = await journal.create_session("s", at=0.0)
@@ -143,6 +145,8 @@ async def test_a_stuck_writer_thread_fails_the_round_within_the_timeout(tmp_path
 
 
 async def test_waiting_for_room_in_a_full_queue_is_bounded_too(tmp_path: Path) -> None:
+    await (await SqliteJournal.open(tmp_path / "j.db")).aclose()  # created with the usual timeout: the short
+    # one below bounds only opening a ready file, then the rounds under test
     journal = await SqliteJournal.open(tmp_path / "j.db", append_timeout=0.3, max_pending=4)
     try:
         writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(12)]
