@@ -18,6 +18,8 @@ import os
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, TypeVar
 
+from loopd._infra.errors import LoopdError
+
 __all__ = ["ENV_VAR", "EventLoopError", "LoopKind", "loop_factory", "loop_kind", "run"]
 
 ENV_VAR: Final = "LOOPD_EVENT_LOOP"
@@ -25,7 +27,7 @@ LoopKind = Literal["uvloop", "asyncio"]
 _T = TypeVar("_T")
 
 
-class EventLoopError(RuntimeError):
+class EventLoopError(LoopdError, RuntimeError):
     """``LOOPD_EVENT_LOOP`` names a loop that is unknown or not installed."""
 
 
