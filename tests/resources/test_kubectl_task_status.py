@@ -101,7 +101,7 @@ async def responding(api: RunningApi, tmp_path: Path) -> AsyncIterator[_Respondi
     adapter = ScriptedAdapter(
         script=scripted(TextSet("working"), None, GateOpened("g1", "run ls?"), None, Finished("done"))
     )
-    options = DatabaseOptions(operation_timeout=5.0)
+    options = DatabaseOptions(operation_timeout=30.0)
     async with open_database(tmp_path / "loopd.db", options=options) as db:
         client = StoreClient(api.store)
         async with make_engine(db, {"assistant": adapter}, bus=bus) as engine:

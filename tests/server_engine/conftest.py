@@ -87,7 +87,7 @@ async def open_db(database_url: str, clock: VirtualClock) -> AsyncIterator[OpenD
     opened: list[Database] = []
 
     async def factory() -> Database:
-        database = await Database.open(database_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+        database = await Database.open(database_url, options=DatabaseOptions(clock=clock, operation_timeout=30.0))
         opened.append(database)
         return database
 
@@ -110,7 +110,7 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture
 async def sqlite_db(sqlite_url: str, clock: VirtualClock) -> AsyncIterator[Database]:
-    database = await Database.open(sqlite_url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+    database = await Database.open(sqlite_url, options=DatabaseOptions(clock=clock, operation_timeout=30.0))
     try:
         yield database
     finally:

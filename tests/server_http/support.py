@@ -188,7 +188,7 @@ def build_rig(
 
 
 async def open_db(url: str, clock: VirtualClock, *, cls: type[Database] = Database) -> Database:
-    return await cls.open(url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+    return await cls.open(url, options=DatabaseOptions(clock=clock, operation_timeout=30.0))
 
 
 @asynccontextmanager

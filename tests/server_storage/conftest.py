@@ -68,7 +68,7 @@ async def open_db(database_url: str, clock: VirtualClock) -> AsyncIterator[Datab
     opened: list[Database] = []
 
     async def factory(*, migrations: Sequence[Migration] = MIGRATIONS, **overrides: Any) -> Database:
-        options = DatabaseOptions(**{"clock": clock, "operation_timeout": 5.0, **overrides})
+        options = DatabaseOptions(**{"clock": clock, "operation_timeout": 30.0, **overrides})
         database = await Database.open(database_url, options=options, migrations=migrations)
         opened.append(database)
         return database
@@ -89,7 +89,7 @@ async def db(open_db: DatabaseFactory) -> Database:
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path, clock: VirtualClock) -> AsyncIterator[LedgerStore]:
     """The ledger contract on each backend of the one store (``SqlLedgerStore``)."""
     url = database_url_for(str(request.param), tmp_path, request)
-    database = await Database.open(url, options=DatabaseOptions(clock=clock, operation_timeout=5.0))
+    database = await Database.open(url, options=DatabaseOptions(clock=clock, operation_timeout=30.0))
     try:
         yield SqlLedgerStore(database)
     finally:

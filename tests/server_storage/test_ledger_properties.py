@@ -49,7 +49,7 @@ def test_random_append_sequences_keep_seqs_contiguous_and_replays_idempotent(
     async def scenario() -> None:
         with tempfile.TemporaryDirectory() as folder:
             database = await Database.open(
-                str(Path(folder) / "ledger.db"), options=DatabaseOptions(operation_timeout=5.0)
+                str(Path(folder) / "ledger.db"), options=DatabaseOptions(operation_timeout=30.0)
             )
             try:
                 await run(SqlLedgerStore(database))
