@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from loopd._infra.tasks import TaskSet, TaskSetClosed, background, cancel_and_wait, companions, race
+from loopd._infra.tasks import TaskSet, TaskSetClosed, background, cancel_and_wait, companions, finish_shielded, race
 
 
 async def test_a_finished_task_is_forgotten() -> None:
@@ -286,3 +286,27 @@ async def test_wait_ended_in_a_cancelled_callers_finally_lets_the_cleanup_after_
     with pytest.raises(asyncio.CancelledError):
         await running
     assert steps == ["cleanup after the helper ended"]
+
+
+async def test_finish_shielded_ends_its_work_before_passing_a_cancellation_on() -> None:
+    release = asyncio.Event()
+    steps: list[str] = []
+
+    async def rollback() -> None:
+        steps.append("started")
+        await release.wait()
+        steps.append("ended")
+
+    async def caller() -> None:
+        await finish_shielded(rollback())
+
+    task = asyncio.create_task(caller())
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.sleep(0)
+    assert not task.done() and steps == ["started"]  # cancelled, yet still waiting for its work to end
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert steps == ["started", "ended"]  # nothing left running unowned

@@ -22,6 +22,7 @@ from typing import Any
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.database import Connection, DatabaseErrors, Dialect
+from loopd._infra.tasks import finish_shielded
 
 try:
     import psycopg
@@ -232,7 +233,7 @@ class PostgresDatabase:
                 committed = True
             finally:
                 if not committed:
-                    await asyncio.shield(self._rollback(conn))
+                    await finish_shielded(self._rollback(conn))
 
     async def _commit(self, tx: _PostgresTransaction) -> None:
         try:

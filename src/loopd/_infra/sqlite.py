@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from loopd._infra.database import Connection, DatabaseErrors, Dialect
 from loopd._infra.files import ensure_private_file
+from loopd._infra.tasks import finish_shielded
 
 _T = TypeVar("_T")
 
@@ -280,7 +281,7 @@ class SqliteDatabase:
                 committed = True
             finally:
                 if not committed and tx.used:
-                    await asyncio.shield(self._rollback(lane, tx))
+                    await finish_shielded(self._rollback(lane, tx))
         finally:
             lane.lock.release()
 

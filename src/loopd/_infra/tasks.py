@@ -161,6 +161,18 @@ async def wait_ended(task: asyncio.Future[Any]) -> None:
             raise
 
 
+async def finish_shielded(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end though the caller may be cancelled meanwhile (a rollback, a cleanup): then wait for
+    it to end before passing the cancellation on, so it never runs on unowned. ``work`` must bound its own
+    duration (a rollback with its own timeout); must not be used for work that may wait without a bound."""
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait({task})
+        raise
+
+
 async def cancel_and_wait(task: asyncio.Future[Any] | None) -> None:
     """Cancel the single background task an object owns (a listener, a pump, a flusher) and wait until it has
     ended (see `wait_ended`): the way an owner's ``aclose()`` ends it."""
