@@ -212,30 +212,44 @@ class AuditStatus(ExecutionStatus):
 
 
 _GROUP_NAMES = ("loopd", "longhorizon")
+_ROUND_COLUMNS = (
+    PrinterColumn("Run", "string", ".spec.run", "The Run"),
+    PrinterColumn("Round", "integer", ".spec.round", "Round"),
+    PrinterColumn("Phase", "string", ".status.phase", "Running, Completed or Failed"),
+)
+
+
+def _declaration(kind: str, short_name: str, columns: tuple[PrinterColumn, ...], description: str) -> KindDeclaration:
+    """A LongHorizon kind: namespaced, with the status subresource, an immutable spec, ``columns`` then Age."""
+    return KindDeclaration(
+        group=GROUP,
+        version=VERSION,
+        kind=kind,
+        plural=f"{kind.lower()}s",
+        singular=kind.lower(),
+        namespaced=True,
+        status_subresource=True,
+        short_names=(short_name,),
+        categories=_GROUP_NAMES,
+        immutable_spec=True,
+        printer_columns=(*columns, PrinterColumn("Age", "date", ".metadata.creationTimestamp")),
+        description=description,
+    )
 
 
 class Run(KubeObject):
     """One LongHorizon question: named after its Task, owned by it; owns its Executions and Audits."""
 
-    declaration: ClassVar[KindDeclaration] = KindDeclaration(
-        group=GROUP,
-        version=VERSION,
-        kind="Run",
-        plural="runs",
-        singular="run",
-        namespaced=True,
-        status_subresource=True,
-        short_names=("lhrun",),
-        categories=_GROUP_NAMES,
-        immutable_spec=True,
-        printer_columns=(
+    declaration: ClassVar[KindDeclaration] = _declaration(
+        "Run",
+        "lhrun",
+        (
             PrinterColumn("Phase", "string", ".status.phase", "Where the loop is"),
             PrinterColumn("Round", "integer", ".status.round", "Current round"),
             PrinterColumn("Budget", "integer", ".status.budget", "Last round before asking to continue"),
             PrinterColumn("Contract", "integer", ".status.contractVersion", "Contract version"),
-            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         ),
-        description="A LongHorizon Run: one question worked on by a Manager, an Executor and an Auditor.",
+        "A LongHorizon Run: one question worked on by a Manager, an Executor and an Auditor.",
     )
 
     spec: RunSpec = Field(description="The question and its bounds; immutable.")
@@ -245,24 +259,11 @@ class Run(KubeObject):
 class Execution(KubeObject):
     """One round's execution (``<run>-r<round>``), owned by its Run."""
 
-    declaration: ClassVar[KindDeclaration] = KindDeclaration(
-        group=GROUP,
-        version=VERSION,
-        kind="Execution",
-        plural="executions",
-        singular="execution",
-        namespaced=True,
-        status_subresource=True,
-        short_names=("lhexec",),
-        categories=_GROUP_NAMES,
-        immutable_spec=True,
-        printer_columns=(
-            PrinterColumn("Run", "string", ".spec.run", "The Run"),
-            PrinterColumn("Round", "integer", ".spec.round", "Round"),
-            PrinterColumn("Phase", "string", ".status.phase", "Running, Completed or Failed"),
-            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
-        ),
-        description="One round's plan run by the LongHorizon Executor; owned by its Run.",
+    declaration: ClassVar[KindDeclaration] = _declaration(
+        "Execution",
+        "lhexec",
+        _ROUND_COLUMNS,
+        "One round's plan run by the LongHorizon Executor; owned by its Run.",
     )
 
     spec: ExecutionSpec = Field(description="The plan and the contract it serves; immutable.")
@@ -272,26 +273,15 @@ class Execution(KubeObject):
 class Audit(KubeObject):
     """One round's audit (same name as its Execution), owned by the Run."""
 
-    declaration: ClassVar[KindDeclaration] = KindDeclaration(
-        group=GROUP,
-        version=VERSION,
-        kind="Audit",
-        plural="audits",
-        singular="audit",
-        namespaced=True,
-        status_subresource=True,
-        short_names=("lhaudit",),
-        categories=_GROUP_NAMES,
-        immutable_spec=True,
-        printer_columns=(
-            PrinterColumn("Run", "string", ".spec.run", "The Run"),
-            PrinterColumn("Round", "integer", ".spec.round", "Round"),
-            PrinterColumn("Phase", "string", ".status.phase", "Running, Completed or Failed"),
+    declaration: ClassVar[KindDeclaration] = _declaration(
+        "Audit",
+        "lhaudit",
+        (
+            *_ROUND_COLUMNS,
             PrinterColumn("Complete", "boolean", ".status.verdict.complete", "The contract is met"),
             PrinterColumn("Integrity", "string", ".status.verdict.integrity", "clean, violated or unknown"),
-            PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         ),
-        description="One round's read-only check of an Execution by the LongHorizon Auditor; owned by the Run.",
+        "One round's read-only check of an Execution by the LongHorizon Auditor; owned by the Run.",
     )
 
     spec: AuditSpec = Field(description="What is audited against which contract version; immutable.")
