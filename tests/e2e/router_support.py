@@ -9,7 +9,6 @@ calls are slowed down, so a test can kill a process while they run.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -26,9 +25,10 @@ from typing import Any
 
 import httpx
 
-from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply, open_scripted_server
+from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply
 from loopd.harness.models._scripted_server import IncomingRequest
 from loopd.operators.router import PLAN_HEADER, REPLAN_HEADER, SUMMARIZE_HEADER, WORK_HEADER, demo_rules
+from tests.support.model_thread import scripted_model_thread
 from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for
@@ -91,8 +91,6 @@ def router_reply(request: IncomingRequest) -> str:
 @contextlib.contextmanager
 def router_model(*, work_delay: float = 0.0) -> Iterator[RouterModel]:
     """A scripted model answering the Router's prompts; each work call's reply waits ``work_delay`` seconds."""
-    ready = threading.Event()
-    box: dict[str, Any] = {}
     holder: list[RouterModel] = []
 
     def rule(request: IncomingRequest) -> ServerReply:
@@ -104,25 +102,9 @@ def router_model(*, work_delay: float = 0.0) -> Iterator[RouterModel]:
 
     server = ScriptedServer(rule, api_key=API_KEY)
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        box["stop"], box["loop"] = stop, asyncio.get_running_loop()
-        async with open_scripted_server(server) as base_url:
-            box["url"] = base_url
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="router-model", daemon=True)
-    thread.start()
-    try:
-        if not ready.wait(15):
-            raise AssertionError("the scripted model did not start")
-        holder.append(RouterModel(str(box["url"]), server))
+    with scripted_model_thread(server, name="router-model") as base_url:
+        holder.append(RouterModel(base_url, server))
         yield holder[0]
-    finally:
-        if "loop" in box:
-            box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(15)
 
 
 # --- a standalone Router ----------------------------------------------------------------------------------------

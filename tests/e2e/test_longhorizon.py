@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import signal
@@ -28,10 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
-from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply, open_scripted_server
+from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply
 from loopd.harness.models._scripted_server import IncomingRequest, current_request
 from loopd.operators.longhorizon import AUDITOR_HEADER, EXECUTOR_HEADER, MANAGER_HEADER, demo_rules
 from tests.support.availability import missing
+from tests.support.model_thread import scripted_model_thread
 from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for, start_up
@@ -202,8 +202,6 @@ def _role(request: IncomingRequest) -> str:
 
 @contextlib.contextmanager
 def role_model() -> Iterator[RoleModel]:
-    ready = threading.Event()
-    box: dict[str, Any] = {}
     holder: list[RoleModel] = []
     options = DemoOptions(rules=tuple(demo_rules()))
 
@@ -218,25 +216,9 @@ def role_model() -> Iterator[RoleModel]:
 
     server = ScriptedServer(rule, api_key=API_KEY)
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        box["stop"], box["loop"] = stop, asyncio.get_running_loop()
-        async with open_scripted_server(server) as base_url:
-            box["url"] = base_url
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="longhorizon-model", daemon=True)
-    thread.start()
-    try:
-        if not ready.wait(15):
-            raise AssertionError("the scripted model did not start")
-        holder.append(RoleModel(str(box["url"])))
+    with scripted_model_thread(server, name="longhorizon-model") as base_url:
+        holder.append(RoleModel(base_url))
         yield holder[0]
-    finally:
-        if "loop" in box:
-            box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(15)
 
 
 def _start_operator(up: UpProcess, tmp_path: Path, name: str) -> RouterProcess:

@@ -27,13 +27,14 @@ from typing import Any
 import httpx
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, Playwright, expect
 
-from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply, open_scripted_server
+from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_reply
 from loopd.harness.models._scripted_server import IncomingRequest
 from loopd.operators.longhorizon import demo_rules as longhorizon_rules
 from loopd.operators.router import demo_rules
 from loopd.server.webui import DIST_DIR
 from tests.e2e.conftest import UpProcess, env_for, start_up
 from tests.support.availability import missing
+from tests.support.model_thread import scripted_model_thread
 from tests.support.waiting import wait_until
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
@@ -105,8 +106,6 @@ class PacedModel:
 @contextlib.contextmanager
 def paced_model() -> Iterator[PacedModel]:
     """A scripted model in a thread, answering like `loopd up`'s demo model at the pace the test sets."""
-    ready = threading.Event()
-    box: dict[str, Any] = {}
     holder: list[PacedModel] = []
 
     def rule(request: IncomingRequest) -> ServerReply:
@@ -115,25 +114,9 @@ def paced_model() -> Iterator[PacedModel]:
         options = holder[0].options() if holder else DemoOptions(rules=RULES)
         return demo_reply(request, options)
 
-    async def serve() -> None:
-        stop = asyncio.Event()
-        box["stop"], box["loop"] = stop, asyncio.get_running_loop()
-        async with open_scripted_server(ScriptedServer(rule, api_key=API_KEY)) as base_url:
-            box["url"] = base_url
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=asyncio.run, args=(serve(),), name="web-model", daemon=True)
-    thread.start()
-    try:
-        if not ready.wait(15):
-            raise AssertionError("the scripted model did not start")
-        holder.append(PacedModel(str(box["url"])))
+    with scripted_model_thread(ScriptedServer(rule, api_key=API_KEY), name="web-model") as base_url:
+        holder.append(PacedModel(base_url))
         yield holder[0]
-    finally:
-        if "loop" in box:
-            box["loop"].call_soon_threadsafe(box["stop"].set)
-        thread.join(15)
 
 
 # --- loopd up ---------------------------------------------------------------------------------------------------
