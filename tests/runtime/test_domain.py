@@ -38,6 +38,7 @@ from loopd.runtime import (
     Task,
     open_runtime,
 )
+from loopd.runtime._domain import CRDS
 from loopd.server._composition import RunningServer
 from tests.support.waiting import eventually
 
@@ -72,6 +73,27 @@ async def _runtime(api: str, server: RunningServer) -> AsyncIterator[Runtime]:
 async def _task(rt: Runtime, name: str) -> Task:
     client = await rt.resource_client()
     return Task.from_object(await client.create(TASKS, _task_object(name), namespace="default"))
+
+
+async def test_replicas_applying_the_same_crds_at_once_all_succeed(server: RunningServer) -> None:
+    """Two replicas of one operator start together: both read "not found" and create, or both update from one read;
+    the loser of each race re-reads instead of failing (a 409 used to end the process)."""
+    async with open_runtime(data_dir=server.data_dir) as first, open_runtime(data_dir=server.data_dir) as second:
+        async with open_runtime(data_dir=server.data_dir) as third:
+            applied = await asyncio.gather(*(rt.ensure_crds(crds()) for rt in (first, second, third)))
+        assert {tuple(c["metadata"]["name"] for c in crds_) for crds_ in applied} == {
+            ("runs.longhorizon.loopd.dev", "executions.longhorizon.loopd.dev", "audits.longhorizon.loopd.dev")
+        }
+        changed = crds()
+        for manifest in changed:
+            manifest["spec"]["versions"][0].setdefault("additionalPrinterColumns", []).append(
+                {"name": "Note", "type": "string", "jsonPath": ".metadata.name"}
+            )
+        await asyncio.gather(first.ensure_crds(changed), second.ensure_crds(changed))  # both update from one read
+        client = await first.resource_client()
+        for manifest in changed:
+            held = await client.get(CRDS, manifest["metadata"]["name"])
+            assert held["spec"]["versions"][0]["additionalPrinterColumns"][-1]["name"] == "Note"
 
 
 @pytest.mark.parametrize("api", ["memory", "embedded"])

@@ -314,16 +314,7 @@ async def ensure_crds(
             if not name:
                 raise ValueError("a CRD manifest needs metadata.name")
             names.append(name)
-            try:
-                existing = await client.get(CRDS, name)
-            except ResourceError as exc:
-                if exc.code != 404:
-                    raise
-                await client.create(CRDS, dict(manifest))
-                continue
-            if not _contains(manifest.get("spec"), existing.get("spec")):
-                updated = {**existing, "spec": dict(manifest.get("spec") or {})}
-                await client.update(CRDS, updated)
+            await _apply_crd(client, name, manifest)
         deadline = clock.monotonic() + timeout
         established: list[dict[str, Any]] = []
         for name in names:
@@ -338,6 +329,38 @@ async def ensure_crds(
         return established
     except ResourceError as exc:
         raise error_from_resource(exc) from exc
+
+
+_APPLY_ATTEMPTS = 5
+"""Races with another replica applying the same CRD (409 on create or update) are retried this often."""
+
+
+async def _apply_crd(client: ResourceClient, name: str, manifest: Mapping[str, Any]) -> None:
+    """Create the CRD, or update it when its spec differs; another process doing the same at the same time (two
+    replicas of one operator starting together) costs a re-read, never an error."""
+    for attempt in range(_APPLY_ATTEMPTS):
+        last = attempt == _APPLY_ATTEMPTS - 1
+        try:
+            existing = await client.get(CRDS, name)
+        except ResourceError as exc:
+            if exc.code != 404:
+                raise
+            try:
+                await client.create(CRDS, dict(manifest))
+            except ResourceError as created:
+                if created.code != 409 or last:  # AlreadyExists: the other one was first; compare with its copy
+                    raise
+                continue
+            return
+        if _contains(manifest.get("spec"), existing.get("spec")):
+            return
+        try:
+            await client.update(CRDS, {**existing, "spec": dict(manifest.get("spec") or {})})
+        except ResourceError as exc:
+            if exc.code != 409 or last:  # Conflict: someone updated it since our read
+                raise
+            continue
+        return
 
 
 def _established(crd: Mapping[str, Any]) -> bool:
