@@ -1,6 +1,7 @@
 """`create_server_app`: the loop-server FastAPI app over a `ServerContext`.
 
-The app serves: ``GET /healthz``, ``GET /v1/me``, the web UI at ``/`` with its ``/assets/``
+The app serves: ``GET /healthz`` (liveness), ``GET /readyz`` (readiness: the database answers, not shutting down),
+``GET /v1/me``, the web UI at ``/`` with its ``/assets/``
 (``loopd.server.webui``), the sign-in link and token routes (``loopd.server.http.access_router``), the chat,
 Human and registry routes of the context's services, and any extra ``routers`` (the Harness Engine's, the
 ledger's). Every error is the envelope of ``loopd.server.http``;
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loopd import __version__
 from loopd._infra.docs import install_docs
-from loopd._infra.http_errors import drop_validation_responses
+from loopd._infra.http_errors import ApiError, drop_validation_responses
 from loopd.server.app._context import ServerContext
 from loopd.server.chat import Sweeper, chat_router, task_router
 from loopd.server.http import (
@@ -37,9 +38,12 @@ from loopd.server.http import (
 )
 from loopd.server.human import human_router
 from loopd.server.registry import registry_router
+from loopd.server.storage import StorageError
 from loopd.server.webui import webui_router
 
 DEFAULT_HEARTBEAT: Final = 15.0
+READY_TIMEOUT: Final = 2.0
+"""Seconds ``/readyz`` waits for the database before answering 503."""
 
 
 class _ServerApi(FastAPI):
@@ -110,7 +114,7 @@ def create_server_app(
     app.state.begin_shutdown = begin_shutdown
     install_error_handlers(app)
     access = AccessStore(ctx.db, signin_ttl=ctx.security.signin_ttl)
-    app.include_router(_base_routes())
+    app.include_router(_base_routes(ctx))
     app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.conversations, ctx.chat, heartbeat=heartbeat))
     app.include_router(task_router(ctx.task_api))
@@ -136,12 +140,27 @@ class Me(BaseModel):
     trusted: bool = Field(description="Whether you signed in with a server token.")
 
 
-def _base_routes() -> APIRouter:
+def _base_routes(ctx: ServerContext) -> APIRouter:
     router = APIRouter(responses=ERROR_RESPONSES, tags=["server"])
 
     @router.get("/healthz")
     async def healthz() -> Health:
         """Liveness; needs no credentials."""
+        return Health(ok=True)
+
+    @router.get("/readyz")
+    async def readyz() -> Health:
+        """Readiness (needs no credentials): 503 ``service_unavailable`` while the server shuts down or when its
+        database does not answer within 2 s, so a load balancer sends requests to other replicas."""
+        if ctx.task_api.stopping.is_set():
+            raise ApiError("service_unavailable", "the server is shutting down")
+        try:
+            async with asyncio.timeout(READY_TIMEOUT):
+                await ctx.db.schema_version()
+        except TimeoutError as exc:
+            raise ApiError("service_unavailable", f"the database did not answer within {READY_TIMEOUT:g} s") from exc
+        except StorageError as exc:
+            raise ApiError("service_unavailable", f"the database does not answer: {exc}") from exc
         return Health(ok=True)
 
     @router.get("/v1/me")

@@ -19,7 +19,7 @@ Identity (left in the scope for `current_identity`):
   a browser on another machine signs in: 401 otherwise). ``GET /`` and ``GET /v1/me`` mint a new cookie, when
   none was sent, only for a loopback peer with such a Host. A cookie-authenticated write must carry ``Origin``
   equal to the request's own ``scheme://host`` (or one of ``trusted_origins``), else 403.
-* Neither → 401, except on the public paths (``/healthz``, ``/``, ``/signin``, ``/openapi.json``, ``/docs``, …),
+* Neither → 401, except on the public paths (``/healthz``, ``/readyz``, ``/``, ``/signin``, ``/openapi.json``, ``/docs``, …),
   where a cookie that does not count is ignored.
 
 Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here with the floor's `buffer_json_body`:
@@ -58,7 +58,7 @@ COOKIE_NAME: Final = "loopd-human"
 COOKIE_MAX_AGE: Final = 365 * 24 * 3600
 SIGNIN_PATH: Final = "/signin"
 DEFAULT_PUBLIC_PATHS: Final = frozenset(
-    {"/", "/favicon.ico", "/healthz", SIGNIN_PATH, "/openapi.json", "/docs", "/docs/oauth2-redirect"}
+    {"/", "/favicon.ico", "/healthz", "/readyz", SIGNIN_PATH, "/openapi.json", "/docs", "/docs/oauth2-redirect"}
 )
 COOKIE_ISSUING_PATHS: Final = frozenset({"/", "/v1/me"})
 _COOKIE_VALUE = re.compile(r"[0-9a-f]{64}")
