@@ -19,8 +19,8 @@ Identity (left in the scope for `current_identity`):
   a browser on another machine signs in: 401 otherwise). ``GET /`` and ``GET /v1/me`` mint a new cookie, when
   none was sent, only for a loopback peer with such a Host. A cookie-authenticated write must carry ``Origin``
   equal to the request's own ``scheme://host`` (or one of ``trusted_origins``), else 403.
-* Neither → 401, except on the public paths (``/healthz``, ``/readyz``, ``/``, ``/signin``, ``/openapi.json``, ``/docs``, …),
-  where a cookie that does not count is ignored.
+* Neither → 401, except on the public paths (``/healthz``, ``/readyz``, ``/``, ``/signin``, ``/openapi.json``,
+  ``/docs``, …), where a cookie that does not count is ignored.
 
 Bodies: a write's body (POST / PUT / PATCH / DELETE) is read here with the floor's `buffer_json_body`:
 at most ``max_body_bytes`` (413) within ``body_timeout`` (400); a non-empty body must be ``application/json`` (415)
