@@ -137,6 +137,11 @@ class CallDriver:
         if found is not None:
             found.poke.set()
 
+    def poke_all(self) -> None:
+        """Tell every drive running here to re-read its call."""
+        for drive in self._drives.values():
+            drive.poke.set()
+
     async def stop(self) -> list[tuple[str, int]]:
         """Stop the driver and every drive; the (call id, lease token) pairs they held."""
         self._closed = True

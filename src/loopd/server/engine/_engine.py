@@ -16,13 +16,22 @@ expire on their own). Executions stay resumable either way.
 Notices: `add_listener` registers a callback (at most `MAX_LISTENERS`) that the engine calls, on the event loop,
 with an `EngineNotice` after a drive of this engine ends (the call is terminal when ``ended``; that is committed
 before the notice) and whenever a capacity slot frees. A notice is a hint to re-read, never the truth: calls that
-end on another replica send none here, so a listener keeps a bounded poll as well.
+end on another replica reach it through the notifier (below) and may be lost, so a listener keeps a bounded poll
+as well.
+
+Across replicas: the engine publishes on its bus's notifier (channel `CALLS_CHANNEL`, payload a small JSON object
+of ids): ``poke`` when a call is cancelled or a gate answered (the replica driving it re-reads at once), ``wake``
+when it releases its leases at close (the others claim the calls at once) and ``end`` when a drive here ended a
+call (the other replicas' listeners get the `EngineNotice`). Every engine sharing the notifier (all replicas on
+one PostgreSQL) acts on them; a crashed replica's calls are found by the drivers' bounded scans once its leases
+expire.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
@@ -61,6 +70,8 @@ _log = logging.getLogger(__name__)
 
 STREAM_PAGE: Final = 500
 MAX_LISTENERS: Final = 16
+CALLS_CHANNEL: Final = "harness-calls"
+"""The notifier channel engines tell each other about calls on (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,8 @@ class HarnessEngine:
         )
         self._closed = False
         self._listeners: list[EngineListener] = []
+        self._notifier = bus.notifier
+        self._unsubscribe: Callable[[], None] | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------------
 
@@ -174,6 +187,8 @@ class HarnessEngine:
         """Start the driver task (once)."""
         if self._closed:
             raise EngineClosed("this harness engine is closed")
+        if self._unsubscribe is None:
+            self._unsubscribe = self._notifier.subscribe(CALLS_CHANNEL, self._on_notice)
         self._driver.start()
 
     async def aclose(self) -> None:
@@ -183,6 +198,8 @@ class HarnessEngine:
             with contextlib.suppress(StorageError, TimeoutError):
                 async with asyncio.timeout(self._db.options.operation_timeout):
                     await self._driver.release(call_id, token)
+        if held:
+            self._publish({"k": "wake"})  # the other replicas claim the released calls now, not at their next scan
 
     async def abort(self) -> None:
         """Stop as a crash would: drives are dropped mid-way and their leases left to expire."""
@@ -190,6 +207,8 @@ class HarnessEngine:
 
     async def _stop(self) -> list[tuple[str, int]]:
         self._closed = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
         return await self._driver.stop()
 
     async def __aenter__(self) -> Self:
@@ -228,14 +247,56 @@ class HarnessEngine:
         return remove
 
     def _announce(self, call_id: str, owner_uid: str | None, effect_key: str | None, ended: bool) -> None:
+        if ended and not self._closed:  # the other replicas' listeners (a responder following the Task) too
+            self._publish({"k": "end", "r": self._replica_id, "c": call_id, "o": owner_uid, "e": effect_key})
+        self._tell(EngineNotice(call_id, owner_uid, effect_key, ended, self._slots.free))
+
+    def _tell(self, notice: EngineNotice) -> None:
         if not self._listeners or self._closed:
             return
-        notice = EngineNotice(call_id, owner_uid, effect_key, ended, self._slots.free)
         for listener in tuple(self._listeners):
             try:
                 listener(notice)
             except Exception:  # one faulty listener must not stop the driver or the others
                 _log.exception("harness engine %s: a listener failed", self._replica_id)
+
+    def _publish(self, notice: dict[str, str | None]) -> None:
+        try:
+            self._notifier.publish(CALLS_CHANNEL, json.dumps(notice, separators=(",", ":")))
+        except ValueError:  # a payload over the notice limit (a huge effect key): the other replicas' polls cover it
+            _log.warning("harness engine %s: notice too large to publish", self._replica_id)
+
+    def _on_notice(self, payload: str | None) -> None:
+        """A notice from any replica (this one included): poke a drive, scan now, or tell the listeners."""
+        if self._closed:
+            return
+        if payload is None:  # notices may have been lost: look at everything again
+            self._driver.poke_all()
+            self._driver.wake()
+            return
+        try:
+            notice = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(notice, dict):
+            return
+        kind, call_id = notice.get("k"), notice.get("c")
+        if kind == "wake":
+            self._driver.wake()
+        elif kind == "poke" and isinstance(call_id, str):
+            self._driver.poke(call_id)
+            self._driver.wake()
+        elif kind == "end" and isinstance(call_id, str) and notice.get("r") != self._replica_id:
+            owner, effect = notice.get("o"), notice.get("e")
+            self._tell(
+                EngineNotice(
+                    call_id,
+                    owner if isinstance(owner, str) else None,
+                    effect if isinstance(effect, str) else None,
+                    True,
+                    self._slots.free,
+                )
+            )
 
     # --- admission -----------------------------------------------------------------------------------------------
 
@@ -399,8 +460,7 @@ class HarnessEngine:
         async with self._db.transaction() as tx:
             call = await tx.harness_calls.request_cancel(call_id)
         if not call.is_terminal:
-            self._driver.poke(call_id)
-            self._driver.wake()
+            self._publish({"k": "poke", "c": call_id})  # the replica driving it (this one or another) re-reads
         return call
 
     async def answer_gate(self, call_id: str, gate_id: str, answer: str, identity: str) -> HarnessCall:
@@ -435,7 +495,7 @@ class HarnessEngine:
                 bus=self._bus,
                 allow_human_blocks=True,
             )
-        self._driver.poke(call_id)
+        self._publish({"k": "poke", "c": call_id})
         return call
 
 

@@ -4,7 +4,7 @@
 wakes readers after a commit.
 """
 
-from loopd.server.streams._bus import ConversationBus
+from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus
 from loopd.server.streams._log import (
     HUMAN_BLOCK_TYPES,
     TERMINAL_STATUSES,
@@ -17,6 +17,7 @@ from loopd.server.streams._log import (
 )
 
 __all__ = [
+    "BUS_CHANNEL",
     "HUMAN_BLOCK_TYPES",
     "TERMINAL_STATUSES",
     "ConversationBus",

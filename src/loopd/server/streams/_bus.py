@@ -5,14 +5,24 @@ A reader that misses a wake-up (another replica wrote, or it was not waiting yet
 next read, because waits are bounded (`wait(..., timeout)`, on the bus's ``Clock``) and every wait is followed by
 a read. Memory is
 bounded by the number of conversations with a waiting reader.
+
+Across replicas: ``notify`` publishes the key on the bus's `Notifier` (channel `BUS_CHANNEL`), whose handler
+wakes the waiting readers — here at once, and on every other process sharing the notifier's backend (PostgreSQL
+LISTEN/NOTIFY) soon after. A ``None`` notice (the listener reconnected: notices may be lost) wakes every reader.
+Without a notifier the bus makes its own `MemoryNotifier` (one process).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock, wait_event, wait_first
+from loopd._infra.notify import MemoryNotifier, Notifier
+
+BUS_CHANNEL: Final = "conversations"
+"""The notifier channel a bus publishes its keys on (conversation ids, call channels)."""
 
 
 @dataclass
@@ -22,16 +32,40 @@ class _Slot:
 
 
 class ConversationBus:
-    def __init__(self, *, clock: Clock | None = None) -> None:
+    """Wakes readers waiting on a key, on every replica sharing the notifier (see the module docstring)."""
+
+    def __init__(self, *, clock: Clock | None = None, notifier: Notifier | None = None) -> None:
         self._slots: dict[str, _Slot] = {}
         self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
+        self._notifier: Notifier = notifier if notifier is not None else MemoryNotifier()
+        self._unsubscribe = self._notifier.subscribe(BUS_CHANNEL, self._on_notice)
 
     def notify(self, conversation_id: str) -> None:
-        """Wake every reader waiting on ``conversation_id`` (call after the commit)."""
-        slot = self._slots.get(conversation_id)
-        if slot is not None:
-            slot.event.set()
-            slot.event = asyncio.Event()
+        """Wake every reader waiting on ``conversation_id``, on every replica (call after the commit)."""
+        self._notifier.publish(BUS_CHANNEL, conversation_id)
+
+    def _on_notice(self, key: str | None) -> None:
+        if key is None:  # anything may have changed: every reader reads again
+            for each in tuple(self._slots.values()):
+                self._set(each)
+            return
+        found = self._slots.get(key)
+        if found is not None:
+            self._set(found)
+
+    @staticmethod
+    def _set(slot: _Slot) -> None:
+        slot.event.set()
+        slot.event = asyncio.Event()
+
+    def close(self) -> None:
+        """Stop taking notices (readers still wake at their bounded polls)."""
+        self._unsubscribe()
+
+    @property
+    def notifier(self) -> Notifier:
+        """The notifier this bus publishes on (the engine announces its calls on it too)."""
+        return self._notifier
 
     async def wait(self, conversation_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> bool:
         """Wait for the next notify of ``conversation_id``, at most ``timeout`` seconds; whether it came.
