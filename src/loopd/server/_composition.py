@@ -37,6 +37,7 @@ from loopd._infra.clock import SystemClock
 from loopd._infra.http import is_loopback
 from loopd._infra.ids import new_id
 from loopd._infra.locking import data_dir_lock
+from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
 from loopd.harness.models import DemoRule, ModelConfig
 from loopd.harness.standard import HarnessSettings, open_standard_rig, workspace_rigs
@@ -249,7 +250,10 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             # in <root>/<caller kind>/<caller key>/<id>, beside the assistant's <root>/assistant.
             call_workspaces = workspace_rigs(rig, harness_settings, workspace.parent)
 
-            bus = ConversationBus(clock=clock)
+            # Wake-ups (streams, engine drivers and waiters, the responder) reach every replica on the same PostgreSQL
+            # through LISTEN/NOTIFY; with SQLite, this process only (loopd._infra.notify).
+            notifier = await stack.enter_async_context(open_notifier(settings.database_url))
+            bus = ConversationBus(clock=clock, notifier=notifier)
             client = StoreClient(store)
             registry = RegistryService(
                 db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
