@@ -230,7 +230,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             texts = questions(count)
             for index in range(repeat):
                 t0 = time.perf_counter()
+                cpu0 = server.cpu_seconds()
                 answers = await run_round(server, texts)
+                cpu_ms = (server.cpu_seconds() - cpu0) * 1000.0 / len(texts)
                 overhead = [a.overhead_ms for a in answers]
                 wall = [a.wall_ms for a in answers]
                 harness = [a.harness_ms for a in answers]
@@ -247,11 +249,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                         percentile([a.start_ms for a in answers], 50),
                         percentile([a.gaps_ms for a in answers], 50),
                         percentile([a.finish_ms for a in answers], 50),
+                        cpu_ms,
                     )
                 )
                 print(
                     f"  round {index + 1}: overhead p50 {rows[-1][2]:.1f} ms p95 {rows[-1][3]:.1f} ms, "
-                    f"wall p50 {rows[-1][4]:.1f} ms, ok {ok}/{len(answers)} ({time.perf_counter() - t0:.1f} s)",
+                    f"wall p50 {rows[-1][4]:.1f} ms, server CPU {cpu_ms:.1f} ms/answer, ok {ok}/{len(answers)} "
+                    f"({time.perf_counter() - t0:.1f} s)",
                     flush=True,
                 )
 
@@ -270,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "start p50 ms",
             "between calls p50 ms",
             "finish p50 ms",
+            "server CPU ms/answer",
         ],
         rows,
         note=f"median p50 {median_p50:.1f} ms; target ≤ {TARGET_P50_MS:g} ms p50 "
@@ -277,7 +282,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "created_at → updated_at (server clock); wall: chat POST start → the response's end event (client). Parts "
         "of the overhead (server clock): start = response created → first call created (the Task noticed, its "
         "context read); between calls = first call start → last call end − harness time (a finished call noticed, "
-        "the next started); finish = last call end → the response's last update (answer published, completed).",
+        "the next started); finish = last call end → the response's last update (answer published, completed). Server "
+        "CPU: the `loopd up` process's user + system CPU time over the round, per answer (harness calls included; "
+        "with --standalone the Router's own process is not counted).",
     )
 
 

@@ -168,6 +168,7 @@ class _TaskWork:
         earlier = [m for m in context.history if m.id != context.input.id and _settled(m)]
         self._history = history_text(earlier, has_earlier=context.has_earlier)
         self._calls: list[Call] = []
+        self._attempted: list[str] = []  # effect keys whose start was sent (it may have reached the engine)
         self._followups: dict[str, str] | None = None  # follow-up id → text, read once when first needed
         self._recorded: tuple[ProgressMark, ...] | None = None
         """The round boundaries of earlier runs (read while the first batch works: only its end consults them)."""
@@ -206,6 +207,18 @@ class _TaskWork:
         engine has stopped them, so nothing of the Task is left running when it completes. Best effort: a call
         that cannot be cancelled or does not stop in time is logged (the engine's deadline still ends it)."""
         cancelled: list[Call] = []
+        known = {call.state.effect_key for call in self._calls}
+        for key in self._attempted:
+            if key in known:
+                continue
+            # A start whose request was cut short (a sibling failed first) may have reached the engine.
+            try:
+                found = await self._rt.harness.find(self._task.uid, key)
+            except RuntimeApiError as exc:
+                logger.warning("task %s: could not look up harness call %s: %s", self._task.id, key, exc.message)
+                continue
+            if found is not None:
+                self._calls.append(found)
         for call in self._calls:
             if call.state.terminal:
                 continue
@@ -240,32 +253,31 @@ class _TaskWork:
             raise PlanError(f"{key}: {exc}", answer=exc.answer) from None
 
     async def _work(self, round_: int, plan: Plan, covered: Sequence[str]) -> list[Evidence]:
-        """Start every task's call, then wait for all of them together; the first failure fails the Task."""
+        """Start every task's call at once and wait for all of them together (each start's own request waits for
+        its call); the first failure fails the Task."""
         followups = await self._texts(covered) if covered else []
-        calls: list[tuple[str, str, Call]] = []
-        for index, task in enumerate(plan.tasks):
-            key = work_key(round_, index)
-            prompt = work_prompt(self._request, self._history, task, followups=followups)
-            calls.append((key, task, await self._start(key, prompt)))
+        keyed = [(work_key(round_, index), task) for index, task in enumerate(plan.tasks)]
         results: dict[str, str] = {}
         try:
             async with asyncio.TaskGroup() as group:
                 if self._recorded is None:
                     group.create_task(self._recorded_rounds(), name=f"router:rounds:{self._task.id}")
-                for key, _, call in calls:
-                    group.create_task(self._finished_text(key, call, results), name=f"router:{key}")
+                for key, task in keyed:
+                    prompt = work_prompt(self._request, self._history, task, followups=followups)
+                    group.create_task(self._ask(key, prompt, into=results), name=f"router:{key}")
         except BaseExceptionGroup as group:
             raise _first_failure(group) from None
-        return [Evidence(task, results[key]) for key, task, _ in calls]
+        return [Evidence(task, results[key]) for key, task in keyed]
 
-    async def _ask(self, key: str, prompt: str, *, empty_ok: bool = False) -> str:
+    async def _ask(self, key: str, prompt: str, *, empty_ok: bool = False, into: dict[str, str] | None = None) -> str:
         """Start (or re-attach to) one call and wait for its text (the start's own request waits already)."""
         call = await self._start(key, prompt, wait=min(float(self._settings.call_timeout), MAX_WAIT))
-        results: dict[str, str] = {}
+        results: dict[str, str] = {} if into is None else into
         await self._finished_text(key, call, results, empty_ok=empty_ok)
         return results[key]
 
     async def _start(self, key: str, prompt: str, *, wait: float = 0.0) -> Call:
+        self._attempted.append(key)
         try:
             call = await self._rt.harness.prompt(
                 self._task.uid,
