@@ -30,6 +30,7 @@ from ._api_tables import IncludeObject, table
 from ._api_watch import WatchResponse
 from ._errors import (
     BadRequest,
+    Cause,
     MethodNotAllowed,
     NotFound,
     RequestTooLarge,
@@ -40,6 +41,7 @@ from ._errors import (
 from ._kinds import KindSpec
 from ._patching import PATCH_CONTENT_TYPES
 from ._store import FieldValidation, PropagationPolicy, ResourceStore
+from ._validation import invalid_error, unknown_fields
 
 _log = logging.getLogger(__name__)
 
@@ -318,6 +320,8 @@ class ResourceApi:
         metadata: dict[str, Any] = {"resourceVersion": result.resource_version}
         if result.continue_token:
             metadata["continue"] = result.continue_token
+        if result.remaining_item_count is not None:
+            metadata["remainingItemCount"] = result.remaining_item_count
         return _JSON(
             {
                 "apiVersion": target.spec.api_version,
@@ -351,14 +355,16 @@ class ResourceApi:
         body = await self._read_object(request)
         if target.spec.storage_key == (CRD_GROUP, "customresourcedefinitions"):
             check_crd_body(caller, body)
+        validation = _field_validation(request)
         created = await self._store.create(
             target.spec.ref,
             body,
             namespace=target.namespace,
             dry_run=_dry_run(request),
-            field_validation=_field_validation(request),
+            field_validation=validation,
         )
-        return self._object_response(request, target.spec, created, status=201)
+        response = self._object_response(request, target.spec, created, status=201)
+        return _warn_unknown(response, target.spec, body, validation)
 
     async def _replace(self, request: Request, target: _Target) -> Response:
         body = await self._read_object(request)
@@ -366,6 +372,21 @@ class ResourceApi:
         if name not in (None, "", target.name):
             raise BadRequest("the name of the object does not match the name on the URL")
         body.setdefault("metadata", {})["name"] = target.name
+        if not body["metadata"].get("resourceVersion") and target.spec.storage_key != ("", "namespaces"):
+            # As kube-apiserver for every kind served here but Namespace (AllowUnconditionalUpdate is false).
+            raise invalid_error(
+                target.spec,
+                target.item_name,
+                [
+                    Cause(
+                        "FieldValueInvalid",
+                        "Invalid value: 0: must be specified for an update",
+                        "metadata.resourceVersion",
+                    )
+                ],
+                by_resource=True,
+            )
+        validation = _field_validation(request)
         if target.subresource == "status":
             updated = await self._store.update_status(
                 target.spec.ref, body, namespace=target.namespace, dry_run=_dry_run(request)
@@ -376,20 +397,29 @@ class ResourceApi:
                 body,
                 namespace=target.namespace,
                 dry_run=_dry_run(request),
-                field_validation=_field_validation(request),
+                field_validation=validation,
             )
-        return self._object_response(request, target.spec, updated)
+        return _warn_unknown(self._object_response(request, target.spec, updated), target.spec, body, validation)
 
     async def _patch(self, request: Request, target: _Target) -> Response:
         media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        native = target.spec.storage_key in _NATIVE_KINDS
+        accepted = [
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            *(["application/strategic-merge-patch+json"] if native else []),
+            "application/apply-patch+yaml",
+        ]
         patch_type = PATCH_CONTENT_TYPES.get(media_type)
-        if patch_type is None:
+        if patch_type is None or (patch_type == "strategic" and not native):
+            # Custom resources have no Go types, so no strategic merge patch (kube-apiserver's 415 and wording).
             raise UnsupportedMediaType(
                 f"the body of the request was in an unknown format - accepted media types include: "
-                f"{', '.join(PATCH_CONTENT_TYPES)}"
+                f"{', '.join(accepted)}"
             )
         raw = await self._read_body(request)
         patch = _decode(raw, yaml_allowed=patch_type == "apply")
+        validation = _field_validation(request)
         patched = await self._store.patch(
             target.spec.ref,
             target.item_name,
@@ -398,9 +428,10 @@ class ResourceApi:
             patch_type=patch_type,
             subresource=target.subresource,
             dry_run=_dry_run(request),
-            field_validation=_field_validation(request),
+            field_validation=validation,
         )
-        return self._object_response(request, target.spec, patched)
+        response = self._object_response(request, target.spec, patched)
+        return _warn_unknown(response, target.spec, patch if isinstance(patch, dict) else {}, validation)
 
     async def _delete(self, request: Request, target: _Target) -> Response:
         raw = await self._read_body(request)
@@ -436,7 +467,19 @@ class ResourceApi:
             propagation_policy=policy,
             dry_run=dry_run,
         )
-        return self._object_response(request, target.spec, deleted)
+        meta = deleted.get("metadata") or {}
+        if (meta.get("deletionTimestamp") and meta.get("finalizers")) or target.spec.storage_key == ("", "namespaces"):
+            return self._object_response(request, target.spec, deleted)  # still there, or a Namespace (as k8s)
+        # Removed: kube-apiserver answers a Status naming what was deleted (ReturnDeletedObject is off).
+        details = {
+            "name": target.item_name,
+            "group": target.spec.group,
+            "kind": target.spec.plural,
+            "uid": str(meta.get("uid", "")),
+        }
+        if not details["group"]:
+            del details["group"]
+        return _JSON({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 
     # -- bodies ------------------------------------------------------------------------------------------------
 
@@ -507,6 +550,23 @@ def _nests_deeper(value: Any, limit: int) -> bool:
     return False
 
 
+_NATIVE_KINDS = {
+    ("", "namespaces"),
+    ("coordination.k8s.io", "leases"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+}
+"""Kinds kube-apiserver serves from Go types (strategic merge patch works); every other kind is a custom resource."""
+
+
+def _warn_unknown(response: Response, spec: KindSpec, body: Mapping[str, Any], validation: FieldValidation) -> Response:
+    """With ``fieldValidation=Warn`` (the default), one ``Warning`` header per unknown field the write dropped."""
+    if validation == "Warn":
+        for path in unknown_fields(spec, body):
+            text = json.dumps(f'unknown field "{path}"', ensure_ascii=True)
+            response.headers.append("Warning", f"299 - {text}")
+    return response
+
+
 def _flag(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1")
 
@@ -532,7 +592,7 @@ def _dry_run(request: Request) -> bool:
 
 
 def _field_validation(request: Request) -> FieldValidation:
-    value = request.query_params.get("fieldValidation") or "Ignore"
+    value = request.query_params.get("fieldValidation") or "Warn"  # kube-apiserver's default
     if value not in ("Ignore", "Warn", "Strict"):
         raise BadRequest(f"fieldValidation must be Ignore, Warn or Strict, got {value!r}")
     return value  # type: ignore[return-value]

@@ -156,7 +156,7 @@ def compose_update(
                     Cause(
                         "FieldValueForbidden",
                         "Forbidden: no new finalizers can be added if the object is being deleted, "
-                        f"found new finalizers {sorted(added)!r}",
+                        f"found new finalizers []string{{{', '.join(json.dumps(f) for f in sorted(added))}}}",
                         "metadata.finalizers",
                     )
                 ],

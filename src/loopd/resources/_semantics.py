@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy
+import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,7 +55,7 @@ from ._patching import PatchType, apply_patch
 from ._selectors import FieldSelector, LabelSelector
 from ._sql import Backend, Change, ObjectKey
 from ._store import FieldValidation, ObjectList, PropagationPolicy, ResourceStore, StoreOptions
-from ._validation import invalid_error
+from ._validation import UnknownFields, invalid_error
 from ._watching import Watch, WatchHub, WatchTarget, present
 
 _log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ class SemanticStore:
     ) -> ObjectList:
         spec = self._registry.get(ref)
         labels = LabelSelector.parse(label_selector)
-        fields = FieldSelector.parse(field_selector)
+        fields = selectable_fields(spec, field_selector)
         scope = (namespace or None) if spec.namespaced else None
         after = decode_continue(continue_token) if continue_token else None
         if limit is not None and limit < 0:
@@ -192,15 +193,20 @@ class SemanticStore:
             bodies = await sql.list_objects(conn, *spec.storage_key, scope, after)
         items: list[dict[str, Any]] = []
         next_token: str | None = None
-        for body in bodies:
+        remaining: int | None = None
+        for index, body in enumerate(bodies):
             if not (labels.matches(metadata_of(body).get("labels")) and fields.matches(body)):
                 continue
             if limit and len(items) >= limit:
                 last = metadata_of(items[-1])
                 next_token = encode_continue(str(last.get("namespace", "")), str(last.get("name", "")))
+                if labels.empty and fields.empty:  # as kube-apiserver: counted only for an unfiltered list
+                    remaining = len(bodies) - index
                 break
             items.append(present(spec, body))
-        return ObjectList(items=items, resource_version=str(rv), continue_token=next_token)
+        return ObjectList(
+            items=items, resource_version=str(rv), continue_token=next_token, remaining_item_count=remaining
+        )
 
     async def current_resource_version(self) -> str:
         async with self._backend.read() as conn:
@@ -223,7 +229,7 @@ class SemanticStore:
             spec=spec,
             namespace=(namespace or None) if spec.namespaced else None,
             labels=LabelSelector.parse(label_selector),
-            fields=FieldSelector.parse(field_selector),
+            fields=selectable_fields(spec, field_selector),
         )
         return Watch(self._hub, target, resource_version, bookmarks)
 
@@ -332,7 +338,12 @@ class SemanticStore:
             if subresource == "status":
                 new = compose_status(spec, existing, patched)
             else:
-                new = compose_update(spec, existing, patched, strict=strict, now=self._now())
+                try:
+                    new = compose_update(spec, existing, patched, strict=strict, now=self._now())
+                except UnknownFields as exc:  # kube-apiserver: a strict patch error is 422 on the field "patch"
+                    rendered = json.dumps(json.dumps(patched, separators=(",", ":")))
+                    cause = Cause("FieldValueInvalid", f"Invalid value: {rendered}: {exc.decoding_error}", "patch")
+                    raise Invalid(f' "" is invalid: patch: {cause.message}', causes=(cause,)) from exc
             return await self._replace(tx, spec, key, existing, new)
 
         return present(spec, await self._transact(op, dry_run))
@@ -360,11 +371,13 @@ class SemanticStore:
             existing_uid = str(metadata_of(existing).get("uid", ""))
             if uid and uid != existing_uid:
                 raise Conflict(
+                    f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": '
                     f"Precondition failed: UID in precondition: {uid}, UID in object meta: {existing_uid}",
                     details=spec.details(name),
                 )
             if resource_version and resource_version != rv_of(existing):
                 raise Conflict(
+                    f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": '
                     f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
                     f"ResourceVersion in object meta: {rv_of(existing)}",
                     details=spec.details(name),
@@ -468,6 +481,7 @@ class SemanticStore:
                 return obj
             new = copy.deepcopy(obj)
             new["metadata"]["deletionTimestamp"] = self._now()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
             if spec.storage_key == NAMESPACE_STORAGE:
                 new = apply_kind_rules(spec, new, self._now())
             return await self._replace(tx, spec, key, obj, new)
@@ -582,6 +596,23 @@ class SemanticStore:
 
     def _now(self) -> str:
         return self._options.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_SELECTABLE = ("metadata.name", "metadata.namespace")
+
+
+def selectable_fields(spec: KindSpec, text: str | None) -> FieldSelector:
+    """Parse a field selector, refusing fields kube-apiserver cannot select on for this kind (``BadRequest``)."""
+    fields = FieldSelector.parse(text)
+    for requirement in fields.requirements:
+        label = ".".join(requirement.path)
+        allowed = (*_SELECTABLE, "status.phase") if spec.storage_key == NAMESPACE_STORAGE else _SELECTABLE
+        if label in allowed:
+            continue
+        if spec.group in ("", "coordination.k8s.io", "apiextensions.k8s.io"):
+            raise BadRequest(f'"{label}" is not a known field selector: only "metadata.name", "metadata.namespace"')
+        raise BadRequest(f"field label not supported: {label}")
+    return fields
 
 
 def _conforms(engine: SemanticStore) -> ResourceStore:

@@ -43,6 +43,7 @@ class ObjectList:
     items: list[dict[str, Any]]
     resource_version: str
     continue_token: str | None = None
+    remaining_item_count: int | None = None  # with a limit and no selector: how many items later pages hold
 
 
 @dataclass(frozen=True)

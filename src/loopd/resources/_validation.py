@@ -20,6 +20,17 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# kube-apiserver's wording for a bad name (apimachinery's IsDNS1123Subdomain / IsDNS1123Label).
+_DNS_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start "
+    "and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+_DNS_LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end "
+    "with an alphanumeric character (e.g. 'my-name' or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
 _TOP_LEVEL_SKIPPED = ("apiVersion", "kind", "metadata")
 _ANNOTATIONS_MAX_BYTES = 256 * 1024
 
@@ -146,10 +157,11 @@ def _walk_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, re
     for bound, too_few in (("minProperties", True), ("maxProperties", False)):
         limit = schema.get(bound)
         if isinstance(limit, int) and (len(out) < limit if too_few else len(out) > limit):
-            word = "at least" if too_few else "at most"
-            report.causes.append(
-                Cause("FieldValueInvalid", f"Invalid value: {len(out)}: must have {word} {limit} properties", path)
-            )
+            if too_few:
+                message = f"Invalid value: {len(out)}: {path} in body should have at least {limit} properties"
+                report.causes.append(Cause("FieldValueInvalid", message, path))
+            else:
+                report.causes.append(Cause("FieldValueTooMany", f"Too many: {len(out)}: {_at_most(limit)}", path))
     return out
 
 
@@ -162,12 +174,14 @@ def _walk_array(value: list[Any], schema: Mapping[str, Any], path: str, report: 
     min_items, max_items = schema.get("minItems"), schema.get("maxItems")
     if isinstance(min_items, int) and len(out) < min_items:
         report.causes.append(
-            Cause("FieldValueInvalid", f"Invalid value: {len(out)}: must have at least {min_items} items", path)
+            Cause(
+                "FieldValueInvalid",
+                f"Invalid value: {len(out)}: {path} in body should have at least {min_items} items",
+                path,
+            )
         )
     if isinstance(max_items, int) and len(out) > max_items:
-        report.causes.append(
-            Cause("FieldValueTooMany", f"Too many: {len(out)}: must have at most {max_items} items", path)
-        )
+        report.causes.append(Cause("FieldValueTooMany", f"Too many: {len(out)}: {_at_most(max_items)}", path))
     if schema.get("uniqueItems") is True:
         rendered = [json.dumps(item, sort_keys=True) for item in out]
         if len(set(rendered)) != len(rendered):
@@ -180,16 +194,15 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, report: _Rep
     if isinstance(min_length, int) and len(value) < min_length:
         report.causes.append(
             Cause(
-                "FieldValueInvalid" if value else "FieldValueRequired",
-                f"Invalid value: {_render(value)}: {path} in body should be at least {min_length} chars long"
-                if value
-                else "Required value",
+                "FieldValueInvalid",
+                f"Invalid value: {_render(value)}: {path} in body should be at least {min_length} chars long",
                 path,
             )
         )
     if isinstance(max_length, int) and len(value) > max_length:
+        unit = "byte" if max_length == 1 else "bytes"
         report.causes.append(
-            Cause("FieldValueTooLong", f"Too long: may not be longer than {max_length}", path),
+            Cause("FieldValueTooLong", f"Too long: may not be more than {max_length} {unit}", path),
         )
     if isinstance(pattern, str):
         try:
@@ -198,7 +211,11 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, report: _Rep
             matched = True
         if not matched:
             report.causes.append(
-                Cause("FieldValueInvalid", f'Invalid value: {_render(value)}: should match "{pattern}"', path)
+                Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {_render(value)}: {path} in body should match '{pattern}'",
+                    path,
+                )
             )
 
 
@@ -209,20 +226,41 @@ def _check_number(value: float, schema: Mapping[str, Any], path: str, report: _R
         if value < minimum or (exclusive and value == minimum):
             word = "greater than" if exclusive else "greater than or equal to"
             report.causes.append(
-                Cause("FieldValueInvalid", f"Invalid value: {_render(value)}: should be {word} {minimum}", path)
+                Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {_render(value)}: {path} in body should be {word} {_number(minimum)}",
+                    path,
+                )
             )
     if isinstance(maximum, int | float):
         exclusive = schema.get("exclusiveMaximum") is True
         if value > maximum or (exclusive and value == maximum):
             word = "less than" if exclusive else "less than or equal to"
             report.causes.append(
-                Cause("FieldValueInvalid", f"Invalid value: {_render(value)}: should be {word} {maximum}", path)
+                Cause(
+                    "FieldValueInvalid",
+                    f"Invalid value: {_render(value)}: {path} in body should be {word} {_number(maximum)}",
+                    path,
+                )
             )
     multiple = schema.get("multipleOf")
     if isinstance(multiple, int | float) and multiple and (value / multiple) % 1 != 0:
         report.causes.append(
-            Cause("FieldValueInvalid", f"Invalid value: {_render(value)}: should be a multiple of {multiple}", path)
+            Cause(
+                "FieldValueInvalid",
+                f"Invalid value: {_render(value)}: {path} in body should be a multiple of {_number(multiple)}",
+                path,
+            )
         )
+
+
+def _number(value: float) -> str:
+    """A schema bound the way Go's ``%v`` prints a float64: ``1``, not ``1.0``."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _at_most(limit: int) -> str:
+    return f"must have at most {limit} {'item' if limit == 1 else 'items'}"
 
 
 def validate_metadata(spec: KindSpec, metadata: Mapping[str, Any], report_causes: list[Cause]) -> None:
@@ -237,8 +275,8 @@ def validate_metadata(spec: KindSpec, metadata: Mapping[str, Any], report_causes
         report_causes.append(
             Cause(
                 "FieldValueInvalid",
-                f"Invalid value: {_render(name)}: a lowercase RFC 1123 subdomain must consist of lower case "
-                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                f"Invalid value: {_render(name)}: "
+                + (_DNS_LABEL_MESSAGE if spec.kind == "Namespace" else _DNS_SUBDOMAIN_MESSAGE),
                 "metadata.name",
             )
         )
@@ -333,19 +371,52 @@ def validate_object(spec: KindSpec, obj: Mapping[str, Any], *, strict: bool = Fa
     if report.causes:
         raise invalid_error(spec, str(name), report.causes)
     if strict and report.unknown:
-        raise BadRequest(
-            "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in report.unknown),
-            details=spec.details(str(name)),
-        )
+        raise UnknownFields(spec, report.unknown)
     return out
 
 
-def invalid_error(spec: KindSpec, name: str, causes: list[Cause]) -> Invalid:
+class UnknownFields(BadRequest):
+    """Strict field validation found fields the schema does not declare (kube-apiserver's strict decoding error).
+
+    ``fields`` are their paths (``spec.extra``); ``decoding_error`` the text after the kind, which a patch reports
+    as a 422 on the ``patch`` field instead (the store does that).
+    """
+
+    def __init__(self, spec: KindSpec, fields: list[str]) -> None:
+        self.fields = tuple(fields)
+        self.decoding_error = "strict decoding error: " + ", ".join(f'unknown field "{path}"' for path in fields)
+        super().__init__(
+            f'{spec.kind} in version "{spec.version}" cannot be handled as a {spec.kind}: {self.decoding_error}'
+        )
+
+
+def unknown_fields(spec: KindSpec, obj: Mapping[str, Any]) -> list[str]:
+    """Paths of the fields in ``obj`` (an object or an object-shaped patch) that the kind's schema does not declare
+    — what ``fieldValidation=Warn`` reports in ``Warning`` headers. Never raises."""
+    report = _Report()
+    properties: Mapping[str, Any] = spec.schema.get("properties") or {}
+    preserve = spec.schema.get("x-kubernetes-preserve-unknown-fields") is True
+    for key, value in obj.items():
+        if key in _TOP_LEVEL_SKIPPED:
+            continue
+        if key in properties:
+            _walk(value, properties[key], key, report)
+        elif not preserve:
+            report.unknown.append(key)
+    return report.unknown
+
+
+def invalid_error(spec: KindSpec, name: str, causes: list[Cause], *, by_resource: bool = False) -> Invalid:
+    """kube-apiserver's 422: ``Kind.group "name" is invalid: …`` (``by_resource``: the resource plural instead of
+    the Kind, as the apiserver's own resourceVersion check words it)."""
     group = f".{spec.group}" if spec.group else ""
-    summary = ", ".join(f"{c.field}: {c.message}" for c in causes)
+    kind = spec.plural if by_resource else spec.kind
+    errors = [f"{c.field}: {c.message}" for c in causes]
+    # kube-apiserver prints one field error bare and several as a bracketed list (a field.ErrorList aggregate).
+    summary = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
     return Invalid(
-        f'{spec.kind}{group} "{name}" is invalid: {summary}',
+        f'{kind}{group} "{name}" is invalid: {summary}',
         causes=tuple(causes),
         # Kubernetes names the Kind (not the resource) in Invalid details; kubectl prints it.
-        details=ErrorDetails(name=name, group=spec.group, kind=spec.kind),
+        details=ErrorDetails(name=name, group=spec.group, kind=kind),
     )
