@@ -102,11 +102,14 @@ class ServerProcess:
 
 
 @contextlib.contextmanager
-def running_server(directory: Path, *, extra_args: Sequence[str] = ()) -> Iterator[ServerProcess]:
-    """`loopd up` on a free loopback port with its data in ``directory/data``, stopped (by pid) on exit."""
+def running_server(
+    directory: Path, *, extra_args: Sequence[str] = (), command_name: str = "up"
+) -> Iterator[ServerProcess]:
+    """`loopd up` (or ``command_name``, e.g. ``server``) on a free loopback port with its data in
+    ``directory/data``, stopped (by pid) on exit."""
     data_dir = directory / "data"
     log = (directory / "server.log").open("wb")
-    command = [sys.executable, "-c", _LAUNCH, "up", "--port", "0", "--data-dir", str(data_dir), *extra_args]
+    command = [sys.executable, "-c", _LAUNCH, command_name, "--port", "0", "--data-dir", str(data_dir), *extra_args]
     env = dict(os.environ, LOOPD_MODEL="demo", COLUMNS="200")
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:

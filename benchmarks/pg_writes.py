@@ -1,0 +1,127 @@
+"""What one chat writes to PostgreSQL: transactions, rows and WAL bytes per chat on `loopd server --database`.
+
+A throwaway PostgreSQL (started from the installed binaries, as the tests do) and one `loopd server` on it (the
+embedded Tasks live in PostgreSQL too). Chats go to the built-in harness (``harness:assistant``, the demo model: a
+short streamed answer), first one at a time, then ``--concurrent`` at once. Before and after each series the
+benchmark reads ``pg_stat_database`` (committed transactions, rows inserted / updated / deleted) and
+``pg_current_wal_lsn()``; the table shows the differences per chat. These are counts, so they do not depend on the
+machine's speed or load (the throwaway server runs without fsync; that changes time, not counts). The figures feed
+docs/SCALING.md.
+
+python -m benchmarks.pg_writes [--chats 50] [--concurrent 10] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from benchmarks._common import print_table
+from benchmarks._server import ServerProcess, running_server
+from benchmarks.server_chats import run_chats
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Counters:
+    commits: int
+    inserted: int
+    updated: int
+    deleted: int
+    wal_bytes: int
+
+    def minus(self, other: Counters) -> Counters:
+        return Counters(
+            self.commits - other.commits,
+            self.inserted - other.inserted,
+            self.updated - other.updated,
+            self.deleted - other.deleted,
+            self.wal_bytes - other.wal_bytes,
+        )
+
+
+def read_counters(dsn: str) -> Counters:
+    """The database's counters now (statistics are flushed first, so they include every committed transaction)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint FROM pg_stat_database WHERE datname = "
+            "current_database()"
+        ).fetchone()
+    assert row is not None
+    return Counters(*(int(value) for value in row))
+
+
+async def _series(server: ServerProcess, dsn: str, chats: int, at_once: int, label: str) -> tuple[Counters, int]:
+    before = await asyncio.to_thread(read_counters, dsn)
+    ok = 0
+    for start in range(0, chats, at_once):
+        run = await run_chats(server, min(at_once, chats - start), f"{label}-{start}")
+        ok += run.ok
+    after = await asyncio.to_thread(read_counters, dsn)
+    return after.minus(before), ok
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--chats", type=int, default=50, help="chats per series")
+    parser.add_argument("--concurrent", type=int, default=10, help="chats at once in the second series")
+    parser.add_argument("--repeat", type=int, default=1, help="ignored: counts do not vary between runs")
+    parser.add_argument("--quick", action="store_true", help="10 chats per series")
+    args = parser.parse_args(argv)
+    chats = 10 if args.quick else max(1, args.chats)
+    sys.path.insert(0, str(ROOT))
+    from tests.support.postgres import find_postgres_bin, start_postgres  # the tests' throwaway server
+
+    if find_postgres_bin() is None:
+        raise SystemExit("PostgreSQL binaries (initdb, pg_ctl, postgres) are not installed")
+    postgres = start_postgres()
+    rows: list[tuple[object, ...]] = []
+    try:
+        dsn = postgres.create_database()
+        with (
+            tempfile.TemporaryDirectory(prefix="loopd-bench-pg-") as directory,
+            running_server(Path(directory), extra_args=["--database", dsn], command_name="server") as server,
+        ):
+
+            async def run() -> None:
+                await run_chats(server, 3, "warm-up")
+                for at_once in (1, max(1, args.concurrent)):
+                    delta, ok = await _series(server, dsn, chats, at_once, f"c{at_once}")
+                    rows.append(
+                        (
+                            at_once,
+                            f"{ok}/{chats}",
+                            round(delta.commits / chats, 1),
+                            round(delta.inserted / chats, 1),
+                            round(delta.updated / chats, 1),
+                            round(delta.deleted / chats, 1),
+                            round(delta.wal_bytes / chats / 1024, 1),
+                        )
+                    )
+
+            asyncio.run(run())
+    finally:
+        postgres.stop()
+    print_table(
+        f"PostgreSQL writes per chat (loopd server --database, built-in harness, demo model), {chats} chats per series",
+        ["chats at once", "completed", "commits", "rows inserted", "rows updated", "rows deleted", "WAL KiB"],
+        rows,
+        note="Differences of pg_stat_database and pg_current_wal_lsn() over the series, divided by the chats; "
+        "every read of the series (the streams, the watch of Tasks) is included in the commits.",
+    )
+
+
+if __name__ == "__main__":
+    main()
