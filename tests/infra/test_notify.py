@@ -204,6 +204,21 @@ async def test_a_sender_that_lost_its_connection_sends_again(
 
 
 @pytest.mark.postgres
+async def test_notices_published_just_before_close_still_go_out(
+    notifiers: Callable[..., Awaitable[PostgresNotifier]],
+) -> None:
+    publisher, subscriber = await notifiers(), await notifiers()
+    handler = Heard()
+    subscriber.subscribe("harness-calls", handler)
+    publisher.publish("harness-calls", "released")  # what an engine says as it closes
+    await publisher.aclose()
+    await heard(handler, 1)
+    assert handler.notices == ["released"]
+    publisher.publish("harness-calls", "after-close")  # closed: this process's handlers only, nothing sent
+    assert publisher.statistics().sent == 1
+
+
+@pytest.mark.postgres
 async def test_an_overflowing_queue_collapses_into_anything_changed(
     notifiers: Callable[..., Awaitable[PostgresNotifier]],
 ) -> None:

@@ -52,6 +52,8 @@ MAX_SUBSCRIPTIONS: Final = 1024
 DEFAULT_WIRE_CHANNEL: Final = "loopd_wakeups"
 DEFAULT_MAX_PENDING: Final = 4096
 BATCH: Final = 256
+CLOSE_FLUSH: Final = 3.0
+"""Seconds `PostgresNotifier.aclose` waits at most for queued notices to go out."""
 _SEND_RETRY: Final = Backoff(base=0.05, max_delay=5.0)
 _LISTEN_RETRY: Final = Backoff(base=0.1, max_delay=5.0)
 
@@ -195,6 +197,8 @@ class PostgresNotifier:
         self._subscribers = _Subscribers()
         self._pending: dict[tuple[str, str | None], None] = {}
         self._kick = asyncio.Event()
+        self._idle = asyncio.Event()  # set while nothing is queued or being sent
+        self._idle.set()
         self._listening = asyncio.Event()
         self._tasks = TaskSet("postgres notifier")
         self._closed = False
@@ -258,6 +262,7 @@ class PostgresNotifier:
         if self._closed:
             return
         self._queue(channel, payload)
+        self._idle.clear()
         self._kick.set()
 
     def subscribe(self, channel: str, handler: Handler) -> Callable[[], None]:
@@ -304,6 +309,8 @@ class PostgresNotifier:
     async def _send_forever(self) -> None:
         failures = 0
         while True:
+            if not self._pending:
+                self._idle.set()
             await self._kick.wait()
             self._kick.clear()
             while self._pending:
@@ -350,10 +357,13 @@ class PostgresNotifier:
     # --- lifecycle -----------------------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Send what is queued (one try, bounded by the timeout), stop both tasks, close the connections."""
+        """Send what is queued (waiting at most the timeout), stop both tasks, close the connections."""
         if self._closed:
             return
         self._closed = True
+        with contextlib.suppress(TimeoutError):  # the last notices (an engine's released leases) still go out
+            async with asyncio.timeout(min(self._database.options.timeout, CLOSE_FLUSH)):
+                await self._idle.wait()
         await self._tasks.aclose(timeout=self._database.options.timeout + 5)
         if self._pending:
             with contextlib.suppress(Exception):
