@@ -598,7 +598,10 @@ async def check_update_and_conflicts(ctx: Context) -> None:
     mismatch = json.loads(json.dumps(first.body))
     mismatch["metadata"]["name"] = "other"
     wrong = await ctx.api.request("PUT", ctx.path("g1"), body=mismatch)
-    assert wrong.status == 400 and wrong.body["reason"] == "BadRequest", wrong
+    assert (wrong.status, wrong.body) == (
+        400,
+        failure(400, "BadRequest", "the name of the object (other) does not match the name on the URL (g1)"),
+    ), wrong
 
     result = await ctx.kubectl.run("replace", "-n", ctx.namespace, "-f", "-", stdin=ctx.manifest(stale))
     assert result.returncode == 1 and "Error from server (Conflict)" in result.stderr

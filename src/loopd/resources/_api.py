@@ -370,7 +370,7 @@ class ResourceApi:
         body = await self._read_object(request)
         name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
         if name not in (None, "", target.name):
-            raise BadRequest("the name of the object does not match the name on the URL")
+            raise BadRequest(f"the name of the object ({name}) does not match the name on the URL ({target.name})")
         body.setdefault("metadata", {})["name"] = target.name
         if not body["metadata"].get("resourceVersion") and target.spec.storage_key != ("", "namespaces"):
             # As kube-apiserver for every kind served here but Namespace (AllowUnconditionalUpdate is false).
