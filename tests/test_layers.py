@@ -19,13 +19,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 SERVER_FACE = {
     "DEFAULT_PORT",
     "ExposureRefused",
+    "KubeApiMode",
     "RunningServer",
+    "ServerSetupError",
     "UpSettings",
     "WorkspaceLocationError",
     "check_exposure",
     "default_workspaces",
     "open_loop_server",
     "read_server_file",
+    "resolve_kube_api",
 }
 
 

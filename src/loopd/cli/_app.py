@@ -24,6 +24,7 @@ from loopd.cli._logging import LOG_FORMAT_ENV, LOG_LEVEL_ENV, apply_log_options
 from loopd.cli._operator import operator_app
 from loopd.cli._resources_commands import kubeconfig_command, manifests_app
 from loopd.cli._run import run_command
+from loopd.cli._server import config_app, server_command
 from loopd.cli._up import up_command
 
 
@@ -98,6 +99,7 @@ def version_command() -> None:
 
 
 app.command("up")(up_command)
+app.command("server")(server_command)
 app.command("chat")(chat_command)
 app.command("demo")(demo_command)
 app.command("run")(run_command)
@@ -107,6 +109,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(manifests_app, name="manifests")
 app.add_typer(harness_app, name="harness")
 app.add_typer(operator_app, name="operator")
+app.add_typer(config_app, name="config")
 
 
 def run_app(args: Sequence[str] | None = None) -> int:

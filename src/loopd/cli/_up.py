@@ -8,7 +8,8 @@ Lease through the embedded Kubernetes API with a kubeconfig — no private short
 ``--no-longhorizon`` leave one out. ``server.json`` (how clients find the server) is written once every operator
 here has registered (or failed), so a client never asks an operator the server does not know yet. One that fails is
 reported in one line and the server goes on without it. The demo model learns both operators' prompts
-(`UpSettings.demo_rules`), with or without them here (a standalone one may ask it).
+(`UpSettings.demo_rules`), with or without them here (a standalone one may ask it). Settings: the flags, then the
+``LOOPD_*`` variables, then ``--config FILE`` (the same file as `loopd server`'s; its Tasks stay embedded here).
 The server layer never imports operators or the runtime: this module composes them.
 """
 
@@ -27,21 +28,18 @@ from typing import TYPE_CHECKING, Final
 import typer
 from rich.console import Console
 
-from loopd._paths import default_data_dir
 from loopd.cli._errors import (
     EXIT_USAGE,
     CliError,
     address_in_use,
     cli_console,
-    model_config,
     require_free_ports,
     run_async,
 )
-from loopd.cli._sandbox_option import sandbox_for, sandbox_option
+from loopd.cli._sandbox_option import sandbox_option
 
 if TYPE_CHECKING:
     from loopd.cli._operator import OperatorProgram
-    from loopd.harness.models import DemoRule
     from loopd.server import RunningServer, UpSettings
 
 logger = logging.getLogger(__name__)
@@ -53,19 +51,26 @@ OPERATOR_DRAIN: Final = 5.0
 
 
 def up_command(
+    config: Path | None = typer.Option(
+        None, "--config", "-c", help="A configuration file (YAML; docs/configuration.md); also $LOOPD_CONFIG."
+    ),
     data_dir: Path | None = typer.Option(
         None, "--data-dir", help="Where loopd keeps its state (default: $LOOPD_DATA_DIR, else ~/.local/share/loopd)."
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (the HTTP API and the resource API)."),
-    port: int = typer.Option(8420, "--port", help="Port of the HTTP API and web page (0: any free port)."),
-    api_port: int = typer.Option(0, "--api-port", help="Port of the Kubernetes-compatible API (0: any free port)."),
+    host: str | None = typer.Option(
+        None, "--host", help="Address to listen on (the HTTP API and the resource API; default 127.0.0.1)."
+    ),
+    port: int | None = typer.Option(None, "--port", help="Port of the HTTP API and web page (default 8420; 0: any)."),
+    api_port: int | None = typer.Option(
+        None, "--api-port", help="Port of the Kubernetes-compatible API (default 0: any free port)."
+    ),
     model: str | None = typer.Option(None, "--model", help="Model id (default: $LOOPD_MODEL, else the demo model)."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)."),
     database: str | None = typer.Option(
-        None, "--database", envvar="LOOPD_DATABASE_URL", help="PostgreSQL DSN for the server state (default: SQLite)."
+        None, "--database", help="PostgreSQL DSN for the server state ($LOOPD_DATABASE_URL; default: SQLite)."
     ),
-    public: bool = typer.Option(
-        False,
+    public: bool | None = typer.Option(
+        None,
         "--public",
         help="Allow a --host beyond loopback (both APIs): callers then need a token or a one-time sign-in link.",
     ),
@@ -89,52 +94,51 @@ def up_command(
     ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""
-    from loopd.server import ExposureRefused, check_exposure
+    from loopd.cli._server import ConfigRefused, demo_rules, print_problems, read_config, server_settings
+    from loopd.server import ExposureRefused, WorkspaceLocationError, check_exposure
 
     try:
-        check_exposure(host, public=public)
+        loaded = read_config(config)
+    except ConfigRefused as exc:
+        print_problems(exc)
+        raise typer.Exit(EXIT_USAGE) from exc
+    resolved_host = host or loaded.host or "127.0.0.1"
+    try:
+        check_exposure(resolved_host, public=bool(public or loaded.public))
     except ExposureRefused as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from exc
     console = cli_console()
-    config = model_config(model, base_url)
-    confinement = sandbox_for(sandbox)
-    from loopd.server import UpSettings, WorkspaceLocationError
-
     programs = _programs(router=not no_router, longhorizon=not no_longhorizon)
-    settings = UpSettings(
-        data_dir=(data_dir or default_data_dir()).expanduser(),
+    settings = server_settings(
+        loaded,
+        data_dir=data_dir,
         host=host,
         port=port,
         api_port=api_port,
-        model=config,
-        database_url=database,
         public=public,
-        workspaces=workspaces.expanduser() if workspaces is not None else None,
-        sandbox=confinement,
-        demo_rules=_demo_rules(),
+        database=database,
+        workspaces=workspaces,
+        model=model,
+        base_url=base_url,
+        sandbox=sandbox,
+        demo_rules=demo_rules(),
         # With operators here, server.json (how clients find this server) is written once they have registered.
         announce=not programs,
+        holder="loopd up",
+        embedded_only=True,
     )
-    require_free_ports(host, {"--port": port, "--api-port": api_port})
+    ports = {"--port": settings.port, "--api-port": settings.api_port}
+    require_free_ports(settings.host, ports)
     try:
         run_async(_up(settings, console, programs))
     except WorkspaceLocationError as exc:
         raise CliError(str(exc), "pass --workspaces DIR outside it", exit_code=EXIT_USAGE) from exc
     except OSError as exc:  # anything else (a busy data directory ...) goes to the app's one-line report
-        busy = address_in_use(exc, host, {"--port": port, "--api-port": api_port})
+        busy = address_in_use(exc, settings.host, ports)
         if busy is None:
             raise
         raise busy from exc
-
-
-def _demo_rules() -> tuple[DemoRule, ...]:
-    """The demo model's answers to the Router's and LongHorizon's prompts (with or without them here: a standalone
-    one may ask it). Each operator's rules recognise only its own prompts, by their header lines."""
-    from loopd.operators.longhorizon import demo_rules as longhorizon_rules
-    from loopd.operators.router import demo_rules as router_rules
-
-    return (*router_rules(), *longhorizon_rules())
 
 
 def _programs(*, router: bool, longhorizon: bool) -> list[OperatorProgram]:

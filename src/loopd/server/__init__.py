@@ -1,11 +1,13 @@
 """loop-server: conversations, messages, Task delivery, Harness Engine, Human Ask/Confirm, registry, ledger.
 
-Public face (what the CLI and embedders use): `open_loop_server` (everything of `loopd up`, running for an
-``async with`` block) with its `UpSettings` and the `RunningServer` it yields; `check_exposure` and its
-`ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `read_server_file` (what a running server
-recorded in its data directory, for `loopd chat`); `DEFAULT_PORT`. The subpackages are the server's parts, layered
-bottom to top (checked by import-linter): ``storage``; ``streams`` | ``ledger`` | ``http``; ``chat`` | ``engine``
-| ``registry``; ``human``; ``responder`` | ``audit``; ``app``; the composition root (``_composition``).
+Public face (what the CLI and embedders use): `open_loop_server` (everything of `loopd up` but its operators, i.e.
+`loopd server`, running for an ``async with`` block) with its `UpSettings` and the `RunningServer` it yields;
+`check_exposure` and its `ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `read_server_file` (what
+a running server recorded in its data directory, for `loopd chat`); `DEFAULT_PORT`; `resolve_kube_api` (where Tasks
+live) and `ServerSetupError` (settings the server refuses). The configuration file is ``loopd.server.config``. The
+subpackages are the server's parts, layered bottom to top (checked by import-linter): ``storage``; ``streams`` |
+``ledger`` | ``http``; ``chat`` | ``engine`` | ``registry`` | ``webui`` | ``config``; ``human``; ``responder`` |
+``audit``; ``app``; the composition root (``_composition``).
 
 Must not import: loopd.operators, loopd.runtime, loopd.cli.
 """
@@ -13,6 +15,7 @@ Must not import: loopd.operators, loopd.runtime, loopd.cli.
 from loopd.server._composition import (
     DEFAULT_PORT,
     ExposureRefused,
+    KubeApiMode,
     RunningServer,
     UpSettings,
     WorkspaceLocationError,
@@ -20,16 +23,21 @@ from loopd.server._composition import (
     default_workspaces,
     open_loop_server,
     read_server_file,
+    resolve_kube_api,
 )
+from loopd.server._errors import ServerSetupError
 
 __all__ = [
     "DEFAULT_PORT",
     "ExposureRefused",
+    "KubeApiMode",
     "RunningServer",
+    "ServerSetupError",
     "UpSettings",
     "WorkspaceLocationError",
     "check_exposure",
     "default_workspaces",
     "open_loop_server",
     "read_server_file",
+    "resolve_kube_api",
 ]

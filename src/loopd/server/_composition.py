@@ -1,8 +1,9 @@
-"""The composition root of one loop-server process (`loopd up`): everything wired, started and stopped in order.
+"""The composition root of one loop-server process (`loopd up`, `loopd server`): everything wired, started and
+stopped in order. `loopd up` adds the operators beside it (loopd.cli); `loopd server` runs it alone.
 
     data dir ─┬─ loopd.lock          exclusive: one embedded server per data directory
               ├─ loopd.db            conversations, messages, event logs, human requests, harness calls, ledger
-              ├─ resources.db        the Kubernetes-compatible store (Tasks, Leases)
+              ├─ resources.db        the Kubernetes-compatible store (Tasks, Leases); in PostgreSQL with --database
               ├─ resources-api/      CA, server certificate, the token (0600), the API endpoint
               ├─ harness/journal.db  the built-in harness's journal
               └─ server.json         where this server listens (read by `loopd chat`)
@@ -15,9 +16,17 @@ reach them through ``..``. The rig's bash runs in the sandbox of `UpSettings.san
 data directory should it lie inside a workspace. A workspace found at the old place, ``<data dir>/workspaces``,
 is moved to the new one at start when the new one does not exist yet.
 
-Start order: lock → credentials → resource store → database → the store's TLS API (it resolves responder tokens
-through the database) → built-in harness rig → engine → responder (reconcile manager on Tasks) → HTTP API. Stop
-order is the reverse, so nothing is used after it closes.
+Where Tasks live (`UpSettings.kube_api`): ``embedded`` — loopd's own store (SQLite in the data directory, or
+PostgreSQL beside the server state when the database is PostgreSQL, so replicas share Tasks) served as a
+Kubernetes-compatible API; ``kubeconfig`` / ``in-cluster`` — a real Kubernetes API server (the CRDs installed
+beforehand), reached with the HTTP resource client; no embedded API is served then.
+
+Harness targets (`UpSettings.harnesses`, from the configuration file): built-in rigs in this process, remote
+`loopd harness serve` peers, plain OpenAI-compatible models; without any, the built-in ``assistant``.
+
+Start order: lock → credentials → resource store (embedded) → database → the store's TLS API (it resolves responder
+tokens through the database) or the remote Kubernetes client → harness targets → engine → responder (reconcile
+manager on Tasks) → HTTP API. Stop order is the reverse, so nothing is used after it closes.
 """
 
 from __future__ import annotations
@@ -27,22 +36,26 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
-from loopd._infra.clock import SystemClock
+from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.http import is_loopback
 from loopd._infra.ids import new_id
 from loopd._infra.locking import data_dir_lock
 from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
-from loopd.harness.models import DemoRule, ModelConfig
-from loopd.harness.standard import HarnessSettings, open_standard_rig, workspace_rigs
+from loopd.harness.actors import Rig
+from loopd.harness.gate import DEFAULT_POLICY
+from loopd.harness.models import DemoRule, ModelConfig, open_model
+from loopd.harness.standard import DEFAULT_SYSTEM_PROMPT, HarnessSettings, open_standard_rig, workspace_rigs
 from loopd.harness.tools import Sandbox, resolve_sandbox
+from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import (
+    ResourceStore,
     StoreOptions,
     TokenResolver,
     load_or_create_credentials,
@@ -50,13 +63,22 @@ from loopd.resources import (
     open_sqlite_store,
     write_endpoint,
 )
-from loopd.resources.client import TASKS, StoreClient
+from loopd.resources.client import TASKS, ResourceClient, StoreClient, open_http_client
 from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
-from loopd.server.app import ServerContext, create_server_app
+from loopd.server.app import Readiness, ServerContext, create_server_app
 from loopd.server.audit import ledger_router
 from loopd.server.chat import ChatRequests, ConversationReader, ResourceTaskGateway, TaskApi
-from loopd.server.engine import BuiltinHarnessAdapter, HarnessEngine, engine_router
+from loopd.server.config import BuiltinHarness, HarnessTarget, MissingSecret, ModelHarness, RemoteHarness
+from loopd.server.engine import (
+    DEFAULT_TIMEOUT,
+    BuiltinHarnessAdapter,
+    HarnessAdapter,
+    HarnessEngine,
+    OpenAIModelAdapter,
+    RemoteHarnessAdapter,
+    engine_router,
+)
 from loopd.server.http import AccessStore, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.ledger import SqlLedgerStore
@@ -72,13 +94,22 @@ ASSISTANT: Final = "assistant"
 ASSISTANT_DESCRIPTION: Final = "The built-in harness: file and bash tools in its own workspace, with permission gates."
 
 
+KubeApiMode = Literal["embedded", "kubeconfig", "in-cluster"]
+SERVICE_ACCOUNT_TOKEN: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+"""Where a pod's ServiceAccount token is mounted (with ``ca.crt`` and ``namespace`` beside it)."""
+
+
 @dataclass(frozen=True)
 class UpSettings:
+    """Everything one loop-server process is built from (`loopd up` and `loopd server` fill it from their flags,
+    the configuration file and the environment)."""
+
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     api_port: int = 0
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The model of built-in harnesses that name none (the default ``assistant``'s)."""
     database_url: str | None = None
     """PostgreSQL DSN for the server state (default: SQLite in the data directory)."""
     lease_ttl: float = 30.0
@@ -95,6 +126,24 @@ class UpSettings:
     """Write ``server.json`` as soon as the server listens. False: the caller does, with `RunningServer.announce`,
     once what it runs beside the server is ready (`loopd up` waits for its Router to register, so a client that
     finds the server never asks ``operator:router`` before it is known)."""
+    harnesses: tuple[HarnessTarget, ...] | None = None
+    """The harness targets (the configuration file's ``harnesses``); None: the built-in ``assistant`` only."""
+    kube_api: KubeApiMode = "embedded"
+    """Where Tasks live: the embedded store and API, a kubeconfig's cluster, or the pod's own cluster."""
+    kubeconfig: Path | None = None
+    """With ``kube_api="kubeconfig"``: the kubeconfig file."""
+    namespace: str = "default"
+    """The namespace of the Tasks this server creates and answers (on a real cluster: the only one it watches)."""
+    kube_timeout: float = 10.0
+    """Seconds one Kubernetes API request may take."""
+    task_workers: int = 8
+    """Tasks the responder reconciles at once."""
+    call_timeout: float = DEFAULT_TIMEOUT
+    """Seconds one Task's harness call may run."""
+    admin_tokens: tuple[str, ...] = ()
+    """Bearer tokens accepted as the admin besides the generated one (e.g. one shared by every replica)."""
+    holder: str = "loopd up"
+    """Who holds the data directory's lock (named when a second process is refused)."""
 
 
 class WorkspaceLocationError(ServerSetupError):
@@ -147,8 +196,11 @@ def check_exposure(host: str, *, public: bool) -> None:
 
 @dataclass(frozen=True)
 class RunningServer:
+    """A running loop-server: where it listens and the services a command composes with (`loopd up`'s operators)."""
+
     url: str
-    api_url: str
+    api_url: str | None
+    """The embedded Kubernetes-compatible API (None: Tasks live on a real cluster)."""
     data_dir: Path
     token_file: Path
     model: ModelConfig
@@ -157,8 +209,12 @@ class RunningServer:
     chat: ChatRequests
     engine: HarnessEngine
     workspace: Path
+    """The first built-in harness's workspace (the ``assistant``'s by default)."""
     sandbox: Sandbox
     server_file_info: dict[str, Any] = field(default_factory=dict, repr=False)
+    kube_api: KubeApiMode = "embedded"
+    harnesses: tuple[ActorInfo, ...] = ()
+    """The harness targets this server answers with (as `/v1/actors` lists them)."""
 
     def announce(self) -> None:
         """Write ``server.json`` (where clients such as `loopd chat` find this server). Idempotent; removed when
@@ -195,39 +251,204 @@ def _responder_of(access: AccessStore) -> TokenResolver:
     return resolve
 
 
+def resolve_kube_api(requested: str, kubeconfig: Path | None, env: Mapping[str, str] | None = None) -> KubeApiMode:
+    """The Kubernetes API a server uses for ``requested`` (``auto`` | ``embedded`` | ``in-cluster`` |
+    ``kubeconfig``): ``auto`` is ``kubeconfig`` when one is given, else ``in-cluster`` inside a pod (the
+    ``KUBERNETES_SERVICE_HOST`` variable and a mounted ServiceAccount token), else ``embedded``.
+    `ServerSetupError` for ``kubeconfig`` without a file, or ``in-cluster`` outside a pod."""
+    source = os.environ if env is None else env
+    in_pod = bool(source.get("KUBERNETES_SERVICE_HOST")) and SERVICE_ACCOUNT_TOKEN.is_file()
+    if requested == "auto":
+        return "kubeconfig" if kubeconfig is not None else ("in-cluster" if in_pod else "embedded")
+    if requested == "kubeconfig":
+        if kubeconfig is None:
+            raise ServerSetupError("kubernetes.api is kubeconfig but no kubeconfig file is given (--kubeconfig FILE)")
+        return "kubeconfig"
+    if requested == "in-cluster":
+        if not in_pod:
+            raise ServerSetupError(
+                "kubernetes.api is in-cluster but this is not a pod: KUBERNETES_SERVICE_HOST is unset or "
+                f"{SERVICE_ACCOUNT_TOKEN} is missing"
+            )
+        return "in-cluster"
+    if requested == "embedded":
+        return "embedded"
+    raise ServerSetupError(f"unknown Kubernetes API {requested!r}: auto, embedded, in-cluster or kubeconfig")
+
+
+@dataclass(frozen=True)
+class _Targets:
+    adapters: dict[str, HarnessAdapter]
+    actors: tuple[ActorInfo, ...]
+    workspace: Path
+
+
+def _default_targets() -> tuple[HarnessTarget, ...]:
+    return (BuiltinHarness(key=ASSISTANT, title="Assistant", description=ASSISTANT_DESCRIPTION),)
+
+
+async def _open_targets(
+    stack: AsyncExitStack, settings: UpSettings, data_dir: Path, root: Path, sandbox: Sandbox, clock: Clock
+) -> _Targets:
+    """Every harness target of ``settings`` opened on ``stack``: its engine adapter and how `/v1/actors` shows it."""
+    targets = settings.harnesses if settings.harnesses is not None else _default_targets()
+    adapters: dict[str, HarnessAdapter] = {}
+    actors: list[ActorInfo] = []
+    first_workspace: Path | None = None
+    try:
+        for target in targets:
+            adapter: HarnessAdapter
+            if isinstance(target, BuiltinHarness):
+                adapter, workspace = await _open_builtin(stack, target, settings, data_dir, root, sandbox, clock)
+                first_workspace = first_workspace or workspace
+            elif isinstance(target, RemoteHarness):
+                remote = RemoteHarnessAdapter(target.url, target.token(), timeout=target.timeout or 10.0, clock=clock)
+                stack.push_async_callback(remote.aclose)
+                adapter = remote
+            else:
+                adapter = await _open_model_target(stack, target)
+            adapters[target.key] = adapter
+            actors.append(
+                ActorInfo("harness", target.key, target.title or target.key, target.description or _described(target))
+            )
+    except MissingSecret as exc:
+        raise ServerSetupError(str(exc)) from exc
+    return _Targets(adapters, tuple(actors), first_workspace or root / ASSISTANT)
+
+
+def _described(target: HarnessTarget) -> str:
+    if isinstance(target, BuiltinHarness):
+        return ASSISTANT_DESCRIPTION
+    if isinstance(target, RemoteHarness):
+        return f"A remote harness at {target.url}."
+    return f"The model {target.model.name}: one answer per question, no tools."
+
+
+async def _open_builtin(
+    stack: AsyncExitStack,
+    target: BuiltinHarness,
+    settings: UpSettings,
+    data_dir: Path,
+    root: Path,
+    sandbox: Sandbox,
+    clock: Clock,
+) -> tuple[BuiltinHarnessAdapter, Path]:
+    workspace = (target.workspace or root / target.key).expanduser().resolve()
+    if workspace.is_relative_to(data_dir):
+        raise WorkspaceLocationError(
+            f"the workspace {workspace} of harness {target.key} is inside the data directory {data_dir}, which "
+            "holds the credentials"
+        )
+    if target.key == ASSISTANT and target.workspace is None:
+        _move_old_workspace(data_dir, workspace)
+    harness_settings = HarnessSettings(
+        workspace=workspace,
+        # The assistant's journal stays where it always was; any other built-in harness has its own.
+        data_dir=data_dir / ("harness" if target.key == ASSISTANT else f"harness-{target.key}"),
+        model=target.model.resolve() if target.model is not None else settings.model,
+        policy=target.policy or DEFAULT_POLICY,
+        system_prompt=target.system_prompt or DEFAULT_SYSTEM_PROMPT,
+        max_steps=target.max_steps or 50,
+        journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
+        sandbox=sandbox,
+        hidden=(data_dir,),
+        demo_rules=settings.demo_rules,
+    )
+    rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
+    if target.tools is not None:
+        rig = _with_tools(rig, frozenset(target.tools))
+    # Calls that name their own workspace (an operator's Executor / Auditor) work under the same root,
+    # in <root>/<caller kind>/<caller key>/<id>, beside the harnesses' own <root>/<key>.
+    call_workspaces = workspace_rigs(rig, harness_settings, root)
+    return BuiltinHarnessAdapter(rig, workspaces=call_workspaces), workspace
+
+
+def _with_tools(rig: Rig, names: frozenset[str]) -> Rig:
+    """``rig`` whose loops and agents offer only the tools named in ``names``."""
+
+    def keep(definition: Any) -> Any:
+        return replace(definition, tools=tuple(tool for tool in definition.tools if tool.spec.name in names))
+
+    return replace(rig, loops=[keep(loop) for loop in rig.loops], agents=[keep(agent) for agent in rig.agents])
+
+
+async def _open_model_target(stack: AsyncExitStack, target: ModelHarness) -> OpenAIModelAdapter:
+    config = target.model.resolve()
+    model = await stack.enter_async_context(open_model(config))
+    return OpenAIModelAdapter(
+        model, model_name=config.model, system_prompt=target.system_prompt, max_output_tokens=target.max_output_tokens
+    )
+
+
+async def _probe_tasks(client: ResourceClient, namespace: str) -> None:
+    try:
+        await client.get(TASKS, "loopd-readiness-probe", namespace=namespace)
+    except ResourceNotFound:
+        return  # the API answered
+
+
+def _readiness(client: ResourceClient, namespace: str, timeout: float) -> Readiness:
+    """``/readyz``'s check besides the database's: the Kubernetes API of the Tasks answers within ``timeout``."""
+
+    async def ready() -> dict[str, str | None]:
+        try:
+            async with asyncio.timeout(timeout):
+                await _probe_tasks(client, namespace)
+        except TimeoutError:
+            return {"kubernetes": f"the Kubernetes API did not answer within {timeout:g} s"}
+        except Exception as exc:
+            return {"kubernetes": f"the Kubernetes API fails: {type(exc).__name__}: {exc}"[:300]}
+        return {"kubernetes": None}
+
+    return ready
+
+
 @asynccontextmanager
 async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]:
-    """Everything of `loopd up`, running for the block's duration."""
+    """Everything of `loopd up` but its operators (which is all of `loopd server`), running for the block's
+    duration."""
     data_dir = settings.data_dir.expanduser().resolve()
     check_exposure(settings.host, public=settings.public)
-    workspace = workspaces_root(data_dir, settings.workspaces) / ASSISTANT
+    root = workspaces_root(data_dir, settings.workspaces)
     sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
+    if settings.kube_api == "kubeconfig" and settings.kubeconfig is None:
+        raise ServerSetupError("a kubeconfig file is needed to reach the Kubernetes API (--kubeconfig FILE)")
     data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(data_dir, 0o700)
-    with data_dir_lock(data_dir, LOCK_FILE, holder="loopd up"):
+    with data_dir_lock(data_dir, LOCK_FILE, holder=settings.holder):
         async with AsyncExitStack() as stack:
             # The process's one clock: the stores, the harness rig, the engine, the bus (readers' polls), the
             # sweepers, the responder and reconcile all read time and sleep on it (tests pass a VirtualClock).
             clock = SystemClock()
             credentials = load_or_create_credentials(data_dir, clock=clock)
-            store = await stack.enter_async_context(
-                open_sqlite_store(data_dir / "resources.db", options=StoreOptions(clock=clock))
-            )
+            store: ResourceStore | None = None
+            if settings.kube_api == "embedded":
+                store = await stack.enter_async_context(_open_store(settings, data_dir, clock))
             db = await stack.enter_async_context(
                 open_database(settings.database_url or data_dir / "loopd.db", options=DatabaseOptions(clock=clock))
             )
-            api = await stack.enter_async_context(
-                open_api_server(
-                    store,
-                    credentials=credentials,
-                    host=settings.host,
-                    port=settings.api_port,
-                    public=settings.public,
-                    resolve_token=_responder_of(AccessStore(db)),
-                    clock=clock,
+            client: ResourceClient
+            api_url: str | None = None
+            if store is not None:
+                api = await stack.enter_async_context(
+                    open_api_server(
+                        store,
+                        credentials=credentials,
+                        host=settings.host,
+                        port=settings.api_port,
+                        public=settings.public,
+                        resolve_token=_responder_of(AccessStore(db)),
+                        clock=clock,
+                    )
                 )
-            )
-            write_endpoint(data_dir, api.url)
+                write_endpoint(data_dir, api.url)
+                api_url = api.url
+                client = StoreClient(store)
+            else:
+                kubeconfig = settings.kubeconfig if settings.kube_api == "kubeconfig" else None
+                client = await stack.enter_async_context(
+                    open_http_client(kubeconfig, request_timeout=settings.kube_timeout)
+                )
 
             replica_id = f"{socket.gethostname()}:{os.getpid()}:{new_id()[-12:]}"  # unique per process
             if settings.database_url is None:
@@ -235,30 +456,14 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 async with db.transaction() as tx:
                     await tx.leases.expire_others(replica_id)
 
-            _move_old_workspace(data_dir, workspace)
-            harness_settings = HarnessSettings(
-                workspace=workspace,
-                data_dir=data_dir / "harness",
-                model=settings.model,
-                journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
-                sandbox=sandbox,
-                hidden=(data_dir,),
-                demo_rules=settings.demo_rules,
-            )
-            rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
-            # Calls that name their own workspace (an operator's Executor / Auditor) work under the same root,
-            # in <root>/<caller kind>/<caller key>/<id>, beside the assistant's <root>/assistant.
-            call_workspaces = workspace_rigs(rig, harness_settings, workspace.parent)
+            targets = await _open_targets(stack, settings, data_dir, root, sandbox, clock)
 
             # Wake-ups (streams, engine drivers and waiters, the responder) reach every replica on the same PostgreSQL
             # through LISTEN/NOTIFY; with SQLite, this process only (loopd._infra.notify).
             notifier = await stack.enter_async_context(open_notifier(settings.database_url))
             bus = ConversationBus(clock=clock, notifier=notifier)
-            client = StoreClient(store)
-            registry = RegistryService(
-                db, builtin_actors=[ActorInfo("harness", ASSISTANT, "Assistant", ASSISTANT_DESCRIPTION)]
-            )
-            gateway = ResourceTaskGateway(client)
+            registry = RegistryService(db, builtin_actors=list(targets.actors))
+            gateway = ResourceTaskGateway(client, namespace=settings.namespace, timeout=settings.kube_timeout)
             conversations = ConversationReader(db, bus)
             chat = ChatRequests(db, bus, gateway, targets=registry)
             task_api = TaskApi(db, bus, gateway)
@@ -267,7 +472,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             engine = HarnessEngine(
                 db,
                 ledger=ledger,
-                adapters={ASSISTANT: BuiltinHarnessAdapter(rig, workspaces=call_workspaces)},
+                adapters=targets.adapters,
                 bus=bus,
                 replica_id=replica_id,
                 clock=clock,
@@ -277,9 +482,13 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             await stack.enter_async_context(engine)
 
             manager = Manager(client, clock=clock)
-            responder = HarnessResponder(client=client, engine=engine, chat=task_api, clock=clock)
-            manager.add_controller(TASKS, responder, workers=8)
-            background = await stack.enter_async_context(TaskSet("loopd up"))  # cancels what is left at exit
+            responder = HarnessResponder(
+                client=client, engine=engine, chat=task_api, clock=clock, timeout=settings.call_timeout
+            )
+            # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
+            watched = None if store is not None else settings.namespace
+            manager.add_controller(TASKS, responder, workers=settings.task_workers, namespace=watched)
+            background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
 
             async def stop_manager() -> None:
@@ -293,7 +502,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             ctx = ServerContext(
                 db=db,
                 bus=bus,
-                security=ServerSecurity(tokens=(credentials.token,)),
+                security=ServerSecurity(tokens=(credentials.token, *settings.admin_tokens)),
                 conversations=conversations,
                 chat=chat,
                 task_api=task_api,
@@ -306,16 +515,17 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                     engine_router(engine, asker_of=task_api.asker_of, tasks=task_api, stopping=task_api.stopping),
                     ledger_router(ledger, tasks=task_api, conversations=conversations),
                 ],
+                readiness=_readiness(client, settings.namespace, timeout=min(settings.kube_timeout, 2.0)),
             )
             http = await stack.enter_async_context(open_http_server(app, host=settings.host, port=settings.port))
             token_file = credentials.directory / "token"
-            server_file_info = {"url": http.url, "api_url": api.url, "pid": os.getpid(), "token_file": str(token_file)}
+            server_file_info = {"url": http.url, "api_url": api_url, "pid": os.getpid(), "token_file": str(token_file)}
             stack.callback(lambda: (data_dir / SERVER_FILE).unlink(missing_ok=True))
             if settings.announce:
                 _write_server_file(data_dir, server_file_info)
             yield RunningServer(
                 url=http.url,
-                api_url=api.url,
+                api_url=api_url,
                 data_dir=data_dir,
                 token_file=token_file,
                 model=settings.model,
@@ -323,7 +533,23 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 conversations=conversations,
                 chat=chat,
                 engine=engine,
-                workspace=workspace,
+                workspace=targets.workspace,
                 sandbox=sandbox,
                 server_file_info=server_file_info,
+                kube_api=settings.kube_api,
+                harnesses=targets.actors,
             )
+
+
+@asynccontextmanager
+async def _open_store(settings: UpSettings, data_dir: Path, clock: Clock) -> AsyncIterator[ResourceStore]:
+    """The embedded resource store: beside the server state in PostgreSQL (replicas share Tasks), else SQLite."""
+    options = StoreOptions(clock=clock)
+    if settings.database_url is not None:
+        from loopd.resources import open_postgres_store
+
+        async with open_postgres_store(settings.database_url, options=options) as store:
+            yield store
+    else:
+        async with open_sqlite_store(data_dir / "resources.db", options=options) as store:
+            yield store

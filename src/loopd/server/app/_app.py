@@ -13,7 +13,7 @@ Must not do: bind sockets (``loopd.server.http.open_http_server``), build servic
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -42,6 +42,9 @@ from loopd.server.storage import StorageError
 from loopd.server.webui import webui_router
 
 DEFAULT_HEARTBEAT: Final = 15.0
+
+Readiness = Callable[[], Awaitable[Mapping[str, str | None]]]
+"""``/readyz``'s checks: each name → None when it passes, else why it fails (one line). It bounds its own I/O."""
 READY_TIMEOUT: Final = 2.0
 """Seconds ``/readyz`` waits for the database before answering 503."""
 
@@ -72,9 +75,11 @@ def create_server_app(
     sweepers: bool = True,
     heartbeat: float = DEFAULT_HEARTBEAT,
     webui: Path | None = None,
+    readiness: Readiness | None = None,
 ) -> FastAPI:
     """The loop-server app over ``ctx``; ``routers`` are included after the built-in ones; the sweepers' intervals
-    run on ``ctx.clock``; ``webui`` is the built web page's folder (default: the package's ``webui/dist``)."""
+    run on ``ctx.clock``; ``webui`` is the built web page's folder (default: the package's ``webui/dist``);
+    ``readiness`` the checks ``/readyz`` runs besides the database's (the composition root's: the Kubernetes API)."""
     background = [
         Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=ctx.clock),
         Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=ctx.clock),
@@ -114,7 +119,7 @@ def create_server_app(
     app.state.begin_shutdown = begin_shutdown
     install_error_handlers(app)
     access = AccessStore(ctx.db, signin_ttl=ctx.security.signin_ttl)
-    app.include_router(_base_routes(ctx))
+    app.include_router(_base_routes(ctx, readiness))
     app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.conversations, ctx.chat, heartbeat=heartbeat))
     app.include_router(task_router(ctx.task_api))
@@ -140,7 +145,7 @@ class Me(BaseModel):
     trusted: bool = Field(description="Whether you signed in with a server token.")
 
 
-def _base_routes(ctx: ServerContext) -> APIRouter:
+def _base_routes(ctx: ServerContext, readiness: Readiness | None) -> APIRouter:
     router = APIRouter(responses=ERROR_RESPONSES, tags=["server"])
 
     @router.get("/healthz")
@@ -150,8 +155,9 @@ def _base_routes(ctx: ServerContext) -> APIRouter:
 
     @router.get("/readyz")
     async def readyz() -> Health:
-        """Readiness (needs no credentials): 503 ``service_unavailable`` while the server shuts down or when its
-        database does not answer within 2 s, so a load balancer sends requests to other replicas."""
+        """Readiness (needs no credentials): 503 ``service_unavailable`` while the server shuts down, when its
+        database does not answer within 2 s, or when another check fails (the Kubernetes API of its Tasks does not
+        answer), so a load balancer sends requests to other replicas."""
         if ctx.task_api.stopping.is_set():
             raise ApiError("service_unavailable", "the server is shutting down")
         try:
@@ -161,6 +167,9 @@ def _base_routes(ctx: ServerContext) -> APIRouter:
             raise ApiError("service_unavailable", f"the database did not answer within {READY_TIMEOUT:g} s") from exc
         except StorageError as exc:
             raise ApiError("service_unavailable", f"the database does not answer: {exc}") from exc
+        failed = {name: why for name, why in (await readiness()).items() if why} if readiness is not None else {}
+        if failed:
+            raise ApiError("service_unavailable", "; ".join(f"{name}: {why}" for name, why in failed.items()))
         return Health(ok=True)
 
     @router.get("/v1/me")

@@ -27,6 +27,7 @@ from loopd.server.engine._adapter import (
     GateResolved,
     HarnessAdapter,
     HistoryEntry,
+    InputCapable,
     ModelCalled,
     TextPreview,
     TextSet,
@@ -35,7 +36,14 @@ from loopd.server.engine._adapter import (
     Update,
 )
 from loopd.server.engine._builtin import BuiltinHarnessAdapter
-from loopd.server.engine._engine import MAX_LISTENERS, EngineListener, EngineNotice, EngineStatistics, HarnessEngine
+from loopd.server.engine._engine import (
+    MAX_LISTENERS,
+    EngineListener,
+    EngineNotice,
+    EngineStatistics,
+    HarnessEngine,
+    InputOutcome,
+)
 from loopd.server.engine._errors import (
     AdapterError,
     CapacityExceeded,
@@ -79,6 +87,8 @@ __all__ = [
     "HarnessEngine",
     "HarnessEngineError",
     "HistoryEntry",
+    "InputCapable",
+    "InputOutcome",
     "ModelCalled",
     "ObservationLost",
     "OpenAIModelAdapter",

@@ -223,6 +223,16 @@ class AdapterRun(Protocol):
 
 
 @runtime_checkable
+class InputCapable(Protocol):
+    """A run that takes a user's follow-up while it works (the harness's queued-input rule)."""
+
+    async def add_input(self, text: str, *, key: str) -> bool:
+        """Queue ``text`` (follow-up ``key``, its input message id) into the running turn; False when the run
+        cannot take it any more (its turn ended). Delivering the same ``key`` again is a no-op that says True."""
+        ...
+
+
+@runtime_checkable
 class WorkspaceCapable(Protocol):
     """An adapter that can run a call in its own workspace with a tools profile (`AdapterRequest.workspace`,
     ``tools``); the engine refuses such calls for any other adapter."""

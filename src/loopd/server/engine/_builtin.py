@@ -11,7 +11,11 @@ The harness session id *is* the call id, so the journal names the execution and 
   `HarnessTranslator`, so a resumed run yields the same durable updates as the first one (the engine skips those
   it applied already). The subscription is taken *before* the prompt is submitted, so the live text of a new
   call arrives from its first piece;
-- gates: ``session.answer_gate`` (approve / approve_always / deny); cancel: ``session.interrupt``.
+- gates: ``session.answer_gate`` (approve / approve_always / deny); cancel: ``session.interrupt``;
+- follow-ups (`BuiltinRun.add_input`): a user's input sent to the running session under the command id
+  ``followup:<input message id>``, only while the call's turn runs: by the harness's queued-input rule it is
+  folded into the turn at the next step boundary, or starts the next turn, which the call then answers too
+  (`HarnessTranslator`).
 
 Closing a run after the call's turn ended shuts the session down; closing it earlier (the engine stops or
 crashes) aborts the in-process session without a final record, so the journal stays resumable.
@@ -30,19 +34,20 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Final, cast
 
-from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError
+from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError, UserInput
 from loopd.harness.actors import Rig, Session, Subscription
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
 
 from ._adapter import AdapterRequest, GateAnswer, Update
 from ._errors import AdapterError, ObservationLost
-from ._translation import HarnessTranslator
+from ._translation import HarnessTranslator, followup_command_id
 
 _log = logging.getLogger(__name__)
 
 _WIRE_ANSWER: Final[dict[str, str]] = {"approve": "approve", "always": "approve_always", "deny": "deny"}
 _SHUTDOWN_TIMEOUT: Final = 10.0
+_INPUT_TIMEOUT: Final = 5.0
 
 
 class BuiltinRun:
@@ -102,6 +107,23 @@ class BuiltinRun:
     async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
         await self._session.answer_gate(gate_id, _WIRE_ANSWER[answer], loop=self._main)
 
+    async def add_input(self, text: str, *, key: str) -> bool:
+        """Send a user's follow-up into the running turn (see the module docstring); False once the turn ended."""
+        command_id = followup_command_id(key)
+        loop = self._session.state.loops.get(self._main)
+        if loop is not None and (
+            command_id in self._translator.followups or any(queued.command_id == command_id for queued in loop.queued)
+        ):
+            return True  # delivered before (this run, or the journal it replayed)
+        if self._translator.finished or loop is None or loop.turn is None or self._session.status != "active":
+            return False
+        try:
+            command = UserInput(command_id=command_id, loop=self._main, text=text)
+            await self._session.send(command, timeout=_INPUT_TIMEOUT)
+        except HarnessError:
+            return False
+        return True
+
     async def cancel(self) -> None:
         with contextlib.suppress(HarnessError):
             await self._session.interrupt(reason="cancelled by the harness engine")
@@ -130,6 +152,11 @@ class BuiltinHarnessAdapter:
 
     @property
     def supports_resume(self) -> bool:
+        return True
+
+    @property
+    def supports_inputs(self) -> bool:
+        """Its runs take users' follow-ups (`BuiltinRun.add_input`)."""
         return True
 
     @property

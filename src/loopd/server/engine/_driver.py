@@ -137,6 +137,10 @@ class CallDriver:
         if found is not None:
             found.poke.set()
 
+    def drive_of(self, call_id: str) -> Drive | None:
+        """The drive of ``call_id`` when this driver runs it."""
+        return self._drives.get(call_id)
+
     def poke_all(self) -> None:
         """Tell every drive running here to re-read its call."""
         for drive in self._drives.values():

@@ -57,6 +57,7 @@ from ._adapter import (
     GateOpened,
     GateResolved,
     HarnessAdapter,
+    InputCapable,
     ModelCalled,
     TextPreview,
     TextSet,
@@ -165,6 +166,7 @@ class Drive:
         self._task_id: str | None = None
         self._stopping = False
         self.poke = asyncio.Event()
+        self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
 
     def stop(self) -> None:
         """The engine is stopping: the watcher ends the drive at its next look (cancellation does the rest)."""
@@ -325,7 +327,22 @@ class Drive:
             if not call.is_terminal:
                 await self._trail(tx, call).fail_attempt(self._attempt_id, error)
 
+    async def add_input(self, text: str, *, key: str) -> bool:
+        """Queue a user's follow-up into the run being followed (`InputCapable`); False when there is none, it
+        takes no follow-ups, or its turn ended."""
+        run = self._followed
+        if run is None or not isinstance(run, InputCapable):
+            return False
+        return await run.add_input(text, key=key)
+
     async def _follow(self, run: AdapterRun, mode: str) -> Outcome:
+        self._followed = run
+        try:
+            return await self._follow_run(run, mode)
+        finally:
+            self._followed = None
+
+    async def _follow_run(self, run: AdapterRun, mode: str) -> Outcome:
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 return "done"

@@ -36,7 +36,7 @@ import logging
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 from loopd._infra.clock import Clock
 from loopd._infra.errors import LoopdError
@@ -61,10 +61,13 @@ from loopd.server.streams import ConversationBus
 
 from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_workspaces
 from ._driver import CallDriver, CallSlots
-from ._driving import DriveSettings, call_channel
+from ._driving import DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id
 from ._requests import MAX_TIMEOUT, CallRequest
+
+InputOutcome = Literal["delivered", "elsewhere", "refused"]
+"""What became of a follow-up handed to a running call (`HarnessEngine.add_input`)."""
 
 _log = logging.getLogger(__name__)
 
@@ -497,6 +500,25 @@ class HarnessEngine:
             )
         self._publish({"k": "poke", "c": call_id})
         return call
+
+    def takes_inputs(self, target: str) -> bool:
+        """Whether calls of ``target`` take users' follow-ups while they run (its adapter's ``supports_inputs``)."""
+        return bool(getattr(self._adapters.get(target), "supports_inputs", False))
+
+    async def add_input(self, call_id: str, text: str, *, key: str) -> InputOutcome:
+        """Hand a user's follow-up ``text`` (``key``: its input message id) to the running call ``call_id``:
+        ``delivered`` (queued into its turn), ``elsewhere`` (another replica drives it: ask there), or ``refused``
+        (the call ended, its turn ended, or its harness takes no follow-ups)."""
+        drive = self._driver.drive_of(call_id)
+        if drive is not None:
+            return "delivered" if await drive.add_input(text, key=key) else "refused"
+        async with self._db.transaction(read_only=True) as tx:
+            call = await tx.harness_calls.get(call_id)
+            lease = await tx.leases.get(lease_resource(call_id))
+        if call.is_terminal or not self.takes_inputs(call.target):
+            return "refused"
+        driven = lease is not None and lease.holder != self._replica_id and lease.expires_at > self._clock.now()
+        return "elsewhere" if driven else "refused"  # nobody drives it now: the follow-up is answered alone
 
 
 def _find_block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None:

@@ -23,7 +23,11 @@ delivered the step's reply: dropped here, the reply has the text), lose some (th
 previewed: its reply fills it in) or, after a restore, see a re-issued model call stream from its start again
 (the projection shows only what is not shown yet).
 
-The first main-loop turn is the call's turn; its terminal event ends the translation. Must not do: I/O.
+The first main-loop turn is the call's turn; its terminal event ends the translation — unless a user's follow-up
+(an input whose command id starts with `FOLLOWUP_PREFIX`, see `followup_command_id`) was queued on the main loop
+and not yet folded into it: then, by the harness's queued-input rule, the follow-ups start the next turn, which is
+the call's too, and the answer goes on (its texts after the earlier turn's). A follow-up folded into the running
+turn is simply seen by the model at its next step. Must not do: I/O.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ from loopd.harness.core.events import (
 )
 from loopd.harness.core.events import (
     HistoryCompacted,
+    InputCancelled,
+    InputQueued,
+    InputRejected,
+    InputsFolded,
     ModelReplied,
     SessionRestored,
     SessionStarted,
@@ -72,6 +80,14 @@ GATE_TIMEOUT_REASON: Final = "no answer before the gate timed out"
 """The reason the harness runtime gives a gate that closed unanswered (``runtime/_loop.py``)."""
 
 ToolEffects = Callable[[str], tuple[EffectKind, Idempotency]]
+
+FOLLOWUP_PREFIX: Final = "followup:"
+
+
+def followup_command_id(key: str) -> str:
+    """The harness command id of a user's follow-up ``key`` (its input message id): stable, so delivering the same
+    follow-up twice is recognised in the journal."""
+    return f"{FOLLOWUP_PREFIX}{key}"
 
 
 def _unknown_effect(_name: str) -> tuple[EffectKind, Idempotency]:
@@ -113,6 +129,9 @@ class HarnessTranslator:
         self._replied_step = 0
         self._step: _StepText | None = None
         self._restored = False
+        self._pending: set[str] = set()  # follow-ups queued on the main loop, not folded or started yet
+        self.followups: set[str] = set()
+        """Command ids of every follow-up the journal shows reaching the main loop (queued, folded or started)."""
         self.finished = False
 
     @property
@@ -168,6 +187,12 @@ class HarnessTranslator:
         current.shown = len(current.text)
         return [TextPreview(piece, offset=position)]
 
+    def _taken(self, command_ids: Any) -> None:
+        for command_id in command_ids:
+            if command_id.startswith(FOLLOWUP_PREFIX):
+                self.followups.add(command_id)
+                self._pending.discard(command_id)
+
     def feed(self, event: object) -> list[Update]:
         """The updates ``event`` means (none for most events). After the call's turn ended: always none."""
         if self.finished:
@@ -180,11 +205,25 @@ class HarnessTranslator:
             case SessionRestored():
                 self._restored = True
                 return []
-            case TurnStarted(loop=loop, turn_id=turn_id):
+            case TurnStarted(loop=loop, turn_id=turn_id, inputs=inputs):
                 if self._main is None:
                     self._main = loop
                 if loop == self._main and self._turn is None:
                     self._turn = turn_id
+                    self._replied_step, self._step = 0, None  # a continuation turn numbers its steps from 1
+                if loop == self._main:
+                    self._taken(i.command_id for i in inputs)
+                return []
+            case InputQueued(loop=loop, command_id=command_id) if loop == self._main:
+                if command_id.startswith(FOLLOWUP_PREFIX):
+                    self._pending.add(command_id)
+                    self.followups.add(command_id)
+                return []
+            case InputsFolded(loop=loop, inputs=inputs) if loop == self._main:
+                self._taken(i.command_id for i in inputs)
+                return []
+            case InputCancelled(command_id=command_id) | InputRejected(command_id=command_id):
+                self._pending.discard(command_id)
                 return []
             case TokenDelta(loop=loop, turn_id=turn_id, step=step, text=text, offset=offset):
                 if not self._ours(loop, turn_id) or not text:
@@ -217,8 +256,11 @@ class HarnessTranslator:
                 updates = [self._usage(usage)]
                 if self._ours(loop, turn_id):
                     updates += self._answer(step, text)
-                    updates.append(Finished(text))
-                    self.finished = True
+                    if self._pending:
+                        self._turn = None  # the queued follow-ups start the next turn: it answers them too
+                    else:
+                        updates.append(Finished(text))
+                        self.finished = True
                 return updates
             case TurnFailed(loop=loop, turn_id=turn_id, error_type=error_type, message=message):
                 if not self._ours(loop, turn_id):

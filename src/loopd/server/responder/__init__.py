@@ -1,7 +1,8 @@
 """The direct-harness responder: Tasks whose target is a harness are answered by one Harness Engine call.
 
 Public face: `HarnessResponder` (a ``loopd.resources.reconcile`` reconciler for Tasks), the `ChatPort` /
-`TaskContextView` protocols it needs from the chat side, and helpers. Register it on the Task resource::
+`TaskContextView` protocols it needs from the chat side, `FOLLOWUP_ANSWER` (what a follow-up handed to a running
+harness call is answered), and helpers. Register it on the Task resource::
 
     manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=task_api), workers=16)
 
@@ -11,6 +12,7 @@ Must not import the chat service module (it talks to it through `ChatPort`).
 
 from loopd.server.responder._responder import (
     EFFECT_KEY,
+    FOLLOWUP_ANSWER,
     ChatPort,
     HarnessResponder,
     ResponderStatistics,
@@ -21,6 +23,7 @@ from loopd.server.responder._responder import (
 
 __all__ = [
     "EFFECT_KEY",
+    "FOLLOWUP_ANSWER",
     "ChatPort",
     "HarnessResponder",
     "ResponderStatistics",

@@ -24,6 +24,14 @@ the oldest Tasks refused for capacity when slots free. The maps behind that hold
 being answered and are emptied as Tasks complete or go away. ``poll`` (5 s) and ``capacity_retry`` (2 s) stay as
 the safety net: a call driven by another replica sends no notice here.
 
+Follow-ups: a Task for a harness whose conversation holds an earlier answer of the same harness still streaming is
+a user adding context while that harness works. Before starting a call of its own, the responder hands the new
+input to the running call (`HarnessEngine.add_input`, the harness's queued-input rule: the model sees it at its next
+step, or the call's next turn answers it), answers the follow-up's own response with `FOLLOWUP_ANSWER` and
+completes it. When the call is driven on another replica, it waits for that replica's responder to do it
+(``followup_retry``, at most ``followup_wait`` seconds after the Task was created); when the call cannot take it
+(its turn ended, or the harness takes no follow-ups), the follow-up is answered as its own Task.
+
 The chat side is the small `ChatPort` protocol (``loopd.server.chat.TaskApi`` satisfies it), so tests can use any
 implementation built on storage and streams.
 """
@@ -61,6 +69,10 @@ _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
 """Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
 DEFAULT_CAPACITY_RETRY: Final = 2.0
+FOLLOWUP_ANSWER: Final = "Added to the answer in progress."
+"""The answer of a follow-up handed to a running harness call (the earlier answer carries its effect)."""
+DEFAULT_FOLLOWUP_RETRY: Final = 0.5
+DEFAULT_FOLLOWUP_WAIT: Final = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +101,13 @@ class TaskContextView(Protocol):
 
 
 class ChatPort(Protocol):
-    """The two chat operations the responder needs (``loopd.server.chat.TaskApi`` has both)."""
+    """The chat operations the responder needs (``loopd.server.chat.TaskApi`` has them)."""
 
     async def task_context(self, task_id: str) -> TaskContextView: ...
 
     async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> object: ...
+
+    async def emit(self, task_id: str, events: Sequence[Mapping[str, Any]]) -> object: ...
 
 
 def message_text(content: Mapping[str, Any]) -> str:
@@ -150,6 +164,8 @@ class HarnessResponder:
         context_retry: float = 0.2,
         capacity_retry: float = DEFAULT_CAPACITY_RETRY,
         orphan_after: float = DEFAULT_ORPHAN_AFTER,
+        followup_retry: float = DEFAULT_FOLLOWUP_RETRY,
+        followup_wait: float = DEFAULT_FOLLOWUP_WAIT,
         clock: Clock | None = None,
     ) -> None:
         self._client = client
@@ -160,6 +176,8 @@ class HarnessResponder:
         self._context_retry = context_retry
         self._capacity_retry = capacity_retry
         self._orphan_after = orphan_after
+        self._followup_retry = followup_retry
+        self._followup_wait = followup_wait
         self._clock = clock or SystemClock()  # wall time, to judge a Task's age against its creationTimestamp
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
@@ -244,6 +262,9 @@ class HarnessResponder:
         self._follow(request, uid)
         call = await self._engine.find(uid, EFFECT_KEY)
         if call is None:
+            handed = await self._hand_over(request, key, _created_at(metadata))
+            if handed is not None:
+                return handed
             started = await self._start(request, uid, key, _created_at(metadata))
             if isinstance(started, Result):
                 if request in self._waiting:  # refused for capacity: queued, nobody runs it yet
@@ -335,6 +356,52 @@ class HarnessResponder:
             call = existing
         self._waiting.pop(request, None)
         return call
+
+    async def _hand_over(self, request: Request, key: str, created: datetime | None) -> Result | None:
+        """Hand the Task's input to an earlier call of the same harness still answering in its conversation
+        (see the module docstring); None when there is none or it cannot take it: answer it as its own Task."""
+        if not self._engine.takes_inputs(key):
+            return None
+        try:
+            context = await self._chat.task_context(request.name)
+        except StorageNotFound:
+            return None  # the commit window: `_start` handles it
+        if context.response.status != "streaming":
+            return None
+        earlier = next(
+            (
+                message
+                for message in reversed(context.history)
+                if message.purpose == "response"
+                and message.kind == "harness"
+                and message.key == key
+                and message.status == "streaming"
+                and message.task_id not in (None, request.name)
+            ),
+            None,
+        )
+        if earlier is None or earlier.task_id is None:
+            return None
+        try:
+            task = await self._client.get(TASKS, earlier.task_id, namespace=request.namespace)
+        except ResourceNotFound:
+            return None
+        running = await self._engine.find(str((task.get("metadata") or {}).get("uid") or ""), EFFECT_KEY)
+        text = message_text(context.input.content)
+        if running is None or running.is_terminal or not text:
+            return None
+        outcome = await self._engine.add_input(running.id, text, key=context.input.id)
+        if outcome == "elsewhere":
+            age = (self._clock.now() - created).total_seconds() if created is not None else 0.0
+            # Another replica drives the call: its responder hands the input over; answer it alone if none does.
+            return Result(requeue_after=self._followup_retry) if age < self._followup_wait else None
+        if outcome == "refused":
+            return None
+        _log.info("task %s: the follow-up went to the running call %s", request.name, running.id)
+        event = {"op": "set", "block": {"id": "answer", "type": "text", "content": FOLLOWUP_ANSWER}}
+        with contextlib.suppress(Conflict):  # completing already (a second reconcile): completing is idempotent
+            await self._chat.emit(request.name, [event])
+        return await self._complete(request.name, None)
 
     async def _complete(self, task_id: str, error: dict[str, str] | None) -> Result:
         try:

@@ -1,0 +1,148 @@
+"""The typed result of a loaded configuration file: `ServerConfig` and its harness targets.
+
+Every field that the file (or the environment) leaves out is None (or the documented default), so the command line
+can tell "not configured" from a value and apply its own precedence. Secrets are never stored here: only the names
+of the environment variables (or files) that hold them, read when the server starts.
+Must not do: I/O (``_loader`` reads and validates; the composition root opens things).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import SecretStr
+
+from loopd.harness.gate import GatePolicy
+from loopd.harness.models import ModelConfig
+
+KubeApi = Literal["auto", "embedded", "in-cluster", "kubeconfig"]
+KUBE_APIS: Final[tuple[KubeApi, ...]] = ("auto", "embedded", "in-cluster", "kubeconfig")
+
+
+class MissingSecret(ValueError):
+    """An environment variable or file the configuration names for a secret is not there."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """``model:`` of a harness: the model id, its OpenAI-compatible endpoint and the variable holding the key."""
+
+    name: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout: float | None = None
+    max_retries: int | None = None
+
+    def resolve(self, env: Mapping[str, str] | None = None) -> ModelConfig:
+        """The `ModelConfig` (the key read from ``api_key_env`` now); `MissingSecret` when that variable is unset."""
+        source = os.environ if env is None else env
+        key: SecretStr | None = None
+        if self.api_key_env is not None:
+            value = source.get(self.api_key_env, "").strip()
+            if not value:
+                raise MissingSecret(f"model {self.name}: ${self.api_key_env} (its api_key_env) is not set")
+            key = SecretStr(value)
+        values: dict[str, object] = {"model": self.name, "base_url": self.base_url, "api_key": key}
+        if self.timeout is not None:
+            values["timeout"] = self.timeout
+        if self.max_retries is not None:
+            values["max_retries"] = self.max_retries
+        return ModelConfig.model_validate(values)
+
+
+@dataclass(frozen=True)
+class BuiltinHarness:
+    """A built-in harness rig in this process: loopd's own agent loop with file and bash tools."""
+
+    key: str
+    title: str = ""
+    description: str = ""
+    model: ModelSpec | None = None
+    """None: the process's model (``--model`` / ``LOOPD_MODEL`` / ``OPENAI_*``)."""
+    tools: tuple[str, ...] | None = None
+    """None: every built-in tool."""
+    workspace: Path | None = None
+    """None: ``<workspaces>/<key>``."""
+    policy: GatePolicy | None = None
+    policy_path: Path | None = None
+    system_prompt: str | None = None
+    max_steps: int | None = None
+    kind: Literal["builtin"] = "builtin"
+
+
+@dataclass(frozen=True)
+class RemoteHarness:
+    """A harness behind ``loopd harness serve`` (or a service speaking its HTTP API)."""
+
+    key: str
+    url: str
+    title: str = ""
+    description: str = ""
+    token_env: str | None = None
+    token_file: Path | None = None
+    timeout: float | None = None
+    kind: Literal["remote"] = "remote"
+
+    def token(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The bearer token (read now); `MissingSecret` when the named variable is unset or the file unreadable."""
+        source = os.environ if env is None else env
+        if self.token_env is not None:
+            value = source.get(self.token_env, "").strip()
+            if not value:
+                raise MissingSecret(f"harness {self.key}: ${self.token_env} (its token_env) is not set")
+            return value
+        if self.token_file is not None:
+            try:
+                value = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise MissingSecret(f"harness {self.key}: cannot read its token_file {self.token_file}: {exc}") from exc
+            if not value:
+                raise MissingSecret(f"harness {self.key}: its token_file {self.token_file} is empty")
+            return value
+        return None
+
+
+@dataclass(frozen=True)
+class ModelHarness:
+    """A plain OpenAI-compatible model as a harness target: one streamed completion per call, no tools."""
+
+    key: str
+    model: ModelSpec
+    title: str = ""
+    description: str = ""
+    system_prompt: str | None = None
+    max_output_tokens: int | None = None
+    kind: Literal["model"] = "model"
+
+
+HarnessTarget = BuiltinHarness | RemoteHarness | ModelHarness
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A configuration file (plus the ``LOOPD_*`` environment overrides) as values; None = not configured."""
+
+    source: str | None = None
+    """The file it came from (None: defaults and environment only)."""
+    data_dir: Path | None = None
+    workspaces: Path | None = None
+    host: str | None = None
+    port: int | None = None
+    api_port: int | None = None
+    public: bool | None = None
+    database_url: str | None = None
+    kube_api: KubeApi = "auto"
+    kubeconfig: Path | None = None
+    namespace: str = "default"
+    kube_timeout: float = 10.0
+    harness_calls: int | None = None
+    task_workers: int = 8
+    call_timeout: float | None = None
+    lease_ttl: float | None = None
+    admin_token: SecretStr | None = field(default=None, repr=False)
+    harnesses: tuple[HarnessTarget, ...] | None = None
+    """None: the default harness only (the built-in ``assistant`` on the process's model)."""

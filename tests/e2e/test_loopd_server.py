@@ -1,0 +1,194 @@
+"""`loopd server` as real processes: the loop-server alone, configured by a file.
+
+- a chat answered by harness targets defined only in the configuration file (a built-in rig and a plain model),
+  which `/v1/actors` lists instead of the default assistant; ``/healthz`` and ``/readyz`` answer without a token;
+- `loopd server` + `loopd operator router` as two processes over the server's embedded Kubernetes API: the Liu Bei
+  question answered by the Router through the server's assistant;
+- a second `loopd server` on the same data directory is refused in one line;
+- two `loopd server --database postgresql://…` replicas on one throwaway PostgreSQL: a question asked on replica A
+  is a Task that replica B's embedded Kubernetes API shows, and B's HTTP API streams the answer to its end.
+"""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loopd.harness.models import ScriptedServer, ServerReply
+from tests.support.model_thread import scripted_model_thread
+from tests.support.postgres import postgres_dsn, postgres_server
+from tests.support.waiting import wait_until
+
+from .conftest import LOOPD, UpProcess, env_for, wait_for_server_file
+from .router_support import HEROES, QUESTION, answer_text, ask, start_router, wait_answer, wait_registered
+
+__all__ = ["postgres_dsn", "postgres_server"]
+
+
+def start_server(
+    data_dir: Path,
+    tmp_path: Path,
+    name: str = "server",
+    *,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> UpProcess:
+    """``loopd server --port 0`` on ``data_dir`` (plus ``args``; ``env`` over `env_for`), once it serves."""
+    log = tmp_path / f"{name}.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [LOOPD, "server", "--data-dir", str(data_dir), "--port", "0", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**env_for(data_dir), **(env or {})},
+        )
+    info = wait_for_server_file(process, data_dir, log)
+    return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)
+
+
+@pytest.fixture
+def stopping() -> Iterator[list[UpProcess]]:
+    """Servers to stop (SIGTERM, by pid) at the end of the test."""
+    started: list[UpProcess] = []
+    yield started
+    for server in started:
+        server.kill(signal.SIGTERM)
+
+
+def _conversation_message(client: httpx.Client, conversation_id: str, message_id: str) -> dict[str, Any]:
+    page = client.get(f"/v1/conversations/{conversation_id}/messages", params={"limit": 200})
+    assert page.status_code == 200, page.text
+    return next(m for m in page.json()["data"] if m["id"] == message_id)
+
+
+def _embedded_task(server: UpProcess, task_id: str) -> httpx.Response:
+    """GET the Task from ``server``'s embedded Kubernetes API with its admin token."""
+    endpoint = (server.data_dir / "resources-api" / "endpoint").read_text().strip()
+    trust = ssl.create_default_context(cafile=str(server.data_dir / "resources-api" / "ca.crt"))
+    headers = {"Authorization": f"Bearer {server.token}"}
+    with httpx.Client(base_url=endpoint, headers=headers, verify=trust, timeout=10.0) as api:
+        return api.get(f"/apis/loopd.dev/v1alpha1/namespaces/default/tasks/{task_id}")
+
+
+CONFIG = """\
+kubernetes:
+  api: embedded
+harnesses:
+  - key: scribe
+    kind: builtin
+    title: Scribe
+    model: {name: demo}
+    tools: [read_file, list_dir]
+  - key: plain
+    kind: model
+    title: Plain model
+    model: {name: gpt-4o-mini, base_url: "BASE_URL"}
+    system_prompt: Answer in one line.
+"""
+
+
+def test_a_chat_is_answered_by_harness_targets_defined_only_in_the_config_file(
+    tmp_path: Path, stopping: list[UpProcess]
+) -> None:
+    model = ScriptedServer(lambda request: ServerReply(text=f"plain answer to: {request.last_user_text}"))
+    with scripted_model_thread(model, name="plain-model") as base_url:
+        config = tmp_path / "loopd.yaml"
+        config.write_text(CONFIG.replace("BASE_URL", base_url))
+        server = start_server(tmp_path / "data", tmp_path, args=["--config", str(config)])
+        stopping.append(server)
+        assert httpx.get(server.url + "/healthz", timeout=10).json() == {"ok": True}
+        assert httpx.get(server.url + "/readyz", timeout=10).status_code == 200
+        with server.client() as client:
+            actors = {(a["kind"], a["key"]): a for a in client.get("/v1/actors").json()["data"]}
+            assert set(actors) == {("harness", "scribe"), ("harness", "plain")}, actors  # no default assistant
+            assert actors["harness", "plain"]["display_name"] == "Plain model"
+
+            asked = ask(client, "hello from the config file", target="harness:scribe")
+            message = wait_answer(client, asked, timeout=45)
+            assert message["status"] == "completed", (message, server.log.read_text())
+            assert answer_text(message).strip(), message
+
+            asked = ask(client, "what is two plus two", target="harness:plain")
+            message = wait_answer(client, asked, timeout=45)
+            assert message["status"] == "completed", (message, server.log.read_text())
+            assert answer_text(message) == "plain answer to: what is two plus two"
+        # The plain model was asked with the configured system prompt.
+        assert any(
+            m.get("role") == "system" and m.get("content") == "Answer in one line."
+            for request in model.requests
+            for m in request.messages
+        ), model.requests
+
+
+def test_loopd_server_and_a_standalone_router_answer_through_the_embedded_api(
+    tmp_path: Path, stopping: list[UpProcess]
+) -> None:
+    server = start_server(tmp_path / "data", tmp_path)
+    stopping.append(server)
+    router = start_router(server, tmp_path)
+    try:
+        with server.client() as client:
+            wait_registered(client, router)
+            asked = ask(client, QUESTION)
+            message = wait_answer(client, asked, timeout=50)
+            assert message["status"] == "completed", (message, router.output(), server.log.read_text())
+            text = answer_text(message)
+            assert all(hero in text for hero in HEROES), text
+        wait_until(lambda: _embedded_task(server, asked.task_id).status_code == 404, what="the Task to be deleted")
+    finally:
+        router.kill(signal.SIGTERM)
+
+
+def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, stopping: list[UpProcess]) -> None:
+    server = start_server(tmp_path / "data", tmp_path)
+    stopping.append(server)
+    done = subprocess.run(
+        [LOOPD, "server", "--data-dir", str(server.data_dir), "--port", "0"],
+        env=env_for(server.data_dir),
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    lines = [line for line in done.stderr.decode().splitlines() if line.strip()]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr.decode()
+    assert "loopd server" in lines[0] and "Traceback" not in lines[0], lines
+
+
+@pytest.mark.postgres
+def test_two_servers_on_one_postgresql_share_a_task(
+    tmp_path: Path, postgres_dsn: str, stopping: list[UpProcess]
+) -> None:
+    # The model answers slowly, so the Task still exists while replica B is asked about it.
+    model = ScriptedServer(lambda request: ServerReply(text="the shared answer", delay=3.0))
+    with scripted_model_thread(model, name="slow-model") as base_url:
+        config = tmp_path / "replicas.yaml"
+        config.write_text(
+            "kubernetes: {api: embedded}\n"
+            "harnesses:\n"
+            f"  - {{key: slow, kind: model, model: {{name: gpt-4o-mini, base_url: '{base_url}'}}}}\n"
+        )
+        env = {"LOOPD_DATABASE_URL": postgres_dsn, "LOOPD_CONFIG": str(config)}
+        a = start_server(tmp_path / "a", tmp_path, "replica-a", env=env)
+        stopping.append(a)
+        b = start_server(tmp_path / "b", tmp_path, "replica-b", env=env)
+        stopping.append(b)
+        assert not (tmp_path / "a" / "resources.db").exists()  # the embedded store lives in PostgreSQL
+        with a.client() as on_a, b.client() as on_b:
+            asked = ask(on_a, "shared between replicas", target="harness:slow")
+            seen = _embedded_task(b, asked.task_id)  # replica B's embedded API serves the same store
+            assert seen.status_code == 200, seen.text
+            assert seen.json()["spec"]["target"] == {"kind": "harness", "key": "slow"}
+            message = wait_answer(on_b, asked, timeout=45)  # read through replica B
+            assert message["status"] == "completed", (message, a.log.read_text(), b.log.read_text())
+            assert answer_text(message) == "the shared answer"
+            assert _conversation_message(on_a, asked.conversation_id, asked.response_id)["status"] == "completed"
+        wait_until(lambda: _embedded_task(a, asked.task_id).status_code == 404, what="the Task to be deleted")
+        assert len(model.requests) == 1, model.requests  # answered once, by one of the replicas
