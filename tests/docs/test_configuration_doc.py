@@ -21,8 +21,11 @@ def _yaml_blocks() -> list[str]:
 
 
 def _keys(schema: dict[str, Any], prefix: str, defs: dict[str, Any]) -> Iterator[str]:
+    """Every key path of ``schema``: ``listen.port``, ``harnesses[].model.name``, … (``[]``: an array's items)."""
     if "$ref" in schema:
         schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
+    if isinstance(schema.get("items"), dict):
+        yield from _keys(schema["items"], f"{prefix.removesuffix('.')}[].", defs)
     for name, sub in (schema.get("properties") or {}).items():
         yield f"{prefix}{name}"
         if isinstance(sub, dict):
@@ -53,12 +56,11 @@ def test_the_complete_example_has_one_target_of_each_kind(tmp_path: Path) -> Non
 def test_every_schema_key_is_documented() -> None:
     schema = config_schema()
     text = DOC.read_text()
-    defs = schema["$defs"]
     missing = []
-    for key in _keys(schema, "", defs):
-        documented = key.replace("harnesses.", "harnesses[].")
-        leaf = key.rsplit(".", 1)[-1]
-        if f"`{documented}`" not in text and f"`harnesses[].{leaf}`" not in text and f"`model.{leaf}`" not in text:
+    for key in _keys(schema, "", schema["$defs"]):
+        # A model's keys are documented once, as model.<key>, for every harness kind that has one.
+        shown = key.replace("harnesses[].model.", "model.")
+        if f"`{shown}`" not in text:
             missing.append(key)
     assert not missing, f"keys of schema.json not documented in {DOC.name}: {missing}"
 
@@ -74,3 +76,12 @@ def test_the_documented_defaults_are_the_loaders() -> None:
     config = parse_config("{}", env={}, resolve_secrets=False)
     assert (config.kube_api, config.namespace, config.kube_timeout, config.task_workers) == ("auto", "default", 10, 8)
     assert config.harnesses is None and config.port is None  # the server's own defaults apply (8420, …)
+
+
+def test_loopd_database_url_wins_over_the_files_url_env(tmp_path: Path) -> None:
+    text = "database:\n  url_env: SOME_DSN\n"
+    env = {"LOOPD_DATABASE_URL": "postgresql://u@h/db", "SOME_DSN": "postgresql://other@h/db"}
+    assert parse_config(text, base_dir=tmp_path, env=env).database_url == "postgresql://u@h/db"
+    assert parse_config(text, base_dir=tmp_path, env={"SOME_DSN": "postgresql://x@h/d"}).database_url == (
+        "postgresql://x@h/d"
+    )

@@ -1,7 +1,8 @@
 """`loopd server` as real processes: the loop-server alone, configured by a file.
 
 - a chat answered by harness targets defined only in the configuration file (a built-in rig and a plain model),
-  which `/v1/actors` lists instead of the default assistant; ``/healthz`` and ``/readyz`` answer without a token;
+  which `/v1/actors` lists instead of the default assistant; ``/healthz`` and ``/readyz`` answer without a token; a
+  token the file names for ``operator:router`` (``auth.actor_tokens``) authenticates as it;
 - `loopd server` + `loopd operator router` as two processes over the server's embedded Kubernetes API: the Liu Bei
   question answered by the Router through the server's assistant;
 - a second `loopd server` on the same data directory is refused in one line;
@@ -78,9 +79,13 @@ def _embedded_task(server: UpProcess, task_id: str) -> httpx.Response:
         return api.get(f"/apis/loopd.dev/v1alpha1/namespaces/default/tasks/{task_id}")
 
 
+ROUTER_TOKEN = "r" * 48
 CONFIG = """\
 kubernetes:
   api: embedded
+auth:
+  actor_tokens:
+    - {actor: "operator:router", token_env: LOOPD_TEST_ROUTER_TOKEN}
 harnesses:
   - key: scribe
     kind: builtin
@@ -102,10 +107,14 @@ def test_a_chat_is_answered_by_harness_targets_defined_only_in_the_config_file(
     with scripted_model_thread(model, name="plain-model") as base_url:
         config = tmp_path / "loopd.yaml"
         config.write_text(CONFIG.replace("BASE_URL", base_url))
-        server = start_server(tmp_path / "data", tmp_path, args=["--config", str(config)])
+        server = start_server(
+            tmp_path / "data", tmp_path, args=["--config", str(config)], env={"LOOPD_TEST_ROUTER_TOKEN": ROUTER_TOKEN}
+        )
         stopping.append(server)
         assert httpx.get(server.url + "/healthz", timeout=10).json() == {"ok": True}
         assert httpx.get(server.url + "/readyz", timeout=10).status_code == 200
+        me = httpx.get(server.url + "/v1/me", headers={"Authorization": f"Bearer {ROUTER_TOKEN}"}, timeout=10)
+        assert me.json() == {"kind": "operator", "key": "router", "trusted": True}  # the Secret's token is adopted
         with server.client() as client:
             actors = {(a["kind"], a["key"]): a for a in client.get("/v1/actors").json()["data"]}
             assert set(actors) == {("harness", "scribe"), ("harness", "plain")}, actors  # no default assistant

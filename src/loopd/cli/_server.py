@@ -103,6 +103,7 @@ def server_settings(
     """The server's settings: each flag given wins over ``config`` (the file with the environment over it), which
     wins over the defaults. ``embedded_only`` (`loopd up`): Tasks must live in the embedded store."""
     from loopd.server import DEFAULT_PORT, ServerSetupError, UpSettings, resolve_kube_api
+    from loopd.server.config import MissingSecret
 
     chosen_kubeconfig = kubeconfig.expanduser() if kubeconfig is not None else config.kubeconfig
     requested = kube_api or ("kubeconfig" if kubeconfig is not None else config.kube_api)
@@ -126,6 +127,10 @@ def server_settings(
         extra["call_timeout"] = config.call_timeout
     if config.lease_ttl is not None:
         extra["lease_ttl"] = config.lease_ttl
+    try:
+        actor_tokens = tuple((item.actor, item.token()) for item in config.actor_tokens)
+    except MissingSecret as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     chosen_workspaces = workspaces if workspaces is not None else config.workspaces
     return UpSettings(
         data_dir=(data_dir or config.data_dir or default_data_dir()).expanduser(),
@@ -146,6 +151,7 @@ def server_settings(
         kube_timeout=config.kube_timeout,
         task_workers=config.task_workers,
         admin_tokens=(config.admin_token.get_secret_value(),) if config.admin_token is not None else (),
+        actor_tokens=actor_tokens,
         holder=holder,
         **extra,
     )

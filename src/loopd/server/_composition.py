@@ -79,12 +79,12 @@ from loopd.server.engine import (
     RemoteHarnessAdapter,
     engine_router,
 )
-from loopd.server.http import AccessStore, ServerSecurity, open_http_server
+from loopd.server.http import AccessStore, Identity, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
 from loopd.server.ledger import SqlLedgerStore
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.responder import HarnessResponder
-from loopd.server.storage import Database, DatabaseOptions, StorageError, open_database
+from loopd.server.storage import Database, DatabaseOptions, InvalidRecord, StorageError, open_database
 from loopd.server.streams import ConversationBus
 
 DEFAULT_PORT: Final = 8420
@@ -142,6 +142,9 @@ class UpSettings:
     """Seconds one Task's harness call may run."""
     admin_tokens: tuple[str, ...] = ()
     """Bearer tokens accepted as the admin besides the generated one (e.g. one shared by every replica)."""
+    actor_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """``(actor, token)`` pairs made elsewhere (``operator:router``, a Secret's token) that this server accepts as
+    those actors' tokens (`AccessStore.adopt_token`, at start)."""
     holder: str = "loopd up"
     """Who holds the data directory's lock (named when a second process is refused)."""
 
@@ -236,6 +239,22 @@ def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
     tmp.write_text(json.dumps(info, indent=2) + "\n")
     os.chmod(tmp, 0o644)
     os.replace(tmp, data_dir / SERVER_FILE)
+
+
+async def _adopt_tokens(db: Database, tokens: tuple[tuple[str, str], ...]) -> None:
+    access = AccessStore(db)
+    for actor, token in tokens:
+        kind, _, key = actor.partition(":")
+        if kind == "operator":
+            identity = Identity("operator", key)
+        elif kind == "harness":
+            identity = Identity("harness", key)
+        else:
+            raise ServerSetupError(f"auth.actor_tokens: {actor!r} is not operator:<key> or harness:<key>")
+        try:
+            await access.adopt_token(identity, token)
+        except InvalidRecord as exc:
+            raise ServerSetupError(f"auth.actor_tokens: {exc.message}") from exc
 
 
 def _responder_of(access: AccessStore) -> TokenResolver:
@@ -427,6 +446,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             db = await stack.enter_async_context(
                 open_database(settings.database_url or data_dir / "loopd.db", options=DatabaseOptions(clock=clock))
             )
+            await _adopt_tokens(db, settings.actor_tokens)
             client: ResourceClient
             api_url: str | None = None
             if store is not None:

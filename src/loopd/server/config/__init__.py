@@ -20,6 +20,7 @@ from loopd.server.config._loader import (
 )
 from loopd.server.config._types import (
     KUBE_APIS,
+    ActorToken,
     BuiltinHarness,
     HarnessTarget,
     KubeApi,
@@ -35,6 +36,7 @@ __all__ = [
     "CONFIG_ENV",
     "ENV_OVERRIDES",
     "KUBE_APIS",
+    "ActorToken",
     "BuiltinHarness",
     "ConfigError",
     "ConfigProblem",

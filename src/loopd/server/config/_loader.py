@@ -32,6 +32,7 @@ from loopd.harness.gate import GatePolicyError, load_policy
 from loopd.server._errors import ServerSetupError
 
 from ._types import (
+    ActorToken,
     BuiltinHarness,
     HarnessTarget,
     KubeApi,
@@ -195,6 +196,8 @@ def _apply_env(data: dict[str, Any], env: Mapping[str, str], marks: _Marks) -> N
                 child = target[part] = {}
             target = child
         target[override.path[-1]] = _convert(raw, override.kind)
+        if override.path == ("database", "url"):
+            target.pop("url_env", None)  # the variable wins over the file's url_env too
         marks.env[override.path] = override.name
 
 
@@ -395,6 +398,10 @@ def _values(
         call_timeout=_float(timeouts.get("harness_call")),
         lease_ttl=_float(timeouts.get("lease_ttl")),
         admin_token=admin_token,
+        actor_tokens=tuple(
+            ActorToken(str(item["actor"]), item.get("token_env"), path_of(item.get("token_file")))
+            for item in auth.get("actor_tokens") or ()
+        ),
         harnesses=harnesses,
     )
 

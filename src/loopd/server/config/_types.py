@@ -123,6 +123,33 @@ HarnessTarget = BuiltinHarness | RemoteHarness | ModelHarness
 
 
 @dataclass(frozen=True)
+class ActorToken:
+    """``auth.actor_tokens[]``: a token made elsewhere (a Secret) that authenticates ``actor`` (``operator:<key>``
+    or ``harness:<key>``), read from ``token_env`` or ``token_file`` when the server starts."""
+
+    actor: str
+    token_env: str | None = None
+    token_file: Path | None = None
+
+    def token(self, env: Mapping[str, str] | None = None) -> str:
+        """The token (read now); `MissingSecret` when the variable is unset or the file unreadable or empty."""
+        source = os.environ if env is None else env
+        if self.token_env is not None:
+            value = source.get(self.token_env, "").strip()
+            if not value:
+                raise MissingSecret(f"auth.actor_tokens: ${self.token_env} (the token of {self.actor}) is not set")
+            return value
+        assert self.token_file is not None  # the schema requires one of the two
+        try:
+            value = self.token_file.read_text().strip()
+        except OSError as exc:
+            raise MissingSecret(f"auth.actor_tokens: cannot read {self.token_file} ({self.actor}): {exc}") from exc
+        if not value:
+            raise MissingSecret(f"auth.actor_tokens: {self.token_file} (the token of {self.actor}) is empty")
+        return value
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """A configuration file (plus the ``LOOPD_*`` environment overrides) as values; None = not configured."""
 
@@ -144,5 +171,6 @@ class ServerConfig:
     call_timeout: float | None = None
     lease_ttl: float | None = None
     admin_token: SecretStr | None = field(default=None, repr=False)
+    actor_tokens: tuple[ActorToken, ...] = ()
     harnesses: tuple[HarnessTarget, ...] | None = None
     """None: the default harness only (the built-in ``assistant`` on the process's model)."""

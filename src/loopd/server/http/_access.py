@@ -38,6 +38,10 @@ def _time_text(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+MIN_ADOPTED_TOKEN: Final = 32
+"""Characters an adopted token (`AccessStore.adopt_token`) has at least."""
+
+
 @dataclass(frozen=True)
 class SigninCode:
     code: str
@@ -66,6 +70,25 @@ class AccessStore:
                 (secret_digest(token), actor.kind, actor.key, _time_text(tx.now())),
             )
         return token
+
+    async def adopt_token(self, actor: Identity, token: str) -> None:
+        """Accept ``token``, made elsewhere (e.g. a Kubernetes Secret shared with an operator), as ``actor``'s own;
+        only its digest is kept. Idempotent (replicas starting together may all adopt it). `InvalidRecord` for a
+        user, a token shorter than `MIN_ADOPTED_TOKEN` characters, or one already bound to another actor."""
+        if actor.kind == "user":
+            raise InvalidRecord("actor tokens are for operator:<key> or harness:<key>; users sign in with a link")
+        if len(token.strip()) < MIN_ADOPTED_TOKEN or token != token.strip():
+            raise InvalidRecord(f"a token for {actor.text} needs at least {MIN_ADOPTED_TOKEN} characters, no spaces")
+        digest = secret_digest(token)
+        async with self._db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO access_tokens (token_hash, actor_kind, actor_key, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (token_hash) DO NOTHING",
+                (digest, actor.kind, actor.key, _time_text(tx.now())),
+            )
+            row = await tx.fetch_one("SELECT actor_kind, actor_key FROM access_tokens WHERE token_hash = ?", (digest,))
+        if row is None or (row[0], row[1]) != (actor.kind, actor.key):
+            raise InvalidRecord(f"this token already authenticates another actor than {actor.text}")
 
     async def revoke_tokens(self, actor: Identity) -> int:
         """Forget every token of ``actor``; returns how many there were."""
