@@ -3,6 +3,7 @@
 - a chat answered by harness targets defined only in the configuration file (a built-in rig and a plain model),
   which `/v1/actors` lists instead of the default assistant; ``/healthz`` and ``/readyz`` answer without a token; a
   token the file names for ``operator:router`` (``auth.actor_tokens``) authenticates as it;
+- a remote target (a `loopd harness serve` process with a token) named only in the configuration file answers;
 - `loopd server` + `loopd operator router` as two processes over the server's embedded Kubernetes API: the Liu Bei
   question answered by the Router through the server's assistant;
 - a second `loopd server` on the same data directory is refused in one line;
@@ -24,7 +25,7 @@ import pytest
 
 from loopd.harness.models import ScriptedServer, ServerReply
 from tests.support.model_thread import scripted_model_thread
-from tests.support.postgres import postgres_dsn, postgres_server
+from tests.support.postgres import free_port, postgres_dsn, postgres_server
 from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for, wait_for_server_file
@@ -135,6 +136,52 @@ def test_a_chat_is_answered_by_harness_targets_defined_only_in_the_config_file(
             for request in model.requests
             for m in request.messages
         ), model.requests
+
+
+def test_a_remote_harness_named_in_the_config_file_answers(tmp_path: Path, stopping: list[UpProcess]) -> None:
+    port, token = free_port(), "p" * 40
+    peer_log = tmp_path / "peer.log"
+    command = [LOOPD, "harness", "serve", "--port", str(port), "--workspace", str(tmp_path / "peer-ws")]
+    with open(peer_log, "wb") as out:
+        peer = subprocess.Popen(
+            [*command, "--data-dir", str(tmp_path / "peer-data"), "--sandbox", "none"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**env_for(tmp_path / "peer-home"), "LOOPD_HARNESS_TOKEN": token},
+        )
+    try:
+        peer_url = f"http://127.0.0.1:{port}"
+
+        def peer_up() -> bool:
+            if peer.poll() is not None:
+                raise AssertionError(f"loopd harness serve exited:\n{peer_log.read_text()}")
+            try:
+                return httpx.get(peer_url + "/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(peer_up, timeout=60, what="loopd harness serve to answer")
+        config = tmp_path / "remote.yaml"
+        config.write_text(
+            "harnesses:\n"
+            f"  - {{key: peer, kind: remote, title: Peer, url: '{peer_url}', token_env: LOOPD_TEST_PEER_TOKEN}}\n"
+        )
+        server = start_server(
+            tmp_path / "data", tmp_path, args=["--config", str(config)], env={"LOOPD_TEST_PEER_TOKEN": token}
+        )
+        stopping.append(server)
+        with server.client() as client:
+            actors = client.get("/v1/actors").json()["data"]
+            assert [(a["kind"], a["key"], a["display_name"]) for a in actors] == [("harness", "peer", "Peer")]
+            asked = ask(client, "hello remote peer", target="harness:peer")
+            message = wait_answer(client, asked, timeout=45)
+            assert message["status"] == "completed", (message, server.log.read_text(), peer_log.read_text())
+            assert "hello remote peer" in answer_text(message)  # the demo model behind the peer echoes it
+    finally:
+        if peer.poll() is None:
+            peer.send_signal(signal.SIGTERM)
+        peer.wait(timeout=30)
 
 
 def test_loopd_server_and_a_standalone_router_answer_through_the_embedded_api(
