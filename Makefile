@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test lint bench fmt clean web web-test
+.PHONY: run test test-k8s lint bench fmt clean web web-test
 
 # The web UI (web/: Preact + TypeScript, built by Vite into the package, where `loopd up` serves it). `npm ci` runs
 # when the lockfile changes, the build when a source, the page or a config does.
@@ -55,9 +55,15 @@ PYTEST_WORKERS ?= auto
 test: $(STAMP) web web-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
+# The tests against a real kube-apiserver + etcd (tests/k8s, collected only with LOOPD_K8S=1): the binaries are
+# built from their Go modules on the first run and cached by version (scripts/k8s_tools.py); one process, one cluster.
+test-k8s: $(STAMP)
+	$(BIN)/python scripts/k8s_tools.py ensure
+	LOOPD_K8S=1 $(BIN)/python -m pytest -n 0 tests/k8s $(PYTEST_ARGS)
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Build and cache the Kubernetes binaries the real-API-server tests need: kube-apiserver, kubectl, etcd, helm.
+"""Build and cache the Kubernetes binaries the real-API-server tests need: kube-apiserver, kubectl,
+kube-controller-manager (garbage collection, namespace finalization), etcd, helm.
 
 Each tool is compiled from its published Go module (the only place this machine can get it from) into
 ``${XDG_CACHE_HOME:-~/.cache}/loopd/k8s-tools/<tool>-<version>/<tool>``, so only the first run pays the build.
@@ -10,9 +11,11 @@ two shells never build the same binary twice; the binary appears atomically (wri
 
 Usage::
 
-    python scripts/k8s_tools.py path kube-apiserver|kubectl|etcd|helm   # absolute path; builds first if missing
-    python scripts/k8s_tools.py ensure                                  # all tools; prints each build time
-    python scripts/k8s_tools.py versions                                # the pinned versions
+    python scripts/k8s_tools.py path TOOL   # absolute path of TOOL; builds it first if missing
+    python scripts/k8s_tools.py ensure      # every tool, in the order of TOOLS; prints each build time
+    python scripts/k8s_tools.py versions    # the pinned versions
+
+TOOL: kube-apiserver, etcd, kubectl, kube-controller-manager, helm.
 
 Progress goes to stderr; ``path`` prints only the path on stdout. The Go toolchain comes from ``$GO`` or ``go`` on
 ``PATH``. This script must not download anything but Go modules (through ``go`` itself), and never touches the
@@ -103,6 +106,7 @@ class GoTool:
     replaces: tuple[tuple[str, str, str], ...] = ()  # (module, replacement module, version)
     main_source: str | None = None  # a main.go of our own when the module has no main package to build
     extra_imports: tuple[str, ...] = field(default=())  # other packages tidy must keep (tools sharing the module)
+    ldflags: tuple[str, ...] = ()  # e.g. -X lines stamping the version the binary reports
 
     def go_mod(self) -> str:
         """The generated go.mod: our module, the pinned requirement, the replace lines."""
@@ -127,6 +131,17 @@ class GoTool:
 
 
 _KUBE_REPLACES = tuple((f"k8s.io/{m}", f"k8s.io/{m}", _STAGING_VERSION) for m in _STAGING_MODULES)
+_KUBE_MAJOR, _KUBE_MINOR = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+# What `/version` and `kubectl version` report (a module build otherwise says v0.0.0-master).
+_KUBE_LDFLAGS = tuple(
+    f"-X k8s.io/component-base/version.{key}={value}"
+    for key, value in (
+        ("gitVersion", KUBERNETES_VERSION),
+        ("gitMajor", _KUBE_MAJOR),
+        ("gitMinor", _KUBE_MINOR),
+        ("gitTreeState", "clean"),
+    )
+)
 
 TOOLS: dict[str, GoTool] = {
     "kube-apiserver": GoTool(
@@ -135,13 +150,7 @@ TOOLS: dict[str, GoTool] = {
         module="k8s.io/kubernetes",
         package="k8s.io/kubernetes/cmd/kube-apiserver",
         replaces=_KUBE_REPLACES,
-    ),
-    "kubectl": GoTool(
-        name="kubectl",
-        version=KUBERNETES_VERSION,
-        module="k8s.io/kubernetes",
-        package="k8s.io/kubernetes/cmd/kubectl",
-        replaces=_KUBE_REPLACES,
+        ldflags=_KUBE_LDFLAGS,
     ),
     "etcd": GoTool(
         name="etcd",
@@ -149,6 +158,22 @@ TOOLS: dict[str, GoTool] = {
         module="go.etcd.io/etcd/server/v3",
         package="go.etcd.io/etcd/server/v3/etcdmain",
         main_source=_ETCD_MAIN,
+    ),
+    "kubectl": GoTool(
+        name="kubectl",
+        version=KUBERNETES_VERSION,
+        module="k8s.io/kubernetes",
+        package="k8s.io/kubernetes/cmd/kubectl",
+        replaces=_KUBE_REPLACES,
+        ldflags=_KUBE_LDFLAGS,
+    ),
+    "kube-controller-manager": GoTool(
+        name="kube-controller-manager",
+        version=KUBERNETES_VERSION,
+        module="k8s.io/kubernetes",
+        package="k8s.io/kubernetes/cmd/kube-controller-manager",
+        replaces=_KUBE_REPLACES,
+        ldflags=_KUBE_LDFLAGS,
     ),
     "helm": GoTool(
         name="helm",
@@ -246,13 +271,13 @@ def ensure_tool(name: str, *, timeout: float = 3600.0) -> tuple[Path, float | No
         for filename, text in tool.sources().items():
             (src / filename).write_text(text)
         env = dict(os.environ)
-        env["GOFLAGS"] = "-trimpath -buildvcs=false"
-        env.setdefault("CGO_ENABLED", "0")
+        env["GOFLAGS"] = "-trimpath -buildvcs=false"  # cgo as the machine has it (the build cache is shared)
         started = time.monotonic()
         _log(f"building {tool.name} {tool.version} from {tool.module} (first run only; this can take many minutes)")
         _run([go, "mod", "tidy"], cwd=src, env=env, timeout=timeout)
         partial = directory / f".{tool.name}.partial"
-        _run([go, "build", "-o", str(partial), tool.build_target()], cwd=src, env=env, timeout=timeout)
+        ldflags = ["-ldflags", " ".join(("-s", "-w", *tool.ldflags))]
+        _run([go, "build", *ldflags, "-o", str(partial), tool.build_target()], cwd=src, env=env, timeout=timeout)
         partial.chmod(0o755)
         partial.replace(binary)
         elapsed = time.monotonic() - started

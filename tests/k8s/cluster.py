@@ -3,9 +3,11 @@
 ``start_cluster()`` starts etcd (free loopback ports, a temporary data directory, no fsync) and kube-apiserver on
 127.0.0.1 with a generated CA and serving certificate, a static token file (an admin token in ``system:masters``),
 ``--authorization-mode=RBAC``, service-account signing keys (so TokenRequest works) and a service IP range; it waits
-for ``/readyz`` and returns a ``KubeCluster``. ``KubeCluster.stop()`` ends both processes by pid. No
-kube-controller-manager runs: nothing garbage-collects owned objects, finalizes deleted namespaces or creates the
-``default`` ServiceAccount (``service_account_kubeconfig`` creates the accounts it needs).
+for ``/readyz``, then starts kube-controller-manager with only the garbage collector, the namespace controller and
+the service-account controller (owned objects are deleted with their owner, deleted namespaces are finalized, each
+namespace gets its ``default`` ServiceAccount), and returns a ``KubeCluster``. ``KubeCluster.stop()`` ends the
+processes by pid. Without a cached kube-controller-manager the cluster still starts (``has_controller_manager`` is
+False) and none of that happens.
 
 The binaries come from ``scripts/k8s_tools.py`` (built from their Go modules and cached per version); this module
 only looks them up, it never builds (``make test-k8s`` runs ``scripts/k8s_tools.py ensure`` first).
@@ -227,6 +229,7 @@ class KubeCluster:
     kubectl_path: Path
     workdir: Path
     etcd_url: str
+    has_controller_manager: bool = False
     _processes: list[_Process] = field(default_factory=list, repr=False)
     _sa_counter: int = field(default=0, repr=False)
 
@@ -269,13 +272,21 @@ class KubeCluster:
             )
         return result
 
-    def apply(self, manifests: str | Sequence[Mapping[str, Any]], *, kubeconfig: Path | None = None) -> str:
-        """``kubectl apply -f -`` of YAML text or of parsed objects; its output."""
+    def apply(
+        self,
+        manifests: str | Sequence[Mapping[str, Any]],
+        *,
+        namespace: str | None = None,
+        kubeconfig: Path | None = None,
+    ) -> str:
+        """``kubectl apply -f -`` of YAML text or of parsed objects (namespaced objects without a namespace go to
+        ``namespace``, else the kubeconfig's, ``default``); its output."""
         text = manifests if isinstance(manifests, str) else yaml.safe_dump_all(list(manifests), sort_keys=False)
-        return self.kubectl("apply", "-f", "-", input=text, kubeconfig=kubeconfig).stdout
+        where = ["--namespace", namespace] if namespace else []
+        return self.kubectl("apply", *where, "-f", "-", input=text, kubeconfig=kubeconfig).stdout
 
     def create_namespace(self, prefix: str = "t") -> str:
-        """A new namespace with a unique name (namespaces are never finalized here: no controller-manager)."""
+        """A new namespace with a unique name."""
         name = f"{prefix}-{secrets.token_hex(4)}"
         self.kubectl("create", "namespace", name)
         return name
@@ -345,7 +356,7 @@ class KubeCluster:
         return all(p.alive() for p in self._processes)
 
     def stop(self) -> None:
-        """Stop kube-apiserver, then etcd (by pid)."""
+        """Stop kube-controller-manager, kube-apiserver, then etcd (by pid)."""
         for process in reversed(self._processes):
             process.stop()
 
@@ -414,6 +425,9 @@ def start_cluster(workdir: Path, *, timeout: float = 180.0, attempts: int = 3) -
         if path is None:
             raise ClusterError(f"{name} is not built: run `python scripts/k8s_tools.py ensure` (or `make test-k8s`)")
         binaries[name] = path
+    manager = cached_tool("kube-controller-manager")
+    if manager is not None:
+        binaries["kube-controller-manager"] = manager
     last: ClusterError | None = None
     for attempt in range(attempts):
         try:
@@ -484,13 +498,29 @@ def _start_once(workdir: Path, binaries: Mapping[str, Path], timeout: float) -> 
         )
         processes.append(apiserver)
         _wait("kube-apiserver /readyz", lambda: _apiserver_ready(server, pki["ca"], admin_token), processes, timeout)
+        kubeconfig = workdir / "admin.kubeconfig"
+        kubeconfig.write_text(render_kubeconfig(server, pki["ca"].read_text(), admin_token, user=ADMIN_USER))
+        kubeconfig.chmod(0o600)
+        if "kube-controller-manager" in binaries:
+            processes.append(
+                _spawn(
+                    "kube-controller-manager",
+                    [
+                        str(binaries["kube-controller-manager"]),
+                        f"--kubeconfig={kubeconfig}",
+                        "--controllers=garbagecollector,namespace,serviceaccount",
+                        "--leader-elect=false",
+                        "--use-service-account-credentials=false",
+                        "--secure-port=0",
+                        "--v=1",
+                    ],
+                    workdir,
+                )
+            )
     except BaseException:
         for process in reversed(processes):
             process.stop()
         raise
-    kubeconfig = workdir / "admin.kubeconfig"
-    kubeconfig.write_text(render_kubeconfig(server, pki["ca"].read_text(), admin_token, user=ADMIN_USER))
-    kubeconfig.chmod(0o600)
     return KubeCluster(
         server=server,
         ca_path=pki["ca"],
@@ -499,6 +529,7 @@ def _start_once(workdir: Path, binaries: Mapping[str, Path], timeout: float) -> 
         kubectl_path=binaries["kubectl"],
         workdir=workdir,
         etcd_url=etcd_url,
+        has_controller_manager="kube-controller-manager" in binaries,
         _processes=processes,
     )
 
