@@ -10,6 +10,7 @@ import pytest
 
 from tests.deploy.chart import CHART, helm, run_helm, value_sets
 from tests.k8s.cluster import KubeCluster
+from tests.support.waiting import wait_until
 
 RELEASE = "loopd"
 
@@ -69,6 +70,18 @@ def test_each_service_account_can_do_exactly_what_its_component_calls(
     def can(account: str, verb: str, resource: str, *flags: str) -> bool:
         return _can(kube_cluster, namespace, account, verb, resource, *flags)
 
+    # The API server's RBAC cache takes a moment to see new Roles and bindings: wait for one grant of each account.
+    crd = "customresourcedefinitions.apiextensions.k8s.io"
+    wait_until(
+        lambda: (
+            can(server, "create", "tasks.loopd.dev")
+            and can(router, "update", "leases.coordination.k8s.io")
+            and can(longhorizon, "create", "runs.longhorizon.loopd.dev")
+            and can(longhorizon, "get", f"{crd}/runs.longhorizon.loopd.dev")
+        ),
+        what="the chart's RBAC to take effect",
+    )
+
     for verb in ("get", "list", "watch", "create", "patch", "delete"):
         assert can(server, verb, "tasks.loopd.dev")
     assert can(server, "patch", "tasks.loopd.dev", "--subresource=status")
@@ -93,7 +106,6 @@ def test_each_service_account_can_do_exactly_what_its_component_calls(
     assert can(longhorizon, "update", "runs.longhorizon.loopd.dev", "--subresource=status")
     assert can(longhorizon, "create", "executions.longhorizon.loopd.dev")
     assert not can(longhorizon, "delete", "executions.longhorizon.loopd.dev")
-    crd = "customresourcedefinitions.apiextensions.k8s.io"
     assert can(longhorizon, "get", f"{crd}/runs.longhorizon.loopd.dev")
     assert not can(longhorizon, "get", f"{crd}/tasks.loopd.dev")
     assert not can(longhorizon, "create", crd) and not can(longhorizon, "update", f"{crd}/runs.longhorizon.loopd.dev")
