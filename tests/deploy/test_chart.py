@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -186,27 +187,58 @@ def test_credentials_come_from_secrets_never_from_values() -> None:
     assert server["OPENAI_API_KEY"] == {"secretKeyRef": {"name": "model-api-key", "key": "api-key"}}
     assert server["LOOPD_ADMIN_TOKEN"] == {"secretKeyRef": {"name": "loopd-auth", "key": "admin-token"}}
     assert server["LOOPD_MODEL"] == "gpt-4o-mini"
-    for name in OPERATORS:
+    for name, key in (("loopd-router", "router"), ("loopd-longhorizon", "longhorizon")):
         env = _env(_containers(objects.get("Deployment", name))[0])
-        assert env["LOOPD_TOKEN"] == {"secretKeyRef": {"name": "loopd-auth", "key": "admin-token"}}
+        assert env["LOOPD_TOKEN"] == {"secretKeyRef": {"name": "loopd-auth", "key": f"{key}-token"}}
         assert env["LOOPD_SERVER"] == "http://loopd.loopd.svc:8420"
+        # The server adopts the same token as that operator's own (auth.actor_tokens of its configuration).
+        assert server[f"LOOPD_{key.upper()}_TOKEN"] == {"secretKeyRef": {"name": "loopd-auth", "key": f"{key}-token"}}
+    secrets = {base64.b64decode(value).decode() for value in objects.get("Secret", "loopd-auth")["data"].values()}
     for config_map in objects.of("ConfigMap"):
-        assert "token" not in str(config_map["data"]).lower() and "key" not in str(config_map["data"]).lower()
+        assert not any(secret in str(config_map["data"]) for secret in secrets)
 
 
-def test_operators_sign_in_with_their_own_token_keys_when_given(tmp_path: Path) -> None:
+def _config(objects: Objects) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(objects.get("ConfigMap", SERVER)["data"]["config.yaml"])
+    return loaded
+
+
+def test_each_operator_has_its_own_token_that_the_server_adopts() -> None:
+    objects = render()
+    assert _config(objects)["auth"] == {
+        "actor_tokens": [
+            {"actor": "operator:router", "token_env": "LOOPD_ROUTER_TOKEN"},
+            {"actor": "operator:longhorizon", "token_env": "LOOPD_LONGHORIZON_TOKEN"},
+        ]
+    }
+
+
+def test_an_existing_secret_names_the_keys(tmp_path: Path) -> None:
     values = {"auth": {"existingSecret": "tokens", "routerTokenKey": "router", "longhorizonTokenKey": "lh"}}
     objects = render(values, tmp=tmp_path)
     assert not objects.of("Secret")  # an existing Secret: the chart makes none
-    for name, key in (("loopd-router", "router"), ("loopd-longhorizon", "lh")):
+    server = _env(_containers(objects.get("Deployment", SERVER))[0])
+    for name, key, env_name in (("loopd-router", "router", "ROUTER"), ("loopd-longhorizon", "lh", "LONGHORIZON")):
         env = _env(_containers(objects.get("Deployment", name))[0])
         assert env["LOOPD_TOKEN"] == {"secretKeyRef": {"name": "tokens", "key": key}}
+        assert server[f"LOOPD_{env_name}_TOKEN"] == {"secretKeyRef": {"name": "tokens", "key": key}}
 
 
-def test_the_generated_admin_token_secret_is_kept_on_uninstall() -> None:
+def test_an_empty_token_key_signs_that_operator_in_with_the_admin_token(tmp_path: Path) -> None:
+    objects = render({"auth": {"routerTokenKey": ""}, "longhorizon": {"enabled": False}}, tmp=tmp_path)
+    env = _env(_containers(objects.get("Deployment", "loopd-router"))[0])
+    assert env["LOOPD_TOKEN"] == {"secretKeyRef": {"name": "loopd-auth", "key": "admin-token"}}
+    assert "auth" not in _config(objects)
+    assert set(objects.get("Secret", "loopd-auth")["data"]) == {"admin-token"}
+    server = _env(_containers(objects.get("Deployment", SERVER))[0])
+    assert "LOOPD_ROUTER_TOKEN" not in server and "LOOPD_LONGHORIZON_TOKEN" not in server
+
+
+def test_the_generated_token_secret_is_kept_on_uninstall() -> None:
     secret = render().get("Secret", "loopd-auth")
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    assert set(secret["data"]) == {"admin-token"}
+    assert set(secret["data"]) == {"admin-token", "router-token", "longhorizon-token"}
+    assert len(set(secret["data"].values())) == 3  # three different random tokens
 
 
 def test_operators_run_their_command_against_the_service_with_leader_election() -> None:

@@ -47,7 +47,7 @@ def _helm_commands() -> list[list[str]]:
 
 def test_the_doc_has_its_examples() -> None:
     assert set(_values_blocks()) == {"production", "autoscaling", "harnesses", "server-only"}
-    assert len(_helm_commands()) == 3
+    assert len(_helm_commands()) == 2
     assert "```mermaid" in DOC.read_text()
 
 

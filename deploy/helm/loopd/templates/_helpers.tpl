@@ -75,3 +75,15 @@ securityContext:
 securityContext:
   {{- toYaml .Values.securityContext | nindent 2 }}
 {{- end -}}
+
+{{/* The operators whose own token the server adopts: a list of (key, tokenKey, env) for the enabled ones with a key. */}}
+{{- define "loopd.actorTokens" -}}
+{{- $found := list -}}
+{{- range $key := list "router" "longhorizon" -}}
+{{- $tokenKey := index $.Values.auth (printf "%sTokenKey" $key) -}}
+{{- if and (index $.Values $key).enabled $tokenKey -}}
+{{- $found = append $found (dict "key" $key "tokenKey" $tokenKey "env" (printf "LOOPD_%s_TOKEN" (upper $key))) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $found -}}
+{{- end -}}
