@@ -2,7 +2,7 @@
 
 Chats are asked on both replicas; every conversation is streamed (SSE, from cursor 0) from both replicas while the
 answers are produced. Once an answer is half shown, the replica driving it (found from its lease in PostgreSQL) is
-killed with SIGKILL. The survivor takes the call over when the lease expires (``LOOPD_LEASE_TTL`` = 3 s) and resumes
+killed with SIGKILL. The survivor takes the call over when the lease expires (``timeouts.lease_ttl`` = 4 s) and resumes
 it from the harness journal in PostgreSQL. Then:
 
 - every answer completes, once: the exact text the model gave (no repeated part), one ledger lane per Task;
@@ -56,7 +56,7 @@ def _reply(request: IncomingRequest) -> ServerReply:
 
 CONFIG = """\
 kubernetes: {{api: embedded}}
-timeouts: {{lease_ttl: 3}}
+timeouts: {{lease_ttl: 4}}
 harnesses:
   - key: steady
     kind: builtin
@@ -228,7 +228,8 @@ def test_a_replica_killed_mid_answer_loses_no_answer_and_no_stream_event(
             if one is cut:  # started on the victim, resumed on the survivor: the cut attempt closed as interrupted
                 events = trail.json()["events"]
                 requested = [e for e in events if e["event_type"] == "attempt.requested" and "mode" in e["payload"]]
-                assert [e["payload"]["mode"] for e in requested] == ["start", "resume"], events
+                modes = [e["payload"]["mode"] for e in requested]  # more resumes if a renewal came late under load
+                assert modes[0] == "start" and modes[1:] and set(modes[1:]) == {"resume"}, events
                 closed = [e for e in events if e["subject_id"] == requested[0]["subject_id"]][-1]
                 assert closed["event_type"] == "attempt.failed" and closed["payload"]["reason"] == "interrupted"
 
