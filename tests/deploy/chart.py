@@ -111,10 +111,21 @@ def template(
 
 
 def render(*values: Path | Mapping[str, Any], tmp: Path | None = None, namespace: str = NAMESPACE) -> Objects:
-    """The objects ``helm template`` renders (an AssertionError with helm's stderr when it refuses)."""
-    run = template(*values, tmp=tmp, namespace=namespace)
+    """The objects ``helm template`` renders (an AssertionError with helm's stderr when it refuses). Renderings of
+    value files only are made once per process (tests must not change the objects)."""
+    if all(isinstance(item, Path) for item in values):
+        return Objects(_render_files(tuple(Path(str(item)) for item in values), namespace))
+    return Objects(_parse(template(*values, tmp=tmp, namespace=namespace)))
+
+
+@cache
+def _render_files(files: tuple[Path, ...], namespace: str) -> list[dict[str, Any]]:
+    return _parse(template(*files, namespace=namespace))
+
+
+def _parse(run: Run) -> list[dict[str, Any]]:
     assert run.code == 0, f"helm template failed:\n{run.stderr}"
-    return Objects([doc for doc in yaml.safe_load_all(run.stdout) if doc])
+    return [doc for doc in yaml.safe_load_all(run.stdout) if doc]
 
 
 class Objects:
