@@ -104,3 +104,10 @@ def test_the_security_table_names_every_service_account() -> None:
     for name in ("loopd-server", "loopd-router", "loopd-longhorizon"):
         assert f"| `{name}` |" in text
     assert value_sets()  # the value sets the dry run uses exist
+
+
+def test_the_values_table_names_every_top_level_key() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    table = DOC.read_text().split("## Values", 1)[1].split("\n## ", 1)[0]
+    for key in values:
+        assert f"`{key}" in table, key
