@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from tests.k8s.cluster import KubeCluster
+from tests.support.waiting import wait_until
 
 MERGE = "application/merge-patch+json"
 
@@ -90,3 +93,42 @@ def test_the_real_server_validates_task_specs(
     status, body = kube_cluster.request("POST", path, good)
     assert status == 201, body
     assert body["metadata"]["generation"] == 1
+
+
+def test_an_execution_is_collected_with_its_run(
+    kube_cluster: KubeCluster, loopd_crds: list[str], k8s_namespace: str
+) -> None:
+    """The real garbage collector (kube-controller-manager) deletes a LongHorizon Execution whose controlling
+    owner, its Run, was deleted — what the embedded API's owner cascade does for the all-in-one process."""
+    if not kube_cluster.has_controller_manager:
+        pytest.fail("kube-controller-manager is not built: run `python scripts/k8s_tools.py ensure`")
+    kube_cluster.apply([_run("owner", k8s_namespace)])
+    base = f"/apis/longhorizon.loopd.dev/v1alpha1/namespaces/{k8s_namespace}"
+    _, run = kube_cluster.request("GET", f"{base}/runs/owner")
+    execution = {
+        "apiVersion": "longhorizon.loopd.dev/v1alpha1",
+        "kind": "Execution",
+        "metadata": {
+            "name": "owner-1",
+            "ownerReferences": [
+                {
+                    "apiVersion": "longhorizon.loopd.dev/v1alpha1",
+                    "kind": "Run",
+                    "name": "owner",
+                    "uid": run["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"run": "owner", "round": 1, "contractVersion": 1, "plan": "look it up"},
+    }
+    status, body = kube_cluster.request("POST", f"{base}/executions", execution)
+    assert status == 201, body
+    status, _ = kube_cluster.request("DELETE", f"{base}/runs/owner")
+    assert status == 200
+
+    def collected() -> bool:
+        return kube_cluster.request("GET", f"{base}/executions/owner-1")[0] == 404
+
+    wait_until(collected, timeout=30, what="the garbage collector to delete the Execution")
