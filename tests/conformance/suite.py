@@ -135,6 +135,8 @@ class Target:
     creates it (embedded only). ``synchronous_foreground``: a Foreground delete removes owner and dependents at
     once instead of parking the owner behind the ``foregroundDeletion`` finalizer (embedded only).
     ``consistent_pages``: the pages of a paginated list share the first page's resourceVersion (real only).
+    ``bookmarks_guaranteed``: a watch that asked for bookmarks gets one within seconds (embedded only: kube-apiserver
+    sends them when its watch cache has moved on, which depends on etcd progress notifications).
     """
 
     name: str
@@ -146,6 +148,7 @@ class Target:
     auto_namespaces: bool = False
     synchronous_foreground: bool = False
     consistent_pages: bool = True
+    bookmarks_guaranteed: bool = False
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,19 @@ class Context:
 
     def manifest(self, obj: Mapping[str, Any]) -> str:
         return yaml.safe_dump(dict(obj), sort_keys=False)
+
+
+BLOCKING = {
+    "FieldValueNotSupported",
+    "FieldValueRequired",
+    "FieldValueTooLong",
+    "FieldValueTooMany",
+    "FieldValueTypeInvalid",
+}
+RULES_NOT_CHECKED = (
+    "Invalid value: null: some validation rules were not checked because the object was invalid; correct the "
+    "existing errors to complete validation"
+)
 
 
 def failure(code: int, reason: str, message: str, details: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -401,7 +417,7 @@ async def check_create_get_and_errors(ctx: Context) -> None:
     assert (anonymous.status, anonymous.body) == (401, failure(401, "Unauthorized", "Unauthorized"))
 
     unknown = await ctx.api.request("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ctx.namespace}/nothings")
-    assert unknown.status == 404 and unknown.body["reason"] == "NotFound"
+    assert unknown.status == 404  # kube-apiserver: a plain-text "404 page not found"; embedded: a Status
 
 
 @check
@@ -475,22 +491,23 @@ async def check_schema_validation_causes(ctx: Context) -> None:
     for spec, cause in cases:
         reply = await ctx.api.request("POST", ctx.path(), body=ctx.gadget("bad", spec))
         field, reason, message = cause
+        found = [{"reason": reason, "message": message, "field": field}]
+        errors = [f"{field}: {message}"]
+        if reason in BLOCKING:  # the kind has CEL rules, which such an error keeps from running: one more cause
+            found.append({"reason": "FieldValueInvalid", "message": RULES_NOT_CHECKED, "field": "<nil>"})
+            errors.append(f"<nil>: {RULES_NOT_CHECKED}")
         expected = failure(
             422,
             "Invalid",
-            invalid_message("bad", f"{field}: {message}"),
-            {
-                "name": "bad",
-                "group": GROUP,
-                "kind": KIND,
-                "causes": [{"reason": reason, "message": message, "field": field}],
-            },
+            invalid_message("bad", *errors),
+            {"name": "bad", "group": GROUP, "kind": KIND, "causes": found},
         )
-        assert (reply.status, reply.body) == (422, expected), spec
+        assert (reply.status, reply.body) == (422, expected), (spec, reply.body)
 
     several = await ctx.api.request("POST", ctx.path(), body=ctx.gadget("bad", {"size": 0, "color": "pink"}))
     assert several.status == 422
     assert [(f, r) for f, r, _ in causes(several.body)] == [
+        ("<nil>", "FieldValueInvalid"),
         ("spec.color", "FieldValueNotSupported"),
         ("spec.size", "FieldValueInvalid"),
     ]
@@ -754,7 +771,7 @@ async def check_status_subresource(ctx: Context) -> None:
         (
             "status.count",
             "FieldValueInvalid",
-            "Invalid value: -1: status.count in body should be greater than or equal to 0",
+            "Invalid value: -1: count in body should be greater than or equal to 0",  # relative to status
         )
     ], negative
 
@@ -771,7 +788,7 @@ async def check_cel_immutability(ctx: Context) -> None:
     changed = await ctx.api.request(
         "PATCH", ctx.path("g1"), body={"spec": {"frozen": "b"}}, content_type="application/merge-patch+json"
     )
-    message = 'Invalid value: "string": frozen is immutable'
+    message = 'Invalid value: "b": frozen is immutable'
     assert (changed.status, changed.body) == (
         422,
         failure(
@@ -793,7 +810,7 @@ async def check_cel_immutability(ctx: Context) -> None:
         body={"spec": {"locked": {"key": "other"}}},
         content_type="application/merge-patch+json",
     )
-    locked_message = 'Invalid value: "object": failed rule: self == oldSelf'
+    locked_message = "Invalid value: failed rule: self == oldSelf"  # an object's value is not shown
     assert locked.status == 422 and causes(locked.body) == [("spec.locked", "FieldValueInvalid", locked_message)]
 
     same = await ctx.api.request(
@@ -811,7 +828,7 @@ async def check_cel_immutability(ctx: Context) -> None:
         "patch", "gadget", "g1", "-n", ctx.namespace, "--type", "merge", "-p", '{"spec":{"frozen":"c"}}'
     )
     assert result.returncode == 1
-    assert f'The {KIND} "g1" is invalid: spec.frozen: Invalid value: "string": frozen is immutable' in result.stderr
+    assert f'The {KIND} "g1" is invalid: spec.frozen: Invalid value: "c": frozen is immutable' in result.stderr
 
 
 # -- checks: lists -------------------------------------------------------------------------------------------
@@ -939,19 +956,26 @@ async def check_watch_selectors_and_bookmarks(ctx: Context) -> None:
     events = await ctx.api.watch(ctx.path(), {"resourceVersion": start, "labelSelector": "team=a"}, count=3)
     assert [e["type"] for e in events] == ["ADDED", "DELETED", "ADDED"]
 
-    after = str(rv(events[-1]["object"]))
-    with_bookmarks = await ctx.api.watch(
-        ctx.path(), {"resourceVersion": after, "allowWatchBookmarks": "true", "timeoutSeconds": "4"}, timeout=30
-    )
-    bookmarks = [e for e in with_bookmarks if e["type"] == "BOOKMARK"]
-    assert bookmarks and len(bookmarks) == len(with_bookmarks), with_bookmarks
+    last = rv(events[-1]["object"])
+    # Bookmarks are best effort (API conventions): kube-apiserver sends one about 2 s before timeoutSeconds ends a
+    # watch, but only once its watch cache has seen a resourceVersion past the last event this watch was sent,
+    # which waits for etcd progress notifications (timing we do not control). So: never unasked, always well
+    # formed, and required only where the target promises them (the embedded API: after bookmark_interval).
+    other = await ctx.create("s2", labels={"team": "b"})
+    selected = {"resourceVersion": start, "labelSelector": "team=a", "timeoutSeconds": "4"}
+    with_bookmarks = await ctx.api.watch(ctx.path(), {**selected, "allowWatchBookmarks": "true"}, timeout=30)
+    assert [e["type"] for e in with_bookmarks[:3]] == ["ADDED", "DELETED", "ADDED"], with_bookmarks
+    bookmarks = with_bookmarks[3:]
+    assert {e["type"] for e in bookmarks} <= {"BOOKMARK"}, with_bookmarks
+    if ctx.target.bookmarks_guaranteed:
+        assert bookmarks, with_bookmarks
     for bookmark in bookmarks:
         assert bookmark["object"]["kind"] == KIND and bookmark["object"]["apiVersion"] == API_VERSION
-        assert rv(bookmark["object"]) >= int(after)
+        assert rv(bookmark["object"]) >= rv(other) > last
         assert "name" not in bookmark["object"]["metadata"]
 
-    plain = await ctx.api.watch(ctx.path(), {"resourceVersion": after, "timeoutSeconds": "3"}, timeout=30)
-    assert plain == []
+    plain = await ctx.api.watch(ctx.path(), selected, timeout=30)
+    assert [e["type"] for e in plain] == ["ADDED", "DELETED", "ADDED"], plain
 
 
 @check
@@ -970,7 +994,8 @@ async def check_watch_too_old_is_gone(ctx: Context) -> None:
     assert re.fullmatch(r"too old resource version: 1 \(\d+\)", status["message"]), status
 
     bad = await ctx.api.request("GET", ctx.path(), params={"watch": "true", "resourceVersion": "abc"})
-    assert bad.status == 400 and bad.body["reason"] == "BadRequest", bad
+    # kube-apiserver answers 500 (a Status without reason); the embedded API a 400 (documented difference).
+    assert bad.status in (400, 500) and '"abc"' in bad.body["message"], bad
 
 
 # -- checks: deletion --------------------------------------------------------------------------------------------
@@ -982,15 +1007,19 @@ async def check_delete_answers(ctx: Context) -> None:
     created = await ctx.create("d1")
     uid = created["metadata"]["uid"]
     wrong_uid = await ctx.api.request("DELETE", ctx.path("d1"), body={"preconditions": {"uid": "0000"}})
-    assert wrong_uid.status == 409 and wrong_uid.body["reason"] == "Conflict", wrong_uid
-    assert wrong_uid.body["details"] == resource_details("d1")
-    # kube-apiserver also names its storage key in between (server-specific): compare both ends.
-    assert wrong_uid.body["message"].startswith(f'Operation cannot be fulfilled on {QUALIFIED} "d1": ')
-    assert wrong_uid.body["message"].endswith(
-        f"Precondition failed: UID in precondition: 0000, UID in object meta: {uid}"
+    gone_message = (
+        f'Operation cannot be fulfilled on {KIND}.{GROUP} "d1": the UID in the precondition (0000) does not match '
+        f"the UID in record ({uid}). The object might have been deleted and then recreated"
     )
+    kind_details = resource_details("d1", kind=KIND)  # this Conflict names the Kind, not the resource
+    assert (wrong_uid.status, wrong_uid.body) == (409, failure(409, "Conflict", gone_message, kind_details))
     wrong_rv = await ctx.api.request("DELETE", ctx.path("d1"), body={"preconditions": {"resourceVersion": "1"}})
-    assert wrong_rv.status == 409 and wrong_rv.body["reason"] == "Conflict"
+    assert wrong_rv.status == 409 and wrong_rv.body["details"] == kind_details, wrong_rv
+    assert re.fullmatch(
+        f'Operation cannot be fulfilled on {re.escape(KIND)}.{re.escape(GROUP)} "d1": the ResourceVersion in the '
+        r"precondition \(1\) does not match the ResourceVersion in record \(\d+\). The object might have been modified",
+        wrong_rv.body["message"],
+    ), wrong_rv.body
 
     deleted = await ctx.api.request("DELETE", ctx.path("d1"))
     assert (deleted.status, deleted.body) == (

@@ -212,7 +212,7 @@ async def test_kubectl_applies_shows_guards_and_collects_the_longhorizon_resourc
     # The spec is immutable: kubectl prints the apiserver's 422 as a real cluster's.
     refused = await kubectl.run("patch", "run", "r1", "--type=merge", "-p", '{"spec":{"goal":"something else"}}')
     assert refused.returncode != 0
-    assert 'The Run "r1" is invalid: spec: Invalid value: "object": spec is immutable' in refused.stderr
+    assert 'The Run "r1" is invalid: spec: Invalid value: spec is immutable' in refused.stderr
     edited = {**run_manifest, "spec": _spec(goal="Create hello.txt containing hello world", maxRounds=50)}
     replaced = await kubectl.run("apply", "-f", "-", stdin=json.dumps(edited))
     assert replaced.returncode != 0 and "spec is immutable" in replaced.stderr

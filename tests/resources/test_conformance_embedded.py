@@ -32,6 +32,7 @@ async def test_conformance(name: str, tmp_path: Path, credentials: ApiCredential
             auto_namespaces=True,
             synchronous_foreground=True,
             consistent_pages=False,
+            bookmarks_guaranteed=True,
         )
         await install(target, tmp_path / "work")
         await run_check(target, tmp_path / "work", name)

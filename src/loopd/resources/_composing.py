@@ -176,7 +176,7 @@ def compose_status(spec: KindSpec, existing: dict[str, Any], body: Mapping[str, 
         new.pop("status", None)
     else:
         new["status"] = copy.deepcopy(status)
-    new = validate_object(spec, new)
+    new = validate_object(spec, new, status_write=True)
     check_transition_rules(spec, existing, new)
     return new
 

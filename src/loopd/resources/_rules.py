@@ -8,14 +8,16 @@ never accepted and then silently ignored.
 
 Evaluation follows kube-apiserver: a transition rule runs on update (and patch, apply, status writes) only where
 both the old and the new object have a value; a failure is a field cause at the node's path with the rule's
-``reason`` (default ``FieldValueInvalid``) and the message ``Invalid value: "<schema type>": <message>``, where
-the message is the rule's ``message`` or ``failed rule: <rule>``.
+``reason`` (default ``FieldValueInvalid``) and the message ``Invalid value: <value>: <message>`` (the value only
+for a scalar: ``Invalid value: <message>`` for an object or a list; ``Forbidden: <message>``, ``Required value:
+<message>`` for those reasons), where the message is the rule's ``message`` or ``failed rule: <rule>``.
 
 Owns: ``check_rules`` (CRD-time) and ``transition_causes`` (write-time). Must not do: I/O.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -134,6 +136,19 @@ def transition_causes(schema: Mapping[str, Any], old: Mapping[str, Any], new: Ma
     return causes
 
 
+def _failure_text(reason: str, value: Any, message: str) -> str:
+    """A failed rule's cause message as kube-apiserver words it: the value shown only when it is a scalar."""
+    if reason == "FieldValueForbidden":
+        return f"Forbidden: {message}"
+    if reason == "FieldValueRequired":
+        return f"Required value: {message}"
+    if reason == "FieldValueDuplicate":
+        return f"Duplicate value: {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, dict | list):
+        return f"Invalid value: {message}"
+    return f"Invalid value: {json.dumps(value, ensure_ascii=False)}: {message}"
+
+
 def _walk(schema: Mapping[str, Any], old: Any, new: Any, path: str, causes: list[Cause]) -> None:
     if old is None or new is None:
         return
@@ -142,10 +157,8 @@ def _walk(schema: Mapping[str, Any], old: Any, new: Any, path: str, causes: list
             continue
         if old != new:
             message = entry.get("message") or f"failed rule: {_normalized(str(entry['rule']))}"
-            kind = schema.get("type") or "object"
-            causes.append(
-                Cause(str(entry.get("reason") or "FieldValueInvalid"), f'Invalid value: "{kind}": {message}', path)
-            )
+            reason = str(entry.get("reason") or "FieldValueInvalid")
+            causes.append(Cause(reason, _failure_text(reason, new, message), path))
     properties = schema.get("properties")
     if isinstance(properties, Mapping) and isinstance(old, Mapping) and isinstance(new, Mapping):
         for key, sub in properties.items():

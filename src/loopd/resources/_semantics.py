@@ -46,6 +46,7 @@ from ._errors import (
     BadRequest,
     Cause,
     Conflict,
+    ErrorDetails,
     Forbidden,
     Invalid,
     NotFound,
@@ -224,7 +225,7 @@ class SemanticStore:
     ) -> Watch:
         spec = self._registry.get(ref)
         if resource_version not in (None, "") and not (resource_version.isascii() and resource_version.isdigit()):
-            raise BadRequest(f"invalid resource version: {resource_version!r}")
+            raise BadRequest(f"resourceVersion: Invalid value: {json.dumps(resource_version)}: must be an integer")
         target = WatchTarget(
             spec=spec,
             namespace=(namespace or None) if spec.namespaced else None,
@@ -370,17 +371,18 @@ class SemanticStore:
                 raise not_found(spec, name)
             existing_uid = str(metadata_of(existing).get("uid", ""))
             if uid and uid != existing_uid:
-                raise Conflict(
-                    f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": '
-                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {existing_uid}",
-                    details=spec.details(name),
+                raise _precondition_failed(
+                    spec,
+                    name,
+                    f"the UID in the precondition ({uid}) does not match the UID in record "
+                    f"({existing_uid}). The object might have been deleted and then recreated",
                 )
             if resource_version and resource_version != rv_of(existing):
-                raise Conflict(
-                    f'Operation cannot be fulfilled on {spec.qualified_resource} "{name}": '
-                    f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
-                    f"ResourceVersion in object meta: {rv_of(existing)}",
-                    details=spec.details(name),
+                raise _precondition_failed(
+                    spec,
+                    name,
+                    f"the ResourceVersion in the precondition ({resource_version}) does not match the "
+                    f"ResourceVersion in record ({rv_of(existing)}). The object might have been modified",
                 )
             if spec.storage_key == CRD_STORAGE and self._crd_is_builtin(existing):
                 raise Forbidden(f'the built-in CustomResourceDefinition "{name}" cannot be deleted')
@@ -596,6 +598,15 @@ class SemanticStore:
 
     def _now(self) -> str:
         return self._options.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _precondition_failed(spec: KindSpec, name: str, why: str) -> Conflict:
+    """kube-apiserver's 409 for a failed delete precondition (it names the Kind, not the resource)."""
+    kind = f"{spec.kind}.{spec.group}" if spec.group else spec.kind
+    return Conflict(
+        f'Operation cannot be fulfilled on {kind} "{name}": {why}',
+        details=ErrorDetails(name=name, group=spec.group, kind=spec.kind),
+    )
 
 
 _SELECTABLE = ("metadata.name", "metadata.namespace")

@@ -15,6 +15,7 @@ from typing import Any
 
 from ._errors import BadRequest, Cause, ErrorDetails, Invalid
 from ._kinds import KindSpec
+from ._rules import has_rules
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -39,6 +40,10 @@ _ANNOTATIONS_MAX_BYTES = 256 * 1024
 class _Report:
     causes: list[Cause] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)
+    body_root: str = ""  # a status write: kube-apiserver names fields "in body" relative to ``status.``
+
+    def in_body(self, path: str) -> str:
+        return path.removeprefix(self.body_root) if self.body_root else path
 
 
 class _Drop:
@@ -109,7 +114,8 @@ def _walk(value: Any, schema: Mapping[str, Any], path: str, report: _Report) -> 
         report.causes.append(
             Cause(
                 "FieldValueTypeInvalid",
-                f'Invalid value: "{_type_name(value)}": {path} in body must be of type {kind}: "{_type_name(value)}"',
+                f'Invalid value: "{_type_name(value)}": {report.in_body(path)} in body must be of type {kind}: '
+                f'"{_type_name(value)}"',
                 path,
             )
         )
@@ -158,7 +164,9 @@ def _walk_object(value: dict[str, Any], schema: Mapping[str, Any], path: str, re
         limit = schema.get(bound)
         if isinstance(limit, int) and (len(out) < limit if too_few else len(out) > limit):
             if too_few:
-                message = f"Invalid value: {len(out)}: {path} in body should have at least {limit} properties"
+                message = (
+                    f"Invalid value: {len(out)}: {report.in_body(path)} in body should have at least {limit} properties"
+                )
                 report.causes.append(Cause("FieldValueInvalid", message, path))
             else:
                 report.causes.append(Cause("FieldValueTooMany", f"Too many: {len(out)}: {_at_most(limit)}", path))
@@ -176,7 +184,7 @@ def _walk_array(value: list[Any], schema: Mapping[str, Any], path: str, report: 
         report.causes.append(
             Cause(
                 "FieldValueInvalid",
-                f"Invalid value: {len(out)}: {path} in body should have at least {min_items} items",
+                f"Invalid value: {len(out)}: {report.in_body(path)} in body should have at least {min_items} items",
                 path,
             )
         )
@@ -195,7 +203,8 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, report: _Rep
         report.causes.append(
             Cause(
                 "FieldValueInvalid",
-                f"Invalid value: {_render(value)}: {path} in body should be at least {min_length} chars long",
+                f"Invalid value: {_render(value)}: {report.in_body(path)} in body "
+                f"should be at least {min_length} chars long",
                 path,
             )
         )
@@ -213,7 +222,7 @@ def _check_string(value: str, schema: Mapping[str, Any], path: str, report: _Rep
             report.causes.append(
                 Cause(
                     "FieldValueInvalid",
-                    f"Invalid value: {_render(value)}: {path} in body should match '{pattern}'",
+                    f"Invalid value: {_render(value)}: {report.in_body(path)} in body should match '{pattern}'",
                     path,
                 )
             )
@@ -228,7 +237,8 @@ def _check_number(value: float, schema: Mapping[str, Any], path: str, report: _R
             report.causes.append(
                 Cause(
                     "FieldValueInvalid",
-                    f"Invalid value: {_render(value)}: {path} in body should be {word} {_number(minimum)}",
+                    f"Invalid value: {_render(value)}: {report.in_body(path)} in body "
+                    f"should be {word} {_number(minimum)}",
                     path,
                 )
             )
@@ -239,7 +249,8 @@ def _check_number(value: float, schema: Mapping[str, Any], path: str, report: _R
             report.causes.append(
                 Cause(
                     "FieldValueInvalid",
-                    f"Invalid value: {_render(value)}: {path} in body should be {word} {_number(maximum)}",
+                    f"Invalid value: {_render(value)}: {report.in_body(path)} in body "
+                    f"should be {word} {_number(maximum)}",
                     path,
                 )
             )
@@ -248,10 +259,23 @@ def _check_number(value: float, schema: Mapping[str, Any], path: str, report: _R
         report.causes.append(
             Cause(
                 "FieldValueInvalid",
-                f"Invalid value: {_render(value)}: {path} in body should be a multiple of {_number(multiple)}",
+                f"Invalid value: {_render(value)}: {report.in_body(path)} in body "
+                f"should be a multiple of {_number(multiple)}",
                 path,
             )
         )
+
+
+# kube-apiserver skips a kind's CEL rules when the object has one of these errors, and says so in one more cause.
+_BLOCKING = frozenset(
+    {"FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany", "FieldValueTypeInvalid"}
+)
+_RULES_NOT_CHECKED = Cause(
+    "FieldValueInvalid",
+    "Invalid value: null: some validation rules were not checked because the object was invalid; correct the "
+    "existing errors to complete validation",
+    "<nil>",
+)
 
 
 def _number(value: float) -> str:
@@ -342,9 +366,14 @@ def _qualified_name_ok(key: Any) -> bool:
     return len(name) <= 63 and bool(_LABEL_NAME.match(name))
 
 
-def validate_object(spec: KindSpec, obj: Mapping[str, Any], *, strict: bool = False) -> dict[str, Any]:
-    """Return a pruned, defaulted copy of ``obj``; raise ``Invalid`` (causes) or ``BadRequest`` (strict)."""
-    report = _Report()
+def validate_object(
+    spec: KindSpec, obj: Mapping[str, Any], *, strict: bool = False, status_write: bool = False
+) -> dict[str, Any]:
+    """Return a pruned, defaulted copy of ``obj``; raise ``Invalid`` (causes) or ``BadRequest`` (strict).
+
+    ``status_write``: a write through the status subresource (messages name status fields relative to ``status``,
+    as kube-apiserver's status validation does)."""
+    report = _Report(body_root="status." if status_write else "")
     properties: Mapping[str, Any] = spec.schema.get("properties") or {}
     preserve = spec.schema.get("x-kubernetes-preserve-unknown-fields") is True
     out: dict[str, Any] = {}
@@ -369,6 +398,8 @@ def validate_object(spec: KindSpec, obj: Mapping[str, Any], *, strict: bool = Fa
     validate_metadata(spec, metadata if isinstance(metadata, Mapping) else {}, report.causes)
     name = metadata.get("name", "") if isinstance(metadata, Mapping) else ""
     if report.causes:
+        if any(c.reason in _BLOCKING for c in report.causes) and has_rules(spec.schema):
+            report.causes.append(_RULES_NOT_CHECKED)
         raise invalid_error(spec, str(name), report.causes)
     if strict and report.unknown:
         raise UnknownFields(spec, report.unknown)
