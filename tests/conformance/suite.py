@@ -1226,3 +1226,48 @@ async def check_loopd_task_crd(ctx: Context) -> None:
     )
     assert status.status == 200 and status.body["status"]["phase"] == "Running", status
     assert status.body["metadata"]["generation"] == 1
+
+
+@check
+async def check_kubectl_apply_label_and_watch(ctx: Context) -> None:
+    """Client-side and server-side ``kubectl apply``, ``label``/``annotate``, and ``kubectl get -w`` events."""
+    watcher = await ctx.kubectl.start("get", "gadgets", "-n", ctx.namespace, "-w", "--output-watch-events")
+    try:
+        manifest = ctx.gadget("a1", {"size": 1})
+        applied = await ctx.kubectl_in_ns("apply", "-f", "-", stdin=ctx.manifest(manifest))
+        assert applied.strip() == f"gadget.{GROUP}/a1 created"
+        again = await ctx.kubectl_in_ns("apply", "-f", "-", stdin=ctx.manifest(manifest))
+        assert again.strip() == f"gadget.{GROUP}/a1 unchanged"
+        manifest["spec"]["size"] = 2
+        changed = await ctx.kubectl_in_ns("apply", "-f", "-", stdin=ctx.manifest(manifest))
+        assert changed.strip() == f"gadget.{GROUP}/a1 configured"
+        got = json.loads(await ctx.kubectl_in_ns("get", "gadget", "a1", "-o", "json"))
+        assert got["spec"] == {"size": 2, "color": "green"}
+        assert "kubectl.kubernetes.io/last-applied-configuration" in got["metadata"]["annotations"]
+
+        lines = await watcher.read_until("MODIFIED")
+        assert [line.split()[:2] for line in lines if line.split()[:1] in (["ADDED"], ["MODIFIED"])] == [
+            ["ADDED", "a1"],
+            ["MODIFIED", "a1"],
+        ], lines
+    finally:
+        await watcher.stop()
+
+    server_side = ctx.gadget("s1", {"size": 3})
+    out = await ctx.kubectl_in_ns("apply", "--server-side", "-f", "-", stdin=ctx.manifest(server_side))
+    assert out.strip() == f"gadget.{GROUP}/s1 serverside-applied"
+    server_side["spec"]["size"] = 4
+    out = await ctx.kubectl_in_ns("apply", "--server-side", "-f", "-", stdin=ctx.manifest(server_side))
+    assert out.strip() == f"gadget.{GROUP}/s1 serverside-applied"
+    assert json.loads(await ctx.kubectl_in_ns("get", "gadget", "s1", "-o", "json"))["spec"]["size"] == 4
+
+    assert (await ctx.kubectl_in_ns("label", "gadget", "a1", "tier=web")).strip() == f"gadget.{GROUP}/a1 labeled"
+    annotated = await ctx.kubectl_in_ns("annotate", "gadget", "a1", "note=hi")
+    assert annotated.strip() == f"gadget.{GROUP}/a1 annotated"
+    jsonpath = await ctx.kubectl_in_ns(
+        "get", "gadget", "a1", "-o", "jsonpath={.metadata.labels.tier}/{.metadata.annotations.note}"
+    )
+    assert jsonpath == "web/hi"
+    taken = await ctx.kubectl.run("label", "gadget", "a1", "tier=db", "-n", ctx.namespace)
+    assert taken.returncode == 1 and "already has a value (web)" in taken.stderr
+    assert (await ctx.kubectl_in_ns("label", "gadget", "a1", "tier-")).strip() == f"gadget.{GROUP}/a1 unlabeled"
