@@ -29,6 +29,7 @@ SERVER_FACE = {
     "open_loop_server",
     "read_server_file",
     "resolve_kube_api",
+    "resolve_namespace",
 }
 
 

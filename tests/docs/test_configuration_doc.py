@@ -74,7 +74,7 @@ def test_every_environment_override_is_documented_with_its_key() -> None:
 
 def test_the_documented_defaults_are_the_loaders() -> None:
     config = parse_config("{}", env={}, resolve_secrets=False)
-    assert (config.kube_api, config.namespace, config.kube_timeout, config.task_workers) == ("auto", "default", 10, 8)
+    assert (config.kube_api, config.namespace, config.kube_timeout, config.task_workers) == ("auto", None, 10, 8)
     assert config.harnesses is None and config.port is None  # the server's own defaults apply (8420, …)
 
 

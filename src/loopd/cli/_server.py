@@ -102,7 +102,7 @@ def server_settings(
 ) -> UpSettings:
     """The server's settings: each flag given wins over ``config`` (the file with the environment over it), which
     wins over the defaults. ``embedded_only`` (`loopd up`): Tasks must live in the embedded store."""
-    from loopd.server import DEFAULT_PORT, ServerSetupError, UpSettings, resolve_kube_api
+    from loopd.server import DEFAULT_PORT, ServerSetupError, UpSettings, resolve_kube_api, resolve_namespace
     from loopd.server.config import MissingSecret
 
     chosen_kubeconfig = kubeconfig.expanduser() if kubeconfig is not None else config.kubeconfig
@@ -147,7 +147,7 @@ def server_settings(
         harnesses=config.harnesses,
         kube_api=mode,
         kubeconfig=chosen_kubeconfig if mode == "kubeconfig" else None,
-        namespace=namespace or config.namespace,
+        namespace=resolve_namespace(namespace or config.namespace, mode),
         kube_timeout=config.kube_timeout,
         task_workers=config.task_workers,
         admin_tokens=(config.admin_token.get_secret_value(),) if config.admin_token is not None else (),
@@ -190,7 +190,9 @@ def server_command(
         "--kube-api",
         help="Where Tasks live: auto (default), embedded, in-cluster (this pod's cluster) or kubeconfig.",
     ),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help="Namespace of the Tasks (default: default)."),
+    namespace: str | None = typer.Option(
+        None, "--namespace", "-n", help="Namespace of the Tasks (default: the pod's own in-cluster, else default)."
+    ),
     workspaces: Path | None = typer.Option(
         None, "--workspaces", help="Where the built-in harnesses' workspaces live, outside the data directory."
     ),

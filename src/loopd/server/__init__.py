@@ -4,10 +4,10 @@ Public face (what the CLI and embedders use): `open_loop_server` (everything of 
 `loopd server`, running for an ``async with`` block) with its `UpSettings` and the `RunningServer` it yields;
 `check_exposure` and its `ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `read_server_file` (what
 a running server recorded in its data directory, for `loopd chat`); `DEFAULT_PORT`; `resolve_kube_api` (where Tasks
-live) and `ServerSetupError` (settings the server refuses). The configuration file is ``loopd.server.config``. The
-subpackages are the server's parts, layered bottom to top (checked by import-linter): ``storage``; ``streams`` |
-``ledger`` | ``http``; ``chat`` | ``engine`` | ``registry`` | ``webui`` | ``config``; ``human``; ``responder`` |
-``audit``; ``app``; the composition root (``_composition``).
+live), `resolve_namespace` (in which namespace) and `ServerSetupError` (settings the server refuses). The
+configuration file is ``loopd.server.config``. The subpackages are the server's parts, layered bottom to top
+(checked by import-linter): ``storage``; ``streams`` | ``ledger`` | ``http``; ``chat`` | ``engine`` | ``registry`` |
+``webui`` | ``config``; ``human``; ``responder`` | ``audit``; ``app``; the composition root (``_composition``).
 
 Must not import: loopd.operators, loopd.runtime, loopd.cli.
 """
@@ -24,6 +24,7 @@ from loopd.server._composition import (
     open_loop_server,
     read_server_file,
     resolve_kube_api,
+    resolve_namespace,
 )
 from loopd.server._errors import ServerSetupError
 
@@ -40,4 +41,5 @@ __all__ = [
     "open_loop_server",
     "read_server_file",
     "resolve_kube_api",
+    "resolve_namespace",
 ]

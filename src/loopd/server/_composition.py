@@ -295,6 +295,21 @@ def resolve_kube_api(requested: str, kubeconfig: Path | None, env: Mapping[str, 
     raise ServerSetupError(f"unknown Kubernetes API {requested!r}: auto, embedded, in-cluster or kubeconfig")
 
 
+def resolve_namespace(namespace: str | None, mode: KubeApiMode) -> str:
+    """The namespace of the Tasks: ``namespace`` when given, else the pod's own (its ServiceAccount's) in-cluster,
+    else ``default``."""
+    if namespace:
+        return namespace
+    if mode == "in-cluster":
+        try:
+            own = (SERVICE_ACCOUNT_TOKEN.parent / "namespace").read_text().strip()
+        except OSError:
+            own = ""
+        if own:
+            return own
+    return "default"
+
+
 @dataclass(frozen=True)
 class _Targets:
     adapters: dict[str, HarnessAdapter]

@@ -391,7 +391,7 @@ def _values(
         database_url=database_url,
         kube_api=cast(KubeApi, kube.get("api", "auto")),
         kubeconfig=path_of(kube.get("kubeconfig")),
-        namespace=kube.get("namespace", "default"),
+        namespace=kube.get("namespace"),
         kube_timeout=float(kube.get("request_timeout", 10.0)),
         harness_calls=capacity.get("harness_calls"),
         task_workers=int(capacity.get("task_workers", 8)),

@@ -164,7 +164,8 @@ class ServerConfig:
     database_url: str | None = None
     kube_api: KubeApi = "auto"
     kubeconfig: Path | None = None
-    namespace: str = "default"
+    namespace: str | None = None
+    """None: the pod's own namespace in-cluster, else ``default`` (`loopd.server.resolve_namespace`)."""
     kube_timeout: float = 10.0
     harness_calls: int | None = None
     task_workers: int = 8
