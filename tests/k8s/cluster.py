@@ -193,6 +193,7 @@ class _Process:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    argv: tuple[str, ...]
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -351,8 +352,23 @@ class KubeCluster:
         path.chmod(0o600)
         return path
 
+    def restart_apiserver(self, *, timeout: float = 120.0) -> None:
+        """Stop kube-apiserver (SIGTERM by pid) and start it again with the same flags, port and etcd; return once
+        ``/readyz`` answers. Clients see their connections and watches end, then the same API come back."""
+        index = next(i for i, p in enumerate(self._processes) if p.name == "kube-apiserver")
+        old = self._processes[index]
+        old.stop()
+        new = _spawn("kube-apiserver", old.argv, self.workdir)
+        self._processes[index] = new
+        _wait(
+            "kube-apiserver /readyz after a restart",
+            lambda: _apiserver_ready(self.server, self.ca_path, self.admin_token),
+            [new],
+            timeout,
+        )
+
     def alive(self) -> bool:
-        """Both processes still run."""
+        """Every process still runs."""
         return all(p.alive() for p in self._processes)
 
     def stop(self) -> None:
@@ -371,11 +387,11 @@ def _json_or_empty(raw: bytes) -> dict[str, Any]:
 
 def _spawn(name: str, argv: Sequence[str], workdir: Path) -> _Process:
     log = workdir / f"{name}.log"
-    with log.open("wb") as handle:
+    with log.open("ab") as handle:
         process = subprocess.Popen(
             list(argv), stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, cwd=workdir
         )
-    return _Process(name, process, log)
+    return _Process(name, process, log, tuple(argv))
 
 
 def _wait(what: str, check: Any, processes: Sequence[_Process], timeout: float) -> None:

@@ -281,3 +281,46 @@ async def test_a_standby_takes_over_the_lease_of_a_killed_leader(
         if process.poll() is None:
             os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+async def test_a_controller_keeps_working_across_an_api_server_restart(tmp_path: Path) -> None:
+    """kube-apiserver stops and starts again (same etcd, same port): the informer's watch ends, it resumes, and the
+    leader keeps (or re-takes) its Lease — Tasks created after the restart are reconciled. A cluster of its own, so
+    the session's cluster never goes away under other tests."""
+    from tests.k8s.cluster import ClusterError, start_cluster
+    from tests.k8s.conftest import loopd_crd_manifests
+
+    try:
+        cluster = start_cluster(tmp_path / "cluster")
+    except ClusterError as exc:
+        pytest.fail(f"the real Kubernetes API server did not start: {exc}")
+    try:
+        cluster.apply(loopd_crd_manifests())
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/tasks.loopd.dev", timeout=90)
+        namespace = cluster.create_namespace("restart")
+        kubeconfig = operator_kubeconfig(cluster, namespace)
+        reconciled: list[str] = []
+
+        async def reconcile(request: Request) -> Result:
+            reconciled.append(request.name)
+            return Result()
+
+        async with (
+            open_http_client(cluster.kubeconfig_dict(namespace=namespace)) as admin,
+            open_http_client(kubeconfig) as client,
+        ):
+            manager = Manager(client, leader_election=LeaderElection("ops", namespace=namespace), drain_timeout=5.0)
+            manager.add_controller(TASKS, reconcile, namespace=namespace)
+            async with running(manager):
+                await admin.create(TASKS, task("before", namespace), namespace=namespace)
+                await eventually(lambda: "before" in reconciled, timeout=30, what="the first Task reconciled")
+                await asyncio.to_thread(cluster.restart_apiserver)
+                await admin.create(TASKS, task("after", namespace), namespace=namespace)
+                await eventually(lambda: "after" in reconciled, timeout=60, what="a Task made after the restart")
+                assert manager.leading
+                stats = manager.statistics()
+                assert stats.informers[0].watches >= 2, stats.informers[0]  # the first watch ended with the server
+    finally:
+        cluster.stop()
