@@ -352,7 +352,7 @@ class ResourceApi:
         )
 
     async def _create(self, request: Request, target: _Target, caller: Caller) -> Response:
-        body = await self._read_object(request)
+        body = await self._read_object(request, target.spec)
         if target.spec.storage_key == (CRD_GROUP, "customresourcedefinitions"):
             check_crd_body(caller, body)
         validation = _field_validation(request)
@@ -367,7 +367,7 @@ class ResourceApi:
         return _warn_unknown(response, target.spec, body, validation)
 
     async def _replace(self, request: Request, target: _Target) -> Response:
-        body = await self._read_object(request)
+        body = await self._read_object(request, target.spec)
         name = (body.get("metadata") or {}).get("name") if isinstance(body.get("metadata"), dict) else None
         if name not in (None, "", target.name):
             raise BadRequest(f"the name of the object ({name}) does not match the name on the URL ({target.name})")
@@ -500,13 +500,23 @@ class ResourceApi:
             raise BadRequest(f"timed out after {self._body_timeout}s reading the request body") from exc
         return b"".join(chunks)
 
-    async def _read_object(self, request: Request) -> dict[str, Any]:
+    async def _read_object(self, request: Request, spec: KindSpec) -> dict[str, Any]:
         media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
         if media_type not in ("application/json", "application/yaml", ""):
-            raise UnsupportedMediaType(f"unsupported media type {media_type!r}: use application/json")
-        decoded = _decode(await self._read_body(request), yaml_allowed=media_type == "application/yaml")
+            raise UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json, application/yaml"
+            )
+        # kube-apiserver's words for a body it cannot read as an object (the parser's own detail differs).
+        unrecognized = f"the object provided is unrecognized (must be of type {spec.kind}): couldn't get version/kind"
+        try:
+            decoded = _decode(await self._read_body(request), yaml_allowed=media_type == "application/yaml")
+        except BadRequest as exc:
+            if "nests more than" in exc.message:
+                raise
+            raise BadRequest(f"{unrecognized}; json parse error: {exc.message}") from exc
         if not isinstance(decoded, dict):
-            raise BadRequest("the request body must be a JSON object")
+            raise BadRequest(f"{unrecognized}; json parse error: the body is not a JSON object")
         return decoded
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._crds import kind_specs_from_crd
-from ._errors import BadRequest, Cause, Conflict, NotFound
+from ._errors import BadRequest, Cause, Conflict, ErrorDetails, Invalid, NotFound
 from ._kinds import KindSpec
 from ._rules import transition_causes
 from ._sql import ObjectKey
@@ -89,7 +89,14 @@ def normalize_input(spec: KindSpec, obj: Mapping[str, Any]) -> dict[str, Any]:
         )
     kind = body.get("kind")
     if kind not in (None, "") and kind != spec.kind:
-        raise BadRequest(f"the kind in the data ({kind}) does not match the expected kind ({spec.kind})")
+        cause = Cause("FieldValueInvalid", f"Invalid value: {json.dumps(kind)}: must be {spec.kind}", "kind")
+        name = str(metadata_of(body).get("name", ""))
+        group = f".{spec.group}" if spec.group else ""
+        raise Invalid(  # as kube-apiserver: named after the kind the body claims
+            f'{kind}{group} "{name}" is invalid: kind: {cause.message}',
+            causes=(cause,),
+            details=ErrorDetails(name=name, group=spec.group, kind=str(kind)),
+        )
     body["apiVersion"], body["kind"] = spec.api_version, spec.kind
     metadata = body.get("metadata")
     if metadata is None:

@@ -334,7 +334,9 @@ class SemanticStore:
             patched = apply_patch(present(spec, existing), patch, patch_type)
             meta = metadata_of(patched)
             if meta.get("name") != name:
-                raise BadRequest("the name of the object may not be changed by a patch")
+                raise BadRequest(
+                    f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+                )
             check_preconditions(spec, existing, meta.get("resourceVersion"), meta.get("uid"))
             if subresource == "status":
                 new = compose_status(spec, existing, patched)
