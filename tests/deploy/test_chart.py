@@ -6,9 +6,11 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
+from loopd.server.config import config_schema
 from tests.deploy.chart import CHART, NAMESPACE, Objects, render, run_helm, template, value_sets
 
 SERVER = "loopd-server"
@@ -317,8 +319,6 @@ def test_network_policies_let_only_the_operators_reach_the_server() -> None:
 
 
 def test_the_config_map_is_a_valid_loopd_server_configuration(tmp_path: Path) -> None:
-    config_schema = pytest.importorskip("loopd.server.config").config_schema
-    jsonschema = pytest.importorskip("jsonschema")
     extra = {"capacity": {"harness_calls": 8}, "timeouts": {"harness_call": 600}}
     objects = render({"server": {"config": extra}}, tmp=tmp_path)
     config = yaml.safe_load(objects.get("ConfigMap", SERVER)["data"]["config.yaml"])
