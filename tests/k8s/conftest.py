@@ -16,6 +16,7 @@ Fixtures:
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,13 +39,16 @@ def kube_cluster() -> Iterator[KubeCluster]:
         missing(f"{', '.join(absent)} not built: run `python scripts/k8s_tools.py ensure` (make test-k8s does)")
     workdir = Path(tempfile.mkdtemp(prefix="loopd-k8s-"))
     try:
-        cluster = start_cluster(workdir)
-    except ClusterError as exc:
-        pytest.fail(f"the real Kubernetes API server did not start: {exc}")
-    try:
-        yield cluster
+        try:
+            cluster = start_cluster(workdir)
+        except ClusterError as exc:
+            pytest.fail(f"the real Kubernetes API server did not start: {exc}")
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
     finally:
-        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # etcd's WAL alone is 64 MB
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -324,3 +325,4 @@ async def test_a_controller_keeps_working_across_an_api_server_restart(tmp_path:
                 assert stats.informers[0].watches >= 2, stats.informers[0]  # the first watch ended with the server
     finally:
         cluster.stop()
+        shutil.rmtree(tmp_path / "cluster", ignore_errors=True)  # etcd's WAL alone is 64 MB
