@@ -8,8 +8,10 @@ from typing import Any
 
 import jsonschema
 import pytest
+import typer
 import yaml
 
+from loopd.cli import app as cli_app
 from loopd.server.config import config_schema
 from tests.deploy.chart import CHART, NAMESPACE, Objects, render, run_helm, template, value_sets
 
@@ -336,3 +338,23 @@ def value_sets_named(name: str) -> Path:
     path = CHART / "ci" / f"{name}-values.yaml"
     assert path.is_file(), path
     return path
+
+
+def _cli_options(*path: str) -> set[str]:
+    """The option names of ``loopd <path...>`` (from the CLI's own definition)."""
+    command: Any = typer.main.get_command(cli_app)
+    for name in path:
+        command = command.commands[name]
+    return {option for param in command.params for option in getattr(param, "opts", [])}
+
+
+def test_the_pods_run_commands_and_options_the_cli_has() -> None:
+    objects = render(value_sets_named("sqlite"))
+    for deployment in objects.of("Deployment"):
+        (container,) = _containers(deployment)
+        args = [arg for arg in container["args"] if not arg.startswith("-")]
+        command = args[:2] if args[0] == "operator" else args[:1]
+        options = _cli_options(*command)
+        for arg in container["args"]:
+            if arg.startswith("--"):
+                assert arg.split("=", 1)[0] in options, f"{deployment['metadata']['name']}: {arg}"
