@@ -1327,3 +1327,29 @@ async def check_malformed_requests(ctx: Context) -> None:
             },
         ),
     ), reply
+
+
+@check
+async def check_builtin_tables(ctx: Context) -> None:
+    """``kubectl get`` of built-in kinds (CRDs, Namespaces, Leases) and across namespaces prints the same columns."""
+    crd = [line.split() for line in (await ctx.kubectl.ok("get", "crd", CRD_NAME)).splitlines()]
+    assert crd[0] == ["NAME", "SCOPE", "VERSIONS", "CREATED", "AT"], crd
+    assert crd[1][:3] == [CRD_NAME, "Namespaced", "v1(storage)"] and crd[1][3].endswith("Z"), crd  # a timestamp
+    wide = [line.split() for line in (await ctx.kubectl.ok("get", "crd", CRD_NAME, "-o", "wide")).splitlines()]
+    assert wide[0][-4:] == ["GROUP", "KIND", "SHORTNAMES", "ESTABLISHED"], wide
+    assert wide[1][-4:] == [GROUP, KIND, "gd", "true"], wide
+    namespace = (await ctx.kubectl.ok("get", "namespace", ctx.namespace)).splitlines()
+    assert namespace[0].split() == ["NAME", "STATUS", "AGE"] and namespace[1].split()[:2] == [ctx.namespace, "Active"]
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "leader"},
+        "spec": {"holderIdentity": "me"},
+    }
+    await ctx.kubectl_in_ns("create", "-f", "-", stdin=ctx.manifest(lease))
+    leases = (await ctx.kubectl_in_ns("get", "leases")).splitlines()
+    assert leases[0].split() == ["NAME", "HOLDER", "AGE"] and leases[1].split()[:2] == ["leader", "me"], leases
+    await ctx.create("everywhere", {"size": 5})
+    rows = [line.split() for line in (await ctx.kubectl.ok("get", "gadgets", "-A")).splitlines()]
+    assert rows[0] == ["NAMESPACE", "NAME", "SIZE", "COLOR", "PHASE", "AGE"], rows
+    assert [ctx.namespace, "everywhere", "5", "green"] in [row[:4] for row in rows[1:]]

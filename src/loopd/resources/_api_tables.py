@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -92,7 +92,40 @@ def human_duration(seconds: float) -> str:
     return f"{years}y"
 
 
+def _served_versions(crd: Mapping[str, Any]) -> str:
+    spec = crd.get("spec") or {}
+    labels = [
+        f"{v.get('name')}(storage)" if v.get("storage") else str(v.get("name"))
+        for v in spec.get("versions") or ()
+        if isinstance(v, Mapping) and v.get("served")
+    ]
+    return ",".join(sorted(labels))
+
+
+def _short_names(crd: Mapping[str, Any]) -> str:
+    names = (crd.get("spec") or {}).get("names") or {}
+    return ",".join(str(n) for n in names.get("shortNames") or ())
+
+
+def _established(crd: Mapping[str, Any]) -> bool:
+    conditions = (crd.get("status") or {}).get("conditions") or ()
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Established" and c.get("status") == "True" for c in conditions
+    )
+
+
+COMPUTED_CELLS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "@servedVersions": _served_versions,
+    "@shortNames": _short_names,
+    "@established": _established,
+}
+"""Cells no JSONPath expresses, by pseudo-path: the columns kube-apiserver prints for CustomResourceDefinitions."""
+
+
 def _cell(column: PrinterColumn, obj: Mapping[str, Any], now: datetime) -> Any:
+    computed = COMPUTED_CELLS.get(column.json_path)
+    if computed is not None:
+        return computed(obj)
     value = evaluate_path(obj, column.json_path)
     if value is None:
         return None

@@ -174,7 +174,17 @@ _CRD = KindSpec(
         },
         "required": ["spec"],
     },
-    printer_columns=(PrinterColumn("Created At", "date", ".metadata.creationTimestamp"),),
+    # kube-apiserver's own CRD table (a timestamp, not an age, under Created At); the "@…" paths are computed
+    # cells (_api_tables.COMPUTED_CELLS).
+    printer_columns=(
+        PrinterColumn("Scope", "string", ".spec.scope", "Cluster/Namespaced"),
+        PrinterColumn("Versions", "string", "@servedVersions", "Served versions"),
+        PrinterColumn("Created At", "string", ".metadata.creationTimestamp"),
+        PrinterColumn("Group", "string", ".spec.group", "API group", priority=1),
+        PrinterColumn("Kind", "string", ".spec.names.kind", "CustomResource kind", priority=1),
+        PrinterColumn("ShortNames", "string", "@shortNames", "Short names", priority=1),
+        PrinterColumn("Established", "boolean", "@established", "Established status", priority=1),
+    ),
 )
 
 #: Typed kinds whose CRD manifests loopd ships (``loopd manifests crds``).
