@@ -137,6 +137,8 @@ class Target:
     ``consistent_pages``: the pages of a paginated list share the first page's resourceVersion (real only).
     ``bookmarks_guaranteed``: a watch that asked for bookmarks gets one within seconds (embedded only: kube-apiserver
     sends them when its watch cache has moved on, which depends on etcd progress notifications).
+    ``protobuf``: protobuf bodies are accepted (kubectl's generators such as ``kubectl create namespace`` send them).
+    ``apply_conflicts``: server-side apply tracks field managers and refuses a second manager's change (409).
     """
 
     name: str
@@ -149,6 +151,8 @@ class Target:
     synchronous_foreground: bool = False
     consistent_pages: bool = True
     bookmarks_guaranteed: bool = False
+    protobuf: bool = True
+    apply_conflicts: bool = True
 
 
 @dataclass(frozen=True)
@@ -1353,3 +1357,26 @@ async def check_builtin_tables(ctx: Context) -> None:
     rows = [line.split() for line in (await ctx.kubectl.ok("get", "gadgets", "-A")).splitlines()]
     assert rows[0] == ["NAMESPACE", "NAME", "SIZE", "COLOR", "PHASE", "AGE"], rows
     assert [ctx.namespace, "everywhere", "5", "green"] in [row[:4] for row in rows[1:]]
+
+
+@check
+async def check_protobuf_and_apply_conflicts(ctx: Context) -> None:
+    """Two documented differences, checked so they cannot drift: protobuf bodies, and field-manager conflicts of
+    server-side apply (kube-apiserver has both, the embedded API neither)."""
+    generated = await ctx.kubectl.run("create", "namespace", f"{ctx.namespace}-pb")
+    if ctx.target.protobuf:
+        assert generated.returncode == 0, generated.output
+    else:
+        assert generated.returncode == 1 and "(UnsupportedMediaType)" in generated.stderr, generated.output
+
+    first = ctx.gadget("owned", {"size": 1})
+    await ctx.kubectl_in_ns("apply", "--server-side", "--field-manager=first", "-f", "-", stdin=ctx.manifest(first))
+    first["spec"]["size"] = 2
+    second = await ctx.kubectl.run(
+        "apply", "--server-side", "--field-manager=second", "-n", ctx.namespace, "-f", "-", stdin=ctx.manifest(first)
+    )
+    if ctx.target.apply_conflicts:
+        assert second.returncode == 1 and "Apply failed with 1 conflict" in second.stderr, second.output
+        assert 'conflict with "first"' in second.stderr and ".spec.size" in second.stderr
+    else:
+        assert second.returncode == 0, second.output

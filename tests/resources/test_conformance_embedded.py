@@ -33,6 +33,8 @@ async def test_conformance(name: str, tmp_path: Path, credentials: ApiCredential
             synchronous_foreground=True,
             consistent_pages=False,
             bookmarks_guaranteed=True,
+            protobuf=False,
+            apply_conflicts=False,
         )
         await install(target, tmp_path / "work")
         await run_check(target, tmp_path / "work", name)
