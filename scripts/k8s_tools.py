@@ -18,8 +18,9 @@ Usage::
 TOOL: kube-apiserver, etcd, kubectl, kube-controller-manager, helm.
 
 Progress goes to stderr; ``path`` prints only the path on stdout. The Go toolchain comes from ``$GO`` or ``go`` on
-``PATH``. This script must not download anything but Go modules (through ``go`` itself), and never touches the
-binaries in a version directory it did not build.
+``PATH``. A binary is kept while the build recipe recorded beside it (``fingerprint``: go.mod, sources, ldflags)
+is this script's; otherwise it is rebuilt and replaced by an atomic rename (running copies are unaffected). This
+script must not download anything but Go modules (through ``go`` itself).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -129,6 +132,12 @@ class GoTool:
         """The package ``go build`` compiles."""
         return "." if self.main_source is not None else self.package
 
+    def fingerprint(self) -> str:
+        """A digest of the build recipe (go.mod, sources, target, ldflags): a cached binary made by another recipe
+        (an older version of this script, or by hand) is rebuilt."""
+        recipe = json.dumps([self.go_mod(), self.sources(), self.build_target(), list(self.ldflags)], sort_keys=True)
+        return hashlib.sha256(recipe.encode()).hexdigest()[:16]
+
 
 _KUBE_REPLACES = tuple((f"k8s.io/{m}", f"k8s.io/{m}", _STAGING_VERSION) for m in _STAGING_MODULES)
 _KUBE_MAJOR, _KUBE_MINOR = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
@@ -141,6 +150,18 @@ _KUBE_LDFLAGS = tuple(
         ("gitMinor", _KUBE_MINOR),
         ("gitTreeState", "clean"),
     )
+)
+
+# helm's own Makefile stamps its version and the Kubernetes version it assumes (.Capabilities.KubeVersion in
+# `helm template`, the deprecated-API checks of `helm lint`) from its client-go (v0.37 → 1.37); unstamped it says v1.20.
+_HELM_KUBE_MINOR = "37"
+_HELM_LDFLAGS = (
+    f"-X helm.sh/helm/v3/internal/version.version={HELM_VERSION}",
+    "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1",
+    f"-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor={_HELM_KUBE_MINOR}",
+    "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1",
+    f"-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor={_HELM_KUBE_MINOR}",
 )
 
 TOOLS: dict[str, GoTool] = {
@@ -180,6 +201,7 @@ TOOLS: dict[str, GoTool] = {
         version=HELM_VERSION,
         module="helm.sh/helm/v3",
         package="helm.sh/helm/v3/cmd/helm",
+        ldflags=_HELM_LDFLAGS,
     ),
 }
 
@@ -243,11 +265,21 @@ def _run(argv: Sequence[str], *, cwd: Path, env: dict[str, str], timeout: float)
 
 
 def build_seconds(tool: GoTool) -> float | None:
-    """How long the build that produced the cached binary took, if it was recorded."""
+    """How long the first build of this tool version took (Go's build cache was cold for its packages), if known."""
     try:
         return float((tool_dir(tool) / "build-seconds").read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def _is_current(tool: GoTool) -> bool:
+    binary = binary_path(tool)
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        return False
+    try:
+        return (tool_dir(tool) / "fingerprint").read_text().strip() == tool.fingerprint()
+    except OSError:
+        return False
 
 
 def ensure_tool(name: str, *, timeout: float = 3600.0) -> tuple[Path, float | None]:
@@ -256,12 +288,14 @@ def ensure_tool(name: str, *, timeout: float = 3600.0) -> tuple[Path, float | No
     if tool is None:
         raise ToolError(f"unknown tool {name!r}; known: {', '.join(sorted(TOOLS))}")
     binary = binary_path(tool)
-    if binary.is_file() and os.access(binary, os.X_OK):
-        return binary, None
     directory = tool_dir(tool)
+    if _is_current(tool):
+        return binary, None
     with _locked(directory / ".lock"):
-        if binary.is_file() and os.access(binary, os.X_OK):  # another process built it while we waited
+        if _is_current(tool):  # another process built it while we waited
             return binary, None
+        if binary.exists():
+            _log(f"rebuilding {binary}: it was made by another build recipe")
         go = _go()
         src = directory / "src"
         src.mkdir(parents=True, exist_ok=True)
@@ -281,7 +315,9 @@ def ensure_tool(name: str, *, timeout: float = 3600.0) -> tuple[Path, float | No
         partial.chmod(0o755)
         partial.replace(binary)
         elapsed = time.monotonic() - started
-        (directory / "build-seconds").write_text(f"{elapsed:.1f}\n")
+        (directory / "fingerprint").write_text(tool.fingerprint() + "\n")
+        if build_seconds(tool) is None:  # the first build's time (a later rebuild reuses Go's build cache)
+            (directory / "build-seconds").write_text(f"{elapsed:.1f}\n")
         _log(f"built {binary} in {elapsed:.0f} s")
         return binary, elapsed
 

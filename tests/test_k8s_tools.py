@@ -36,16 +36,42 @@ def test_etcd_is_built_from_a_main_of_our_own() -> None:
     assert tool.build_target() == "."
 
 
-def test_a_cached_binary_is_found_and_never_rebuilt(tmp_path: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "GO": str(tmp_path / "no-go")}
-    binary = tmp_path / "loopd" / "k8s-tools" / f"helm-{tools.HELM_VERSION}" / "helm"
+def test_helm_is_stamped_with_its_version_and_the_kubernetes_it_targets() -> None:
+    flags = " ".join(tools.TOOLS["helm"].ldflags)
+    assert f"internal/version.version={tools.HELM_VERSION}" in flags
+    assert "chartutil.k8sVersionMinor=37" in flags and "lint/rules.k8sVersionMinor=37" in flags
+    assert "component-base/version.gitVersion=v1.37.2" in " ".join(tools.TOOLS["kube-apiserver"].ldflags)
+
+
+def _fake_binary(cache: Path, name: str, *, fingerprint: str | None) -> Path:
+    tool = tools.TOOLS[name]
+    binary = cache / "loopd" / "k8s-tools" / f"{name}-{tool.version}" / name
     binary.parent.mkdir(parents=True)
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
+    if fingerprint is not None:
+        (binary.parent / "fingerprint").write_text(fingerprint + "\n")
+    return binary
+
+
+def test_a_cached_binary_of_this_recipe_is_found_and_never_rebuilt(tmp_path: Path) -> None:
+    binary = _fake_binary(tmp_path, "helm", fingerprint=tools.TOOLS["helm"].fingerprint())
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "GO": str(tmp_path / "no-go")}
     out = subprocess.run(
         [sys.executable, str(SCRIPT), "path", "helm"], env=env, capture_output=True, text=True, timeout=30, check=True
     )
     assert out.stdout.strip() == str(binary)
+
+
+@pytest.mark.parametrize("fingerprint", [None, "another-recipe"])
+def test_a_binary_of_another_recipe_is_rebuilt(tmp_path: Path, fingerprint: str | None) -> None:
+    _fake_binary(tmp_path, "etcd", fingerprint=fingerprint)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "GO": "", "PATH": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "path", "etcd"], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert out.returncode == 1  # it tried to rebuild: no Go here
+    assert "rebuilding" in out.stderr and "no Go toolchain" in out.stderr
 
 
 def test_a_missing_toolchain_is_a_clear_error(tmp_path: Path) -> None:
