@@ -567,6 +567,11 @@ async def check_field_validation(ctx: Context) -> None:
         content_type="application/merge-patch+json",
         params={"fieldValidation": "Strict"},
     )
+    ops = [{"op": "add", "path": "/spec/another", "value": 1}]
+    by_ops = await ctx.api.request("PATCH", ctx.path("warned"), body=ops, content_type="application/json-patch+json")
+    assert by_ops.status == 200 and by_ops.warnings == ('unknown field "spec.another"',), by_ops
+    assert "another" not in by_ops.body["spec"]
+
     # A strict patch is 422 on the field "patch" (its value: the patched object, server-specific).
     assert patched.status == 422 and patched.body["reason"] == "Invalid", patched
     assert patched.body["message"].startswith(' "" is invalid: patch: Invalid value: ')

@@ -39,7 +39,7 @@ from ._errors import (
     UnsupportedMediaType,
 )
 from ._kinds import KindSpec
-from ._patching import PATCH_CONTENT_TYPES
+from ._patching import PATCH_CONTENT_TYPES, apply_patch
 from ._store import FieldValidation, PropagationPolicy, ResourceStore
 from ._validation import invalid_error, unknown_fields
 
@@ -420,6 +420,14 @@ class ResourceApi:
         raw = await self._read_body(request)
         patch = _decode(raw, yaml_allowed=patch_type == "apply")
         validation = _field_validation(request)
+        warn_about: Mapping[str, Any] = patch if isinstance(patch, dict) else {}
+        if validation == "Warn" and patch_type == "json":
+            # Operations name no fields: warn about the unknown fields of the patched object, as kube-apiserver.
+            current = await self._store.get(target.spec.ref, target.item_name, namespace=target.namespace)
+            try:
+                warn_about = apply_patch(current, patch, "json")
+            except ResourceError:
+                warn_about = {}  # the store reports the bad patch itself
         patched = await self._store.patch(
             target.spec.ref,
             target.item_name,
@@ -431,7 +439,7 @@ class ResourceApi:
             field_validation=validation,
         )
         response = self._object_response(request, target.spec, patched)
-        return _warn_unknown(response, target.spec, patch if isinstance(patch, dict) else {}, validation)
+        return _warn_unknown(response, target.spec, warn_about, validation)
 
     async def _delete(self, request: Request, target: _Target) -> Response:
         raw = await self._read_body(request)
