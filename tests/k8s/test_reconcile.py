@@ -47,7 +47,10 @@ subjects:
   - {{kind: ServiceAccount, name: operator, namespace: {ns}}}
 """
 
-FAST = {"lease_duration": 4.0, "renew_deadline": 3.0, "retry_period": 0.5}
+# Graceful hand-over releases the Lease (a standby takes it within retry_period), so a long lease costs nothing there
+# and keeps a loaded machine from making the leader miss a renewal; a killed leader's Lease must expire (KILL).
+FAST = {"lease_duration": 10.0, "renew_deadline": 8.0, "retry_period": 0.5}
+KILL = {"lease_duration": 6.0, "renew_deadline": 5.0, "retry_period": 0.5}
 
 
 def operator_kubeconfig(cluster: KubeCluster, namespace: str) -> Path:
@@ -210,7 +213,7 @@ _LEADER_PROCESS = textwrap.dedent(
     async def main(kubeconfig, namespace):
         async with open_http_client(kubeconfig) as client:
             election = LeaderElection(
-                "ops", namespace=namespace, identity="killed", lease_duration=4.0, renew_deadline=3.0,
+                "ops", namespace=namespace, identity="killed", lease_duration=6.0, renew_deadline=5.0,
                 retry_period=0.5,
             )
             manager = Manager(client, leader_election=election)
@@ -254,7 +257,7 @@ async def test_a_standby_takes_over_the_lease_of_a_killed_leader(
             await eventually(held_by_killed, timeout=45, what="the child process to lead")
             standby = Manager(
                 client,
-                leader_election=LeaderElection("ops", namespace=namespace, identity="standby", **FAST),
+                leader_election=LeaderElection("ops", namespace=namespace, identity="standby", **KILL),
                 drain_timeout=5.0,
             )
             reconciled: list[str] = []
