@@ -16,6 +16,7 @@ from typing import Final, Literal
 
 from pydantic import SecretStr
 
+from loopd._infra.errors import LoopdError
 from loopd.harness.gate import GatePolicy
 from loopd.harness.models import ModelConfig
 
@@ -23,7 +24,7 @@ KubeApi = Literal["auto", "embedded", "in-cluster", "kubeconfig"]
 KUBE_APIS: Final[tuple[KubeApi, ...]] = ("auto", "embedded", "in-cluster", "kubeconfig")
 
 
-class MissingSecret(ValueError):
+class MissingSecret(LoopdError, ValueError):
     """An environment variable or file the configuration names for a secret is not there."""
 
 
