@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test test-k8s lint bench fmt clean web web-test
+.PHONY: run test test-k8s lint bench fmt clean web web-test helm
 
 # The web UI (web/: Preact + TypeScript, built by Vite into the package, where `loopd up` serves it). `npm ci` runs
 # when the lockfile changes, the build when a source, the page or a config does.
@@ -52,7 +52,11 @@ run: $(STAMP) web
 # makes the suite slower, not red.
 PYTEST_WORKERS ?= auto
 
-test: $(STAMP) web web-test
+# The chart's tests (tests/deploy) run the real helm: built from its Go module on the first run, then cached.
+helm: $(STAMP)
+	$(BIN)/python scripts/k8s_tools.py ensure helm
+
+test: $(STAMP) web web-test helm
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # The tests against a real kube-apiserver + etcd (tests/k8s, collected only with LOOPD_K8S=1): the binaries are
