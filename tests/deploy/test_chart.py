@@ -358,3 +358,9 @@ def test_the_pods_run_commands_and_options_the_cli_has() -> None:
         for arg in container["args"]:
             if arg.startswith("--"):
                 assert arg.split("=", 1)[0] in options, f"{deployment['metadata']['name']}: {arg}"
+
+
+def test_clusters_older_than_1_29_are_refused() -> None:
+    run = template(extra=["--kube-version", "1.28.9"])
+    assert run.code != 0 and "kubeVersion: >=1.29.0-0" in run.stderr, run.stderr
+    assert template(extra=["--kube-version", "1.29.0"]).code == 0
