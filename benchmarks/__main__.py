@@ -1,9 +1,11 @@
 """`make bench`: run every benchmark module and print their tables.
 
-python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [module ...]
+python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [--results] [module ...]
 
 Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); the others run with their own
 defaults (``--quick`` shrinks the known ones). ``--markdown PATH`` also writes every table to PATH as Markdown.
+``--results`` writes ``benchmarks/results/<date>-<short sha>.json``: the command line, the commit, the machine and
+the library versions, the load average before and after, and every table with its raw rows — the file docs quote.
 """
 
 from __future__ import annotations
@@ -11,13 +13,17 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import os
 import pkgutil
+import subprocess
 import sys
+import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks._common import MARKDOWN_ENV, print_environment
+from benchmarks._common import MARKDOWN_ENV, MODULE_ENV, RESULTS_ENV, environment_rows, print_environment
 
 # Smaller settings for modules that do not take --quick themselves.
 QUICK_ARGV = {"reconcile_latency": ["--count", "50", "--burst", "50"]}
@@ -29,7 +35,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one repetition and smaller sizes (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
     parser.add_argument("--markdown", type=Path, default=None, help="also append every table to this file")
+    parser.add_argument("--results", action="store_true", help="write benchmarks/results/<date>-<sha>.json")
     args = parser.parse_args()
+    tables = Path(tempfile.mkstemp(prefix="loopd-bench-", suffix=".jsonl")[1]) if args.results else None
+    if tables is not None:
+        os.environ[RESULTS_ENV] = str(tables)
+    load_before = os.getloadavg()
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text("")
@@ -49,6 +60,7 @@ def main() -> None:
         if entry is None:
             continue
         print(f"\n== benchmarks.{name} ==", flush=True)
+        os.environ[MODULE_ENV] = name
         t0 = time.perf_counter()
         if inspect.signature(entry).parameters:
             entry(["--repeat", str(args.repeat), *(["--quick"] if args.quick else [])])
@@ -61,6 +73,38 @@ def main() -> None:
                 sys.argv = saved
         print(f"(benchmarks.{name}: {time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
+    if tables is not None:
+        written = write_results(tables, load_before, time.perf_counter() - started)
+        print(f"results: {written}")
+
+
+def write_results(tables: Path, load_before: tuple[float, float, float], seconds: float) -> Path:
+    """``benchmarks/results/<date>-<short sha>.json`` from the tables collected in ``tables`` (JSON lines)."""
+    root = Path(__file__).resolve().parent
+    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    stamp = datetime.now(UTC)
+    document = {
+        "date": stamp.isoformat(timespec="seconds"),
+        "commit": sha,
+        "dirty": dirty,
+        "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
+        "seconds": round(seconds, 1),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "environment": dict(environment_rows()),
+        "tables": [json.loads(line) for line in tables.read_text(encoding="utf-8").splitlines() if line.strip()],
+    }
+    out = root / "results" / f"{stamp:%Y-%m-%d}-{sha}{'-dirty' if dirty else ''}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tables.unlink(missing_ok=True)
+    return out
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 MARKDOWN_ENV = "LOOPD_BENCH_MARKDOWN"
+RESULTS_ENV = "LOOPD_BENCH_RESULTS"
+"""When set (``python -m benchmarks --results`` sets it), every table is also appended to this JSON-lines file."""
+MODULE_ENV = "LOOPD_BENCH_MODULE"
+"""The benchmark module running now (recorded with each table in the results file)."""
 DISTRIBUTIONS = (
     "pyloopd",
     "langgraph",
@@ -55,6 +59,24 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     target = os.environ.get(MARKDOWN_ENV)
     if target:
         append_markdown(Path(target), title, columns, rows, note)
+    results = os.environ.get(RESULTS_ENV)
+    if results:
+        append_result(Path(results), title, columns, rows, note)
+
+
+def append_result(
+    path: Path, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], note: str = ""
+) -> None:
+    """One table as one JSON line: module, title, columns, raw rows (numbers unrounded), note."""
+    record = {
+        "module": os.environ.get(MODULE_ENV, ""),
+        "title": title,
+        "columns": list(columns),
+        "rows": [[v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for v in r] for r in rows],
+        "note": note,
+    }
+    with path.open("a", encoding="utf-8") as out:
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def append_markdown(
