@@ -9,7 +9,9 @@
   the same transaction, so two redemptions of one code cannot both succeed.
 
 Only SHA-256 digests of secrets are stored (migration 4's tables), so a copy of the database signs nobody in, and
-a secret is found by its digest: how long a lookup takes says nothing about the secret.
+a secret is found by its digest: how long a lookup takes says nothing about the secret. A token found valid is
+remembered (by digest) for ``token_cache_seconds`` (2 s), so an operator's burst of requests reads the table once;
+a revocation on this server forgets them at once, one on another replica within that time.
 Must not do: decide who may call what (the security middleware and the routes do).
 """
 
@@ -17,10 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
+from loopd._infra.clock import Clock, SystemClock
 from loopd.server.http._identity import Identity
 from loopd.server.storage import Database, InvalidRecord
 
@@ -38,6 +42,10 @@ def _time_text(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+TOKEN_CACHE_SECONDS: Final = 2.0
+"""How long a token found valid is trusted without reading the table again (revocations elsewhere wait this long)."""
+TOKEN_CACHE_SIZE: Final = 1024
+"""Tokens remembered at most (the least recently used is forgotten first)."""
 MIN_ADOPTED_TOKEN: Final = 32
 """Characters an adopted token (`AccessStore.adopt_token`) has at least."""
 
@@ -51,11 +59,26 @@ class SigninCode:
 class AccessStore:
     """The server's issued credentials, in its database."""
 
-    def __init__(self, db: Database, *, signin_ttl: float = DEFAULT_SIGNIN_TTL) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        signin_ttl: float = DEFAULT_SIGNIN_TTL,
+        token_cache_seconds: float = TOKEN_CACHE_SECONDS,
+        clock: Clock | None = None,
+    ) -> None:
         if not (0 < signin_ttl <= MAX_SIGNIN_TTL):
             raise ValueError(f"signin_ttl must be positive and at most {MAX_SIGNIN_TTL:.0f} seconds")
+        if token_cache_seconds < 0:
+            raise ValueError("token_cache_seconds must not be negative")
         self._db = db
         self._ttl = timedelta(seconds=signin_ttl)
+        self._cache_seconds = token_cache_seconds
+        self._clock = clock or SystemClock()
+        self._known: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+        """Token digest → (monotonic time it was read, its actor): valid tokens read recently."""
+        self._revocations = 0
+        """Bumped when a revocation starts and when it ends: a lookup that overlapped one is not remembered."""
 
     # -- actor tokens --------------------------------------------------------------------------------------
 
@@ -92,20 +115,39 @@ class AccessStore:
 
     async def revoke_tokens(self, actor: Identity) -> int:
         """Forget every token of ``actor``; returns how many there were."""
-        async with self._db.transaction() as tx:
-            return await tx.execute(
-                "DELETE FROM access_tokens WHERE actor_kind = ? AND actor_key = ?", (actor.kind, actor.key)
-            )
+        self._revocations += 1  # before and after: a lookup racing the delete must not keep the old answer
+        self._known.clear()
+        try:
+            async with self._db.transaction() as tx:
+                return await tx.execute(
+                    "DELETE FROM access_tokens WHERE actor_kind = ? AND actor_key = ?", (actor.kind, actor.key)
+                )
+        finally:
+            self._revocations += 1
+            self._known.clear()
 
     async def token_actor(self, token: str) -> Identity | None:
-        """The actor ``token`` authenticates (trusted), or None."""
+        """The actor ``token`` authenticates (trusted), or None. A valid token is remembered briefly (see above);
+        an unknown one is read every time (nothing to gain from remembering a guess)."""
+        digest = secret_digest(token)
+        now = self._clock.monotonic()
+        known = self._known.get(digest)
+        if known is not None and now - known[0] < self._cache_seconds:
+            self._known.move_to_end(digest)
+            return known[1]
+        revocations = self._revocations
         async with self._db.transaction(read_only=True) as tx:
-            row = await tx.fetch_one(
-                "SELECT actor_kind, actor_key FROM access_tokens WHERE token_hash = ?", (secret_digest(token),)
-            )
+            row = await tx.fetch_one("SELECT actor_kind, actor_key FROM access_tokens WHERE token_hash = ?", (digest,))
         if row is None:
+            self._known.pop(digest, None)
             return None
-        return Identity(row[0], row[1], trusted=True)
+        identity = Identity(row[0], row[1], trusted=True)
+        if self._cache_seconds > 0 and revocations == self._revocations:
+            self._known[digest] = (now, identity)
+            self._known.move_to_end(digest)
+            while len(self._known) > TOKEN_CACHE_SIZE:
+                self._known.popitem(last=False)
+        return identity
 
     # -- browser cookies -----------------------------------------------------------------------------------
 
