@@ -132,8 +132,7 @@ class Target:
 
     ``garbage_collector``: dependents of a deleted owner are collected (embedded: in the same write; a real
     cluster: only with kube-controller-manager running). ``auto_namespaces``: writing into a missing namespace
-    creates it (embedded only). ``synchronous_foreground``: a Foreground delete removes owner and dependents at
-    once instead of parking the owner behind the ``foregroundDeletion`` finalizer (embedded only).
+    creates it (embedded only).
     ``consistent_pages``: the pages of a paginated list share the first page's resourceVersion (real only).
     ``bookmarks_guaranteed``: a watch that asked for bookmarks gets one within seconds (embedded only: kube-apiserver
     sends them when its watch cache has moved on, which depends on etcd progress notifications).
@@ -148,7 +147,6 @@ class Target:
     kubectl: Kubectl
     garbage_collector: bool = True
     auto_namespaces: bool = False
-    synchronous_foreground: bool = False
     consistent_pages: bool = True
     bookmarks_guaranteed: bool = False
     protobuf: bool = True
@@ -1089,6 +1087,10 @@ async def check_finalizers(ctx: Context) -> None:
     events = await ctx.api.watch(ctx.path(), {"resourceVersion": start}, count=3)
     assert [e["type"] for e in events] == ["MODIFIED", "MODIFIED", "DELETED"]
     assert events[0]["object"]["metadata"]["deletionTimestamp"]
+    # Marking for deletion bumps generation once (kube-apiserver's rule); so does the spec change after it. The
+    # DELETED object is the last stored state, the finalizer still on it.
+    assert [e["object"]["metadata"]["generation"] for e in events] == [2, 3, 3], events
+    assert events[2]["object"]["metadata"]["finalizers"] == [FINALIZER], events[2]
 
     cannot_revive = await ctx.create("f2", finalizers=[FINALIZER])
     await ctx.api.request("DELETE", ctx.path("f2"))
@@ -1119,6 +1121,13 @@ async def check_owner_references(ctx: Context) -> None:
     if not ctx.target.garbage_collector:
         return  # no kube-controller-manager: nothing collects dependents (documented in docs/resources-client.md)
 
+    # A fresh kube-controller-manager learns of a new CRD only at its next discovery resync (30 s), and reacts to
+    # no deletion it did not watch: first wait until it collects a dependent whose owner is gone.
+    _, warmup = await family("warmup")
+    await ctx.api.request("DELETE", ctx.path("warmup"))
+    for kid in warmup:
+        await eventually(lambda kid=kid: gone(kid), timeout=90, what="the garbage collector to watch Gadgets")
+
     _, kids = await family("orphaner")
     orphaned = await ctx.api.request("DELETE", ctx.path("orphaner"), params={"propagationPolicy": "Orphan"})
     assert orphaned.status == 200
@@ -1131,14 +1140,22 @@ async def check_owner_references(ctx: Context) -> None:
     for kid in kids:
         await eventually(lambda kid=kid: gone(kid), timeout=30, what=f"{kid} to be collected")
 
-    _, kids = await family("fg")
+    owner, kids = await family("fg")
     foreground = await ctx.api.request("DELETE", ctx.path("fg"), params={"propagationPolicy": "Foreground"})
     assert foreground.status == 200, foreground
-    if not ctx.target.synchronous_foreground:
-        assert foreground.body["metadata"]["finalizers"] == ["foregroundDeletion"]
-        assert foreground.body["metadata"]["deletionTimestamp"]
+    assert foreground.body["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert foreground.body["metadata"]["deletionTimestamp"]
     for name in (*kids, "fg"):
         await eventually(lambda name=name: gone(name), timeout=30, what=f"{name} to be deleted")
+    # The owner's own story: parked behind the finalizer (MODIFIED), removed once its dependents were (DELETED).
+    events = await ctx.api.watch(
+        ctx.path(), {"resourceVersion": str(rv(owner)), "fieldSelector": "metadata.name=fg", "timeoutSeconds": "2"}
+    )
+    assert events[0]["type"] == "MODIFIED" and events[0]["object"]["metadata"]["finalizers"] == ["foregroundDeletion"]
+    # The DELETED object is the last stored state: still parked behind the finalizer (generation bumped once).
+    assert events[-1]["type"] == "DELETED", events
+    assert events[-1]["object"]["metadata"]["finalizers"] == ["foregroundDeletion"]
+    assert events[0]["object"]["metadata"]["generation"] == events[-1]["object"]["metadata"]["generation"] == 2
 
 
 async def _no_owner(ctx: Context, name: str) -> bool:
@@ -1150,8 +1167,6 @@ async def _no_owner(ctx: Context, name: str) -> bool:
 async def check_foreground_without_collector(ctx: Context) -> None:
     """What the API server itself does on a Foreground or Orphan delete: park the owner behind the
     ``foregroundDeletion`` or ``orphan`` finalizer for the garbage collector to finish."""
-    if ctx.target.synchronous_foreground:
-        return  # the embedded API collects in the same write (documented difference)
     await ctx.create("owner")
     reply = await ctx.api.request("DELETE", ctx.path("owner"), params={"propagationPolicy": "Foreground"})
     assert reply.status == 200 and reply.body["metadata"]["finalizers"] == ["foregroundDeletion"], reply

@@ -31,6 +31,9 @@ async def real_target(kube_cluster: KubeCluster, loopd_crds: list[str], tmp_path
     return target
 
 
+# The first check may start the cluster, and the garbage-collector checks wait for kube-controller-manager to
+# discover the test CRD (its discovery resync is 30 s).
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("name", sorted(CHECKS))
 async def test_conformance(name: str, real_target: Target, tmp_path: Path) -> None:
     await run_check(real_target, tmp_path / "work", name)

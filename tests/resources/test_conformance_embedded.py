@@ -30,7 +30,6 @@ async def test_conformance(name: str, tmp_path: Path, credentials: ApiCredential
             kubectl=Kubectl(require_kubectl(), api.kubeconfig, tmp_path / "kube-home"),
             garbage_collector=True,
             auto_namespaces=True,
-            synchronous_foreground=True,
             consistent_pages=False,
             bookmarks_guaranteed=True,
             protobuf=False,

@@ -468,7 +468,10 @@ class SemanticStore:
             return existing
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return await self._remove(tx, spec, key, new, "Background")
+            # As kube-apiserver: the DELETED event carries the last stored state (the finalizers still on it).
+            removed = await self._remove(tx, spec, key, existing, "Background")
+            new["metadata"]["resourceVersion"] = removed["metadata"]["resourceVersion"]
+            return new
         meta["resourceVersion"] = str(tx.next_rv())
         await sql.put_object(tx.conn, key, new, tx.rv, owner_uids(new))
         await tx.record(key, "MODIFIED", new, existing)
@@ -484,12 +487,32 @@ class SemanticStore:
             if meta.get("deletionTimestamp"):
                 return obj
             new = copy.deepcopy(obj)
-            new["metadata"]["deletionTimestamp"] = self._now()
-            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            _mark_deleting(new, self._now())
             if spec.storage_key == NAMESPACE_STORAGE:
                 new = apply_kind_rules(spec, new, self._now())
             return await self._replace(tx, spec, key, obj, new)
+        if policy != "Background" and spec.storage_key not in (NAMESPACE_STORAGE, CRD_STORAGE):
+            return await self._delete_parked(tx, spec, key, obj, policy)
         return await self._remove(tx, spec, key, obj, policy)
+
+    async def _delete_parked(
+        self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
+    ) -> dict[str, Any]:
+        """Foreground / Orphan as kube-apiserver and its garbage collector do them, in one write: the owner parked
+        behind the ``foregroundDeletion`` / ``orphan`` finalizer (a MODIFIED event; what the caller gets back), its
+        dependents deleted or orphaned, then the finalizer released, which removes the owner (DELETED)."""
+        parked = copy.deepcopy(obj)
+        _mark_deleting(parked, self._now())
+        meta = parked["metadata"]
+        meta["finalizers"] = ["foregroundDeletion" if policy == "Foreground" else "orphan"]
+        parked = await self._replace(tx, spec, key, obj, parked)
+        uid = str(meta.get("uid", ""))
+        if policy == "Foreground":
+            await self._collect_dependents(tx, uid)
+        else:
+            await self._orphan_dependents(tx, uid)
+        await self._remove(tx, spec, key, parked, "Background")  # the finalizer released; DELETED shows it parked
+        return parked
 
     async def _remove(
         self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
@@ -600,6 +623,14 @@ class SemanticStore:
 
     def _now(self) -> str:
         return self._options.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _mark_deleting(obj: dict[str, Any], now: str) -> None:
+    """Set ``deletionTimestamp`` the first time, bumping ``generation`` once as kube-apiserver does."""
+    meta = obj["metadata"]
+    meta["deletionTimestamp"] = now
+    meta["deletionGracePeriodSeconds"] = 0
+    meta["generation"] = int(meta.get("generation", 1)) + 1
 
 
 def _precondition_failed(spec: KindSpec, name: str, why: str) -> Conflict:
