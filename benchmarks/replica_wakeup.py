@@ -141,7 +141,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0, help="events per second")
     parser.add_argument("--dsn", default=None, help="an existing PostgreSQL database (default: a throwaway server)")
+    parser.add_argument("--repeat", type=int, default=1, help="accepted for `python -m benchmarks`; one series runs")
+    parser.add_argument("--quick", action="store_true", help="50 events")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.events = min(args.events, 50)
 
     with contextlib.ExitStack() as stack:
         dsn = args.dsn
