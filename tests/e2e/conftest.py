@@ -49,12 +49,14 @@ def start_up(
     *,
     args: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    command: str = "up",
 ) -> UpProcess:
-    """``loopd up --port 0`` on ``data_dir`` (plus ``args``; ``env`` over `env_for`), once it serves."""
+    """``loopd up --port 0`` (or ``command``, e.g. ``server``) on ``data_dir`` (plus ``args``; ``env`` over
+    `env_for`), once it serves."""
     log = tmp_path / f"{name}.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            [LOOPD, "up", "--data-dir", str(data_dir), "--port", "0", *args],
+            [LOOPD, command, "--data-dir", str(data_dir), "--port", "0", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -28,7 +28,7 @@ from tests.support.model_thread import scripted_model_thread
 from tests.support.postgres import free_port, postgres_dsn, postgres_server
 from tests.support.waiting import wait_until
 
-from .conftest import LOOPD, UpProcess, env_for, wait_for_server_file
+from .conftest import LOOPD, UpProcess, env_for, start_up
 from .router_support import HEROES, QUESTION, answer_text, ask, start_router, wait_answer, wait_registered
 
 __all__ = ["postgres_dsn", "postgres_server"]
@@ -43,17 +43,7 @@ def start_server(
     env: Mapping[str, str] | None = None,
 ) -> UpProcess:
     """``loopd server --port 0`` on ``data_dir`` (plus ``args``; ``env`` over `env_for`), once it serves."""
-    log = tmp_path / f"{name}.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [LOOPD, "server", "--data-dir", str(data_dir), "--port", "0", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**env_for(data_dir), **(env or {})},
-        )
-    info = wait_for_server_file(process, data_dir, log)
-    return UpProcess(data_dir, process, info["url"], Path(info["token_file"]).read_text().strip(), log)
+    return start_up(data_dir, tmp_path, name, args=args, env=env, command="server")
 
 
 @pytest.fixture
