@@ -1,11 +1,14 @@
 """`make bench`: run every benchmark module and print their tables.
 
 python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [--results] [module ...]
+python -m benchmarks --compare BEFORE.json AFTER.json
 
 Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); the others run with their own
 defaults (``--quick`` shrinks the known ones). ``--markdown PATH`` also writes every table to PATH as Markdown.
 ``--results`` writes ``benchmarks/results/<date>-<short sha>.json``: the command line, the commit, the machine and
 the library versions, the load average before and after, and every table with its raw rows — the file docs quote.
+``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
+the row's labels) and runs nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks._common import MARKDOWN_ENV, MODULE_ENV, RESULTS_ENV, environment_rows, print_environment
+from benchmarks._common import (
+    MARKDOWN_ENV,
+    MODULE_ENV,
+    RESULTS_ENV,
+    environment_rows,
+    print_environment,
+    print_table,
+)
+from benchmarks._results import compare, format_changes
 
 # Smaller settings for modules that do not take --quick themselves.
 QUICK_ARGV = {"reconcile_latency": ["--count", "50", "--burst", "50"]}
@@ -36,7 +47,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
     parser.add_argument("--markdown", type=Path, default=None, help="also append every table to this file")
     parser.add_argument("--results", action="store_true", help="write benchmarks/results/<date>-<sha>.json")
+    parser.add_argument(
+        "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="print the change per figure and exit"
+    )
     args = parser.parse_args()
+    if args.compare is not None:
+        compare_files(args.compare[0], args.compare[1])
+        return
     tables = Path(tempfile.mkstemp(prefix="loopd-bench-", suffix=".jsonl")[1]) if args.results else None
     if tables is not None:
         os.environ[RESULTS_ENV] = str(tables)
@@ -76,6 +93,25 @@ def main() -> None:
     if tables is not None:
         written = write_results(tables, load_before, time.perf_counter() - started)
         print(f"results: {written}")
+
+
+def compare_files(before: Path, after: Path) -> None:
+    """Print every figure of ``after`` that ``before`` has too, with its change (see `benchmarks._results`)."""
+    try:
+        documents = [json.loads(path.read_text(encoding="utf-8")) for path in (before, after)]
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"cannot read a results file: {exc}") from None
+    changes = compare(documents[0], documents[1])
+    if not changes:
+        raise SystemExit(f"{before} and {after} have no figure in common (same module, table title and row labels)")
+    print_table(
+        f"{after.name} against {before.name}",
+        ["module", "row", "figure", "before", "after", "change"],
+        format_changes(changes),
+        note=f"before: commit {documents[0].get('commit')}, load {documents[0].get('load_average_before')}; "
+        f"after: commit {documents[1].get('commit')}, load {documents[1].get('load_average_before')}. "
+        "Lower is better for times, higher for rates: read each figure's unit.",
+    )
 
 
 def write_results(tables: Path, load_before: tuple[float, float, float], seconds: float) -> Path:
