@@ -306,3 +306,41 @@ async def test_errors_go_through_the_callers_hooks(tmp_path: Path) -> None:
 async def test_a_file_that_cannot_be_opened_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StorageUnavailable, match="cannot open"):
         await connect(tmp_path / "missing-directory" / "db.sqlite", 2.0)
+
+
+async def test_the_lane_thread_drops_a_late_result_keeps_order_and_skips_a_job_cancelled_before_its_turn(
+    tmp_path: Path,
+) -> None:
+    """The lane's own thread: a caller that timed out gets `unavailable` and the lane goes on; a `submit`ted job
+    cancelled while queued never runs; after close the thread has ended and new work is refused."""
+    before = set(threading.enumerate())
+    backend = await SqliteDatabase.open(tmp_path / "db.sqlite", SqliteOptions(timeout=0.2))
+    lanes = set(threading.enumerate()) - before  # the writer's and the reader's threads
+    lane = backend.writer
+    release = threading.Event()
+    ran: list[str] = []
+
+    def slow() -> str:
+        release.wait(5)
+        ran.append("slow")
+        return "late"
+
+    with pytest.raises(StorageUnavailable, match="did not answer"):
+        await lane.call(slow)  # times out; the job keeps the thread busy
+
+    def note(what: str) -> str:
+        ran.append(what)
+        return what
+
+    queued = lane.submit(lambda: note("cancelled"))
+    assert queued.cancel()  # still waiting behind the slow job
+    after = lane.submit(lambda: note("after"))
+    release.set()
+    assert await asyncio.wrap_future(after) == "after"
+    assert await lane.call(lambda: "next") == "next"
+    assert ran == ["slow", "after"]
+    assert len(lanes) == 2 and all(t.is_alive() for t in lanes)
+    await backend.aclose()
+    assert not any(t.is_alive() for t in lanes)
+    with pytest.raises(RuntimeError):
+        lane.submit(lambda: None)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import queue
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,46 @@ class SqliteOptions:
     errors: DatabaseErrors = field(default_factory=DatabaseErrors)
 
 
+class _LaneThread:
+    """One thread running jobs in order from an unbounded-by-design queue: every job is a statement its caller
+    awaits (bounded by the callers, one transaction at a time per lane). Cheaper per hop than a
+    ``ThreadPoolExecutor`` (no concurrent future, no chained callback for an awaited call)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def put(self, job: Callable[[], None]) -> None:
+        """Queue ``job``; ``RuntimeError`` once shut down."""
+        if self._closed:
+            raise RuntimeError("the SQLite lane is shut down")
+        self._jobs.put(job)
+
+    def shutdown(self) -> None:
+        """Run what is queued, then stop (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._jobs.put(None)
+
+    def join(self) -> None:
+        self._thread.join()
+
+
+def _settle(future: asyncio.Future[_T], result: _T | None, error: BaseException | None) -> None:
+    if future.done():  # the caller timed out or was cancelled: nobody waits for this any more
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]
+
+
 class SqliteLane:
     """One ``sqlite3`` connection, the single thread that uses it, and the lock that admits one transaction."""
 
@@ -64,7 +106,7 @@ class SqliteLane:
         self.path = path
         self.options = options
         self._query_only = query_only
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._thread = _LaneThread(name)
         self._conn: sqlite3.Connection | None = None
         self.lock = asyncio.Lock()
         self.owner: object | None = None
@@ -104,45 +146,76 @@ class SqliteLane:
             raise self.options.errors.unavailable(f"{self.options.label} is closed")
         return self._conn
 
+    def _run_on_thread(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
+        """Queue ``fn`` on the lane thread; its outcome settles the returned future on this loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result, error = fn(), None
+            except BaseException as exc:  # handed to the caller, whatever it is
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._thread.put(job)
+        return future
+
     async def call(self, fn: Callable[[], _T], *, opening: bool = False) -> _T:
         """Run ``fn`` on the lane thread, waiting at most ``timeout`` (it keeps running there after that)."""
         options = self.options
         errors = options.errors
         if self._conn is None and not opening:
             raise errors.unavailable(f"{options.label} is closed")
-        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(options.timeout):
-                return await loop.run_in_executor(self._executor, fn)
+                return await self._run_on_thread(fn)
         except TimeoutError as exc:
             raise errors.unavailable(f"{options.label} did not answer within {options.timeout:g} s") from exc
         except sqlite3.IntegrityError as exc:
             raise errors.conflict(f"constraint violated: {exc}") from exc
         except sqlite3.Error as exc:
             raise errors.unavailable(f"SQLite error: {exc}") from exc
-        except RuntimeError as exc:  # the executor was shut down under us
+        except RuntimeError as exc:  # the lane was shut down under us
             raise errors.unavailable(f"{options.label} is closed") from exc
 
     def submit(self, fn: Callable[[], _T]) -> Future[_T]:
         """Queue ``fn`` on the lane thread; the caller bounds its wait for the returned future (``RuntimeError``
-        once the lane is closed)."""
-        return self._executor.submit(fn)
+        once the lane is closed). A future cancelled before its turn does not run."""
+        future: Future[_T] = Future()
+
+        def job() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, whatever it is
+                future.set_exception(exc)
+
+        self._thread.put(job)
+        return future
 
     def submit_and_forget(self, fn: Callable[[], None]) -> None:
         """Queue ``fn`` on the lane thread without waiting for it (its errors are dropped)."""
+
+        def job() -> None:
+            with contextlib.suppress(Exception):
+                fn()
+
         with contextlib.suppress(RuntimeError):  # shut down: the connection is closed, and its transaction with it
-            self._executor.submit(fn)
+            self._thread.put(job)
 
     async def close(self) -> None:
         """Close the connection on its thread (bounded by ``timeout``) and stop the thread."""
         conn, self._conn = self._conn, None
-        loop = asyncio.get_running_loop()
         with contextlib.suppress(TimeoutError, RuntimeError):  # stuck: the thread ends when its call returns
             async with asyncio.timeout(self.options.timeout):
                 if conn is not None:
-                    await loop.run_in_executor(self._executor, conn.close)
-                await asyncio.to_thread(self._executor.shutdown, wait=True)
-        self._executor.shutdown(wait=False)
+                    await self._run_on_thread(conn.close)
+                self._thread.shutdown()
+                await asyncio.to_thread(self._thread.join)
+        self._thread.shutdown()
 
 
 class _SqliteTransaction:
