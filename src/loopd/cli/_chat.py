@@ -237,6 +237,9 @@ class ChatClient:
         )
         self._console = console
         self._input = LineInput.for_stdin()
+        self._work_id: str | None = None
+        self._work_started: dict[str, tuple[str, float]] = {}  # harness message id → (its line's name, first seen)
+        self._work_ended: set[str] = set()
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -334,7 +337,8 @@ class ChatClient:
                 work_id = str(data[0]["id"])
                 break
             await asyncio.sleep(_WORK_POLL)
-        started: dict[str, tuple[str, float]] = {}
+        self._work_id = work_id
+        started, ended = self._work_started, self._work_ended
         cursor = 0
         loop = asyncio.get_running_loop()
         for _attempt in range(_RECONNECTS):
@@ -361,15 +365,45 @@ class ChatClient:
                             name = f"{header.get('key', 'harness')} · {_work_title(header, event)}"
                             started[message_id] = (name, loop.time())
                             self._console.print(f"  [dim]… {escape(name)}[/]")
-                        elif event["op"] == "end" and message_id in started:
-                            name, since = started.pop(message_id)
-                            took = _took(header, loop.time() - since)
-                            ok = header.get("status") == "completed"
-                            mark = "✓" if ok else "✗"
-                            shown = f"{took * 1000:.0f} ms" if took < 1 else f"{took:.1f} s"
-                            self._console.print(f"  [dim]{mark} {escape(name)} ({shown})[/]")
+                        elif event["op"] == "end" and message_id in started and message_id not in ended:
+                            name, since = started[message_id]
+                            ended.add(message_id)
+                            self._print_work_end(name, header, _took(header, loop.time() - since))
             except (httpx.TransportError, httpx.RemoteProtocolError, ValueError, KeyError, TypeError):
                 await asyncio.sleep(_WORK_POLL)
+
+    def _print_work_end(self, name: str, header: dict[str, Any], took: float) -> None:
+        mark = "✓" if header.get("status") == "completed" else "✗"
+        shown = f"{took * 1000:.0f} ms" if took < 1 else f"{took:.1f} s"
+        self._console.print(f"  [dim]{mark} {escape(name)} ({shown})[/]")
+
+    async def finish_work(self, task_id: str) -> None:
+        """Once the answer has ended: the lines the live view (`follow_work`) has not shown yet — a fast answer can
+        end before that view caught up — in the order the calls started. Best effort, like the live view."""
+        try:
+            work_id = self._work_id
+            if work_id is None:
+                found = await self._json("GET", f"/v1/conversations?task_id={task_id}")
+                data = found.get("data") if isinstance(found, dict) else None
+                if not data:
+                    return
+                work_id = str(data[0]["id"])
+            page = await self._json("GET", f"/v1/conversations/{work_id}/messages?limit=200")
+            headers = [h for h in page.get("data") or () if isinstance(h, dict)] if isinstance(page, dict) else []
+        except (ChatFailure, ValueError, KeyError, TypeError):
+            return
+        for header in headers:
+            message_id = str(header.get("id", ""))
+            if header.get("kind") != "harness" or message_id in self._work_ended:
+                continue
+            name = f"{header.get('key', 'harness')} · {_work_title(header, {})}"
+            if message_id not in self._work_started:
+                self._work_started[message_id] = (name, 0.0)
+                self._console.print(f"  [dim]… {escape(name)}[/]")
+            if header.get("status") in ("pending", "streaming"):
+                continue
+            self._work_ended.add(message_id)
+            self._print_work_end(self._work_started[message_id][0], header, _took(header, 0.0))
 
     async def _answer_gate(self, block: dict[str, Any], view: _View) -> None:
         block_id = str(block["id"])
@@ -427,6 +461,7 @@ async def run_chat(
                     await client.follow(cid, asked, view)
                 finally:
                     work.cancel()
+            await client.finish_work(str(asked["task_id"]))
         else:
             await client.follow(cid, asked, view)
         if view.shown_text == 0 and view.final_text():
