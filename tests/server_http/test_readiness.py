@@ -16,6 +16,8 @@ async def test_readyz_is_503_once_the_database_is_closed(rig: Rig) -> None:
     response = await rig.client(token=False).get("/readyz")
     assert response.status_code == 503
     assert error_of(response) == "service_unavailable"
+    # anyone may ask: no driver message or address reaches the caller (the reason goes to the server's log)
+    assert response.json()["error"]["message"] == "the database does not answer"
     assert (await rig.client(token=False).get("/healthz")).status_code == 200  # alive, just not ready
 
 

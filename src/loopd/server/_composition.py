@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Mapping
@@ -431,7 +432,11 @@ def _readiness(client: ResourceClient, namespace: str, timeout: float) -> Readin
         except TimeoutError:
             return {"kubernetes": f"the Kubernetes API did not answer within {timeout:g} s"}
         except Exception as exc:
-            return {"kubernetes": f"the Kubernetes API fails: {type(exc).__name__}: {exc}"[:300]}
+            # /readyz is public: the reason (addresses, API messages) goes to the log, not to the caller.
+            logging.getLogger("loopd.server").warning(
+                "not ready: the Kubernetes API fails: %s: %s", type(exc).__name__, exc
+            )
+            return {"kubernetes": "the Kubernetes API fails (the reason is in the server's log)"}
         return {"kubernetes": None}
 
     return ready

@@ -13,6 +13,7 @@ Must not do: bind sockets (``loopd.server.http.open_http_server``), build servic
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,6 +41,8 @@ from loopd.server.human import human_router
 from loopd.server.registry import registry_router
 from loopd.server.storage import StorageError
 from loopd.server.webui import webui_router
+
+_log = logging.getLogger("loopd.server")
 
 DEFAULT_HEARTBEAT: Final = 15.0
 
@@ -166,7 +169,9 @@ def _base_routes(ctx: ServerContext, readiness: Readiness | None) -> APIRouter:
         except TimeoutError as exc:
             raise ApiError("service_unavailable", f"the database did not answer within {READY_TIMEOUT:g} s") from exc
         except StorageError as exc:
-            raise ApiError("service_unavailable", f"the database does not answer: {exc}") from exc
+            # Anyone may ask /readyz: the reason (hosts, driver messages) goes to the log, not to the caller.
+            _log.warning("not ready: the database does not answer: %s", exc)
+            raise ApiError("service_unavailable", "the database does not answer") from exc
         failed = {name: why for name, why in (await readiness()).items() if why} if readiness is not None else {}
         if failed:
             raise ApiError("service_unavailable", "; ".join(f"{name}: {why}" for name, why in failed.items()))
