@@ -43,6 +43,7 @@ commands = st.lists(
         st.tuples(st.just("interrupt"), st.none()),
         st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.005, 0.02])),
         st.tuples(st.just("cancel_last"), st.none()),
+        st.tuples(st.just("fork"), st.none()),
     ),
     max_size=12,
 )
@@ -66,6 +67,11 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 elif name == "cancel_last":
                     if last is not None:
                         await session.cancel_queued(last)
+                elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
+                    await session.wait_idle(timeout=10)
+                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
+                    await parent.shutdown()
+                    last = None
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
@@ -132,6 +138,13 @@ stored_events = st.one_of(
         at=st.floats(0, 2e9),
     ),
     st.builds(ev.SessionStopped, reason=st.text(max_size=10), at=st.floats(0, 2e9)),
+    st.builds(
+        ev.SessionForked,
+        session_id=st.text(min_size=1, max_size=8),
+        parent_id=st.text(min_size=1, max_size=8),
+        parent_seq=st.integers(1, 10**6),
+        at=st.floats(0, 2e9),
+    ),
 )
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from loopd.harness import (
     EchoTool,
+    ForkPointError,
     JournalError,
     JournalFencedError,
     LoopDefinition,
@@ -26,7 +27,7 @@ from loopd.harness import (
 )
 from loopd.harness.core import codec, fold
 from loopd.harness.core.events import TurnDone
-from loopd.harness.journal import Journal, NewRecord, Record
+from loopd.harness.journal import Journal, NewRecord, Record, replay
 from tests.support.waiting import eventually
 
 from .conftest import Storage, records
@@ -312,3 +313,130 @@ async def test_restore_on_another_replica_rebuilds_the_same_state_and_fences_the
     stored = await replica_a.read(session.id)
     assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
     assert all(r.kind != "k" for r in stored)
+
+
+# --- forks ---------------------------------------------------------------------------------------------------
+
+
+def tags(rs: list[Record]) -> list[tuple[int, str, int]]:
+    return [(r.seq, json.loads(r.data)["tag"], json.loads(r.data)["i"]) for r in rs]
+
+
+async def test_a_fork_shares_its_parents_prefix_and_numbers_its_own_records_after_it(storage: Storage) -> None:
+    journal = await storage.open()
+    parent = await journal.create_session("p", meta="parent", at=1.0)
+    await parent.append(records(5, tag="p"))
+    fork = await journal.fork_session("p", 3, "f", meta="fork", at=2.0)
+    assert (fork.session_id, fork.last_seq) == ("f", 3)
+    assert await fork.append(records(2, tag="f")) == [4, 5]
+    assert fork.last_seq == 5
+    stored = await journal.read("f")
+    assert tags(stored) == [(1, "p", 0), (2, "p", 1), (3, "p", 2), (4, "f", 0), (5, "f", 1)]
+    assert {r.session_id for r in stored} == {"f"}
+    assert payloads(stored[:3]) == payloads(await journal.read("p", 1, 3))
+    # The parent goes on untouched by its fork, and the fork by its parent's later records.
+    assert await parent.append(records(1, tag="p2")) == [6]
+    assert tags(await journal.read("p"))[-1] == (6, "p2", 0)
+    assert [r.seq for r in await journal.read("f")] == [1, 2, 3, 4, 5]
+    info = await journal.session("f")
+    assert info is not None
+    assert (info.last_seq, info.meta, info.parent_id, info.parent_seq) == (5, "fork", "p", 3)
+    plain = await journal.session("p")
+    assert plain is not None and (plain.parent_id, plain.parent_seq, plain.last_seq) == (None, 0, 6)
+    listed = {s.session_id: (s.parent_id, s.parent_seq, s.last_seq) for s in await journal.sessions()}
+    assert listed == {"p": (None, 0, 6), "f": ("p", 3, 5)}
+
+
+async def test_reads_of_a_fork_honour_ranges_across_the_shared_prefix(journal: Journal) -> None:
+    parent = await journal.create_session("p", at=1.0)
+    await parent.append(records(6, tag="p"))
+    fork = await journal.fork_session("p", 4, "f", at=1.0)
+    await fork.append(records(3, tag="f"))
+    assert [r.seq for r in await journal.read("f", 3, 3)] == [3, 4, 5]
+    assert tags(await journal.read("f", 4, 2)) == [(4, "p", 3), (5, "f", 0)]
+    assert [r.seq for r in await journal.read("f", 6)] == [6, 7]
+    assert [r.seq for r in await journal.read("f", 0, 2)] == [1, 2]
+    assert await journal.read("f", 8) == []
+    assert await journal.read("f", 2, 0) == []
+
+
+async def test_forks_of_forks_resolve_through_every_ancestor(journal: Journal) -> None:
+    root = await journal.create_session("r", at=1.0)
+    await root.append(records(4, tag="r"))
+    child = await journal.fork_session("r", 3, "c", at=1.0)
+    await child.append(records(3, tag="c"))  # c: r1..r3, c4..c6
+    deep = await journal.fork_session("c", 5, "g", at=1.0)  # g: r1..r3, c4, c5, then its own
+    assert deep.last_seq == 5
+    assert await deep.append(records(1, tag="g")) == [6]
+    assert [t[:2] for t in tags(await journal.read("g"))] == [
+        (1, "r"),
+        (2, "r"),
+        (3, "r"),
+        (4, "c"),
+        (5, "c"),
+        (6, "g"),
+    ]
+    shallow = await journal.fork_session("c", 2, "h", at=1.0)  # inside c's shared prefix: only r1, r2
+    assert [t[:2] for t in tags(await journal.read("h"))] == [(1, "r"), (2, "r")]
+    assert await shallow.append(records(1, tag="h")) == [3]
+    assert [t[:2] for t in tags(await journal.read("h", 2))] == [(2, "r"), (3, "h")]
+
+
+async def test_fork_errors_are_typed(journal: Journal) -> None:
+    parent = await journal.create_session("p", at=1.0)
+    await parent.append(records(2))
+    with pytest.raises(SessionNotFoundError):
+        await journal.fork_session("nope", 1, "f", at=1.0)
+    for bad in (0, 3, -1):
+        with pytest.raises(ForkPointError, match=r"1\.\.2"):
+            await journal.fork_session("p", bad, "f", at=1.0)
+    with pytest.raises(SessionBusyError):
+        await journal.fork_session("p", 1, "p", at=1.0)
+    assert await journal.session("f") is None  # nothing was created by the refusals
+    await journal.fork_session("p", 2, "f", at=1.0)
+    with pytest.raises(SessionBusyError):
+        await journal.fork_session("p", 1, "f", at=1.0)
+
+
+async def test_a_fork_is_fenced_restored_and_followed_like_any_session(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    parent = await replica_a.create_session("p", at=1.0)
+    await parent.append(records(3, tag="p"))
+    first = await replica_a.fork_session("p", 2, "f", at=1.0)
+    await first.append(records(1, tag="f"))
+    second = await replica_b.open_writer("f")  # another replica (its caches cold) takes the fork over
+    assert second.last_seq == 3
+    with pytest.raises(JournalFencedError):
+        await first.append(records(1, tag="fenced"))
+    follower = asyncio.create_task(collect(replica_b, "f", 1, 5, poll=60))
+    await eventually(lambda: storage.clock.sleepers == 1, what="the follower to wait")
+    assert await second.append(records(2, tag="b")) == [4, 5]
+    got = await asyncio.wait_for(follower, 10)
+    assert [t[:2] for t in tags(got)] == [(1, "p"), (2, "p"), (3, "f"), (4, "b"), (5, "b")]
+    assert [t[:2] for t in tags(await replica_a.read("f"))] == [(1, "p"), (2, "p"), (3, "f"), (4, "b"), (5, "b")]
+
+
+async def test_a_forked_rig_session_rebuilds_the_parents_state_at_the_fork(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    session = await tool_rig(replica_a).start_session()
+    try:
+        assert isinstance(await session.ask("go", timeout=10), TurnDone)
+        settled = session.last_seq
+        assert isinstance(await session.ask("again", timeout=10), TurnDone)
+        parent_state = session.state
+    finally:
+        await session.shutdown()
+    fork = await tool_rig(replica_b).fork_session(session.id, settled)
+    try:
+        head = await replica_b.read(session.id, 1, settled)
+        assert dict(fork.state.loops) == dict(replay(head).loops)
+        assert fork.state.loops["main"].turns == 1 and parent_state.loops["main"].turns == 2
+        assert isinstance(await fork.ask("other", timeout=10), TurnDone)
+    finally:
+        await fork.shutdown()
+    stored = await replica_a.read(fork.id)
+    assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
+    assert payloads(stored[:settled]) == payloads(head)
+    assert stored[settled].kind == "session_forked"

@@ -376,7 +376,7 @@ PRAGMA user_version = 2;
 
 async def test_a_file_versioned_by_user_version_alone_keeps_opening(tmp_path: Path) -> None:
     """A layout-2 file made before the floor's migrator (its version in ``PRAGMA user_version``, no
-    ``journal_migrations`` table) opens as it is: both steps are recorded as made, nothing is migrated."""
+    ``journal_migrations`` table) opens as it is: both steps are recorded as made, and only step 3 (forks) runs."""
     path = tmp_path / "v2.db"
     db = sqlite3.connect(path)
     db.executescript(_LAYOUT_2)
@@ -397,7 +397,7 @@ async def test_a_file_versioned_by_user_version_alone_keeps_opening(tmp_path: Pa
         await journal.aclose()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT version FROM journal_migrations ORDER BY version").fetchall() == [(1,), (2,)]
+        assert db.execute("SELECT version FROM journal_migrations ORDER BY version").fetchall() == [(1,), (2,), (3,)]
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     finally:
         db.close()

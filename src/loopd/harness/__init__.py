@@ -7,6 +7,7 @@ The public face. Implementation lives in private modules and the subpackages:
 from loopd.harness import core
 from loopd.harness._errors import (
     BudgetExceeded,
+    ForkPointError,
     HarnessError,
     InvalidTransitionError,
     JournalCorruptError,
@@ -53,6 +54,7 @@ __all__ = [
     "EchoTool",
     "EffectKind",
     "Envelope",
+    "ForkPointError",
     "HarnessError",
     "Idempotency",
     "Interrupt",

@@ -5,6 +5,7 @@
     ├── SessionFaultError           the session stopped because something broke (e.g. a journal append)
     ├── SessionNotFoundError        restore of an unknown session id (a NotFoundError)
     ├── SessionBusyError            a writer already owns this session
+    ├── ForkPointError              a fork asked for a seq past the journal's end or inside a turn (a ValueError)
     ├── MailboxFullError            a command could not be queued in time (back-pressure)
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
     ├── BudgetExceeded              the session spent its token or USD budget; the turn fails with this type
@@ -65,6 +66,17 @@ class SessionBusyError(HarnessError):
     def __init__(self, session_id: str) -> None:
         super().__init__(f"session {session_id!r} already has a live writer")
         self.session_id = session_id
+
+
+class ForkPointError(HarnessError, ValueError):
+    """A session cannot be forked at this seq: it is past the parent's last record, below 1, or inside a turn.
+
+    ``settled`` is the last settled seq at or before the one asked for (every loop idle there), when there is one.
+    """
+
+    def __init__(self, message: str, *, settled: int | None = None) -> None:
+        super().__init__(message)
+        self.settled = settled
 
 
 class MailboxFullError(HarnessError):

@@ -67,6 +67,17 @@ class SessionRestored(_SessionEvent):
     at: float
 
 
+class SessionForked(_SessionEvent):
+    """The first record of a fork: ``session_id`` continues ``parent_id``'s history as it was at ``parent_seq``
+    (those records are shared by the journal, not copied; see `loopd.harness.journal`)."""
+
+    kind: Literal["session_forked"] = "session_forked"
+    session_id: str
+    parent_id: str
+    parent_seq: int
+    at: float
+
+
 class SessionStopped(_SessionEvent):
     kind: Literal["session_stopped"] = "session_stopped"
     reason: str
@@ -281,7 +292,7 @@ class ModelRetrying(_Ephemeral):
     error: str
 
 
-SessionEvent = SessionStarted | SessionRestored | SessionStopped | AgentStarted | AgentStopped
+SessionEvent = SessionStarted | SessionRestored | SessionForked | SessionStopped | AgentStarted | AgentStopped
 LoopEvent = (
     TurnStarted
     | InputQueued
@@ -306,6 +317,7 @@ TerminalEvent = TurnDone | TurnFailed | TurnInterrupted
 ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     SessionStarted,
     SessionRestored,
+    SessionForked,
     SessionStopped,
     AgentStarted,
     AgentStopped,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopd.harness.journal._memory import MemoryJournal
 from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord, Record, SessionInfo
-from loopd.harness.journal._replay import replay
+from loopd.harness.journal._replay import last_settled_seq, replay, unsettled_loops
 from loopd.harness.journal._sqlite import SqliteJournal
 
 if TYPE_CHECKING:
@@ -22,7 +22,9 @@ __all__ = [
     "Record",
     "SessionInfo",
     "SqliteJournal",
+    "last_settled_seq",
     "replay",
+    "unsettled_loops",
 ]
 
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from loopd._infra.clock import Clock, SystemClock, wait_event
-from loopd.harness._errors import JournalError, JournalFencedError, SessionBusyError, SessionNotFoundError
+from loopd.harness._errors import (
+    ForkPointError,
+    JournalError,
+    JournalFencedError,
+    SessionBusyError,
+    SessionNotFoundError,
+)
 from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
 
 
@@ -19,6 +25,24 @@ class _Session:
     epoch: int = 1
     records: list[Record] = field(default_factory=list)
     signal: asyncio.Event = field(default_factory=asyncio.Event)
+    parent: _Session | None = None
+    parent_seq: int = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.parent_seq + len(self.records)
+
+    def stored(self, upto: int | None = None) -> list[Record]:
+        """Its records in seq order (a fork's start with its parent's, shared), up to seq ``upto``."""
+        own = self.records if upto is None else self.records[: max(0, upto - self.parent_seq)]
+        if self.parent is None:
+            return list(own)
+        limit = self.parent_seq if upto is None else min(upto, self.parent_seq)
+        return self.parent.stored(limit) + list(own)
+
+    def info(self) -> SessionInfo:
+        parent_id = None if self.parent is None else self.parent.session_id
+        return SessionInfo(self.session_id, self.created_at, self.last_seq, self.meta, parent_id, self.parent_seq)
 
 
 class MemoryJournal:
@@ -43,6 +67,19 @@ class MemoryJournal:
         s = self._sessions[session_id] = _Session(session_id, at, meta)
         return _MemoryWriter(self._append, s, 1)
 
+    async def fork_session(
+        self, parent_id: str, at_seq: int, session_id: str, *, meta: str = "", at: float
+    ) -> JournalWriter:
+        parent = self._sessions.get(parent_id)
+        if parent is None:
+            raise SessionNotFoundError(parent_id)
+        if not 1 <= at_seq <= parent.last_seq:
+            raise ForkPointError(f"session {parent_id!r} has seqs 1..{parent.last_seq}; cannot fork at {at_seq}")
+        if session_id in self._sessions:
+            raise SessionBusyError(session_id)
+        s = self._sessions[session_id] = _Session(session_id, at, meta, parent=parent, parent_seq=at_seq)
+        return _MemoryWriter(self._append, s, 1)
+
     async def open_writer(self, session_id: str) -> JournalWriter:
         s = self._sessions.get(session_id)
         if s is None:
@@ -61,7 +98,7 @@ class MemoryJournal:
                 raise
             except Exception as exc:
                 raise JournalError(f"append failed: {exc}") from exc
-        first = len(s.records) + 1
+        first = s.last_seq + 1
         seqs = list(range(first, first + len(records)))
         s.records.extend(
             Record(session_id, seq, r.kind, r.version, r.data, r.at) for seq, r in zip(seqs, records, strict=True)
@@ -75,7 +112,9 @@ class MemoryJournal:
             raise SessionNotFoundError(session_id)
         start = max(from_seq, 1) - 1
         end = None if limit is None else start + limit
-        return s.records[start:end]
+        if s.parent is None:
+            return s.records[start:end]
+        return [replace(r, session_id=session_id) for r in s.stored()[start:end]]
 
     async def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
         s = self._sessions.get(session_id)
@@ -95,10 +134,10 @@ class MemoryJournal:
         s = self._sessions.get(session_id)
         if s is None:
             return None
-        return SessionInfo(session_id, s.created_at, len(s.records), s.meta)
+        return s.info()
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
-        infos = [SessionInfo(s.session_id, s.created_at, len(s.records), s.meta) for s in self._sessions.values()]
+        infos = [s.info() for s in self._sessions.values()]
         return sorted(infos, key=lambda i: i.created_at, reverse=True)[:limit]
 
     async def aclose(self) -> None:
@@ -122,7 +161,7 @@ class _MemoryWriter:
 
     @property
     def last_seq(self) -> int:
-        return len(self._session.records)
+        return self._session.last_seq
 
     async def append(self, records: Sequence[NewRecord]) -> list[int]:
         if self._closed:

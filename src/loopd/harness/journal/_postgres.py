@@ -38,6 +38,7 @@ from loopd._infra.database import Connection, DatabaseErrors
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.tasks import cancel_and_wait
 from loopd.harness._errors import (
+    ForkPointError,
     JournalCorruptError,
     JournalError,
     JournalFencedError,
@@ -146,6 +147,14 @@ _OBJECTS = (
     $fn$""",
     "INSERT INTO {schema}.journal_meta (key, value) VALUES ('schema_version', '1') ON CONFLICT (key) DO NOTHING",
 )
+# Step 2: a fork's row names its parent and the parent's last seq it shares; its ``last_seq`` starts there, so
+# ``journal_append`` numbers its own records from ``parent_seq + 1`` unchanged.
+_FORKS = (
+    "ALTER TABLE {schema}.journal_sessions ADD COLUMN parent_sid bigint, "
+    "ADD COLUMN parent_seq bigint NOT NULL DEFAULT 0",
+    "UPDATE {schema}.journal_meta SET value = '2' WHERE key = 'schema_version'",
+)
+_LAST = 2**62  # "no upper bound" for a seq range
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,10 +167,13 @@ class _Statements:
 
     create_schema: str
     objects: tuple[str, ...]
+    forks: tuple[str, ...]
     migrations_table: str
     meta_table: str
     version_get: str
     create: str
+    fork: str
+    parent_of: str
     take: str
     append: str
     sid_of: str
@@ -179,6 +191,7 @@ class _Statements:
         return cls(
             create_schema=q(_CREATE_SCHEMA),
             objects=tuple(q(s) for s in _OBJECTS),
+            forks=tuple(q(s) for s in _FORKS),
             migrations_table=q("{schema}.journal_migrations"),
             meta_table=q("{schema}.journal_meta"),
             version_get=q("SELECT value FROM {schema}.journal_meta WHERE key = 'schema_version'"),
@@ -186,8 +199,16 @@ class _Statements:
                 "INSERT INTO {schema}.journal_sessions (id, created_at, meta) VALUES (%s, %s, %s) "
                 "ON CONFLICT (id) DO NOTHING RETURNING sid, epoch"
             ),
+            fork=q(
+                "INSERT INTO {schema}.journal_sessions (id, created_at, meta, last_seq, parent_sid, parent_seq) "
+                "SELECT %(id)s, %(at)s, %(meta)s, %(seq)s, p.sid, %(seq)s FROM {schema}.journal_sessions p "
+                "WHERE p.id = %(parent)s AND %(seq)s BETWEEN 1 AND p.last_seq "
+                "ON CONFLICT (id) DO NOTHING RETURNING sid, epoch, parent_sid"
+            ),
+            parent_of=q("SELECT parent_sid, parent_seq FROM {schema}.journal_sessions WHERE sid = %s"),
             take=q(
-                "UPDATE {schema}.journal_sessions SET epoch = epoch + 1 WHERE id = %s RETURNING sid, epoch, last_seq"
+                "UPDATE {schema}.journal_sessions SET epoch = epoch + 1 WHERE id = %s "
+                "RETURNING sid, epoch, last_seq, parent_sid, parent_seq"
             ),
             append=q(
                 "SELECT {schema}.journal_append(%s::bigint[], %s::bigint[], %s::integer[], %s::text[], "
@@ -196,12 +217,16 @@ class _Statements:
             sid_of=q("SELECT sid FROM {schema}.journal_sessions WHERE id = %s"),
             read=q(
                 "SELECT seq, kind, v, at, data FROM {schema}.journal_records "
-                "WHERE sid = %s AND seq >= %s ORDER BY seq LIMIT %s"
+                "WHERE sid = %s AND seq >= %s AND seq <= %s ORDER BY seq LIMIT %s"
             ),
-            session=q("SELECT id, created_at, last_seq, meta FROM {schema}.journal_sessions WHERE id = %s"),
+            session=q(
+                "SELECT s.id, s.created_at, s.last_seq, s.meta, p.id, s.parent_seq FROM {schema}.journal_sessions s "
+                "LEFT JOIN {schema}.journal_sessions p ON p.sid = s.parent_sid WHERE s.id = %s"
+            ),
             sessions=q(
-                "SELECT id, created_at, last_seq, meta FROM {schema}.journal_sessions "
-                "ORDER BY created_at DESC, sid DESC LIMIT %s"
+                "SELECT s.id, s.created_at, s.last_seq, s.meta, p.id, s.parent_seq FROM {schema}.journal_sessions s "
+                "LEFT JOIN {schema}.journal_sessions p ON p.sid = s.parent_sid "
+                "ORDER BY s.created_at DESC, s.sid DESC LIMIT %s"
             ),
         )
 
@@ -300,7 +325,10 @@ class PostgresJournal:
         self._db: PostgresDatabase | None = None
         self._layout = Schema(
             "journal",
-            (Migration(1, "sessions, records, journal_append", self._q.objects),),
+            (
+                Migration(1, "sessions, records, journal_append", self._q.objects),
+                Migration(2, "forks: parent_sid and parent_seq of a session", self._q.forks),
+            ),
             table=self._q.migrations_table,
             adopt=self._adopt,
         )
@@ -308,6 +336,7 @@ class PostgresJournal:
         self._flusher: asyncio.Task[None] | None = None
         self._room = asyncio.Event()
         self._sids: dict[str, int] = {}
+        self._parents: dict[int, tuple[int, int] | None] = {}  # sid → (parent sid, parent seq) of a fork, or None
         self._followers: dict[int, set[asyncio.Event]] = {}
         self._listener: asyncio.Task[None] | None = None
         self._closed = False
@@ -392,6 +421,12 @@ class PostgresJournal:
             del self._sids[next(iter(self._sids))]
         self._sids[session_id] = sid
 
+    def _remember_parent(self, sid: int, parent: tuple[int, int] | None) -> None:
+        """Cache whether session ``sid`` is a fork, and of which (parent sid, parent seq)."""
+        if sid not in self._parents and len(self._parents) >= _SID_CACHE:
+            del self._parents[next(iter(self._parents))]
+        self._parents[sid] = parent
+
     async def _sid(self, session_id: str) -> int:
         sid = self._sids.get(session_id)
         if sid is not None:
@@ -415,7 +450,28 @@ class PostgresJournal:
             raise SessionBusyError(session_id)
         sid, epoch = int(row[0]), int(row[1])
         self._remember(session_id, sid)
+        self._remember_parent(sid, None)
         return _PostgresWriter(self._append, session_id, sid, epoch, 0)
+
+    async def fork_session(
+        self, parent_id: str, at_seq: int, session_id: str, *, meta: str = "", at: float
+    ) -> JournalWriter:
+        self._check_open()
+        params = {"id": session_id, "at": at, "meta": meta, "seq": at_seq, "parent": parent_id}
+        async with self._io("forking a session"), self._connection() as conn:
+            cur = await conn.execute(self._q.fork, params)
+            row = await cur.fetchone()
+        if row is None:  # why not: an unknown parent, a seq out of its range, or the id is taken
+            parent = await self.session(parent_id)
+            if parent is None:
+                raise SessionNotFoundError(parent_id)
+            if not 1 <= at_seq <= parent.last_seq:
+                raise ForkPointError(f"session {parent_id!r} has seqs 1..{parent.last_seq}; cannot fork at {at_seq}")
+            raise SessionBusyError(session_id)
+        sid, epoch, parent_sid = int(row[0]), int(row[1]), int(row[2])
+        self._remember(session_id, sid)
+        self._remember_parent(sid, (parent_sid, at_seq))
+        return _PostgresWriter(self._append, session_id, sid, epoch, at_seq)
 
     async def open_writer(self, session_id: str) -> JournalWriter:
         self._check_open()
@@ -427,6 +483,7 @@ class PostgresJournal:
             raise SessionNotFoundError(session_id)
         sid, epoch, last_seq = int(row[0]), int(row[1]), int(row[2])
         self._remember(session_id, sid)
+        self._remember_parent(sid, None if row[3] is None else (int(row[3]), int(row[4])))
         return _PostgresWriter(self._append, session_id, sid, epoch, last_seq)
 
     # --- group commit --------------------------------------------------------------------------------------
@@ -513,15 +570,45 @@ class PostgresJournal:
             raise ValueError("limit must not be negative")
         start = max(from_seq, 1)
         sid = await self._sid(session_id)
-        async with self._io("reading the journal"), self._connection() as conn:
-            cur = await conn.execute(self._q.read, (sid, start, limit))
-            rows = await cur.fetchall()
         records: list[Record] = []
-        for expected, (seq, kind, v, at, data) in enumerate(rows, start):
-            if seq != expected:
-                raise JournalCorruptError(f"session {session_id!r}: expected seq {expected}, found {seq}")
-            records.append(Record(session_id, int(seq), str(kind), int(v), bytes(data), float(at)))
+        async with self._io("reading the journal"), self._connection() as conn:
+            for part, first, last in await self._segments(conn, sid):
+                left = None if limit is None else limit - len(records)
+                if left == 0:
+                    break
+                if last < start:
+                    continue
+                low = max(first, start)
+                cur = await conn.execute(self._q.read, (part, low, last, left))
+                rows = await cur.fetchall()
+                for expected, (seq, kind, v, at, data) in enumerate(rows, low):
+                    if seq != expected:
+                        raise JournalCorruptError(f"session {session_id!r}: expected seq {expected}, found {seq}")
+                    records.append(Record(session_id, int(seq), str(kind), int(v), bytes(data), float(at)))
         return records
+
+    async def _segments(self, conn: _Connection, sid: int) -> list[tuple[int, int, int]]:
+        """Where a session's records are: ``(sid, first seq, last seq)`` ranges in seq order — a fork's ancestors'
+        shared prefixes, then its own records (one range for any other session)."""
+        segments: list[tuple[int, int, int]] = []
+        upto = _LAST
+        current: int | None = sid
+        while current is not None:
+            if current not in self._parents:
+                cur = await conn.execute(self._q.parent_of, (current,))
+                found = await cur.fetchone()
+                self._remember_parent(
+                    current, None if found is None or found[0] is None else (int(found[0]), int(found[1]))
+                )
+            parent = self._parents[current]
+            first = 1 if parent is None else parent[1] + 1
+            if first <= upto:
+                segments.append((current, first, upto))
+            if parent is None:
+                break
+            current, upto = parent[0], min(upto, parent[1])
+        segments.reverse()
+        return segments
 
     async def follow(self, session_id: str, from_seq: int = 1, *, poll_interval: float = 0.5) -> AsyncIterator[Record]:
         self._check_open()
@@ -584,7 +671,9 @@ class PostgresJournal:
         async with self._io("reading a session"), self._connection() as conn:
             cur = await conn.execute(self._q.session, (session_id,))
             row = await cur.fetchone()
-        return None if row is None else SessionInfo(str(row[0]), float(row[1]), int(row[2]), str(row[3]))
+        if row is None:
+            return None
+        return SessionInfo(str(row[0]), float(row[1]), int(row[2]), str(row[3]), row[4], int(row[5]))
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         self._check_open()
@@ -593,7 +682,7 @@ class PostgresJournal:
         async with self._io("listing sessions"), self._connection() as conn:
             cur = await conn.execute(self._q.sessions, (limit,))
             rows = await cur.fetchall()
-        return [SessionInfo(str(r[0]), float(r[1]), int(r[2]), str(r[3])) for r in rows]
+        return [SessionInfo(str(r[0]), float(r[1]), int(r[2]), str(r[3]), r[4], int(r[5])) for r in rows]
 
     async def aclose(self) -> None:
         """Let the transaction in flight finish (bounded by ``timeout``), stop the listener, close the pool."""

@@ -5,7 +5,9 @@ Contract (shared by every implementation and checked by tests/harness_journal/te
   * one writer per session: opening a writer fences any earlier writer (its appends fail with
     `JournalFencedError`);
   * an append either stores every record it was given or none of them;
-  * ``read`` returns records in seq order; ``follow`` keeps yielding new records as they are committed.
+  * ``read`` returns records in seq order; ``follow`` keeps yielding new records as they are committed;
+  * a fork (``fork_session``) shares its parent's records up to ``parent_seq`` without copying them: reading it
+    yields those (under the fork's own session id) and then its own records, which number from ``parent_seq + 1``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class SessionInfo:
     created_at: float
     last_seq: int
     meta: str
+    parent_id: str | None = None
+    """For a fork: the session whose records up to ``parent_seq`` it shares (None for any other session)."""
+    parent_seq: int = 0
 
 
 class JournalWriter(Protocol):
@@ -60,6 +65,14 @@ class JournalWriter(Protocol):
 class Journal(Protocol):
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
         """Create a new session and return its writer (`SessionBusyError` if the id exists)."""
+        ...
+
+    async def fork_session(
+        self, parent_id: str, at_seq: int, session_id: str, *, meta: str = "", at: float
+    ) -> JournalWriter:
+        """Create ``session_id`` as a fork of ``parent_id`` at ``at_seq`` and return its writer (first seq
+        ``at_seq + 1``). `SessionNotFoundError` for an unknown parent, `SessionBusyError` if the id exists,
+        `ForkPointError` when ``at_seq`` is below 1 or past the parent's last record."""
         ...
 
     async def open_writer(self, session_id: str) -> JournalWriter:

@@ -18,7 +18,7 @@ from loopd.harness.core.events import LoopEvent, SessionEvent
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal._protocol import Record
 
-__all__ = ["replay"]
+__all__ = ["last_settled_seq", "replay", "unsettled_loops"]
 
 
 def replay(records: Sequence[Record], state: SessionState | None = None) -> SessionState:
@@ -45,3 +45,30 @@ def replay(records: Sequence[Record], state: SessionState | None = None) -> Sess
     except InvalidTransitionError as exc:
         where = records[0].session_id if records else "?"
         raise JournalCorruptError(f"session {where!r}: {exc}") from exc
+
+
+def unsettled_loops(state: SessionState) -> dict[str, str]:
+    """The loops of ``state`` that are inside a turn or hold queued input (stopped agents excluded): loop name →
+    what it is doing. Empty means the state is *settled*: a point a session can be forked at."""
+    busy: dict[str, str] = {}
+    for name, loop in state.loops.items():
+        agent = state.agents.get(name)
+        if agent is not None and agent.stopped:
+            continue
+        if loop.turn is not None:
+            busy[name] = f"turn {loop.turn.turn_id}"
+        elif loop.queued:
+            busy[name] = f"{len(loop.queued)} queued input(s)"
+    return busy
+
+
+def last_settled_seq(records: Sequence[Record]) -> int:
+    """The last seq among ``records`` (a journal's first records, in seq order) after which every loop is settled
+    (see `unsettled_loops`); 0 when there is none. Raises `JournalCorruptError` like `replay`."""
+    state = SessionState(session_id="")
+    settled = 0
+    for record in records:
+        state = replay([record], state)
+        if not unsettled_loops(state):
+            settled = record.seq
+    return settled

@@ -41,8 +41,8 @@ also survives power loss at the price of an fsync per group commit (and never co
 
 Threads and layout: the connections, their threads and the layout's migration are the floor's
 (``loopd._infra.sqlite`` lanes, ``loopd._infra.migrations``); the group-commit algorithm above is this module's.
-Layout (steps recorded in ``journal_migrations``; ``PRAGMA user_version`` kept at 2 for older builds, and read
-to adopt a file made before the migrator): version 2 keeps records in append order (a rowid table) with a
+Layout (steps recorded in ``journal_migrations``; ``PRAGMA user_version`` set to the layout for older builds,
+and read to adopt a file made before the migrator): version 2 keeps records in append order (a rowid table) with a
 unique index on ``(sid, seq)``: a round over many sessions adds its rows at the end of the table, and only the
 small index entries land in one place per session (with rows clustered by session, each session's row page was
 rewritten). A session's last seq is the largest seq in that index, so no per-append UPDATE of the session row is
@@ -50,7 +50,10 @@ needed. Reading one session walks the index and fetches its rows by rowid (as fa
 session written alone; more pages when many sessions interleaved). A file of version 0 (rows clustered by
 ``(sid, seq)`` ``WITHOUT ROWID``, and a ``last_seq`` column in the session row: step 1) is migrated in one
 transaction (step 2) when it is first opened; a build from before that migration then fails on the file (the
-``last_seq`` column it expects is gone) rather than numbering records wrongly.
+``last_seq`` column it expects is gone) rather than numbering records wrongly. Step 3 adds ``parent_sid`` and
+``parent_seq`` to the session row: a fork (``fork_session``) stores only its own records, numbered from
+``parent_seq + 1``; reading it reads its ancestors' ranges first (`_segments`), and its head before its first
+record is ``parent_seq``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,7 @@ from loopd._infra.files import ensure_private_dir
 from loopd._infra.migrations import Migration, Schema, migrate
 from loopd._infra.sqlite import SqliteDatabase, SqliteLane, SqliteOptions
 from loopd.harness._errors import (
+    ForkPointError,
     JournalError,
     JournalFencedError,
     SessionBusyError,
@@ -81,7 +85,8 @@ from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, Se
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+LAYOUT_2 = 2  # the last layout a build from before the floor's migrator made
 INLINE_MAX_RECORDS = 128
 INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
@@ -125,15 +130,26 @@ _SCHEMA_V2 = (
 )""",
     "CREATE UNIQUE INDEX journal_records_sid_seq ON journal_records (sid, seq)",
 )
-# A session's head: its epoch and its largest seq (0 before its first record).
+# Layout 3: a fork's row names its parent and the parent's last seq it shares (0 and NULL for other sessions).
+_FORKS = (
+    "ALTER TABLE journal_sessions ADD COLUMN parent_sid INTEGER",
+    "ALTER TABLE journal_sessions ADD COLUMN parent_seq INTEGER NOT NULL DEFAULT 0",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",  # a build from before the migrator refuses it (it would misread forks)
+)
+# A session's head: its epoch and its largest seq (a fork's parent_seq before its first record, else 0).
 _HEAD = (
-    "SELECT epoch, (SELECT coalesce(max(seq), 0) FROM journal_records WHERE sid = ?1) "
+    "SELECT epoch, coalesce((SELECT max(seq) FROM journal_records WHERE sid = ?1), parent_seq) "
     "FROM journal_sessions WHERE sid = ?1"
 )
 _INFO = (
-    "SELECT s.id, s.created_at, (SELECT coalesce(max(r.seq), 0) FROM journal_records r WHERE r.sid = s.sid), "
-    "s.meta FROM journal_sessions s"
+    "SELECT s.id, s.created_at, coalesce((SELECT max(r.seq) FROM journal_records r WHERE r.sid = s.sid), "
+    "s.parent_seq), s.meta, (SELECT p.id FROM journal_sessions p WHERE p.sid = s.parent_sid), s.parent_seq "
+    "FROM journal_sessions s"
 )
+_READ = (
+    "SELECT seq, kind, v, at, data FROM journal_records WHERE sid = ? AND seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+)
+_LAST = 2**62  # "no upper bound" for a seq range
 
 _Plan = list[tuple[int, int, Sequence[NewRecord]]]
 _Results = list[list[int] | BaseException]
@@ -181,7 +197,7 @@ async def _adopt(conn: Connection) -> int:
     """A file from before the migrator: its ``PRAGMA user_version`` is the layout (2: both steps made), and a file
     of layout 0 has the tables of step 1."""
     ((version,),) = await conn.fetch("PRAGMA user_version")
-    if int(version) >= SCHEMA_VERSION:
+    if int(version) >= LAYOUT_2:
         return int(version)
     exists = await conn.fetch("SELECT 1 FROM sqlite_master WHERE name = 'journal_records'")
     return 1 if exists else 0
@@ -192,6 +208,7 @@ SCHEMA = Schema(
     (
         Migration(1, "layout 0: records clustered by session", _LAYOUT_0),
         Migration(2, "layout 2: records in append order, no last_seq column", (_layout_0_to_2,)),
+        Migration(3, "forks: parent_sid and parent_seq of a session", _FORKS),
     ),
     adopt=_adopt,
 )
@@ -265,6 +282,7 @@ class SqliteJournal:
         self._room = asyncio.Event()
         self._room.set()
         self._sids: dict[str, int] = {}
+        self._parents: dict[int, tuple[int, int] | None] = {}  # sid → (parent sid, parent seq) of a fork, or None
         self._signals: dict[int, asyncio.Event] = {}
         self._closed = False
         self.migrated_from: int | None = None
@@ -289,7 +307,7 @@ class SqliteJournal:
         await self._writer.open()
         # The layout through the floor's migrator, on the writer lane before anything else uses it.
         applied = await migrate(SqliteDatabase(self._writer, None, self._writer.options), SCHEMA)
-        self.migrated_from = 0 if applied == [2] else None
+        self.migrated_from = 0 if 2 in applied and 1 not in applied else None
         self._wconn = self._writer.connection
         await self._reader.open()
         self._rconn = self._reader.connection
@@ -346,7 +364,50 @@ class SqliteJournal:
         if sid < 0:
             raise SessionBusyError(session_id)
         self._sids[session_id] = sid
+        self._parents[sid] = None
         return _SqliteWriter(self._append, session_id, sid, 1, 0)
+
+    async def fork_session(
+        self, parent_id: str, at_seq: int, session_id: str, *, meta: str = "", at: float
+    ) -> JournalWriter:
+        def fork() -> tuple[int, int] | BaseException:
+            conn = self._wc
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute("SELECT sid FROM journal_sessions WHERE id = ?", (parent_id,)).fetchone()
+                if row is None:
+                    conn.execute("ROLLBACK")
+                    return SessionNotFoundError(parent_id)
+                parent_sid = int(row[0])
+                _, parent_last = conn.execute(_HEAD, (parent_sid,)).fetchone()
+                if not 1 <= at_seq <= int(parent_last):
+                    conn.execute("ROLLBACK")
+                    return ForkPointError(f"session {parent_id!r} has seqs 1..{parent_last}; cannot fork at {at_seq}")
+                try:
+                    (sid,) = conn.execute(
+                        "INSERT INTO journal_sessions (id, created_at, epoch, meta, parent_sid, parent_seq) "
+                        "VALUES (?, ?, 1, ?, ?, ?) RETURNING sid",
+                        (session_id, at, meta, parent_sid, at_seq),
+                    ).fetchone()
+                except sqlite3.IntegrityError:
+                    conn.execute("ROLLBACK")
+                    return SessionBusyError(session_id)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            self._heads[int(sid)] = (1, at_seq)
+            return int(sid), parent_sid
+
+        self._check_open()
+        found = await self._in_writer(fork)
+        if isinstance(found, BaseException):
+            raise found
+        sid, parent_sid = found
+        self._sids[session_id] = sid
+        self._parents[sid] = (parent_sid, at_seq)
+        return _SqliteWriter(self._append, session_id, sid, 1, at_seq)
 
     async def open_writer(self, session_id: str) -> JournalWriter:
         def take() -> tuple[int, int, int] | None:
@@ -613,6 +674,27 @@ class SqliteJournal:
             self._sids[session_id] = found
         return found
 
+    def _segments(self, conn: sqlite3.Connection, sid: int) -> list[tuple[int, int, int]]:
+        """Where a session's records are (reader thread): ``(sid, first seq, last seq)`` ranges in seq order —
+        a fork's ancestors' shared prefixes, then its own records (one range for any other session)."""
+        segments: list[tuple[int, int, int]] = []
+        upto = _LAST
+        current: int | None = sid
+        while current is not None:
+            if current not in self._parents:
+                row = conn.execute("SELECT parent_sid, parent_seq FROM journal_sessions WHERE sid = ?", (current,))
+                found = row.fetchone()
+                self._parents[current] = None if found is None or found[0] is None else (int(found[0]), int(found[1]))
+            parent = self._parents[current]
+            first = 1 if parent is None else parent[1] + 1
+            if first <= upto:
+                segments.append((current, first, upto))
+            if parent is None:
+                break
+            current, upto = parent[0], min(upto, parent[1])
+        segments.reverse()
+        return segments
+
     async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
         self._check_open()
         sid = await self._sid(session_id)
@@ -620,12 +702,22 @@ class SqliteJournal:
             raise SessionNotFoundError(session_id)
 
         def fetch() -> list[Record]:
-            rows = self._rc.execute(
-                "SELECT seq, kind, v, at, data FROM journal_records WHERE sid = ? AND seq >= ? ORDER BY seq LIMIT ?",
-                (sid, from_seq, -1 if limit is None else limit),
-            ).fetchall()
-            # The columns come back as stored: int, str, int, float, bytes.
-            return [Record(session_id, s, k, v, d, a) for s, k, v, a, d in rows]
+            conn = self._rc
+            if self._parents.get(sid, 0) is None:  # not a fork (the common case): one range
+                segments = [(sid, 1, _LAST)]
+            else:
+                segments = self._segments(conn, sid)
+            out: list[Record] = []
+            for part, first, last in segments:
+                left = -1 if limit is None else limit - len(out)
+                if left == 0:
+                    break
+                if last < from_seq:
+                    continue
+                rows = conn.execute(_READ, (part, max(first, from_seq), last, left)).fetchall()
+                # The columns come back as stored: int, str, int, float, bytes.
+                out.extend(Record(session_id, s, k, v, d, a) for s, k, v, a, d in rows)
+            return out
 
         result: list[Record] = await self._in_reader(fetch)
         return result
@@ -648,7 +740,7 @@ class SqliteJournal:
     async def session(self, session_id: str) -> SessionInfo | None:
         def fetch() -> SessionInfo | None:
             row = self._rc.execute(f"{_INFO} WHERE s.id = ?", (session_id,)).fetchone()
-            return None if row is None else SessionInfo(row[0], float(row[1]), int(row[2]), row[3])
+            return None if row is None else SessionInfo(row[0], float(row[1]), int(row[2]), row[3], row[4], int(row[5]))
 
         result: SessionInfo | None = await self._in_reader(fetch)
         return result
@@ -656,7 +748,7 @@ class SqliteJournal:
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         def fetch() -> list[SessionInfo]:
             rows = self._rc.execute(f"{_INFO} ORDER BY s.created_at DESC LIMIT ?", (limit,)).fetchall()
-            return [SessionInfo(r[0], float(r[1]), int(r[2]), r[3]) for r in rows]
+            return [SessionInfo(r[0], float(r[1]), int(r[2]), r[3], r[4], int(r[5])) for r in rows]
 
         result: list[SessionInfo] = await self._in_reader(fetch)
         return result
