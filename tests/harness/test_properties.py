@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -21,9 +22,11 @@ from loopd.harness import (
     ToolOutcome,
     Usage,
 )
+from loopd.harness.actors import NothingToUndoError, WorkspaceBusyError
 from loopd.harness.core import codec, fold
 from loopd.harness.core import events as ev
 from loopd.harness.core.events import QueuedInput
+from loopd.harness.snapshots import SnapshotPolicy
 
 from .helpers import assert_gap_free, journal_state
 
@@ -43,7 +46,8 @@ commands = st.lists(
         st.tuples(st.just("interrupt"), st.none()),
         st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.005, 0.02])),
         st.tuples(st.just("cancel_last"), st.none()),
-        st.tuples(st.just("fork"), st.none()),
+        st.tuples(st.just("checkpoint"), st.text(alphabet="ab", max_size=2)),
+        st.tuples(st.just("undo"), st.none()),
     ),
     max_size=12,
 )
@@ -56,7 +60,13 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
         with tempfile.TemporaryDirectory() as d:
             journal = await SqliteJournal.open(Path(d) / "j.db")
             model = ScriptedModel(script, default=Reply(text="default"))
-            rig = Rig(loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))], journal=journal)
+            (Path(d) / "ws").mkdir()
+            rig = Rig(
+                loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))],
+                journal=journal,
+                workspace=Path(d) / "ws",
+                snapshots=SnapshotPolicy(root=Path(d) / "snap"),
+            )
             session = await rig.start_session()
             last: str | None = None
             for name, arg in cmds:
@@ -67,17 +77,19 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 elif name == "cancel_last":
                     if last is not None:
                         await session.cancel_queued(last)
-                elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
-                    await session.wait_idle(timeout=10)
-                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
-                    await parent.shutdown()
-                    last = None
+                elif name == "checkpoint":
+                    (Path(d) / "ws" / "f.txt").write_text(str(arg))
+                    await session.checkpoint_workspace()
+                elif name == "undo":
+                    with contextlib.suppress(NothingToUndoError, WorkspaceBusyError):
+                        await session.workspace.undo()
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
                 async with session.log.paused():
                     rebuilt = await journal_state(journal, session.id)
                     assert dict(rebuilt.loops) == dict(session.state.loops)
+                    assert rebuilt.workspace == session.state.workspace
                     assert rebuilt.last_seq == session.last_seq
             await session.wait_idle(timeout=10)
             assert dict((await journal_state(journal, session.id)).loops) == dict(session.state.loops)
@@ -139,10 +151,21 @@ stored_events = st.one_of(
     ),
     st.builds(ev.SessionStopped, reason=st.text(max_size=10), at=st.floats(0, 2e9)),
     st.builds(
-        ev.SessionForked,
-        session_id=st.text(min_size=1, max_size=8),
-        parent_id=st.text(min_size=1, max_size=8),
-        parent_seq=st.integers(1, 10**6),
+        ev.WorkspaceCheckpointed,
+        ref=st.text(max_size=64),
+        trigger=st.sampled_from(["turn_started", "turn_done", "step_done", "idle", "manual"]),
+        loop=st.text(max_size=8),
+        turn_id=st.text(max_size=8),
+        files=st.integers(0, 10**6),
+        bytes_new=st.integers(0, 10**9),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.WorkspaceRestored,
+        ref=st.text(max_size=64),
+        index=st.integers(-1, 99),
+        previous_ref=st.one_of(st.none(), st.text(max_size=64)),
+        reason=st.text(max_size=10),
         at=st.floats(0, 2e9),
     ),
 )

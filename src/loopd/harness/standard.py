@@ -32,6 +32,7 @@ from loopd.harness._errors import HarnessError
 from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, AccessConfig, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
+from loopd.harness.snapshots import SnapshotPolicy, SnapshotTrigger
 from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.tools import EXEC, FS_READ, FS_WRITE, Sandbox, Tool, Workspace, default_tools, resolve_sandbox
 
@@ -97,6 +98,9 @@ class HarnessSettings:
     demo_rules: tuple[DemoRule, ...] = ()
     """Extra reply rules for the demo model (``model`` = ``demo``), tried before its own: how a layer above the
     harness (e.g. the Router's ``demo_rules()``) teaches the demo its prompts. Ignored for a real model."""
+    snapshots: SnapshotTrigger = "off"
+    """When sessions snapshot the workspace (``turn_done``, ``step_done``, ``idle`` or ``off``); the store is
+    ``<data_dir>/snapshots``."""
 
 
 @asynccontextmanager
@@ -158,6 +162,9 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
             rules=FileRuleStore.for_workspace(workspace.root),
             budget=settings.budget,
             clock=clock,
+            snapshots=None
+            if settings.snapshots == "off"
+            else SnapshotPolicy(root=settings.data_dir / "snapshots", on=settings.snapshots),
         )
 
 

@@ -8,6 +8,7 @@ from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.actors._rig import RecoveryMode, Rig
 from loopd.harness.actors._session import Session, SessionStatistics
 from loopd.harness.actors._session_log import SessionLog
+from loopd.harness.actors._workspace import NothingToUndoError, SessionWorkspace, WorkspaceBusyError
 
 __all__ = [
     "DELEGATION_TOOL_NAMES",
@@ -21,11 +22,14 @@ __all__ = [
     "Hub",
     "LoopDefinition",
     "Mailbox",
+    "NothingToUndoError",
     "RecoveryMode",
     "Rig",
     "Session",
     "SessionLog",
     "SessionStatistics",
+    "SessionWorkspace",
     "Subagents",
     "Subscription",
+    "WorkspaceBusyError",
 ]

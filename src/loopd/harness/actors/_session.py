@@ -25,6 +25,7 @@ from loopd.harness.actors._budget import BudgetPolicy
 from loopd.harness.actors._delegation import Subagents
 from loopd.harness.actors._hub import DEFAULT_QUEUE, Subscription
 from loopd.harness.actors._session_log import SessionLog
+from loopd.harness.actors._workspace import SessionWorkspace
 from loopd.harness.core import Usage
 from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
 from loopd.harness.core.events import (
@@ -41,13 +42,17 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    WorkspaceCheckpointed,
+    WorkspaceRestored,
 )
 from loopd.harness.core.state import AgentInfo, SessionState
+from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, SnapshotTrigger, WorkspaceHistory
 from loopd.harness.journal import Journal, JournalWriter
 
 if TYPE_CHECKING:
     from loopd.harness.actors._loop import LoopActor
     from loopd.harness.actors._rig import Rig
+    from loopd.harness.snapshots import SnapshotStore
 
 AnyCommand = UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown
 
@@ -82,6 +87,9 @@ class Session:
         drain_timeout: float,
         rig: Rig | None = None,
         agents: Mapping[str, AgentInfo] | None = None,
+        workspace_store: SnapshotStore | None = None,
+        snapshot_on: SnapshotTrigger = "off",
+        workspace_history: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY,
     ) -> None:
         self.id = session_id
         self.rig_name = rig_name
@@ -99,6 +107,8 @@ class Session:
         self._stopped = asyncio.Event()
         self.subagents = Subagents(self, rig, clock, agents or MappingProxyType({}))
         """The session's sub-agents: start, message, list and stop them (the delegation tools use these)."""
+        self.workspace = SessionWorkspace(self, workspace_store, snapshot_on, workspace_history)
+        """The workspace's snapshots: checkpoint, restore, undo, diff (``checkpoint_workspace`` and friends)."""
 
     # --- runtime: wiring (used by the rig and the sub-agents) ------------------------------------------------
 
@@ -145,6 +155,7 @@ class Session:
             loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
             last_seq=self.log.last_seq,
             agents=self.subagents.infos,
+            workspace=self.workspace.history,
         )
 
     @property
@@ -329,6 +340,19 @@ class Session:
     async def __aexit__(self, *exc: object) -> None:
         await self.shutdown()
 
+    @property
+    def clock(self) -> Clock:
+        """Runtime: where the session reads time."""
+        return self._clock
+
+    async def checkpoint_workspace(self) -> str:
+        """Snapshot the workspace now (recorded as `WorkspaceCheckpointed`); the snapshot's ref."""
+        return await self.workspace.checkpoint()
+
+    async def restore_workspace(self, ref: str) -> None:
+        """Put the workspace back to snapshot ``ref`` (recorded as `WorkspaceRestored`); refused while a turn runs."""
+        await self.workspace.restore(ref)
+
     # --- runtime: persistence (used by the loop actors, the rig and the sub-agents) ----------------------------
 
     def price(self, model: str, usage: Usage) -> Usage:
@@ -354,6 +378,7 @@ class Session:
     async def commit_loop(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
         """Journal a loop's events, then apply and publish them (under the commit lock)."""
         await self.log.commit(events, lambda seqs: actor.apply_committed(events, seqs))
+        await self.workspace.after_commit(actor, events)
 
     async def commit_agent_start(self, started: AgentStarted, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
         """Journal an agent's start and its first turn's events in one append, then add and apply its actor."""
@@ -372,6 +397,8 @@ class Session:
         def apply(seqs: list[int]) -> None:
             if isinstance(event, AgentStarted | AgentStopped):
                 self.subagents.apply(event)
+            if isinstance(event, WorkspaceCheckpointed | WorkspaceRestored):
+                self.workspace.apply(event)
             self.log.publish(seqs[0], event)
 
         (seq,) = await self.log.commit((event,), apply)

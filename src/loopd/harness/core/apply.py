@@ -37,7 +37,6 @@ from loopd.harness.core.events import (
     QueuedInput,
     Scope,
     SessionEvent,
-    SessionForked,
     SessionRestored,
     SessionStarted,
     SessionStopped,
@@ -47,8 +46,11 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    WorkspaceCheckpointed,
+    WorkspaceRestored,
 )
 from loopd.harness.core.state import LoopState, OpenGate, SessionState, TurnState
+from loopd.harness.core.workspace import apply_workspace
 
 
 def _without(queued: tuple[QueuedInput, ...], taken: Iterable[str]) -> tuple[QueuedInput, ...]:
@@ -211,6 +213,7 @@ def _session(state: SessionState, loops: Mapping[str, LoopState], last_seq: int)
         loops=loops,
         last_seq=last_seq,
         agents=state.agents,
+        workspace=state.workspace,
     )
 
 
@@ -228,10 +231,6 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             )
         case SessionRestored():
             return replace(state, status="active", last_seq=last_seq)
-        case SessionForked(session_id=session_id):
-            # A fork's fold up to here is its parent's; from here on it is its own session (and active, even
-            # when the parent had stopped by that seq).
-            return replace(state, session_id=session_id, status="active", last_seq=last_seq)
         case SessionStopped():
             return replace(state, status="stopped", last_seq=last_seq)
         case AgentStarted(agent=name):
@@ -240,6 +239,8 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             return replace(
                 state, loops=MappingProxyType(loops), agents=apply_agents(state.agents, event), last_seq=last_seq
             )
+        case WorkspaceCheckpointed() | WorkspaceRestored():
+            return replace(state, workspace=apply_workspace(state.workspace, event), last_seq=last_seq)
         case AgentStopped():
             return replace(state, agents=apply_agents(state.agents, event), last_seq=last_seq)
     loops = dict(state.loops)

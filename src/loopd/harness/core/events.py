@@ -67,17 +67,6 @@ class SessionRestored(_SessionEvent):
     at: float
 
 
-class SessionForked(_SessionEvent):
-    """The first record of a fork: ``session_id`` continues ``parent_id``'s history as it was at ``parent_seq``
-    (those records are shared by the journal, not copied; see `loopd.harness.journal`)."""
-
-    kind: Literal["session_forked"] = "session_forked"
-    session_id: str
-    parent_id: str
-    parent_seq: int
-    at: float
-
-
 class SessionStopped(_SessionEvent):
     kind: Literal["session_stopped"] = "session_stopped"
     reason: str
@@ -99,6 +88,62 @@ class AgentStopped(_SessionEvent):
     kind: Literal["agent_stopped"] = "agent_stopped"
     agent: str
     reason: str
+    at: float
+
+
+class WorkspaceCheckpointed(_SessionEvent):
+    """A snapshot of the workspace was stored as ``ref`` (content-addressed; see `loopd.harness.snapshots`).
+
+    ``trigger``: turn_started, turn_done, step_done, idle or manual; ``loop`` / ``turn_id``: the turn it followed
+    ("" for a manual one). ``files`` and ``bytes_new`` (bytes the store did not hold yet) are for reports."""
+
+    kind: Literal["workspace_checkpointed"] = "workspace_checkpointed"
+    ref: str
+    trigger: str
+    loop: str = ""
+    turn_id: str = ""
+    files: int = 0
+    bytes_new: int = 0
+    at: float
+
+
+class WorkspaceRestored(_SessionEvent):
+    """The workspace was put back to snapshot ``ref`` (checkpoint number ``index`` of the session, -1: another)."""
+
+    kind: Literal["workspace_restored"] = "workspace_restored"
+    ref: str
+    index: int
+    previous_ref: str | None = None
+    reason: str = ""
+    at: float
+
+
+class HustleStarted(_SessionEvent):
+    """A named background inference run ("hustle") was admitted to a lane; ``params`` lets a restore resume it."""
+
+    kind: Literal["hustle_started"] = "hustle_started"
+    hustle_id: str
+    name: str
+    lane: Literal["blocking", "background"]
+    for_loop: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    at: float
+
+
+class HustleCompleted(_SessionEvent):
+    kind: Literal["hustle_completed"] = "hustle_completed"
+    hustle_id: str
+    usage: Usage
+    at: float
+
+
+class HustleFailed(_SessionEvent):
+    """A hustle ended without a result (its model failed, the lane refused it, or a restore could not resume it)."""
+
+    kind: Literal["hustle_failed"] = "hustle_failed"
+    hustle_id: str
+    error_type: str
+    message: str
     at: float
 
 
@@ -292,7 +337,15 @@ class ModelRetrying(_Ephemeral):
     error: str
 
 
-SessionEvent = SessionStarted | SessionRestored | SessionForked | SessionStopped | AgentStarted | AgentStopped
+SessionEvent = (
+    SessionStarted
+    | SessionRestored
+    | SessionStopped
+    | AgentStarted
+    | AgentStopped
+    | WorkspaceCheckpointed
+    | WorkspaceRestored
+)
 LoopEvent = (
     TurnStarted
     | InputQueued
@@ -317,10 +370,11 @@ TerminalEvent = TurnDone | TurnFailed | TurnInterrupted
 ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     SessionStarted,
     SessionRestored,
-    SessionForked,
     SessionStopped,
     AgentStarted,
     AgentStopped,
+    WorkspaceCheckpointed,
+    WorkspaceRestored,
     TurnStarted,
     InputQueued,
     InputsFolded,

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from loopd.harness.core._history import EMPTY_HISTORY, History
 from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
 from loopd.harness.core.events import QueuedInput
+from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, WorkspaceHistory
 
 TurnPhase = Literal["model", "tools"]
 
@@ -76,6 +77,7 @@ class SessionState:
     loops: Mapping[str, LoopState] = field(default_factory=lambda: MappingProxyType({}))
     last_seq: int = 0
     agents: Mapping[str, AgentInfo] = field(default_factory=lambda: MappingProxyType({}))
+    workspace: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY  # workspace checkpoints (`core.workspace`)
 
     @property
     def usage(self) -> Usage:
@@ -94,4 +96,5 @@ class SessionState:
             loops=MappingProxyType(loops),
             last_seq=self.last_seq,
             agents=self.agents,
+            workspace=self.workspace,
         )
