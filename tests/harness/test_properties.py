@@ -48,6 +48,7 @@ commands = st.lists(
         st.tuples(st.just("cancel_last"), st.none()),
         st.tuples(st.just("checkpoint"), st.text(alphabet="ab", max_size=2)),
         st.tuples(st.just("undo"), st.none()),
+        st.tuples(st.just("fork"), st.none()),
     ),
     max_size=12,
 )
@@ -83,6 +84,11 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 elif name == "undo":
                     with contextlib.suppress(NothingToUndoError, WorkspaceBusyError):
                         await session.workspace.undo()
+                elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
+                    await session.wait_idle(timeout=10)
+                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
+                    await parent.shutdown()
+                    last = None
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
@@ -166,6 +172,13 @@ stored_events = st.one_of(
         index=st.integers(-1, 99),
         previous_ref=st.one_of(st.none(), st.text(max_size=64)),
         reason=st.text(max_size=10),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.SessionForked,
+        session_id=st.text(min_size=1, max_size=8),
+        parent_id=st.text(min_size=1, max_size=8),
+        parent_seq=st.integers(1, 10**6),
         at=st.floats(0, 2e9),
     ),
 )

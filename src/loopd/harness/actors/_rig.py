@@ -12,18 +12,18 @@ from typing import Literal
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.ids import new_id
-from loopd.harness._errors import HarnessError, JournalCorruptError, SessionNotFoundError
+from loopd.harness._errors import ForkPointError, HarnessError, JournalCorruptError, SessionNotFoundError
 from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.actors._delegation import delegation_tools
 from loopd.harness.actors._loop import LoopActor, LoopDefinition
 from loopd.harness.actors._session import Session
-from loopd.harness.core import Usage
+from loopd.harness.core import Usage, codec
 from loopd.harness.core.decide import recover
-from loopd.harness.core.events import SessionRestored, SessionStarted
+from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted
 from loopd.harness.core.state import AgentInfo, LoopState
 from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, WorkspaceHistory
 from loopd.harness.gate import MemoryRuleStore, RuleStore
-from loopd.harness.journal import Journal, SessionInfo, replay
+from loopd.harness.journal import Journal, NewRecord, SessionInfo, last_settled_seq, replay, unsettled_loops
 from loopd.harness.snapshots import SnapshotPolicy
 from loopd.harness.tools import Tool
 
@@ -185,6 +185,47 @@ class Rig:
             await actor.execute(decision)
         session.start_actors()
         return session
+
+    async def fork_session(self, parent_id: str, at_seq: int, session_id: str | None = None) -> Session:
+        """Start a new session whose history is ``parent_id``'s up to journal seq ``at_seq``, and bring it up.
+
+        The journal shares the parent's records up to ``at_seq`` (nothing is copied); the fork's own journal
+        starts with `SessionForked` at ``at_seq + 1``, and the parent is not touched (it may even be running).
+        ``at_seq`` must be a *settled* point — every loop idle, no queued input — because a turn cut in two has
+        no single meaning (its effects may be half done): a seq inside a turn is refused with `ForkPointError`,
+        whose ``settled`` is the last settled seq before it (fork there instead). `SessionNotFoundError` for an
+        unknown parent, `SessionBusyError` if ``session_id`` exists.
+        """
+        if at_seq < 1:
+            raise ForkPointError(f"cannot fork session {parent_id!r} at seq {at_seq}: seqs start at 1")
+        records = await self.journal.read(parent_id, 1, at_seq)
+        if not records:
+            raise SessionNotFoundError(parent_id)
+        if records[-1].seq < at_seq:
+            last = records[-1].seq
+            raise ForkPointError(
+                f"session {parent_id!r} has seqs 1..{last}; cannot fork at {at_seq}", settled=last_settled_seq(records)
+            )
+        with _collector_paused():
+            busy = unsettled_loops(replay(records))
+        if busy:
+            settled = last_settled_seq(records)
+            doing = ", ".join(f"loop {name!r} has {what}" for name, what in sorted(busy.items()))
+            hint = f"; the last settled seq before it is {settled}" if settled else ""
+            raise ForkPointError(
+                f"seq {at_seq} of session {parent_id!r} is inside a turn ({doing}){hint}", settled=settled or None
+            )
+        sid = session_id or new_id()
+        now = self.clock.time()
+        meta = json.dumps({"rig": self.name, "parent": parent_id, "parent_seq": at_seq})
+        writer = await self.journal.fork_session(parent_id, at_seq, sid, meta=meta, at=now)
+        try:
+            forked = SessionForked(session_id=sid, parent_id=parent_id, parent_seq=at_seq, at=now)
+            await writer.append([NewRecord(*codec.encode(forked), at=now)])
+        finally:
+            await writer.aclose()
+        # From here the fork is an ordinary stored session: restore brings it up (fencing the writer above).
+        return await self.restore_session(sid)
 
     @asynccontextmanager
     async def open_session(self, session_id: str | None = None) -> AsyncIterator[Session]:

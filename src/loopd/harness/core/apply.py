@@ -37,6 +37,7 @@ from loopd.harness.core.events import (
     QueuedInput,
     Scope,
     SessionEvent,
+    SessionForked,
     SessionRestored,
     SessionStarted,
     SessionStopped,
@@ -231,6 +232,10 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             )
         case SessionRestored():
             return replace(state, status="active", last_seq=last_seq)
+        case SessionForked(session_id=session_id):
+            # A fork's fold up to here is its parent's; from here on it is its own session (and active, even
+            # when the parent had stopped by that seq).
+            return replace(state, session_id=session_id, status="active", last_seq=last_seq)
         case SessionStopped():
             return replace(state, status="stopped", last_seq=last_seq)
         case AgentStarted(agent=name):

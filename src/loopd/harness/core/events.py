@@ -67,6 +67,17 @@ class SessionRestored(_SessionEvent):
     at: float
 
 
+class SessionForked(_SessionEvent):
+    """The first record of a fork: ``session_id`` continues ``parent_id``'s history as it was at ``parent_seq``
+    (those records are shared by the journal, not copied; see `loopd.harness.journal`)."""
+
+    kind: Literal["session_forked"] = "session_forked"
+    session_id: str
+    parent_id: str
+    parent_seq: int
+    at: float
+
+
 class SessionStopped(_SessionEvent):
     kind: Literal["session_stopped"] = "session_stopped"
     reason: str
@@ -115,35 +126,6 @@ class WorkspaceRestored(_SessionEvent):
     index: int
     previous_ref: str | None = None
     reason: str = ""
-    at: float
-
-
-class HustleStarted(_SessionEvent):
-    """A named background inference run ("hustle") was admitted to a lane; ``params`` lets a restore resume it."""
-
-    kind: Literal["hustle_started"] = "hustle_started"
-    hustle_id: str
-    name: str
-    lane: Literal["blocking", "background"]
-    for_loop: str | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
-    at: float
-
-
-class HustleCompleted(_SessionEvent):
-    kind: Literal["hustle_completed"] = "hustle_completed"
-    hustle_id: str
-    usage: Usage
-    at: float
-
-
-class HustleFailed(_SessionEvent):
-    """A hustle ended without a result (its model failed, the lane refused it, or a restore could not resume it)."""
-
-    kind: Literal["hustle_failed"] = "hustle_failed"
-    hustle_id: str
-    error_type: str
-    message: str
     at: float
 
 
@@ -340,6 +322,7 @@ class ModelRetrying(_Ephemeral):
 SessionEvent = (
     SessionStarted
     | SessionRestored
+    | SessionForked
     | SessionStopped
     | AgentStarted
     | AgentStopped
@@ -370,6 +353,7 @@ TerminalEvent = TurnDone | TurnFailed | TurnInterrupted
 ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     SessionStarted,
     SessionRestored,
+    SessionForked,
     SessionStopped,
     AgentStarted,
     AgentStopped,
