@@ -220,6 +220,7 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
         "/v1/sessions",
         "/v1/sessions/{session_id}",
         "/v1/sessions/{session_id}/restore",
+        "/v1/sessions/{session_id}/fork",
         "/v1/sessions/{session_id}/inputs",
         "/v1/sessions/{session_id}/inputs/{command_id}",
         "/v1/sessions/{session_id}/interrupt",

@@ -40,6 +40,8 @@ from loopd.harness.serve._wire import (
     CreatedSession,
     CreateSessionRequest,
     EventItem,
+    ForkedSession,
+    ForkSessionRequest,
     GateAnswerRequest,
     GateAnswerResult,
     Health,
@@ -226,6 +228,26 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         """Bring a dormant or faulted session back (an open turn is interrupted); a live one is left as it is."""
         _session, restored = await sessions.restore(session_id)
         return RestoredSession(**_body(await sessions.view(session_id)), restored=restored)
+
+    @router.post("/v1/sessions/{session_id}/fork", status_code=201, tags=["sessions"])
+    async def fork_session(
+        session_id: SessionId,
+        body: ForkSessionRequest,
+        response: Response,
+        idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+    ) -> ForkedSession:
+        """Fork a session at journal seq ``at_seq``: a new live session whose history is this one's up to there
+        (shared in the journal, not copied), with its own journal after it. The seq must be a settled point (every
+        loop idle): one inside a turn is 400, naming the last settled seq before it. With ``Idempotency-Key`` the
+        same key returns the same fork (201, then 200); another body with it is 409.
+        """
+        forked = await sessions.fork(session_id, body, key=idempotency_key)
+        response.status_code = 201 if forked.created else 200
+        response.headers["Location"] = f"/v1/sessions/{forked.session_id}"
+        view = await sessions.view(forked.session_id)
+        info = await sessions.io(sessions.rig.journal.session(forked.session_id))
+        parent = (info.parent_id or session_id, info.parent_seq) if info is not None else (session_id, body.at_seq)
+        return ForkedSession(**_body(view), parent_id=parent[0], parent_seq=parent[1])
 
     @router.post("/v1/sessions/{session_id}/inputs", status_code=202, tags=["inputs"])
     async def submit_input(session_id: SessionId, body: InputRequest) -> InputAccepted:

@@ -4,13 +4,16 @@ The envelope itself (`ApiError`, its types and statuses) is the floor's (``loopd
 transport answers with these types:
 
     type                    status  when
-    invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405)
+    invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405); a fork at a
+                                    seq past the session's end or inside a turn (the message names the last
+                                    settled seq before it)
     cursor_ahead            400     a resume cursor (``Last-Event-ID``, ``from_seq``) past the last stored event:
                                     the client holds a cursor of another session or server; start again
     unauthorized            401     missing or wrong bearer token (with ``WWW-Authenticate: Bearer``)
     forbidden               403     a tokenless server asked for by a non-loopback ``Host``
     not_found               404     unknown route, session, open gate or queued input
-    conflict                409     an Idempotency-Key reused with another body; an input that already ran
+    conflict                409     an Idempotency-Key reused with another body; an input that already ran; a
+                                    fork's session id that is taken
     payload_too_large       413     the body is larger than the configured cap
     unsupported_media_type  415     a write whose body is not JSON
     too_many_requests       429     back-pressure: a full mailbox, a busy writer, the live-session cap
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import (
+    ForkPointError,
     HarnessError,
     JournalError,
     MailboxFullError,
@@ -42,6 +46,8 @@ def from_harness(exc: HarnessError) -> ApiError:
     match exc:
         case SessionNotFoundError():
             return ApiError("not_found", message)
+        case ForkPointError():
+            return ApiError("invalid_request", message)
         case MailboxFullError():
             return ApiError("too_many_requests", f"{message}; retry shortly", headers={"Retry-After": "1"})
         case SessionBusyError():

@@ -29,7 +29,7 @@ from loopd.harness.actors import RecoveryMode, Rig, Session
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal import Record, replay
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
-from loopd.harness.serve._wire import CreateSessionRequest, SessionStatus
+from loopd.harness.serve._wire import CreateSessionRequest, ForkSessionRequest, SessionStatus
 
 T = TypeVar("T")
 
@@ -53,8 +53,11 @@ class Created:
     command_id: str | None
 
 
-def fingerprint(body: CreateSessionRequest) -> str:
-    canonical = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+def fingerprint(body: CreateSessionRequest | ForkSessionRequest, *, parent: str | None = None) -> str:
+    shown = body.model_dump(mode="json")
+    if parent is not None:  # a fork's key covers what it forks (never equal to a creation's)
+        shown = {"fork_of": parent, **shown}
+    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -172,6 +175,32 @@ class ServedSessions:
                 with contextlib.suppress(IdempotencyStoreError):
                     await self._keys.set_command(key, command_id)
         return Created(session.id, True, command_id)
+
+    async def fork(self, parent_id: str, body: ForkSessionRequest, *, key: str | None) -> Created:
+        """Fork ``parent_id`` at ``body.at_seq`` into a new live session (`Rig.fork_session`); with ``key``, the
+        same key returns the same fork. The parent is not touched (it may be live, dormant or stopped)."""
+        async with self._lock:
+            self._check_open()
+            session_id = body.session_id or new_id()
+            if key is not None:
+                claimed = KeyRecord(key, fingerprint(body, parent=parent_id), session_id, None, self.rig.clock.time())
+                try:
+                    record = await self._keys.claim(claimed)
+                except IdempotencyStoreError as exc:
+                    raise ApiError("service_unavailable", str(exc)) from exc
+                if record.fingerprint != claimed.fingerprint:
+                    raise ApiError("conflict", "this Idempotency-Key was used with a different request body")
+                session_id = record.session_id
+                if await self.exists(session_id):
+                    return Created(session_id, False, None)
+            elif body.session_id is not None and await self.exists(body.session_id):
+                raise ApiError("conflict", f"session {body.session_id!r} exists; fork under another id")
+            await self._make_room()
+            session = await self.rig.fork_session(parent_id, body.at_seq, session_id)
+            self._live[session.id] = session
+            self._touch(session.id)
+            self._notify()
+        return Created(session.id, True, None)
 
     async def ensure_live(self, session_id: str) -> Session:
         """The live session, restored from the journal if it is dormant here."""

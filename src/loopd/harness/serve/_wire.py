@@ -42,6 +42,13 @@ class CreateSessionRequest(_Request):
     loop: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
 
 
+class ForkSessionRequest(_Request):
+    """Fork at journal seq ``at_seq`` (a settled point of the parent); ``session_id`` names the fork (default: new)."""
+
+    at_seq: int = Field(ge=1, le=2**62)
+    session_id: str | None = Field(default=None, min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9._:-]+$")
+
+
 class InputRequest(_Request):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
     loop: str | None = Field(default=None, min_length=1, max_length=MAX_NAME)
@@ -103,6 +110,11 @@ class SessionBody(_Response):
 
 class CreatedSession(SessionBody):
     input_command_id: str | None = None
+
+
+class ForkedSession(SessionBody):
+    parent_id: str
+    parent_seq: int
 
 
 class RestoredSession(SessionBody):
