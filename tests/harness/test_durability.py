@@ -70,7 +70,7 @@ async def test_an_append_error_stops_the_session_with_a_typed_fault() -> None:
     # Nothing after the failed append was stored or acted on: the model was called once.
     assert len(model.requests) == 1
     kinds = [r.kind for r in await journal.read(session.id)]
-    assert kinds == ["session_started", "turn_started", "model_replied"]
+    assert kinds == ["session_started", "turn_started", "context_measured", "model_replied"]
     await session.shutdown()  # closing a faulted session is safe
 
 
@@ -93,7 +93,7 @@ async def test_sqlite_append_failure_is_fail_closed(tmp_path: Path) -> None:
         async for _ in sub:
             pass
     assert len(model.requests) == 1
-    assert await assert_gap_free(journal, session.id) == 3
+    assert await assert_gap_free(journal, session.id) == 4  # started, turn started, context measured, model replied
     await session.shutdown()
     await journal.aclose()
 

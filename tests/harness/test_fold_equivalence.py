@@ -42,7 +42,8 @@ def journals(draw: st.DrawFn) -> list[Stored]:
     for _ in range(draw(st.integers(0, 60))):
         counter += 1
         if draw(st.integers(0, 9)) == 0:
-            match draw(st.sampled_from(["agent", "stop_agent", "restored", "stopped", "stray"])):
+            choices = ["agent", "stop_agent", "restored", "stopped", "stray", "active", "adopted", "mode", "model"]
+            match draw(st.sampled_from(choices)):
                 case "agent":
                     name = f"agent-{counter}"
                     loops.append(name)
@@ -53,6 +54,16 @@ def journals(draw: st.DrawFn) -> list[Stored]:
                     out.append(ev.SessionRestored(from_seq=len(out), mode="interrupt", at=0.0))
                 case "stopped":
                     out.append(ev.SessionStopped(reason="bye", at=0.0))
+                case "active":
+                    out.append(ev.ActiveLoopChanged(active=draw(st.sampled_from(loops)), previous=None, at=0.0))
+                case "adopted":
+                    change = ev.ConfigChange(aspect="loop:main:model", before="a", after="b")
+                    out.append(ev.ConfigurationAdopted(changes=(change,), fingerprint={"loop:main:model": "b"}, at=0.0))
+                case "mode":  # in or out of a turn: the running step keeps its mode
+                    mode = draw(st.sampled_from(["plan", "build"]))
+                    out.append(ev.LoopModeChanged(loop=draw(st.sampled_from(loops)), mode=mode, at=0.0))
+                case "model":
+                    out.append(ev.LoopInferenceChanged(loop=draw(st.sampled_from(loops)), model=f"m{counter}", at=0.0))
                 case _:  # a loop-scoped event for a loop nobody announced
                     loop = f"stray-{counter}"
                     loops.append(loop)
@@ -81,6 +92,8 @@ def journals(draw: st.DrawFn) -> list[Stored]:
             n = draw(st.integers(1, 3))
             calls = tuple(ToolCall(id=f"{turn_id}-{step}-{i}", name="echo", arguments={"i": i}) for i in range(n))
             usage = draw(usages)
+            window = draw(st.sampled_from([None, 1000]))
+            out.append(ev.ContextMeasured(loop=loop, turn_id=turn_id, step=step, tokens=counter, window=window, at=0.0))
             out.append(ev.ModelReplied(loop=loop, turn_id=turn_id, step=step, text="", tool_calls=calls, usage=usage))
             open_turns[loop] = (turn_id, step, n)
         elif kind == "tool":
@@ -208,6 +221,10 @@ def test_the_direct_constructors_in_apply_know_every_field() -> None:
         "last_reply",
         "context_tokens",
         "context_mark",
+        "mode",
+        "model",
+        "measured_tokens",
+        "context_window",
     ]
     assert [f.name for f in fields(TurnState)] == [
         "turn_id",
@@ -218,6 +235,7 @@ def test_the_direct_constructors_in_apply_know_every_field() -> None:
         "calls",
         "outcomes",
         "gate",
+        "mode",
     ]
 
 

@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopd.harness import (
+    BUILD,
+    PLAN,
     EchoTool,
     LoopDefinition,
     ModelPermanentError,
@@ -49,6 +51,9 @@ commands = st.lists(
         st.tuples(st.just("checkpoint"), st.text(alphabet="ab", max_size=2)),
         st.tuples(st.just("undo"), st.none()),
         st.tuples(st.just("fork"), st.none()),
+        st.tuples(st.just("mode"), st.sampled_from(["plan", "build"])),
+        st.tuples(st.just("model"), st.sampled_from(["small", "large"])),
+        st.tuples(st.just("active"), st.sampled_from(["main", "side"])),
     ),
     max_size=12,
 )
@@ -62,8 +67,12 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
             journal = await SqliteJournal.open(Path(d) / "j.db")
             model = ScriptedModel(script, default=Reply(text="default"))
             (Path(d) / "ws").mkdir()
+            main = LoopDefinition(
+                name="main", model=model, tools=(EchoTool(),), modes=(BUILD, PLAN), context_window=200
+            )
+            side = LoopDefinition(name="side", model=model, tools=(EchoTool(),))
             rig = Rig(
-                loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))],
+                loops=[main, side],
                 journal=journal,
                 workspace=Path(d) / "ws",
                 snapshots=SnapshotPolicy(root=Path(d) / "snap"),
@@ -89,6 +98,12 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                     parent, session = session, await rig.fork_session(session.id, session.last_seq)
                     await parent.shutdown()
                     last = None
+                elif name == "mode":
+                    await session.set_loop_mode(str(arg), loop="main")
+                elif name == "model":
+                    await session.change_loop_inference(str(arg))
+                elif name == "active":
+                    await session.set_active_loop(str(arg))
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
@@ -96,6 +111,8 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                     rebuilt = await journal_state(journal, session.id)
                     assert dict(rebuilt.loops) == dict(session.state.loops)
                     assert rebuilt.workspace == session.state.workspace
+                    assert rebuilt.active_loop == session.state.active_loop
+                    assert rebuilt.fingerprint == session.state.fingerprint
                     assert rebuilt.last_seq == session.last_seq
             await session.wait_idle(timeout=10)
             assert dict((await journal_state(journal, session.id)).loops) == dict(session.state.loops)
@@ -179,6 +196,29 @@ stored_events = st.one_of(
         session_id=st.text(min_size=1, max_size=8),
         parent_id=st.text(min_size=1, max_size=8),
         parent_seq=st.integers(1, 10**6),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(ev.ActiveLoopChanged, active=st.text(min_size=1, max_size=8), at=st.floats(0, 2e9)),
+    st.builds(
+        ev.ConfigurationAdopted,
+        changes=st.lists(
+            st.builds(
+                ev.ConfigChange, aspect=st.text(max_size=8), before=st.text(max_size=8), after=st.text(max_size=8)
+            ),
+            max_size=3,
+        ).map(tuple),
+        fingerprint=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(ev.LoopModeChanged, loop=st.just("main"), mode=st.text(max_size=8), at=st.floats(0, 2e9)),
+    st.builds(ev.LoopInferenceChanged, loop=st.just("main"), model=st.text(max_size=8), at=st.floats(0, 2e9)),
+    st.builds(
+        ev.ContextMeasured,
+        loop=st.just("main"),
+        turn_id=st.text(max_size=8),
+        step=st.integers(1, 99),
+        tokens=st.integers(0, 10**6),
+        window=st.one_of(st.none(), st.integers(1, 10**6)),
         at=st.floats(0, 2e9),
     ),
 )

@@ -22,7 +22,7 @@ async def test_a_turn_with_a_tool_step_streams_and_is_journaled(journal: Journal
     await session.submit("ping")
     events = await collect_until(sub, {"turn_done"})
     kinds = [e.event.kind for e in events]
-    assert kinds[:3] == ["turn_started", "model_replied", "tool_call_started"]
+    assert kinds[:4] == ["turn_started", "context_measured", "model_replied", "tool_call_started"]
     assert "token_delta" in kinds
     assert kinds[-1] == "turn_done"
     deltas = "".join(e.event.text for e in events if e.event.kind == "token_delta")  # type: ignore[union-attr]

@@ -156,11 +156,12 @@ async def test_journal_pages(journal: SqliteJournal) -> None:
             seqs += [item["seq"] for item in page["items"]]
             kinds += [item["event"]["kind"] for item in page["items"]]
             assert all(item["kind"] == item["event"]["kind"] for item in page["items"])
-            assert page["last_seq"] == 5
+            assert page["last_seq"] == 7
             cursor = page["next_from_seq"]
             if not page["has_more"]:
                 break
-        assert seqs == [1, 2, 3, 4, 5] and pages == 3
-        assert kinds == ["session_started", "turn_started", "turn_done", "turn_started", "turn_done"]
-        tail = (await served.client.get(f"/v1/sessions/{session_id}/journal?from_seq=6")).json()
-        assert tail["items"] == [] and tail["next_from_seq"] == 6 and tail["has_more"] is False
+        assert seqs == [1, 2, 3, 4, 5, 6, 7] and pages == 4
+        turn = ["turn_started", "context_measured", "turn_done"]
+        assert kinds == ["session_started", *turn, *turn]
+        tail = (await served.client.get(f"/v1/sessions/{session_id}/journal?from_seq=8")).json()
+        assert tail["items"] == [] and tail["next_from_seq"] == 8 and tail["has_more"] is False

@@ -86,7 +86,7 @@ async def test_view_list_and_restore(journal: SqliteJournal) -> None:
         view = (await served.client.get(f"/v1/sessions/{session_id}")).json()
         assert view["status"] == "active" and view["live"] is True and view["rig"] == "test"
         assert view["turns"] == 1 and view["usage"]["calls"] == 1
-        assert view["last_seq"] == 3  # session_started, turn_started, turn_done
+        assert view["last_seq"] == 4  # session_started, turn_started, context_measured, turn_done
         assert view["loops"][0]["name"] == "main" and view["loops"][0]["busy"] is False
         assert view["gates"] == []
 
@@ -100,7 +100,7 @@ async def test_view_list_and_restore(journal: SqliteJournal) -> None:
         listed = (await served.client.get("/v1/sessions")).json()["items"]
         assert [(s["id"], s["live"], s["status"]) for s in listed] == [(session_id, False, "stopped")]
         dormant = (await served.client.get(f"/v1/sessions/{session_id}")).json()
-        assert dormant["live"] is False and dormant["turns"] == 1 and dormant["last_seq"] == 4
+        assert dormant["live"] is False and dormant["turns"] == 1 and dormant["last_seq"] == 5
         restored = await served.client.post(f"/v1/sessions/{session_id}/restore")
         assert restored.status_code == 200
         assert restored.json()["restored"] is True

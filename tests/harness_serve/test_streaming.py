@@ -70,15 +70,15 @@ async def test_input_streams_tokens_then_turn_done(journal: SqliteJournal) -> No
         assert "".join(f.payload["event"]["text"] for f in deltas) == "streamed answer"
         assert all(f.id is None and f.payload["seq"] is None for f in deltas)
         stored = [f for f in events if f.event != "token_delta"]
-        assert [f.event for f in stored] == ["turn_started", "turn_done"]
-        assert [f.id for f in stored] == [2, 3]  # the stream started after session_started (seq 1)
+        assert [f.event for f in stored] == ["turn_started", "context_measured", "turn_done"]
+        assert [f.id for f in stored] == [2, 3, 4]  # the stream started after session_started (seq 1)
         assert stored[0].payload["event"]["inputs"][0]["command_id"] == posted.json()["command_id"]
-        assert stored[1].payload == {
-            "seq": 3,
+        assert stored[2].payload == {
+            "seq": 4,
             "kind": "turn_done",
             "lifecycle": "terminal",
             "loop": "main",
-            "event": stored[1].payload["event"],
+            "event": stored[2].payload["event"],
         }
 
 
@@ -155,8 +155,9 @@ async def test_a_dormant_session_streams_from_the_journal_and_attaches_when_rest
                 if frame.event == "turn_done":
                     break
         kinds = [f.event for f in frames if f.id is not None]
+        kinds = [k for k in kinds if k != "context_measured"]
         assert kinds == ["session_started", "session_stopped", "session_restored", "turn_started", "turn_done"]
-        assert [f.id for f in frames if f.id is not None] == [1, 2, 3, 4, 5]
+        assert [f.id for f in frames if f.id is not None] == [1, 2, 3, 4, 5, 6]
 
 
 async def test_an_overflowing_subscriber_gets_an_error_event_and_resumes_without_loss(journal: SqliteJournal) -> None:

@@ -7,6 +7,7 @@ The public face. Implementation lives in private modules and the subpackages:
 from loopd.harness import core
 from loopd.harness._errors import (
     BudgetExceeded,
+    ConfigurationDriftError,
     ForkPointError,
     HarnessError,
     InvalidTransitionError,
@@ -24,6 +25,7 @@ from loopd.harness._errors import (
     SubscriptionLostError,
     ToolArgumentsError,
     ToolError,
+    UnknownSettingError,
 )
 from loopd.harness.actors import (
     AgentStatus,
@@ -39,17 +41,21 @@ from loopd.harness.actors import (
 )
 from loopd.harness.core import EffectKind, Idempotency, Message, ToolCall, ToolOutcome, Usage, events
 from loopd.harness.core.commands import CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.config import BUILD, PLAN, LoopMode, Primer
 from loopd.harness.core.events import Lifecycle, Scope
 from loopd.harness.journal import Journal, MemoryJournal, SqliteJournal
 from loopd.harness.models import Model, ModelRequest, Reply, ScriptedModel, ToolSpec
 from loopd.harness.tools import EchoTool, PreparedCall, Requirement, Tool, ToolContext, ToolResult
 
 __all__ = [
+    "BUILD",
+    "PLAN",
     "AgentStatus",
     "Budget",
     "BudgetExceeded",
     "BudgetPolicy",
     "CancelQueuedInput",
+    "ConfigurationDriftError",
     "DelegationError",
     "EchoTool",
     "EffectKind",
@@ -65,6 +71,7 @@ __all__ = [
     "JournalFencedError",
     "Lifecycle",
     "LoopDefinition",
+    "LoopMode",
     "MailboxFullError",
     "MemoryJournal",
     "Message",
@@ -74,6 +81,7 @@ __all__ = [
     "ModelRequest",
     "ModelRetryableError",
     "PreparedCall",
+    "Primer",
     "Reply",
     "Requirement",
     "Rig",
@@ -97,6 +105,7 @@ __all__ = [
     "ToolOutcome",
     "ToolResult",
     "ToolSpec",
+    "UnknownSettingError",
     "Usage",
     "UserInput",
     "core",

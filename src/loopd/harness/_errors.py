@@ -8,6 +8,8 @@
     ├── ForkPointError              a fork asked for a seq past the journal's end or inside a turn (a ValueError)
     ├── MailboxFullError            a command could not be queued in time (back-pressure)
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
+    ├── ConfigurationDriftError     a restore refused: the rig's configuration differs from the session's (a Conflict)
+    ├── UnknownSettingError         a mode, model or loop name the rig does not declare (a ValueError)
     ├── BudgetExceeded              the session spent its token or USD budget; the turn fails with this type
     ├── InvalidTransitionError      an event cannot follow the state before it (a tool result outside a turn …);
     │                               replayed from a journal it means corruption (→ JournalCorruptError)
@@ -34,9 +36,9 @@ Foreign exceptions are translated at the boundary with ``raise Ours(...) from ex
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from loopd._infra.errors import LoopdError, NotFoundError, UnavailableError
+from loopd._infra.errors import ConflictError, LoopdError, NotFoundError, UnavailableError
 
 
 class HarnessError(LoopdError):
@@ -159,3 +161,20 @@ class ToolError(HarnessError):
 
 class ToolArgumentsError(ToolError):
     """The model's arguments failed validation."""
+
+
+class ConfigurationDriftError(HarnessError, ConflictError):
+    """A restore found the rig's configuration changed and its drift policy refused; ``changes`` say what differs."""
+
+    def __init__(self, session_id: str, changes: tuple[Any, ...]) -> None:
+        shown = "; ".join(f"{c.aspect}: {c.before or '(none)'} → {c.after or '(none)'}" for c in changes)
+        super().__init__(
+            f"session {session_id} was started under another configuration ({shown}); "
+            "restore it with the rig it was started with, or with a drift policy that adopts changes"
+        )
+        self.session_id = session_id
+        self.changes = changes
+
+
+class UnknownSettingError(HarnessError, ValueError):
+    """A command names a mode, model or loop that the rig does not declare."""

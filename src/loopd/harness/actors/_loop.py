@@ -19,10 +19,20 @@ from loopd._infra.tasks import TaskSet, wait_ended
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
-from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
-from loopd.harness.core.compaction import SUMMARIZER_PROMPT, render_transcript
+from loopd.harness.core.commands import (
+    AnswerGate,
+    CancelQueuedInput,
+    ChangeLoopInference,
+    Interrupt,
+    SetLoopMode,
+    UserInput,
+)
+from loopd.harness.core.compaction import SUMMARIZER_PROMPT, context_pressure, pressure_limit, render_transcript
+from loopd.harness.core.config import LoopMode, compose_prompt, mode_named
 from loopd.harness.core.decide import Decision, LoopConfig, LoopInput, decide
 from loopd.harness.core.events import (
+    ContextMeasured,
+    ContextPressure,
     GateResolved,
     LoopEvent,
     TokenDelta,
@@ -98,6 +108,18 @@ class LoopDefinition:
     gate_timeout: float = GATE_TIMEOUT_DEFAULT
     compact_at_tokens: int | None = None
     compact_keep_recent: int = 8
+    primers: tuple[str, ...] = ()
+    """Names of the rig's primers whose texts follow ``system_prompt`` (`Rig.primers`)."""
+    modes: tuple[LoopMode, ...] = ()
+    """The loop's modes (e.g. ``(PLAN, BUILD)``); empty: no modes, every tool always."""
+    mode: str | None = None
+    """The mode a session starts in (default: the first of ``modes``)."""
+    models: tuple[str, ...] = ()
+    """The model names `ChangeLoopInference` may switch to (empty: any name the model client accepts)."""
+    context_window: int | None = None
+    """The model's context window in tokens: `ContextMeasured` reports it, compaction and pressure use it."""
+    pressure_at: float = 0.8
+    """`ContextPressure` is published once a measured context reaches this share of the window."""
 
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
@@ -109,6 +131,13 @@ class LoopDefinition:
         names = [t.spec.name for t in self.tools]
         if len(set(names)) != len(names):
             raise ValueError(f"loop {self.name!r} has duplicate tool names")
+        mode_names = [m.name for m in self.modes]
+        if len(set(mode_names)) != len(mode_names):
+            raise ValueError(f"loop {self.name!r} has duplicate mode names")
+        if self.mode is not None and self.mode not in mode_names:
+            raise ValueError(f"loop {self.name!r} starts in mode {self.mode!r}, which it does not declare")
+        if (self.context_window is not None and self.context_window < 1) or not 0 < self.pressure_at <= 1:
+            raise ValueError("context_window must be positive and pressure_at within (0, 1]")
 
     @property
     def config(self) -> LoopConfig:
@@ -118,6 +147,12 @@ class LoopDefinition:
             max_queued=self.max_queued,
             compact_at_tokens=self.compact_at_tokens,
             compact_keep_recent=self.compact_keep_recent,
+            modes=tuple(m.name for m in self.modes),
+            default_mode=self.mode if self.mode is not None else (self.modes[0].name if self.modes else None),
+            model=self.model_name or self.model.name,
+            models=self.models,
+            context_window=self.context_window,
+            pressure_at=self.pressure_at,
         )
 
     def is_idempotent(self, tool_name: str) -> bool:
@@ -264,6 +299,9 @@ class LoopActor:
         """Persist, apply and publish the decision's events, then start its effects."""
         if decision.events:
             await self.session.commit_loop(self, decision.events)
+            for event in decision.events:
+                if isinstance(event, ContextMeasured):
+                    self._pressure(event)
         for effect in decision.effects:
             self.start_effect(effect)
 
@@ -308,7 +346,10 @@ class LoopActor:
             case Compact():
                 self._track(effect.turn_id, self._compact(effect))
             case RunTools(turn_id=turn_id, step=step, calls=calls, gated=True):
-                self._track(turn_id, self._gate_batch(turn_id, step, calls))
+                withheld = self._withheld(turn_id, step, calls)
+                calls = tuple(c for c in calls if c.id not in withheld)
+                if calls:
+                    self._track(turn_id, self._gate_batch(turn_id, step, calls))
             case RunTools(turn_id=turn_id, step=step, calls=calls):
                 for call in calls:
                     self._track(turn_id, self._run_tool(turn_id, step, call))
@@ -328,17 +369,50 @@ class LoopActor:
                 task.cancel()
         self._effects.clear()
 
-    def _publish(self, event: TokenDelta | ToolCallStarted | ToolProgress) -> None:
+    def _publish(self, event: TokenDelta | ToolCallStarted | ToolProgress | ContextPressure) -> None:
         self.session.publish(None, event)
+
+    def _pressure(self, measured: ContextMeasured) -> None:
+        """Publish `ContextPressure` when a measured context is past the loop's pressure threshold."""
+        c = self._config
+        pressure = context_pressure(
+            measured, limit=pressure_limit(c.compact_at_tokens, c.context_window), pressure_at=c.pressure_at
+        )
+        if pressure is not None:
+            self._publish(pressure)
+
+    def step_mode(self) -> LoopMode | None:
+        """The mode of the running step (the loop's mode when the step began), or of the next one when idle."""
+        turn = self.state.turn
+        name = turn.mode if turn is not None and turn.mode is not None else self._config.mode_of(self.state)
+        return mode_named(self.definition.modes, name) or mode_named(self.definition.modes, self._config.default_mode)
+
+    def _offered(self, mode: LoopMode | None) -> tuple[ToolSpec, ...]:
+        if mode is None:
+            return self._specs
+        return tuple(s for s in self._specs if mode.allows(s.name, self._tools[s.name].effect))
+
+    def _withheld(self, turn_id: str, step: int, calls: tuple[ToolCall, ...]) -> set[str]:
+        """Deny (without running) the calls of a batch that the step's mode does not offer; their ids."""
+        mode = self.step_mode()
+        withheld: set[str] = set()
+        for call in calls:
+            tool = self._tools.get(call.name)
+            if mode is not None and tool is not None and not mode.allows(call.name, tool.effect):
+                withheld.add(call.id)
+                reason = f"tool {call.name!r} is not available in mode {mode.name!r}"
+                self._finish(turn_id, step, call.id, call.name, "denied", reason)
+        return withheld
 
     async def _call_model(self, effect: CallModel) -> None:
         d = self.definition
+        mode = self.step_mode()
         # Built without re-validating: every field is already a typed value from the loop's own state.
         request = ModelRequest.model_construct(
-            model=d.model_name or d.model.name,
+            model=self._config.model_of(self.state),
             messages=effect.messages,
-            tools=self._specs,
-            system=d.system_prompt,
+            tools=self._offered(mode),
+            system=compose_prompt(d.system_prompt, (), mode),
             temperature=d.temperature,
             max_output_tokens=d.max_output_tokens,
         )
@@ -393,8 +467,8 @@ class LoopActor:
         """Ask the loop's model to summarize the history prefix; any failure just skips the compaction."""
         d = self.definition
         request = ModelRequest(
-            model=d.model_name or d.model.name,
             messages=(user_message(render_transcript(effect.messages)),),
+            model=self._config.model_of(self.state),
             tools=(),
             system=SUMMARIZER_PROMPT,
             temperature=0.0,
@@ -561,7 +635,9 @@ class LoopActor:
 
     # --- commands from the session -------------------------------------------------------------------------
 
-    async def submit(self, command: UserInput | CancelQueuedInput, timeout: float) -> None:
+    async def submit(
+        self, command: UserInput | CancelQueuedInput | SetLoopMode | ChangeLoopInference, timeout: float
+    ) -> None:
         await self.mailbox.put(command, timeout=timeout)
 
     def answer_gate(self, command: AnswerGate) -> None:

@@ -18,6 +18,7 @@ from loopd.harness.actors._delegation import delegation_tools
 from loopd.harness.actors._loop import LoopActor, LoopDefinition
 from loopd.harness.actors._session import Session
 from loopd.harness.core import Usage, codec
+from loopd.harness.core.config import DriftPolicy, Primer, compose_prompt, decide_drift, digest
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted
 from loopd.harness.core.state import AgentInfo, LoopState
@@ -70,6 +71,11 @@ class Rig:
     max_agents: int = 8
     submit_timeout: float = 10.0
     drain_timeout: float = 5.0
+    primers: Sequence[Primer] = ()
+    """Named system-prompt fragments; a loop applies those it names in `LoopDefinition.primers`."""
+    on_drift: DriftPolicy = "adopt"
+    """A restore under a changed configuration: "adopt" (journal `ConfigurationAdopted`), "refuse"
+    (`ConfigurationDriftError`), or a function of the changes (True: adopt)."""
     snapshots: SnapshotPolicy | None = None
     """Workspace snapshots (needs ``workspace``): where the store lives and when sessions checkpoint."""
 
@@ -84,6 +90,32 @@ class Rig:
             raise ValueError("agent definition names must be unique and differ from loop names")
         if self.max_agent_depth < 1 or self.max_agents < 0:
             raise ValueError("agent limits must be positive")
+        primer_names = [p.name for p in self.primers]
+        if len(set(primer_names)) != len(primer_names):
+            raise ValueError("primer names must be unique")
+        for d in (*self.loops, *self.agents):
+            missing = sorted(set(d.primers) - set(primer_names))
+            if missing:
+                raise ValueError(f"loop {d.name!r} applies primers the rig does not declare: {missing}")
+
+    def system_prompt(self, definition: LoopDefinition) -> str | None:
+        """A loop's system prompt with its primers applied (its mode's prompt is added per step)."""
+        texts = {p.name: p.text for p in self.primers}
+        return compose_prompt(definition.system_prompt, (texts[n] for n in definition.primers), None)
+
+    def fingerprint(self) -> dict[str, str]:
+        """The configuration a session records at start and compares on restore: ``aspect → value``."""
+        out: dict[str, str] = {}
+        for kind, definitions in (("loop", self.loops), ("agent", self.agents)):
+            for d in definitions:
+                prefix = f"{kind}:{d.name}:"
+                out[prefix + "model"] = d.model_name or d.model.name
+                out[prefix + "prompt"] = digest(self.system_prompt(d) or "")
+                out[prefix + "tools"] = ",".join(sorted(t.spec.name for t in d.tools))
+                if d.modes:
+                    out[prefix + "modes"] = ",".join(m.name for m in d.modes)
+                    out[prefix + "mode-rules"] = digest(repr(d.modes))
+        return out
 
     def _actor(
         self, session: Session, definition: LoopDefinition, state: LoopState, name: str, depth: int
@@ -93,6 +125,8 @@ class Rig:
             extra = delegation_tools(session, name, tuple(a.name for a in self.agents))
         if name != definition.name:
             definition = replace(definition, name=name)
+        if definition.primers:
+            definition = replace(definition, system_prompt=self.system_prompt(definition), primers=())
         return LoopActor(
             session, definition, state, clock=self.clock, workspace=self.workspace, rules=self.rules, extra_tools=extra
         )
@@ -138,7 +172,13 @@ class Rig:
         for definition in self.loops:
             session.add_actor(self._actor(session, definition, LoopState(name=definition.name), definition.name, 0))
         await session.commit_session(
-            SessionStarted(session_id=sid, rig=self.name, loops=tuple(d.name for d in self.loops), at=now)
+            SessionStarted(
+                session_id=sid,
+                rig=self.name,
+                loops=tuple(d.name for d in self.loops),
+                at=now,
+                fingerprint=self.fingerprint(),
+            )
         )
         session.start_actors()
         return session
@@ -166,13 +206,23 @@ class Rig:
         if unknown:
             await writer.aclose()
             raise HarnessError(f"session {session_id} has loops this rig does not define: {sorted(unknown)}")
+        try:
+            adopted = decide_drift(
+                session_id, state.fingerprint, self.fingerprint(), self.on_drift, now=self.clock.time()
+            )
+        except Exception:  # refused (ConfigurationDriftError), or the policy function failed
+            await writer.aclose()
+            raise
         session = self._session(session_id, writer, state.agents, state.workspace)
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
             session.add_actor(self._actor(session, definition, loop_state, definition.name, 0))
         for info in state.agents.values():
             session.add_actor(self.agent_actor(session, info.name, info.definition, state.loops[info.name], info.depth))
+        session.restore_settings(state)
         await session.commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.clock.time()))
+        if adopted is not None:
+            await session.commit_session(adopted)
         session.subagents.redeliver(records)
         for actor in session.running_actors():
             decision = recover(

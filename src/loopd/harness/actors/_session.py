@@ -20,22 +20,41 @@ from typing import TYPE_CHECKING
 
 from loopd._infra.clock import Clock
 from loopd._infra.ids import new_id
-from loopd.harness._errors import BudgetExceeded, HarnessError, SessionClosedError, SessionFaultError
+from loopd.harness._errors import (
+    BudgetExceeded,
+    HarnessError,
+    SessionClosedError,
+    SessionFaultError,
+    UnknownSettingError,
+)
 from loopd.harness.actors._budget import BudgetPolicy
 from loopd.harness.actors._delegation import Subagents
 from loopd.harness.actors._hub import DEFAULT_QUEUE, Subscription
 from loopd.harness.actors._session_log import SessionLog
 from loopd.harness.actors._workspace import SessionWorkspace
 from loopd.harness.core import Usage
-from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, Shutdown, UserInput
+from loopd.harness.core.commands import (
+    AnswerGate,
+    CancelQueuedInput,
+    ChangeLoopInference,
+    Interrupt,
+    SetActiveLoop,
+    SetLoopMode,
+    Shutdown,
+    UserInput,
+)
+from loopd.harness.core.config import decide_active_loop
 from loopd.harness.core.events import (
+    ActiveLoopChanged,
     AgentStarted,
     AgentStopped,
+    ConfigurationAdopted,
     EphemeralEvent,
     InputsFolded,
     Lifecycle,
     LoopEvent,
     SessionEvent,
+    SessionStarted,
     SessionStopped,
     TerminalEvent,
     TurnDone,
@@ -54,7 +73,16 @@ if TYPE_CHECKING:
     from loopd.harness.actors._rig import Rig
     from loopd.harness.snapshots import SnapshotStore
 
-AnyCommand = UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown
+AnyCommand = (
+    UserInput
+    | CancelQueuedInput
+    | AnswerGate
+    | Interrupt
+    | Shutdown
+    | SetActiveLoop
+    | SetLoopMode
+    | ChangeLoopInference
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +134,8 @@ class Session:
         self._closing = False
         self._stopped = asyncio.Event()
         self.subagents = Subagents(self, rig, clock, agents or MappingProxyType({}))
+        self._active_loop: str | None = None  # ActiveLoopChanged (None: the first loop)
+        self._fingerprint: Mapping[str, str] = MappingProxyType({})  # SessionStarted / ConfigurationAdopted
         """The session's sub-agents: start, message, list and stop them (the delegation tools use these)."""
         self.workspace = SessionWorkspace(self, workspace_store, snapshot_on, workspace_history)
         """The workspace's snapshots: checkpoint, restore, undo, diff (``checkpoint_workspace`` and friends)."""
@@ -131,7 +161,18 @@ class Session:
 
     @property
     def default_loop(self) -> str:
-        return next(iter(self._actors))
+        """Where input that names no loop goes: the active loop (`set_active_loop`), at first the rig's first loop."""
+        return self._active_loop or next(iter(self._actors))
+
+    @property
+    def active_loop(self) -> str:
+        """The session's active loop (the same as `default_loop`)."""
+        return self.default_loop
+
+    def restore_settings(self, state: SessionState) -> None:
+        """Runtime: take the active loop and the recorded configuration from a restored state."""
+        self._active_loop = state.active_loop
+        self._fingerprint = state.fingerprint
 
     @property
     def status(self) -> str:
@@ -155,6 +196,8 @@ class Session:
             loops=MappingProxyType({name: a.state for name, a in self._actors.items()}),
             last_seq=self.log.last_seq,
             agents=self.subagents.infos,
+            active_loop=self._active_loop,
+            fingerprint=self._fingerprint,
             workspace=self.workspace.history,
         )
 
@@ -219,6 +262,48 @@ class Session:
                 actor = self._actor(command.loop)
                 await actor.submit(command, self._submit_timeout if timeout is None else timeout)
                 return True
+            case SetActiveLoop(loop=target):
+                self.check_accepting()
+                self._setting_target(target)
+                changed = decide_active_loop(self.default_loop, target, now=self._clock.time())
+                if changed is not None:
+                    await self.commit_session(changed)
+                return True
+            case SetLoopMode(mode=mode):
+                self.check_accepting()
+                actor = self._setting_target(command.loop)
+                if mode not in actor.config.modes:
+                    declared = ", ".join(actor.config.modes) or "none"
+                    raise UnknownSettingError(f"loop {actor.name!r} has no mode {mode!r} (its modes: {declared})")
+                await actor.submit(command, self._submit_timeout if timeout is None else timeout)
+                return True
+            case ChangeLoopInference(model=model):
+                self.check_accepting()
+                actor = self._setting_target(command.loop)
+                if actor.config.models and model not in actor.config.models:
+                    allowed = ", ".join(actor.config.models)
+                    raise UnknownSettingError(f"loop {actor.name!r} cannot use model {model!r} (allowed: {allowed})")
+                await actor.submit(command, self._submit_timeout if timeout is None else timeout)
+                return True
+        raise TypeError(f"not a session command: {command!r}")  # pragma: no cover - the union is closed
+
+    def _setting_target(self, loop: str | None) -> LoopActor:
+        name = loop or self.default_loop
+        if name not in self._actors:
+            raise UnknownSettingError(f"session {self.id} has no loop {name!r} (its loops: {', '.join(self._actors)})")
+        return self._actor(name)
+
+    async def set_active_loop(self, loop: str) -> None:
+        """Make ``loop`` the active loop: `submit` without a loop goes there (journaled as `ActiveLoopChanged`)."""
+        await self.send(SetActiveLoop(command_id=new_id(), loop=loop))
+
+    async def set_loop_mode(self, mode: str, *, loop: str | None = None) -> None:
+        """Switch a loop (default: the active one) to ``mode``; the running step finishes in its old mode."""
+        await self.send(SetLoopMode(command_id=new_id(), loop=loop, mode=mode))
+
+    async def change_loop_inference(self, model: str, *, loop: str | None = None) -> None:
+        """Switch a loop's model (default: the active loop's) from its next model call on."""
+        await self.send(ChangeLoopInference(command_id=new_id(), loop=loop, model=model))
 
     async def interrupt(self, *, loop: str | None = None, reason: str = "interrupted") -> bool:
         """Stop the running turn (of ``loop``, or of every loop) and cancel queued inputs."""
@@ -397,6 +482,10 @@ class Session:
         def apply(seqs: list[int]) -> None:
             if isinstance(event, AgentStarted | AgentStopped):
                 self.subagents.apply(event)
+            elif isinstance(event, ActiveLoopChanged):
+                self._active_loop = event.active
+            elif isinstance(event, SessionStarted | ConfigurationAdopted):
+                self._fingerprint = MappingProxyType(dict(event.fingerprint))
             if isinstance(event, WorkspaceCheckpointed | WorkspaceRestored):
                 self.workspace.apply(event)
             self.log.publish(seqs[0], event)

@@ -23,8 +23,11 @@ from loopd.harness.core._values import ZERO_USAGE, Message, ToolOutcome, tool_me
 from loopd.harness.core.agents import apply_agents
 from loopd.harness.core.compaction import summary_message
 from loopd.harness.core.events import (
+    ActiveLoopChanged,
     AgentStarted,
     AgentStopped,
+    ConfigurationAdopted,
+    ContextMeasured,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -33,6 +36,8 @@ from loopd.harness.core.events import (
     InputRejected,
     InputsFolded,
     LoopEvent,
+    LoopInferenceChanged,
+    LoopModeChanged,
     ModelReplied,
     QueuedInput,
     Scope,
@@ -88,6 +93,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                     calls=turn.calls,
                     outcomes=(*turn.outcomes, outcome),
                     gate=turn.gate,
+                    mode=turn.mode,
                 ),
                 queued=state.queued,
                 turns=state.turns,
@@ -95,6 +101,10 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 last_reply=state.last_reply,
                 context_tokens=state.context_tokens,
                 context_mark=state.context_mark,
+                mode=state.mode,
+                model=state.model,
+                measured_tokens=state.measured_tokens,
+                context_window=state.context_window,
             )
         case ModelReplied(text=text, tool_calls=calls, usage=usage):
             turn = _turn_of(state, "ModelReplied")
@@ -111,6 +121,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                     calls=calls,
                     outcomes=(),
                     gate=turn.gate,
+                    mode=turn.mode,
                 ),
                 queued=state.queued,
                 turns=state.turns,
@@ -118,6 +129,10 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 last_reply=state.last_reply,
                 context_tokens=usage.input_tokens + usage.output_tokens,
                 context_mark=len(history),
+                mode=state.mode,
+                model=state.model,
+                measured_tokens=state.measured_tokens,
+                context_window=state.context_window,
             )
         case StepDone():
             turn = _turn_of(state, "StepDone")
@@ -133,6 +148,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                     calls=(),
                     outcomes=(),
                     gate=turn.gate,
+                    mode=state.mode,  # a mode change takes effect at the next step
                 ),
                 queued=state.queued,
                 turns=state.turns,
@@ -140,18 +156,26 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 last_reply=state.last_reply,
                 context_tokens=state.context_tokens,
                 context_mark=state.context_mark,
+                mode=state.mode,
+                model=state.model,
+                measured_tokens=state.measured_tokens,
+                context_window=state.context_window,
             )
         case TurnStarted(turn_id=turn_id, inputs=inputs):
             return LoopState(
                 name=state.name,
                 history=state.history.appended(*(user_message(i.text) for i in inputs)),
-                turn=TurnState(turn_id=turn_id, step=1, phase="model", usage=ZERO_USAGE),
+                turn=TurnState(turn_id=turn_id, step=1, phase="model", usage=ZERO_USAGE, mode=state.mode),
                 queued=_without(state.queued, (i.command_id for i in inputs)) if state.queued else (),
                 turns=state.turns + 1,
                 usage=state.usage,
                 last_reply=state.last_reply,
                 context_tokens=state.context_tokens,
                 context_mark=state.context_mark,
+                mode=state.mode,
+                model=state.model,
+                measured_tokens=state.measured_tokens,
+                context_window=state.context_window,
             )
         case TurnDone(text=text, step_usage=step_usage):
             history = state.history.appended(Message(role="assistant", content=text))
@@ -165,6 +189,10 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 last_reply=text,
                 context_tokens=step_usage.input_tokens + step_usage.output_tokens,
                 context_mark=len(history),
+                mode=state.mode,
+                model=state.model,
+                measured_tokens=state.measured_tokens,
+                context_window=state.context_window,
             )
         case InputQueued(command_id=command_id, text=text):
             return replace(state, queued=(*state.queued, QueuedInput(command_id=command_id, text=text)))
@@ -196,6 +224,12 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case GateResolved():
             turn = _turn_of(state, "GateResolved")
             return replace(state, turn=replace(turn, gate=None))
+        case LoopModeChanged(mode=mode):
+            return replace(state, mode=mode)
+        case LoopInferenceChanged(model=model):
+            return replace(state, model=model)
+        case ContextMeasured(tokens=tokens, window=window):
+            return replace(state, measured_tokens=tokens, context_window=window)
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)
     raise TypeError(f"not a loop event: {event!r}")  # pragma: no cover - the union is closed
@@ -214,6 +248,8 @@ def _session(state: SessionState, loops: Mapping[str, LoopState], last_seq: int)
         loops=loops,
         last_seq=last_seq,
         agents=state.agents,
+        active_loop=state.active_loop,
+        fingerprint=state.fingerprint,
         workspace=state.workspace,
     )
 
@@ -222,14 +258,19 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
     """Fold one stored event (optionally with its journal seq) into the session state."""
     last_seq = state.last_seq if seq is None else seq
     match event:
-        case SessionStarted(session_id=session_id, rig=rig, loops=names):
+        case SessionStarted(session_id=session_id, rig=rig, loops=names, fingerprint=fingerprint):
             return SessionState(
                 session_id=session_id,
                 rig=rig,
                 status="active",
                 loops=MappingProxyType({n: LoopState(name=n) for n in names}),
                 last_seq=0 if seq is None else seq,
+                fingerprint=MappingProxyType(dict(fingerprint)),
             )
+        case ActiveLoopChanged(active=active):
+            return replace(state, active_loop=active, last_seq=last_seq)
+        case ConfigurationAdopted(fingerprint=fingerprint):
+            return replace(state, fingerprint=MappingProxyType(dict(fingerprint)), last_seq=last_seq)
         case SessionRestored():
             return replace(state, status="active", last_seq=last_seq)
         case SessionForked(session_id=session_id):

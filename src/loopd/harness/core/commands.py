@@ -39,6 +39,27 @@ class AnswerGate(_Command):
     answer: Literal["approve", "approve_always", "deny"]
 
 
+class SetActiveLoop(_Command):
+    """Make ``loop`` the session's active loop: input that names no loop goes there."""
+
+    kind: Literal["set_active_loop"] = "set_active_loop"
+    loop: str = Field(min_length=1)  # required here
+
+
+class SetLoopMode(_Command):
+    """Switch a loop (None: the active one) to one of its declared modes, from its next step on."""
+
+    kind: Literal["set_loop_mode"] = "set_loop_mode"
+    mode: str = Field(min_length=1)
+
+
+class ChangeLoopInference(_Command):
+    """Switch a loop's model (None: the active loop) for its next model call."""
+
+    kind: Literal["change_loop_inference"] = "change_loop_inference"
+    model: str = Field(min_length=1)
+
+
 class Interrupt(_Command):
     priority: ClassVar[bool] = True
     kind: Literal["interrupt"] = "interrupt"
@@ -51,18 +72,28 @@ class Shutdown(_Command):
     drain_timeout: float = Field(default=5.0, ge=0)
 
 
-Command = Annotated[UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown, Field(discriminator="kind")]
-COMMAND_ADAPTER: TypeAdapter[UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown] = TypeAdapter(Command)
+AnyCommand = (
+    UserInput
+    | CancelQueuedInput
+    | AnswerGate
+    | Interrupt
+    | Shutdown
+    | SetActiveLoop
+    | SetLoopMode
+    | ChangeLoopInference
+)
+Command = Annotated[AnyCommand, Field(discriminator="kind")]
+COMMAND_ADAPTER: TypeAdapter[AnyCommand] = TypeAdapter(Command)
 
 
-def encode_command(command: UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown) -> bytes:
+def encode_command(command: AnyCommand) -> bytes:
     """The wire form: the command's fields plus `kind` and `v` (its schema version)."""
     body = command.model_dump(mode="json")
     body["v"] = command.version
     return _dumps(body)
 
 
-def decode_command(data: bytes | str) -> UserInput | CancelQueuedInput | AnswerGate | Interrupt | Shutdown:
+def decode_command(data: bytes | str) -> AnyCommand:
     body = json.loads(data)
     if not isinstance(body, dict):
         raise ValueError("a command is a JSON object")

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from loopd.harness.core._values import Message
+from loopd.harness.core._values import Message, ToolCall, Usage
+from loopd.harness.core.events import ContextMeasured, ContextPressure
 from loopd.harness.core.state import LoopState
 
 CHARS_PER_TOKEN: Final = 4
@@ -53,6 +54,44 @@ def should_compact(state: LoopState, *, threshold: int | None, keep_recent: int)
     if threshold is None or estimate_context(state) < threshold:
         return 0
     return cut_point(state.history, keep_recent)
+
+
+COMPACT_AT_WINDOW: Final = 0.85
+"""With a declared context window and no ``compact_at_tokens``, compaction starts at this share of the window."""
+
+
+def compact_threshold(compact_at_tokens: int | None, context_window: int | None) -> int | None:
+    """The context size at which a loop compacts: its own threshold, else a share of its context window."""
+    if compact_at_tokens is not None:
+        return compact_at_tokens
+    return int(context_window * COMPACT_AT_WINDOW) if context_window else None
+
+
+def measure_context(state: LoopState, text: str, calls: Sequence[ToolCall], usage: Usage) -> int:
+    """The context size after a model call (what `ContextMeasured` records): prompt + completion tokens as the
+    provider reported them, or — from a provider that reports none — the estimate for the history plus the reply."""
+    reported = usage.input_tokens + usage.output_tokens
+    if reported:
+        return reported
+    reply = len(text) + sum(len(c.name) + len(str(c.arguments)) for c in calls)
+    return estimate_context(state) + reply // CHARS_PER_TOKEN
+
+
+def pressure_limit(compact_at_tokens: int | None, context_window: int | None) -> int | None:
+    """What the context is measured against for `ContextPressure`: the window, else the compaction threshold."""
+    return context_window or compact_at_tokens
+
+
+def context_pressure(measured: ContextMeasured, *, limit: int | None, pressure_at: float) -> ContextPressure | None:
+    """The `ContextPressure` to publish after ``measured``, when it reaches ``pressure_at`` of ``limit``."""
+    if not limit:
+        return None
+    ratio = measured.tokens / limit
+    if ratio < pressure_at:
+        return None
+    return ContextPressure(
+        loop=measured.loop, turn_id=measured.turn_id, tokens=measured.tokens, limit=limit, ratio=round(ratio, 4)
+    )
 
 
 def render_transcript(messages: Sequence[Message]) -> str:

@@ -20,9 +20,17 @@ from dataclasses import dataclass, field
 
 from loopd.harness.core._values import ToolOutcome
 from loopd.harness.core.apply import apply_loop
-from loopd.harness.core.commands import AnswerGate, CancelQueuedInput, Interrupt, UserInput
-from loopd.harness.core.compaction import should_compact
+from loopd.harness.core.commands import (
+    AnswerGate,
+    CancelQueuedInput,
+    ChangeLoopInference,
+    Interrupt,
+    SetLoopMode,
+    UserInput,
+)
+from loopd.harness.core.compaction import compact_threshold, measure_context, should_compact
 from loopd.harness.core.events import (
+    ContextMeasured,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -31,6 +39,8 @@ from loopd.harness.core.events import (
     InputRejected,
     InputsFolded,
     LoopEvent,
+    LoopInferenceChanged,
+    LoopModeChanged,
     ModelReplied,
     QueuedInput,
     StepDone,
@@ -70,6 +80,8 @@ LoopInput = (
     | ToolFinished
     | GateNeeded
     | GateAnswered
+    | SetLoopMode
+    | ChangeLoopInference
 )
 
 
@@ -82,6 +94,21 @@ class LoopConfig:
     max_queued: int = 16
     compact_at_tokens: int | None = None
     compact_keep_recent: int = 8
+    # Modes and models (`SetLoopMode`, `ChangeLoopInference`); context measurement (`ContextMeasured`).
+    modes: tuple[str, ...] = ()
+    default_mode: str | None = None
+    model: str = ""
+    models: tuple[str, ...] = ()  # the models a loop may switch to (empty: any)
+    context_window: int | None = None
+    pressure_at: float = 0.8
+
+    def mode_of(self, state: LoopState) -> str | None:
+        """The loop's current mode (its definition's default until a `LoopModeChanged`)."""
+        return state.mode if state.mode is not None else self.default_mode
+
+    def model_of(self, state: LoopState) -> str:
+        """The model the loop's next call uses (its definition's until a `LoopInferenceChanged`)."""
+        return state.model if state.model is not None else self.model
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,9 +135,8 @@ class _Builder:
         turn = self.state.turn
         assert turn is not None
         if compact:
-            cut = should_compact(
-                self.state, threshold=self.config.compact_at_tokens, keep_recent=self.config.compact_keep_recent
-            )
+            threshold = compact_threshold(self.config.compact_at_tokens, self.config.context_window)
+            cut = should_compact(self.state, threshold=threshold, keep_recent=self.config.compact_keep_recent)
             if cut:
                 self.effects.append(Compact(turn_id=turn.turn_id, step=turn.step, messages=self.state.history[:cut]))
                 return
@@ -192,6 +218,12 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                 return Decision()
             turn = state.turn
             assert turn is not None
+            tokens = measure_context(state, text, calls, usage)
+            b.emit(
+                ContextMeasured(
+                    loop=name, turn_id=turn_id, step=step, tokens=tokens, window=config.context_window, at=now
+                )
+            )
             if calls:
                 b.emit(ModelReplied(loop=name, turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage))
                 b.effects.append(RunTools(turn_id=turn_id, step=step, calls=calls))
@@ -269,6 +301,15 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                     prompt=dict(turn.gate.prompt),
                 )
             )
+        case SetLoopMode(mode=mode):
+            # The session refuses unknown modes before they get here; a stale one decides nothing.
+            current = config.mode_of(state)
+            if mode in config.modes and mode != current:
+                b.emit(LoopModeChanged(loop=name, mode=mode, previous=current, at=now))
+        case ChangeLoopInference(model=model):
+            current_model = config.model_of(state)
+            if (not config.models or model in config.models) and model != current_model:
+                b.emit(LoopInferenceChanged(loop=name, model=model, previous=current_model or None, at=now))
         case GateAnswered(turn_id=turn_id, step=step, gate_id=gate_id, answer=answer, granted=granted, reason=reason):
             turn = state.turn
             if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is None:

@@ -56,6 +56,8 @@ class SessionStarted(_SessionEvent):
     rig: str
     loops: tuple[str, ...]
     at: float
+    fingerprint: dict[str, str] = Field(default_factory=dict)
+    """The rig's configuration, one digest per aspect (see `loopd.harness.core.config`); {} in older journals."""
 
 
 class SessionRestored(_SessionEvent):
@@ -99,6 +101,32 @@ class AgentStopped(_SessionEvent):
     kind: Literal["agent_stopped"] = "agent_stopped"
     agent: str
     reason: str
+    at: float
+
+
+class ActiveLoopChanged(_SessionEvent):
+    """Input without a loop now goes to ``active`` (was ``previous``)."""
+
+    kind: Literal["active_loop_changed"] = "active_loop_changed"
+    active: str
+    previous: str | None = None
+    at: float
+
+
+class ConfigChange(Frozen):
+    """One aspect of the rig's configuration that differs from what the session recorded ("" = absent)."""
+
+    aspect: str
+    before: str
+    after: str
+
+
+class ConfigurationAdopted(_SessionEvent):
+    """A restore under a changed rig: the session continues with ``fingerprint`` (``changes`` say what differs)."""
+
+    kind: Literal["configuration_adopted"] = "configuration_adopted"
+    changes: tuple[ConfigChange, ...]
+    fingerprint: dict[str, str]
     at: float
 
 
@@ -237,6 +265,36 @@ class HistoryCompacted(_LoopEvent):
     at: float
 
 
+class LoopModeChanged(_LoopEvent):
+    """The loop's mode (which tools it offers, its mode prompt); the running step keeps its mode, the next uses this."""
+
+    kind: Literal["loop_mode_changed"] = "loop_mode_changed"
+    mode: str
+    previous: str | None = None
+    at: float
+
+
+class LoopInferenceChanged(_LoopEvent):
+    """The loop's model: the next model call uses ``model``."""
+
+    kind: Literal["loop_inference_changed"] = "loop_inference_changed"
+    model: str
+    previous: str | None = None
+    at: float
+
+
+class ContextMeasured(_LoopEvent):
+    """The context size after a model call: ``tokens`` (prompt + completion, as reported or estimated) of
+    ``window`` (the loop's context window, None when not declared)."""
+
+    kind: Literal["context_measured"] = "context_measured"
+    turn_id: str
+    step: int
+    tokens: int
+    window: int | None = None
+    at: float
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -310,6 +368,16 @@ class ToolProgress(_Ephemeral):
     message: str
 
 
+class ContextPressure(_Ephemeral):
+    """The context passed the loop's pressure threshold: ``tokens`` of ``limit`` (``ratio`` = tokens / limit)."""
+
+    kind: Literal["context_pressure"] = "context_pressure"
+    turn_id: str
+    tokens: int
+    limit: int
+    ratio: float
+
+
 class ModelRetrying(_Ephemeral):
     kind: Literal["model_retrying"] = "model_retrying"
     turn_id: str
@@ -326,6 +394,8 @@ SessionEvent = (
     | SessionStopped
     | AgentStarted
     | AgentStopped
+    | ActiveLoopChanged
+    | ConfigurationAdopted
     | WorkspaceCheckpointed
     | WorkspaceRestored
 )
@@ -341,11 +411,14 @@ LoopEvent = (
     | GateOpened
     | GateResolved
     | HistoryCompacted
+    | LoopModeChanged
+    | LoopInferenceChanged
+    | ContextMeasured
     | TurnDone
     | TurnFailed
     | TurnInterrupted
 )
-EphemeralEvent = TokenDelta | ToolCallStarted | ToolProgress | ModelRetrying
+EphemeralEvent = TokenDelta | ToolCallStarted | ToolProgress | ModelRetrying | ContextPressure
 StoredEvent = Annotated[SessionEvent | LoopEvent, Field(discriminator="kind")]
 Event = Annotated[SessionEvent | LoopEvent | EphemeralEvent, Field(discriminator="kind")]
 TerminalEvent = TurnDone | TurnFailed | TurnInterrupted
@@ -357,6 +430,8 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     SessionStopped,
     AgentStarted,
     AgentStopped,
+    ActiveLoopChanged,
+    ConfigurationAdopted,
     WorkspaceCheckpointed,
     WorkspaceRestored,
     TurnStarted,
@@ -370,6 +445,9 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     GateOpened,
     GateResolved,
     HistoryCompacted,
+    LoopModeChanged,
+    LoopInferenceChanged,
+    ContextMeasured,
     TurnDone,
     TurnFailed,
     TurnInterrupted,
@@ -377,6 +455,7 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     ToolCallStarted,
     ToolProgress,
     ModelRetrying,
+    ContextPressure,
 )
 
 

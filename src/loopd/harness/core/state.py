@@ -33,6 +33,7 @@ class TurnState:
     calls: tuple[ToolCall, ...] = ()
     outcomes: tuple[ToolOutcome, ...] = ()
     gate: OpenGate | None = None
+    mode: str | None = None  # the mode of this step (the loop's mode when the step began)
 
     @property
     def open_calls(self) -> tuple[ToolCall, ...]:
@@ -52,6 +53,11 @@ class LoopState:
     # Context size reported by the last model call, and the history length it covered (see `compaction`).
     context_tokens: int = 0
     context_mark: int = 0
+    # Set by LoopModeChanged / LoopInferenceChanged (None: the definition's default) and ContextMeasured.
+    mode: str | None = None
+    model: str | None = None
+    measured_tokens: int = 0
+    context_window: int | None = None
 
     @property
     def idle(self) -> bool:
@@ -77,6 +83,8 @@ class SessionState:
     loops: Mapping[str, LoopState] = field(default_factory=lambda: MappingProxyType({}))
     last_seq: int = 0
     agents: Mapping[str, AgentInfo] = field(default_factory=lambda: MappingProxyType({}))
+    active_loop: str | None = None  # ActiveLoopChanged (None: the rig's first loop)
+    fingerprint: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # the rig's recorded config
     workspace: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY  # workspace checkpoints (`core.workspace`)
 
     @property
@@ -96,5 +104,7 @@ class SessionState:
             loops=MappingProxyType(loops),
             last_seq=self.last_seq,
             agents=self.agents,
+            active_loop=self.active_loop,
+            fingerprint=self.fingerprint,
             workspace=self.workspace,
         )
