@@ -27,8 +27,10 @@ from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversat
 from loopd.cli._run_input import LineInput
 from loopd.cli._run_view import RunView
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
-from loopd.harness import HarnessError, Session, SessionNotFoundError
+from loopd.harness import ForkPointError, HarnessError, Session, SessionNotFoundError
+from loopd.harness.actors import Rig
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
+from loopd.harness.journal import last_settled_seq
 from loopd.harness.models import PriceTableError
 from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
 
@@ -47,6 +49,9 @@ class RunOptions:
     base_url: str | None = None
     policy: Path | None = None
     resume: str | None = None
+    fork: str | None = None
+    """``--fork ID[@SEQ]``: a new session with session ID's history up to journal seq SEQ (default: its last settled
+    point); ID itself is not touched."""
     sandbox: str | None = None
     """``--sandbox``: auto | bubblewrap | none (None: ``$LOOPD_SANDBOX``, else auto)."""
 
@@ -77,6 +82,13 @@ def run_command(
     resume: str | None = typer.Option(
         None, "--resume", metavar="SESSION_ID", help="Continue a session from the journal."
     ),
+    fork: str | None = typer.Option(
+        None,
+        "--fork",
+        metavar="SESSION_ID[@SEQ]",
+        help="Start a new session from another one's history up to journal seq SEQ (default: its last finished "
+        "turn); the original is left as it is.",
+    ),
     sandbox: str | None = sandbox_option(),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
@@ -92,6 +104,7 @@ def run_command(
         base_url=base_url,
         policy=policy,
         resume=resume,
+        fork=fork,
         sandbox=sandbox,
     )
     code = run_async(run_harness(options))
@@ -114,6 +127,15 @@ async def run_harness(
     if options.prompt is not None and not options.prompt.strip():
         view.error("the prompt is empty")
         return EXIT_USAGE
+    if options.fork is not None:
+        if options.resume:
+            view.error("--fork and --resume exclude each other: --fork starts a new session, --resume continues one")
+            return EXIT_USAGE
+        try:
+            parse_fork(options.fork)
+        except CliError as exc:
+            view.error(exc.line())
+            return exc.exit_code
     try:
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
         config = model_config(options.model, options.base_url)
@@ -160,9 +182,12 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
             view.error(f"cannot open the harness: {exc}")
             return EXIT_USAGE
         try:
-            session = await (rig.restore_session(options.resume) if options.resume else rig.start_session())
-        except SessionNotFoundError:
-            view.error(f"no session {options.resume!r} in {journal} (check the id and --data-dir)")
+            session = await _open_session(rig, options)
+        except SessionNotFoundError as exc:
+            view.error(f"no session {exc.session_id!r} in {journal} (check the id and --data-dir)")
+            return EXIT_USAGE
+        except ForkPointError as exc:
+            view.error(f"--fork {options.fork}: {exc}")
             return EXIT_USAGE
         except HarnessError as exc:
             view.error(f"cannot open the session: {exc}")
@@ -174,7 +199,11 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
             view.note(settings.sandbox.describe())
         if settings.model.is_demo:
             view.demo_note()
-        if options.resume:
+        if options.fork:
+            info = await rig.journal.session(session.id)
+            if info is not None and info.parent_id is not None:
+                view.note(f"forked from session {info.parent_id} at seq {info.parent_seq} (that session is untouched)")
+        if options.resume or options.fork:
             loop = session.state.loops.get(MAIN_LOOP)
             view.recap(
                 turns=loop.turns if loop else 0,
@@ -210,6 +239,34 @@ async def _close_session(session: Session, conversation: Conversation, view: Run
         view.questions_left_open(session.id, left_open)
     stats = session.statistics()
     view.session_closed(session.id, turns=stats.turns, usage=stats.usage, unmetered_chars=conversation.unmetered_chars)
+
+
+def parse_fork(value: str) -> tuple[str, int | None]:
+    """``--fork ID`` or ``ID@SEQ`` → (ID, SEQ or None: the last settled point); `CliError` (usage) otherwise."""
+    session_id, at, seq = value.rpartition("@")
+    if not at:
+        session_id, seq = value, ""
+    elif not seq.isdigit() or int(seq) < 1:
+        raise CliError(
+            f"--fork {value!r}: SEQ must be a journal seq (1, 2, …)", "e.g. --fork SESSION_ID@12", exit_code=EXIT_USAGE
+        )
+    if not session_id.strip():
+        raise CliError(
+            f"--fork {value!r}: no session id", "e.g. --fork SESSION_ID or SESSION_ID@12", exit_code=EXIT_USAGE
+        )
+    return session_id, int(seq) if seq else None
+
+
+async def _open_session(rig: Rig, options: RunOptions) -> Session:
+    """The session `loopd run` talks to: restored (--resume), forked (--fork) or new."""
+    if options.resume:
+        return await rig.restore_session(options.resume)
+    if options.fork:
+        parent, seq = parse_fork(options.fork)
+        if seq is None:  # the parent's last settled point: right after its last finished turn
+            seq = last_settled_seq(await rig.journal.read(parent))
+        return await rig.fork_session(parent, seq)
+    return await rig.start_session()
 
 
 def _resume_options(options: RunOptions) -> str:
