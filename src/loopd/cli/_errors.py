@@ -28,7 +28,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.locking import DataDirBusyError
 from loopd.harness import HarnessError, ModelError
 from loopd.harness.gate import GatePolicyError
-from loopd.harness.models import ModelConfig, PriceTableError
+from loopd.harness.models import CassetteError, ModelConfig, PriceTableError
 
 EXIT_RUNTIME: Final = 1
 EXIT_USAGE: Final = 2
@@ -86,11 +86,20 @@ def model_config(model: str | None, base_url: str | None = None) -> ModelConfig:
         config.price_table()
     except PriceTableError as exc:
         raise CliError(f"LOOPD_PRICES: {exc}", "fix the price file or unset it", exit_code=EXIT_USAGE) from exc
+    except CassetteError as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'model'}: {e['msg']}" for e in exc.errors())
         raise CliError(f"model configuration: {problems}", exit_code=EXIT_USAGE) from exc
     except ValueError as exc:
         raise CliError(f"model configuration: {exc}", exit_code=EXIT_USAGE) from exc
+    cassette = config.cassette
+    if cassette is not None and cassette.mode == "replay" and not cassette.path.is_file():
+        raise CliError(
+            f"LOOPD_MODEL_CASSETTE: no cassette at {cassette.path} (replay never calls the provider)",
+            "record it first with LOOPD_MODEL_CASSETTE_MODE=record (or auto to record what is missing)",
+            exit_code=EXIT_USAGE,
+        )
     if not config.is_demo and config.api_key is None and config.base_url is None:
         raise CliError(
             f"LOOPD_MODEL={config.model} needs OPENAI_API_KEY",

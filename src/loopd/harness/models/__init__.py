@@ -6,6 +6,17 @@ ASGI stack take ~0.5 s to import, which every CLI start would otherwise pay.
 
 from typing import TYPE_CHECKING, Any
 
+from loopd.harness.models._cassette import (
+    REPLAY_API_KEY,
+    Cassette,
+    CassetteError,
+    CassetteMismatchError,
+    CassetteMode,
+    CassetteSettings,
+    CassetteStatistics,
+    CassetteTiming,
+    open_cassette,
+)
 from loopd.harness.models._config import DEMO_MODEL, ModelConfig, build_model, open_model
 from loopd.harness.models._pricing import CostQuote, ModelPrice, PriceTable, PriceTableError
 from loopd.harness.models._protocol import (
@@ -66,7 +77,15 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEMO_MODEL",
+    "REPLAY_API_KEY",
     "TOOL_RESULTS_HEADER",
+    "Cassette",
+    "CassetteError",
+    "CassetteMismatchError",
+    "CassetteMode",
+    "CassetteSettings",
+    "CassetteStatistics",
+    "CassetteTiming",
     "CostQuote",
     "DemoOptions",
     "DemoRule",
@@ -94,6 +113,7 @@ __all__ = [
     "UsageReport",
     "build_model",
     "demo_reply",
+    "open_cassette",
     "open_model",
     "open_scripted_server",
     "tool_calls_from_deltas",

@@ -1,0 +1,56 @@
+"""Secret redaction: what counts as a secret, and a secret a stream split across parts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopd._infra.redaction import REDACTED, RedactionPatternError, Redactor, is_secret_name
+
+KEY = "sk-proj-0123456789abcdefghij"
+
+
+def test_keys_tokens_and_configured_patterns_are_removed() -> None:
+    redactor = Redactor([r"ACME-\d+"], literals=["hunter2-long-password", "short"])
+    text = (
+        f"key {KEY}, Authorization: Bearer abc.def-ghi_123, password=opensesame1, badge ACME-42, hunter2-long-password"
+    )
+
+    clean = redactor.text(text)
+
+    for secret in (KEY, "abc.def-ghi_123", "opensesame1", "ACME-42", "hunter2-long-password"):
+        assert secret not in clean
+    assert clean.count(REDACTED) == 5
+    assert Redactor(literals=["short"]).text("a short word") == "a short word"  # too short to be a secret
+
+
+def test_a_value_under_a_secret_named_key_is_replaced_whole() -> None:
+    clean = Redactor().value({"api_key": "plain", "max_tokens": 5, "messages": [{"content": f"use {KEY}"}]})
+
+    assert clean == {"api_key": REDACTED, "max_tokens": 5, "messages": [{"content": f"use {REDACTED}"}]}
+    assert [is_secret_name(n) for n in ("x-api-key", "client_secret", "max_completion_tokens", "prompt")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_a_bad_pattern_is_a_typed_error() -> None:
+    with pytest.raises(RedactionPatternError, match="not a regular expression"):
+        Redactor(["(unclosed"])
+
+
+@given(st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=6), st.text(max_size=20))
+def test_a_secret_split_across_stream_parts_never_survives(cuts: list[int], prefix: str) -> None:
+    text = f"{prefix} my key is {KEY} and nothing else"
+    points = sorted({min(c, len(text)) for c in cuts})
+    pieces = [text[a:b] for a, b in zip([0, *points], [*points, len(text)], strict=True)]
+
+    clean = Redactor().fragments(pieces)
+
+    assert len(clean) == len(pieces)
+    joined = "".join(clean)
+    assert KEY not in joined and KEY[:12] not in joined
+    assert joined.endswith(f"my key is {REDACTED} and nothing else")
