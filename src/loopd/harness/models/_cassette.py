@@ -22,7 +22,9 @@ secrets (``api_key``, ``token``, …), query parameters named so, and the config
 (``LOOPD_MODEL_CASSETTE_REDACT``); see ``loopd._infra.redaction``. Response headers are kept only when they matter
 to a client (content type, retry hints, request ids, rate-limit counters).
 
-**The file** is YAML, one document per request, keys sorted: ``request`` (method, path, body) and ``response``
+**The file** is YAML: a header document (``loopd_cassette: 1`` and the ``redact`` patterns it was recorded with, which
+a replay applies too, so a request redacted then still matches), then one document per request: ``request`` (method,
+path, the JSON body with sorted keys) and ``response``
 (status, headers, ``at``: seconds from sending the request to its headers, and either ``events``, the SSE events
 each with its ``at``, or ``body``/``json``). A stream the client closed early is kept with ``truncated: true``.
 With ``timing: recorded`` (``LOOPD_MODEL_CASSETTE_TIMING``) a replay sleeps the recorded gaps on its `Clock`, so a
@@ -69,7 +71,7 @@ REDACT_ENV: Final = "LOOPD_MODEL_CASSETTE_REDACT"
 REPLAY_API_KEY: Final = "cassette-replay"
 """The API key a replaying model is given when none is configured: replay never sends a request."""
 
-DEFAULT_VOLATILE: Final = ("user", "metadata", "safety_identifier", "prompt_cache_key", "service_tier_hint")
+DEFAULT_VOLATILE: Final = ("user", "metadata", "safety_identifier", "prompt_cache_key")
 """Top-level request body fields dropped before matching and writing: they vary between runs, not between asks."""
 
 SECRET_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key"})
@@ -594,7 +596,7 @@ class Cassette:
         return max(candidates, key=lambda e: difflib.SequenceMatcher(None, request_text(e.request), sent).ratio())
 
     def record(self, entry: Entry) -> None:
-        """Append ``entry`` to the file (and to the replayable entries, in ``auto`` mode once played it stays used)."""
+        """Append ``entry`` to the file. It is not replayable in this run: a repeat of the request is recorded again."""
         with self.settings.path.open("a", encoding="utf-8") as out:
             out.write(dump_entry(entry))
         self._entries.append(entry)
