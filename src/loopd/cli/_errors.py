@@ -100,9 +100,17 @@ def model_config(model: str | None, base_url: str | None = None) -> ModelConfig:
             "record it first with LOOPD_MODEL_CASSETTE_MODE=record (or auto to record what is missing)",
             exit_code=EXIT_USAGE,
         )
-    if not config.is_demo and config.api_key is None and config.base_url is None:
+    missing = config.missing_keys()
+    if missing == ("ANTHROPIC_API_KEY",):
         raise CliError(
-            f"LOOPD_MODEL={config.model} needs OPENAI_API_KEY",
+            f"LOOPD_MODEL={config.model} needs ANTHROPIC_API_KEY",
+            "set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL for another Anthropic-compatible endpoint), "
+            "or LOOPD_MODEL=demo to try loopd without a model provider",
+            exit_code=EXIT_USAGE,
+        )
+    if missing:
+        raise CliError(
+            f"LOOPD_MODEL={config.model} needs {' and '.join(missing)}",
             "set OPENAI_API_KEY (or OPENAI_BASE_URL / --base-url for a keyless OpenAI-compatible server), "
             "or LOOPD_MODEL=demo to try loopd without a model provider",
             exit_code=EXIT_USAGE,
@@ -162,7 +170,9 @@ def describe(exc: BaseException) -> CliError:
     if isinstance(exc, GatePolicyError | PriceTableError):
         return CliError(str(exc), exit_code=EXIT_USAGE)
     if isinstance(exc, ModelError):
-        return CliError(f"the model failed: {exc}", "check LOOPD_MODEL, OPENAI_BASE_URL and OPENAI_API_KEY")
+        return CliError(
+            f"the model failed: {exc}", "check LOOPD_MODEL and the provider's *_BASE_URL and *_API_KEY variables"
+        )
     if isinstance(exc, HarnessError):
         return CliError(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, httpx.TransportError):

@@ -20,7 +20,7 @@ only when the sandbox confines commands (elsewhere bash asks, like any gate) —
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,10 +30,11 @@ from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
 from loopd.harness._errors import HarnessError
 from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
+from loopd.harness.core import Usage
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, AccessConfig, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
+from loopd.harness.models import ModelConfig, PriceTable, open_model
 from loopd.harness.snapshots import SnapshotPolicy, SnapshotTrigger
-from loopd.harness.models import ModelConfig, open_model
 from loopd.harness.tools import EXEC, FS_READ, FS_WRITE, Sandbox, Tool, Workspace, default_tools, resolve_sandbox
 
 if TYPE_CHECKING:
@@ -158,7 +159,7 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
             journal=journal,
             name=settings.name,
             workspace=workspace.root,
-            price=prices.cost_of,
+            price=_adapter_priced(prices),
             rules=FileRuleStore.for_workspace(workspace.root),
             budget=settings.budget,
             clock=clock,
@@ -166,6 +167,16 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
             if settings.snapshots == "off"
             else SnapshotPolicy(root=settings.data_dir / "snapshots", on=settings.snapshots),
         )
+
+
+def _adapter_priced(prices: PriceTable) -> Callable[[str, Usage], Usage]:
+    """The rig's pricing: the cost the model's adapter already set (it priced the model that really served the call,
+    with its cache writes; a fallback chain's name is in no table), else the table's price for ``model``."""
+
+    def price(model: str, usage: Usage) -> Usage:
+        return usage if usage.cost_usd > 0 else prices.cost_of(model, usage)
+
+    return price
 
 
 ToolsProfile = Literal["none", "read", "write"]

@@ -17,22 +17,33 @@ from loopd.harness.models._cassette import (
     CassetteTiming,
     open_cassette,
 )
-from loopd.harness.models._config import DEMO_MODEL, ModelConfig, build_model, open_model
+from loopd.harness.models._config import DEMO_MODEL, PROVIDERS, ModelConfig, ModelTarget, build_model, open_model
+from loopd.harness.models._fallback import ChainEntry, FallbackModel, ProviderModel
 from loopd.harness.models._pricing import CostQuote, ModelPrice, PriceTable, PriceTableError
 from loopd.harness.models._protocol import (
+    AttemptFailed,
     Model,
     ModelChunk,
     ModelReply,
     ModelRequest,
+    ReplyInfo,
     TextDelta,
     ToolCallDelta,
     ToolSpec,
     UsageReport,
     tool_calls_from_deltas,
 )
+from loopd.harness.models._ratelimit import RateLimit, RateLimiter, RateLimitQueueFull
 from loopd.harness.models._scripted import Reply, ScriptedModel
 
 if TYPE_CHECKING:
+    from loopd.harness.models._anthropic import AnthropicModel
+    from loopd.harness.models._anthropic_server import (
+        AnthropicReply,
+        AnthropicRequest,
+        AnthropicScriptedServer,
+        open_anthropic_server,
+    )
     from loopd.harness.models._openai import OpenAICompatibleModel
     from loopd.harness.models._scripted_server import (
         TOOL_RESULTS_HEADER,
@@ -50,6 +61,11 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
+    "AnthropicModel": "_anthropic",
+    "AnthropicReply": "_anthropic_server",
+    "AnthropicRequest": "_anthropic_server",
+    "AnthropicScriptedServer": "_anthropic_server",
+    "open_anthropic_server": "_anthropic_server",
     "OpenAICompatibleModel": "_openai",
     "DemoOptions": "_scripted_server",
     "DemoRule": "_scripted_server",
@@ -77,8 +93,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "DEMO_MODEL",
+    "PROVIDERS",
     "REPLAY_API_KEY",
     "TOOL_RESULTS_HEADER",
+    "AnthropicModel",
+    "AnthropicReply",
+    "AnthropicRequest",
+    "AnthropicScriptedServer",
+    "AttemptFailed",
     "Cassette",
     "CassetteError",
     "CassetteMismatchError",
@@ -86,11 +108,13 @@ __all__ = [
     "CassetteSettings",
     "CassetteStatistics",
     "CassetteTiming",
+    "ChainEntry",
     "CostQuote",
     "DemoOptions",
     "DemoRule",
     "DropAfter",
     "FailWithStatus",
+    "FallbackModel",
     "IncomingRequest",
     "Model",
     "ModelChunk",
@@ -98,10 +122,16 @@ __all__ = [
     "ModelPrice",
     "ModelReply",
     "ModelRequest",
+    "ModelTarget",
     "OpenAICompatibleModel",
     "PriceTable",
     "PriceTableError",
+    "ProviderModel",
+    "RateLimit",
+    "RateLimitQueueFull",
+    "RateLimiter",
     "Reply",
+    "ReplyInfo",
     "ScriptedModel",
     "ScriptedServer",
     "ServerReply",
@@ -113,6 +143,7 @@ __all__ = [
     "UsageReport",
     "build_model",
     "demo_reply",
+    "open_anthropic_server",
     "open_cassette",
     "open_model",
     "open_scripted_server",

@@ -14,7 +14,10 @@ the first chunk is yielded* is retried up to ``max_retries`` times, sleeping the
 (``loopd._infra.backoff``: exponential with full jitter, never less than the provider's Retry-After; a
 Retry-After longer than ``max_retry_after`` is not waited for, the error is raised instead). Once a chunk has been
 yielded the caller has seen partial output, so a later failure is raised as `ModelRetryableError` and
-the caller decides: a silent restart would duplicate text.
+the caller decides: a silent restart would duplicate text. Each retry is announced by an `AttemptFailed` chunk
+(``loopd.harness.models._retrying``, shared with the Anthropic adapter).
+
+**Rate limits:** with a ``limiter`` (``LOOPD_RATE_LIMITS``), every attempt first waits for its admission.
 
 **Usage** is requested with ``stream_options.include_usage``; exactly one `UsageReport` ends every
 successful stream (``calls=1``, zero tokens if the provider sent none), priced by the optional
@@ -32,15 +35,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import email.utils
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Literal, Self
 
+import httpx2
 import openai
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
@@ -56,7 +58,25 @@ from loopd._infra.backoff import Backoff
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
-from loopd.harness.models._protocol import ModelChunk, ModelRequest, TextDelta, ToolCallDelta, UsageReport
+from loopd.harness.models._protocol import (
+    ModelChunk,
+    ModelRequest,
+    ReplyInfo,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from loopd.harness.models._ratelimit import RateLimiter, estimate_tokens
+from loopd.harness.models._retrying import DEFAULT_BACKOFF, retry_after_seconds, retry_delay, retrying
+
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "OpenAICompatibleModel",
+    "model_error",
+    "openai_messages",
+    "retry_after_seconds",
+    "retry_delay",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -64,28 +84,14 @@ Sleep = Callable[[float], Awaitable[None]]
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
 
-def retry_delay(backoff: Backoff, retry: int, retry_after: float | None, max_retry_after: float) -> float | None:
-    """Seconds to sleep before retry number ``retry`` (0-based); None means "do not retry".
-
-    A provider's ``retry_after`` is a floor under the jittered backoff; one longer than ``max_retry_after``
-    returns None so the error reaches the caller instead of a long silent sleep.
-    """
-    if retry_after is not None and retry_after > max_retry_after:
-        return None
-    jittered = backoff.delay(retry)
-    return jittered if retry_after is None else max(retry_after, jittered)
-
-
-DEFAULT_BACKOFF = Backoff(base=0.5, factor=2.0, max_delay=8.0)
-"""Retry *n* (0-based) sleeps ``U(0, min(8, 0.5·2ⁿ))`` (full jitter)."""
-
-
 class OpenAICompatibleModel:
     """A `Model` served by any OpenAI-compatible Chat Completions endpoint.
 
     ``model`` is the default model id; a non-empty ``ModelRequest.model`` overrides it per call. ``sleep`` and
     ``random`` (the backoff's random source) are injectable so tests control backoff time. Pass ``client`` to
-    share an `openai.AsyncOpenAI` (it must have ``max_retries=0``; it is not closed by `aclose`).
+    share an `openai.AsyncOpenAI` (it must have ``max_retries=0``; it is not closed by `aclose`), or ``http_client``
+    to send through a given ``httpx2.AsyncClient`` (a recording transport, a proxy; not closed by `aclose` either).
+    ``limiter`` is the provider's shared `RateLimiter`.
     """
 
     def __init__(
@@ -104,6 +110,8 @@ class OpenAICompatibleModel:
         sleep: Sleep = asyncio.sleep,
         random: Callable[[], float] | None = None,
         client: openai.AsyncOpenAI | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         if not model:
             raise ValueError("model must be a non-empty model id")
@@ -123,7 +131,10 @@ class OpenAICompatibleModel:
         self._max_tokens_field: MaxTokensField = max_tokens_field
         self._sleep = sleep
         self._owns_client = client is None
-        self._client = client or openai.AsyncOpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self._client = client or openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
+        )
+        self._limiter = limiter
         self._flagged_unpriced: set[str] = set()
 
     @property
@@ -147,24 +158,19 @@ class OpenAICompatibleModel:
         """Stream one reply; see the module docstring for the retry, usage and cancellation contract."""
         model = request.model or self._model
         messages = openai_messages(request)
-        retry = 0
-        while True:
-            yielded = False
-            try:
-                async with aclosing(self._attempt(model, request, messages)) as chunks:
-                    async for chunk in chunks:
-                        yielded = True
-                        yield chunk
-                return
-            except ModelRetryableError as err:
-                if yielded or retry >= self._max_retries:
-                    raise
-                delay = retry_delay(self._backoff, retry, err.retry_after, self._max_retry_after)
-                if delay is None:
-                    raise
-                retry += 1
-                logger.info("model %s: %s; retry %d/%d in %.2fs", model, err, retry, self._max_retries, delay)
-                await self._sleep(delay)
+        async with aclosing(
+            retrying(
+                lambda: self._attempt(model, request, messages),
+                provider="openai",
+                model=model,
+                max_retries=self._max_retries,
+                backoff=self._backoff,
+                max_retry_after=self._max_retry_after,
+                sleep=self._sleep,
+            )
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def _attempt(
         self, model: str, request: ModelRequest, messages: list[ChatCompletionMessageParam]
@@ -181,6 +187,10 @@ class OpenAICompatibleModel:
             {"include_usage": True} if self._include_usage else openai.omit
         )
         limit = request.max_output_tokens
+        estimate = 0
+        if self._limiter is not None:
+            estimate = estimate_tokens(sum(len(str(m.get("content") or "")) for m in messages), limit)
+            await self._limiter.acquire(estimate)
         try:
             stream = await self._client.chat.completions.create(
                 model=model,
@@ -197,24 +207,34 @@ class OpenAICompatibleModel:
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
 
-        finished = False
+        finished: str | None = None
         usage: CompletionUsage | None = None
         served_model = model
+        completion_id: str | None = None
         async with stream:
             try:
                 async for chunk in stream:
                     served_model = chunk.model or served_model
+                    completion_id = completion_id or chunk.id or None
                     if chunk.usage is not None:
                         usage = chunk.usage
                     deltas, finish_reason = translate_chunk(chunk)
-                    finished = finished or finish_reason is not None
+                    finished = finished or finish_reason
                     for delta in deltas:
                         yield delta
             except openai.OpenAIError as exc:
                 raise model_error(exc, model) from exc
         if not finished:
             raise ModelRetryableError(f"model {model}: the stream ended before the model finished its reply")
-        yield UsageReport(usage=self._priced(served_model, model, usage_from_openai(usage)))
+        response = getattr(stream, "response", None)
+        header_id = response.headers.get("x-request-id") if response is not None else None
+        yield ReplyInfo(
+            provider="openai", model=served_model, finish_reason=finished, request_id=header_id or completion_id
+        )
+        reported = usage_from_openai(usage)
+        if self._limiter is not None:
+            self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
+        yield UsageReport(usage=self._priced(served_model, model, reported))
 
     def _priced(self, served_model: str, requested_model: str, usage: Usage) -> Usage:
         if self._prices is None:
@@ -337,27 +357,3 @@ def model_error(exc: openai.OpenAIError, model: str) -> ModelError:
 def _cause(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-
-
-def retry_after_seconds(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or HTTP date); None if absent/invalid."""
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        try:
-            return max(float(raw_ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(float(raw), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)

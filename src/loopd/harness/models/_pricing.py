@@ -1,7 +1,8 @@
 """USD cost of model calls from a price table.
 
 Prices are USD per million tokens, per model: ``input`` (uncached prompt tokens), ``cached_input``
-(prompt tokens served from the provider's cache; defaults to ``input``) and ``output``.
+(prompt tokens served from the provider's cache; defaults to ``input``), ``cache_write_input`` (prompt tokens written
+to the provider's cache, Anthropic's ``cache_creation_input_tokens``; defaults to 1.25 × ``input``) and ``output``.
 ``Usage.input_tokens`` counts *all* prompt tokens, cached ones included (the OpenAI convention), so the
 uncached part is ``input_tokens - cached_tokens``.
 
@@ -26,6 +27,7 @@ from loopd.harness._errors import HarnessError
 from loopd.harness.core import Frozen, Usage
 
 _PER_MILLION = 1_000_000
+_CACHE_WRITE_FACTOR = 1.25  # Anthropic's 5-minute cache writes cost 1.25 × the input price
 
 
 class ModelPrice(Frozen):
@@ -34,12 +36,21 @@ class ModelPrice(Frozen):
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cached_input: float | None = Field(default=None, ge=0)
+    cache_write_input: float | None = Field(default=None, ge=0)
 
-    def cost(self, usage: Usage) -> float:
+    def cost(self, usage: Usage, *, cache_write_tokens: int = 0) -> float:
+        """USD of ``usage``; ``cache_write_tokens`` of its (uncached) prompt tokens were written to the cache."""
         cached = min(usage.cached_tokens, usage.input_tokens)
         uncached = usage.input_tokens - cached
+        written = min(max(cache_write_tokens, 0), uncached)
         cached_price = self.input if self.cached_input is None else self.cached_input
-        return (uncached * self.input + cached * cached_price + usage.output_tokens * self.output) / _PER_MILLION
+        write_price = self.input * _CACHE_WRITE_FACTOR if self.cache_write_input is None else self.cache_write_input
+        return (
+            (uncached - written) * self.input
+            + written * write_price
+            + cached * cached_price
+            + usage.output_tokens * self.output
+        ) / _PER_MILLION
 
 
 class CostQuote(Frozen):
@@ -65,6 +76,14 @@ _DEFAULT_PRICES: dict[str, tuple[float, float, float]] = {
     "o3": (2.00, 0.50, 8.00),
     "o3-mini": (1.10, 0.55, 4.40),
     "o4-mini": (1.10, 0.275, 4.40),
+    # Anthropic: cached_input is a cache read (0.1 × input); cache writes default to 1.25 × input.
+    "claude-opus-4": (15.00, 1.50, 75.00),
+    "claude-opus-4-1": (15.00, 1.50, 75.00),
+    "claude-opus-4-5": (5.00, 0.50, 25.00),
+    "claude-sonnet-4": (3.00, 0.30, 15.00),
+    "claude-sonnet-4-5": (3.00, 0.30, 15.00),
+    "claude-haiku-4-5": (1.00, 0.10, 5.00),
+    "claude-3-5-haiku": (0.80, 0.08, 4.00),
 }
 
 
@@ -134,13 +153,17 @@ class PriceTable(Frozen):
                 return best, self.models[best]
         return None
 
-    def quote(self, model: str, usage: Usage) -> CostQuote:
-        """``usage`` with ``cost_usd`` set (replacing any cost it had); unknown models cost 0, flagged."""
+    def quote(self, model: str, usage: Usage, *, cache_write_tokens: int = 0) -> CostQuote:
+        """``usage`` with ``cost_usd`` set (replacing any cost it had); unknown models cost 0, flagged.
+
+        ``cache_write_tokens``: how many of the prompt tokens were written to the provider's cache (priced at
+        ``cache_write_input``)."""
         found = self.lookup(model)
         if found is None:
             return CostQuote(usage=usage.model_copy(update={"cost_usd": 0.0}), priced=False)
         name, price = found
-        return CostQuote(usage=usage.model_copy(update={"cost_usd": price.cost(usage)}), priced=True, matched=name)
+        cost = price.cost(usage, cache_write_tokens=cache_write_tokens)
+        return CostQuote(usage=usage.model_copy(update={"cost_usd": cost}), priced=True, matched=name)
 
     def cost_of(self, model: str, usage: Usage) -> Usage:
         """``usage`` with ``cost_usd`` set; an unknown model costs 0 (use `quote` to see the flag)."""

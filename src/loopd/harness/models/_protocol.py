@@ -51,7 +51,39 @@ class UsageReport(Frozen):
     usage: Usage
 
 
-ModelChunk = TextDelta | ToolCallDelta | UsageReport
+class AttemptFailed(Frozen):
+    """One attempt of a call failed and another follows (a retry of the same provider, or the next provider of a
+    fallback chain). Yielded before the next attempt starts; it is never output: text and tool calls come only from
+    the attempt that succeeds. A call whose last attempt fails raises that `ModelError` instead (no chunk).
+
+    ``attempt`` is the 0-based number of the failed attempt within this call; ``provider`` is ``openai`` or
+    ``anthropic``; ``model`` the id sent to it; ``next`` what happens now.
+    """
+
+    kind: Literal["attempt_failed"] = "attempt_failed"
+    attempt: int
+    provider: str
+    model: str
+    error_type: str
+    message: str
+    status_code: int | None = None
+    retry_after: float | None = None
+    next: Literal["retry", "fallback"] = "retry"
+
+
+class ReplyInfo(Frozen):
+    """What the provider said about a successful attempt besides its content: why it stopped (``finish_reason``)
+    and its own id for the request (``request_id``, for support tickets and the ledger). Yielded at most once, after
+    the attempt's last text / tool-call chunk; never output."""
+
+    kind: Literal["reply_info"] = "reply_info"
+    provider: str
+    model: str
+    finish_reason: str | None = None
+    request_id: str | None = None
+
+
+ModelChunk = TextDelta | ToolCallDelta | UsageReport | AttemptFailed | ReplyInfo
 
 
 class ModelReply(Frozen):

@@ -419,6 +419,7 @@ def _model(data: Any) -> ModelSpec | None:
         api_key_env=data.get("api_key_env"),
         timeout=_float(data.get("timeout")),
         max_retries=data.get("max_retries"),
+        rate_limits=data.get("rate_limits"),
     )
 
 

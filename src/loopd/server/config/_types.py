@@ -30,13 +30,20 @@ class MissingSecret(LoopdError, ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """``model:`` of a harness: the model id, its OpenAI-compatible endpoint and the variable holding the key."""
+    """``model:`` of a harness: the model id (or a fallback chain ``a,b``), its endpoint, the variable holding the key,
+    and per-provider rate limits.
+
+    ``base_url`` and ``api_key_env`` belong to the chain's *first* provider; any other provider of the chain reads its
+    standard variables (``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY`` / ``ANTHROPIC_BASE_URL``).
+    """
 
     name: str
     base_url: str | None = None
     api_key_env: str | None = None
     timeout: float | None = None
     max_retries: int | None = None
+    rate_limits: Mapping[str, Mapping[str, float]] | None = None
+    """``{provider: {rpm, tpm, max_queue}}``; None: ``LOOPD_RATE_LIMITS`` of the process."""
 
     def resolve(self, env: Mapping[str, str] | None = None) -> ModelConfig:
         """The `ModelConfig` (the key read from ``api_key_env`` now); `MissingSecret` when that variable is unset."""
@@ -47,11 +54,21 @@ class ModelSpec:
             if not value:
                 raise MissingSecret(f"model {self.name}: ${self.api_key_env} (its api_key_env) is not set")
             key = SecretStr(value)
-        values: dict[str, object] = {"model": self.name, "base_url": self.base_url, "api_key": key}
+        base = ModelConfig.from_env(source, model=self.name)
+        first = base.chain()[0].provider if not base.is_demo else "openai"
+        values: dict[str, object] = base.model_dump()
+        values.update({"prices_path": None})
+        if first == "anthropic":
+            values.update({"anthropic_base_url": self.base_url, "anthropic_api_key": key})
+            values.update({"base_url": base.base_url, "api_key": base.api_key})
+        else:
+            values.update({"base_url": self.base_url, "api_key": key})
         if self.timeout is not None:
             values["timeout"] = self.timeout
         if self.max_retries is not None:
             values["max_retries"] = self.max_retries
+        if self.rate_limits is not None:
+            values["rate_limits"] = {provider: dict(limit) for provider, limit in self.rate_limits.items()}
         return ModelConfig.model_validate(values)
 
 

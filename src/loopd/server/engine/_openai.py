@@ -26,7 +26,7 @@ from loopd.harness.models import (
     Model,
     ModelConfig,
     ModelRequest,
-    OpenAICompatibleModel,
+    ProviderModel,
     TextDelta,
     UsageReport,
     build_model,
@@ -111,7 +111,7 @@ class OpenAIModelAdapter:
         model_name: str | None = None,
         system_prompt: str | None = None,
         max_output_tokens: int | None = None,
-        owned: OpenAICompatibleModel | None = None,
+        owned: ProviderModel | None = None,
     ) -> None:
         self.model = model
         self.model_name = model_name or model.name
@@ -123,7 +123,7 @@ class OpenAIModelAdapter:
     def from_config(
         cls, config: ModelConfig, *, demo_base_url: str | None = None, system_prompt: str | None = None
     ) -> OpenAIModelAdapter:
-        """An adapter over a new `OpenAICompatibleModel` for ``config`` (closed by `aclose`)."""
+        """An adapter over a new model for ``config`` (any provider or chain; closed by `aclose`)."""
         model = build_model(config, demo_base_url=demo_base_url)
         return cls(model, model_name=config.model, system_prompt=system_prompt, owned=model)
 

@@ -1,0 +1,364 @@
+"""The Anthropic Model adapter, on the official `anthropic` client (Messages API, streamed).
+
+Provider differences stop here. A `ModelRequest` becomes a Messages request: the system prompt (and any system
+message of the history) goes to ``system``; tool calls become ``tool_use`` blocks of the assistant's message and
+tool results ``tool_result`` blocks of one user message (consecutive results are merged, as the API requires
+alternating roles); tools are sent with their JSON schema as ``input_schema``; ``max_tokens`` (required by the API)
+is the request's ``max_output_tokens`` or ``default_max_tokens``. Streamed events become `ModelChunk`s:
+``text_delta`` → `TextDelta`, a ``tool_use`` block and its ``input_json_delta`` fragments → `ToolCallDelta`s with
+the block's index; thinking blocks are not shown.
+
+**Prompt caching.** With ``prompt_cache`` (the default) the system prompt, the last tool and the newest message are
+marked ``cache_control: ephemeral``, so each step of a loop reads the previous step's prefix from the cache.
+Usage maps to loopd's convention: ``input_tokens`` = uncached + ``cache_creation_input_tokens`` +
+``cache_read_input_tokens`` (every prompt token), ``cached_tokens`` = the cache reads; the cost is priced with the
+table's cache read price for reads and its cache write price for creations.
+
+**Errors** become `ModelError`s: connection failures, timeouts, 408, 409, 429 (with Retry-After), 5xx (529
+"overloaded" included), an error event inside the stream and a stream that ends without ``message_stop`` are
+retryable; other 4xx are permanent; ``x-should-retry`` overrides the status rule. Retries, backoff, rate limits,
+cancellation and timeouts work as in the OpenAI adapter (``_retrying``, ``_ratelimit``): the client's own retries
+are off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any, Self, cast
+
+import anthropic
+import httpx2
+from anthropic.types import (
+    InputJSONDelta,
+    MessageParam,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    RawMessageStopEvent,
+    TextBlock,
+    TextBlockParam,
+    ToolParam,
+    ToolUseBlock,
+)
+from anthropic.types import TextDelta as AnthropicTextDelta
+
+from loopd._infra.backoff import Backoff
+from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
+from loopd.harness.core import Message, Usage
+from loopd.harness.models._pricing import PriceTable
+from loopd.harness.models._protocol import (
+    ModelChunk,
+    ModelRequest,
+    ReplyInfo,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from loopd.harness.models._ratelimit import RateLimiter, estimate_tokens
+from loopd.harness.models._retrying import DEFAULT_BACKOFF, Sleep, retry_after_seconds, retrying
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 4096
+_EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
+
+
+class AnthropicModel:
+    """A `Model` served by Anthropic's Messages API (or a server speaking it, e.g. the scripted one).
+
+    ``model`` is the default model id; a non-empty ``ModelRequest.model`` overrides it per call. ``sleep`` and
+    ``random`` are injectable so tests control backoff time; ``client`` shares an `anthropic.AsyncAnthropic`
+    (``max_retries=0``, not closed by `aclose`), ``http_client`` sends through a given ``httpx2.AsyncClient`` (not
+    closed either); ``limiter`` is the provider's shared `RateLimiter`.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: Backoff | None = None,
+        max_retry_after: float = 60.0,
+        prices: PriceTable | None = None,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        prompt_cache: bool = True,
+        sleep: Sleep = asyncio.sleep,
+        random: Callable[[], float] | None = None,
+        client: anthropic.AsyncAnthropic | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("model must be a non-empty model id")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if max_retry_after < 0:
+            raise ValueError("max_retry_after must be >= 0 seconds")
+        if default_max_tokens < 1:
+            raise ValueError("default_max_tokens must be >= 1")
+        self._model = model
+        self._max_retries = max_retries
+        chosen = backoff or DEFAULT_BACKOFF
+        self._backoff = dataclasses.replace(chosen, random=random) if random is not None else chosen
+        self._max_retry_after = max_retry_after
+        self._prices = prices
+        self._default_max_tokens = default_max_tokens
+        self._prompt_cache = prompt_cache
+        self._sleep = sleep
+        self._owns_client = client is None
+        self._client = client or anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
+        )
+        self._limiter = limiter
+        self._flagged_unpriced: set[str] = set()
+
+    @property
+    def name(self) -> str:
+        return self._model
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (only if this adapter created it)."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Stream one reply; see the module docstring for the mapping, retry and usage contract."""
+        model = request.model or self._model
+        system, messages = anthropic_messages(request, cache=self._prompt_cache)
+        async with aclosing(
+            retrying(
+                lambda: self._attempt(model, request, system, messages),
+                provider="anthropic",
+                model=model,
+                max_retries=self._max_retries,
+                backoff=self._backoff,
+                max_retry_after=self._max_retry_after,
+                sleep=self._sleep,
+            )
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _attempt(
+        self, model: str, request: ModelRequest, system: list[dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> AsyncGenerator[ModelChunk, None]:
+        """One HTTP call; every failure leaves as a `ModelError`."""
+        tools: list[dict[str, Any]] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+        ]
+        if tools and self._prompt_cache:
+            tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+        max_tokens = request.max_output_tokens or self._default_max_tokens
+        estimate = 0
+        if self._limiter is not None:
+            characters = len(json.dumps(messages)) + sum(len(block.get("text", "")) for block in system)
+            estimate = estimate_tokens(characters, max_tokens)
+            await self._limiter.acquire(estimate)
+        try:
+            stream = await self._client.messages.create(
+                model=model,
+                max_tokens=max_tokens,
+                messages=cast("list[MessageParam]", messages),
+                stream=True,
+                system=cast("list[TextBlockParam]", system) if system else anthropic.omit,
+                tools=cast("list[ToolParam]", tools) if tools else anthropic.omit,
+                # this SDK version has no typed ``temperature``; the API still takes it
+                extra_body=None if request.temperature is None else {"temperature": request.temperature},
+            )
+        except anthropic.AnthropicError as exc:
+            raise model_error(exc, model) from exc
+
+        usage = _StreamUsage()
+        served_model = model
+        message_id: str | None = None
+        stop_reason: str | None = None
+        stopped = False
+        async with stream:
+            try:
+                async for event in stream:
+                    if isinstance(event, RawMessageStartEvent):
+                        served_model = event.message.model or served_model
+                        message_id = event.message.id or None
+                        usage.update(event.message.usage)
+                    elif isinstance(event, RawContentBlockStartEvent):
+                        block = event.content_block
+                        if isinstance(block, ToolUseBlock):
+                            given = json.dumps(block.input) if isinstance(block.input, dict) and block.input else ""
+                            yield ToolCallDelta(index=event.index, id=block.id, name=block.name, arguments=given)
+                        elif isinstance(block, TextBlock) and block.text:
+                            yield TextDelta(text=block.text)
+                    elif isinstance(event, RawContentBlockDeltaEvent):
+                        delta = event.delta
+                        if isinstance(delta, AnthropicTextDelta) and delta.text:
+                            yield TextDelta(text=delta.text)
+                        elif isinstance(delta, InputJSONDelta) and delta.partial_json:
+                            yield ToolCallDelta(index=event.index, arguments=delta.partial_json)
+                    elif isinstance(event, RawMessageDeltaEvent):
+                        stop_reason = event.delta.stop_reason or stop_reason
+                        usage.update(event.usage)
+                    elif isinstance(event, RawMessageStopEvent):
+                        stopped = True
+            except anthropic.AnthropicError as exc:
+                raise model_error(exc, model) from exc
+            except httpx2.TransportError as exc:  # the SDK does not wrap a connection lost mid-stream
+                raise ModelRetryableError(f"model {model}: connection dropped mid-stream ({exc})") from exc
+        if not stopped:
+            raise ModelRetryableError(f"model {model}: the stream ended before the model finished its reply")
+        response = getattr(stream, "response", None)
+        header_id = response.headers.get("request-id") if response is not None else None
+        yield ReplyInfo(
+            provider="anthropic", model=served_model, finish_reason=stop_reason, request_id=header_id or message_id
+        )
+        reported = usage.total()
+        if self._limiter is not None:
+            self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
+        yield UsageReport(usage=self._priced(served_model, model, reported, usage.cache_write))
+
+    def _priced(self, served_model: str, requested_model: str, usage: Usage, cache_write: int) -> Usage:
+        if self._prices is None:
+            return usage
+        quote = self._prices.quote(served_model, usage, cache_write_tokens=cache_write)
+        if not quote.priced and served_model != requested_model:
+            quote = self._prices.quote(requested_model, usage, cache_write_tokens=cache_write)
+        if not quote.priced and requested_model not in self._flagged_unpriced:
+            self._flagged_unpriced.add(requested_model)
+            logger.warning("model %s is not in the price table; its calls are counted at $0", requested_model)
+        return quote.usage
+
+
+@dataclasses.dataclass
+class _StreamUsage:
+    """The usage fields of ``message_start`` and ``message_delta`` (later values win; all are cumulative)."""
+
+    uncached: int = 0
+    cache_write: int = 0
+    cache_read: int = 0
+    output: int = 0
+
+    def update(self, usage: Any) -> None:
+        if usage is None:
+            return
+        if getattr(usage, "input_tokens", None) is not None:
+            self.uncached = usage.input_tokens
+        if getattr(usage, "cache_creation_input_tokens", None) is not None:
+            self.cache_write = usage.cache_creation_input_tokens
+        if getattr(usage, "cache_read_input_tokens", None) is not None:
+            self.cache_read = usage.cache_read_input_tokens
+        if getattr(usage, "output_tokens", None) is not None:
+            self.output = usage.output_tokens
+
+    def total(self) -> Usage:
+        return usage_from_anthropic(self.uncached, self.cache_write, self.cache_read, self.output)
+
+
+def usage_from_anthropic(uncached: int, cache_write: int, cache_read: int, output: int) -> Usage:
+    """One call's usage in loopd's convention: ``input_tokens`` counts every prompt token, ``cached_tokens`` the
+    cache reads (cache writes are in ``input_tokens``, priced apart by the adapter)."""
+    return Usage(
+        input_tokens=uncached + cache_write + cache_read, output_tokens=output, cached_tokens=cache_read, calls=1
+    )
+
+
+def anthropic_messages(
+    request: ModelRequest, *, cache: bool = True
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The Messages API ``system`` blocks and ``messages`` for a request (see the module docstring)."""
+    system_texts = [request.system] if request.system else []
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        if message.role == "system":
+            if message.content:
+                system_texts.append(message.content)
+            continue
+        role, blocks = _blocks(message)
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": blocks})
+    system: list[dict[str, Any]] = [{"type": "text", "text": text} for text in system_texts]
+    if cache:
+        if system:
+            system[-1]["cache_control"] = _EPHEMERAL
+        if messages and messages[-1]["content"]:
+            last = messages[-1]["content"]
+            last[-1] = {**last[-1], "cache_control": _EPHEMERAL}
+    return system, messages
+
+
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    if message.role == "user":
+        return "user", [{"type": "text", "text": message.content or " "}]
+    if message.role == "tool":
+        if not message.tool_call_id:
+            raise ModelPermanentError("a tool message has no tool_call_id; the provider cannot match it")
+        return "user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}]
+    blocks: list[dict[str, Any]] = []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+    if not blocks:
+        blocks.append({"type": "text", "text": " "})
+    return "assistant", blocks
+
+
+_RETRYABLE_STATUS = frozenset({408, 409, 429})
+_PERMANENT_IN_BAND = frozenset({"invalid_request_error", "authentication_error", "permission_error", "not_found_error"})
+
+
+def model_error(exc: anthropic.AnthropicError, model: str) -> ModelError:
+    """Translate an `anthropic` exception into the harness's typed retryable / permanent error."""
+    if isinstance(exc, anthropic.APITimeoutError):
+        return ModelRetryableError(f"model {model}: the request timed out")
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+        return ModelRetryableError(f"model {model}: connection failed or dropped ({detail})")
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        error = exc.body.get("error") if isinstance(exc.body, dict) else None
+        error_type = error.get("type") if isinstance(error, dict) else None
+        reason = error.get("message") if isinstance(error, dict) else None
+        shown = reason if isinstance(reason, str) else exc.message
+        if status < 400:  # an ``error`` event inside an accepted stream
+            message = f"model {model}: the stream reported an error: {error_type or 'error'}: {shown}"
+            if error_type in _PERMANENT_IN_BAND:
+                return ModelPermanentError(message)
+            return ModelRetryableError(message)
+        message = f"model {model}: HTTP {status}: {shown}"
+        headers = exc.response.headers
+        should_retry = headers.get("x-should-retry")
+        if should_retry == "true":
+            retryable = True
+        elif should_retry == "false":
+            retryable = False
+        else:
+            retryable = status in _RETRYABLE_STATUS or status >= 500
+        if retryable:
+            return ModelRetryableError(message, status_code=status, retry_after=retry_after_seconds(headers))
+        return ModelPermanentError(message, status_code=status)
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        return ModelPermanentError(f"model {model}: unexpected response shape: {exc.message}")
+    if isinstance(exc, anthropic.APIError):
+        return ModelRetryableError(f"model {model}: the stream reported an error: {exc.message}")
+    return ModelPermanentError(f"model {model}: {exc}")
