@@ -61,6 +61,9 @@ class AdapterRequest:
     """The call's own workspace, relative to the engine's workspaces root (None: the target's own)."""
     tools: str | None = None
     """The call's tools profile (``none`` | ``read`` | ``write``; None: the target's own tools and gates)."""
+    fork: tuple[str, int] | None = None
+    """Start the execution as a fork of harness session ``fork[0]`` at its journal seq ``fork[1]`` (a settled
+    point): it answers from that harness state instead of a fresh one (`ForkCapable` adapters only)."""
 
     def prompt(self) -> str:
         """The task text, preceded by the visible history when there is any."""
@@ -239,6 +242,20 @@ class WorkspaceCapable(Protocol):
 
     @property
     def supports_workspaces(self) -> bool: ...
+
+
+@runtime_checkable
+class ForkCapable(Protocol):
+    """An adapter that can start a call as a fork of an earlier harness session (`AdapterRequest.fork`); the
+    engine refuses such calls for any other adapter."""
+
+    @property
+    def supports_forks(self) -> bool: ...
+
+
+def supports_forks(adapter: object) -> bool:
+    """Whether ``adapter`` takes `AdapterRequest.fork`."""
+    return isinstance(adapter, ForkCapable) and adapter.supports_forks
 
 
 def supports_workspaces(adapter: object) -> bool:

@@ -34,8 +34,16 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Final, cast
 
-from loopd.harness import HarnessError, SessionBusyError, SubscriptionLostError, UserInput
+from loopd.harness import (
+    ForkPointError,
+    HarnessError,
+    SessionBusyError,
+    SessionNotFoundError,
+    SubscriptionLostError,
+    UserInput,
+)
 from loopd.harness.actors import Rig, Session, Subscription
+from loopd.harness.journal import replay
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -68,24 +76,39 @@ class BuiltinRun:
         self._translator = HarnessTranslator(model_name=model_name, main_loop=main, tool_effects=effects)
         self._main = main
         self._subscription: Subscription | None = session.subscribe(from_seq=1)
+        self._first_seq = 1  # a forked session's call starts after its shared history (`start_after`)
+        self._base_turns = 0
 
     @property
     def execution_ref(self) -> str | None:
         return self._session.id
 
     @property
+    def main_loop(self) -> str:
+        """The loop whose turn answers the call."""
+        return self._main
+
+    @property
     def replays(self) -> bool:
         return True
+
+    async def start_after(self, seq: int, turns: int) -> None:
+        """For a forked session: its history up to ``seq`` (``turns`` turns of the main loop) is the parent's, so
+        the call's updates start after it and its input counts as submitted only once a later turn took it."""
+        if self._subscription is not None:
+            await self._subscription.aclose()
+        self._subscription = self._session.subscribe(from_seq=seq + 1)
+        self._first_seq, self._base_turns = seq + 1, turns
 
     async def submit_once(self, prompt: str) -> None:
         """Submit the call's input unless the session already took one (its journal shows a turn or a queue)."""
         loop = self._session.state.loops.get(self._main)
-        if loop is not None and (loop.turns > 0 or loop.turn is not None or loop.queued):
+        if loop is not None and (loop.turns > self._base_turns or loop.turn is not None or loop.queued):
             return
         await self._session.submit(prompt, loop=self._main)
 
     async def updates(self) -> AsyncIterator[Update]:
-        next_seq = 1
+        next_seq = self._first_seq
         while True:
             sub, self._subscription = self._subscription or self._session.subscribe(from_seq=next_seq), None
             try:
@@ -188,19 +211,44 @@ class BuiltinHarnessAdapter:
     async def resume(self, request: AdapterRequest, execution_ref: str | None) -> BuiltinRun:
         return await self._open(request)
 
+    @property
+    def supports_forks(self) -> bool:
+        """Calls may start as a fork of an earlier session of this harness (`AdapterRequest.fork`)."""
+        return True
+
+    async def _start_or_fork(self, rig: Rig, request: AdapterRequest) -> Session:
+        """The call's new session: a fork of ``request.fork`` (session id, seq) when given, else a fresh one."""
+        if request.fork is None:
+            return await rig.start_session(request.call_id)
+        parent, seq = request.fork
+        try:
+            return await rig.fork_session(parent, seq, request.call_id)
+        except (ForkPointError, SessionNotFoundError) as exc:
+            raise AdapterError(f"cannot fork harness session {parent} at seq {seq}: {exc}") from exc
+
+    async def _skip_shared_history(self, rig: Rig, run: BuiltinRun, session_id: str) -> None:
+        """A session forked for this call (now or before a crash) answers after the history it shares."""
+        info = await rig.journal.session(session_id)
+        if info is None or info.parent_id is None:
+            return
+        shared = replay(await rig.journal.read(session_id, 1, info.parent_seq))
+        main = shared.loops.get(run.main_loop)
+        await run.start_after(info.parent_seq, main.turns if main is not None else 0)
+
     async def _open(self, request: AdapterRequest) -> BuiltinRun:
         session_id = request.call_id
         rig = await self._rig_for(request)
         session: Session
         if await rig.journal.session(session_id) is None:
             try:
-                session = await rig.start_session(session_id)
+                session = await self._start_or_fork(rig, request)
             except SessionBusyError:  # created concurrently: take it over
                 session = await rig.restore_session(session_id, mode="resume")
         else:
             session = await rig.restore_session(session_id, mode="resume")
         run = BuiltinRun(session, rig, self._loop)
         try:
+            await self._skip_shared_history(rig, run, session_id)
             await run.submit_once(request.prompt())
         except BaseException:
             session.abort()

@@ -65,7 +65,7 @@ from ._adapter import (
 )
 from ._errors import HarnessEngineError, ObservationLost, ResumeUnsupported
 from ._projection import closed_gates, merge_previews, next_hash, project, shown_answer
-from ._requests import history_of, workspace_of
+from ._requests import fork_of, history_of, workspace_of
 from ._trail import Trail, interrupted_usage
 
 _log = logging.getLogger(__name__)
@@ -261,6 +261,7 @@ class Drive:
             timeout=max((call.deadline_at - now).total_seconds(), 0.001),
             workspace=workspace,
             tools=tools,
+            fork=fork_of(call.params),
         )
         self._prompt_chars = len(request.prompt())
         try:

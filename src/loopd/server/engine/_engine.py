@@ -59,7 +59,7 @@ from loopd.server.storage import (
 )
 from loopd.server.streams import ConversationBus
 
-from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_workspaces
+from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_forks, supports_workspaces
 from ._driver import CallDriver, CallSlots
 from ._driving import DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
@@ -329,6 +329,8 @@ class HarnessEngine:
                 if request.target not in self._adapters:
                     known = ", ".join(sorted(self._adapters)) or "none"
                     raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
+                if request.fork is not None and not supports_forks(self._adapters[request.target]):
+                    raise InvalidRecord(f"the harness {request.target!r} cannot start a call as a fork of a session")
                 if request.profile is not None and not supports_workspaces(self._adapters[request.target]):
                     raise InvalidRecord(
                         f"the harness {request.target!r} takes no workspace or tools profile; leave them out"

@@ -50,6 +50,10 @@ class CallRequest:
     workspace: str | None = None
     """The call's own workspace: a location relative to the engine's workspaces root (the HTTP route prefixes the
     caller's ``<kind>/<key>``), created on demand. None: the target's own workspace."""
+    fork: tuple[str, int] | None = None
+    """Start the call's harness session as a fork of session ``fork[0]`` at journal seq ``fork[1]`` (a settled
+    point), so it answers from that harness state. Set by loop-server itself (retrying from a message), never
+    taken from a client: the adapter must be `ForkCapable`."""
     tools: ToolsProfile | None = None
     """The tools profile (``none`` | ``read`` | ``write``) with its unattended gate policy; read/write need a
     ``workspace``. None: the target's own tools and gates (``read`` when a workspace is given)."""
@@ -89,6 +93,12 @@ class CallRequest:
             raise InvalidRecord(f"tools must be one of {', '.join(TOOLS_PROFILES)}, not {self.tools!r}")
         if self.tools in ("read", "write") and self.workspace is None:
             raise InvalidRecord(f"tools {self.tools!r} need a workspace (the call's own directory)")
+        if self.fork is not None:
+            session, seq = self.fork
+            if not isinstance(session, str) or not session or len(session) > 500:
+                raise InvalidRecord("fork names a harness session id (a non-empty string)")
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+                raise InvalidRecord("fork's seq must be a journal seq (1 or more)")
         if len(self.history) > MAX_HISTORY:
             raise InvalidRecord(f"history holds at most {MAX_HISTORY} entries")
         for entry in self.history:
@@ -117,6 +127,8 @@ class CallRequest:
             stored["workspace"] = self.workspace
         if self.profile is not None:
             stored["tools"] = self.profile
+        if self.fork is not None:
+            stored["fork"] = {"session": self.fork[0], "seq": self.fork[1]}
         return stored
 
 
@@ -128,6 +140,17 @@ def history_of(params: Mapping[str, Any]) -> tuple[HistoryEntry, ...]:
         for entry in entries
         if isinstance(entry, Mapping)
     )
+
+
+def fork_of(params: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The fork point (harness session id, seq) stored in a call's params, or None."""
+    fork = params.get("fork")
+    if not isinstance(fork, Mapping):
+        return None
+    session, seq = fork.get("session"), fork.get("seq")
+    if isinstance(session, str) and isinstance(seq, int) and not isinstance(seq, bool):
+        return session, seq
+    return None
 
 
 def workspace_of(params: Mapping[str, Any]) -> tuple[str | None, ToolsProfile | None]:

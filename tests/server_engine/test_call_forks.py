@@ -1,0 +1,86 @@
+"""A harness call started as a fork of an earlier call's session (`CallRequest.fork`): it answers from that
+harness state, the earlier session stays as it was, a bad fork point fails the call, and an adapter that cannot
+fork is refused before anything is stored."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from loopd.harness import LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal
+from loopd.server.engine import BuiltinHarnessAdapter, CallRequest, HarnessEngine
+from loopd.server.storage import Database, InvalidRecord
+
+from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response, until_done
+
+
+def answer(request: ModelRequest) -> Reply:
+    """Says how many user messages it has seen and echoes the last one (so a fork's history shows)."""
+    users = [m.content for m in request.messages if m.role == "user"]
+    return Reply(text=f"{len(users)} question(s); last: {users[-1]}")
+
+
+@asynccontextmanager
+async def open_rig(folder: Path) -> AsyncIterator[Rig]:
+    folder.mkdir(parents=True, exist_ok=True)
+    journal = await SqliteJournal.open(folder / "journal.db")
+    try:
+        yield Rig(loops=[LoopDefinition(name="main", model=ScriptedModel(answer))], journal=journal)
+    finally:
+        await journal.aclose()
+
+
+async def ask(
+    db: Database, engine: HarnessEngine, owner: str, text: str, *, fork: tuple[str, int] | None = None
+) -> CallRequest:
+    conversation = await new_conversation(db)
+    response = await new_response(db, conversation, task_id=f"task-{owner}")
+    return CallRequest(
+        owner_uid=owner, effect_key="respond", target="builtin", text=text, message_id=response, timeout=60, fork=fork
+    )
+
+
+async def test_a_call_forked_from_an_earlier_session_answers_from_its_state(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    async with (
+        open_rig(tmp_path / "harness") as rig,
+        make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine,
+    ):
+        first = await engine.start(await ask(sqlite_db, engine, "uid-1", "apples"))
+        done = await until_done(engine, first.id)
+        assert done.phase == "succeeded" and done.result == {
+            "format": "text",
+            "content": "1 question(s); last: apples",
+        }
+        settled = (await rig.journal.session(first.id)).last_seq  # type: ignore[union-attr]
+
+        forked = await engine.start(await ask(sqlite_db, engine, "uid-2", "pears", fork=(first.id, settled)))
+        assert forked.params["fork"] == {"session": first.id, "seq": settled}
+        done = await until_done(engine, forked.id)
+        # The fork's harness saw the first call's question too: its history is the first session's.
+        assert done.result == {"format": "text", "content": "2 question(s); last: pears"}
+        info = await rig.journal.session(forked.id)
+        assert info is not None and (info.parent_id, info.parent_seq) == (first.id, settled)
+        assert (await rig.journal.session(first.id)).last_seq == settled  # type: ignore[union-attr]
+
+        inside = await engine.start(await ask(sqlite_db, engine, "uid-3", "plums", fork=(first.id, 2)))
+        failed = await until_done(engine, inside.id)
+        assert failed.phase == "failed" and "inside a turn" in str(failed.error)
+        unknown = await engine.start(await ask(sqlite_db, engine, "uid-4", "figs", fork=("no-such", 1)))
+        assert (await until_done(engine, unknown.id)).phase == "failed"
+
+
+async def test_fork_points_are_validated_and_need_an_adapter_that_forks(sqlite_db: Database) -> None:
+    async with make_engine(sqlite_db, {"plain": ScriptedAdapter()}) as engine:
+        request = replace(await ask(sqlite_db, engine, "uid-9", "hi", fork=("s", 1)), target="plain")
+        with pytest.raises(InvalidRecord, match="cannot start a call as a fork"):
+            await engine.start(request)
+        for bad in (("", 1), ("s", 0)):
+            with pytest.raises(InvalidRecord):
+                await engine.start(replace(request, fork=bad))
+        assert await engine.find("uid-9", "respond") is None  # nothing was stored
