@@ -344,3 +344,77 @@ async def test_the_lane_thread_drops_a_late_result_keeps_order_and_skips_a_job_c
     assert not any(t.is_alive() for t in lanes)
     with pytest.raises(RuntimeError):
         lane.submit(lambda: None)
+
+
+def _thread_ids(backend: SqliteDatabase) -> None:
+    """``tid()`` in SQL: the id of the thread running the statement (on both lanes)."""
+    for lane in {backend.writer, backend.reader}:
+        conn = lane.connection
+        assert conn is not None
+        conn.create_function("tid", 0, threading.get_ident)
+
+
+async def test_statements_after_the_first_run_inline_and_a_busy_lane_thread_keeps_them_in_order(
+    backend: SqliteDatabase,
+) -> None:
+    _thread_ids(backend)
+    here = threading.get_ident()
+    for read_only in (False, True):
+        async with backend.transaction(read_only=read_only) as conn:
+            first = (await conn.fetch("SELECT tid()"))[0][0]
+            later = [(await conn.fetch("SELECT tid()"))[0][0] for _ in range(3)]
+        assert first != here, "BEGIN and the first statement run on the lane thread"
+        assert later == [here] * 3, "later statements need no hop"
+    # A job on the lane thread (e.g. a timed-out statement still running): the next statement waits its turn there.
+    release = threading.Event()
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('a')")
+        blocker = backend.writer.submit(lambda: release.wait(5.0))
+        statement = asyncio.ensure_future(conn.fetch("SELECT tid(), count(*) FROM t"))
+        await asyncio.sleep(0.01)
+        assert not statement.done(), "the statement queued behind the lane thread's job"
+        release.set()
+        ((ran_on, count),) = await statement
+        assert blocker.done() and ran_on != here and count == 1
+    assert await values(backend) == ["a"]
+
+
+async def test_inline_statements_roll_back_with_their_transaction_and_map_errors(backend: SqliteDatabase) -> None:
+    with pytest.raises(RuntimeError, match="boom"):
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('a')")
+            await conn.execute("INSERT INTO t (v) VALUES ('b')")  # inline
+            raise RuntimeError("boom")
+    assert await values(backend) == []
+    with pytest.raises(Conflict):
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")
+            await conn.execute("INSERT INTO t (id, v) VALUES (1, 'b')")  # inline: a constraint, mapped
+    assert await values(backend) == []
+    with pytest.raises(StorageUnavailable, match="SQLite error"):
+        async with backend.transaction(read_only=True) as conn:
+            await conn.fetch("SELECT 1")
+            await conn.fetch("SELECT * FROM no_such_table")  # inline
+    async with backend.transaction(read_only=False) as conn:  # the lanes are fine afterwards
+        await conn.execute("INSERT INTO t (v) VALUES ('c')")
+        await conn.execute("INSERT INTO t (v) VALUES ('d')")
+    assert await values(backend) == ["c", "d"]
+
+
+async def test_a_lane_thread_call_after_inline_statements_waits_for_locks_again(
+    backend: SqliteDatabase, tmp_path: Path
+) -> None:
+    """Inline statements never wait for a lock (busy timeout 0); the lane thread's next BEGIN does wait again."""
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('a')")
+        await conn.execute("INSERT INTO t (v) VALUES ('b')")  # inline: busy timeout 0 for it
+    other = other_connection(tmp_path)
+    other.execute("BEGIN IMMEDIATE")
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, other.execute, "ROLLBACK")  # frees the lock while our BEGIN IMMEDIATE waits for it
+    try:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES ('c')")
+    finally:
+        other.close()
+    assert await values(backend) == ["a", "b", "c"]

@@ -67,6 +67,18 @@ async def test_task_get_gives_the_question_and_task_not_ready_before_it_exists(r
     assert caught.value.status == 404 and caught.value.type == "not_found"
 
 
+async def test_task_get_with_messages_gives_the_tasks_first_messages_in_the_same_read(rt: Runtime) -> None:
+    task_id = await _question(rt, "first")
+    assert (await rt.task.get(task_id)).messages is None  # not asked for: not read
+    context = await rt.task.get(task_id, messages=100)
+    assert context.messages is not None and context.more_messages is False
+    assert [m.id for m in context.messages] == [m.id for m in await rt.task.messages(task_id)]
+    one = await rt.task.get(task_id, messages=1)
+    assert one.messages is not None and [m.purpose for m in one.messages] == ["input"] and one.more_messages
+    with pytest.raises(InvalidRequest):
+        await rt.task.get(task_id, messages=101)
+
+
 async def test_task_messages_and_followups_page_in_id_order(rt: Runtime) -> None:
     task_id = await _question(rt, "first")
     context = await rt.task.get(task_id)

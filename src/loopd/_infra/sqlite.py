@@ -13,6 +13,12 @@ transaction open there; the next transaction on the lane rolls it back first (th
 owns the connection), and an abandoned write transaction queues its ``ROLLBACK`` behind it (shielded). A
 ``COMMIT`` that times out keeps running on its thread: the transaction waits (one more timeout) for it to settle
 and reports what happened; only when it still has not settled is the outcome unknown (``errors.outcome_unknown``).
+
+Inline statements: a transaction's later statements run on the event loop's thread, without a hop, once its first
+statement has begun it on the lane thread (``BEGIN IMMEDIATE`` holds the write lock; a read's first statement holds
+its WAL snapshot) and while the lane thread has nothing queued or running. They cannot wait for a lock: SQLite's
+busy timeout is 0 for them, and one that would wait (``SQLITE_BUSY``) runs again on the lane thread. ``BEGIN`` and
+``COMMIT`` stay on the lane thread (they may wait for another process, and a commit may checkpoint the WAL).
 """
 
 from __future__ import annotations
@@ -65,19 +71,38 @@ class _LaneThread:
     ``ThreadPoolExecutor`` (no concurrent future, no chained callback for an awaited call)."""
 
     def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], bool | None] | None] = queue.SimpleQueue()
         self._closed = False
+        self._queued = 0  # written by the queuing thread only
+        self._finished = 0  # written by the lane thread only
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job()
+            counted = False
+            try:
+                counted = bool(job())
+            finally:
+                if not counted:
+                    self._finished += 1
 
-    def put(self, job: Callable[[], None]) -> None:
+    def finished(self) -> bool:
+        """Count the running job as finished before it tells its caller (so the caller finds the lane idle); the
+        job then returns True. On the lane thread only."""
+        self._finished += 1
+        return True
+
+    @property
+    def idle(self) -> bool:
+        """Whether every queued job has finished (read on the thread that queues; each counter has one writer)."""
+        return self._finished == self._queued
+
+    def put(self, job: Callable[[], bool | None]) -> None:
         """Queue ``job``; ``RuntimeError`` once shut down."""
         if self._closed:
             raise RuntimeError("the SQLite lane is shut down")
+        self._queued += 1
         self._jobs.put(job)
 
     def shutdown(self) -> None:
@@ -88,6 +113,11 @@ class _LaneThread:
 
     def join(self) -> None:
         self._thread.join()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _settle(future: asyncio.Future[_T], result: _T | None, error: BaseException | None) -> None:
@@ -108,6 +138,8 @@ class SqliteLane:
         self._query_only = query_only
         self._thread = _LaneThread(name)
         self._conn: sqlite3.Connection | None = None
+        self._busy_ms = 0
+        self._busy_waits = True  # the connection's busy timeout is the configured one (False: 0, for inline calls)
         self.lock = asyncio.Lock()
         self.owner: object | None = None
         """The transaction open on the connection; read and written on the lane thread only."""
@@ -118,8 +150,9 @@ class SqliteLane:
             ensure_private_file(self.path)  # SQLite then creates the -wal/-shm files with the same mode
         busy = options.timeout * 0.8 if options.busy_timeout is None else options.busy_timeout
         conn = sqlite3.connect(str(self.path), timeout=busy, isolation_level=None, check_same_thread=False)
+        self._busy_ms = max(0, int(busy * 1000))
         try:
-            conn.execute(f"PRAGMA busy_timeout={max(0, int(busy * 1000))}")
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             if options.wal:
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={options.synchronous}")
@@ -146,18 +179,44 @@ class SqliteLane:
             raise self.options.errors.unavailable(f"{self.options.label} is closed")
         return self._conn
 
+    def busy_waits(self, conn: sqlite3.Connection, wait: bool) -> None:
+        """Set SQLite's busy timeout for the next statement: the configured one on the lane thread, 0 inline."""
+        if self._busy_waits != wait:
+            conn.execute(f"PRAGMA busy_timeout={self._busy_ms if wait else 0}")
+            self._busy_waits = wait
+
+    @property
+    def can_run_inline(self) -> bool:
+        """Whether a statement may run on the calling thread now: the connection is open and the lane thread has
+        nothing queued or running (so nothing else uses the connection meanwhile)."""
+        return self._conn is not None and self._thread.idle
+
+    def run_inline(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` here, with the same error mapping as `call` (the caller checked `can_run_inline`)."""
+        errors = self.options.errors
+        try:
+            return fn()
+        except sqlite3.IntegrityError as exc:
+            raise errors.conflict(f"constraint violated: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise errors.unavailable(f"SQLite error: {exc}") from exc
+
     def _run_on_thread(self, fn: Callable[[], _T]) -> asyncio.Future[_T]:
         """Queue ``fn`` on the lane thread; its outcome settles the returned future on this loop."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_T] = loop.create_future()
 
-        def job() -> None:
+        def job() -> bool:
             try:
+                if self._conn is not None:
+                    self.busy_waits(self._conn, True)
                 result, error = fn(), None
             except BaseException as exc:  # handed to the caller, whatever it is
                 result, error = None, exc
+            counted = self._thread.finished()
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_settle, future, result, error)
+            return counted
 
         self._thread.put(job)
         return future
@@ -226,6 +285,7 @@ class _SqliteTransaction:
         self._lane = lane
         self._begin = begin
         self.used = False  # a statement was handed to the lane thread (so BEGIN may have run)
+        self._begun = False  # a statement of this transaction has returned: it owns the connection's transaction
         self.committed: bool | None = None
         """Set on the lane thread when ``COMMIT`` has settled: True once committed, False once rolled back."""
 
@@ -245,15 +305,44 @@ class _SqliteTransaction:
 
         return run
 
+    def _inline(self, fn: Callable[[sqlite3.Connection], _T]) -> tuple[bool, _T | None]:
+        """Run ``fn`` on this thread if the transaction is begun and the lane thread idle: ``(True, result)``;
+        ``(False, None)`` when it must go to the lane thread (not begun, lane busy, or a lock to wait for)."""
+        lane = self._lane
+        if not (self._begun and lane.can_run_inline):
+            return False, None
+        conn = lane.conn
+
+        def run() -> _T:
+            if lane.owner is not self or not conn.in_transaction:
+                raise sqlite3.OperationalError("the transaction was rolled back by SQLite")
+            lane.busy_waits(conn, False)
+            return fn(conn)
+
+        try:
+            return True, lane.run_inline(run)
+        except Exception as exc:
+            cause = exc.__cause__
+            if isinstance(cause, sqlite3.OperationalError) and _is_busy(cause):
+                return False, None  # it would wait for a lock: the lane thread waits instead
+            raise
+
+    async def _statement(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        self.used = True
+        done, result = self._inline(fn)
+        if done:
+            return result  # type: ignore[return-value]
+        result = await self._lane.call(self._in_transaction(fn))
+        self._begun = True
+        return result
+
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         args = tuple(params)
-        self.used = True
-        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).fetchall()))
+        return await self._statement(lambda conn: conn.execute(sql, args).fetchall())
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         args = tuple(params)
-        self.used = True
-        return await self._lane.call(self._in_transaction(lambda conn: conn.execute(sql, args).rowcount))
+        return await self._statement(lambda conn: conn.execute(sql, args).rowcount)
 
     def end(self, verb: str) -> Callable[[], None]:
         """``COMMIT`` or ``ROLLBACK`` this transaction if it is still the one open on the lane (run on the lane

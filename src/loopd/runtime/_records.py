@@ -125,9 +125,15 @@ class TaskContext:
     response: Message
     history: tuple[Message, ...]
     has_earlier: bool
+    messages: tuple[Message, ...] | None = None
+    """With ``task.get(id, messages=N)``: the first N of the Task's own messages (as ``task.messages`` pages them),
+    read in the same snapshot as the rest; None when not asked for."""
+    more_messages: bool = False
+    """Whether the Task has more messages than ``messages`` holds (page on with ``task.messages``)."""
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> TaskContext:
+        own = body.get("messages")
         return cls(
             task_id=str(_field(body, "task_id")),
             conversation=Conversation.from_json(_field(body, "conversation")),
@@ -135,6 +141,8 @@ class TaskContext:
             response=Message.from_json(_field(body, "response")),
             history=tuple(Message.from_json(m) for m in body.get("history") or ()),
             has_earlier=bool(body.get("has_earlier")),
+            messages=None if own is None else tuple(Message.from_json(m) for m in own),
+            more_messages=bool(body.get("more_messages")),
         )
 
 

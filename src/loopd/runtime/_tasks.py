@@ -98,12 +98,15 @@ class TaskVerbs:
         self._runtime = runtime
         self._client = client
 
-    async def get(self, task_id: str) -> TaskContext:
+    async def get(self, task_id: str, *, messages: int = 0) -> TaskContext:
         """The Task's question (``input``), the ``response`` being written, the conversation and its history through
-        the input. ``TaskNotReady`` (a ``NotFound``) while the question has not committed yet — inside
-        ``task.watch`` the runtime requeues the Task shortly — or once the Task is gone."""
+        the input; with ``messages`` (1–100) also the first messages of the Task itself (``context.messages``,
+        ``more_messages`` when there are others), saving a ``task.messages`` request. ``TaskNotReady`` (a
+        ``NotFound``) while the question has not committed yet — inside ``task.watch`` the runtime requeues the Task
+        shortly — or once the Task is gone."""
+        params = {"messages": messages} if messages else None
         try:
-            body = await self._client.request("GET", f"/v1/tasks/{task_id}", what=f"task {task_id}")
+            body = await self._client.request("GET", f"/v1/tasks/{task_id}", params=params, what=f"task {task_id}")
         except NotFound as exc:
             raise TaskNotReady(exc.message, type=exc.type, status=exc.status) from exc
         return TaskContext.from_json(body)

@@ -126,7 +126,8 @@ class Router:
 
     async def reconcile(self, task: Task) -> Result | None:
         """Answer ``task`` and complete it (``router_failed`` on a permanent failure). Idempotent."""
-        context = await self._rt.task.get(task.id)  # TaskNotReady: the runtime requeues shortly
+        # With the Task's own first messages: an earlier run's round marks, without a second request.
+        context = await self._rt.task.get(task.id, messages=PAGE)  # TaskNotReady: the runtime requeues shortly
         if context.response.status != "streaming":
             return None  # answered already (a late requeue)
         work = _TaskWork(self._rt, self.settings, self.key, task, context)
@@ -171,7 +172,10 @@ class _TaskWork:
         self._attempted: list[str] = []  # effect keys whose start was sent (it may have reached the engine)
         self._followups: dict[str, str] | None = None  # follow-up id → text, read once when first needed
         self._recorded: tuple[ProgressMark, ...] | None = None
-        """The round boundaries of earlier runs (read while the first batch works: only its end consults them)."""
+        """The round boundaries of earlier runs: from the context's messages when they are all there, else read
+        while the first batch works (only its end consults them)."""
+        if context.messages is not None and not context.more_messages:
+            self._recorded = recover_rounds(context.messages, kind="operator", key=key)
 
     async def answer(self) -> str:
         """Plan, work (round after round while follow-ups arrive), summarize; the answer's text."""

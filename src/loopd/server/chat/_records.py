@@ -19,6 +19,10 @@ class TaskContext:
     """The main conversation's messages up to and including the input (the newest ``history_limit``)."""
     has_earlier: bool
     """Whether older messages exist before ``history[0]``."""
+    messages: list[Message] | None = None
+    """The first messages of the Task itself (both conversations, id order) when asked for, else None."""
+    more_messages: bool = False
+    """Whether the Task has more messages than ``messages`` holds."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -242,10 +242,23 @@ def task_router(tasks: TaskApi) -> APIRouter:
     router = APIRouter(responses=ERROR_RESPONSES)
 
     @router.get("/v1/tasks/{task_id}", tags=["tasks"])
-    async def task_context(caller: Responder, task_id: Id) -> TaskContextBody:
-        """The Task's input, response, conversation and history through the input. 404 until the question has
-        committed (an operator may see the Task first): requeue and retry."""
-        context = await tasks.task_context(task_id)
+    async def task_context(
+        caller: Responder,
+        task_id: Id,
+        messages: Annotated[
+            int,
+            Query(
+                ge=0,
+                le=100,
+                description="Also return the first N of the Task's own messages (as GET …/messages would), read in "
+                "the same snapshot: a responder's first read then needs no second request.",
+            ),
+        ] = 0,
+    ) -> TaskContextBody:
+        """The Task's input, response, conversation and history through the input (and, with ``messages``, the
+        first messages of the Task itself). 404 until the question has committed (an operator may see the Task
+        first): requeue and retry."""
+        context = await tasks.task_context(task_id, messages=messages)
         check_responder(caller, context.response)
         return TaskContextBody(
             task_id=task_id,
@@ -255,6 +268,8 @@ def task_router(tasks: TaskApi) -> APIRouter:
             history=[message_body(m) for m in context.history],
             history_from_message_id=context.history[0].id if context.history else None,
             has_earlier=context.has_earlier,
+            messages=None if context.messages is None else [message_body(m) for m in context.messages],
+            more_messages=context.more_messages,
         )
 
     @router.get("/v1/tasks/{task_id}/messages", tags=["tasks"])

@@ -147,6 +147,9 @@ class TaskContextBody(_Response):
     history: list[MessageBody]
     history_from_message_id: str | None
     has_earlier: bool
+    messages: list[MessageBody] | None = None
+    """With ``?messages=N``: the first N of the Task's own messages (both conversations, id order)."""
+    more_messages: bool = False
 
 
 class EmitAccepted(_Response):
