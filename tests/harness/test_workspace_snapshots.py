@@ -47,6 +47,13 @@ def test_history_is_a_stack_with_a_head_and_undo_restores_below_it() -> None:
     assert target is not None and target[1].ref == "a"
     # A restore of a ref the session never recorded keeps the head.
     assert apply_workspace(h, ev.WorkspaceRestored(ref="zz", index=-1, at=3.0)).head == 1
+    # Checkpoints equal to the head (a turn that changed nothing) are skipped: undo always changes something.
+    same = EMPTY_WORKSPACE_HISTORY
+    for ref in ("a", "b", "b"):
+        same = apply_workspace(same, _cp(ref))
+    target = undo_target(same)
+    assert target is not None and target[1].ref == "a"
+    assert undo_target(apply_workspace(apply_workspace(EMPTY_WORKSPACE_HISTORY, _cp("x")), _cp("x"))) is None
 
 
 def test_checkpoint_due_follows_the_policy() -> None:
@@ -255,4 +262,25 @@ async def test_undo_works_after_a_crash_and_a_restore_of_the_session(tmp_path: P
         assert not (ws / "f.txt").exists()
     finally:
         await restored.shutdown()
+        await journal.aclose()
+
+
+async def test_garbage_collection_from_a_journal_keeps_every_recorded_snapshot(tmp_path: Path) -> None:
+    from loopd.harness.snapshots import collect_unreferenced
+
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        rig = await _rig(tmp_path, journal, [], on="off")
+        ws = tmp_path / "ws"
+        async with rig.open_session() as session:
+            (ws / "kept.txt").write_text("recorded")
+            kept = await session.checkpoint_workspace()
+        store = SnapshotStore(tmp_path / "snap", ws)
+        (ws / "kept.txt").write_text("never recorded")
+        orphan = store.checkpoint_sync().ref  # stored, but no journal names it (as after a crash)
+        deleted, _ = await collect_unreferenced(journal, tmp_path / "snap", grace_seconds=0)
+        assert deleted == 2 and not store.has(orphan) and store.has(kept)
+        store.restore_sync(kept)
+        assert (ws / "kept.txt").read_text() == "recorded"
+    finally:
         await journal.aclose()

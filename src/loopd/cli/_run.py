@@ -32,6 +32,7 @@ from loopd.harness.actors import Rig
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
 from loopd.harness.journal import last_settled_seq
 from loopd.harness.models import PriceTableError
+from loopd.harness.snapshots import SNAPSHOT_TRIGGERS
 from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
 
 EXIT_USAGE: Final = 2
@@ -54,6 +55,8 @@ class RunOptions:
     point); ID itself is not touched."""
     sandbox: str | None = None
     """``--sandbox``: auto | bubblewrap | none (None: ``$LOOPD_SANDBOX``, else auto)."""
+    snapshots: str = "turn_done"
+    """``--snapshots``: when the workspace is snapshotted (turn_done | step_done | idle | off); /undo and /diff."""
 
 
 def run_command(
@@ -90,6 +93,11 @@ def run_command(
         "turn); the original is left as it is.",
     ),
     sandbox: str | None = sandbox_option(),
+    snapshots: str = typer.Option(
+        "turn_done",
+        "--snapshots",
+        help="When to snapshot the workspace (for /undo and /diff): turn_done, step_done, idle or off.",
+    ),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
 
@@ -106,6 +114,7 @@ def run_command(
         resume=resume,
         fork=fork,
         sandbox=sandbox,
+        snapshots=snapshots,
     )
     code = run_async(run_harness(options))
     if code:
@@ -126,6 +135,9 @@ async def run_harness(
     view = RunView(console=console or cli_console(), out=out or sys.stdout, resume_options=_resume_options(options))
     if options.prompt is not None and not options.prompt.strip():
         view.error("the prompt is empty")
+        return EXIT_USAGE
+    if options.snapshots not in SNAPSHOT_TRIGGERS:
+        view.error(f"--snapshots {options.snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}")
         return EXIT_USAGE
     if options.fork is not None:
         if options.resume:
@@ -148,7 +160,12 @@ async def run_harness(
         return exc.exit_code
     view.model_url = config.base_url
     settings = HarnessSettings(
-        workspace=options.workspace, data_dir=options.data_dir, model=config, policy=policy, sandbox=confinement
+        workspace=options.workspace,
+        data_dir=options.data_dir,
+        model=config,
+        policy=policy,
+        sandbox=confinement,
+        snapshots=options.snapshots,  # type: ignore[arg-type]  # one of SNAPSHOT_TRIGGERS (checked above)
     )
     conversation = Conversation(
         view=view,

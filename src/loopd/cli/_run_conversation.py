@@ -23,6 +23,7 @@ from typing import Final, Literal
 
 from loopd.cli._run_input import InputInterrupted, LineInput
 from loopd.cli._run_view import RunView
+from loopd.cli._run_workspace import WORKSPACE_COMMANDS, workspace_command
 from loopd.harness import (
     HarnessError,
     MailboxFullError,
@@ -228,6 +229,9 @@ class Conversation:
                 return EXIT_OK
             if text == "/help":
                 self._view.repl_help()
+                continue
+            if text in WORKSPACE_COMMANDS:
+                await workspace_command(self.session, self._view, text)
                 continue
             if not interactive:
                 self._view.echo_input(text)

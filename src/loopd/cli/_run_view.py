@@ -197,7 +197,8 @@ class RunView:
             (
                 "Each line is one turn of this session. /exit, /quit or Ctrl-D quits; Ctrl-C interrupts a running "
                 "turn (at the prompt: press it twice to quit). Permission questions take a, l or d; Ctrl-C twice "
-                "there quits and leaves the question open for loopd run --resume.",
+                "there quits and leaves the question open for loopd run --resume. /diff shows what changed in the "
+                "workspace since before the last turn; /undo puts it back.",
                 "dim",
             )
         )

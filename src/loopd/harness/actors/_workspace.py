@@ -103,8 +103,9 @@ class SessionWorkspace:
         )
         return result.ref
 
-    async def restore(self, ref: str, *, reason: str = "restore") -> None:
-        """Put the workspace back to snapshot ``ref`` and record it. Refused while a turn runs."""
+    async def restore(self, ref: str, *, reason: str = "restore", index: int | None = None) -> None:
+        """Put the workspace back to snapshot ``ref`` (checkpoint ``index``: default, the newest with that ref) and
+        record it. Refused while a turn runs."""
         store = self._require()
         self._session.check_accepting()
         await self._settle()
@@ -113,7 +114,7 @@ class SessionWorkspace:
         await self._session.commit_session(
             WorkspaceRestored(
                 ref=ref,
-                index=index_of(self.history, ref),
+                index=index_of(self.history, ref) if index is None else index,
                 previous_ref=head.ref if head is not None else None,
                 reason=reason,
                 at=self._session.clock.time(),
@@ -127,12 +128,14 @@ class SessionWorkspace:
         await self._session.wait_idle(timeout=_SETTLE_TIMEOUT)
 
     async def undo(self) -> str:
-        """Restore the checkpoint before the current one (the workspace before the last turn); its ref."""
+        """Restore the workspace as it was before the last turn that changed it; the snapshot's ref."""
+        self._require()
+        await self._settle()  # the checkpoint after the last turn's end is in the history
         target = undo_target(self.history)
         if target is None:
-            raise NothingToUndoError("nothing to undo: no workspace checkpoint before the current one")
-        _, checkpoint = target
-        await self.restore(checkpoint.ref, reason="undo")
+            raise NothingToUndoError("nothing to undo: no earlier workspace snapshot differs from the current one")
+        index, checkpoint = target
+        await self.restore(checkpoint.ref, reason="undo", index=index)
         return checkpoint.ref
 
     async def diff(self) -> str:

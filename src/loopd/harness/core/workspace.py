@@ -6,7 +6,8 @@ history is folded from the journal, so ``/undo`` keeps working after a restore o
 
 The history is a stack with a head: a checkpoint is appended and becomes the head; a restore moves the head to the
 restored checkpoint (later checkpoints stay, so a restore can be undone by restoring a later one). ``undo`` restores
-the checkpoint just below the head: the workspace as it was before the last turn.
+the newest checkpoint below the head that differs from it: the workspace as it was before the last turn that
+changed it.
 """
 
 from __future__ import annotations
@@ -69,10 +70,13 @@ def apply_workspace(history: WorkspaceHistory, event: WorkspaceCheckpointed | Wo
 
 
 def undo_target(history: WorkspaceHistory) -> tuple[int, Checkpoint] | None:
-    """The checkpoint ``undo`` restores (the one below the head), or None when there is nothing to undo."""
-    if history.head < 1:
-        return None
-    return history.head - 1, history.checkpoints[history.head - 1]
+    """The checkpoint ``undo`` restores, or None when there is nothing to undo: the newest one below the head whose
+    ref differs from the head's (a turn that changed no file is skipped: undoing it would change nothing)."""
+    current = history.current
+    for i in range(history.head - 1, -1, -1):
+        if current is None or history.checkpoints[i].ref != current.ref:
+            return i, history.checkpoints[i]
+    return None
 
 
 def index_of(history: WorkspaceHistory, ref: str) -> int:

@@ -7,9 +7,12 @@ deletes what no journal references (see `loopd.harness.core.workspace` for the p
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
+from loopd.harness.core import codec
 from loopd.harness.core.workspace import SNAPSHOT_TRIGGERS, SnapshotTrigger
 from loopd.harness.snapshots._store import (
     DEFAULT_EXCLUDES,
@@ -30,7 +33,14 @@ __all__ = [
     "SnapshotStore",
     "SnapshotTrigger",
     "collect_garbage",
+    "collect_unreferenced",
 ]
+
+if TYPE_CHECKING:
+    from loopd.harness.journal import Journal
+
+_EVERY_SESSION: Final = 1_000_000
+_WORKSPACE_KINDS: Final = frozenset({"workspace_checkpointed", "workspace_restored"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +57,22 @@ class SnapshotPolicy:
 
     def store_for(self, workspace: Path) -> SnapshotStore:
         return SnapshotStore(self.root, workspace, excludes=self.excludes)
+
+
+async def collect_unreferenced(
+    journal: Journal, root: Path, *, grace_seconds: float = 3600.0, timeout: float = 600.0
+) -> tuple[int, int]:
+    """Delete the snapshot objects under ``root`` that no session of ``journal`` references; (deleted, bytes).
+
+    Reachability: every ref named by a `WorkspaceCheckpointed` / `WorkspaceRestored` event of any session, and
+    everything its trees reach. Objects younger than ``grace_seconds`` are kept (a snapshot being recorded now).
+    Several journals sharing one store: call `collect_garbage` with the union of their refs instead.
+    """
+    async with asyncio.timeout(timeout):
+        live: set[str] = set()
+        for info in await journal.sessions(limit=_EVERY_SESSION):
+            for record in await journal.read(info.session_id):
+                if record.kind in _WORKSPACE_KINDS:
+                    event = codec.decode(record.kind, record.version, record.data)
+                    live.add(event.ref)  # type: ignore[union-attr]  # both kinds carry a ref
+        return await asyncio.to_thread(collect_garbage, root, live, grace_seconds=grace_seconds)

@@ -228,7 +228,7 @@ class SnapshotStore:
                     kind = "x" if st.st_mode & 0o111 else "f"
                     key = [st.st_size, st.st_mtime_ns, st.st_ino]
                     cached = old_cache.get(rel)
-                    if cached is not None and cached[:3] == key and self.has(cached[3]):
+                    if cached is not None and cached[:3] == key:
                         digest = cached[3]
                     else:
                         digest, written = self._put_file(Path(item.path))
@@ -267,10 +267,15 @@ class SnapshotStore:
         st = os.lstat(root)
         if not stat.S_ISDIR(st.st_mode):
             raise SnapshotError(f"the workspace {root} is not a directory")
-        self._restore_dir(root, ref, top=True)
-        self._save_cache({})  # inodes and mtimes changed: hash again next time
+        cache = self._load_cache()
+        try:
+            self._restore_dir(root, ref, top=True, prefix="", cache=cache)
+        finally:
+            self._save_cache(cache)  # rewritten files left it: they are hashed again next time
 
-    def _restore_dir(self, directory: Path, digest: str, *, top: bool) -> None:
+    def _restore_dir(
+        self, directory: Path, digest: str, *, top: bool, prefix: str, cache: dict[str, list[Any]]
+    ) -> None:
         entries = {e[0]: e for e in self.read_tree(digest)}
         with os.scandir(directory) as it:
             present = {d.name: d for d in it}
@@ -290,17 +295,25 @@ class SnapshotStore:
                     with contextlib.suppress(FileNotFoundError):
                         _remove(target)
                     target.mkdir()
-                self._restore_dir(target, value, top=False)
+                self._restore_dir(target, value, top=False, prefix=f"{prefix}{name}/", cache=cache)
             elif kind == "l":
                 if os.path.lexists(target):
                     _remove(target)
                 os.symlink(value, target)
             else:
-                self._write_file(target, value, executable=kind == "x")
+                self._write_file(target, value, executable=kind == "x", rel=prefix + name, cache=cache)
 
-    def _write_file(self, target: Path, digest: str, *, executable: bool) -> None:
+    def _write_file(
+        self, target: Path, digest: str, *, executable: bool, rel: str, cache: dict[str, list[Any]]
+    ) -> None:
+        cached = cache.pop(rel, None)
         try:
             st = os.lstat(target)
+            unchanged = cached is not None and cached[:3] == [st.st_size, st.st_mtime_ns, st.st_ino]
+            if stat.S_ISREG(st.st_mode) and unchanged and cached is not None and cached[3] == digest:
+                _set_exec(target, executable, st.st_mode)
+                cache[rel] = cached  # the stat cache vouches for it: not read again
+                return
             if stat.S_ISREG(st.st_mode) and st.st_size == os.stat(self._object_path(digest)).st_size:
                 h = hashlib.sha256()
                 with open(target, "rb") as f:
@@ -405,11 +418,17 @@ def collect_garbage(root: Path, live_refs: set[str], *, grace_seconds: float = 3
     """Delete every object under ``root`` not reachable from ``live_refs``; (objects deleted, bytes freed).
 
     Objects younger than ``grace_seconds`` are kept: a snapshot being taken right now is not in a journal yet.
+    The stat caches are dropped (they may name deleted objects): the next snapshot of each workspace hashes again.
     """
     store = SnapshotStore(root, root)
     keep = store.reachable(live_refs)
     cutoff = time.time() - grace_seconds
     deleted = freed = 0
+    caches = root / "cache"
+    if caches.is_dir():
+        for cache in caches.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                cache.unlink()
     objects = root / "objects"
     if not objects.is_dir():
         return 0, 0
