@@ -13,6 +13,7 @@ import pytest
 
 from loopd._infra.clock import VirtualClock
 from loopd.harness._errors import ModelPermanentError
+from loopd.harness.core._values import Message
 from loopd.harness.models import (
     CassetteError,
     CassetteMismatchError,
@@ -27,7 +28,7 @@ from loopd.harness.models import (
     open_scripted_server,
 )
 from loopd.harness.models._cassette import Cassette, load_entries
-from loopd.harness.models._protocol import TextDelta
+from loopd.harness.models._protocol import ModelRequest, TextDelta
 from loopd.harness.models._scripted_server import Script
 from loopd.testing import cassette_model, open_cassette
 from tests.support.waiting import eventually
@@ -313,3 +314,28 @@ async def test_a_configured_cassette_serves_open_model_and_a_replay_needs_no_key
         again = await collect(model.stream(ask("hi")))
     assert live.text == again.text == "configured"
     assert LIVE_KEY not in path.read_text()
+
+
+async def test_the_anthropic_adapter_records_and_replays_through_the_same_cassette(tmp_path: Path) -> None:
+    from loopd.harness.models import AnthropicReply, AnthropicScriptedServer, open_anthropic_server
+
+    path = tmp_path / "c.yaml"
+    key = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
+    request = ModelRequest(model="", messages=(Message(role="user", content="hi"),), max_output_tokens=100)
+    server = AnthropicScriptedServer([AnthropicReply(text="Hello from the Messages API", chunk_size=5)], api_key=key)
+    async with open_anthropic_server(server) as url:
+        recording = ModelConfig(
+            model="claude-sonnet-4-5",
+            anthropic_base_url=url,
+            anthropic_api_key=key,
+            cassette=CassetteSettings(path=path, mode="record"),
+        )
+        async with open_model(recording) as model:
+            live = await collect(model.stream(request))
+    replaying_config = ModelConfig(model="claude-sonnet-4-5", cassette=CassetteSettings(path=path))
+
+    async with open_model(replaying_config) as model:
+        again = await collect(model.stream(request))
+
+    assert live.text == "Hello from the Messages API" and again.chunks == live.chunks
+    assert key not in path.read_text()
