@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from loopd._infra.clock import VirtualClock
 from loopd.harness._errors import ModelPermanentError
@@ -327,7 +328,7 @@ async def test_the_anthropic_adapter_records_and_replays_through_the_same_casset
         recording = ModelConfig(
             model="claude-sonnet-4-5",
             anthropic_base_url=url,
-            anthropic_api_key=key,
+            anthropic_api_key=SecretStr(key),
             cassette=CassetteSettings(path=path, mode="record"),
         )
         async with open_model(recording) as model:
