@@ -8,6 +8,8 @@
     LOOPD_PRICES       a JSON or YAML price table, merged over the default table
     LOOPD_RATE_LIMITS  per-provider limits, e.g. ``openai:rpm=500,tpm=200000;anthropic:rpm=50`` (``_ratelimit``)
     LOOPD_RATE_QUEUE   how many calls may wait for a provider's rate limit (default 64)
+    LOOPD_MODEL_CASSETTE[_MODE|_TIMING|_REDACT]  record / replay the providers' HTTP traffic (``_cassette``); a replay
+                       needs no key
 
 **Model ids and chains.** An entry is ``[provider:]model`` with provider ``openai`` or ``anthropic``; a bare id
 starting with ``claude`` is Anthropic's, any other bare id OpenAI-compatible. Several entries separated by commas
