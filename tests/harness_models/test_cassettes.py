@@ -340,3 +340,24 @@ async def test_the_anthropic_adapter_records_and_replays_through_the_same_casset
 
     assert live.text == "Hello from the Messages API" and again.chunks == live.chunks
     assert key not in path.read_text()
+
+
+def test_loopd_testing_is_a_small_documented_face() -> None:
+    import loopd.testing as testing
+
+    assert sorted(testing.__all__) == sorted(
+        [
+            "REPLAY_API_KEY",
+            "Cassette",
+            "CassetteError",
+            "CassetteMismatchError",
+            "CassetteMode",
+            "CassetteSettings",
+            "CassetteStatistics",
+            "CassetteTiming",
+            "cassette_model",
+            "open_cassette",
+        ]
+    )
+    for name in ("Cassette", "CassetteError", "CassetteMismatchError", "CassetteSettings", "cassette_model"):
+        assert getattr(testing, name).__doc__, name
