@@ -11,6 +11,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from loopd.harness.models import (
     AnthropicScriptedServer,
     FailWithStatus,
@@ -19,7 +21,7 @@ from loopd.harness.models import (
     open_anthropic_server,
     open_scripted_server,
 )
-from tests.cli_run.conftest import LOOPD, TIMEOUT, Dirs, child_env
+from tests.cli_run.conftest import LOOPD, TIMEOUT, Dirs, child_env, run_captured
 
 
 @contextlib.contextmanager
@@ -73,3 +75,16 @@ def test_loopd_run_falls_back_to_the_next_provider_of_the_chain(dirs: Dirs) -> N
     assert primary.requests[0].model == "gpt-4o-mini" and secondary.requests[0].model == "claude-haiku-4-5"
     assert "sk-ant-test" not in done.stdout + done.stderr
     assert os.environ.get("ANTHROPIC_API_KEY") != "sk-ant-test"  # the key went to the child only
+
+
+async def test_a_chain_needing_a_missing_key_or_a_malformed_one_exits_2(
+    dirs: Dirs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test")
+    result = await run_captured(dirs, model="gpt-4o-mini,claude-haiku-4-5", prompt="hello")
+    assert result.code == 2
+    assert "needs ANTHROPIC_API_KEY" in result.stderr and "Traceback" not in result.stderr
+    result = await run_captured(dirs, model="mistral:large", prompt="hello")
+    assert result.code == 2 and "unknown provider 'mistral'" in result.stderr

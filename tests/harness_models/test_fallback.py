@@ -188,3 +188,24 @@ async def test_an_error_after_output_is_raised_not_handed_over(stack: AsyncExitS
     got = await collect(model.stream(ask("hi")))
     assert got.text and isinstance(got.error, ModelRetryableError)
     assert secondary.statistics().requests == 0
+
+
+async def test_a_switched_model_goes_to_the_chains_adapter_for_its_provider(stack: AsyncExitStack) -> None:
+    primary, secondary, model = await chain(
+        stack, [ServerReply(text="never")], [ServerReply(text="Sonnet here.")], clock=VirtualClock()
+    )
+    request = ask("hi").model_copy(update={"model": "claude-sonnet-4-5"})  # e.g. after `/model claude-sonnet-4-5`
+    got = await collect(model.stream(request))
+    assert got.text == "Sonnet here." and secondary.requests[0].model == "claude-sonnet-4-5"
+    assert primary.statistics().requests == 0
+    for unknown in ("mistral:large", "gpt-4o,"):
+        bad = await collect(model.stream(ask("hi").model_copy(update={"model": unknown})))
+        assert isinstance(bad.error, ModelPermanentError)
+
+
+async def test_a_model_of_a_provider_missing_from_the_chain_is_refused_before_any_call() -> None:
+    model = build_model(ModelConfig.from_env({"OPENAI_API_KEY": "k"}, model="openai:gpt-4o-mini"))
+    assert isinstance(model, FallbackModel)
+    got = await collect(model.stream(ask("hi").model_copy(update={"model": "claude-haiku-4-5"})))
+    await model.aclose()
+    assert isinstance(got.error, ModelPermanentError) and "no anthropic provider" in str(got.error)

@@ -12,7 +12,9 @@ than the soonest end of a provider's cool-down) and starts again from the first 
 ``max_retries`` times; a cool-down longer than ``max_retry_after`` is not waited for: the last error is raised.
 
 Each child is called with its own model id (``request.model`` is replaced), and its usage is priced by the child;
-the chain's `name` is the spelled chain (e.g. ``anthropic:claude-haiku-4-5,gpt-4o-mini``). Time comes from a
+the chain's `name` is the spelled chain (e.g. ``anthropic:claude-haiku-4-5,gpt-4o-mini``). A request naming another
+model (a loop that switched models) goes to the chain's adapter for that model's provider (`ModelPermanentError`
+when the chain has none); a chain named there is tried as a chain. Time comes from a
 `Clock` (virtual in tests).
 """
 
@@ -26,7 +28,7 @@ from typing import Protocol
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
-from loopd.harness._errors import ModelRetryableError
+from loopd.harness._errors import ModelPermanentError, ModelRetryableError
 from loopd.harness.models._protocol import AttemptFailed, ModelChunk, ModelRequest
 from loopd.harness.models._retrying import DEFAULT_BACKOFF, attempt_failed, retry_delay
 
@@ -98,21 +100,42 @@ class FallbackModel:
             until = self._clock.monotonic() + err.retry_after
             self._cool_until[index] = max(self._cool_until[index], until)
 
+    def _route(self, requested: str) -> list[tuple[int, str]]:
+        """(entry index, model id) in the order to try. The chain's own name (or none) is the whole chain; another
+        id (a loop switched its model, e.g. ``/model gpt-4o``) is sent to the chain's adapter for its provider."""
+        if not requested or requested == self._name:
+            return [(index, entry.model.name) for index, entry in enumerate(self._entries)]
+        from loopd.harness.models._config import parse_chain
+
+        try:
+            targets = parse_chain(requested)
+        except ValueError as exc:
+            raise ModelPermanentError(str(exc)) from exc
+        route: list[tuple[int, str]] = []
+        for target in targets:
+            index = next((i for i, e in enumerate(self._entries) if e.provider == target.provider), None)
+            if index is None:
+                raise ModelPermanentError(
+                    f"model {requested}: the chain {self._name} has no {target.provider} provider to send it to"
+                )
+            route.append((index, target.model))
+        return route
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply from the first provider that takes it."""
+        route = self._route(request.model)
         attempt = 0
         retry = 0
         while True:
             now = self._clock.monotonic()
-            available = [i for i, until in enumerate(self._cool_until) if until <= now]
+            available = [(index, model) for index, model in route if self._cool_until[index] <= now]
             last: ModelRetryableError | None = None
-            last_entry: ChainEntry | None = None
-            for position, index in enumerate(available):
+            last_try: tuple[ChainEntry, str] | None = None
+            for position, (index, model) in enumerate(available):
                 entry = self._entries[index]
-                child = entry.model
                 yielded = False
                 try:
-                    chunks = child.stream(request.model_copy(update={"model": child.name}))
+                    chunks = entry.model.stream(request.model_copy(update={"model": model}))
                     try:
                         async for chunk in chunks:
                             if isinstance(chunk, AttemptFailed):  # the adapter's own retry: renumbered in the call
@@ -130,19 +153,22 @@ class FallbackModel:
                     if yielded:
                         raise
                     self._cool_down(index, err)
-                    last, last_entry = err, entry
+                    last, last_try = err, (entry, model)
                     if position < len(available) - 1:
-                        nxt = self._entries[available[position + 1]]
                         logger.info(
-                            "model %s (%s): %s; falling back to %s", child.name, entry.provider, err, nxt.model.name
+                            "model %s (%s): %s; falling back to %s",
+                            model,
+                            entry.provider,
+                            err,
+                            available[position + 1][1],
                         )
                         yield attempt_failed(
-                            err, attempt=attempt, provider=entry.provider, model=child.name, next="fallback"
+                            err, attempt=attempt, provider=entry.provider, model=model, next="fallback"
                         )
                         attempt += 1
             # every available provider failed (or all are cooling down): wait, then another round
             now = self._clock.monotonic()
-            cooling = max(0.0, min(self._cool_until) - now)
+            cooling = max(0.0, min(self._cool_until[index] for index, _ in route) - now)
             if retry >= self._max_retries or cooling > self._max_retry_after:
                 if last is not None:
                     raise last
@@ -153,9 +179,10 @@ class FallbackModel:
             delay = retry_delay(self._backoff, retry, cooling, self._max_retry_after)
             if delay is None:  # pragma: no cover - cooling <= max_retry_after was checked above
                 raise last or ModelRetryableError(f"model {self._name}: every provider is cooling down")
-            if last is not None and last_entry is not None:
+            if last is not None and last_try is not None:
+                failed_entry, failed_model = last_try
                 yield attempt_failed(
-                    last, attempt=attempt, provider=last_entry.provider, model=last_entry.model.name, next="retry"
+                    last, attempt=attempt, provider=failed_entry.provider, model=failed_model, next="retry"
                 )
                 attempt += 1
             retry += 1
