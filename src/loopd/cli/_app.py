@@ -20,6 +20,7 @@ from loopd.cli._chat import chat_command
 from loopd.cli._demo import demo_command
 from loopd.cli._errors import DEBUG_ENV, EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, report, set_debug
 from loopd.cli._harness_serve import harness_app
+from loopd.cli._ledger_commands import cost_command, ledger_command
 from loopd.cli._logging import LOG_FORMAT_ENV, LOG_LEVEL_ENV, apply_log_options
 from loopd.cli._operator import operator_app
 from loopd.cli._resources_commands import kubeconfig_command, manifests_app
@@ -101,6 +102,8 @@ def version_command() -> None:
 app.command("up")(up_command)
 app.command("server")(server_command)
 app.command("chat")(chat_command)
+app.command("ledger")(ledger_command)
+app.command("cost")(cost_command)
 app.command("demo")(demo_command)
 app.command("run")(run_command)
 app.command("kubeconfig")(kubeconfig_command)

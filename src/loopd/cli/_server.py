@@ -99,6 +99,7 @@ def server_settings(
     announce: bool = True,
     holder: str = "loopd server",
     embedded_only: bool = False,
+    ledger_retention: str | None = None,
 ) -> UpSettings:
     """The server's settings: each flag given wins over ``config`` (the file with the environment over it), which
     wins over the defaults. ``embedded_only`` (`loopd up`): Tasks must live in the embedded store."""
@@ -127,6 +128,15 @@ def server_settings(
         extra["call_timeout"] = config.call_timeout
     if config.lease_ttl is not None:
         extra["lease_ttl"] = config.lease_ttl
+    extra["ledger_retention"] = config.ledger_retention
+    if ledger_retention is not None:
+        from loopd.server.ledger import parse_duration
+        from loopd.server.storage import InvalidRecord
+
+        try:
+            extra["ledger_retention"] = parse_duration(ledger_retention)
+        except InvalidRecord as exc:
+            raise CliError(f"--ledger-retention: {exc}", exit_code=EXIT_USAGE) from exc
     try:
         actor_tokens = tuple((item.actor, item.token()) for item in config.actor_tokens)
     except MissingSecret as exc:
@@ -153,7 +163,19 @@ def server_settings(
         admin_tokens=(config.admin_token.get_secret_value(),) if config.admin_token is not None else (),
         actor_tokens=actor_tokens,
         holder=holder,
+        ledger_prompts=config.ledger_prompts,
+        ledger_redact=config.ledger_redact,
         **extra,
+    )
+
+
+def ledger_retention_option() -> Any:
+    """``--ledger-retention``: how long the ledger keeps full prompts and replies."""
+    return typer.Option(
+        None,
+        "--ledger-retention",
+        help="Keep the ledger's prompts and replies this long after a trail's last event, e.g. 30d "
+        "($LOOPD_LEDGER_RETENTION; config ledger.retention; default: for good).",
     )
 
 
@@ -196,9 +218,10 @@ def server_command(
     workspaces: Path | None = typer.Option(
         None, "--workspaces", help="Where the built-in harnesses' workspaces live, outside the data directory."
     ),
-    model: str | None = typer.Option(None, "--model", help="Model of the default assistant ($LOOPD_MODEL, else demo)."),
+    model: str | None = typer.Option(None, "--model", help="Model (or fallback chain A,B) of the default assistant ($LOOPD_MODEL, else demo)."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)."),
     sandbox: str | None = sandbox_option(),
+    ledger_retention: str | None = ledger_retention_option(),
 ) -> None:
     """Run loop-server alone (HTTP API, web UI, Harness Engine, harness targets): no operators in this process."""
     from loopd.server import ExposureRefused, WorkspaceLocationError, check_exposure
@@ -224,6 +247,7 @@ def server_command(
         base_url=base_url,
         sandbox=sandbox,
         demo_rules=demo_rules(),
+        ledger_retention=ledger_retention,
     )
     try:
         check_exposure(settings.host, public=settings.public)

@@ -64,7 +64,7 @@ def up_command(
     api_port: int | None = typer.Option(
         None, "--api-port", help="Port of the Kubernetes-compatible API (default 0: any free port)."
     ),
-    model: str | None = typer.Option(None, "--model", help="Model id (default: $LOOPD_MODEL, else the demo model)."),
+    model: str | None = typer.Option(None, "--model", help="Model id ([openai:|anthropic:]ID) or a fallback chain A,B (default: $LOOPD_MODEL, else demo)."),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)."),
     database: str | None = typer.Option(
         None, "--database", help="PostgreSQL DSN for the server state ($LOOPD_DATABASE_URL; default: SQLite)."
@@ -91,6 +91,12 @@ def up_command(
         "--no-longhorizon",
         help="Do not run LongHorizon (operator:longhorizon) in this process: run loopd operator longhorizon beside "
         "it, or its questions wait. Its settings come from the LOOPD_LH_* variables (docs/longhorizon.md).",
+    ),
+    ledger_retention: str | None = typer.Option(
+        None,
+        "--ledger-retention",
+        help="Keep the ledger's prompts and replies this long after a trail's last event, e.g. 30d "
+        "($LOOPD_LEDGER_RETENTION; config ledger.retention; default: for good).",
     ),
 ) -> None:
     """Run loop-server: HTTP API, Kubernetes-compatible API, Harness Engine and the built-in `assistant` harness."""

@@ -77,12 +77,14 @@ from loopd.server.engine import (
     HarnessAdapter,
     HarnessEngine,
     OpenAIModelAdapter,
+    PromptRecording,
     RemoteHarnessAdapter,
     engine_router,
+    recording_rig,
 )
 from loopd.server.http import AccessStore, Identity, ServerSecurity, open_http_server
 from loopd.server.human import HumanService
-from loopd.server.ledger import SqlLedgerStore
+from loopd.server.ledger import ArtifactRetention, Redactor, SqlLedgerStore
 from loopd.server.registry import ActorInfo, RegistryService
 from loopd.server.responder import HarnessResponder
 from loopd.server.storage import Database, DatabaseOptions, InvalidRecord, StorageError, open_database
@@ -148,6 +150,12 @@ class UpSettings:
     those actors' tokens (`AccessStore.adopt_token`, at start)."""
     holder: str = "loopd up"
     """Who holds the data directory's lock (named when a second process is refused)."""
+    ledger_prompts: bool = True
+    """Store every model call's full request and reply in the ledger (built-in harnesses), redacted."""
+    ledger_retention: float | None = None
+    """Seconds the ledger keeps prompts and replies after their trail's last event (None: for good)."""
+    ledger_redact: tuple[str, ...] = ()
+    """Extra regular expressions redacted from what the ledger stores (besides keys, tokens and passwords)."""
 
 
 class WorkspaceLocationError(ServerSetupError):
@@ -341,7 +349,7 @@ async def _open_targets(
                 stack.push_async_callback(remote.aclose)
                 adapter = remote
             else:
-                adapter = await _open_model_target(stack, target)
+                adapter = await _open_model_target(stack, target, settings, clock)
             adapters[target.key] = adapter
             actors.append(
                 ActorInfo("harness", target.key, target.title or target.key, target.description or _described(target))
@@ -388,26 +396,46 @@ async def _open_builtin(
         sandbox=sandbox,
         hidden=(data_dir,),
         demo_rules=settings.demo_rules,
+        ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # a question becomes an ask block that the asking user answers
     )
     rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
     if target.tools is not None:
         rig = _with_tools(rig, frozenset(target.tools))
+    prompts: PromptRecording | None = None
+    if settings.ledger_prompts:  # each session's model calls report to the engine, which stores them redacted
+        rig = recording_rig(rig)
+        prompts = PromptRecording(clock, ledger_redactor(settings, harness_settings.model))
     # Calls that name their own workspace (an operator's Executor / Auditor) work under the same root,
     # in <root>/<caller kind>/<caller key>/<id>, beside the harnesses' own <root>/<key>.
     call_workspaces = workspace_rigs(rig, harness_settings, root)
-    return BuiltinHarnessAdapter(rig, workspaces=call_workspaces), workspace
+    return BuiltinHarnessAdapter(rig, workspaces=call_workspaces, prompts=prompts), workspace
+
+
+def ledger_redactor(settings: UpSettings, *models: ModelConfig) -> Redactor:
+    """What the ledger redacts: the built-in secrets' shapes, ``settings.ledger_redact`` and the literal keys this
+    server knows (its models' API keys, its admin tokens)."""
+    literals = [*settings.admin_tokens]
+    for model in (settings.model, *models):
+        for name in ("api_key", "anthropic_api_key"):
+            key = getattr(model, name, None)
+            if key is not None:
+                literals.append(key.get_secret_value())
+    return Redactor(settings.ledger_redact, literals=literals)
 
 
 def _with_tools(rig: Rig, names: frozenset[str]) -> Rig:
     """``rig`` whose loops and agents offer only the tools named in ``names``."""
 
     def keep(definition: Any) -> Any:
-        return replace(definition, tools=tuple(tool for tool in definition.tools if tool.spec.name in names))
+        kept = (t for t in definition.tools if t.spec.name in names or t.spec.name.startswith("mcp__"))  # MCP: its own
+        return replace(definition, tools=tuple(kept))
 
     return replace(rig, loops=[keep(loop) for loop in rig.loops], agents=[keep(agent) for agent in rig.agents])
 
 
-async def _open_model_target(stack: AsyncExitStack, target: ModelHarness) -> OpenAIModelAdapter:
+async def _open_model_target(
+    stack: AsyncExitStack, target: ModelHarness, settings: UpSettings, clock: Clock
+) -> OpenAIModelAdapter:
     config = target.model.resolve()
     model = await stack.enter_async_context(open_model(config))
     return OpenAIModelAdapter(
@@ -518,10 +546,11 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 clock=clock,
                 capacity=settings.engine_capacity,
                 lease_ttl=settings.lease_ttl,
+                redactor=ledger_redactor(settings),
             )
             await stack.enter_async_context(engine)
 
-            manager = Manager(client, clock=clock)
+            manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
             responder = HarnessResponder(
                 client=client, engine=engine, chat=task_api, clock=clock, timeout=settings.call_timeout
             )

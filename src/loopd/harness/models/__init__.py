@@ -34,6 +34,14 @@ from loopd.harness.models._protocol import (
     tool_calls_from_deltas,
 )
 from loopd.harness.models._ratelimit import RateLimit, RateLimiter, RateLimitQueueFull
+from loopd.harness.models._recording import (
+    ModelAttemptRecord,
+    ModelCallLog,
+    ModelCallRecord,
+    RecordingModel,
+    record_model_calls,
+    recording,
+)
 from loopd.harness.models._scripted import Reply, ScriptedModel
 
 if TYPE_CHECKING:
@@ -117,6 +125,9 @@ __all__ = [
     "FallbackModel",
     "IncomingRequest",
     "Model",
+    "ModelAttemptRecord",
+    "ModelCallLog",
+    "ModelCallRecord",
     "ModelChunk",
     "ModelConfig",
     "ModelPrice",
@@ -130,6 +141,7 @@ __all__ = [
     "RateLimit",
     "RateLimitQueueFull",
     "RateLimiter",
+    "RecordingModel",
     "Reply",
     "ReplyInfo",
     "ScriptedModel",
@@ -147,5 +159,7 @@ __all__ = [
     "open_cassette",
     "open_model",
     "open_scripted_server",
+    "record_model_calls",
+    "recording",
     "tool_calls_from_deltas",
 ]

@@ -1,12 +1,14 @@
 """``/v1/ledger``: the audit trail, read-only: events (``""``), the usage roll-up (``/usage``), the trail as a tree
-of lanes → turns → actions → attempts (``/tree``), and a conversation's cost over time (``/series``)."""
+of lanes → turns → actions → attempts (``/tree``), a conversation's cost over time (``/series``), one model attempt's
+full request and reply (``/attempt``, the stored artifacts resolved) and spend grouped by conversation, target or
+model (``/cost``, admin only)."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, Protocol
 
 from fastapi import APIRouter, Depends, Query
@@ -17,6 +19,7 @@ from loopd.server.ledger import (
     ATTEMPT_TERMINAL_EVENTS,
     Action,
     Attempt,
+    CostRow,
     Event,
     Lane,
     LedgerStore,
@@ -24,7 +27,11 @@ from loopd.server.ledger import (
     Scope,
     Turn,
     UsageTotals,
+    parse_duration,
+    ref_from_payload,
+    ref_payload,
 )
+from loopd.server.storage import InvalidRecord, NotFound, loads
 
 _ID = Annotated[str | None, Query(min_length=1, max_length=100)]
 MAX_EVENTS = 5000
@@ -100,6 +107,13 @@ class AttemptError(_Body):
     message: str | None
 
 
+class ArtifactRefBody(_Body):
+    uri: str
+    sha256: str
+    size: int
+    content_type: str
+
+
 class AttemptNode(_Body):
     id: str
     attempt_no: int | None
@@ -110,6 +124,13 @@ class AttemptNode(_Body):
     usage: AttemptUsage | None
     usage_estimated: bool
     error: AttemptError | None
+    model: str | None = None
+    provider: str | None = None
+    request: ArtifactRefBody | None = None
+    reply: ArtifactRefBody | None = None
+    finish_reason: str | None = None
+    provider_request_id: str | None = None
+    duration_ms: float | None = None
 
 
 class ActionNode(_Body):
@@ -193,6 +214,9 @@ def _attempt_node(attempt: Attempt, events: Sequence[Event]) -> AttemptNode:
     terminal = next((e for e in events if e.event_type in ATTEMPT_TERMINAL_EVENTS), None)
     payload = terminal.payload if terminal is not None else {}
     error = payload.get("error")
+    asked = requested.payload if requested is not None else {}
+    request_ref, reply_ref = ref_from_payload(asked.get("request")), ref_from_payload(payload.get("reply"))
+    duration = payload.get("duration_ms")
     return AttemptNode(
         id=attempt.id,
         attempt_no=attempt.attempt_no,
@@ -211,6 +235,13 @@ def _attempt_node(attempt: Attempt, events: Sequence[Event]) -> AttemptNode:
             if isinstance(error, dict)
             else None
         ),
+        model=_text(asked.get("model")),
+        provider=_text(asked.get("provider")),
+        request=ArtifactRefBody(**ref_payload(request_ref)) if request_ref is not None else None,
+        reply=ArtifactRefBody(**ref_payload(reply_ref)) if reply_ref is not None else None,
+        finish_reason=_text(payload.get("finish_reason")),
+        provider_request_id=_text(payload.get("provider_request_id")),
+        duration_ms=float(duration) if isinstance(duration, int | float) and not isinstance(duration, bool) else None,
     )
 
 
@@ -302,6 +333,105 @@ def cost_points(lanes: Sequence[Lane], events: Sequence[Event]) -> list[CostPoin
         )
     points.sort(key=lambda point: point.at)
     return points
+
+
+class AttemptDetail(_Body):
+    attempt: AttemptNode
+    request: dict[str, Any] | None = None
+    """The request manifest with ``tools`` and ``messages`` resolved to their lists."""
+    reply: dict[str, Any] | None = None
+    expired: bool = False
+    """The artifacts were removed by the ledger's retention (the attempt's facts remain)."""
+
+
+CostGrouping = Literal["conversation", "target", "model"]
+
+
+class CostLine(_Body):
+    key: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    attempts: int
+
+
+class CostTable(_Body):
+    since: datetime
+    by: CostGrouping
+    rows: list[CostLine]
+    total: CostLine
+
+
+MAX_CHAIN = 100_000
+"""Message segments a request may chain (a guard against a corrupt, cyclic chain)."""
+
+
+async def _document(ledger: LedgerStore, sha256: str) -> Any:
+    return loads((await ledger.get_artifact(sha256)).body.decode())
+
+
+async def resolve_request(ledger: LedgerStore, sha256: str) -> dict[str, Any]:
+    """A request manifest with its tools list and its message chain (segment by segment, oldest first) resolved."""
+    manifest = await _document(ledger, sha256)
+    if not isinstance(manifest, dict):
+        raise InvalidRecord(f"artifact {sha256} is not a model request")
+    tools_sha = manifest.get("tools")
+    tools = await _document(ledger, tools_sha) if isinstance(tools_sha, str) else []
+    segments: list[list[Any]] = []
+    head = (manifest.get("messages") or {}).get("head")
+    while isinstance(head, str) and len(segments) < MAX_CHAIN:
+        segment = await _document(ledger, head)
+        segments.append(list(segment.get("messages") or []))
+        head = segment.get("parent")
+    messages = [message for segment in reversed(segments) for message in segment]
+    return {**manifest, "tools": tools, "messages": messages}
+
+
+def _since(text: str, now: datetime) -> datetime:
+    try:
+        return now - timedelta(seconds=parse_duration(text))
+    except InvalidRecord:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ApiError("invalid_request", f"since={text!r}: give a duration (7d, 12h, 30m) or an ISO time") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def clock_now() -> datetime:
+    """Wall time for ``since`` durations."""
+    return datetime.now(UTC)
+
+
+def cost_table(since: datetime, by: CostGrouping, rows: Sequence[CostRow]) -> CostTable:
+    """``rows`` summed per conversation, target or model, largest spend first."""
+    sums: dict[str, list[float]] = {}
+    for row in rows:
+        key = {"conversation": row.conversation_id, "target": row.target, "model": row.model}[by] or "(none)"
+        slot = sums.setdefault(key, [0, 0, 0.0, 0])
+        slot[0] += row.input_tokens
+        slot[1] += row.output_tokens
+        slot[2] += row.cost_usd
+        slot[3] += row.attempts
+
+    def line(key: str, slot: Sequence[float]) -> CostLine:
+        return CostLine(
+            key=key,
+            input_tokens=int(slot[0]),
+            output_tokens=int(slot[1]),
+            cost_usd=round(float(slot[2]), 10),
+            attempts=int(slot[3]),
+        )
+
+    lines = sorted((line(key, slot) for key, slot in sums.items()), key=lambda c: (-c.cost_usd, -c.input_tokens))
+    total = [sum(c.input_tokens for c in lines), sum(c.output_tokens for c in lines)]
+    return CostTable(
+        since=since,
+        by=by,
+        rows=lines,
+        total=line("total", [*total, sum(c.cost_usd for c in lines), sum(c.attempts for c in lines)]),
+    )
 
 
 def ledger_router(ledger: LedgerStore, *, tasks: TaskAccessCheck, conversations: ConversationReadCheck) -> APIRouter:
@@ -411,5 +541,52 @@ def ledger_router(ledger: LedgerStore, *, tasks: TaskAccessCheck, conversations:
         """Token and USD totals for a task, a conversation or a call."""
         scope = await scope_for(caller, task_id, conversation_id, call_id)
         return _usage(await ledger.usage(scope))
+
+    @router.get("/attempt")
+    async def attempt(
+        caller: Annotated[Identity, Depends(current_identity)],
+        attempt_id: Annotated[str, Query(min_length=1, max_length=100)],
+        task_id: _ID = None,
+        conversation_id: _ID = None,
+        call_id: _ID = None,
+    ) -> AttemptDetail:
+        """One attempt with its full request (messages, tools, parameters) and reply, resolved from the stored
+        artifacts. Same access rules as ``/tree``: name the task, conversation or call the attempt belongs to; an
+        attempt outside it is 404 (as is one whose artifacts the retention removed: ``expired`` says so)."""
+        scope = await scope_for(caller, task_id, conversation_id, call_id)
+        lanes = {lane.id for lane in await ledger.find_lanes(scope)}
+        try:
+            found = await ledger.get_attempt(attempt_id)
+        except NotFound:
+            found = None
+        if found is None or found.lane_id not in lanes:
+            raise ApiError("not_found", f"attempt {attempt_id} not found in that trail")
+        assert found.lane_id is not None  # checked above
+        events = [e for e in await ledger.load_lane(found.lane_id) if e.subject_id == attempt_id]
+        node = _attempt_node(found, events)
+        detail = AttemptDetail(attempt=node)
+        try:
+            if node.request is not None:
+                detail.request = await resolve_request(ledger, node.request.sha256)
+            if node.reply is not None:
+                detail.reply = await _document(ledger, node.reply.sha256)
+        except NotFound:
+            detail.expired = True
+        return detail
+
+    @router.get("/cost")
+    async def cost(
+        caller: Annotated[Identity, Depends(current_identity)],
+        since: Annotated[str, Query(min_length=1, max_length=40, description="7d, 12h… or an ISO timestamp")] = "7d",
+        by: Annotated[CostGrouping, Query()] = "conversation",
+    ) -> CostTable:
+        """Tokens and USD of the attempts that ended since ``since``, grouped ``by`` conversation, harness target or
+        model, largest first. Spans every user's trail, so only the admin reads it (others: 403; a user reads one
+        conversation's cost with ``/series``)."""
+        if not caller.admin:
+            raise ApiError("forbidden", "spend across conversations is for the admin token; use /v1/ledger/series")
+        start = _since(since, clock_now())
+        rows = await ledger.cost_rows(start)
+        return cost_table(start, by, rows)
 
     return router

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -30,6 +31,8 @@ from pydantic import SecretStr
 
 from loopd.harness.gate import GatePolicyError, load_policy
 from loopd.server._errors import ServerSetupError
+from loopd.server.ledger import parse_duration
+from loopd.server.storage import InvalidRecord
 
 from ._types import (
     ActorToken,
@@ -73,6 +76,8 @@ ENV_OVERRIDES: Final[tuple[EnvOverride, ...]] = (
     EnvOverride("LOOPD_TASK_WORKERS", ("capacity", "task_workers"), "integer", "Tasks reconciled at once"),
     EnvOverride("LOOPD_CALL_TIMEOUT", ("timeouts", "harness_call"), "number", "seconds one Task's call may take"),
     EnvOverride("LOOPD_LEASE_TTL", ("timeouts", "lease_ttl"), "number", "seconds a replica's call lease lasts"),
+    EnvOverride("LOOPD_LEDGER_RETENTION", ("ledger", "retention"), "string", "how long the ledger keeps prompts"),
+    EnvOverride("LOOPD_LEDGER_PROMPTS", ("ledger", "prompts"), "boolean", "store full prompts in the ledger"),
 )
 ADMIN_TOKEN_ENV: Final = "LOOPD_ADMIN_TOKEN"
 """An extra admin bearer token (besides the generated one), unless ``auth.admin_token_env`` names another."""
@@ -342,6 +347,21 @@ def _values(
     capacity = data.get("capacity") or {}
     timeouts = data.get("timeouts") or {}
     auth = data.get("auth") or {}
+    ledger = data.get("ledger") or {}
+    redact: list[str] = []
+    for index, pattern in enumerate(ledger.get("redact") or ()):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            problems.append(_problem(("ledger", "redact", index), f"not a regular expression: {exc}", marks, source))
+            continue
+        redact.append(str(pattern))
+    retention: float | None = None
+    if ledger.get("retention") is not None:
+        try:
+            retention = parse_duration(str(ledger["retention"]))
+        except InvalidRecord as exc:
+            problems.append(_problem(("ledger", "retention"), str(exc), marks, source))
 
     database_url = database.get("url")
     if database.get("url_env") and resolve_secrets:
@@ -403,6 +423,9 @@ def _values(
             for item in auth.get("actor_tokens") or ()
         ),
         harnesses=harnesses,
+        ledger_prompts=bool(ledger.get("prompts", True)),
+        ledger_retention=retention,
+        ledger_redact=tuple(redact),
     )
 
 
@@ -459,6 +482,17 @@ def _harness(
             problems.append(_problem(("harnesses", index, "policy"), str(exc), marks, source))
             return None
     tools = item.get("tools")
+    mcp_servers: tuple[Any, ...] = ()
+    if "mcpServers" in item:
+        from loopd.harness.tools import McpConfigError, parse_mcp_servers  # the MCP SDK: only when configured
+
+        try:
+            mcp_servers = parse_mcp_servers(
+                {"mcpServers": item["mcpServers"]}, source=f"harnesses[{index}]", base_dir=path_of(".")
+            )
+        except McpConfigError as exc:
+            problems.append(_problem(("harnesses", index, "mcpServers"), str(exc), marks, source))
+            return None
     return BuiltinHarness(
         model=_model(item.get("model")),
         tools=tuple(tools) if tools is not None else None,
@@ -467,5 +501,6 @@ def _harness(
         policy_path=policy_path,
         system_prompt=item.get("system_prompt"),
         max_steps=item.get("max_steps"),
+        mcp_servers=mcp_servers,
         **common,
     )

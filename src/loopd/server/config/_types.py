@@ -12,13 +12,16 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from pydantic import SecretStr
 
 from loopd._infra.errors import LoopdError
 from loopd.harness.gate import GatePolicy
 from loopd.harness.models import ModelConfig
+
+if TYPE_CHECKING:
+    from loopd.harness.tools import McpServer
 
 KubeApi = Literal["auto", "embedded", "in-cluster", "kubeconfig"]
 KUBE_APIS: Final[tuple[KubeApi, ...]] = ("auto", "embedded", "in-cluster", "kubeconfig")
@@ -89,6 +92,8 @@ class BuiltinHarness:
     policy_path: Path | None = None
     system_prompt: str | None = None
     max_steps: int | None = None
+    mcp_servers: tuple[McpServer, ...] = ()
+    """``mcpServers``: MCP servers whose tools this harness offers (through its gate)."""
     kind: Literal["builtin"] = "builtin"
 
 
@@ -193,3 +198,9 @@ class ServerConfig:
     actor_tokens: tuple[ActorToken, ...] = ()
     harnesses: tuple[HarnessTarget, ...] | None = None
     """None: the default harness only (the built-in ``assistant`` on the process's model)."""
+    ledger_prompts: bool = True
+    """``ledger.prompts``: store every model call's full request and reply in the ledger."""
+    ledger_retention: float | None = None
+    """``ledger.retention`` in seconds (None: keep prompts and replies for good)."""
+    ledger_redact: tuple[str, ...] = ()
+    """``ledger.redact``: extra regular expressions redacted before the ledger stores anything."""

@@ -35,7 +35,7 @@ from loopd.server.engine._adapter import (
     ToolStarted,
     Update,
 )
-from loopd.server.engine._builtin import BuiltinHarnessAdapter
+from loopd.server.engine._builtin import BuiltinHarnessAdapter, recording_rig
 from loopd.server.engine._engine import (
     MAX_LISTENERS,
     EngineListener,
@@ -56,8 +56,9 @@ from loopd.server.engine._errors import (
 )
 from loopd.server.engine._openai import OpenAIModelAdapter
 from loopd.server.engine._projection import ANSWER_BLOCK, RESULT_BLOCK, gate_block_id, tool_block_id
+from loopd.server.engine._prompts import AttemptFacts, PromptLog, PromptRecording, RecordedCall
 from loopd.server.engine._remote import RemoteError, RemoteHarnessAdapter
-from loopd.server.engine._requests import DEFAULT_TIMEOUT, MAX_TIMEOUT, CallRequest
+from loopd.server.engine._requests import DEFAULT_TIMEOUT, MAX_TIMEOUT, CallRequest, history_of
 from loopd.server.engine._routes import engine_router
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "AdapterError",
     "AdapterRequest",
     "AdapterRun",
+    "AttemptFacts",
     "BuiltinHarnessAdapter",
     "CallRequest",
     "CapacityExceeded",
@@ -92,6 +94,9 @@ __all__ = [
     "ModelCalled",
     "ObservationLost",
     "OpenAIModelAdapter",
+    "PromptLog",
+    "PromptRecording",
+    "RecordedCall",
     "RemoteError",
     "RemoteHarnessAdapter",
     "ResumeUnsupported",
@@ -103,5 +108,7 @@ __all__ = [
     "Update",
     "engine_router",
     "gate_block_id",
+    "history_of",
+    "recording_rig",
     "tool_block_id",
 ]

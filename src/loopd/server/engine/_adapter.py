@@ -27,6 +27,8 @@ from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from loopd.server.ledger import EffectKind, Idempotency
 
+from ._prompts import RecordedCall
+
 GateAnswer = Literal["approve", "always", "deny"]
 GATE_ANSWERS: tuple[GateAnswer, ...] = ("approve", "always", "deny")
 ToolStatus = Literal["completed", "failed"]
@@ -150,6 +152,8 @@ class ModelCalled:
     output_tokens: int = 0
     cost_usd: float = 0.0
     action: Literal["model_call", "compact"] = "model_call"
+    recorded: RecordedCall | None = None
+    """The full request and reply of each attempt behind it, when the adapter recorded them (the built-in one)."""
     kind: Literal["model_called"] = "model_called"
     durable: ClassVar[bool] = True
 
@@ -182,9 +186,12 @@ TERMINAL_UPDATES = (Finished, Failed)
 
 
 def update_json(update: Update) -> dict[str, Any]:
-    """The canonical JSON of an update (what the replay hash covers)."""
+    """The canonical JSON of an update (what the replay hash covers). A model call's ``recorded`` prompts are left
+    out: a replay from the journal has none, and it must hash the same."""
     body: dict[str, Any] = {}
     for name in update.__dataclass_fields__:
+        if name == "recorded":
+            continue
         value = getattr(update, name)
         body[name] = str(value) if isinstance(value, EffectKind | Idempotency) else value
     return body

@@ -20,6 +20,10 @@ The harness session id *is* the call id, so the journal names the execution and 
 Closing a run after the call's turn ended shuts the session down; closing it earlier (the engine stops or
 crashes) aborts the in-process session without a final record, so the journal stays resumable.
 
+Prompts (``prompts``, a `PromptRecording`): each opened session gets its own `PromptLog`, bound around opening it
+(`loopd.harness.models.record_model_calls`), so the session's model calls — through a `recording_rig` — report
+there; each `ModelCalled` of this run then carries the recorded request and reply of its attempts to the trail.
+
 A call with its own workspace and tools profile (`AdapterRequest.workspace` / ``tools``) runs on the rig
 ``workspaces.rig(location, profile)`` derives (`loopd.harness.standard.WorkspaceRigs`): the directory under the
 workspaces root (created on demand), the profile's tools and its unattended gate policy. Start and resume build the
@@ -32,7 +36,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Final, cast
+from dataclasses import replace
+from typing import Any, Final, cast
 
 from loopd.harness import (
     ForkPointError,
@@ -43,12 +48,14 @@ from loopd.harness import (
     UserInput,
 )
 from loopd.harness.actors import Rig, Session, Subscription
-from loopd.harness.journal import replay
+from loopd.harness.journal import last_settled_seq, replay, unsettled_loops
+from loopd.harness.models import record_model_calls, recording
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
 
-from ._adapter import AdapterRequest, GateAnswer, Update
+from ._adapter import AdapterRequest, GateAnswer, ModelCalled, Update
 from ._errors import AdapterError, ObservationLost
+from ._prompts import PromptLog, PromptRecording
 from ._translation import HarnessTranslator, followup_command_id
 
 _log = logging.getLogger(__name__)
@@ -61,8 +68,11 @@ _INPUT_TIMEOUT: Final = 5.0
 class BuiltinRun:
     """One observed session of the built-in harness."""
 
-    def __init__(self, session: Session, rig: Rig, loop: str | None) -> None:
+    def __init__(self, session: Session, rig: Rig, loop: str | None, prompts: PromptLog | None = None) -> None:
         self._session = session
+        self._prompts = prompts
+        self._live_after = session.last_seq
+        """Model calls reported after this seq were made by this run: their recorded prompts belong to them."""
         main = loop or session.default_loop
         definition = next((d for d in rig.loops if d.name == main), rig.loops[0])
 
@@ -116,6 +126,13 @@ class BuiltinRun:
                     if envelope.seq is not None:
                         next_seq = envelope.seq + 1
                     for update in self._translator.feed(envelope.event):
+                        if (
+                            self._prompts is not None
+                            and isinstance(update, ModelCalled)
+                            and (envelope.seq is None or envelope.seq > self._live_after)
+                        ):
+                            recorded = self._prompts.take(update.input_tokens, update.output_tokens)
+                            update = replace(update, recorded=recorded) if recorded is not None else update
                         yield update
                     if self._translator.finished:
                         return
@@ -168,10 +185,18 @@ class BuiltinRun:
 class BuiltinHarnessAdapter:
     """The in-process harness over ``rig`` (which the caller keeps open). ``loop``: the loop that answers."""
 
-    def __init__(self, rig: Rig, *, loop: str | None = None, workspaces: WorkspaceRigs | None = None) -> None:
+    def __init__(
+        self,
+        rig: Rig,
+        *,
+        loop: str | None = None,
+        workspaces: WorkspaceRigs | None = None,
+        prompts: PromptRecording | None = None,
+    ) -> None:
         self._rig = rig
         self._loop = loop
         self._workspaces = workspaces
+        self._prompts = prompts
 
     @property
     def supports_resume(self) -> bool:
@@ -235,18 +260,37 @@ class BuiltinHarnessAdapter:
         main = shared.loops.get(run.main_loop)
         await run.start_after(info.parent_seq, main.turns if main is not None else 0)
 
+    async def fork_point(self, request: AdapterRequest, session_id: str) -> int:
+        """The settled seq of ``session_id`` (a call's session; ``request`` picks its rig) just before the call's
+        own first turn took its input: a fork there answers that input again from the same harness state."""
+        rig = await self._rig_for(request)
+        info = await rig.journal.session(session_id)
+        if info is None:
+            raise AdapterError(f"no harness session {session_id}")
+        records = await rig.journal.read(session_id, 1)
+        first_own = info.parent_seq + 1 if info.parent_id is not None else 1
+        state = replay(records[: max(first_own - 1, 0)])
+        for index in range(first_own - 1, len(records)):
+            state = replay([records[index]], state)
+            if unsettled_loops(state):  # the call's input was taken here: fork just before
+                return max(last_settled_seq(records[:index]), 1)
+        return max(last_settled_seq(records), 1)
+
     async def _open(self, request: AdapterRequest) -> BuiltinRun:
         session_id = request.call_id
         rig = await self._rig_for(request)
         session: Session
-        if await rig.journal.session(session_id) is None:
-            try:
-                session = await self._start_or_fork(rig, request)
-            except SessionBusyError:  # created concurrently: take it over
+        # The session's tasks are created inside this context: their model calls report to its prompt log.
+        log = self._prompts.log() if self._prompts is not None else None
+        with record_model_calls(log):
+            if await rig.journal.session(session_id) is None:
+                try:
+                    session = await self._start_or_fork(rig, request)
+                except SessionBusyError:  # created concurrently: take it over
+                    session = await rig.restore_session(session_id, mode="resume")
+            else:
                 session = await rig.restore_session(session_id, mode="resume")
-        else:
-            session = await rig.restore_session(session_id, mode="resume")
-        run = BuiltinRun(session, rig, self._loop)
+        run = BuiltinRun(session, rig, self._loop, log)
         try:
             await self._skip_shared_history(rig, run, session_id)
             await run.submit_once(request.prompt())

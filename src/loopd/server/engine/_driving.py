@@ -33,7 +33,7 @@ from loopd._infra.clock import Clock, wait_event
 from loopd._infra.errors import LoopdError
 from loopd._infra.tasks import background, race
 from loopd.server import streams
-from loopd.server.ledger import EffectKind, Idempotency
+from loopd.server.ledger import EffectKind, Idempotency, Redactor
 from loopd.server.storage import (
     Conflict,
     Database,
@@ -99,6 +99,8 @@ class DriveSettings:
     lease_ttl: float
     tick: float
     adapter_timeout: float
+    redactor: Redactor | None = None
+    """Applied to what the trail stores of tool inputs and outputs (prompts are redacted by their recorder)."""
 
 
 class _End:
@@ -183,7 +185,9 @@ class Drive:
             yield tx, call
 
     def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
-        return Trail(tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock)
+        return Trail(
+            tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock, redactor=self._s.redactor
+        )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
         """After the commit: wake the call's own waiters (`call_channel`) and its conversation's readers."""

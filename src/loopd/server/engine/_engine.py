@@ -41,7 +41,7 @@ from typing import Any, Final, Literal, Self
 from loopd._infra.clock import Clock
 from loopd._infra.errors import LoopdError
 from loopd.server import streams
-from loopd.server.ledger import LedgerView, SqlLedgerStore, UsageTotals
+from loopd.server.ledger import LedgerView, Redactor, SqlLedgerStore, UsageTotals
 from loopd.server.ledger import Scope as LedgerScope
 from loopd.server.storage import (
     Conflict,
@@ -136,6 +136,7 @@ class HarnessEngine:
         retry_delay: float = 5.0,
         max_timeout: float = MAX_TIMEOUT,
         scan_limit: int = 1000,
+        redactor: Redactor | None = None,
     ) -> None:
         if not isinstance(ledger, SqlLedgerStore):
             raise TypeError("the engine writes its trail in its own transactions: ledger must be an SqlLedgerStore")
@@ -161,6 +162,7 @@ class HarnessEngine:
             lease_ttl=lease_ttl,
             tick=min(poll_interval, lease_ttl / 3),
             adapter_timeout=adapter_timeout,
+            redactor=redactor,
         )
         self._driver = CallDriver(
             settings,

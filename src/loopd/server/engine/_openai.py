@@ -27,6 +27,7 @@ from loopd.harness.models import (
     ModelConfig,
     ModelRequest,
     ProviderModel,
+    RecordingModel,
     TextDelta,
     UsageReport,
     build_model,
@@ -35,6 +36,7 @@ from loopd.server.ledger import EffectKind, Idempotency
 
 from ._adapter import AdapterRequest, Failed, Finished, GateAnswer, ModelCalled, TextPreview, TextSet, Update
 from ._errors import ObservationLost
+from ._prompts import PromptRecording
 
 
 class OpenAIRun:
@@ -62,8 +64,10 @@ class OpenAIRun:
         text: list[str] = []
         shown = 0
         usage = HarnessUsage()
+        log = adapter.prompts.log() if adapter.prompts is not None else None
+        model = RecordingModel(adapter.model, log=log) if log is not None else adapter.model
         try:
-            async for chunk in adapter.model.stream(request):
+            async for chunk in model.stream(request):
                 if self._cancelled.is_set():
                     yield Failed("cancelled", "the completion was cancelled", phase="cancelled")
                     return
@@ -87,6 +91,7 @@ class OpenAIRun:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cost_usd=usage.cost_usd,
+            recorded=log.take(usage.input_tokens, usage.output_tokens) if log is not None else None,
         )
         yield TextSet(answer)
         yield Finished(answer)
@@ -112,8 +117,11 @@ class OpenAIModelAdapter:
         system_prompt: str | None = None,
         max_output_tokens: int | None = None,
         owned: ProviderModel | None = None,
+        prompts: PromptRecording | None = None,
     ) -> None:
         self.model = model
+        self.prompts = prompts
+        """Record each completion's full request and reply for the ledger (None: usage only)."""
         self.model_name = model_name or model.name
         self.system_prompt = system_prompt
         self.max_output_tokens = max_output_tokens

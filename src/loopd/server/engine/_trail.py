@@ -38,14 +38,17 @@ from loopd.server.ledger import (
     Idempotency,
     Lane,
     NewEvent,
+    Redactor,
     Scope,
     SqlLedgerStore,
     Turn,
     Usage,
+    ref_payload,
 )
 from loopd.server.storage import Conflict, HarnessCall, NotFound, Transaction
 
 from ._adapter import GateOpened, GateResolved, ModelCalled, ToolFinished, ToolStarted, Update
+from ._prompts import RecordedCall
 
 _NAMESPACE: Final = uuid.UUID("6f1d7c52-9a0e-4b7e-8f43-2c5b8e1a9d30")
 ENGINE_ACTOR_KEY: Final = "loopd:harness-engine"
@@ -99,8 +102,10 @@ class Trail:
         task_id: str | None,
         effect: tuple[EffectKind, Idempotency],
         clock: Clock,
+        redactor: Redactor | None = None,
     ) -> None:
         self._store = SqlLedgerStore.within(tx)
+        self._redactor = redactor
         self._call = call
         self._task_id = task_id
         self._effect = effect
@@ -128,6 +133,9 @@ class Trail:
     async def _append(self, append_key: str, events: Sequence[NewEvent]) -> None:
         lane = await self._store.get_lane(self.lane_id)
         await self._store.append(self.lane_id, lane.last_seq, trail_id(self._call.id, "append", append_key), events)
+
+    def _redacted(self, value: Any) -> Any:
+        return self._redactor.value(value) if self._redactor is not None else value
 
     # --- lifecycle -------------------------------------------------------------------------------------------
 
@@ -283,10 +291,13 @@ class Trail:
                 id=trail_id(self._call.id, "update", str(index)),
             )
         )
+        usage = Usage(update.input_tokens, update.output_tokens, update.cost_usd)
+        if update.recorded is not None and update.recorded.attempts:
+            await self._recorded_model_call(index, action.id, harness, usage, update.recorded)
+            return
         attempt = await self._store.create_attempt(
             Attempt(action_id=action.id, attempt_no=1, id=trail_id(self._call.id, "update", str(index), "attempt"))
         )
-        usage = Usage(update.input_tokens, update.output_tokens, update.cost_usd)
         await self._append(
             f"update/{index}",
             [
@@ -294,6 +305,49 @@ class Trail:
                 self._event(EventType.ATTEMPT_COMPLETED, attempt.id, harness, {"usage": usage.to_payload()}),
             ],
         )
+
+    async def _recorded_model_call(
+        self, index: int, action_id: str, harness: str, usage: Usage, recorded: RecordedCall
+    ) -> None:
+        """A model call with its full prompts: one attempt per try (attempt_no 1…n; the last one produced the
+        reply and carries the reported usage), the artifacts written in the same transaction."""
+        await self._store.put_artifacts(self.lane_id, recorded.blobs)
+        events: list[NewEvent] = []
+        last = len(recorded.attempts) - 1
+        for number, facts in enumerate(recorded.attempts):
+            key = ("attempt",) if number == last else ("attempt", str(number + 1))
+            attempt = await self._store.create_attempt(
+                Attempt(
+                    action_id=action_id, attempt_no=number + 1, id=trail_id(self._call.id, "update", str(index), *key)
+                )
+            )
+            requested: dict[str, Any] = {
+                "reported": True,
+                "request": ref_payload(facts.request),
+                "model": facts.model,
+            }
+            if facts.provider is not None:
+                requested["provider"] = facts.provider
+            events.append(
+                NewEvent(
+                    EventType.ATTEMPT_REQUESTED, attempt.id, harness, payload=requested, occurred_at=facts.started_at
+                )
+            )
+            duration_ms = round((facts.ended_at - facts.started_at).total_seconds() * 1000, 3)
+            if number == last and facts.error is None:
+                body: dict[str, Any] = {"usage": usage.to_payload(), "duration_ms": duration_ms}
+                if facts.reply is not None:
+                    body["reply"] = ref_payload(facts.reply)
+                if facts.finish_reason is not None:
+                    body["finish_reason"] = facts.finish_reason
+                if facts.provider_request_id is not None:
+                    body["provider_request_id"] = facts.provider_request_id
+                kind = EventType.ATTEMPT_COMPLETED
+            else:
+                body = {"error": facts.error or {"code": "error", "message": ""}, "duration_ms": duration_ms}
+                kind = EventType.ATTEMPT_FAILED
+            events.append(NewEvent(kind, attempt.id, harness, payload=body, occurred_at=facts.ended_at))
+        await self._append(f"update/{index}", events)
 
     async def _tool_action(self, update: ToolStarted | ToolFinished) -> tuple[str, bool]:
         """The tool call's attempt id, creating action and attempt when new; whether it was requested already."""
@@ -335,7 +389,8 @@ class Trail:
         if known:
             return  # the same tool call reported again (a resumed harness re-ran it): one attempt per call id
         await self._append(
-            f"update/{index}", [self._event(EventType.ATTEMPT_REQUESTED, attempt_id, harness, {"input": update.input})]
+            f"update/{index}",
+            [self._event(EventType.ATTEMPT_REQUESTED, attempt_id, harness, {"input": self._redacted(update.input)})],
         )
 
     async def _tool_finished(self, index: int, update: ToolFinished) -> None:
@@ -347,7 +402,7 @@ class Trail:
         if update.status == "completed":
             events.append(self._event(EventType.ATTEMPT_COMPLETED, attempt_id, harness, {"status": update.status}))
         else:
-            error = {"code": "tool_failed", "message": update.output[:500]}
+            error = {"code": "tool_failed", "message": self._redacted(update.output[:500])}
             events.append(self._event(EventType.ATTEMPT_FAILED, attempt_id, harness, {"error": error}))
         try:
             await self._append(f"update/{index}", events)

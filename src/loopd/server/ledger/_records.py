@@ -321,6 +321,21 @@ class ArtifactRef:
 
 
 @dataclass(frozen=True, slots=True)
+class CostRow:
+    """What the ended attempts of one lane's action name spent (``model``: the name of a model-call action)."""
+
+    lane_id: str
+    conversation_id: str | None
+    task_id: str | None
+    target: str | None
+    model: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointAnchor:
     """Where a checkpoint's state stands in a lane; the store verifies the event exists there."""
 

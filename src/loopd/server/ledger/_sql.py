@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 from loopd.server.storage import (
@@ -34,6 +35,7 @@ from loopd.server.storage import (
     time_text,
 )
 
+from ._artifacts import URI_PREFIX, ArtifactBlob
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
 from ._records import (
     Action,
@@ -43,6 +45,7 @@ from ._records import (
     Attempt,
     Checkpoint,
     CheckpointAnchor,
+    CostRow,
     Event,
     Lane,
     LedgerStructure,
@@ -648,6 +651,85 @@ class _LedgerSql:
         )
         return None if row is None else _checkpoint(row)
 
+    # -- artifacts (prompts and replies) --------------------------------------------------------------------
+
+    async def put_artifacts(self, lane_id: str, blobs: Sequence[ArtifactBlob]) -> None:
+        """Store ``blobs`` (once per content) and note that ``lane_id`` uses them: two statements in all."""
+        unique = list({blob.ref.sha256: blob for blob in blobs}.values())
+        if not unique:
+            return
+        now = time_text(self._tx.now())
+        await self._tx.execute(
+            "INSERT INTO ledger_artifacts (sha256, content_type, size, body, created_at) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?)"] * len(unique))
+            + " ON CONFLICT (sha256) DO NOTHING",
+            [
+                value
+                for blob in unique
+                for value in (blob.ref.sha256, blob.ref.content_type, blob.ref.size, blob.body.decode(), now)
+            ],
+        )
+        await self._tx.execute(
+            "INSERT INTO ledger_artifact_uses (sha256, lane_id) VALUES "
+            + ", ".join(["(?, ?)"] * len(unique))
+            + " ON CONFLICT (sha256, lane_id) DO NOTHING",
+            [value for blob in unique for value in (blob.ref.sha256, lane_id)],
+        )
+
+    async def get_artifact(self, sha256: str) -> ArtifactBlob:
+        row = await self._tx.fetch_one(
+            "SELECT sha256, content_type, size, body FROM ledger_artifacts WHERE sha256 = ?", (sha256,)
+        )
+        if row is None:
+            raise NotFound(f"artifact {sha256} not found (never stored, or removed by the ledger's retention)")
+        body = str(row[3]).encode()
+        return ArtifactBlob(ArtifactRef(f"{URI_PREFIX}{row[0]}", str(row[0]), int(row[2]), str(row[1])), body)
+
+    async def prune_artifacts(self, before: datetime) -> int:
+        """Forget the artifacts of lanes with no event committed since ``before``; returns how many were deleted
+        (an artifact another, newer lane uses too stays)."""
+        cutoff = time_text(before)
+        await self._tx.execute(
+            "DELETE FROM ledger_artifact_uses WHERE lane_id IN (SELECT l.id FROM ledger_lanes l WHERE NOT EXISTS "
+            "(SELECT 1 FROM ledger_events e WHERE e.lane_id = l.id AND e.committed_at >= ?))",
+            (cutoff,),
+        )
+        return await self._tx.execute(
+            "DELETE FROM ledger_artifacts WHERE created_at < ? AND NOT EXISTS "
+            "(SELECT 1 FROM ledger_artifact_uses u WHERE u.sha256 = ledger_artifacts.sha256)",
+            (cutoff,),
+        )
+
+    async def cost_rows(self, since: datetime) -> list[CostRow]:
+        """What the attempts that ended since ``since`` spent, summed per lane and action name."""
+        rows = await self._tx.fetch(
+            "SELECT l.id, l.conversation_id, l.task_id, l.attributes, c.name, c.action_type, SUM(e.input_tokens), "
+            "SUM(e.output_tokens), SUM(e.cost_usd), COUNT(*) FROM ledger_events e "
+            "JOIN ledger_attempts a ON a.id = e.subject_id JOIN ledger_actions c ON c.id = a.action_id "
+            f"JOIN ledger_lanes l ON l.id = e.lane_id WHERE e.event_type IN {_TERMINAL} "
+            "AND e.input_tokens IS NOT NULL AND e.occurred_at >= ? "
+            "GROUP BY l.id, l.conversation_id, l.task_id, l.attributes, c.name, c.action_type",
+            (time_text(since),),
+        )
+        return [
+            CostRow(
+                lane_id=row[0],
+                conversation_id=row[1],
+                task_id=row[2],
+                target=_text_or_none(loads(row[3]).get("target")),
+                model=row[4] if row[5] in (str(ActionType.MODEL_CALL), str(ActionType.COMPACT)) else None,
+                input_tokens=int(row[6] or 0),
+                output_tokens=int(row[7] or 0),
+                cost_usd=float(row[8] or 0.0),
+                attempts=int(row[9]),
+            )
+            for row in rows
+        ]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
 
 class SqlLedgerStore:
     """A ``LedgerStore`` on the loop-server database."""
@@ -761,3 +843,23 @@ class SqlLedgerStore:
     async def load_latest_checkpoint(self, key: str) -> Checkpoint | None:
         async with self._sql(read_only=True) as sql:
             return await sql.load_latest_checkpoint(key)
+
+    async def put_artifacts(self, lane_id: str, blobs: Sequence[ArtifactBlob]) -> None:
+        """Store content-addressed artifacts used by ``lane_id`` (identical content once)."""
+        async with self._sql() as sql:
+            await sql.put_artifacts(lane_id, blobs)
+
+    async def get_artifact(self, sha256: str) -> ArtifactBlob:
+        """The stored artifact, or ``NotFound`` (never stored, or pruned by retention)."""
+        async with self._sql(read_only=True) as sql:
+            return await sql.get_artifact(sha256)
+
+    async def prune_artifacts(self, before: datetime) -> int:
+        """Retention: delete the artifacts of lanes idle since before ``before``; returns how many went."""
+        async with self._sql() as sql:
+            return await sql.prune_artifacts(before)
+
+    async def cost_rows(self, since: datetime) -> list[CostRow]:
+        """Spend since ``since`` per lane and action name (the input of ``loopd cost``)."""
+        async with self._sql(read_only=True) as sql:
+            return await sql.cost_rows(since)

@@ -18,14 +18,17 @@ Rules every implementation keeps (the shared checks live in ``_rules``):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Protocol
 
+from ._artifacts import ArtifactBlob
 from ._records import (
     Action,
     Actor,
     AppendReceipt,
     Attempt,
     Checkpoint,
+    CostRow,
     Event,
     Lane,
     LedgerStructure,
@@ -92,5 +95,21 @@ class LedgerStore(Protocol):
         ...
 
     async def get_checkpoint(self, checkpoint_id: str) -> Checkpoint: ...
+
+    async def put_artifacts(self, lane_id: str, blobs: Sequence[ArtifactBlob]) -> None:
+        """Store content-addressed artifacts (identical content once) and note that ``lane_id`` uses them."""
+        ...
+
+    async def get_artifact(self, sha256: str) -> ArtifactBlob:
+        """The stored artifact; ``NotFound`` if never stored or removed by retention."""
+        ...
+
+    async def prune_artifacts(self, before: datetime) -> int:
+        """Retention: delete the artifacts only lanes idle since before ``before`` use; how many went."""
+        ...
+
+    async def cost_rows(self, since: datetime) -> list[CostRow]:
+        """What the attempts that ended since ``since`` spent, per lane and action name."""
+        ...
 
     async def load_latest_checkpoint(self, key: str) -> Checkpoint | None: ...
