@@ -299,7 +299,35 @@ _OPERATOR_OUTPUTS = Migration(
     ),
 )
 
-MIGRATIONS: tuple[Migration, ...] = (_CHAT, _LEDGER, _ONE_CALL_PER_MESSAGE, _ACCESS, _OPERATOR_OUTPUTS)
+_LEDGER_ARTIFACTS = Migration(
+    6,
+    "ledger artifacts: content-addressed prompts and replies, and which lanes use them (retention)",
+    (
+        # The body is UTF-8 JSON text (redacted before it is hashed); identical content is stored once.
+        """CREATE TABLE ledger_artifacts (
+            sha256 TEXT PRIMARY KEY,
+            content_type TEXT NOT NULL,
+            size BIGINT NOT NULL,
+            body TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        """CREATE TABLE ledger_artifact_uses (
+            sha256 TEXT NOT NULL,
+            lane_id TEXT NOT NULL,
+            PRIMARY KEY (sha256, lane_id)
+        )""",
+        "CREATE INDEX ledger_artifact_uses_by_lane ON ledger_artifact_uses (lane_id)",
+    ),
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    _CHAT,
+    _LEDGER,
+    _ONE_CALL_PER_MESSAGE,
+    _ACCESS,
+    _OPERATOR_OUTPUTS,
+    _LEDGER_ARTIFACTS,
+)
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
 
