@@ -40,7 +40,9 @@ def serve_command(
     data_dir: Path | None = typer.Option(
         None, help="Where the journal and idempotency keys live (default: <loopd data dir>/harness)."
     ),
-    model: str | None = typer.Option(None, help="Model id, or 'demo' (default: $LOOPD_MODEL, else demo)."),
+    model: str | None = typer.Option(
+        None, help="Model id, fallback chain A,B ([openai:|anthropic:]ID), or 'demo' (default: $LOOPD_MODEL)."
+    ),
     policy: Path | None = typer.Option(None, help="Headless gate policy file (YAML or JSON)."),
     token: str | None = typer.Option(
         None,

@@ -75,7 +75,9 @@ def run_command(
         "--data-dir",
         help="Where the session journal lives (default: $LOOPD_DATA_DIR/harness, or ~/.local/share/loopd/harness).",
     ),
-    model: str | None = typer.Option(None, "--model", help="Model id (default: $LOOPD_MODEL, else demo)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model id or fallback chain A,B, each [openai:|anthropic:]ID (default: $LOOPD_MODEL)."
+    ),
     base_url: str | None = typer.Option(
         None, "--base-url", help="An OpenAI-compatible endpoint (default: $OPENAI_BASE_URL)."
     ),

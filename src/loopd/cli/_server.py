@@ -218,7 +218,9 @@ def server_command(
     workspaces: Path | None = typer.Option(
         None, "--workspaces", help="Where the built-in harnesses' workspaces live, outside the data directory."
     ),
-    model: str | None = typer.Option(None, "--model", help="Model (or fallback chain A,B) of the default assistant ($LOOPD_MODEL, else demo)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model or fallback chain A,B of the default assistant ($LOOPD_MODEL, else demo)."
+    ),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)."),
     sandbox: str | None = sandbox_option(),
     ledger_retention: str | None = ledger_retention_option(),

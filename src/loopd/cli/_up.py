@@ -64,7 +64,9 @@ def up_command(
     api_port: int | None = typer.Option(
         None, "--api-port", help="Port of the Kubernetes-compatible API (default 0: any free port)."
     ),
-    model: str | None = typer.Option(None, "--model", help="Model id ([openai:|anthropic:]ID) or a fallback chain A,B (default: $LOOPD_MODEL, else demo)."),
+    model: str | None = typer.Option(
+        None, "--model", help="Model id or fallback chain A,B, each [openai:|anthropic:]ID (default: $LOOPD_MODEL)."
+    ),
     base_url: str | None = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)."),
     database: str | None = typer.Option(
         None, "--database", help="PostgreSQL DSN for the server state ($LOOPD_DATABASE_URL; default: SQLite)."
