@@ -44,9 +44,16 @@ def _agent(*, fail_summary: bool = False) -> ScriptedModel:
     return ScriptedModel(script)
 
 
-def _rig(model: ScriptedModel, *, threshold: int | None) -> Rig:
+def _rig(model: ScriptedModel, *, threshold: int | None, block_at: int | None = None) -> Rig:
+    # block_at = threshold: the turn waits for every compaction (the blocking lane); see test_hustles.py for the
+    # background lane, where the turn goes on while the summary is written.
     loop = LoopDefinition(
-        name="main", model=model, tools=(EchoTool(),), compact_at_tokens=threshold, compact_keep_recent=3
+        name="main",
+        model=model,
+        tools=(EchoTool(),),
+        compact_at_tokens=threshold,
+        compact_keep_recent=3,
+        compact_block_at_tokens=threshold if block_at is None else block_at,
     )
     return Rig(loops=[loop], journal=MemoryJournal())
 

@@ -43,6 +43,7 @@ def journals(draw: st.DrawFn) -> list[Stored]:
         counter += 1
         if draw(st.integers(0, 9)) == 0:
             choices = ["agent", "stop_agent", "restored", "stopped", "stray", "active", "adopted", "mode", "model"]
+            choices.append("hustle")
             match draw(st.sampled_from(choices)):
                 case "agent":
                     name = f"agent-{counter}"
@@ -52,6 +53,19 @@ def journals(draw: st.DrawFn) -> list[Stored]:
                     out.append(ev.AgentStopped(agent=draw(st.sampled_from(loops)), reason="done", at=0.0))
                 case "restored":
                     out.append(ev.SessionRestored(from_seq=len(out), mode="interrupt", at=0.0))
+                case "hustle":  # background runs open and close at any point, in or out of turns
+                    hid = f"h{draw(st.integers(0, 3))}"
+                    end = draw(st.sampled_from(["start", "completed", "failed"]))
+                    if end == "start":
+                        out.append(
+                            ev.HustleStarted(
+                                hustle_id=hid, name="compaction", lane="background", for_loop="main", params={}, at=0.0
+                            )
+                        )
+                    elif end == "completed":
+                        out.append(ev.HustleCompleted(hustle_id=hid, usage=draw(usages), at=0.0))
+                    else:
+                        out.append(ev.HustleFailed(hustle_id=hid, error_type="E", message="m", at=0.0))
                 case "stopped":
                     out.append(ev.SessionStopped(reason="bye", at=0.0))
                 case "active":
@@ -85,7 +99,7 @@ def journals(draw: st.DrawFn) -> list[Stored]:
                 out.append(ev.InputRejected(loop=loop, command_id=f"c{counter}", reason="full"))
             continue
         turn_id, step, open_calls = turn
-        kinds = ["tool", "gate"] if open_calls else ["reply", "done", "compact", "fold", "queue", "step_done"]
+        kinds = ["tool", "gate", "ask"] if open_calls else ["reply", "done", "compact", "fold", "queue", "step_done"]
         kinds += ["failed", "interrupted"]
         kind = draw(st.sampled_from(kinds))
         if kind == "reply":
@@ -100,6 +114,20 @@ def journals(draw: st.DrawFn) -> list[Stored]:
             outcome = ToolOutcome(call_id=f"{turn_id}-{step}-{open_calls}", name="echo", status="ok", output="o")
             out.append(ev.ToolCompleted(loop=loop, turn_id=turn_id, step=step, outcome=outcome))
             open_turns[loop] = (turn_id, step, open_calls - 1)
+        elif kind == "ask":  # a question for one of the open calls; its ToolCompleted closes it
+            request_id = f"{turn_id}-{step}-{open_calls}"
+            out.append(
+                ev.UserInputRequested(
+                    loop=loop,
+                    turn_id=turn_id,
+                    step=step,
+                    request_id=request_id,
+                    question="which?",
+                    choices=("a", "b"),
+                    deadline=9.0,
+                    at=0.0,
+                )
+            )
         elif kind == "gate":
             gate_id = f"g{counter}"
             out.append(
@@ -236,6 +264,7 @@ def test_the_direct_constructors_in_apply_know_every_field() -> None:
         "outcomes",
         "gate",
         "mode",
+        "asks",
     ]
 
 

@@ -16,6 +16,7 @@ from loopd.harness import (
     EchoTool,
     LoopDefinition,
     ModelPermanentError,
+    NoSuchQuestionError,
     Reply,
     Rig,
     ScriptedModel,
@@ -29,6 +30,7 @@ from loopd.harness.core import codec, fold
 from loopd.harness.core import events as ev
 from loopd.harness.core.events import QueuedInput
 from loopd.harness.snapshots import SnapshotPolicy
+from loopd.harness.tools import AskUserTool
 
 from .helpers import assert_gap_free, journal_state
 
@@ -40,6 +42,7 @@ replies = st.one_of(
     ),
     st.builds(lambda t, d: Reply(text=t, delay=d, chunk_size=2), st.text(max_size=20), st.sampled_from([0, 0.01])),
     st.just(Reply(error=ModelPermanentError("boom"))),
+    st.just(Reply(tool_calls=[("ask_user", {"question": "which one?", "choices": ["a", "b"]})])),
 )
 
 commands = st.lists(
@@ -48,9 +51,10 @@ commands = st.lists(
         st.tuples(st.just("interrupt"), st.none()),
         st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.005, 0.02])),
         st.tuples(st.just("cancel_last"), st.none()),
+        st.tuples(st.just("answer"), st.text(min_size=1, max_size=10)),
+        st.tuples(st.just("fork"), st.none()),
         st.tuples(st.just("checkpoint"), st.text(alphabet="ab", max_size=2)),
         st.tuples(st.just("undo"), st.none()),
-        st.tuples(st.just("fork"), st.none()),
         st.tuples(st.just("mode"), st.sampled_from(["plan", "build"])),
         st.tuples(st.just("model"), st.sampled_from(["small", "large"])),
         st.tuples(st.just("active"), st.sampled_from(["main", "side"])),
@@ -66,11 +70,17 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
         with tempfile.TemporaryDirectory() as d:
             journal = await SqliteJournal.open(Path(d) / "j.db")
             model = ScriptedModel(script, default=Reply(text="default"))
-            (Path(d) / "ws").mkdir()
+            # ask_user parks turns (answered by "answer", or expiring); the small window puts compactions on the
+            # background lane, whose Hustle* events and late HistoryCompacted must fold like the live state.
             main = LoopDefinition(
-                name="main", model=model, tools=(EchoTool(),), modes=(BUILD, PLAN), context_window=200
+                name="main",
+                model=model,
+                tools=(EchoTool(), AskUserTool(timeout=0.05)),
+                modes=(BUILD, PLAN),
+                context_window=200,
             )
             side = LoopDefinition(name="side", model=model, tools=(EchoTool(),))
+            (Path(d) / "ws").mkdir()
             rig = Rig(
                 loops=[main, side],
                 journal=journal,
@@ -84,20 +94,24 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                     last = await session.submit(str(arg))
                 elif name == "interrupt":
                     await session.interrupt()
+                elif name == "answer":
+                    for _, ask in session.open_questions():
+                        with contextlib.suppress(NoSuchQuestionError):
+                            await session.provide_user_input(ask.request_id, str(arg))
                 elif name == "cancel_last":
                     if last is not None:
                         await session.cancel_queued(last)
+                elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
+                    await session.wait_idle(timeout=10)
+                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
+                    await parent.shutdown()
+                    last = None
                 elif name == "checkpoint":
                     (Path(d) / "ws" / "f.txt").write_text(str(arg))
                     await session.checkpoint_workspace()
                 elif name == "undo":
                     with contextlib.suppress(NothingToUndoError, WorkspaceBusyError):
                         await session.workspace.undo()
-                elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
-                    await session.wait_idle(timeout=10)
-                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
-                    await parent.shutdown()
-                    last = None
                 elif name == "mode":
                     await session.set_loop_mode(str(arg), loop="main")
                 elif name == "model":
@@ -110,12 +124,15 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 async with session.log.paused():
                     rebuilt = await journal_state(journal, session.id)
                     assert dict(rebuilt.loops) == dict(session.state.loops)
+                    assert dict(rebuilt.hustles) == dict(session.state.hustles)
                     assert rebuilt.workspace == session.state.workspace
                     assert rebuilt.active_loop == session.state.active_loop
                     assert rebuilt.fingerprint == session.state.fingerprint
                     assert rebuilt.last_seq == session.last_seq
             await session.wait_idle(timeout=10)
-            assert dict((await journal_state(journal, session.id)).loops) == dict(session.state.loops)
+            rebuilt = await journal_state(journal, session.id)
+            assert dict(rebuilt.loops) == dict(session.state.loops)
+            assert dict(rebuilt.hustles) == dict(session.state.hustles) == {}
             await session.shutdown()
             await assert_gap_free(journal, session.id)
             await journal.aclose()
@@ -174,6 +191,41 @@ stored_events = st.one_of(
     ),
     st.builds(ev.SessionStopped, reason=st.text(max_size=10), at=st.floats(0, 2e9)),
     st.builds(
+        ev.HustleStarted,
+        hustle_id=st.text(min_size=1, max_size=8),
+        name=st.text(max_size=8),
+        lane=st.sampled_from(["blocking", "background"]),
+        for_loop=st.one_of(st.none(), st.text(max_size=8)),
+        params=st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5)), max_size=3),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(ev.HustleCompleted, hustle_id=st.text(max_size=8), usage=usages, at=st.floats(0, 2e9)),
+    st.builds(
+        ev.HustleFailed,
+        hustle_id=st.text(max_size=8),
+        error_type=st.text(max_size=8),
+        message=st.text(max_size=20),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.UserInputRequested,
+        loop=st.just("main"),
+        turn_id=st.text(max_size=8),
+        step=st.integers(1, 99),
+        request_id=st.text(max_size=8),
+        question=st.text(max_size=40),
+        choices=st.lists(st.text(max_size=8), max_size=3).map(tuple),
+        deadline=st.floats(0, 2e9),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.SessionForked,
+        session_id=st.text(min_size=1, max_size=8),
+        parent_id=st.text(min_size=1, max_size=8),
+        parent_seq=st.integers(1, 10**6),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
         ev.WorkspaceCheckpointed,
         ref=st.text(max_size=64),
         trigger=st.sampled_from(["turn_started", "turn_done", "step_done", "idle", "manual"]),
@@ -189,13 +241,6 @@ stored_events = st.one_of(
         index=st.integers(-1, 99),
         previous_ref=st.one_of(st.none(), st.text(max_size=64)),
         reason=st.text(max_size=10),
-        at=st.floats(0, 2e9),
-    ),
-    st.builds(
-        ev.SessionForked,
-        session_id=st.text(min_size=1, max_size=8),
-        parent_id=st.text(min_size=1, max_size=8),
-        parent_seq=st.integers(1, 10**6),
         at=st.floats(0, 2e9),
     ),
     st.builds(ev.ActiveLoopChanged, active=st.text(min_size=1, max_size=8), at=st.floats(0, 2e9)),

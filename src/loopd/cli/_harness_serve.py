@@ -17,6 +17,7 @@ from loopd.harness import HarnessError
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
 from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, check_bind, serve
 from loopd.harness.standard import HarnessSettings, default_data_dir
+from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
 harness_app = typer.Typer(
     name="harness",
@@ -66,6 +67,7 @@ def serve_command(
         model=model_config,
         policy=gate_policy,
         sandbox=confinement,
+        ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # answered at POST /v1/sessions/{id}/questions/{request_id}
     )
 
     def ready(running: RunningServer) -> None:

@@ -34,6 +34,7 @@ from loopd.harness.journal import last_settled_seq
 from loopd.harness.models import PriceTableError
 from loopd.harness.snapshots import SNAPSHOT_TRIGGERS
 from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
+from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
 EXIT_USAGE: Final = 2
 EXIT_TERMINATED: Final = 143
@@ -168,6 +169,7 @@ async def run_harness(
         policy=policy,
         sandbox=confinement,
         snapshots=options.snapshots,  # type: ignore[arg-type]  # one of SNAPSHOT_TRIGGERS (checked above)
+        ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # the model may ask: the next line typed answers
     )
     conversation = Conversation(
         view=view,

@@ -52,9 +52,11 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    UserInputRequested,
 )
 from loopd.harness.core.state import SessionState, TurnState
 from loopd.harness.gate import GateAnswer, GatePolicy
+from loopd.harness.tools import ASK_USER
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -275,7 +277,26 @@ class Conversation:
             turn = _TurnTracker()
             try:
                 if not parked:
-                    return outcomes
+                    asking = open_questions(session.state)
+                    if not asking:
+                        return outcomes
+                    loop, state = asking[0]
+                    ask = state.asks[0]
+                    turn.turn_id = state.turn_id
+                    turn.calls.update({c.id: c for c in state.calls})
+                    requested = UserInputRequested(
+                        loop=loop,
+                        turn_id=state.turn_id,
+                        step=state.step,
+                        request_id=ask.request_id,
+                        question=ask.question,
+                        choices=ask.choices,
+                        deadline=ask.deadline,
+                        at=self._clock(),
+                    )
+                    await self._on_event(session, turn, None, requested)
+                    outcomes.append(await self._follow_turn(session, subscription, turn, None))
+                    continue
                 loop, state = parked[0]
                 gate = state.gate
                 if gate is None:  # open_gates only returns turns with a gate
@@ -310,6 +331,7 @@ class Conversation:
     async def _end_turn(self, turn: _TurnTracker, subscription: Subscription) -> None:
         try:
             await _cancel(turn.gate_task)
+            await _cancel(turn.ask_task)
         finally:
             await subscription.aclose()
             # Read after the last other await: a Ctrl-C during the ones above may just have started an interrupt.
@@ -351,9 +373,16 @@ class Conversation:
                 call = turn.calls.get(call_id)
                 self._view.tool_progress(call.name if call else "tool", message)
             case ToolCompleted(outcome=outcome):
+                if turn.ask_task is not None and outcome.name == ASK_USER:
+                    await _cancel(turn.ask_task)  # answered (or past its deadline): stop reading for it
+                    turn.ask_task = None
                 self._view.tool_completed(outcome)
             case ModelRetrying():
                 self._view.retrying(event)
+            case UserInputRequested():
+                await _cancel(turn.ask_task)
+                self._view.user_question(event, now=self._clock())
+                turn.ask_task = asyncio.create_task(self._answer_question(session, event))
             case GateOpened():
                 await _cancel(turn.gate_task)
                 self._view.gate_opened(event, turn.calls_for(session), now=self._clock())
@@ -395,6 +424,38 @@ class Conversation:
         finally:
             if sub is not subscription:
                 await sub.aclose()
+
+    # --- questions from the model (ask_user) ---------------------------------------------------------------
+
+    async def _answer_question(self, session: Session, event: UserInputRequested) -> None:
+        """The user's next line answers the question (a number picks a choice); end of input answers "no answer"."""
+        self._terminal.discard_pending()
+        self._asking = True
+        self._question_presses = 0
+        try:
+            async with asyncio.timeout(max(0.0, event.deadline - self._clock())):
+                while True:
+                    if self._terminal.interactive:
+                        self._view.user_question_prompt()
+                    try:
+                        line = await self._terminal.readline()
+                    except InputInterrupted:
+                        if self._question_presses == 0:
+                            return
+                        self._view.question_kept(session.id)
+                        continue
+                    break
+        except TimeoutError:
+            return  # the runtime closes the question at its deadline
+        finally:
+            self._asking = False
+            self._question_presses = 0
+        self._view.answered()
+        text = pick_answer(line, event.choices)
+        try:
+            await session.provide_user_input(event.request_id, text, loop=event.loop)
+        except HarnessError as exc:
+            self._view.warning(f"the answer was not taken: {exc}")
 
     # --- the gate -----------------------------------------------------------------------------------------
 
@@ -440,6 +501,24 @@ class Conversation:
             self._question_presses = 0
 
 
+NO_INPUT_ANSWER: Final = "(the user's input ended without an answer)"
+
+
+def pick_answer(line: str | None, choices: tuple[str, ...]) -> str:
+    """The answer a typed line gives: a choice's number picks that choice; end of input says there is none."""
+    if line is None:
+        return NO_INPUT_ANSWER
+    text = line.strip()
+    if text.isdigit() and 1 <= int(text) <= len(choices):
+        return choices[int(text) - 1]
+    return text or NO_INPUT_ANSWER
+
+
+def open_questions(state: SessionState) -> list[tuple[str, TurnState]]:
+    """The turns of ``state`` parked on an ask_user question, as (loop name, turn), in loop order."""
+    return [(name, loop.turn) for name, loop in state.loops.items() if loop.turn is not None and loop.turn.asks]
+
+
 def open_gates(state: SessionState) -> list[tuple[str, TurnState]]:
     """The turns of ``state`` parked at an open permission question, as (loop name, turn), in loop order."""
     return [
@@ -457,6 +536,7 @@ class _TurnTracker:
         self.replied_steps: set[int] = set()
         """Steps whose model call completed (`ModelReplied` carries its usage)."""
         self.gate_task: asyncio.Task[None] | None = None
+        self.ask_task: asyncio.Task[None] | None = None
 
     def unmetered_chars(self) -> int:
         """Characters streamed by model calls that never completed: the usage the turn's total leaves out."""

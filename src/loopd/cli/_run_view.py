@@ -31,6 +31,7 @@ from loopd.harness.core.events import (
     TurnDone,
     TurnFailed,
     TurnInterrupted,
+    UserInputRequested,
 )
 from loopd.harness.gate import GateAnswer, GatePrompt
 
@@ -324,6 +325,22 @@ class RunView:
             reason = "" if event.reason in ("", "deny") else f": {event.reason}"
             self._line((f"  ⊘ denied{reason}", "yellow"))
         self._spin("working…")
+
+    def user_question(self, event: UserInputRequested, *, now: float) -> None:
+        """The model asks the user (ask_user): the question, its choices; the next line typed answers it."""
+        body = Text(event.question + "\n", style="bold")
+        for number, choice in enumerate(event.choices, start=1):
+            body.append(f"  {number}. {choice}\n")
+        if event.choices:
+            body.append("answer with a number or in your own words\n", style="dim")
+        body.append(f"no answer within {_wait(event.deadline - now)} lets the model go on without one", style="dim")
+        self._break()
+        self._console.print(Panel.fit(body, title="the model asks", title_align="left", border_style="cyan"))
+
+    def user_question_prompt(self) -> None:
+        self._break()
+        self._console.print(Text("answer> ", style="bold cyan"), end="")
+        self._question_open = True
 
     def interrupting(self) -> None:
         self._line(("  interrupting the turn… (Ctrl-C again to quit)", "yellow"))

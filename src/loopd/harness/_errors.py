@@ -10,6 +10,8 @@
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
     ├── ConfigurationDriftError     a restore refused: the rig's configuration differs from the session's (a Conflict)
     ├── UnknownSettingError         a mode, model or loop name the rig does not declare (a ValueError)
+    ├── NoSuchQuestionError         an answer to an ask_user question that is not open (a NotFoundError)
+    ├── HustleQueueFullError        a background lane is full (``runtime``); the hustle was not started
     ├── BudgetExceeded              the session spent its token or USD budget; the turn fails with this type
     ├── InvalidTransitionError      an event cannot follow the state before it (a tool result outside a turn …);
     │                               replayed from a journal it means corruption (→ JournalCorruptError)
@@ -178,3 +180,7 @@ class ConfigurationDriftError(HarnessError, ConflictError):
 
 class UnknownSettingError(HarnessError, ValueError):
     """A command names a mode, model or loop that the rig does not declare."""
+
+
+class NoSuchQuestionError(HarnessError, NotFoundError):
+    """No open ask_user question has this id (never asked, already answered, or past its deadline)."""

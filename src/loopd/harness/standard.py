@@ -35,7 +35,17 @@ from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, Acc
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, PriceTable, open_model
 from loopd.harness.snapshots import SnapshotPolicy, SnapshotTrigger
-from loopd.harness.tools import EXEC, FS_READ, FS_WRITE, Sandbox, Tool, Workspace, default_tools, resolve_sandbox
+from loopd.harness.tools import (
+    EXEC,
+    FS_READ,
+    FS_WRITE,
+    AskUserTool,
+    Sandbox,
+    Tool,
+    Workspace,
+    default_tools,
+    resolve_sandbox,
+)
 
 if TYPE_CHECKING:
     from loopd.harness.models import DemoOptions, DemoRule
@@ -102,6 +112,8 @@ class HarnessSettings:
     snapshots: SnapshotTrigger = "off"
     """When sessions snapshot the workspace (``turn_done``, ``step_done``, ``idle`` or ``off``); the store is
     ``<data_dir>/snapshots``."""
+    ask_user_timeout: float | None = None
+    """Seconds an ask_user question waits for its answer; None: the main loop has no ask_user tool (nobody to ask)."""
 
 
 @asynccontextmanager
@@ -135,12 +147,13 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
         hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
         tools = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
 
-        def define(name: str, prompt: str) -> LoopDefinition:
+        def define(name: str, prompt: str, *, ask: bool = False) -> LoopDefinition:
+            asking = (AskUserTool(timeout=settings.ask_user_timeout),) if ask and settings.ask_user_timeout else ()
             return LoopDefinition(
                 name=name,
                 model=model,
                 model_name=settings.model.model,
-                tools=tools,
+                tools=(*tools, *asking),
                 system_prompt=prompt,
                 max_steps=settings.max_steps,
                 access=settings.policy.access,
@@ -149,7 +162,7 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
                 compact_at_tokens=settings.compact_at_tokens,
             )
 
-        loop = define(MAIN_LOOP, settings.system_prompt)
+        loop = define(MAIN_LOOP, settings.system_prompt, ask=True)
         helper = define(HELPER_AGENT, HELPER_PROMPT)
         yield Rig(
             loops=[loop],

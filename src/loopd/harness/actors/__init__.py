@@ -3,6 +3,7 @@
 from loopd.harness.actors._budget import UNLIMITED, Budget, BudgetPolicy
 from loopd.harness.actors._delegation import DELEGATION_TOOL_NAMES, AgentStatus, DelegationError, Subagents
 from loopd.harness.actors._hub import Envelope, EventFilter, Hub, Subscription
+from loopd.harness.actors._hustle import DEFAULT_LANES, HustleLanes, HustleQueueFullError, HustleResult
 from loopd.harness.actors._loop import LoopDefinition
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.actors._rig import RecoveryMode, Rig
@@ -11,6 +12,7 @@ from loopd.harness.actors._session_log import SessionLog
 from loopd.harness.actors._workspace import NothingToUndoError, SessionWorkspace, WorkspaceBusyError
 
 __all__ = [
+    "DEFAULT_LANES",
     "DELEGATION_TOOL_NAMES",
     "UNLIMITED",
     "AgentStatus",
@@ -20,6 +22,9 @@ __all__ = [
     "Envelope",
     "EventFilter",
     "Hub",
+    "HustleLanes",
+    "HustleQueueFullError",
+    "HustleResult",
     "LoopDefinition",
     "Mailbox",
     "NothingToUndoError",

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from loopd._infra.clock import Clock
 from loopd._infra.tasks import TaskSet, wait_ended
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
+from loopd.harness.actors._hustle import HustleQueueFullError, HustleResult
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import (
@@ -24,6 +25,7 @@ from loopd.harness.core.commands import (
     CancelQueuedInput,
     ChangeLoopInference,
     Interrupt,
+    ProvideUserInput,
     SetLoopMode,
     UserInput,
 )
@@ -37,12 +39,15 @@ from loopd.harness.core.events import (
     LoopEvent,
     TokenDelta,
     ToolCallStarted,
+    ToolCompleted,
     ToolProgress,
     TurnDone,
     TurnFailed,
     TurnInterrupted,
 )
+from loopd.harness.core.hustles import HustleInfo
 from loopd.harness.core.inputs import (
+    ArmAsk,
     ArmGate,
     CallModel,
     CancelTurn,
@@ -57,6 +62,8 @@ from loopd.harness.core.inputs import (
     ResolveGate,
     RunTools,
     ToolFinished,
+    UserInputExpired,
+    UserInputNeeded,
 )
 from loopd.harness.core.state import LoopState
 from loopd.harness.gate import (
@@ -79,7 +86,7 @@ from loopd.harness.models import (
     UsageReport,
     tool_calls_from_deltas,
 )
-from loopd.harness.tools import Tool, ToolContext
+from loopd.harness.tools import AskUserTool, Tool, ToolContext
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -108,6 +115,9 @@ class LoopDefinition:
     gate_timeout: float = GATE_TIMEOUT_DEFAULT
     compact_at_tokens: int | None = None
     compact_keep_recent: int = 8
+    compact_block_at_tokens: int | None = None
+    """Past ``compact_at_tokens`` compaction runs on a background lane while the turn goes on; from this size on
+    the turn waits for it (default: 95 % of ``context_window``, or twice ``compact_at_tokens``)."""
     primers: tuple[str, ...] = ()
     """Names of the rig's primers whose texts follow ``system_prompt`` (`Rig.primers`)."""
     modes: tuple[LoopMode, ...] = ()
@@ -147,6 +157,7 @@ class LoopDefinition:
             max_queued=self.max_queued,
             compact_at_tokens=self.compact_at_tokens,
             compact_keep_recent=self.compact_keep_recent,
+            compact_block_at_tokens=self.compact_block_at_tokens,
             modes=tuple(m.name for m in self.modes),
             default_mode=self.mode if self.mode is not None else (self.modes[0].name if self.modes else None),
             model=self.model_name or self.model.name,
@@ -168,6 +179,17 @@ class _Ask:
 
     command: Interrupt
     done: asyncio.Future[bool]
+
+
+@dataclass(slots=True)
+class _Compaction:
+    """The loop's one compaction on a lane (one at a time: each replaces a prefix of the history as it was)."""
+
+    turn_id: str
+    step: int
+    replaced: int
+    waiter: tuple[str, int] | None = None  # the (turn, step) that waits for it, if any
+    hustle_id: str = ""
 
 
 class _Stop:
@@ -198,6 +220,8 @@ class LoopActor:
         self._rules = rules
         self._gate_timers: dict[str, asyncio.Task[None]] = {}
         self._resolving: set[str] = set()
+        self._ask_timers: dict[str, asyncio.Task[None]] = {}
+        self._compaction: _Compaction | None = None
         self._config = definition.config
         specs = {t.spec.name: (t, t.spec) for t in definition.tools}
         for extra in extra_tools:  # the definition's own tools win a name clash
@@ -233,11 +257,12 @@ class LoopActor:
 
     @property
     def parked(self) -> bool:
-        """The turn only waits for a human at an open gate: nothing else runs or waits in the mailbox."""
+        """The turn only waits for a human (an open gate, open questions): nothing else runs or waits in the mailbox."""
         turn = self.state.turn
-        if turn is None or turn.gate is None or self.busy or len(self.mailbox) or self.state.queued:
+        if turn is None or (turn.gate is None and not turn.asks) or self.busy or len(self.mailbox) or self.state.queued:
             return False
-        return {c.id for c in turn.open_calls} <= set(turn.gate.call_ids)
+        waiting = {a.request_id for a in turn.asks} | set(turn.gate.call_ids if turn.gate is not None else ())
+        return {c.id for c in turn.open_calls} <= waiting
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"loopd-loop-{self.session.id}-{self.name}")
@@ -285,6 +310,8 @@ class LoopActor:
 
     async def _process(self, item: LoopInput | _Ask) -> None:
         command: LoopInput = item.command if isinstance(item, _Ask) else item
+        if isinstance(command, CompactionDone | CompactionFailed):
+            command = self._compaction_arrived(command)
         decision = decide(self.state, command, config=self._config, now=self._clock.time())
         try:
             await self.execute(decision)
@@ -316,6 +343,10 @@ class LoopActor:
             self.session.publish(seq, event)
             if isinstance(event, TurnDone | TurnFailed):
                 self.session.subagents.report(self.name, event)
+            if isinstance(event, ToolCompleted) and event.outcome.call_id in self._ask_timers:
+                ask_timer = self._ask_timers.pop(event.outcome.call_id)
+                if ask_timer is not asyncio.current_task():
+                    ask_timer.cancel()
             if isinstance(event, GateResolved):
                 self._resolving.discard(event.gate_id)
                 timer = self._gate_timers.pop(event.gate_id, None)
@@ -344,7 +375,9 @@ class LoopActor:
             case CallModel():
                 self._track(effect.turn_id, self._call_model(effect))
             case Compact():
-                self._track(effect.turn_id, self._compact(effect))
+                self._compact_on_lane(effect)
+            case ArmAsk(turn_id=turn_id, request_id=request_id):
+                self._ask_timers[request_id] = self._track(turn_id, self._ask_timer(effect))
             case RunTools(turn_id=turn_id, step=step, calls=calls, gated=True):
                 withheld = self._withheld(turn_id, step, calls)
                 calls = tuple(c for c in calls if c.id not in withheld)
@@ -463,52 +496,138 @@ class LoopActor:
             result = ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc))
         self.mailbox.put_result(result)
 
-    async def _compact(self, effect: Compact) -> None:
-        """Ask the loop's model to summarize the history prefix; any failure just skips the compaction."""
+    # --- compaction on a lane ------------------------------------------------------------------------------
+
+    def _compact_on_lane(self, effect: Compact) -> None:
+        """Start a compaction on the session's lanes — or, while one runs, let a waiting turn wait for that one."""
+        running = self._compaction
+        if running is not None:
+            if effect.blocking:
+                running.waiter = (effect.turn_id, effect.step)
+            return
+        job = _Compaction(
+            turn_id=effect.turn_id,
+            step=effect.step,
+            replaced=len(effect.messages),
+            waiter=(effect.turn_id, effect.step) if effect.blocking else None,
+        )
+        try:
+            job.hustle_id = self.session.hustles.submit(
+                "compaction",
+                "blocking" if effect.blocking else "background",
+                lambda: self._summarize(effect.messages),
+                on_end=self._compaction_ended,
+                loop=self.name,
+                params={"replaced": job.replaced},
+            )
+        except HustleQueueFullError as exc:
+            self.mailbox.put_result(
+                CompactionFailed(effect.turn_id, effect.step, "HustleQueueFull", str(exc), blocking=effect.blocking)
+            )
+            return
+        self._compaction = job
+
+    def resume_compaction(self, info: HustleInfo) -> bool:
+        """Re-run a compaction a restore found open (its prefix is still the history's); whether it could."""
+        replaced = info.params.get("replaced")
+        if self._compaction is not None or not isinstance(replaced, int) or not 0 < replaced <= len(self.state.history):
+            return False
+        messages = self.state.history[:replaced]
+        turn = self.state.turn
+        job = _Compaction(turn_id=turn.turn_id if turn else "", step=turn.step if turn else 0, replaced=replaced)
+        job.hustle_id = self.session.hustles.submit(
+            "compaction",
+            info.lane,
+            lambda: self._summarize(messages),
+            on_end=self._compaction_ended,
+            loop=self.name,
+            params=dict(info.params),
+            resume=info.hustle_id,
+        )
+        self._compaction = job
+        return True
+
+    def _compaction_ended(self, hustle_id: str, outcome: HustleResult | BaseException) -> None:
+        job = self._compaction
+        if job is None or job.hustle_id != hustle_id:
+            return
+        result: CompactionDone | CompactionFailed
+        if isinstance(outcome, HustleResult):
+            summary = str(outcome.value or "")
+            result = CompactionDone(
+                job.turn_id, job.step, summary=summary, replaced=job.replaced, usage=outcome.usage, blocking=False
+            )
+        else:
+            result = CompactionFailed(job.turn_id, job.step, type(outcome).__name__, str(outcome), blocking=False)
+        with contextlib.suppress(Exception):  # a stopped actor's mailbox: the restore resumes or fails the hustle
+            self.mailbox.put_result(result)
+
+    def _compaction_arrived(self, result: CompactionDone | CompactionFailed) -> CompactionDone | CompactionFailed:
+        """The lane's result, addressed to the (turn, step) that waits for it now (decided here, in the actor's
+        own task, so a turn that starts waiting while the result sits in the mailbox is never forgotten)."""
+        job = self._compaction
+        if job is None or result.blocking:
+            return result
+        self._compaction = None
+        if job.waiter is None:
+            return result
+        turn_id, step = job.waiter
+        if isinstance(result, CompactionDone):
+            return CompactionDone(turn_id, step, result.summary, result.replaced, result.usage, blocking=True)
+        return CompactionFailed(turn_id, step, result.error_type, result.message, blocking=True)
+
+    async def _summarize(self, messages: tuple[Any, ...]) -> HustleResult:
+        """Ask the loop's model to summarize a history prefix (a hustle: any error fails it, the turn goes on)."""
         d = self.definition
         request = ModelRequest(
-            messages=(user_message(render_transcript(effect.messages)),),
             model=self._config.model_of(self.state),
+            messages=(user_message(render_transcript(messages)),),
             tools=(),
             system=SUMMARIZER_PROMPT,
             temperature=0.0,
             max_output_tokens=d.max_output_tokens,
         )
-        result: CompactionDone | CompactionFailed
         refused = self.session.budget_refusal()
         if refused is not None:
-            result = CompactionFailed(effect.turn_id, effect.step, "BudgetExceeded", str(refused))
-            self.mailbox.put_result(result)
-            return
+            raise refused
         text: list[str] = []
         usage: Usage = ZERO_USAGE
+        async with asyncio.timeout(d.model_timeout):
+            async for chunk in d.model.stream(request):
+                match chunk:
+                    case TextDelta(text=piece):
+                        text.append(piece)
+                    case UsageReport(usage=reported):
+                        usage = usage + reported
+        return HustleResult(value="".join(text).strip(), usage=self.session.price(request.model, usage))
+
+    # --- asking the user -----------------------------------------------------------------------------------
+
+    def _ask(self, turn_id: str, step: int, call: ToolCall, tool: AskUserTool) -> UserInputNeeded | ToolFinished:
         try:
-            async with asyncio.timeout(d.model_timeout):
-                async for chunk in d.model.stream(request):
-                    match chunk:
-                        case TextDelta(text=piece):
-                            text.append(piece)
-                        case UsageReport(usage=reported):
-                            usage = usage + reported
-            usage = self.session.price(request.model, usage)
-            result = CompactionDone(
-                turn_id=effect.turn_id,
-                step=effect.step,
-                summary="".join(text).strip(),
-                replaced=len(effect.messages),
-                usage=usage,
-            )
-        except ModelError as exc:
-            result = CompactionFailed(effect.turn_id, effect.step, type(exc).__name__, str(exc))
-        except TimeoutError:
-            result = CompactionFailed(
-                effect.turn_id, effect.step, "ModelTimeout", f"no summary within {d.model_timeout:g}s"
-            )
-        except Exception as exc:  # a model adapter bug must not end the turn: the call goes out uncompacted
-            result = CompactionFailed(effect.turn_id, effect.step, "ModelCrashed", repr(exc))
-        self.mailbox.put_result(result)
+            args = tool.parse(call)
+        except ToolError as exc:
+            outcome = ToolOutcome(call_id=call.id, name=call.name, status="error", output=str(exc))
+            return ToolFinished(turn_id=turn_id, step=step, outcome=outcome)
+        return UserInputNeeded(
+            turn_id=turn_id,
+            step=step,
+            request_id=call.id,
+            question=args.question,
+            choices=tuple(args.choices),
+            deadline=self._clock.time() + tool.timeout,
+        )
+
+    async def _ask_timer(self, effect: ArmAsk) -> None:
+        await self._clock.sleep(effect.deadline - self._clock.time())
+        expired = UserInputExpired(turn_id=effect.turn_id, step=effect.step, request_id=effect.request_id)
+        self.mailbox.put_result(expired)
 
     async def _run_tool(self, turn_id: str, step: int, call: ToolCall) -> None:
+        tool = self._tools.get(call.name)
+        if isinstance(tool, AskUserTool):  # not run: the turn parks on the question (see `tools._ask`)
+            self.mailbox.put_result(self._ask(turn_id, step, call, tool))
+            return
         outcome = await self._tool_outcome(turn_id, call)
         self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
 
@@ -639,6 +758,9 @@ class LoopActor:
         self, command: UserInput | CancelQueuedInput | SetLoopMode | ChangeLoopInference, timeout: float
     ) -> None:
         await self.mailbox.put(command, timeout=timeout)
+
+    def provide_user_input(self, command: ProvideUserInput) -> None:
+        self.mailbox.put_priority(command)
 
     def answer_gate(self, command: AnswerGate) -> None:
         self.mailbox.put_priority(command)

@@ -21,6 +21,7 @@ from loopd.harness.core import Usage, codec
 from loopd.harness.core.config import DriftPolicy, Primer, compose_prompt, decide_drift, digest
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted
+from loopd.harness.core.hustles import HustleInfo, LaneLimits, LaneName, on_restore
 from loopd.harness.core.state import AgentInfo, LoopState
 from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, WorkspaceHistory
 from loopd.harness.gate import MemoryRuleStore, RuleStore
@@ -47,6 +48,19 @@ def _collector_paused() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+async def _restore_hustles(session: Session, hustles: Mapping[str, HustleInfo]) -> None:
+    """Resume the background runs the journal left open (compactions whose prefix is still there), fail the rest."""
+    session.hustles.reset(hustles)
+    plan = on_restore(hustles, resumable={"compaction"})
+    for info in plan.resume:
+        actor = session.actors.get(info.loop or "")
+        if actor is not None and actor.resume_compaction(info):
+            continue
+        await session.hustles.fail(info, "the session restarted and the compaction could not be resumed")
+    for info in plan.fail:
+        await session.hustles.fail(info, f"the session restarted; a {info.name!r} run is not resumed")
 
 
 def _no_pricing(_model: str, usage: Usage) -> Usage:
@@ -78,6 +92,8 @@ class Rig:
     (`ConfigurationDriftError`), or a function of the changes (True: adopt)."""
     snapshots: SnapshotPolicy | None = None
     """Workspace snapshots (needs ``workspace``): where the store lives and when sessions checkpoint."""
+    lanes: Mapping[LaneName, LaneLimits] | None = None
+    """Caps of the background lanes ("blocking", "background") that run compaction (default: `DEFAULT_LANES`)."""
 
     def __post_init__(self) -> None:
         if not self.loops:
@@ -161,6 +177,7 @@ class Rig:
             workspace_store=snapshots.store_for(self.workspace) if snapshots and self.workspace else None,
             snapshot_on=snapshots.on if snapshots else "off",
             workspace_history=workspace_history,
+            lanes=self.lanes,
         )
 
     async def start_session(self, session_id: str | None = None) -> Session:
@@ -224,6 +241,7 @@ class Rig:
         if adopted is not None:
             await session.commit_session(adopted)
         session.subagents.redeliver(records)
+        await _restore_hustles(session, state.hustles)
         for actor in session.running_actors():
             decision = recover(
                 actor.state,

@@ -23,6 +23,7 @@ from loopd._infra.ids import new_id
 from loopd.harness._errors import (
     BudgetExceeded,
     HarnessError,
+    NoSuchQuestionError,
     SessionClosedError,
     SessionFaultError,
     UnknownSettingError,
@@ -30,6 +31,7 @@ from loopd.harness._errors import (
 from loopd.harness.actors._budget import BudgetPolicy
 from loopd.harness.actors._delegation import Subagents
 from loopd.harness.actors._hub import DEFAULT_QUEUE, Subscription
+from loopd.harness.actors._hustle import HustleLanes
 from loopd.harness.actors._session_log import SessionLog
 from loopd.harness.actors._workspace import SessionWorkspace
 from loopd.harness.core import Usage
@@ -38,6 +40,7 @@ from loopd.harness.core.commands import (
     CancelQueuedInput,
     ChangeLoopInference,
     Interrupt,
+    ProvideUserInput,
     SetActiveLoop,
     SetLoopMode,
     Shutdown,
@@ -50,6 +53,9 @@ from loopd.harness.core.events import (
     AgentStopped,
     ConfigurationAdopted,
     EphemeralEvent,
+    HustleCompleted,
+    HustleFailed,
+    HustleStarted,
     InputsFolded,
     Lifecycle,
     LoopEvent,
@@ -64,7 +70,8 @@ from loopd.harness.core.events import (
     WorkspaceCheckpointed,
     WorkspaceRestored,
 )
-from loopd.harness.core.state import AgentInfo, SessionState
+from loopd.harness.core.hustles import LaneLimits, LaneName
+from loopd.harness.core.state import AgentInfo, OpenAsk, SessionState
 from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, SnapshotTrigger, WorkspaceHistory
 from loopd.harness.journal import Journal, JournalWriter
 
@@ -77,6 +84,7 @@ AnyCommand = (
     UserInput
     | CancelQueuedInput
     | AnswerGate
+    | ProvideUserInput
     | Interrupt
     | Shutdown
     | SetActiveLoop
@@ -118,6 +126,7 @@ class Session:
         workspace_store: SnapshotStore | None = None,
         snapshot_on: SnapshotTrigger = "off",
         workspace_history: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY,
+        lanes: Mapping[LaneName, LaneLimits] | None = None,
     ) -> None:
         self.id = session_id
         self.rig_name = rig_name
@@ -138,6 +147,8 @@ class Session:
         self._fingerprint: Mapping[str, str] = MappingProxyType({})  # SessionStarted / ConfigurationAdopted
         """The session's sub-agents: start, message, list and stop them (the delegation tools use these)."""
         self.workspace = SessionWorkspace(self, workspace_store, snapshot_on, workspace_history)
+        self.hustles = HustleLanes(self.commit_session, clock=clock, limits=lanes, name=f"session {session_id} hustles")
+        """Background inference runs (compaction) on the session's lanes, journaled as Hustle* events."""
         """The workspace's snapshots: checkpoint, restore, undo, diff (``checkpoint_workspace`` and friends)."""
 
     # --- runtime: wiring (used by the rig and the sub-agents) ------------------------------------------------
@@ -199,6 +210,7 @@ class Session:
             active_loop=self._active_loop,
             fingerprint=self._fingerprint,
             workspace=self.workspace.history,
+            hustles=self.hustles.infos,
         )
 
     @property
@@ -252,6 +264,11 @@ class Session:
                     results = [await a.interrupt(command) for a in self.running_actors()]
                     return any(results)
                 return await self._actor(command.loop).interrupt(command)
+            case ProvideUserInput(request_id=request_id):
+                self.check_accepting()
+                actor = self._actor(command.loop) if command.loop else self._asking(request_id)[0]
+                actor.provide_user_input(command)
+                return True
             case AnswerGate():
                 self.check_accepting()
                 actor = self._actor(command.loop) if command.loop else self._gate_owner(command.gate_id)
@@ -320,6 +337,25 @@ class Session:
                 return actor
         raise HarnessError(f"no open gate {gate_id!r} in session {self.id}")
 
+    def open_questions(self) -> tuple[tuple[str, OpenAsk], ...]:
+        """The ask_user questions waiting for an answer, as (loop, question), oldest first per loop."""
+        return tuple((a.name, ask) for a in self.running_actors() if a.state.turn for ask in a.state.turn.asks)
+
+    def _asking(self, request_id: str) -> tuple[LoopActor, OpenAsk]:
+        for actor in self.running_actors():
+            turn = actor.state.turn
+            for ask in turn.asks if turn is not None else ():
+                if ask.request_id == request_id:
+                    return actor, ask
+        raise NoSuchQuestionError(f"no open question {request_id!r} in session {self.id}")
+
+    async def provide_user_input(self, request_id: str, text: str, *, loop: str | None = None) -> None:
+        """Answer the open ask_user question ``request_id`` (the first answer binds; `NoSuchQuestionError` if none
+        is open). The answer is the question's tool result and the parked turn goes on."""
+        if loop is None:
+            self._asking(request_id)
+        await self.send(ProvideUserInput(command_id=new_id(), loop=loop, request_id=request_id, text=text))
+
     async def cancel_queued(self, command_id: str, *, loop: str | None = None) -> None:
         await self.send(CancelQueuedInput(command_id=new_id(), loop=loop, target_command_id=command_id))
 
@@ -375,7 +411,7 @@ class Session:
     def _quiescent(self) -> bool:
         if self.log.fault is not None:
             raise self.log.fault
-        return all(a.quiescent for a in self._actors.values())
+        return all(a.quiescent for a in self._actors.values()) and not self.hustles.busy
 
     @property
     def closing(self) -> bool:
@@ -403,9 +439,12 @@ class Session:
                     # A turn parked at an open gate stays open: the gate is journaled and survives the restart.
                     if not actor.state.idle and not actor.parked:
                         await actor.interrupt(Interrupt(command_id=new_id(), reason=reason))
+                # Background runs are cancelled: they stay open in the journal, and the restore resumes them.
+                await self.hustles.aclose()
                 await self.commit_session(SessionStopped(reason=reason, at=self._clock.time()))
                 self._status = "stopped"
         finally:
+            await self.hustles.aclose()
             for actor in tuple(self._actors.values()):
                 await actor.stop()
             await self.log.aclose()
@@ -416,6 +455,7 @@ class Session:
         self._closing = True
         for actor in self._actors.values():
             actor.abort()
+        self.hustles.abort()
         self.log.close()
         self._stopped.set()
 
@@ -457,6 +497,7 @@ class Session:
         for actor in self._actors.values():
             if not actor.in_current_task():
                 actor.abort()
+        self.hustles.abort()
         self._stopped.set()
         self.notify_changed()
 
@@ -488,6 +529,8 @@ class Session:
                 self._fingerprint = MappingProxyType(dict(event.fingerprint))
             if isinstance(event, WorkspaceCheckpointed | WorkspaceRestored):
                 self.workspace.apply(event)
+            if isinstance(event, HustleStarted | HustleCompleted | HustleFailed):
+                self.hustles.apply(event)
             self.log.publish(seqs[0], event)
 
         (seq,) = await self.log.commit((event,), apply)

@@ -31,6 +31,9 @@ from loopd.harness.core.events import (
     GateOpened,
     GateResolved,
     HistoryCompacted,
+    HustleCompleted,
+    HustleFailed,
+    HustleStarted,
     InputCancelled,
     InputQueued,
     InputRejected,
@@ -52,10 +55,12 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    UserInputRequested,
     WorkspaceCheckpointed,
     WorkspaceRestored,
 )
-from loopd.harness.core.state import LoopState, OpenGate, SessionState, TurnState
+from loopd.harness.core.hustles import apply_hustles
+from loopd.harness.core.state import LoopState, OpenAsk, OpenGate, SessionState, TurnState
 from loopd.harness.core.workspace import apply_workspace
 
 
@@ -94,6 +99,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                     outcomes=(*turn.outcomes, outcome),
                     gate=turn.gate,
                     mode=turn.mode,
+                    asks=tuple(a for a in turn.asks if a.request_id != outcome.call_id) if turn.asks else (),
                 ),
                 queued=state.queued,
                 turns=state.turns,
@@ -207,16 +213,21 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
         case InputRejected():
             return state
         case HistoryCompacted(summary=summary, replaced=replaced, usage=usage):
-            turn = _turn_of(state, "HistoryCompacted")
+            # A background compaction may land between turns: then only the loop's usage counts it.
+            open_turn = state.turn
             kept = state.history[replaced:]
             return replace(
                 state,
                 history=History((summary_message(summary), *kept)),
-                turn=replace(turn, usage=turn.usage + usage),
+                turn=None if open_turn is None else replace(open_turn, usage=open_turn.usage + usage),
                 usage=state.usage + usage,
                 context_tokens=0,
                 context_mark=0,
             )
+        case UserInputRequested(request_id=request_id, question=question, choices=choices, deadline=deadline):
+            turn = _turn_of(state, "UserInputRequested")
+            ask = OpenAsk(request_id=request_id, question=question, choices=choices, deadline=deadline)
+            return replace(state, turn=replace(turn, asks=(*turn.asks, ask)))
         case GateOpened(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline):
             turn = _turn_of(state, "GateOpened")
             gate = OpenGate(gate_id=gate_id, call_ids=call_ids, prompt=prompt, deadline=deadline)
@@ -251,6 +262,7 @@ def _session(state: SessionState, loops: Mapping[str, LoopState], last_seq: int)
         active_loop=state.active_loop,
         fingerprint=state.fingerprint,
         workspace=state.workspace,
+        hustles=state.hustles,
     )
 
 
@@ -289,6 +301,8 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             return replace(state, workspace=apply_workspace(state.workspace, event), last_seq=last_seq)
         case AgentStopped():
             return replace(state, agents=apply_agents(state.agents, event), last_seq=last_seq)
+        case HustleStarted() | HustleCompleted() | HustleFailed():
+            return replace(state, hustles=apply_hustles(state.hustles, event), last_seq=last_seq)
     loops = dict(state.loops)
     loops[event.loop] = apply_loop(_loop_of(loops, event.loop), event)
     return _session(state, MappingProxyType(loops), last_seq)

@@ -39,6 +39,15 @@ class AnswerGate(_Command):
     answer: Literal["approve", "approve_always", "deny"]
 
 
+class ProvideUserInput(_Command):
+    """Answer an open ask_user question (``request_id`` is the tool call's id); the first answer binds."""
+
+    priority: ClassVar[bool] = True
+    kind: Literal["provide_user_input"] = "provide_user_input"
+    request_id: str
+    text: str = Field(max_length=65536)
+
+
 class SetActiveLoop(_Command):
     """Make ``loop`` the session's active loop: input that names no loop goes there."""
 
@@ -76,6 +85,7 @@ AnyCommand = (
     UserInput
     | CancelQueuedInput
     | AnswerGate
+    | ProvideUserInput
     | Interrupt
     | Shutdown
     | SetActiveLoop

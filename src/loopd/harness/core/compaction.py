@@ -110,3 +110,26 @@ def render_transcript(messages: Sequence[Message]) -> str:
 
 def summary_message(summary: str) -> Message:
     return Message(role="user", content=SUMMARY_PREFIX + summary)
+
+
+BLOCK_AT_WINDOW: Final = 0.95
+"""With a declared context window, a turn waits for its compaction from this share of the window."""
+
+
+def must_wait(state: LoopState, *, threshold: int | None, block_at: int | None, context_window: int | None) -> bool:
+    """Whether the turn waits for its compaction (blocking lane) instead of going on while it runs (background).
+
+    A compaction past ``threshold`` runs on the background lane: the next call goes out with the full history and
+    the summary replaces the prefix when it is ready. Only once the estimate reaches ``block_at`` — by default
+    `BLOCK_AT_WINDOW` of the context window, or twice the threshold without a window: the next call might not
+    fit — does the turn wait for the summary before calling the model.
+    """
+    if threshold is None:
+        return True
+    if block_at is not None:
+        limit = block_at
+    elif context_window:
+        limit = max(threshold, int(context_window * BLOCK_AT_WINDOW))
+    else:
+        limit = 2 * threshold
+    return estimate_context(state) >= limit

@@ -25,10 +25,11 @@ from loopd.harness.core.commands import (
     CancelQueuedInput,
     ChangeLoopInference,
     Interrupt,
+    ProvideUserInput,
     SetLoopMode,
     UserInput,
 )
-from loopd.harness.core.compaction import compact_threshold, measure_context, should_compact
+from loopd.harness.core.compaction import compact_threshold, measure_context, must_wait, should_compact
 from loopd.harness.core.events import (
     ContextMeasured,
     GateOpened,
@@ -49,8 +50,10 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    UserInputRequested,
 )
 from loopd.harness.core.inputs import (
+    ArmAsk,
     ArmGate,
     CallModel,
     CancelTurn,
@@ -65,6 +68,8 @@ from loopd.harness.core.inputs import (
     ResolveGate,
     RunTools,
     ToolFinished,
+    UserInputExpired,
+    UserInputNeeded,
 )
 from loopd.harness.core.state import LoopState
 
@@ -82,6 +87,9 @@ LoopInput = (
     | GateAnswered
     | SetLoopMode
     | ChangeLoopInference
+    | ProvideUserInput
+    | UserInputNeeded
+    | UserInputExpired
 )
 
 
@@ -94,6 +102,7 @@ class LoopConfig:
     max_queued: int = 16
     compact_at_tokens: int | None = None
     compact_keep_recent: int = 8
+    compact_block_at_tokens: int | None = None  # the turn waits for its compaction from here (`must_wait`)
     # Modes and models (`SetLoopMode`, `ChangeLoopInference`); context measurement (`ContextMeasured`).
     modes: tuple[str, ...] = ()
     default_mode: str | None = None
@@ -138,8 +147,16 @@ class _Builder:
             threshold = compact_threshold(self.config.compact_at_tokens, self.config.context_window)
             cut = should_compact(self.state, threshold=threshold, keep_recent=self.config.compact_keep_recent)
             if cut:
-                self.effects.append(Compact(turn_id=turn.turn_id, step=turn.step, messages=self.state.history[:cut]))
-                return
+                wait = must_wait(
+                    self.state,
+                    threshold=threshold,
+                    block_at=self.config.compact_block_at_tokens,
+                    context_window=self.config.context_window,
+                )
+                prefix = self.state.history[:cut]
+                self.effects.append(Compact(turn_id=turn.turn_id, step=turn.step, messages=prefix, blocking=wait))
+                if wait:
+                    return
         self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history.as_tuple()))
 
     def start_queued_turn(self, now: float) -> None:
@@ -198,21 +215,47 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                 b.emit(InputCancelled(loop=name, command_id=target, reason="cancelled"))
         case Interrupt(reason=reason):
             _interrupt(b, reason, now, status="interrupted", message="interrupted before it completed")
-        case CompactionDone(turn_id=turn_id, step=step, summary=summary, replaced=replaced, usage=usage):
-            if not _is_current(state, turn_id, step, "model"):
-                return Decision()
+        case CompactionDone(
+            turn_id=turn_id, step=step, summary=summary, replaced=replaced, usage=usage, blocking=blocking
+        ):
+            # The summary replaces a prefix of the history, which only grows between compactions (one at a time
+            # per loop, see the runtime's lanes): it lands whenever it is ready, in a turn or between turns.
             if 0 < replaced <= len(state.history) and summary.strip():
                 b.emit(
                     HistoryCompacted(
                         loop=name, turn_id=turn_id, step=step, summary=summary, replaced=replaced, usage=usage, at=now
                     )
                 )
-            b.call_model(compact=False)
-        case CompactionFailed(turn_id=turn_id, step=step):
+            if blocking and _is_current(state, turn_id, step, "model"):
+                b.call_model(compact=False)
+        case CompactionFailed(turn_id=turn_id, step=step, blocking=blocking):
             # Compaction is an optimization: without a summary the call goes out with the full history.
-            if not _is_current(state, turn_id, step, "model"):
+            if blocking and _is_current(state, turn_id, step, "model"):
+                b.call_model(compact=False)
+        case UserInputNeeded(turn_id=turn_id, step=step, request_id=request_id):
+            turn = state.turn
+            if not _is_current(state, turn_id, step, "tools") or turn is None:
                 return Decision()
-            b.call_model(compact=False)
+            if request_id not in {c.id for c in turn.open_calls} or any(a.request_id == request_id for a in turn.asks):
+                return Decision()
+            b.emit(
+                UserInputRequested(
+                    loop=name,
+                    turn_id=turn_id,
+                    step=step,
+                    request_id=request_id,
+                    question=event_input.question,
+                    choices=event_input.choices,
+                    deadline=event_input.deadline,
+                    at=now,
+                )
+            )
+            b.effects.append(ArmAsk(turn_id=turn_id, step=step, request_id=request_id, deadline=event_input.deadline))
+        case ProvideUserInput(request_id=request_id, text=text):
+            _close_ask(b, config, now, request_id, status="ok", output=ANSWER_PREFIX + text)
+        case UserInputExpired(turn_id=turn_id, step=step, request_id=request_id):
+            if _is_current(state, turn_id, step, "tools"):
+                _close_ask(b, config, now, request_id, status="error", output=NO_ANSWER)
         case ModelCompleted(turn_id=turn_id, step=step, text=text, tool_calls=calls, usage=usage):
             if not _is_current(state, turn_id, step, "model"):
                 return Decision()
@@ -320,6 +363,25 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
     return b.done()
 
 
+ANSWER_PREFIX = "The user answered: "
+"""How an ask_user answer reads as the tool result (the answer follows)."""
+NO_ANSWER = "no answer: the user did not answer before the question's deadline; go on without it"
+
+
+def _close_ask(b: _Builder, config: LoopConfig, now: float, request_id: str, *, status: str, output: str) -> None:
+    """Close the open question ``request_id`` with its tool result (the first answer binds; others decide nothing)."""
+    turn = b.state.turn
+    if turn is None or turn.phase != "tools":
+        return
+    ask = next((a for a in turn.asks if a.request_id == request_id), None)
+    call = next((c for c in turn.open_calls if c.id == request_id), None)
+    if ask is None or call is None:
+        return
+    outcome = ToolOutcome(call_id=call.id, name=call.name, status=status, output=output)  # type: ignore[arg-type]
+    b.emit(ToolCompleted(loop=b.state.name, turn_id=turn.turn_id, step=turn.step, outcome=outcome))
+    _finish_step_if_complete(b, config, now)
+
+
 def _resolve_gate(b: _Builder, config: LoopConfig, now: float, *, answer: str, granted: bool, reason: str) -> None:
     turn = b.state.turn
     assert turn is not None and turn.gate is not None
@@ -407,8 +469,8 @@ def recover(
     ``mode="interrupt"``: an open turn gets a synthesized ``TurnInterrupted``; tool calls left open are recorded
     with status ``unknown`` (their effect may or may not have happened); queued inputs are cancelled.
 
-    A turn parked at an open gate (no call running besides the gated ones) keeps its gate in both modes: the
-    deadline timer is re-armed and the gate can be answered as before.
+    A turn parked at an open gate or open ask_user questions (no call running besides the gated or asking ones)
+    keeps them in both modes: their deadline timers are re-armed and they can be answered as before.
 
     ``mode="resume"``: a model call in flight is re-issued (a read effect); an open tool call is re-run only if
     its tool declares itself idempotent, otherwise its outcome is recorded as ``unknown`` and surfaced to the
@@ -416,14 +478,16 @@ def recover(
     """
     b = _Builder(state, config)
     turn = state.turn
-    if turn is not None and turn.gate is not None:
-        parked = {c.id for c in turn.open_calls} <= set(turn.gate.call_ids)
-        if parked:
-            # Nothing was running: the turn only waits for a human. The gate survives the restore.
+    if turn is not None and (turn.gate is not None or turn.asks):
+        waiting = {a.request_id for a in turn.asks} | set(turn.gate.call_ids if turn.gate is not None else ())
+        if {c.id for c in turn.open_calls} <= waiting:
+            # Nothing was running: the turn only waits for a human. The gate and the questions survive the restore.
             gate = turn.gate
-            b.effects.append(
-                ArmGate(turn_id=turn.turn_id, step=turn.step, gate_id=gate.gate_id, deadline=gate.deadline)
-            )
+            if gate is not None:
+                b.effects.append(
+                    ArmGate(turn_id=turn.turn_id, step=turn.step, gate_id=gate.gate_id, deadline=gate.deadline)
+                )
+            _rearm_asks(b)
             return b.done()
     if mode == "interrupt":
         _interrupt(b, "restored", now, status="unknown", message=UNKNOWN_OUTCOME)
@@ -453,9 +517,10 @@ def recover(
                 at=now,
             )
         )
-    rerun = tuple(c for c in turn.open_calls if c.id not in gated_ids and idempotent(c.name))
+    asking = {a.request_id for a in turn.asks}  # open questions stay open: their answer has not come yet
+    rerun = tuple(c for c in turn.open_calls if c.id not in gated_ids | asking and idempotent(c.name))
     for call in turn.open_calls:
-        if call in rerun:
+        if call in rerun or call.id in asking:
             continue
         if call.id in gated_ids:
             outcome = ToolOutcome(
@@ -464,8 +529,17 @@ def recover(
         else:
             outcome = ToolOutcome(call_id=call.id, name=call.name, status="unknown", output=UNKNOWN_OUTCOME)
         b.emit(ToolCompleted(loop=state.name, turn_id=turn.turn_id, step=turn.step, outcome=outcome))
+    _rearm_asks(b)
     if rerun:
         b.effects.append(RunTools(turn_id=turn.turn_id, step=turn.step, calls=rerun))
     else:
         _finish_step_if_complete(b, config, now)
     return b.done()
+
+
+def _rearm_asks(b: _Builder) -> None:
+    turn = b.state.turn
+    if turn is None:
+        return
+    for ask in turn.asks:
+        b.effects.append(ArmAsk(turn_id=turn.turn_id, step=turn.step, request_id=ask.request_id, deadline=ask.deadline))

@@ -157,6 +157,35 @@ class WorkspaceRestored(_SessionEvent):
     at: float
 
 
+class HustleStarted(_SessionEvent):
+    """A named background inference run ("hustle") was admitted to a lane; ``params`` lets a restore resume it."""
+
+    kind: Literal["hustle_started"] = "hustle_started"
+    hustle_id: str
+    name: str
+    lane: Literal["blocking", "background"]
+    for_loop: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    at: float
+
+
+class HustleCompleted(_SessionEvent):
+    kind: Literal["hustle_completed"] = "hustle_completed"
+    hustle_id: str
+    usage: Usage
+    at: float
+
+
+class HustleFailed(_SessionEvent):
+    """A hustle ended without a result (its model failed, the lane refused it, or a restore could not resume it)."""
+
+    kind: Literal["hustle_failed"] = "hustle_failed"
+    hustle_id: str
+    error_type: str
+    message: str
+    at: float
+
+
 # --- loop scope: enduring ------------------------------------------------------------------------------------
 
 
@@ -295,6 +324,20 @@ class ContextMeasured(_LoopEvent):
     at: float
 
 
+class UserInputRequested(_LoopEvent):
+    """The model asked the user ``question`` (the ask_user call ``request_id``); the turn parks until the answer
+    (`ProvideUserInput`) or ``deadline``. The call's `ToolCompleted` carries the answer and closes the question."""
+
+    kind: Literal["user_input_requested"] = "user_input_requested"
+    turn_id: str
+    step: int
+    request_id: str
+    question: str
+    choices: tuple[str, ...] = ()
+    deadline: float
+    at: float
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -398,6 +441,9 @@ SessionEvent = (
     | ConfigurationAdopted
     | WorkspaceCheckpointed
     | WorkspaceRestored
+    | HustleStarted
+    | HustleCompleted
+    | HustleFailed
 )
 LoopEvent = (
     TurnStarted
@@ -411,6 +457,7 @@ LoopEvent = (
     | GateOpened
     | GateResolved
     | HistoryCompacted
+    | UserInputRequested
     | LoopModeChanged
     | LoopInferenceChanged
     | ContextMeasured
@@ -434,6 +481,9 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     ConfigurationAdopted,
     WorkspaceCheckpointed,
     WorkspaceRestored,
+    HustleStarted,
+    HustleCompleted,
+    HustleFailed,
     TurnStarted,
     InputQueued,
     InputsFolded,
@@ -445,6 +495,7 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     GateOpened,
     GateResolved,
     HistoryCompacted,
+    UserInputRequested,
     LoopModeChanged,
     LoopInferenceChanged,
     ContextMeasured,

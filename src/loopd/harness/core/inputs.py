@@ -71,6 +71,8 @@ class CompactionDone:
     summary: str
     replaced: int
     usage: Usage = ZERO_USAGE
+    blocking: bool = True
+    """A turn waits for it (at ``turn_id``/``step``); False: a background compaction, nobody waits."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,41 @@ class CompactionFailed:
     step: int
     error_type: str
     message: str
+    blocking: bool = True
 
 
-Completion = CompactionDone | CompactionFailed | ModelCompleted | ModelFailed | ToolFinished | GateNeeded | GateAnswered
+@dataclass(frozen=True, slots=True)
+class UserInputNeeded:
+    """The model called ask_user: the runtime validated the question and fixed its deadline."""
+
+    turn_id: str
+    step: int
+    request_id: str
+    question: str
+    choices: tuple[str, ...]
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
+class UserInputExpired:
+    """Nobody answered the question ``request_id`` by its deadline."""
+
+    turn_id: str
+    step: int
+    request_id: str
+
+
+Completion = (
+    CompactionDone
+    | CompactionFailed
+    | ModelCompleted
+    | ModelFailed
+    | ToolFinished
+    | GateNeeded
+    | GateAnswered
+    | UserInputNeeded
+    | UserInputExpired
+)
 
 
 # --- effects -------------------------------------------------------------------------------------------------
@@ -94,6 +128,8 @@ class Compact:
     turn_id: str
     step: int
     messages: tuple[Message, ...]
+    blocking: bool = True
+    """The turn waits for the summary; False: it runs on the background lane while the turn goes on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +163,16 @@ class ArmGate:
 
 
 @dataclass(frozen=True, slots=True)
+class ArmAsk:
+    """Close the question ``request_id`` with "no answer" if nobody answers by ``deadline``."""
+
+    turn_id: str
+    step: int
+    request_id: str
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
 class ResolveGate:
     """Turn an answer into a grant; for "approve_always", store the shown grants before granting."""
 
@@ -144,4 +190,4 @@ class CancelTurn:
     turn_id: str
 
 
-Effect = Compact | CallModel | RunTools | ArmGate | ResolveGate | CancelTurn
+Effect = Compact | CallModel | RunTools | ArmGate | ArmAsk | ResolveGate | CancelTurn

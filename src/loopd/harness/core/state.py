@@ -10,6 +10,7 @@ from typing import Any, Literal
 from loopd.harness.core._history import EMPTY_HISTORY, History
 from loopd.harness.core._values import ZERO_USAGE, ToolCall, ToolOutcome, Usage
 from loopd.harness.core.events import QueuedInput
+from loopd.harness.core.hustles import EMPTY_HUSTLES, HustleInfo
 from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, WorkspaceHistory
 
 TurnPhase = Literal["model", "tools"]
@@ -24,6 +25,16 @@ class OpenGate:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenAsk:
+    """A question the model asked the user (ask_user call ``request_id``), open until answered or ``deadline``."""
+
+    request_id: str
+    question: str
+    choices: tuple[str, ...]
+    deadline: float
+
+
+@dataclass(frozen=True, slots=True)
 class TurnState:
     turn_id: str
     step: int
@@ -34,6 +45,7 @@ class TurnState:
     outcomes: tuple[ToolOutcome, ...] = ()
     gate: OpenGate | None = None
     mode: str | None = None  # the mode of this step (the loop's mode when the step began)
+    asks: tuple[OpenAsk, ...] = ()  # open ask_user questions of this step (each closed by its call's ToolCompleted)
 
     @property
     def open_calls(self) -> tuple[ToolCall, ...]:
@@ -86,6 +98,7 @@ class SessionState:
     active_loop: str | None = None  # ActiveLoopChanged (None: the rig's first loop)
     fingerprint: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # the rig's recorded config
     workspace: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY  # workspace checkpoints (`core.workspace`)
+    hustles: Mapping[str, HustleInfo] = field(default_factory=lambda: EMPTY_HUSTLES)  # open runs (`core.hustles`)
 
     @property
     def usage(self) -> Usage:
@@ -107,4 +120,5 @@ class SessionState:
             active_loop=self.active_loop,
             fingerprint=self.fingerprint,
             workspace=self.workspace,
+            hustles=self.hustles,
         )

@@ -20,7 +20,7 @@ from loopd import __version__
 from loopd._infra.docs import install_docs
 from loopd._infra.http import EventStreamResponse
 from loopd._infra.http_errors import ApiError, drop_validation_responses, error_responses, install_error_handlers
-from loopd.harness._errors import HarnessError
+from loopd.harness._errors import HarnessError, NoSuchQuestionError
 from loopd.harness.actors import RecoveryMode, Rig
 from loopd.harness.core import codec
 from loopd.harness.serve._errors import from_harness
@@ -54,6 +54,8 @@ from loopd.harness.serve._wire import (
     SessionBody,
     SessionList,
     SessionSummary,
+    UserInputRequest,
+    UserInputResult,
     event_item,
     session_body,
 )
@@ -299,6 +301,25 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         return GateAnswerResult(
             gate_id=gate_id, status="resolved", answer=resolved.answer, granted=resolved.granted, reason=resolved.reason
         )
+
+    @router.post(
+        "/v1/sessions/{session_id}/questions/{request_id:path}",
+        tags=["gates"],
+        status_code=202,
+        responses={202: {"model": UserInputResult, "description": "answer accepted; the turn goes on"}},
+    )
+    async def provide_user_input(
+        session_id: SessionId,
+        request_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)],
+        body: UserInputRequest,
+    ) -> UserInputResult:
+        """Answer an open ask_user question: the text becomes the question's tool result (the first answer binds)."""
+        session = await sessions.ensure_live(session_id)
+        try:
+            await session.provide_user_input(request_id, body.text)
+        except NoSuchQuestionError as exc:
+            raise ApiError("not_found", f"{exc} (answered already, past its deadline, or never asked)") from exc
+        return UserInputResult(request_id=request_id, status="accepted")
 
     @router.get("/v1/sessions/{session_id}/journal", tags=["events"])
     async def journal_page(

@@ -65,6 +65,12 @@ class GateAnswerRequest(_Request):
     answer: Literal["approve", "always", "approve_always", "deny"]
 
 
+class UserInputRequest(_Request):
+    """The answer to an open ask_user question (the model reads it as the question's tool result)."""
+
+    text: str = Field(min_length=1, max_length=65536)
+
+
 # --- responses ---------------------------------------------------------------------------------------------
 
 
@@ -81,6 +87,23 @@ class GateBody(_Response):
     call_ids: list[str]
     prompt: dict[str, Any]
     deadline: float
+
+
+class QuestionBody(_Response):
+    """An ask_user question waiting for its answer (answer it at ``POST …/questions/{request_id}``)."""
+
+    request_id: str
+    loop: str
+    turn_id: str
+    step: int
+    question: str
+    choices: list[str]
+    deadline: float
+
+
+class UserInputResult(_Response):
+    request_id: str
+    status: Literal["accepted"]
 
 
 class LoopBody(_Response):
@@ -106,6 +129,7 @@ class SessionBody(_Response):
     usage: Usage
     loops: list[LoopBody]
     gates: list[GateBody]
+    questions: list[QuestionBody] = []
 
 
 class CreatedSession(SessionBody):
@@ -236,6 +260,23 @@ def open_gates(state: SessionState) -> list[GateBody]:
     return gates
 
 
+def open_questions(state: SessionState) -> list[QuestionBody]:
+    return [
+        QuestionBody(
+            request_id=ask.request_id,
+            loop=loop.name,
+            turn_id=loop.turn.turn_id,
+            step=loop.turn.step,
+            question=ask.question,
+            choices=list(ask.choices),
+            deadline=ask.deadline,
+        )
+        for loop in state.loops.values()
+        if loop.turn is not None
+        for ask in loop.turn.asks
+    ]
+
+
 def session_body(
     state: SessionState, *, status: SessionStatus, live: bool, created_at: float | None, session_id: str
 ) -> dict[str, Any]:
@@ -251,4 +292,5 @@ def session_body(
         "usage": state.usage,
         "loops": [_loop_body(loop) for loop in state.loops.values()],
         "gates": open_gates(state),
+        "questions": open_questions(state),
     }

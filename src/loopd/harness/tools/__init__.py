@@ -5,6 +5,7 @@ The MCP names are loaded on first use (the MCP SDK takes ~0.5 s to import, and m
 
 from typing import TYPE_CHECKING, Any
 
+from loopd.harness.tools._ask import ASK_TIMEOUT_DEFAULT, ASK_USER, AskUserTool
 from loopd.harness.tools._bash import BashTool, scrubbed_environment
 from loopd.harness.tools._builtins import default_tools
 from loopd.harness.tools._files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
@@ -66,12 +67,15 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ASK_TIMEOUT_DEFAULT",
+    "ASK_USER",
     "EXEC",
     "FS_READ",
     "FS_WRITE",
     "MCP_KIND",
     "SANDBOX_MODES",
     "UNCONFINED",
+    "AskUserTool",
     "BashTool",
     "BubblewrapSandbox",
     "EchoTool",
