@@ -451,6 +451,14 @@ class TaskApi:
             await tx.task_outputs.set_end(message_id, intent)
             return message
 
+    async def work_conversation_state(self, task_id: str) -> tuple[str | None, bool]:
+        """The Task's work conversation id (None before its first use) and whether its completion has begun, in one
+        read: a call start that finds both settled needs no other read before the engine's own transaction."""
+        async with self._db.transaction(read_only=True) as tx:
+            _, response = await tx.messages.task_pair(task_id)
+            work = await tx.conversations.find_work(task_id)
+        return (None if work is None else work.id), bool(response.delivery_state)
+
     async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None:
         """The id of the Task's work conversation, created on first use (``Conflict`` once completion has begun);
         with ``create=False`` None when there is none. For harness calls whose output goes there."""

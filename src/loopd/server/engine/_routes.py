@@ -70,6 +70,10 @@ class TaskAccess(Protocol):
 
     async def task_of_message(self, message_id: str) -> str | None: ...
 
+    async def work_conversation_state(self, task_id: str) -> tuple[str | None, bool]:
+        """The Task's work conversation id (None before its first use) and whether its completion has begun."""
+        ...
+
     async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None: ...
 
 
@@ -250,9 +254,13 @@ def engine_router(
             asker = (checked or await asker_of(body.task_id)).text
         if body.output == "work":
             assert tasks is not None and body.task_id is not None  # checked above
-            # A replay needs no new work conversation (the Task may be completing by now): its identity decides.
-            replay = await engine.find(body.owner_uid, body.effect_key) is not None
-            conversation_id = await tasks.work_conversation_id(body.task_id, create=not replay)
+            # The usual start (the Task's work conversation exists, completion has not begun) needs one read.
+            # Otherwise a replay needs no new work conversation (the Task may be completing by now): its identity
+            # decides.
+            conversation_id, completing = await tasks.work_conversation_state(body.task_id)
+            if conversation_id is None or completing:
+                replay = await engine.find(body.owner_uid, body.effect_key) is not None
+                conversation_id = await tasks.work_conversation_id(body.task_id, create=not replay)
             if conversation_id is None:
                 raise Conflict(
                     f"harness call {body.effect_key!r} of {body.owner_uid} already exists with different parameters"
