@@ -69,7 +69,7 @@ from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import Readiness, ServerContext, create_server_app
 from loopd.server.audit import ledger_router
-from loopd.server.chat import ChatRequests, ConversationReader, ResourceTaskGateway, TaskApi
+from loopd.server.chat import ChatRequests, ConversationForks, ConversationReader, ResourceTaskGateway, TaskApi
 from loopd.server.config import BuiltinHarness, HarnessTarget, MissingSecret, ModelHarness, RemoteHarness
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
@@ -552,7 +552,12 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
 
             manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
             responder = HarnessResponder(
-                client=client, engine=engine, chat=task_api, clock=clock, timeout=settings.call_timeout
+                client=client,
+                engine=engine,
+                chat=task_api,
+                clock=clock,
+                timeout=settings.call_timeout,
+                forks=ConversationForks(chat),  # a fork's first answer starts from the source answer's session
             )
             # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
             watched = None if store is not None else settings.namespace

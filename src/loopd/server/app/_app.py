@@ -26,7 +26,7 @@ from loopd import __version__
 from loopd._infra.docs import install_docs
 from loopd._infra.http_errors import ApiError, drop_validation_responses
 from loopd.server.app._context import ServerContext
-from loopd.server.chat import Sweeper, chat_router, task_router
+from loopd.server.chat import ConversationForks, Sweeper, chat_router, fork_router, task_router
 from loopd.server.http import (
     COOKIE_NAME,
     ERROR_RESPONSES,
@@ -125,6 +125,7 @@ def create_server_app(
     app.include_router(_base_routes(ctx, readiness))
     app.include_router(access_router(access, ctx.security))
     app.include_router(chat_router(ctx.conversations, ctx.chat, heartbeat=heartbeat))
+    app.include_router(fork_router(ConversationForks(ctx.chat)))
     app.include_router(task_router(ctx.task_api))
     app.include_router(human_router(ctx.human, stopping=ctx.task_api.stopping))
     app.include_router(registry_router(ctx.registry))

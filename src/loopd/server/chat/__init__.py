@@ -12,6 +12,7 @@ except through its public methods.
 """
 
 from loopd.server.chat._feeds import ConversationFeeds, FeedStatistics, Subscription
+from loopd.server.chat._forks import ConversationForks, Forked, fork_router
 from loopd.server.chat._gateway import DEFAULT_NAMESPACE, ResourceTaskGateway, TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import MESSAGE_STATUS_OF, QUESTION_BLOCK_ID, question_block, resolve_question
 from loopd.server.chat._reader import ConversationReader
@@ -32,9 +33,11 @@ __all__ = [
     "ChatRequests",
     "ConversationBody",
     "ConversationFeeds",
+    "ConversationForks",
     "ConversationReader",
     "Emitted",
     "FeedStatistics",
+    "Forked",
     "MessageBody",
     "ResourceTaskGateway",
     "Snapshot",
@@ -51,6 +54,7 @@ __all__ = [
     "check_responder",
     "conversation_body",
     "conversation_frames",
+    "fork_router",
     "message_body",
     "message_header",
     "parse_cursor",

@@ -260,6 +260,13 @@ class ForkCapable(Protocol):
     def supports_forks(self) -> bool: ...
 
 
+@runtime_checkable
+class ForkPoints(Protocol):
+    """An adapter that can say where to fork an earlier call's session to answer its input again."""
+
+    async def fork_point(self, request: AdapterRequest, session_id: str) -> int: ...
+
+
 def supports_forks(adapter: object) -> bool:
     """Whether ``adapter`` takes `AdapterRequest.fork`."""
     return isinstance(adapter, ForkCapable) and adapter.supports_forks

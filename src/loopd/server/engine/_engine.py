@@ -59,12 +59,12 @@ from loopd.server.storage import (
 )
 from loopd.server.streams import ConversationBus
 
-from ._adapter import GATE_ANSWERS, HarnessAdapter, supports_forks, supports_workspaces
+from ._adapter import GATE_ANSWERS, AdapterRequest, ForkPoints, HarnessAdapter, supports_forks, supports_workspaces
 from ._driver import CallDriver, CallSlots
 from ._driving import DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id
-from ._requests import MAX_TIMEOUT, CallRequest
+from ._requests import MAX_TIMEOUT, CallRequest, fork_of, history_of, workspace_of
 
 InputOutcome = Literal["delivered", "elsewhere", "refused"]
 """What became of a follow-up handed to a running call (`HarnessEngine.add_input`)."""
@@ -404,6 +404,35 @@ class HarnessEngine:
     async def list_by_owner(self, owner_uid: str, *, limit: int = 100) -> list[HarnessCall]:
         async with self._db.transaction(read_only=True) as tx:
             return await tx.harness_calls.list_by_owner(owner_uid, limit=limit)
+
+    async def call_for_message(self, message_id: str) -> HarnessCall | None:
+        """The call that streamed (or streams) into the message ``message_id``, if a harness call did."""
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.harness_calls.find_by_message(message_id)
+
+    async def fork_point(self, call: HarnessCall) -> tuple[str, int] | None:
+        """Where a new call can start so that it answers ``call``'s input again from the same harness state: its
+        session id and the settled seq just before its own first turn. None when its harness cannot fork (a
+        remote one, say) or it never opened a session. A journal that cannot be read raises its error."""
+        adapter = self._adapters.get(call.target)
+        if call.execution_ref is None or adapter is None or not supports_forks(adapter):
+            return None
+        if not isinstance(adapter, ForkPoints):
+            return None
+        workspace, tools = workspace_of(call.params)
+        request = AdapterRequest(
+            call_id=call.id,
+            target=call.target,
+            text=str(call.params.get("text", "")),
+            history=history_of(call.params),
+            options={},
+            deadline=call.deadline_at,
+            timeout=1.0,
+            workspace=workspace,
+            tools=tools,
+            fork=fork_of(call.params),
+        )
+        return call.execution_ref, await adapter.fork_point(request, call.execution_ref)
 
     async def wait(self, call_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> HarnessCall:
         """The call once it is terminal, or as it is when ``timeout`` passes or ``stop`` is set (a server's

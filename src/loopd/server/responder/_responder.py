@@ -52,14 +52,16 @@ from loopd.resources.client import TASKS, ResourceClient
 from loopd.resources.reconcile import Controller, Request, Result
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
+    AdapterError,
     CallRequest,
     CapacityExceeded,
     EngineNotice,
     HarnessEngine,
     HistoryEntry,
     UnknownTarget,
+    history_of,
 )
-from loopd.server.storage import Conflict, HarnessCall, Message
+from loopd.server.storage import Conflict, ConversationFork, HarnessCall, Message
 from loopd.server.storage import NotFound as StorageNotFound
 
 _log = logging.getLogger(__name__)
@@ -98,6 +100,12 @@ class TaskContextView(Protocol):
 
     @property
     def history(self) -> Sequence[Message]: ...
+
+
+class ForkOrigins(Protocol):
+    """Where forked conversations came from (``loopd.server.chat.ConversationForks`` has it)."""
+
+    async def origin(self, conversation_id: str) -> ConversationFork | None: ...
 
 
 class ChatPort(Protocol):
@@ -167,6 +175,7 @@ class HarnessResponder:
         followup_retry: float = DEFAULT_FOLLOWUP_RETRY,
         followup_wait: float = DEFAULT_FOLLOWUP_WAIT,
         clock: Clock | None = None,
+        forks: ForkOrigins | None = None,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -179,6 +188,7 @@ class HarnessResponder:
         self._followup_retry = followup_retry
         self._followup_wait = followup_wait
         self._clock = clock or SystemClock()  # wall time, to judge a Task's age against its creationTimestamp
+        self._forks = forks
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
@@ -332,6 +342,10 @@ class HarnessResponder:
             for message in context.history
             if message.id not in (context.input.id, context.response.id) and (text := message_text(message.content))
         )
+        fork: tuple[str, int] | None = None
+        forked = await self._fork_start(context, key)
+        if forked is not None:
+            fork, history = forked
         call_request = CallRequest(
             owner_uid=uid,
             effect_key=EFFECT_KEY,
@@ -341,6 +355,7 @@ class HarnessResponder:
             history=history,
             asker=f"{context.input.kind}:{context.input.key}",
             timeout=self._timeout,
+            fork=fork,
         )
         try:
             call = await self._engine.start(call_request)
@@ -356,6 +371,31 @@ class HarnessResponder:
             call = existing
         self._waiting.pop(request, None)
         return call
+
+    async def _fork_start(
+        self, context: TaskContextView, key: str
+    ) -> tuple[tuple[str, int], tuple[HistoryEntry, ...]] | None:
+        """For the first question of a forked conversation ("retry from here", "edit and resend"): start the call
+        as a fork of the harness session that produced the source answer, just before the turn that took its
+        input, with that call's history. None (answer as usual, from the visible history) when the conversation
+        is no fork, this is a later question, or the source answer's harness cannot fork (remote, another target)."""
+        if self._forks is None:
+            return None
+        own = (context.input.id, context.response.id)
+        if any(message.task_id is not None for message in context.history if message.id not in own):
+            return None  # the fork's copied history has no Tasks: an earlier question of the fork has one
+        origin = await self._forks.origin(context.input.conversation_id)
+        if origin is None:
+            return None
+        source = await self._engine.call_for_message(origin.source_message_id)
+        if source is None or source.target != key:
+            return None
+        try:
+            point = await self._engine.fork_point(source)
+        except AdapterError as exc:
+            _log.warning("cannot fork the session of call %s (answering from the history instead): %s", source.id, exc)
+            return None
+        return None if point is None else (point, history_of(source.params))
 
     async def _hand_over(self, request: Request, key: str, created: datetime | None) -> Result | None:
         """Hand the Task's input to an earlier call of the same harness still answering in its conversation

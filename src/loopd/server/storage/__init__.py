@@ -45,6 +45,7 @@ from ._errors import (
     StorageError,
     StorageUnavailable,
 )
+from ._forks import FORK_MODES, ConversationFork, ForkMode
 from ._harness_calls import fingerprint as harness_call_fingerprint
 from ._migrations import MIGRATIONS, Migration
 from ._records import (
@@ -101,6 +102,7 @@ __all__ = [
     "CONVERSATION_ACTOR_KINDS",
     "DEFAULT_LEASE_SECONDS",
     "DELIVERY_STATES",
+    "FORK_MODES",
     "HARNESS_ACTIVE_PHASES",
     "HARNESS_PHASES",
     "HARNESS_TERMINAL_PHASES",
@@ -119,10 +121,12 @@ __all__ = [
     "Conflict",
     "Conversation",
     "ConversationActorKind",
+    "ConversationFork",
     "Database",
     "DatabaseOptions",
     "DeliveryState",
     "Fenced",
+    "ForkMode",
     "HarnessCall",
     "HarnessPhase",
     "HumanOutcome",

@@ -23,6 +23,7 @@ from loopd._infra.migrations import migrate, schema_version
 from ._actor_leases import ActorLeases
 from ._conversations import Conversations
 from ._errors import CommitOutcomeUnknown, Conflict, InvalidRecord, SchemaTooNew, StorageUnavailable
+from ._forks import ConversationForks
 from ._harness_calls import HarnessCalls
 from ._human_requests import HumanRequests
 from ._leases import Leases
@@ -74,6 +75,10 @@ class Transaction(TransactionCore):
     @cached_property
     def conversations(self) -> Conversations:
         return Conversations(self)
+
+    @cached_property
+    def conversation_forks(self) -> ConversationForks:
+        return ConversationForks(self)
 
     @cached_property
     def messages(self) -> Messages:

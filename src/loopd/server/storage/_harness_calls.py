@@ -137,6 +137,11 @@ class HarnessCalls:
         )
         return None if row is None else _call(row)
 
+    async def find_by_message(self, message_id: str) -> HarnessCall | None:
+        """The call that streams (or streamed) into the message ``message_id`` (one at most)."""
+        row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM harness_calls WHERE message_id = ?", (message_id,))
+        return None if row is None else _call(row)
+
     async def list_active(self, *, after: str | None = None, limit: int = 100) -> list[HarnessCall]:
         """Calls not yet terminal, by id: what a replica scans to drive or recover."""
         page_limit(limit)

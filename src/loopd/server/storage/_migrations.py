@@ -320,6 +320,33 @@ _LEDGER_ARTIFACTS = Migration(
     ),
 )
 
+_CONVERSATION_TITLES = Migration(
+    7,
+    "conversation titles and summaries, written by a background run (its state: '', running, done, failed)",
+    (
+        "ALTER TABLE conversations ADD COLUMN title TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE conversations ADD COLUMN summary TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE conversations ADD COLUMN title_state TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE conversations ADD COLUMN title_run TEXT NOT NULL DEFAULT ''",
+    ),
+)
+
+_CONVERSATION_FORKS = Migration(
+    8,
+    "conversation forks: where a forked conversation came from (retry from here, edit and resend)",
+    (
+        """CREATE TABLE conversation_forks (
+            conversation_id TEXT PRIMARY KEY,
+            parent_conversation_id TEXT NOT NULL,
+            parent_message_id TEXT NOT NULL,
+            source_message_id TEXT NOT NULL,
+            mode TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )""",
+        "CREATE INDEX conversation_forks_by_parent ON conversation_forks (parent_conversation_id)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CHAT,
     _LEDGER,
@@ -327,6 +354,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     _ACCESS,
     _OPERATOR_OUTPUTS,
     _LEDGER_ARTIFACTS,
+    _CONVERSATION_TITLES,
+    _CONVERSATION_FORKS,
 )
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 

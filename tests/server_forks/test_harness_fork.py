@@ -1,0 +1,116 @@
+"""Retry and edit-and-resend against the whole `loopd up` (in-process, real HTTP on loopback, SQLite, the demo
+model): the fork's first answer is a built-in harness call started as a fork of the source answer's harness
+session (just before the turn that took its input), so it answers from that harness state; the source session
+and the original conversation stay as they were; a fork of a fork chains."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from loopd.harness import SqliteJournal
+from loopd.harness.journal import replay
+from loopd.server._composition import RunningServer, UpSettings, open_loop_server
+from tests.support.waiting import eventually
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[RunningServer]:
+    async with open_loop_server(UpSettings(data_dir=tmp_path / "data", port=0)) as running:
+        yield running
+
+
+@pytest.fixture
+async def user(server: RunningServer) -> AsyncIterator[httpx.AsyncClient]:
+    token = server.token_file.read_text().strip()
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=15
+    ) as client:
+        yield client
+
+
+def _text(message: dict[str, Any]) -> str:
+    return "".join(str(b.get("content", "")) for b in message["content"]["blocks"] if b.get("type") == "text")
+
+
+async def _messages(user: httpx.AsyncClient, cid: str) -> list[dict[str, Any]]:
+    return list((await user.get(f"/v1/conversations/{cid}/messages", params={"limit": 1000})).json()["data"])
+
+
+async def _answered(user: httpx.AsyncClient, cid: str, response_id: str) -> dict[str, Any]:
+    async def ended() -> dict[str, Any] | None:
+        found = next(m for m in await _messages(user, cid) if m["id"] == response_id)
+        return found if found["status"] != "streaming" else None
+
+    answer = await eventually(ended, timeout=30, what=f"the answer {response_id}")
+    assert answer["status"] == "completed", answer
+    return answer
+
+
+async def _ask(user: httpx.AsyncClient, cid: str, text: str) -> dict[str, Any]:
+    body = {"target": {"kind": "harness", "key": "assistant"}, "text": text}
+    posted = await user.post(f"/v1/conversations/{cid}/messages", json=body)
+    assert posted.status_code == 201, posted.text
+    await _answered(user, cid, posted.json()["response"]["id"])
+    return dict(posted.json())
+
+
+async def _fork(user: httpx.AsyncClient, cid: str, mid: str, **body: str) -> dict[str, Any]:
+    forked = await user.post(f"/v1/conversations/{cid}/messages/{mid}/fork", json=body)
+    assert forked.status_code == 201, forked.text
+    await _answered(user, forked.json()["conversation_id"], forked.json()["response"]["id"])
+    return dict(forked.json())
+
+
+async def test_a_forks_answer_comes_from_the_forked_harness_session(
+    server: RunningServer, user: httpx.AsyncClient
+) -> None:
+    cid = (await user.post("/v1/conversations", json={"name": "fruit"})).json()["id"]
+    await _ask(user, cid, "apples?")
+    second = await _ask(user, cid, "pears?")
+    original = [(m["id"], m["status"], _text(m)) for m in await _messages(user, cid)]
+    source = await server.engine.call_for_message(second["response"]["id"])
+    assert source is not None and source.execution_ref is not None
+
+    journal = await SqliteJournal.open(server.data_dir / "harness" / "journal.db")
+    try:
+        source_info = await journal.session(source.execution_ref)
+        assert source_info is not None
+
+        retried = await _fork(user, cid, second["response"]["id"], mode="retry")
+        fork_messages = await _messages(user, retried["conversation_id"])
+        assert [_text(m) for m in fork_messages][:3] == ["apples?", _text(fork_messages[1]), "pears?"]
+        assert "pears?" in _text(fork_messages[-1])  # the demo model answered the same question again
+        call = await server.engine.call_for_message(retried["response"]["id"])
+        assert call is not None and call.params["fork"]["session"] == source.execution_ref
+        info = await journal.session(call.id)
+        assert info is not None and info.parent_id == source.execution_ref
+        # The fork point is the settled seq just before the source call's turn: its history is the parent's
+        # session start, then the fork's own turn, whose input carries the source call's visible history.
+        shared = replay(await journal.read(call.id, 1, info.parent_seq))
+        assert shared.loops and all(loop.turns == 0 and loop.turn is None for loop in shared.loops.values())
+        own = await journal.read(call.id, info.parent_seq + 1)
+        assert any(b"apples?" in r.data and b"pears?" in r.data for r in own)  # the model saw the earlier turn
+        assert (await journal.session(source.execution_ref)).last_seq == source_info.last_seq  # type: ignore[union-attr]
+
+        # Edit and resend the first fork's question: a fork of a fork's session (the chain of parents).
+        edited = await _fork(user, retried["conversation_id"], retried["input"]["id"], mode="edit", text="plums?")
+        edit_messages = await _messages(user, edited["conversation_id"])
+        assert [_text(m) for m in edit_messages][:3] == ["apples?", _text(fork_messages[1]), "plums?"]
+        assert "plums?" in _text(edit_messages[-1])
+        edit_call = await server.engine.call_for_message(edited["response"]["id"])
+        assert edit_call is not None
+        edit_info = await journal.session(edit_call.id)
+        assert edit_info is not None and edit_info.parent_id == call.id
+
+        # A later question in the fork is an ordinary call (no fork).
+        later = await _ask(user, retried["conversation_id"], "and cherries?")
+        later_call = await server.engine.call_for_message(later["response"]["id"])
+        assert later_call is not None and "fork" not in later_call.params
+    finally:
+        await journal.aclose()
+    assert [(m["id"], m["status"], _text(m)) for m in await _messages(user, cid)] == original
