@@ -51,9 +51,10 @@ from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
 from loopd.harness.actors import Rig
 from loopd.harness.gate import DEFAULT_POLICY
+from loopd.harness import Model, Reply, ScriptedModel
 from loopd.harness.models import DemoRule, ModelConfig, open_model
 from loopd.harness.standard import DEFAULT_SYSTEM_PROMPT, HarnessSettings, open_standard_rig, workspace_rigs
-from loopd.harness.tools import Sandbox, resolve_sandbox
+from loopd.harness.tools import ASK_TIMEOUT_DEFAULT, Sandbox, resolve_sandbox
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import (
     ResourceStore,
@@ -69,7 +70,15 @@ from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import Readiness, ServerContext, create_server_app
 from loopd.server.audit import ledger_router
-from loopd.server.chat import ChatRequests, ConversationForks, ConversationReader, ResourceTaskGateway, TaskApi
+from loopd.server.chat import (
+    ChatRequests,
+    ConversationForks,
+    ConversationReader,
+    ConversationTitles,
+    ResourceTaskGateway,
+    TaskApi,
+    demo_title_reply,
+)
 from loopd.server.config import BuiltinHarness, HarnessTarget, MissingSecret, ModelHarness, RemoteHarness
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
@@ -534,6 +543,15 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             gateway = ResourceTaskGateway(client, namespace=settings.namespace, timeout=settings.kube_timeout)
             conversations = ConversationReader(db, bus)
             chat = ChatRequests(db, bus, gateway, targets=registry)
+            # Conversation titles: a background run per new conversation (the demo names it by its first words).
+            title_model: Model = (
+                ScriptedModel(lambda request: Reply(text=demo_title_reply(request)), model_name="demo")
+                if settings.model.is_demo
+                else await stack.enter_async_context(open_model(settings.model))
+            )
+            titles = await stack.enter_async_context(ConversationTitles(db, title_model, clock=clock))
+            chat.asked = titles.note
+            await titles.resume()
             task_api = TaskApi(db, bus, gateway)
             human = HumanService(chat)
             ledger = SqlLedgerStore(db)

@@ -29,6 +29,11 @@ export function listConversations(after?: string, signal?: AbortSignal): Promise
   return apiJson<ConversationList>(`/v1/conversations${query}`, { signal });
 }
 
+/** One conversation (`GET /v1/conversations/{id}`): its name, and the title and summary once written. */
+export function getConversation(id: string, signal?: AbortSignal): Promise<ConversationBody> {
+  return apiJson<ConversationBody>(`/v1/conversations/${enc(id)}`, { signal });
+}
+
 /** A new conversation owned by the caller. */
 export function createConversation(name = ""): Promise<ConversationBody> {
   return apiJson<ConversationBody>("/v1/conversations", { json: { name } });

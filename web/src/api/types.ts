@@ -14,6 +14,9 @@ export interface ConversationBody {
   task_id: string | null;
   created_at: string;
   updated_at: string;
+  /** Written by a background run after the first question ("" until then; absent from older servers). */
+  title?: string;
+  summary?: string;
 }
 
 /** A message without content (the `message` of a stream's start and end frames). */

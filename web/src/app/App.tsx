@@ -4,7 +4,7 @@
 // Must not do: talk to the server except through ../api.
 import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import type { ComponentChild } from "preact";
-import { type ConversationBody, type MessageBody, createConversation, listConversations, renameConversation, sendMessage } from "../api";
+import { type ConversationBody, type MessageBody, createConversation, getConversation, listConversations, renameConversation, sendMessage } from "../api";
 import { ActorPicker, Composer, actorValue } from "../chat/Composer";
 import { ConversationList, conversationTitle } from "../chat/ConversationList";
 import { MessageList } from "../chat/MessageList";
@@ -190,6 +190,7 @@ export function App() {
         const moved = list[index] as ConversationBody;
         return [moved, ...list.slice(0, index), ...list.slice(index + 1)];
       });
+      void fetchTitle(conversationId, (fresh) => setConversations((list) => list.map((c) => (c.id === fresh.id ? fresh : c))));
     },
     [activeId, target, create, mergeBodies],
   );
@@ -319,3 +320,19 @@ export function App() {
 }
 
 export { ActorPicker };
+
+/** A conversation's title is written in the background after its first question: look for it a few times. */
+async function fetchTitle(id: string, found: (conversation: ConversationBody) => void): Promise<void> {
+  for (let attempt = 0; attempt < 5; attempt += 1) {
+    await new Promise((resolve) => setTimeout(resolve, 1500 * (attempt + 1)));
+    try {
+      const conversation = await getConversation(id);
+      if ((conversation.title ?? "") !== "") {
+        found(conversation);
+        return;
+      }
+    } catch {
+      return; // gone or not readable: nothing to show
+    }
+  }
+}

@@ -15,9 +15,11 @@ export interface ConversationListProps {
   onMore: () => void;
 }
 
-/** The title shown for a conversation. */
+/** The title shown for a conversation: the name its owner gave it, else the generated title, else its date. */
 export function conversationTitle(conversation: ConversationBody): string {
   if (conversation.name.trim() !== "") return conversation.name;
+  const generated = (conversation.title ?? "").trim();
+  if (generated !== "") return generated;
   const date = new Date(conversation.created_at);
   if (Number.isNaN(date.getTime())) return "New conversation";
   // By hand, not Intl: locale formatting costs tens of milliseconds on a page's first use.
@@ -106,9 +108,15 @@ export const ConversationList = memo(function ConversationList({ conversations, 
                     data-testid="conversation-item"
                     data-conversation-id={conversation.id}
                     aria-current={active ? "true" : undefined}
+                    title={conversation.summary || undefined}
                     onClick={() => onSelect(conversation.id)}
                   >
                     {conversationTitle(conversation)}
+                    {conversation.summary ? (
+                      <span class="conversation-summary muted" data-testid="conversation-summary">
+                        {conversation.summary}
+                      </span>
+                    ) : null}
                   </button>
                   <button
                     type="button"

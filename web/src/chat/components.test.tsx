@@ -130,6 +130,44 @@ describe("ConversationList", () => {
   });
 });
 
+describe("ConversationList titles", () => {
+  const base: ConversationBody = {
+    id: "c1",
+    name: "",
+    actor_kind: "user",
+    actor_key: "me",
+    task_id: null,
+    created_at: "2026-01-01T00:00:00Z",
+    updated_at: "2026-01-01T00:00:00Z",
+  };
+
+  it("shows the generated title and summary, and the owner's name before them", () => {
+    const el = mount(
+      <ConversationList
+        conversations={[
+          { ...base, id: "c1", title: "Weekend in Lisbon", summary: "The user plans a weekend trip." },
+          { ...base, id: "c2", name: "Mine", title: "Generated" },
+          { ...base, id: "c3", title: "" },
+        ]}
+        activeId={null}
+        hasMore={false}
+        error={null}
+        onSelect={() => undefined}
+        onCreate={() => undefined}
+        onRename={async () => undefined}
+        onMore={() => undefined}
+      />,
+    );
+    const items = [...el.querySelectorAll("[data-testid=conversation-item]")] as HTMLElement[];
+    expect(items[0]?.textContent).toBe("Weekend in LisbonThe user plans a weekend trip.");
+    expect(items[0]?.getAttribute("title")).toBe("The user plans a weekend trip.");
+    expect(q(items[0] as HTMLElement, "[data-testid=conversation-summary]").textContent).toBe("The user plans a weekend trip.");
+    expect(items[1]?.textContent).toBe("Mine");
+    expect(items[2]?.textContent).toMatch(/^Conversation of 2026-01-01/);
+    expect(items[2]?.hasAttribute("title")).toBe(false);
+  });
+});
+
 describe("MessageView", () => {
   const body: MessageBody = {
     id: "m1",

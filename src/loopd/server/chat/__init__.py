@@ -22,6 +22,7 @@ from loopd.server.chat._routes import TASK_ID_HEADER, chat_router, parse_cursor,
 from loopd.server.chat._stream import conversation_frames
 from loopd.server.chat._sweeper import Sweeper
 from loopd.server.chat._tasks import TaskApi, check_responder
+from loopd.server.chat._titles import ConversationTitles, demo_title_reply
 from loopd.server.chat._wire import ConversationBody, MessageBody, conversation_body, message_body, message_header
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ConversationFeeds",
     "ConversationForks",
     "ConversationReader",
+    "ConversationTitles",
     "Emitted",
     "FeedStatistics",
     "Forked",
@@ -54,6 +56,7 @@ __all__ = [
     "check_responder",
     "conversation_body",
     "conversation_frames",
+    "demo_title_reply",
     "fork_router",
     "message_body",
     "message_header",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from loopd._infra.http_errors import ApiError
@@ -98,6 +98,8 @@ class ChatRequests:
         self._bus = bus
         self._tasks = tasks
         self._targets = targets
+        self.asked: Callable[[Conversation], None] | None = None
+        """Told after each stored question (loop-server's conversation titles start there); must not block."""
 
     @property
     def db(self) -> Database:
@@ -200,6 +202,8 @@ class ChatRequests:
             if task_created and task_id is not None:
                 await self._compensate(task_id)
             raise
+        if self.asked is not None:
+            self.asked(conversation)
         return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor)
 
     async def _input_stored(self, input_id: str) -> bool:

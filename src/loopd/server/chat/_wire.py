@@ -95,6 +95,9 @@ class ConversationBody(_Response):
     task_id: str | None
     created_at: datetime
     updated_at: datetime
+    title: str = ""
+    """A short title a background run writes after the first question ("" until it has)."""
+    summary: str = ""
 
 
 class MessageHeader(_Response):
@@ -177,6 +180,8 @@ def conversation_body(conversation: Conversation) -> ConversationBody:
         task_id=conversation.task_id,
         created_at=conversation.created_at,
         updated_at=conversation.updated_at,
+        title=conversation.title,
+        summary=conversation.summary,
     )
 
 

@@ -144,6 +144,28 @@ class GateResolved:
 
 
 @dataclass(frozen=True, slots=True)
+class QuestionAsked:
+    """The harness asks the user a question mid-turn (its ask_user tool); answered with free text or a choice."""
+
+    request_id: str
+    question: str
+    choices: tuple[str, ...] = ()
+    kind: Literal["question_asked"] = "question_asked"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class QuestionClosed:
+    """The question got its answer (``answer``), or its deadline passed first (``timed_out``)."""
+
+    request_id: str
+    answer: str = ""
+    timed_out: bool = False
+    kind: Literal["question_closed"] = "question_closed"
+    durable: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCalled:
     """A model call the harness made (``action`` model_call, or compact for a history summary)."""
 
@@ -180,7 +202,17 @@ class Failed:
 
 
 Update = (
-    TextPreview | TextSet | ToolStarted | ToolFinished | GateOpened | GateResolved | ModelCalled | Finished | Failed
+    TextPreview
+    | TextSet
+    | ToolStarted
+    | ToolFinished
+    | GateOpened
+    | GateResolved
+    | QuestionAsked
+    | QuestionClosed
+    | ModelCalled
+    | Finished
+    | Failed
 )
 TERMINAL_UPDATES = (Finished, Failed)
 
@@ -198,6 +230,15 @@ def update_json(update: Update) -> dict[str, Any]:
 
 
 # --- the seam --------------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class AnswersQuestions(Protocol):
+    """A run whose harness can ask the user (`QuestionAsked`); the engine forwards the asker's answers here."""
+
+    async def provide_user_input(self, request_id: str, text: str) -> None:
+        """Answer the open question ``request_id`` (the first answer binds; a late one may be ignored)."""
+        ...
 
 
 class AdapterRun(Protocol):

@@ -147,6 +147,10 @@ class BuiltinRun:
     async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
         await self._session.answer_gate(gate_id, _WIRE_ANSWER[answer], loop=self._main)
 
+    async def provide_user_input(self, request_id: str, text: str) -> None:
+        """Answer the session's open ask_user question ``request_id`` (see `AnswersQuestions`)."""
+        await self._session.provide_user_input(request_id, text, loop=self._main)
+
     async def add_input(self, text: str, *, key: str) -> bool:
         """Send a user's follow-up into the running turn (see the module docstring); False once the turn ended."""
         command_id = followup_command_id(key)

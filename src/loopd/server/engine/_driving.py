@@ -51,6 +51,7 @@ from ._adapter import (
     GATE_ANSWERS,
     AdapterRequest,
     AdapterRun,
+    AnswersQuestions,
     Failed,
     Finished,
     GateAnswer,
@@ -59,6 +60,8 @@ from ._adapter import (
     HarnessAdapter,
     InputCapable,
     ModelCalled,
+    QuestionAsked,
+    QuestionClosed,
     TextPreview,
     TextSet,
     Update,
@@ -536,10 +539,10 @@ class Drive:
                 call.id, expected_checkpoint=index - 1, checkpoint=index, replay_hash=chain
             )
             match update:
-                case GateOpened():
+                case GateOpened() | QuestionAsked():
                     if call.phase in ("running", "starting"):
                         await tx.harness_calls.update(call.id, phase="waiting_input")
-                case GateResolved():
+                case GateResolved() | QuestionClosed():
                     if call.phase == "waiting_input":
                         await tx.harness_calls.update(call.id, phase="running")
                 case Finished(content=result, format=form):
@@ -608,7 +611,32 @@ class Drive:
                 raise
             except Exception as exc:  # the first answer binds; a late one is the harness's to refuse
                 _log.info("harness call %s: gate %s answer not taken: %s", self.call_id, gate_id, exc)
+        if isinstance(run, AnswersQuestions):
+            for request_id, text in answered_questions(message.content):
+                if f"question/{request_id}" in self._forwarded:
+                    continue
+                self._forwarded.add(f"question/{request_id}")
+                try:
+                    async with asyncio.timeout(self._s.adapter_timeout):
+                        await run.provide_user_input(request_id, text)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # answered already, or past its deadline: the harness's to refuse
+                    _log.info("harness call %s: answer to %s not taken: %s", self.call_id, request_id, exc)
         return None
+
+
+def answered_questions(content: dict[str, Any]) -> list[tuple[str, str]]:
+    """ask_user questions whose ask block carries the asker's answer (``status`` success with a text ``value``)."""
+    found: list[tuple[str, str]] = []
+    for block in content.get("blocks") or ():
+        if not isinstance(block, dict) or block.get("type") != "ask":
+            continue
+        block_id, value = block.get("id"), block.get("value")
+        answered = block.get("status") == "success" and isinstance(value, str)
+        if answered and isinstance(block_id, str) and block_id.startswith("question/"):
+            found.append((block_id.removeprefix("question/"), str(value)))
+    return found
 
 
 def answered_gates(content: dict[str, Any]) -> list[tuple[str, GateAnswer]]:

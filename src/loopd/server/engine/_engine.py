@@ -63,7 +63,7 @@ from ._adapter import GATE_ANSWERS, AdapterRequest, ForkPoints, HarnessAdapter, 
 from ._driver import CallDriver, CallSlots
 from ._driving import DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
-from ._projection import answered_ask, gate_block_id
+from ._projection import answered_ask, gate_block_id, question_block_id
 from ._requests import MAX_TIMEOUT, CallRequest, fork_of, history_of, workspace_of
 
 InputOutcome = Literal["delivered", "elsewhere", "refused"]
@@ -528,6 +528,41 @@ class HarnessEngine:
                 tx,
                 message.id,
                 [{"op": "set", "block": answered_ask(block, answer)}],
+                bus=self._bus,
+                allow_human_blocks=True,
+            )
+        self._publish({"k": "poke", "c": call_id})
+        return call
+
+    async def answer_question(self, call_id: str, request_id: str, text: str, identity: str) -> HarnessCall:
+        """Record ``text`` as the answer to the call's open ask_user question; only the asker (``user:<key>``) may
+        answer, once. The answer is stored in the question's ask block and forwarded to the harness."""
+        if not text.strip():
+            raise InvalidRecord("an answer needs some text")
+        async with self._db.transaction() as tx:
+            call = await tx.harness_calls.lock(call_id)
+            asker = call.params.get("asker")
+            if not asker or identity != asker:
+                raise GateForbidden("only the user who asked may answer this call's questions")
+            if call.is_terminal:
+                raise Conflict(f"harness call {call_id} is already {call.phase}")
+            if call.message_id is None:  # pragma: no cover - every call has a message
+                raise NotFound(f"harness call {call_id} has no message")
+            message = await tx.messages.lock(call.message_id)
+            block = _find_block(message.content, question_block_id(request_id))
+            if block is None or block.get("type") != "ask":
+                raise NotFound(f"harness call {call_id} has no question {request_id!r}")
+            status = block.get("status")
+            if status != "pending":
+                if status == "success" and block.get("value") == text:
+                    return call  # the same answer again
+                raise Conflict(f"question {request_id!r} is already closed ({status})")
+            if message.status in streams.TERMINAL_STATUSES:
+                raise Conflict(f"message {message.id} is {message.status}")
+            await streams.emit(
+                tx,
+                message.id,
+                [{"op": "set", "block": answered_ask(block, text)}],
                 bus=self._bus,
                 allow_human_blocks=True,
             )

@@ -7,6 +7,8 @@ Blocks a call writes into its message (one call per message):
                             ``set`` rewrites it only where the shown text disagrees (a model call re-issued
                             after a crash that says something else)
     tool/<call id>  tool    ``name``, ``input`` and ``output`` (both clipped), ``status`` running → completed | failed
+    question/<id>   ask     an ask_user question: its choices (if any) and free text; ``status`` pending → success
+                            (``value`` = the answer), timeout (its deadline passed) or failure (the call ended first)
     gate/<gate id>  ask     choices approve / always / deny; ``status`` pending → success (``value`` = the answer),
                             timeout (closed unanswered, which the harness treats as deny) or failure (the call
                             ended first)
@@ -32,6 +34,8 @@ from ._adapter import (
     GateOpened,
     GateResolved,
     ModelCalled,
+    QuestionAsked,
+    QuestionClosed,
     TextPreview,
     TextSet,
     ToolFinished,
@@ -148,6 +152,24 @@ def ask_block(gate_id: str, prompt: str, title: str, call_id: str | None = None)
     }
 
 
+def question_block_id(request_id: str) -> str:
+    return f"question/{request_id}"
+
+
+def question_ask_block(update: QuestionAsked, call_id: str | None = None) -> dict[str, Any]:
+    """An ask_user question as an ``ask`` block (answered at ``POST /v1/harness/calls/<id>/questions/...``)."""
+    return {
+        "id": question_block_id(update.request_id),
+        "type": "ask",
+        **({"call_id": call_id} if call_id else {}),
+        "title": "The harness asks",
+        "prompt": update.question,
+        "choices": [{"value": choice, "label": choice} for choice in update.choices],
+        "allow_other": True,
+        "status": "pending",
+    }
+
+
 def answered_ask(block: Mapping[str, Any], answer: str) -> dict[str, Any]:
     """The ask block after a human answer (or the harness's resolution): ``success`` with the answer."""
     body = {key: value for key, value in block.items() if key not in ("value", "reason")}
@@ -192,6 +214,20 @@ def project(update: Update, content: Mapping[str, Any], *, call_id: str | None =
             else:
                 resolved = answered_ask(base, answer)
             return [] if resolved == base else [_set(resolved)]
+        case QuestionAsked(request_id=request_id):
+            current = blocks.get(question_block_id(request_id))
+            if current is not None and current.get("status") != "pending":
+                return []  # answered already (the answer reached the block before the harness reported it)
+            return [] if current is not None else [_set(question_ask_block(update, call_id))]
+        case QuestionClosed(request_id=request_id, answer=answer, timed_out=timed_out):
+            asked = blocks.get(question_block_id(request_id))
+            if asked is None:
+                return []
+            if timed_out:
+                closed = {**{k: v for k, v in asked.items() if k != "value"}, "status": "timeout"}
+            else:
+                closed = answered_ask(asked, answer)
+            return [] if closed == asked else [_set(closed)]
         case Finished(content=result, format=form):
             return [_set({"id": RESULT_BLOCK, "type": "result", "format": form, "content": result})]
         case ModelCalled() | Failed():
@@ -202,7 +238,8 @@ def closed_gates(content: Mapping[str, Any], reason: str) -> list[Event]:
     """Events that close every gate still pending in ``content`` (the call ended first): status ``failure``."""
     events: list[Event] = []
     for block_id, block in _blocks(content).items():
-        if block_id.startswith("gate/") and block.get("type") == "ask" and block.get("status") == "pending":
+        pending = block.get("type") == "ask" and block.get("status") == "pending"
+        if pending and block_id.startswith(("gate/", "question/")):
             events.append(_set({**block, "status": "failure", "reason": reason}))
     return events
 

@@ -168,6 +168,16 @@ class CallList(_Body):
     data: list[CallBody]
 
 
+class QuestionAnswerBody(_Body):
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class QuestionAnswered(_Body):
+    call_id: str
+    request_id: str
+    text: str
+
+
 class GateAnswered(_Body):
     call_id: str
     gate_id: str
@@ -341,6 +351,18 @@ def engine_router(
         """Answer a permission request of the call: approve (once), always (remember), deny. Only the asker."""
         await engine.answer_gate(call_id, gate_id, body.answer, caller.text)
         return GateAnswered(call_id=call_id, gate_id=gate_id, answer=body.answer)
+
+    @router.post("/{call_id}/questions/{request_id:path}")
+    async def answer_question(
+        call_id: CallId,
+        request_id: Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)],
+        body: QuestionAnswerBody,
+        caller: Annotated[Identity, Depends(current_identity)],
+    ) -> QuestionAnswered:
+        """Answer a question the call's harness asked (its ask_user tool): free text or one of its choices. Only the
+        asker, once."""
+        await engine.answer_question(call_id, request_id, body.text, caller.text)
+        return QuestionAnswered(call_id=call_id, request_id=request_id, text=body.text)
 
     @router.get(
         "/{call_id}/stream",

@@ -11,6 +11,7 @@ carries the visible answer; model calls of every loop (subagents too) are report
     model_replied (other)    → ModelCalled
     tool_completed (main)    → ToolFinished (ok → completed, anything else → failed)
     gate_opened / resolved   → GateOpened / GateResolved (main loop)
+    user_input_requested     → QuestionAsked (main loop); the ask_user call's tool_completed → QuestionClosed too
     history_compacted        → ModelCalled (action compact)
     turn_done (main)         → ModelCalled, TextSet, Finished(final reply)
     turn_failed (main)       → Failed(error type); turn_interrupted (main) → Failed("interrupted")
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from loopd.harness.core import Usage as HarnessUsage
+from loopd.harness.core.decide import ANSWER_PREFIX
 from loopd.harness.core.events import (
     GateOpened as HarnessGateOpened,
 )
@@ -58,6 +60,7 @@ from loopd.harness.core.events import (
     TurnFailed,
     TurnInterrupted,
     TurnStarted,
+    UserInputRequested,
 )
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -68,6 +71,8 @@ from ._adapter import (
     GateOpened,
     GateResolved,
     ModelCalled,
+    QuestionAsked,
+    QuestionClosed,
     TextPreview,
     TextSet,
     ToolFinished,
@@ -130,6 +135,7 @@ class HarnessTranslator:
         self._step: _StepText | None = None
         self._restored = False
         self._pending: set[str] = set()  # follow-ups queued on the main loop, not folded or started yet
+        self._questions: set[str] = set()  # ask_user questions of the call's turns still open
         self.followups: set[str] = set()
         """Command ids of every follow-up the journal shows reaching the main loop (queued, folded or started)."""
         self.finished = False
@@ -241,7 +247,18 @@ class HarnessTranslator:
                 if not self._ours(loop, turn_id):
                     return []
                 status: ToolStatus = "completed" if outcome.status == "ok" else "failed"
-                return [ToolFinished(outcome.call_id, outcome.name, status, outcome.output)]
+                closed: list[Update] = []
+                if outcome.call_id in self._questions:
+                    self._questions.discard(outcome.call_id)
+                    answered = outcome.status == "ok"
+                    reply = outcome.output.removeprefix(ANSWER_PREFIX) if answered else ""
+                    closed.append(QuestionClosed(outcome.call_id, reply, timed_out=not answered))
+                return [*closed, ToolFinished(outcome.call_id, outcome.name, status, outcome.output)]
+            case UserInputRequested(loop=loop, turn_id=turn_id, request_id=request_id, question=question):
+                if not self._ours(loop, turn_id):
+                    return []
+                self._questions.add(request_id)
+                return [QuestionAsked(request_id, question, tuple(event.choices))]
             case HarnessGateOpened(loop=loop, turn_id=turn_id, gate_id=gate_id, prompt=prompt):
                 return [GateOpened(gate_id, describe_gate(prompt))] if self._ours(loop, turn_id) else []
             case HarnessGateResolved(loop=loop, turn_id=turn_id, gate_id=gate_id, answer=wire, granted=granted):

@@ -1,6 +1,7 @@
 """Conversations: user conversations (listed per owner) and at most one work conversation per Task.
 
-Table ``conversations`` (id, name, actor_kind, actor_key, task_id UNIQUE NULL, created_at, updated_at) plus one
+Table ``conversations`` (id, name, actor_kind, actor_key, task_id UNIQUE NULL, created_at, updated_at, and the
+title, summary, title_state and title_run a background run writes, see ``loopd.server.chat._titles``) plus one
 ``conversation_cursors`` row per conversation (the counter behind its event cursor, see ``_message_events``).
 Must not do: message rules (``_messages``).
 """
@@ -14,7 +15,9 @@ from ._records import CONVERSATION_ACTOR_KINDS, Conversation, ConversationActorK
 from ._tx import TransactionCore
 from ._values import page_limit, parse_time, require_choice, require_text, time_text
 
-_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
+_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at, title, summary, title_state, title_run"
+_INSERT_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
+TITLE_STATES = frozenset({"", "running", "done", "failed"})
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
@@ -26,6 +29,10 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
         task_id=None if row[4] is None else str(row[4]),
         created_at=parse_time(row[5]),
         updated_at=parse_time(row[6]),
+        title=str(row[7]),
+        summary=str(row[8]),
+        title_state=str(row[9]),
+        title_run=str(row[10]),
     )
 
 
@@ -57,7 +64,7 @@ class Conversations:
         conversation_id = self._tx.new_id() if id is None else require_text(id, "conversation id")
         now = time_text(self._tx.now())
         inserted = await self._tx.execute(
-            f"INSERT INTO conversations ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            f"INSERT INTO conversations ({_INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (conversation_id, name, actor_kind, actor_key, task_id, now, now),
         )
         if inserted != 1:
@@ -105,6 +112,33 @@ class Conversations:
         if changed != 1:
             raise NotFound(f"conversation {conversation_id} not found")
         return await self.get(conversation_id)
+
+    async def set_title_state(self, conversation_id: str, state: str, *, run: str | None = None) -> None:
+        """Record where the title run of a conversation is (``run``: its id, kept to resume it after a restart)."""
+        require_choice(state, TITLE_STATES, "conversation title_state")
+        sql, params = "UPDATE conversations SET title_state = ?", [state]
+        if run is not None:
+            sql += ", title_run = ?"
+            params.append(run)
+        changed = await self._tx.execute(sql + " WHERE id = ?", (*params, conversation_id))
+        if changed != 1:
+            raise NotFound(f"conversation {conversation_id} not found")
+
+    async def set_title(self, conversation_id: str, title: str, summary: str) -> None:
+        """Store a generated title and summary (``updated_at`` is left alone: it is not the users' activity)."""
+        changed = await self._tx.execute(
+            "UPDATE conversations SET title = ?, summary = ? WHERE id = ?", (title, summary, conversation_id)
+        )
+        if changed != 1:
+            raise NotFound(f"conversation {conversation_id} not found")
+
+    async def titles_running(self, *, limit: int = 100) -> list[Conversation]:
+        """Conversations whose title run was started and never ended (cut off by a stop or a crash)."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM conversations WHERE title_state = 'running' ORDER BY id LIMIT ?", (limit,)
+        )
+        return [_conversation(row) for row in rows]
 
     async def touch(self, conversation_id: str) -> None:
         """Record activity (a new message) in ``updated_at``."""

@@ -47,6 +47,12 @@ class Conversation:
     task_id: str | None
     created_at: datetime
     updated_at: datetime
+    title: str = ""
+    """Written by a background run after the first question (see ``loopd.server.chat._titles``); "" until then."""
+    summary: str = ""
+    title_state: str = ""
+    """"" (no run yet), "running" (a run was started: a restart resumes it), "done" or "failed"."""
+    title_run: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,161 @@
+"""Conversation titles and summaries, written by a background inference run after a conversation's first question.
+
+`ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run
+at a time, a bounded queue) so no chat request ever waits for it. The run's facts are recorded on the conversation
+row (the hustle record of this owner): ``title_state`` ``running`` with the run's id when it starts, then ``done``
+(with ``title`` and ``summary``) or ``failed``. A run cut off by a stop or a crash stays ``running``; `resume`
+(at start-up) runs those again under the same id. A full queue skips the title (the next question asks again).
+
+The model sees only the conversation's first question, and answers with ``{"title", "summary"}`` JSON (a plain
+text answer is taken as the title). Must not do: decide who may read a conversation (the reader does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any, Final
+
+from loopd._infra.clock import Clock
+from loopd.harness import Model, ModelRequest, Usage
+from loopd.harness.actors import HustleLanes, HustleQueueFullError, HustleResult
+from loopd.harness.core import ZERO_USAGE, user_message
+from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleStarted
+from loopd.harness.core.hustles import LaneLimits
+from loopd.harness.models import TextDelta, UsageReport
+from loopd.server.storage import Conversation, Database, StorageError
+
+_log = logging.getLogger(__name__)
+
+HUSTLE_NAME: Final = "conversation_title"
+MAX_TITLE: Final = 80
+MAX_SUMMARY: Final = 400
+MAX_QUESTION: Final = 4000
+TITLE_TIMEOUT: Final = 60.0
+TITLE_PROMPT: Final = (
+    "You name a conversation for a list of conversations. Read the user's first message and answer with JSON only: "
+    '{"title": "<at most 6 words, no quotes>", "summary": "<one sentence: what the user wants>"}'
+)
+
+
+def parse_title(text: str) -> tuple[str, str]:
+    """``(title, summary)`` from the model's answer: its JSON, or else its first line as the title."""
+    body = text.strip().removeprefix("```json").removeprefix("```").removesuffix("```").strip()
+    title, summary = "", ""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        title, summary = str(data.get("title") or ""), str(data.get("summary") or "")
+    else:
+        title = body.splitlines()[0] if body else ""
+    title = " ".join(title.split()).strip("\"'")
+    return title[:MAX_TITLE], " ".join(summary.split())[:MAX_SUMMARY]
+
+
+def question_text(content: dict[str, Any]) -> str:
+    """The text blocks of a message's AgentUE content, joined."""
+    parts = [b.get("content") for b in content.get("blocks") or () if isinstance(b, dict) and b.get("type") == "text"]
+    return "\n".join(p for p in parts if isinstance(p, str))[:MAX_QUESTION]
+
+
+class ConversationTitles:
+    """Title runs of one server (open with ``async with``; `note` after each question, `resume` at start-up)."""
+
+    def __init__(self, db: Database, model: Model, *, clock: Clock, queue: int = 32) -> None:
+        self._db = db
+        self._model = model
+        self._runs: dict[str, str] = {}  # run (hustle) id -> conversation id, while it runs
+        self.lanes = HustleLanes(
+            self._record, clock=clock, limits={"background": LaneLimits(concurrency=1, queue=queue)}, name="titles"
+        )
+
+    async def __aenter__(self) -> ConversationTitles:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.lanes.aclose()
+
+    def note(self, conversation: Conversation) -> None:
+        """A question was asked in ``conversation``: start its title run unless it has (or had) one."""
+        if conversation.actor_kind != "user" or conversation.title or conversation.title_state:
+            return
+        self._start(conversation.id)
+
+    def _start(self, conversation_id: str, *, resume: str | None = None) -> None:
+        if conversation_id in self._runs.values():
+            return
+        try:
+            run = self.lanes.submit(
+                HUSTLE_NAME,
+                "background",
+                lambda: self._title(conversation_id),
+                on_end=self._ended,
+                params={"conversation_id": conversation_id},
+                resume=resume,
+            )
+        except HustleQueueFullError as exc:
+            _log.info("conversation %s: no title for now: %s", conversation_id, exc)
+            return
+        self._runs[run] = conversation_id
+
+    async def resume(self) -> int:
+        """Run again the titles a stop or a crash cut off; how many."""
+        async with self._db.transaction(read_only=True) as tx:
+            cut_off = await tx.conversations.titles_running()
+        for conversation in cut_off:
+            self._start(conversation.id, resume=conversation.title_run or None)
+        return len(cut_off)
+
+    def _ended(self, run: str, _outcome: object) -> None:
+        self._runs.pop(run, None)
+
+    async def _record(self, event: HustleStarted | HustleCompleted | HustleFailed) -> None:
+        conversation_id = self._runs.get(event.hustle_id)
+        if isinstance(event, HustleStarted):
+            conversation_id = str(event.params.get("conversation_id", ""))
+        if not conversation_id:
+            return
+        state = {HustleStarted: "running", HustleCompleted: "done", HustleFailed: "failed"}[type(event)]
+        async with self._db.transaction() as tx:
+            await tx.conversations.set_title_state(
+                conversation_id, state, run=event.hustle_id if isinstance(event, HustleStarted) else None
+            )
+
+    async def _title(self, conversation_id: str) -> HustleResult:
+        async with self._db.transaction(read_only=True) as tx:
+            messages = await tx.messages.list_conversation(conversation_id, limit=10)
+        first = next((m for m in messages if m.kind == "user" and m.purpose == "input"), None)
+        if first is None:
+            raise StorageError(f"conversation {conversation_id} has no question yet")
+        request = ModelRequest(
+            model=self._model.name,
+            messages=(user_message(question_text(first.content) or "(no text)"),),
+            tools=(),
+            system=TITLE_PROMPT,
+            temperature=0.0,
+            max_output_tokens=200,
+        )
+        text: list[str] = []
+        usage: Usage = ZERO_USAGE
+        async with asyncio.timeout(TITLE_TIMEOUT):
+            async for chunk in self._model.stream(request):
+                if isinstance(chunk, TextDelta):
+                    text.append(chunk.text)
+                elif isinstance(chunk, UsageReport):
+                    usage = usage + chunk.usage
+        title, summary = parse_title("".join(text))
+        if not title:
+            raise ValueError("the model gave no title")
+        async with self._db.transaction() as tx:
+            await tx.conversations.set_title(conversation_id, title, summary)
+        return HustleResult(value=title, usage=usage)
+
+
+def demo_title_reply(request: ModelRequest) -> str:
+    """What the demo model answers a title request: the question's first words (no real model behind it)."""
+    words = (request.messages[-1].content if request.messages else "").split()
+    title = " ".join(words[:6]) or "New conversation"
+    return json.dumps({"title": title, "summary": f"The user asks: {' '.join(words[:30])}"})

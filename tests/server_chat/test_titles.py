@@ -1,0 +1,100 @@
+"""Conversation titles: a background run after the first question writes a title and a summary, returned by the
+conversations API; one cut off by a crash is resumed at start-up; a model failure leaves no title (state failed)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from loopd.harness import ModelPermanentError, ModelRequest, Reply, ScriptedModel
+from loopd.server.chat import ConversationTitles, demo_title_reply
+from loopd.server.chat._titles import parse_title
+from tests.server_http.support import Rig, ask, new_conversation
+
+
+def _model(answer: str | None = None) -> ScriptedModel:
+    def script(request: ModelRequest) -> Reply:
+        if answer is None:
+            return Reply(error=ModelPermanentError("no titles today"))
+        return Reply(text=answer)
+
+    return ScriptedModel(script, model_name="titles")
+
+
+async def _until(predicate: Any, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.01)
+
+
+def test_a_title_is_read_from_json_or_else_from_the_first_line() -> None:
+    assert parse_title('```json\n{"title": " Trip  to Rome ", "summary": "Plan a\\ntrip."}\n```') == (
+        "Trip to Rome",
+        "Plan a trip.",
+    )
+    assert parse_title("Budget review\nmore words") == ("Budget review", "")
+    assert parse_title("") == ("", "")
+    assert len(parse_title("x" * 500)[0]) == 80
+    request = ModelRequest(model="demo", messages=(), tools=())
+    assert parse_title(demo_title_reply(request))[0] == "New conversation"
+
+
+async def test_the_first_question_gets_a_title_and_summary_in_the_background(rig: Rig) -> None:
+    model = _model('{"title": "Weekend in Lisbon", "summary": "The user plans a weekend trip."}')
+    async with ConversationTitles(rig.db, model, clock=rig.clock) as titles:
+        rig.chat.asked = titles.note
+        user = rig.client()
+        cid = await new_conversation(user, "")
+        await ask(user, cid, "help me plan a weekend in Lisbon")
+
+        async def titled() -> bool:
+            body = (await user.get(f"/v1/conversations/{cid}")).json()
+            return bool(body["title"])
+
+        await _until(titled)
+        listed = (await user.get("/v1/conversations")).json()["data"][0]
+        assert (listed["title"], listed["summary"]) == ("Weekend in Lisbon", "The user plans a weekend trip.")
+        assert model.requests[0].messages[0].content == "help me plan a weekend in Lisbon"
+        await ask(user, cid, "and a museum?")  # a titled conversation is not titled again
+        await _until(lambda: _idle(titles))
+        assert len(model.requests) == 1
+        async with rig.db.transaction(read_only=True) as tx:
+            assert (await tx.conversations.get(cid)).title_state == "done"
+
+
+async def _idle(titles: ConversationTitles) -> bool:
+    return not titles.lanes.busy
+
+
+async def test_a_failed_title_run_is_recorded_and_the_chat_goes_on(rig: Rig) -> None:
+    async with ConversationTitles(rig.db, _model(None), clock=rig.clock) as titles:
+        rig.chat.asked = titles.note
+        user = rig.client()
+        cid = await new_conversation(user, "")
+        await ask(user, cid, "hello")
+
+        async def failed() -> bool:
+            async with rig.db.transaction(read_only=True) as tx:
+                return (await tx.conversations.get(cid)).title_state == "failed"
+
+        await _until(failed)
+        assert (await user.get(f"/v1/conversations/{cid}")).json()["title"] == ""
+
+
+async def test_a_title_run_cut_off_by_a_crash_is_resumed_at_start_up(rig: Rig) -> None:
+    user = rig.client()
+    cid = await new_conversation(user, "")
+    await ask(user, cid, "compare three laptops")
+    async with rig.db.transaction() as tx:  # what a crash leaves: the run started, never ended
+        await tx.conversations.set_title_state(cid, "running", run="run-1")
+    model = _model('{"title": "Laptop comparison", "summary": "Three laptops compared."}')
+    async with ConversationTitles(rig.db, model, clock=rig.clock) as titles:
+        assert await titles.resume() == 1
+        await _until(lambda: _idle(titles))
+    async with rig.db.transaction(read_only=True) as tx:
+        conversation = await tx.conversations.get(cid)
+    assert (conversation.title, conversation.title_state, conversation.title_run) == (
+        "Laptop comparison",
+        "done",
+        "run-1",
+    )
