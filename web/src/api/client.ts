@@ -76,3 +76,22 @@ export function streamUrl(conversationId: string): string {
   return `/v1/conversations/${enc(conversationId)}/stream`;
 }
 
+
+/** How a fork asks again: `retry` an answer, or `edit` one of your questions and resend it. */
+export type ForkMode = "retry" | "edit";
+
+/** The answer to a fork: the new conversation, the question asked in it, and where it was forked from. */
+export interface ForkAccepted extends ChatAccepted {
+  conversation: ConversationBody;
+  forked_from: { conversation_id: string; message_id: string; mode: ForkMode };
+}
+
+/** "Retry from here" (`messageId` an answer) or "Edit and resend" (`messageId` your question, `text` its new
+ * wording): a new conversation with the history before it and the question asked again; the original stays. */
+export function forkConversation(conversationId: string, messageId: string, mode: ForkMode, text?: string): Promise<ForkAccepted> {
+  const json = mode === "edit" ? { mode, text: text ?? "" } : { mode };
+  return apiJson<ForkAccepted>(`/v1/conversations/${enc(conversationId)}/messages/${enc(messageId)}/fork`, {
+    json,
+    timeoutMs: 30_000,
+  });
+}

@@ -5,6 +5,7 @@
 import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import type { ComponentChild } from "preact";
 import { type ConversationBody, type MessageBody, createConversation, getConversation, listConversations, renameConversation, sendMessage } from "../api";
+import { type ForkMode, forkConversation } from "../api";
 import { ActorPicker, Composer, actorValue } from "../chat/Composer";
 import { ConversationList, conversationTitle } from "../chat/ConversationList";
 import { MessageList } from "../chat/MessageList";
@@ -195,6 +196,18 @@ export function App() {
     [activeId, target, create, mergeBodies],
   );
 
+  // Retry from here / edit and resend: the server forks the conversation; open the fork (the original stays).
+  const fork = useCallback(
+    async (messageId: string, mode: ForkMode, text?: string) => {
+      if (activeId === null) return;
+      const forked = await forkConversation(activeId, messageId, mode, text);
+      setConversations((list) => [forked.conversation, ...list.filter((c) => c.id !== forked.conversation.id)]);
+      selectConversation(forked.conversation.id);
+      setSelectedId(forked.response.id);
+    },
+    [activeId, selectConversation],
+  );
+
   const createClicked = useCallback(() => void create().catch(noop), [create]);
   const moreClicked = useCallback(() => void more(), [more]);
   const onHumanUpdate = useCallback((body: MessageBody) => mergeBodies([body], null), [mergeBodies]);
@@ -303,6 +316,7 @@ export function App() {
               selectedId={selected?.id ?? null}
               onSelect={selectMessage}
               onHumanUpdate={onHumanUpdate}
+              onFork={fork}
             />
           ) : (
             <div class="message-list">

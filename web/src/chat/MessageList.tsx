@@ -4,6 +4,7 @@
 // layout per frame), and mounting earlier messages above does not move what the reader sees. Must not do: fetch.
 import { useCallback, useEffect, useMemo, useRef, useState } from "preact/hooks";
 import type { ActorBody, MessageBody } from "../api";
+import type { ForkHandler } from "./MessageActions";
 import { MessageView } from "./MessageView";
 import { badgeOf, type Connection, waitingTasks } from "./status";
 import { type ConversationView, messagesOf } from "./store";
@@ -20,9 +21,11 @@ export interface MessageListProps {
   selectedId: string | null;
   onSelect: (id: string) => void;
   onHumanUpdate: (body: MessageBody) => void;
+  /** Retry / edit and resend on a message (see MessageActions); absent: none. */
+  onFork?: ForkHandler | null;
 }
 
-export function MessageList({ view, connection, actors, selectedId, onSelect, onHumanUpdate }: MessageListProps) {
+export function MessageList({ view, connection, actors, selectedId, onSelect, onHumanUpdate, onFork = null }: MessageListProps) {
   const [limit, setLimit] = useState(WINDOW_FIRST);
   const scroller = useRef<HTMLDivElement>(null);
   const sentinel = useRef<HTMLDivElement>(null);
@@ -77,6 +80,7 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
             authorName={authorLabel(message, names.get(`${message.kind}:${message.key}`) ?? message.key)}
             onSelect={onSelect}
             onHumanUpdate={onHumanUpdate}
+            onFork={onFork}
           />
         ))}
       </div>

@@ -5,6 +5,7 @@ import { isRefBlock } from "../agentue";
 import type { MessageBody } from "../api";
 import { GateCard, HumanCard } from "../cards";
 import { Blocks, isGateBlock } from "./Blocks";
+import { type ForkHandler, MessageActions } from "./MessageActions";
 import { BADGE_TEXT, type BadgeStatus } from "./status";
 import { type ChatMessage, toBody } from "./store";
 
@@ -17,6 +18,8 @@ export interface MessageViewProps {
   /** Select the message (its Task goes to the detail panel); null: not selectable (inside the detail panel). */
   onSelect: ((id: string) => void) | null;
   onHumanUpdate: (body: MessageBody) => void;
+  /** "Retry from here" / "Edit and resend" (a fork of the conversation); absent: no such actions. */
+  onFork?: ForkHandler | null;
 }
 
 /** The status badge (`status-badge`, `data-status`). */
@@ -47,7 +50,7 @@ function timeOf(iso: string): string {
   return `${String(date.getHours()).padStart(2, "0")}:${String(date.getMinutes()).padStart(2, "0")}`;
 }
 
-export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate }: MessageViewProps) {
+export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate, onFork = null }: MessageViewProps) {
   const role = message.purpose;
   const mine = message.kind === "user";
   const body = message.purpose === "human_request" || hasGates(message) ? toBody(message) : null;
@@ -97,6 +100,7 @@ export const MessageView = memo(function MessageView({ message, badge, selected,
         )}
         {message.content === null && message.status === "streaming" && <div class="muted">…</div>}
       </div>
+      {onFork !== null && <MessageActions message={message} onFork={onFork} />}
     </article>
   );
 });
