@@ -73,6 +73,14 @@ async def test_retry_and_edit_fork_the_conversation_and_leave_the_original(rig: 
     task = await rig.task(edited["task_id"])
     assert task is not None and task["spec"]["target"] == {"kind": "operator", "key": "echo"}
 
+    # A question copied into the fork (it belongs to no Task there) can be edited and resent too.
+    copied = (await user.get(f"/v1/conversations/{fork}/messages")).json()["data"][0]
+    again = await user.post(
+        f"/v1/conversations/{fork}/messages/{copied['id']}/fork", json={"mode": "edit", "text": "figs?"}
+    )
+    assert again.status_code == 201, again.text
+    assert [t for _, _, t in await _texts(user, again.json()["conversation_id"])] == ["figs?", ""]
+
     assert await _texts(user, cid) == before  # the original is untouched
     listed = [c["id"] for c in (await user.get("/v1/conversations")).json()["data"]]
     assert {cid, fork, edited["conversation_id"]} <= set(listed)

@@ -147,10 +147,16 @@ async def _question_and_source(tx: Transaction, chosen: Message, mode: ForkMode)
         if chosen.purpose != "response" or chosen.reply_to_message_id is None:
             raise InvalidRecord("retry from here takes an answer (a response message); to change a question use edit")
         return await tx.messages.get(chosen.reply_to_message_id), chosen
-    if chosen.purpose != "input" or chosen.kind != "user" or chosen.task_id is None:
+    if chosen.purpose != "input" or chosen.kind != "user":
         raise InvalidRecord("edit and resend takes a question you asked (a user input message)")
-    _, response = await tx.messages.task_pair(chosen.task_id)
-    return chosen, response
+    if chosen.task_id is not None:
+        _, response = await tx.messages.task_pair(chosen.task_id)
+        return chosen, response
+    # A question copied into a fork belongs to no Task: its answer is the response that replies to it.
+    for message in await tx.messages.list_conversation(chosen.conversation_id, after=chosen.id, limit=_PAGE):
+        if message.purpose == "response" and message.reply_to_message_id == chosen.id:
+            return chosen, message
+    raise InvalidRecord("this question has no answer to edit and resend from")
 
 
 def _question_content(content: dict[str, Any]) -> dict[str, Any]:
