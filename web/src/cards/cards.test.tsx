@@ -4,6 +4,7 @@ import { HttpError, type MessageBody } from "../detail/http";
 import { click, deferred, FakeApi, type Mounted, mount, press, type } from "../detail/testing";
 import { CHOICES, gateMessage, questionMessage } from "./fixtures";
 import { GateCard } from "./GateCard";
+import { HarnessQuestionCard } from "./HarnessQuestionCard";
 import { HumanCard } from "./HumanCard";
 import { gateBlocks } from "./model";
 
@@ -207,5 +208,43 @@ describe("GateCard", () => {
     expect(view.one("gate-card").dataset["state"]).toBe("denied");
     expect(view.byTestId("gate-deny")).toHaveLength(0);
     expect(view.one("card-options").querySelector('[data-chosen="true"]')?.getAttribute("data-value")).toBe("deny");
+  });
+});
+
+describe("HarnessQuestionCard", () => {
+  const path = "/v1/harness/calls/call-1/questions/ask-1";
+  const block = {
+    id: "question/ask-1",
+    type: "ask",
+    call_id: "call-1",
+    title: "The harness asks",
+    prompt: "Which region?",
+    choices: [
+      { value: "eu", label: "eu" },
+      { value: "us", label: "us" },
+    ],
+    allow_other: true,
+    status: "pending",
+  };
+
+  it("lets the asker pick a choice, then shows the answer", async () => {
+    const message = gateMessage();
+    const api = new FakeApi().on("GET", "/v1/harness/calls/call-1", () => ({ id: "call-1" })).on("POST", path, () => ({ request_id: "ask-1" }));
+    view = await mount(<HarnessQuestionCard message={message} block={block} api={api} />);
+    expect(view.one("harness-question").textContent).toBe("Which region?");
+    await click(view.byTestId("harness-question-choice")[1] as HTMLElement);
+    await view.rerender(<HarnessQuestionCard message={message} block={block} api={api} />);
+    expect(api.calls.at(-1)).toEqual({ method: "POST", path, body: { text: "us" } });
+    expect(view.one("card-outcome").textContent).toBe("Answered: us");
+  });
+
+  it("renders nothing for someone the server hides the call from, and a timed-out question read-only", async () => {
+    const message = gateMessage();
+    view = await mount(<HarnessQuestionCard message={message} block={block} api={new FakeApi()} />);
+    expect(view.byTestId("harness-question-card")).toHaveLength(0);
+    view.unmount();
+    view = await mount(<HarnessQuestionCard message={message} block={{ ...block, status: "timeout" }} asker api={new FakeApi()} />);
+    expect(view.one("card-outcome").textContent).toBe("No answer before the deadline");
+    expect(view.byTestId("harness-question-choice")).toHaveLength(0);
   });
 });

@@ -208,9 +208,9 @@ export function answerTextOf(model: Model | null): string | null {
   return text;
 }
 
-/** Whether a block is a harness gate (rendered by the caller with W2's GateCard). */
+/** Whether a block is a harness gate or an ask_user question (rendered by the caller with a card). */
 export function isGateBlock(block: Block): boolean {
-  return !isRefBlock(block) && block.type === "ask" && block.id.startsWith("gate/");
+  return !isRefBlock(block) && block.type === "ask" && (block.id.startsWith("gate/") || block.id.startsWith("question/"));
 }
 
 /** The blocks of a model in order; gates go through `renderGate` (W2's GateCard) in their place. */

@@ -3,7 +3,7 @@
 import { memo } from "preact/compat";
 import { isRefBlock } from "../agentue";
 import type { MessageBody } from "../api";
-import { GateCard, HumanCard } from "../cards";
+import { GateCard, HarnessQuestionCard, HumanCard, isHarnessQuestionBlock } from "../cards";
 import { Blocks, isGateBlock } from "./Blocks";
 import { type ForkHandler, MessageActions } from "./MessageActions";
 import { BADGE_TEXT, type BadgeStatus } from "./status";
@@ -94,7 +94,14 @@ export const MessageView = memo(function MessageView({ message, badge, selected,
           <>
             <Blocks
               model={message.content}
-              renderGate={body === null ? undefined : (block) => <GateCard message={body} block={block as unknown as Record<string, unknown>} />}
+              renderGate={
+                body === null
+                  ? undefined
+                  : (block) => {
+                      const raw = block as unknown as Record<string, unknown>;
+                      return isHarnessQuestionBlock(raw) ? <HarnessQuestionCard message={body} block={raw} /> : <GateCard message={body} block={raw} />;
+                    }
+              }
             />
           </>
         )}
