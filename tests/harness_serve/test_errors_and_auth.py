@@ -225,6 +225,10 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
         "/v1/sessions/{session_id}/inputs/{command_id}",
         "/v1/sessions/{session_id}/interrupt",
         "/v1/sessions/{session_id}/gates/{gate_id}",
+        "/v1/sessions/{session_id}/questions/{request_id}",
+        "/v1/sessions/{session_id}/active-loop",
+        "/v1/sessions/{session_id}/loops/{loop}/mode",
+        "/v1/sessions/{session_id}/loops/{loop}/inference",
         "/v1/sessions/{session_id}/journal",
         "/v1/sessions/{session_id}/events",
     }

@@ -34,7 +34,14 @@ async def test_a_fork_continues_the_parents_history_at_a_settled_seq(journal: Sq
 
         page = (await served.client.get(f"/v1/sessions/{fork}/journal", params={"limit": 100})).json()
         kinds = [item["kind"] for item in page["items"]]
-        assert kinds == ["session_started", "turn_started", "turn_done", "session_forked", "session_restored"]
+        assert kinds == [
+            "session_started",
+            "turn_started",
+            "context_measured",
+            "turn_done",
+            "session_forked",
+            "session_restored",
+        ]
         await served.client.post(f"/v1/sessions/{fork}/inputs", json={"text": "two, differently"})
         await served.session(fork).wait_idle(timeout=30)
         views = [(await served.client.get(f"/v1/sessions/{s}")).json() for s in (parent, fork)]

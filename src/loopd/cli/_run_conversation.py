@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from loopd.cli._run_input import InputInterrupted, LineInput
+from loopd.cli._run_settings import is_setting_command, setting_command
 from loopd.cli._run_view import RunView
 from loopd.cli._run_workspace import WORKSPACE_COMMANDS, workspace_command
 from loopd.harness import (
@@ -34,6 +35,8 @@ from loopd.harness import (
 )
 from loopd.harness.actors import Envelope, Subscription
 from loopd.harness.core.events import (
+    ContextMeasured,
+    ContextPressure,
     EphemeralEvent,
     GateOpened,
     GateResolved,
@@ -235,6 +238,9 @@ class Conversation:
             if text in WORKSPACE_COMMANDS:
                 await workspace_command(self.session, self._view, text)
                 continue
+            if is_setting_command(text):
+                await setting_command(self.session, self._view, text)
+                continue
             if not interactive:
                 self._view.echo_input(text)
             await self.run_turn(text)
@@ -379,6 +385,10 @@ class Conversation:
                 self._view.tool_completed(outcome)
             case ModelRetrying():
                 self._view.retrying(event)
+            case ContextMeasured():
+                turn.context = event
+            case ContextPressure():
+                self._view.context_pressure(event)
             case UserInputRequested():
                 await _cancel(turn.ask_task)
                 self._view.user_question(event, now=self._clock())
@@ -392,7 +402,7 @@ class Conversation:
                 turn.gate_task = None
                 self._view.gate_resolved(event, rules_file=self._rules_file)
             case TurnDone():
-                self._view.turn_done(event, text_shown=event.step in turn.text_steps)
+                self._view.turn_done(event, text_shown=event.step in turn.text_steps, context=turn.context)
                 return TurnOutcome("done", event)
             case TurnFailed():
                 self._view.turn_failed(event, unmetered_chars=self._unmetered(turn))
@@ -537,6 +547,8 @@ class _TurnTracker:
         """Steps whose model call completed (`ModelReplied` carries its usage)."""
         self.gate_task: asyncio.Task[None] | None = None
         self.ask_task: asyncio.Task[None] | None = None
+        self.context: ContextMeasured | None = None
+        """The turn's last context measurement (shown on its done line)."""
 
     def unmetered_chars(self) -> int:
         """Characters streamed by model calls that never completed: the usage the turn's total leaves out."""

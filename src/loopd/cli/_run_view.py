@@ -25,6 +25,8 @@ from rich.text import Text
 
 from loopd.harness import ToolCall, ToolOutcome, Usage
 from loopd.harness.core.events import (
+    ContextMeasured,
+    ContextPressure,
     GateOpened,
     GateResolved,
     ModelRetrying,
@@ -64,6 +66,13 @@ def describe_usage(usage: Usage) -> str:
         f"{usage.total_tokens:,} tokens ({usage.input_tokens:,} in / {usage.output_tokens:,} out) · "
         f"${usage.cost_usd:.4f}"
     )
+
+
+def describe_context(measured: ContextMeasured) -> str:
+    """The status-line part for a context measurement: its size, and its share of the window when known."""
+    if measured.window:
+        return f"context {measured.tokens:,}/{measured.window:,} tokens ({measured.tokens / measured.window:.0%})"
+    return f"context {measured.tokens:,} tokens"
 
 
 def describe_call(call: ToolCall) -> str:
@@ -199,7 +208,9 @@ class RunView:
                 "Each line is one turn of this session. /exit, /quit or Ctrl-D quits; Ctrl-C interrupts a running "
                 "turn (at the prompt: press it twice to quit). Permission questions take a, l or d; Ctrl-C twice "
                 "there quits and leaves the question open for loopd run --resume. /diff shows what changed in the "
-                "workspace since before the last turn; /undo puts it back.",
+                "workspace since before the last turn; /undo puts it back. /mode plan (read-only tools) or "
+                "/mode build, /model NAME and /loop NAME change the session's mode, model and active loop (alone: "
+                "show them).",
                 "dim",
             )
         )
@@ -345,10 +356,17 @@ class RunView:
     def interrupting(self) -> None:
         self._line(("  interrupting the turn… (Ctrl-C again to quit)", "yellow"))
 
-    def turn_done(self, event: TurnDone, *, text_shown: bool) -> None:
+    def turn_done(self, event: TurnDone, *, text_shown: bool, context: ContextMeasured | None = None) -> None:
         if not text_shown and event.text:
             self.text(event.text)
-        self._line(("  ✓ done", "green"), (f" · {_plural(event.step, 'step')} · {describe_usage(event.usage)}", "dim"))
+        shown = f" · {describe_context(context)}" if context is not None else ""
+        self._line(
+            ("  ✓ done", "green"), (f" · {_plural(event.step, 'step')} · {describe_usage(event.usage)}{shown}", "dim")
+        )
+
+    def context_pressure(self, event: ContextPressure) -> None:
+        """The context passed the loop's pressure threshold: older messages will be compacted soon."""
+        self._line((f"  ⚠ context {event.ratio:.0%} full ({event.tokens:,} of {event.limit:,} tokens)", "yellow"))
 
     def turn_failed(self, event: TurnFailed, *, unmetered_chars: int = 0) -> None:
         hint = ""

@@ -31,6 +31,7 @@ from loopd._paths import default_data_dir, ensure_private_dir
 from loopd.harness._errors import HarnessError
 from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.core import Usage
+from loopd.harness.core.config import BUILD, PLAN, LoopMode
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, AccessConfig, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, PriceTable, open_model
@@ -82,6 +83,10 @@ DEFAULT_SYSTEM_PROMPT: Final = (
     "You are a careful coding assistant working inside one workspace directory. Use the tools to look before you "
     "change anything, keep changes small, and say plainly what you did. Paths are relative to the workspace."
 )
+
+
+STANDARD_MODES: Final = (BUILD, PLAN)
+"""The main loop's modes: ``build`` (every tool; the default) and ``plan`` (read-only tools only)."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
         hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
         tools = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
 
-        def define(name: str, prompt: str, *, ask: bool = False) -> LoopDefinition:
+        def define(name: str, prompt: str, *, ask: bool = False, modes: tuple[LoopMode, ...] = ()) -> LoopDefinition:
             asking = (AskUserTool(timeout=settings.ask_user_timeout),) if ask and settings.ask_user_timeout else ()
             return LoopDefinition(
                 name=name,
@@ -160,9 +165,10 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
                 gate_timeout=settings.gate_timeout,
                 tool_timeout=settings.tool_timeout,
                 compact_at_tokens=settings.compact_at_tokens,
+                modes=modes,
             )
 
-        loop = define(MAIN_LOOP, settings.system_prompt, ask=True)
+        loop = define(MAIN_LOOP, settings.system_prompt, ask=True, modes=STANDARD_MODES)
         helper = define(HELPER_AGENT, HELPER_PROMPT)
         yield Rig(
             loops=[loop],

@@ -36,6 +36,7 @@ from loopd.harness.serve._sessions import ServedSessions, SessionView
 from loopd.harness.serve._streaming import event_frames
 from loopd.harness.serve._wire import (
     MAX_NAME,
+    ActiveLoopRequest,
     CancelResult,
     CreatedSession,
     CreateSessionRequest,
@@ -50,6 +51,9 @@ from loopd.harness.serve._wire import (
     InterruptRequest,
     InterruptResult,
     JournalPage,
+    LoopInferenceRequest,
+    LoopModeRequest,
+    LoopSettingResult,
     RestoredSession,
     SessionBody,
     SessionList,
@@ -74,6 +78,7 @@ _GATE_ANSWERS: Final[dict[str, Literal["approve", "approve_always", "deny"]]] = 
 }
 
 SessionId = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
+LoopName = Annotated[str, PathParam(min_length=1, max_length=MAX_NAME)]
 
 
 def create_app(
@@ -320,6 +325,32 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         except NoSuchQuestionError as exc:
             raise ApiError("not_found", f"{exc} (answered already, past its deadline, or never asked)") from exc
         return UserInputResult(request_id=request_id, status="accepted")
+
+    @router.post("/v1/sessions/{session_id}/active-loop", tags=["loops"])
+    async def set_active_loop(session_id: SessionId, body: ActiveLoopRequest) -> LoopSettingResult:
+        """Make a loop the session's active loop: inputs that name no loop go there (journaled, kept on restore)."""
+        session = await sessions.ensure_live(session_id)
+        await session.set_active_loop(body.loop)
+        return LoopSettingResult(
+            session_id=session.id, loop=body.loop, setting="active_loop", value=body.loop, status="set"
+        )
+
+    @router.post("/v1/sessions/{session_id}/loops/{loop}/mode", status_code=202, tags=["loops"])
+    async def set_loop_mode(session_id: SessionId, loop: LoopName, body: LoopModeRequest) -> LoopSettingResult:
+        """Switch a loop to one of its modes (400 for a mode it does not declare); the running step keeps its mode,
+        the next one uses the new mode (e.g. ``plan``: only read-only tools are offered and may run)."""
+        session = await sessions.ensure_live(session_id)
+        await session.set_loop_mode(body.mode, loop=loop)
+        return LoopSettingResult(session_id=session.id, loop=loop, setting="mode", value=body.mode, status="accepted")
+
+    @router.post("/v1/sessions/{session_id}/loops/{loop}/inference", status_code=202, tags=["loops"])
+    async def change_loop_inference(
+        session_id: SessionId, loop: LoopName, body: LoopInferenceRequest
+    ) -> LoopSettingResult:
+        """Switch a loop's model from its next model call on (400 for a model outside the loop's allowed ones)."""
+        session = await sessions.ensure_live(session_id)
+        await session.change_loop_inference(body.model, loop=loop)
+        return LoopSettingResult(session_id=session.id, loop=loop, setting="model", value=body.model, status="accepted")
 
     @router.get("/v1/sessions/{session_id}/journal", tags=["events"])
     async def journal_page(

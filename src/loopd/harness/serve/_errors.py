@@ -4,7 +4,8 @@ The envelope itself (`ApiError`, its types and statuses) is the floor's (``loopd
 transport answers with these types:
 
     type                    status  when
-    invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405); a fork at a
+    invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405); a mode,
+                                    model or loop the rig does not declare; a fork at a
                                     seq past the session's end or inside a turn (the message names the last
                                     settled seq before it)
     cursor_ahead            400     a resume cursor (``Last-Event-ID``, ``from_seq``) past the last stored event:
@@ -37,6 +38,7 @@ from loopd.harness._errors import (
     SessionFaultError,
     SessionNotFoundError,
     SubscriptionLostError,
+    UnknownSettingError,
 )
 
 
@@ -56,6 +58,8 @@ def from_harness(exc: HarnessError) -> ApiError:
             return ApiError("service_unavailable", f"{message}; POST .../restore to bring the session back")
         case SessionClosedError():
             return ApiError("service_unavailable", message)
+        case UnknownSettingError():
+            return ApiError("invalid_request", message)
         case SubscriptionLostError() | JournalError() | ModelError():
             return ApiError("service_unavailable", message)
         case _:

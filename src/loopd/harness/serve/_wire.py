@@ -71,6 +71,24 @@ class UserInputRequest(_Request):
     text: str = Field(min_length=1, max_length=65536)
 
 
+class ActiveLoopRequest(_Request):
+    """Make ``loop`` the session's active loop: inputs without a loop go there."""
+
+    loop: str = Field(min_length=1, max_length=MAX_NAME)
+
+
+class LoopModeRequest(_Request):
+    """Switch the loop to one of its declared modes (e.g. ``plan``: read-only tools); from its next step on."""
+
+    mode: str = Field(min_length=1, max_length=MAX_NAME)
+
+
+class LoopInferenceRequest(_Request):
+    """Switch the loop's model for its next model calls."""
+
+    model: str = Field(min_length=1, max_length=MAX_NAME)
+
+
 # --- responses ---------------------------------------------------------------------------------------------
 
 
@@ -106,6 +124,16 @@ class UserInputResult(_Response):
     status: Literal["accepted"]
 
 
+class LoopSettingResult(_Response):
+    """A setting accepted: ``active_loop`` is set when answered; a mode or model applies from the loop's next step."""
+
+    session_id: str
+    loop: str
+    setting: Literal["active_loop", "mode", "model"]
+    value: str
+    status: Literal["set", "accepted"]
+
+
 class LoopBody(_Response):
     name: str
     busy: bool
@@ -116,6 +144,13 @@ class LoopBody(_Response):
     turns: int
     usage: Usage
     last_reply: str | None
+    mode: str | None = None
+    """The mode set in this session (``POST …/loops/{loop}/mode``); None: the loop's default mode."""
+    model: str | None = None
+    """The model set in this session (``POST …/loops/{loop}/inference``); None: the loop's own."""
+    context_tokens: int = 0
+    """The context size measured after the loop's last model call."""
+    context_window: int | None = None
 
 
 class SessionBody(_Response):
@@ -130,6 +165,8 @@ class SessionBody(_Response):
     loops: list[LoopBody]
     gates: list[GateBody]
     questions: list[QuestionBody] = []
+    active_loop: str | None = None
+    """Where an input without a loop goes (``POST …/active-loop``)."""
 
 
 class CreatedSession(SessionBody):
@@ -237,6 +274,10 @@ def _loop_body(loop: LoopState) -> LoopBody:
         turns=loop.turns,
         usage=loop.usage,
         last_reply=loop.last_reply,
+        mode=loop.mode,
+        model=loop.model,
+        context_tokens=loop.measured_tokens,
+        context_window=loop.context_window,
     )
 
 
@@ -293,4 +334,5 @@ def session_body(
         "loops": [_loop_body(loop) for loop in state.loops.values()],
         "gates": open_gates(state),
         "questions": open_questions(state),
+        "active_loop": state.active_loop or next(iter(state.loops), None),
     }
