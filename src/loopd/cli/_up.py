@@ -135,6 +135,7 @@ def up_command(
         announce=not programs,
         holder="loopd up",
         embedded_only=True,
+        ledger_retention=ledger_retention,
     )
     ports = {"--port": settings.port, "--api-port": settings.api_port}
     require_free_ports(settings.host, ports)

@@ -447,8 +447,13 @@ async def _open_model_target(
 ) -> OpenAIModelAdapter:
     config = target.model.resolve()
     model = await stack.enter_async_context(open_model(config))
+    prompts = PromptRecording(clock, ledger_redactor(settings, config)) if settings.ledger_prompts else None
     return OpenAIModelAdapter(
-        model, model_name=config.model, system_prompt=target.system_prompt, max_output_tokens=target.max_output_tokens
+        model,
+        model_name=config.model,
+        system_prompt=target.system_prompt,
+        max_output_tokens=target.max_output_tokens,
+        prompts=prompts,
     )
 
 
@@ -568,7 +573,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             )
             await stack.enter_async_context(engine)
 
-            manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
+            manager = Manager(client, clock=clock)
             responder = HarnessResponder(
                 client=client,
                 engine=engine,
@@ -582,6 +587,9 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             manager.add_controller(TASKS, responder, workers=settings.task_workers, namespace=watched)
             background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
+            if settings.ledger_retention is not None:
+                retention = ArtifactRetention(ledger, settings.ledger_retention, clock)
+                background.start(retention.run(), name="loopd-ledger-retention")
 
             async def stop_manager() -> None:
                 manager.shutdown()

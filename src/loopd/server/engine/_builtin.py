@@ -302,3 +302,13 @@ class BuiltinHarnessAdapter:
             session.abort()
             raise
         return run
+
+
+def recording_rig(rig: Rig) -> Rig:
+    """``rig`` whose loops' and agents' models report their calls (`loopd.harness.models.RecordingModel`): what
+    the built-in adapter's prompt recording needs. Without a bound log they behave exactly as before."""
+
+    def wrap(definition: Any) -> Any:
+        return replace(definition, model=recording(definition.model))
+
+    return replace(rig, loops=[wrap(loop) for loop in rig.loops], agents=[wrap(agent) for agent in rig.agents])
