@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 BENCH_STAMP := $(VENV)/.installed-bench
 
-.PHONY: run test test-k8s lint bench fmt clean web web-test helm
+.PHONY: run test test-k8s lint bench bench-check fmt clean web web-test helm
 
 # The web UI (web/: Preact + TypeScript, built by Vite into the package, where `loopd up` serves it). `npm ci` runs
 # when the lockfile changes, the build when a source, the page or a config does.
@@ -75,8 +75,14 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
 
+# writes benchmarks/results/<date>-<sha>.json and regenerates docs/BENCHMARKS.md's generated sections from it
 bench: $(BENCH_STAMP) web
-	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks --results --docs $(BENCH_ARGS)
+
+# the quick benchmarks against the last committed results of this machine class (benchmarks/tolerances.toml);
+# exit 1 on a regression. Not part of `make test`.
+bench-check: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks._check $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache $(WEB)/node_modules src/loopd/server/webui/dist

@@ -1,12 +1,15 @@
 """`make bench`: run every benchmark module and print their tables.
 
-python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [--results] [module ...]
+python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [--results [--out FILE] [--docs]] [module ...]
 python -m benchmarks --compare BEFORE.json AFTER.json
 
 Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); the others run with their own
 defaults (``--quick`` shrinks the known ones). ``--markdown PATH`` also writes every table to PATH as Markdown.
 ``--results`` writes ``benchmarks/results/<date>-<short sha>.json``: the command line, the commit, the machine and
-the library versions, the load average before and after, and every table with its raw rows — the file docs quote.
+the library versions, the load average before and after, the machine class (CPUs, architecture, Python major.minor:
+what `make bench-check` matches baselines by), and every table with its raw rows — the file docs quote (a quick run's
+file ends in ``-quick.json``; ``--out FILE`` writes elsewhere). ``--docs`` then regenerates the generated sections of
+docs/BENCHMARKS.md from it (`benchmarks._docs`: only the sections whose tables the file has).
 ``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
 the row's labels) and runs nothing.
 """
@@ -19,6 +22,7 @@ import inspect
 import json
 import os
 import pkgutil
+import platform
 import subprocess
 import sys
 import tempfile
@@ -47,6 +51,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
     parser.add_argument("--markdown", type=Path, default=None, help="also append every table to this file")
     parser.add_argument("--results", action="store_true", help="write benchmarks/results/<date>-<sha>.json")
+    parser.add_argument("--out", type=Path, default=None, help="with --results: write the results file here")
+    parser.add_argument("--docs", action="store_true", help="with --results: regenerate docs/BENCHMARKS.md from it")
     parser.add_argument(
         "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="print the change per figure and exit"
     )
@@ -91,8 +97,16 @@ def main() -> None:
         print(f"(benchmarks.{name}: {time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     if tables is not None:
-        written = write_results(tables, load_before, time.perf_counter() - started)
+        out = args.out or results_path(quick=args.quick)
+        written = write_results(tables, load_before, time.perf_counter() - started, out, quick=args.quick)
         print(f"results: {written}")
+        if args.docs and args.quick:
+            print("docs: not regenerated from a --quick run (the docs quote full runs)")
+        elif args.docs:
+            from benchmarks._docs import DOCS, regenerate
+
+            changed = regenerate(DOCS, written)
+            print(f"docs: {', '.join(changed) or 'no generated section has tables in this run'} regenerated in {DOCS}")
 
 
 def compare_files(before: Path, after: Path) -> None:
@@ -114,9 +128,27 @@ def compare_files(before: Path, after: Path) -> None:
     )
 
 
-def write_results(tables: Path, load_before: tuple[float, float, float], seconds: float) -> Path:
-    """``benchmarks/results/<date>-<short sha>.json`` from the tables collected in ``tables`` (JSON lines)."""
-    root = Path(__file__).resolve().parent
+def results_path(*, quick: bool) -> Path:
+    """``benchmarks/results/<date>-<short sha>[-dirty][-quick].json`` for a run started now."""
+    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    name = f"{datetime.now(UTC):%Y-%m-%d}-{sha}{'-dirty' if dirty else ''}{'-quick' if quick else ''}.json"
+    return Path(__file__).resolve().parent / "results" / name
+
+
+def machine_class() -> dict[str, str]:
+    """What makes two machines' figures comparable for `make bench-check`: CPUs, architecture, Python major.minor."""
+    return {
+        "cpus": str(os.cpu_count()),
+        "arch": platform.machine(),
+        "python": ".".join(platform.python_version_tuple()[:2]),
+    }
+
+
+def write_results(
+    tables: Path, load_before: tuple[float, float, float], seconds: float, out: Path, *, quick: bool = False
+) -> Path:
+    """The results document at ``out`` from the tables collected in ``tables`` (JSON lines)."""
     sha = _git("rev-parse", "--short", "HEAD") or "unknown"
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
     stamp = datetime.now(UTC)
@@ -124,6 +156,8 @@ def write_results(tables: Path, load_before: tuple[float, float, float], seconds
         "date": stamp.isoformat(timespec="seconds"),
         "commit": sha,
         "dirty": dirty,
+        "quick": quick,
+        "machine_class": machine_class(),
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
         "seconds": round(seconds, 1),
         "load_average_before": [round(x, 2) for x in load_before],
@@ -131,8 +165,7 @@ def write_results(tables: Path, load_before: tuple[float, float, float], seconds
         "environment": dict(environment_rows()),
         "tables": [json.loads(line) for line in tables.read_text(encoding="utf-8").splitlines() if line.strip()],
     }
-    out = root / "results" / f"{stamp:%Y-%m-%d}-{sha}{'-dirty' if dirty else ''}.json"
-    out.parent.mkdir(exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     tables.unlink(missing_ok=True)
     return out

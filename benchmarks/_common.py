@@ -82,6 +82,13 @@ def append_result(
 def append_markdown(
     path: Path, title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], note: str = ""
 ) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write(markdown_table(title, columns, rows, note) + "\n\n")
+
+
+def markdown_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], note: str = "") -> str:
+    """One table as Markdown (a ``####`` heading, the table, the note): pure, so docs regenerate byte for byte."""
+
     def esc(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
@@ -90,8 +97,7 @@ def append_markdown(
     lines.extend("| " + " | ".join(esc(cell(v)) for v in r) + " |" for r in rows)
     if note:
         lines += ["", note]
-    with path.open("a", encoding="utf-8") as out:
-        out.write("\n".join(lines) + "\n\n")
+    return "\n".join(lines)
 
 
 class ChildFailed(RuntimeError):

@@ -1,5 +1,9 @@
 """The workload on the OpenAI Agents SDK: ``Runner.run`` with an ``SQLiteSession`` on a file and a fake ``Model``.
 
+``synchronous`` sets SQLite's ``PRAGMA synchronous`` of every connection the session opens (it opens one per
+worker thread and configures it in ``_configure_connection``; a subclass adds the pragma there and records what
+each connection reads back, so a run proves it wrote at the level it claims).
+
 The fake model implements the SDK's ``Model`` interface without any network: each call returns one
 ``function_call`` output item (or, at the end, one assistant message). Tracing is disabled.
 """
@@ -7,10 +11,11 @@ The fake model implements the SDK's ``Model`` interface without any network: eac
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agents import Agent, ModelResponse, RunConfig, Runner, SQLiteSession, Usage, function_tool, set_tracing_disabled
 from agents.models.interface import Model
@@ -79,13 +84,33 @@ class FakeModel(Model):
         raise NotImplementedError("the benchmark does not stream")
 
 
-async def run(steps: int, directory: Path, *, probe: bool = False) -> PeerRun:
+SYNCHRONOUS_LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+class TunedSQLiteSession(SQLiteSession):
+    """`SQLiteSession` whose connections write at ``PRAGMA synchronous=<level>``."""
+
+    def __init__(self, session_id: str, path: Path, synchronous: Literal["FULL", "NORMAL"]) -> None:
+        self.synchronous = synchronous
+        self.seen_levels: set[str] = set()
+        super().__init__(session_id, path)
+
+    def _configure_connection(self, conn: sqlite3.Connection) -> None:  # type: ignore[override]  # static upstream
+        SQLiteSession._configure_connection(conn)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        level = conn.execute("PRAGMA synchronous").fetchone()[0]
+        self.seen_levels.add(SYNCHRONOUS_LEVELS.get(level, str(level)))
+
+
+async def run(
+    steps: int, directory: Path, *, probe: bool = False, synchronous: Literal["FULL", "NORMAL"] = "FULL"
+) -> PeerRun:
     set_tracing_disabled(True)
     path = directory / DB
     clock = StepClock(steps)
     durable_rows: list[int] | None = [] if probe else None
     agent = Agent(name="bench", model=FakeModel(clock, durable_rows, path), tools=[echo])
-    session = SQLiteSession(SESSION, path)
+    session = TunedSQLiteSession(SESSION, path, synchronous)
     try:
         with GcTime().measuring() as gc_time:
             started = time.perf_counter()
@@ -100,4 +125,15 @@ async def run(steps: int, directory: Path, *, probe: bool = False) -> PeerRun:
     persisted = {"session items": count_rows(path, "SELECT count(*) FROM agent_messages")}
     if persisted["session items"] != 2 * steps + 2:
         problem = problem or f"session holds {persisted['session items']} items, expected {2 * steps + 2}"
-    return finish("OpenAI Agents SDK", clock, wall, disk, persisted, problem, durable_rows or [], gc_time)
+    if session.seen_levels != {synchronous}:
+        problem = problem or f"connections wrote at synchronous {sorted(session.seen_levels)}, not {synchronous}"
+    return finish(
+        f"OpenAI Agents SDK (synchronous={synchronous})",
+        clock,
+        wall,
+        disk,
+        persisted,
+        problem,
+        durable_rows or [],
+        gc_time,
+    )

@@ -6,6 +6,8 @@ echo tool. ``durability="sync"`` makes every superstep's checkpoint commit befor
 what loopd does for every step (the default, ``"async"``, writes it while the next step runs). ``delta=True``
 uses the beta ``DeltaChannel`` for the messages (checkpoints store the new writes plus a periodic snapshot instead
 of the whole list); the default graph state, ``MessagesState``, stores the whole list in every checkpoint.
+``synchronous`` sets SQLite's ``PRAGMA synchronous`` of the saver's one connection: FULL (SQLite's default) or
+NORMAL, for the matched-durability rows.
 """
 
 from __future__ import annotations
@@ -84,12 +86,15 @@ async def run(
     probe: bool = False,
     durability: Literal["sync", "async"] = "sync",
     delta: bool = False,
+    synchronous: Literal["FULL", "NORMAL"] = "FULL",
 ) -> PeerRun:
     path = directory / DB
     clock = StepClock(steps)
     durable_rows: list[int] | None = [] if probe else None
     config: Any = {"configurable": {"thread_id": THREAD}, "recursion_limit": 2 * steps + 10}
     async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        await saver.setup()  # its own pragmas first (WAL), then ours: the saver writes through this one connection
+        await saver.conn.execute(f"PRAGMA synchronous={synchronous}")
         app = build_graph(clock, durable_rows, path, delta=delta).compile(checkpointer=saver)
         with GcTime().measuring() as gc_time:
             started = time.perf_counter()
@@ -107,4 +112,5 @@ async def run(
     if persisted["checkpoints"] < 2 * steps + 2:
         problem = problem or f"only {persisted['checkpoints']} checkpoints for {steps} steps"
     peer = "LangGraph" + (" (durability=async)" if durability == "async" else "") + (" + DeltaChannel" if delta else "")
+    peer += f" (synchronous={synchronous})"
     return finish(peer, clock, wall, disk, persisted, problem, durable_rows or [], gc_time)

@@ -1,7 +1,11 @@
 """Run one peer once, in this process, and print its `PeerRun` as one JSON line.
 
-python -m benchmarks._peer_main --peer PEER --steps N --dir DIR [--probe] [--profile FILE]
-    PEER: loopd, loopd-full, langgraph, langgraph-async, langgraph-delta, agents
+python -m benchmarks._peer_main --peer PEER --steps N --dir DIR [--synchronous FULL|NORMAL] [--probe]
+    [--profile FILE]
+    PEER: loopd, langgraph, langgraph-async, langgraph-delta, agents
+
+``--synchronous`` is SQLite's ``PRAGMA synchronous`` of every connection the peer writes through (loopd's journal,
+LangGraph's AsyncSqliteSaver, the Agents SDK's SQLiteSession): FULL (SQLite's default) or NORMAL.
 
 `benchmarks.peers` starts one fresh subprocess per run so no library's imports, caches or garbage affect another.
 ``--profile`` runs under pyinstrument and writes its text report to FILE.
@@ -19,26 +23,28 @@ from typing import Any, Literal
 
 from benchmarks._workload import PeerRun
 
-PEERS = ("loopd", "loopd-full", "langgraph", "langgraph-async", "langgraph-delta", "agents")
+PEERS = ("loopd", "langgraph", "langgraph-async", "langgraph-delta", "agents")
+Synchronous = Literal["FULL", "NORMAL"]
 
 
-def runner(peer: str) -> Callable[[int, Path, bool], Coroutine[Any, Any, PeerRun]]:
+def runner(peer: str, sync: Synchronous) -> Callable[[int, Path, bool], Coroutine[Any, Any, PeerRun]]:
     """Import only the library under test."""
-    if peer in ("loopd", "loopd-full"):
+    if peer == "loopd":
         from benchmarks import _peer_loopd
 
-        sync: Literal["NORMAL", "FULL"] = "FULL" if peer == "loopd-full" else "NORMAL"
         return lambda steps, d, probe: _peer_loopd.run(steps, d, probe=probe, synchronous=sync)
     if peer in ("langgraph", "langgraph-async", "langgraph-delta"):
         from benchmarks import _peer_langgraph
 
         durability: Literal["sync", "async"] = "async" if peer == "langgraph-async" else "sync"
         delta = peer == "langgraph-delta"
-        return lambda steps, d, probe: _peer_langgraph.run(steps, d, probe=probe, durability=durability, delta=delta)
+        return lambda steps, d, probe: _peer_langgraph.run(
+            steps, d, probe=probe, durability=durability, delta=delta, synchronous=sync
+        )
     if peer == "agents":
         from benchmarks import _peer_agents
 
-        return lambda steps, d, probe: _peer_agents.run(steps, d, probe=probe)
+        return lambda steps, d, probe: _peer_agents.run(steps, d, probe=probe, synchronous=sync)
     raise SystemExit(f"unknown peer {peer!r}; one of {', '.join(PEERS)}")
 
 
@@ -58,10 +64,11 @@ def main() -> None:
     parser.add_argument("--peer", required=True, choices=PEERS)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--dir", type=Path, required=True)
+    parser.add_argument("--synchronous", choices=("FULL", "NORMAL"), default="FULL", help="SQLite's synchronous")
     parser.add_argument("--probe", action="store_true", help="count durable rows at every model call")
     parser.add_argument("--profile", type=Path, default=None, help="write a pyinstrument text report here")
     args = parser.parse_args()
-    run = runner(args.peer)
+    run = runner(args.peer, args.synchronous)
     gc.collect()
     if args.profile is None:
         result = asyncio.run(run(args.steps, args.dir, args.probe))

@@ -1,5 +1,11 @@
 """loopd next to LangGraph and the OpenAI Agents SDK: per-step durable overhead, its growth with history, storage.
 
+**Matched durability.** Every peer runs at each SQLite ``synchronous`` level of ``--durability`` (default both):
+FULL (SQLite's default, an fsync per commit; loopd's journal opened with ``synchronous="FULL"``) and NORMAL (the
+peers' connections — LangGraph's AsyncSqliteSaver, the Agents SDK's SQLiteSession — set to ``PRAGMA
+synchronous=NORMAL``, loopd's journal at NORMAL). Every "× loopd" ratio and every goal compares runs of the same
+level only. loopd runs through its real OpenAI-compatible adapter (`benchmarks._peer_loopd`).
+
 Every run is a fresh subprocess (`benchmarks._peer_main`) in its own temporary directory, so one library's
 imports, caches and garbage never weigh on another's figures; runs of different peers are interleaved and the
 order rotates between repetitions, so slow phases of a noisy machine spread over all of them.
@@ -12,6 +18,7 @@ Per peer:
     and the storage after 200 and 500 steps.
 
 python -m benchmarks.peers [--repeat N] [--quick] [--steps N] [--long N] [--peers loopd,langgraph,...]
+    [--durability FULL,NORMAL]
 """
 
 from __future__ import annotations
@@ -22,14 +29,18 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from benchmarks._common import median, print_environment, print_table, run_child, verdict
+from benchmarks._common import median, print_environment, print_table, run_child
+from benchmarks._goals import print_goals
 from benchmarks._workload import WINDOW, PeerRun, raw_message_bytes
 
-ALL_PEERS = ("loopd", "loopd-full", "langgraph", "langgraph-async", "langgraph-delta", "agents")
+ALL_PEERS = ("loopd", "langgraph", "langgraph-async", "langgraph-delta", "agents")
+DURABILITIES = ("FULL", "NORMAL")
 QUICK_PEERS = ("loopd", "langgraph", "agents")
 HISTORIES = (50, 200, 500)
 RUN_TIMEOUT = 900.0
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,31 +55,40 @@ class PeerFailed(RuntimeError):
     pass
 
 
-def run_peer(peer: str, steps: int, *, probe: bool = False, base: Path | None = None) -> PeerRun:
+def key(peer: str, sync: str) -> str:
+    """One measured configuration: a peer at one synchronous level."""
+    return f"{peer}@{sync}"
+
+
+def run_peer(peer: str, steps: int, *, sync: str, probe: bool = False, base: Path | None = None) -> PeerRun:
     with tempfile.TemporaryDirectory(prefix=f"loopd-bench-{peer}-", dir=base) as directory:
-        args = ["--peer", peer, "--steps", str(steps), "--dir", directory] + (["--probe"] if probe else [])
+        args = ["--peer", peer, "--steps", str(steps), "--dir", directory, "--synchronous", sync]
+        args += ["--probe"] if probe else []
         result = PeerRun.from_dict(run_child("benchmarks._peer_main", args, timeout=RUN_TIMEOUT))
     if not result.ok:
-        raise PeerFailed(f"{peer} ({steps} steps) did not do the work: {result.problem}")
+        raise PeerFailed(f"{peer} at {sync} ({steps} steps) did not do the work: {result.problem}")
     return result
 
 
-def rotated(peers: Sequence[str], shift: int) -> list[str]:
+def rotated(peers: Sequence[T], shift: int) -> list[T]:
     shift %= len(peers)
     return [*peers[shift:], *peers[:shift]]
 
 
-def collect(peers: Sequence[str], repeat: int, steps: int, long: int, base: Path | None) -> Results:
+def collect(
+    peers: Sequence[str], durabilities: Sequence[str], repeat: int, steps: int, long: int, base: Path | None
+) -> Results:
     results = Results()
-    for peer in peers:
-        print(f"  {peer}: 50-step probe run", flush=True)
-        results.probe[peer] = run_peer(peer, 50, probe=True, base=base)
-        results.names[peer] = results.probe[peer].peer
+    runs = [(peer, sync) for sync in durabilities for peer in peers]
+    for peer, sync in runs:
+        print(f"  {peer} at {sync}: 50-step probe run", flush=True)
+        results.probe[key(peer, sync)] = run_peer(peer, 50, sync=sync, probe=True, base=base)
+        results.names[key(peer, sync)] = results.probe[key(peer, sync)].peer
     for round_ in range(repeat):
-        for peer in rotated(peers, round_):
-            print(f"  round {round_ + 1}/{repeat}: {peer} {steps} and {long} steps", flush=True)
-            results.short.setdefault(peer, []).append(run_peer(peer, steps, base=base))
-            results.long.setdefault(peer, []).append(run_peer(peer, long, base=base))
+        for peer, sync in rotated(runs, round_):
+            print(f"  round {round_ + 1}/{repeat}: {peer} at {sync}, {steps} and {long} steps", flush=True)
+            results.short.setdefault(key(peer, sync), []).append(run_peer(peer, steps, sync=sync, base=base))
+            results.long.setdefault(key(peer, sync), []).append(run_peer(peer, long, sync=sync, base=base))
     return results
 
 
@@ -98,164 +118,147 @@ def ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:,.1f}×"
 
 
-def report(results: Results, peers: Sequence[str], repeat: int, steps: int, long: int) -> None:
-    base = "loopd"
-    short_ms = {p: median([r.overhead_ms for r in results.short[p]]) for p in peers}
+def report(
+    results: Results, peers: Sequence[str], durabilities: Sequence[str], repeat: int, steps: int, long: int
+) -> None:
+    runs = [key(p, sync) for sync in durabilities for p in peers]
+    short_ms = {k: median([r.overhead_ms for r in results.short[k]]) for k in runs}
     rows: list[list[object]] = []
-    for p in peers:
-        runs = results.short[p]
-        spread = f"{min(r.overhead_ms for r in runs):.2f}–{max(r.overhead_ms for r in runs):.2f}"
-        evidence = ", ".join(f"{k} {v}" for k, v in runs[0].persisted.items())
-        rows.append(
-            [
-                results.names[p],
-                fmt(short_ms[p], 3),
-                spread,
-                ratio(short_ms[p], short_ms.get(base)),
-                persisted_each_step(results.probe[p]),
-                evidence,
-                fmt(median([r.gc_seconds * 1000 / r.steps for r in runs]), 3),
-                fmt(median([r.peak_rss_kb / 1024 for r in runs]), 0),
-            ]
-        )
+    for sync in durabilities:
+        base = short_ms.get(key("loopd", sync))
+        for p in peers:
+            k = key(p, sync)
+            done = results.short[k]
+            spread = f"{min(r.overhead_ms for r in done):.2f}–{max(r.overhead_ms for r in done):.2f}"
+            evidence = ", ".join(f"{name} {v}" for name, v in done[0].persisted.items())
+            rows.append(
+                [
+                    sync,
+                    results.names[k],
+                    fmt(short_ms[k], 3),
+                    spread,
+                    ratio(short_ms[k], base),
+                    persisted_each_step(results.probe[k]),
+                    evidence,
+                    fmt(median([r.gc_seconds * 1000 / r.steps for r in done]), 3),
+                    fmt(median([r.peak_rss_kb / 1024 for r in done]), 0),
+                ]
+            )
     print_table(
         f"Per-step durable overhead: (wall − model time) / steps, {steps} steps in one run, median of {repeat}",
         [
+            "synchronous",
             "peer",
             "ms/step",
             "min–max",
-            "× loopd",
+            "× loopd (same synchronous)",
             "durable before next model call",
             "persisted (run 1)",
             "of which GC ms/step",
             "peak RSS MB",
         ],
         rows,
-        note="Fake model (zero latency, one echo tool call per step, ~200-byte messages); each run a fresh process.",
+        note="Fake model (zero latency, one echo tool call per step, ~200-byte messages); loopd through its real "
+        "OpenAI-compatible adapter over an in-process transport; each run a fresh process. Ratios compare rows of "
+        "the same SQLite synchronous level only.",
     )
 
-    long_ms = {p: median([r.overhead_ms for r in results.long[p]]) for p in peers}
-    windows = {p: {h: window(results.long[p], h) for h in HISTORIES} for p in peers}
+    long_ms = {k: median([r.overhead_ms for r in results.long[k]]) for k in runs}
+    windows = {k: {h: window(results.long[k], h) for h in HISTORIES} for k in runs}
     rows = []
-    for p in peers:
-        w = windows[p]
-        last = max((h for h in HISTORIES if w[h] is not None), default=50)
-        growth = ratio(w[last], w[50])
-        rows.append(
-            [
-                results.names[p],
-                *(fmt(w[h]) for h in HISTORIES),
-                growth,
-                ratio(w[500], windows.get(base, {}).get(500)),
-                fmt(long_ms[p]),
-            ]
-        )
+    for sync in durabilities:
+        for p in peers:
+            k = key(p, sync)
+            w = windows[k]
+            last = max((h for h in HISTORIES if w[h] is not None), default=50)
+            rows.append(
+                [
+                    sync,
+                    results.names[k],
+                    *(fmt(w[h]) for h in HISTORIES),
+                    ratio(w[last], w[50]),
+                    ratio(w[500], windows.get(key("loopd", sync), {}).get(500)),
+                    fmt(long_ms[k]),
+                ]
+            )
     print_table(
         f"Growth with history: ms/step over the {WINDOW} steps ending at history length h ({long}-step run), "
         f"median of {repeat}",
-        ["peer", *(f"h={h}" for h in HISTORIES), "last h ÷ h=50", "× loopd at h=500", f"whole run ms/step ({long})"],
+        [
+            "synchronous",
+            "peer",
+            *(f"h={h}" for h in HISTORIES),
+            "last h ÷ h=50",
+            "× loopd at h=500 (same synchronous)",
+            f"whole run ms/step ({long})",
+        ],
         rows,
         note="'whole run' includes work a library defers past the window (LangGraph durability=async writes "
         "checkpoints in the background and waits for them at the end).",
     )
 
-    sizes = {p: _sizes(results, p, steps, long) for p in peers}
+    sizes = {k: _sizes(results, k, steps, long) for k in runs}
     raw = {n: raw_message_bytes(n) for n in (50, steps, long)}
-    rows = [["raw message bytes", *(f"{raw[n]:,}" for n in (50, steps, long)), "1.0×", "—"]]
-    for p in peers:
-        s = sizes[p]
-        rows.append(
-            [
-                results.names[p],
-                *(f"{s[n]:,}" if s.get(n) is not None else "—" for n in (50, steps, long)),
-                ratio(s.get(long), raw[long]),
-                ratio(s.get(long), sizes.get(base, {}).get(long)),
-            ]
-        )
+    rows = [["—", "raw message bytes", *(f"{raw[n]:,}" for n in (50, steps, long)), "1.0×", "—"]]
+    for sync in durabilities:
+        for p in peers:
+            k = key(p, sync)
+            size = sizes[k]
+            rows.append(
+                [
+                    sync,
+                    results.names[k],
+                    *(f"{size[n]:,}" if size.get(n) is not None else "—" for n in (50, steps, long)),
+                    ratio(size.get(long), raw[long]),
+                    ratio(size.get(long), sizes.get(key("loopd", sync), {}).get(long)),
+                ]
+            )
     print_table(
         "Storage: bytes on disk (database + WAL, after close) for one conversation of N steps",
-        ["", f"{50} steps", f"{steps} steps", f"{long} steps", f"× raw ({long})", f"× loopd ({long})"],
+        ["synchronous", "", f"{50} steps", f"{steps} steps", f"{long} steps", f"× raw ({long})", f"× loopd ({long})"],
         rows,
         note="Raw = user text + tool-call argument JSON + tool outputs + final answer, in UTF-8.",
     )
-    goals(short_ms, windows, sizes, raw, long)
+    print_goals("peers", peer_goals(short_ms, windows, sizes, raw, long))
 
 
-def _sizes(results: Results, peer: str, steps: int, long: int) -> dict[int, int | None]:
-    out: dict[int, int | None] = {50: results.probe[peer].disk_bytes}
-    out[steps] = int(median([r.disk_bytes for r in results.short[peer]]))
-    out[long] = int(median([r.disk_bytes for r in results.long[peer]]))
+def _sizes(results: Results, run: str, steps: int, long: int) -> dict[int, int | None]:
+    out: dict[int, int | None] = {50: results.probe[run].disk_bytes}
+    out[steps] = int(median([r.disk_bytes for r in results.short[run]]))
+    out[long] = int(median([r.disk_bytes for r in results.long[run]]))
     return out
 
 
-def goals(
+def _quotient(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def peer_goals(
     short_ms: dict[str, float],
     windows: dict[str, dict[int, float | None]],
     sizes: dict[str, dict[int, int | None]],
     raw: dict[int, int],
     long: int,
-) -> None:
-    if "loopd" not in short_ms:
-        return
-    ours = windows["loopd"]
-    rows: list[list[object]] = []
-    rows.append(["per-step durable overhead", "≤ 1 ms", f"{short_ms['loopd']:.3f} ms", verdict(short_ms["loopd"] <= 1)])
-    last = max((h for h in HISTORIES if ours[h] is not None), default=None)
-    first = ours[HISTORIES[0]]
-    flat = None if last is None or not first else (ours[last] or 0.0) / first  # growth, not noise between windows
-    rows.append(
-        [
-            "flat in history length",
-            "ms/step at the last h ≤ 1.25× h=50",
-            " / ".join(fmt(ours[h], 3) for h in HISTORIES) + " ms",
-            verdict(None if flat is None else flat <= 1.25),
-        ]
-    )
-    lg = windows.get("langgraph", {}).get(500)
-    speedup = None if lg is None or ours[500] is None else lg / ours[500]
-    rows.append(
-        [
-            "faster than LangGraph at h=500",
-            "≥ 20×",
-            "—" if speedup is None else f"{speedup:.1f}×",
-            verdict(None if speedup is None else speedup >= 20),
-        ]
-    )
-    ours_bytes, lg_bytes = sizes["loopd"].get(long), sizes.get("langgraph", {}).get(long)
-    smaller = None if not ours_bytes or not lg_bytes else lg_bytes / ours_bytes
-    rows.append(
-        [
-            f"storage vs LangGraph ({long} steps)",
-            "≥ 100× smaller",
-            "—" if smaller is None else f"{smaller:.0f}× smaller",
-            verdict(None if smaller is None else smaller >= 100),
-        ]
-    )
-    over_raw = None if not ours_bytes else ours_bytes / raw[long]
-    rows.append(
-        [
-            f"storage vs raw message bytes ({long} steps)",
-            "≤ 3×",
-            "—" if over_raw is None else f"{over_raw:.2f}×",
-            verdict(None if over_raw is None else over_raw <= 3),
-        ]
-    )
-    delta_ms = windows.get("langgraph-delta", {}).get(500)
-    delta_bytes = sizes.get("langgraph-delta", {}).get(long)
-    if delta_ms is not None and ours[500] is not None:
-        rows.append(
-            ["(context) faster than LangGraph + DeltaChannel at h=500", "—", f"{delta_ms / ours[500]:.1f}×", "—"]
-        )
-    if delta_bytes and ours_bytes:
-        rows.append(
-            [
-                f"(context) storage vs LangGraph + DeltaChannel ({long} steps)",
-                "—",
-                f"{delta_bytes / ours_bytes:.1f}× smaller",
-                "—",
-            ]
-        )
-    print_table("Goals (issue 6): per step and storage", ["goal", "target", "measured", "verdict"], rows)
+) -> dict[str, float | None]:
+    """The figures `benchmarks._goals` judges; every ratio between runs of the same synchronous level."""
+    measured: dict[str, float | None] = {}
+    for sync in DURABILITIES:
+        ours = windows.get(key("loopd", sync), {}).get(500)
+        for peer, name in (("langgraph", "langgraph"), ("agents", "agents")):
+            theirs = windows.get(key(peer, sync), {}).get(500)
+            measured[f"x_{name}_{sync.lower()}"] = _quotient(theirs, ours)
+    normal = key("loopd", "NORMAL")
+    measured["step_ms_normal"] = short_ms.get(normal)
+    ours_w = windows.get(normal, {})
+    last = max((h for h in HISTORIES if ours_w.get(h) is not None), default=None)
+    measured["growth_normal"] = None if last is None or last == HISTORIES[0] else _quotient(ours_w[last], ours_w[50])
+    level = next((d for d in DURABILITIES if key("loopd", d) in sizes), None)
+    ours_bytes = None if level is None else sizes[key("loopd", level)].get(long)
+    lg_bytes = None if level is None else sizes.get(key("langgraph", level), {}).get(long)
+    judged = long >= 500  # the storage goals are for a 500-step conversation; a shorter run's ratios are not judged
+    measured["storage_vs_langgraph"] = _quotient(lg_bytes, ours_bytes) if judged else None
+    measured["storage_vs_raw"] = _quotient(ours_bytes, raw[long]) if judged else None
+    return measured
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -265,6 +268,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=None, help="steps of the overhead run (default 200)")
     parser.add_argument("--long", type=int, default=None, help="steps of the history run (default 500)")
     parser.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(ALL_PEERS)}")
+    parser.add_argument(
+        "--durability", default=",".join(DURABILITIES), help="SQLite synchronous levels to run: FULL,NORMAL (both)"
+    )
     parser.add_argument("--tmp", type=Path, default=None, help="parent directory for the runs' temporary dirs")
     parser.add_argument("--environment", action="store_true", help="print the machine and versions first")
     args = parser.parse_args(argv)
@@ -278,10 +284,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit(f"unknown peers {sorted(unknown)}; choose from {', '.join(ALL_PEERS)}")
     else:
         peers = QUICK_PEERS if args.quick else ALL_PEERS
+    durabilities = tuple(d.strip().upper() for d in args.durability.split(",") if d.strip())
+    if not durabilities or set(durabilities) - set(DURABILITIES):
+        raise SystemExit(f"--durability takes FULL, NORMAL or FULL,NORMAL, not {args.durability!r}")
+    if "loopd" not in peers:
+        peers = ("loopd", *peers)  # every ratio is against loopd
     if args.environment:
         print_environment()
-    results = collect(peers, repeat, steps, long, args.tmp)
-    report(results, peers, repeat, steps, long)
+    results = collect(peers, durabilities, repeat, steps, long, args.tmp)
+    report(results, peers, durabilities, repeat, steps, long)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks._common import print_table
+from benchmarks._goals import print_goals
 from benchmarks._server import (
     Api,
     ServerProcess,
@@ -152,6 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     repeat = 1 if args.quick else max(1, args.repeat)
 
     rows: list[tuple[object, ...]] = []
+    measured: dict[int, ChatRun] = {}
     with (
         tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory,
         running_server(Path(directory)) as server,
@@ -173,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         flush=True,
                     )
                 m = _median(runs)
+                measured[size] = m
                 rows.append(
                     (
                         size,
@@ -196,6 +199,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{CAPACITY} concurrent harness calls (more are retried {CAPACITY_RETRY:g} s later), the responder "
         f"notices a finished call by polling every {POLL:g} s.",
     )
+    print_goals("server_chats", chat_goals(measured))
+
+
+def chat_goals(measured: dict[int, ChatRun]) -> dict[str, float | None]:
+    """The figures `benchmarks._goals` judges: at exactly 100 chats, and the chats lost at 1,000 or more."""
+    hundred = measured.get(100)
+    thousand = max((size for size in measured if size >= 1000), default=None)
+    return {
+        "chats_per_s": hundred.per_second if hundred else None,
+        "ttft_p95_ms": hundred.ttft_p95_ms if hundred else None,
+        "lost_1000": None if thousand is None else float(thousand - measured[thousand].ok),
+    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""Generated sections of docs/BENCHMARKS.md, rendered from committed results files (no hand-edited figures).
+
+A generated section is everything between a start marker and ``<!-- /generated -->``::
+
+    <!-- generated:server_chats from results/2026-12-01-9dd453f-dirty.json -->
+    … (written by this module: a line naming the file, command, commit and load, then every table the file holds
+    for that benchmark module, in the order they were printed) …
+    <!-- /generated -->
+
+NAME is a benchmark module; FILE is relative to benchmarks/. Prose stays outside the markers.
+
+python -m benchmarks._docs                 regenerate every section from the file its marker names
+python -m benchmarks._docs --from FILE     point every section whose module FILE has tables for at FILE, regenerate
+python -m benchmarks._docs --check         exit 1 if a section differs from what its file renders (hand edits)
+
+`render_section`, `sections` and `update` are pure; tests/benchmarks/test_docs.py checks the generator is
+deterministic and that docs/BENCHMARKS.md matches the files it names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import markdown_table
+
+__all__ = ["DOCS", "Section", "regenerate", "render_section", "sections", "update"]
+
+BENCHMARKS = Path(__file__).resolve().parent
+DOCS = BENCHMARKS.parent / "docs" / "BENCHMARKS.md"
+END = "<!-- /generated -->"
+_SECTION = re.compile(
+    r"<!-- generated:(?P<name>[A-Za-z0-9_]+) from (?P<file>[^ ]+\.json) -->\n(?P<body>.*?)" + re.escape(END),
+    re.DOTALL,
+)
+
+
+class DocsError(ValueError):
+    """A marker names a file that cannot be read, or a module the file has no table for."""
+
+
+@dataclass(frozen=True)
+class Section:
+    """One generated section: the module it shows, the results file (relative to benchmarks/), its current body."""
+
+    name: str
+    file: str
+    body: str
+
+
+def sections(text: str) -> list[Section]:
+    """The generated sections of a document, in order."""
+    return [Section(m["name"], m["file"], m["body"]) for m in _SECTION.finditer(text)]
+
+
+def has_tables(document: Mapping[str, Any], name: str) -> bool:
+    """Whether a results document holds any table of module ``name``."""
+    return any(t.get("module") == name for t in document.get("tables") or ())
+
+
+def render_section(document: Mapping[str, Any], name: str, file: str) -> str:
+    """The body of section ``name`` from a results document (pure: the same document gives the same bytes)."""
+    tables = [t for t in document.get("tables") or () if t.get("module") == name]
+    if not tables:
+        raise DocsError(f"{file} has no table of benchmark module {name!r}")
+    load = document.get("load_average_before") or []
+    header = (
+        f"_Generated from `benchmarks/{file}` by `python -m benchmarks._docs` — run `{document.get('command')}` at "
+        f"commit {document.get('commit')}{' (uncommitted changes)' if document.get('dirty') else ''}, "
+        f"{document.get('date')}, load average before {' / '.join(f'{x:g}' for x in load) or 'unknown'}. "
+        "Do not edit by hand._"
+    )
+    parts = [header]
+    for table in tables:
+        parts.append(
+            markdown_table(
+                str(table.get("title", "")), table.get("columns") or [], table.get("rows") or [], table.get("note", "")
+            )
+        )
+    return "\n\n".join(parts) + "\n"
+
+
+def update(
+    text: str, load: Callable[[str], Mapping[str, Any]], *, repoint: tuple[str, Mapping[str, Any]] | None = None
+) -> tuple[str, list[str]]:
+    """``text`` with every generated section re-rendered; ``load(file)`` reads a results file (relative path).
+
+    With ``repoint=(file, document)``, a section whose module that document has tables for is pointed at it first.
+    Returns the new text and the names of the sections that changed.
+    """
+    changed: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name, file = match["name"], match["file"]
+        if repoint is not None and has_tables(repoint[1], name):
+            file = repoint[0]
+        body = render_section(load(file), name, file)
+        if body != match["body"] or file != match["file"]:
+            changed.append(name)
+        return f"<!-- generated:{name} from {file} -->\n{body}{END}"
+
+    return _SECTION.sub(replace, text), changed
+
+
+def _loader(cache: dict[str, Mapping[str, Any]]) -> Callable[[str], Mapping[str, Any]]:
+    def load(file: str) -> Mapping[str, Any]:
+        if file not in cache:
+            try:
+                cache[file] = json.loads((BENCHMARKS / file).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise DocsError(f"cannot read benchmarks/{file}: {exc}") from None
+        return cache[file]
+
+    return load
+
+
+def regenerate(docs: Path, results: Path | None = None) -> list[str]:
+    """Rewrite ``docs`` in place (optionally repointing sections at ``results``); the sections that changed."""
+    cache: dict[str, Mapping[str, Any]] = {}
+    repoint = None
+    if results is not None:
+        relative = results.resolve().relative_to(BENCHMARKS).as_posix()
+        repoint = (relative, _loader(cache)(relative))
+    text, changed = update(docs.read_text(encoding="utf-8"), _loader(cache), repoint=repoint)
+    docs.write_text(text, encoding="utf-8")
+    return changed
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Regenerate (or check) docs/BENCHMARKS.md's generated sections."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="a results file under benchmarks/")
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 if a section is out of date")
+    parser.add_argument("--docs", type=Path, default=DOCS)
+    args = parser.parse_args(argv)
+    try:
+        if args.check:
+            _, changed = update(args.docs.read_text(encoding="utf-8"), _loader({}))
+            if changed:
+                print(f"out of date (edited by hand?): {', '.join(changed)}; run python -m benchmarks._docs")
+                raise SystemExit(1)
+            print("every generated section matches its results file")
+            return
+        changed = regenerate(args.docs, args.source)
+    except (DocsError, ValueError) as exc:
+        raise SystemExit(str(exc)) from None
+    print(f"regenerated: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""`make bench-check`'s comparison logic (pure): tolerances, direction, machine class, baseline choice."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmarks._check import ToleranceError, judge, load_rules, machine_class, pick_baseline
+from benchmarks._results import compare
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = """
+[[figure]]
+module = "server_chats"
+column = "chats/s"
+better = "higher"
+percent = 30
+
+[[figure]]
+module = "*"
+column = "*ms*"
+better = "lower"
+percent = 40
+"""
+
+
+def _results(
+    chats_per_s: float, p95_ms: float, *, date: str = "2026-12-02T00:00:00+00:00", cpus: str = "2", quick: bool = True
+) -> dict[str, Any]:
+    return {
+        "date": date,
+        "quick": quick,
+        "machine_class": {"cpus": cpus, "arch": "x86_64", "python": "3.11"},
+        "load_average_before": [1.0, 1.0, 1.0],
+        "tables": [
+            {
+                "module": "server_chats",
+                "title": "chats",
+                "columns": ["chats", "chats/s", "TTFT p95 ms", "wall s"],
+                "rows": [[20, chats_per_s, p95_ms, 1.0]],
+            }
+        ],
+    }
+
+
+def test_a_figure_worse_than_its_tolerance_regresses_in_its_own_direction() -> None:
+    rules = load_rules(RULES)
+    verdicts = {j.change.column: j.verdict for j in judge(compare(_results(100, 100), _results(65, 150)), rules)}
+    # chats/s −35 % (higher is better, 30 % allowed); p95 +50 % (lower is better, 40 % allowed); wall s: no rule
+    assert verdicts == {"chats/s": "REGRESSED", "TTFT p95 ms": "REGRESSED"}
+    verdicts = {j.change.column: j.verdict for j in judge(compare(_results(100, 100), _results(75, 130)), rules)}
+    assert verdicts == {"chats/s": "ok", "TTFT p95 ms": "ok"}
+    verdicts = {j.change.column: j.verdict for j in judge(compare(_results(100, 100), _results(200, 50)), rules)}
+    assert verdicts == {"chats/s": "improved", "TTFT p95 ms": "improved"}
+
+
+def test_the_first_matching_rule_decides() -> None:
+    rules = load_rules('[[figure]]\ncolumn = "*"\nbetter = "higher"\npercent = 0\n' + RULES)
+    (judged, *_) = judge(compare(_results(100, 100), _results(100, 101)), rules)
+    assert all(j.rule.percent == 0 for j in judge(compare(_results(100, 100), _results(100, 101)), rules))
+    assert judged.verdict == "ok"
+
+
+def test_malformed_tolerances_are_refused() -> None:
+    with pytest.raises(ToleranceError):
+        load_rules('[[figure]]\nmodule = "x"\nbetter = "sideways"\npercent = 10\n')
+    with pytest.raises(ToleranceError):
+        load_rules("[[figure]\n")
+
+
+def test_the_baseline_is_the_newest_of_the_same_machine_class_and_kind() -> None:
+    current = _results(100, 100)
+    older = ("old.json", _results(90, 100, date="2026-12-01T00:00:00+00:00"))
+    newer = ("new.json", _results(95, 100, date="2026-12-01T12:00:00+00:00"))
+    other_machine = ("4cpu.json", _results(1, 1, date="2026-12-01T23:00:00+00:00", cpus="4"))
+    full_run = ("full.json", _results(1, 1, date="2026-12-01T23:00:00+00:00", quick=False))
+    picked = pick_baseline([older, other_machine, newer, full_run], current)
+    assert picked is not None and picked[0] == "new.json"
+    assert pick_baseline([other_machine, full_run], current) is None
+
+
+def test_machine_class_of_an_older_file_is_read_from_its_environment_table() -> None:
+    old = {"environment": {"CPUs (os.cpu_count)": "2", "Python": "CPython 3.11.7", "OS": "Linux-6.1-x86_64-glibc"}}
+    assert machine_class(old) == ("2", "x86_64", "3.11")
+
+
+def test_the_command_exits_1_on_a_regression_and_0_otherwise(tmp_path: Path) -> None:
+    base, bad, good = tmp_path / "base.json", tmp_path / "bad.json", tmp_path / "good.json"
+    base.write_text(json.dumps(_results(100, 100)))
+    bad.write_text(json.dumps(_results(50, 100)))
+    good.write_text(json.dumps(_results(99, 100)))
+    run = [sys.executable, "-m", "benchmarks._check", "--baseline", str(base), "--current"]
+    failed = subprocess.run([*run, str(bad)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert failed.returncode == 1, failed.stderr
+    assert "REGRESSED" in failed.stdout and "1 regressed" in failed.stdout
+    passed = subprocess.run([*run, str(good)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert passed.returncode == 0, passed.stderr

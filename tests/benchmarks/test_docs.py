@@ -1,0 +1,90 @@
+"""docs/BENCHMARKS.md's generated sections: deterministic, and equal to what the results files they name render."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from benchmarks._docs import BENCHMARKS, DOCS, DocsError, render_section, sections, update
+
+
+def _document(rows: list[list[Any]]) -> dict[str, Any]:
+    return {
+        "date": "2026-12-02T00:00:00+00:00",
+        "commit": "abc1234",
+        "dirty": False,
+        "command": "python -m benchmarks --results server_chats",
+        "load_average_before": [0.5, 0.7, 0.9],
+        "tables": [
+            {"module": "server_chats", "title": "chats", "columns": ["chats", "chats/s"], "rows": rows, "note": "n"},
+            {"module": "peers", "title": "other", "columns": ["peer", "ms"], "rows": [["x", 1.0]], "note": ""},
+        ],
+    }
+
+
+TEXT = """# doc
+
+prose before
+<!-- generated:server_chats from results/a.json -->
+stale
+<!-- /generated -->
+prose after
+"""
+
+
+def test_rendering_is_deterministic_and_covers_only_the_named_module() -> None:
+    document = _document([[100, 123.456789]])
+    first = render_section(document, "server_chats", "results/a.json")
+    assert first == render_section(json.loads(json.dumps(document)), "server_chats", "results/a.json")
+    assert "| 100 | 123.457 |" in first and "abc1234" in first and "other" not in first
+    with pytest.raises(DocsError):
+        render_section(document, "server_streams", "results/a.json")
+
+
+def test_update_rewrites_only_between_the_markers_and_repoints_sections_the_new_file_covers() -> None:
+    files = {"results/a.json": _document([[100, 1.0]]), "results/b.json": _document([[100, 2.0]])}
+    text, changed = update(TEXT, files.__getitem__)
+    assert changed == ["server_chats"] and "stale" not in text
+    assert text.startswith("# doc\n\nprose before\n") and text.endswith("<!-- /generated -->\nprose after\n")
+    again, unchanged = update(text, files.__getitem__)
+    assert again == text and unchanged == []  # idempotent
+    moved, changed = update(text, files.__getitem__, repoint=("results/b.json", files["results/b.json"]))
+    assert changed == ["server_chats"] and "from results/b.json -->" in moved and "| 100 | 2.000 |" in moved
+    no_chats = {"date": "x", "tables": [{"module": "peers", "title": "t", "columns": ["a"], "rows": []}]}
+    kept, changed = update(text, files.__getitem__, repoint=("results/c.json", no_chats))
+    assert kept == text and changed == []  # a file without the module's tables leaves the section alone
+
+
+def test_a_hand_edited_figure_is_caught() -> None:
+    files = {"results/a.json": _document([[100, 1.0]])}
+    text, _ = update(TEXT, files.__getitem__)
+    edited = text.replace("| 100 | 1.000 |", "| 100 | 9.000 |")
+    _, changed = update(edited, files.__getitem__)
+    assert changed == ["server_chats"]
+
+
+def test_docs_benchmarks_md_matches_the_results_files_it_names() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    found = sections(text)
+    assert found, "docs/BENCHMARKS.md has no generated section"
+    for section in found:
+        assert (BENCHMARKS / section.file).is_file(), f"{section.file} is not in benchmarks/"
+        document = json.loads((BENCHMARKS / section.file).read_text(encoding="utf-8"))
+        assert section.body == render_section(document, section.name, section.file), (
+            f"the {section.name} section of docs/BENCHMARKS.md differs from {section.file}: "
+            "regenerate it with python -m benchmarks._docs (figures are never edited by hand)"
+        )
+    assert len(re.findall(r"<!-- generated:", text)) == len(found) + 1  # + the example in the prose
+
+
+def test_results_files_named_by_the_docs_are_committed_not_ignored() -> None:
+    ignore = (
+        (BENCHMARKS.parent / ".gitignore").read_text(encoding="utf-8")
+        if (BENCHMARKS.parent / ".gitignore").exists()
+        else ""
+    )
+    for section in sections(DOCS.read_text(encoding="utf-8")):
+        assert not any(Path(section.file).match(p.strip()) for p in ignore.splitlines() if p.strip().endswith(".json"))
