@@ -87,6 +87,9 @@ async def test_retry_and_edit_fork_the_conversation_and_leave_the_original(rig: 
     async with rig.db.transaction(read_only=True) as tx:
         origin = await tx.conversation_forks.get(fork)
     assert (origin.parent_conversation_id, origin.source_message_id) == (cid, asked[1]["response"]["id"])
+    read = await user.get(f"/v1/conversations/{fork}/fork")
+    assert read.status_code == 200 and read.json() == body["forked_from"]
+    assert (await user.get(f"/v1/conversations/{cid}/fork")).status_code == 404  # not a fork
 
 
 async def test_only_the_owner_forks_and_bad_requests_are_4xx(rig: Rig) -> None:
@@ -106,6 +109,9 @@ async def test_only_the_owner_forks_and_bad_requests_are_4xx(rig: Rig) -> None:
     stranger = rig.client(token=False, cookie="02" * 32, origin=ORIGIN)
     refused = await stranger.post(f"/v1/conversations/{cid}/messages/{answer}/fork", json={"mode": "retry"})
     assert refused.status_code == 404 and error_of(refused) == "not_found"
+    mine = (await owner.post(f"/v1/conversations/{cid}/messages/{answer}/fork", json={"mode": "retry"})).json()
+    peek = await stranger.get(f"/v1/conversations/{mine['conversation_id']}/fork")
+    assert peek.status_code == 404 and error_of(peek) == "not_found"
     operator = await rig.operator().post(f"/v1/conversations/{cid}/messages/{answer}/fork", json={"mode": "retry"})
     assert operator.status_code == 403 and error_of(operator) == "forbidden"
     no_origin = rig.client(token=False, cookie="01" * 32)
@@ -128,5 +134,5 @@ async def test_only_the_owner_forks_and_bad_requests_are_4xx(rig: Rig) -> None:
         response = await owner.post(path, json=body)
         assert response.status_code == status, (path, body, response.text)
         assert "error" in response.json()
-    # Nothing was forked by any of them: the owner has just the two conversations.
-    assert len((await owner.get("/v1/conversations")).json()["data"]) == 2
+    # Nothing was forked by any of them: the owner has the two conversations and the one fork.
+    assert len((await owner.get("/v1/conversations")).json()["data"]) == 3

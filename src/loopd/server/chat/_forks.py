@@ -29,6 +29,7 @@ from fastapi import APIRouter, Depends
 from fastapi import Path as PathParam
 from pydantic import Field
 
+from loopd.server.chat._reader import readable_conversation
 from loopd.server.chat._records import ChatRequest
 from loopd.server.chat._requests import ChatRequests, _owned, _require_user, text_content
 from loopd.server.chat._wire import (
@@ -79,6 +80,13 @@ class ConversationForks:
         """Where ``conversation_id`` was forked from; None when it was not."""
         async with self._chat.db.transaction(read_only=True) as tx:
             return await tx.conversation_forks.find(conversation_id)
+
+    async def origin_for(self, reader: Identity, conversation_id: str) -> ConversationFork:
+        """Where ``conversation_id`` was forked from, for someone who may read it (``NotFound`` otherwise, and for a
+        conversation that is not a fork)."""
+        async with self._chat.db.transaction(read_only=True) as tx:
+            await readable_conversation(tx, reader, conversation_id)
+            return await tx.conversation_forks.get(conversation_id)
 
     async def fork(
         self, caller: Identity, conversation_id: str, message_id: str, *, mode: ForkMode, text: str | None = None
@@ -176,9 +184,17 @@ class ForkRequest(_Request):
 
 
 class ForkOriginBody(_Response):
+    """The parent conversation, the message chosen in it, and how the fork asked again."""
+
     conversation_id: str
     message_id: str
     mode: Literal["retry", "edit"]
+
+
+def _origin_body(origin: ConversationFork) -> ForkOriginBody:
+    return ForkOriginBody(
+        conversation_id=origin.parent_conversation_id, message_id=origin.parent_message_id, mode=origin.mode
+    )
 
 
 class ForkAccepted(ChatAccepted):
@@ -189,7 +205,7 @@ class ForkAccepted(ChatAccepted):
 
 
 def fork_router(forks: ConversationForks) -> APIRouter:
-    """``POST /v1/conversations/{id}/messages/{message_id}/fork``."""
+    """``POST /v1/conversations/{id}/messages/{message_id}/fork`` and ``GET /v1/conversations/{id}/fork``."""
     router = APIRouter(responses=ERROR_RESPONSES)
 
     @router.post(
@@ -214,11 +230,14 @@ def fork_router(forks: ConversationForks) -> APIRouter:
             response=message_body(asked.response),
             cursor=asked.cursor,
             conversation=conversation_body(asked.conversation),
-            forked_from=ForkOriginBody(
-                conversation_id=forked.origin.parent_conversation_id,
-                message_id=forked.origin.parent_message_id,
-                mode=forked.origin.mode,
-            ),
+            forked_from=_origin_body(forked.origin),
         )
+
+    @router.get("/v1/conversations/{conversation_id}/fork", tags=["conversations"])
+    async def fork_origin(
+        caller: Annotated[Identity, Depends(current_identity)], conversation_id: _Key
+    ) -> ForkOriginBody:
+        """Where a forked conversation came from; 404 for a conversation that is no fork (or not the caller's)."""
+        return _origin_body(await forks.origin_for(caller, conversation_id))
 
     return router
