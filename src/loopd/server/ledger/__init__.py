@@ -14,7 +14,8 @@ idempotent by ``append_id`` (digest: SHA-256 of canonical JSON, an approximation
 ``loopd.server.storage.canonical_json``). Lanes carry ``task_id``, ``conversation_id`` and ``harness_call_id`` so
 facts, unresolved attempts and token/USD roll-ups can be queried from the chat side (``Scope``).
 
-This package imports loopd.server.storage and nothing else of loopd (besides the floor's ``loopd._infra.ids``).
+This package imports loopd.server.storage and nothing else of loopd (besides the floor, ``loopd._infra``: ids, clock,
+redaction).
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 An artifact is canonical JSON text (sorted keys, no spaces, UTF-8) whose SHA-256 names it
 (``ledger-artifact:sha256:<hex>``); identical content is stored once (``SqlLedgerStore.put_artifacts``). Redaction
-runs on every string inside the document *before* it is encoded, so the stored bytes and their hash never hold a
-secret: API keys (``sk-…``, ``AKIA…``, ``ghp_…``, ``xox…-``), bearer tokens, private-key blocks, ``key=value`` pairs
-whose key says secret / token / password / api key, any literal secret given (e.g. the configured provider keys), and
-configured patterns. Must not do: I/O.
+(`loopd._infra.redaction.Redactor`, the one the model cassettes use too) runs on every string inside the document
+*before* it is encoded, so the stored bytes and their hash never hold a secret: API keys (``sk-…``, ``AKIA…``,
+``ghp_…``, ``xox…-``, ``glpat-…``), bearer tokens, private-key blocks, ``key=value`` pairs and fields whose name says
+secret / token / password / api key, any literal secret given (e.g. the configured provider keys), and configured
+patterns. Must not do: I/O.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from loopd._infra.redaction import REDACTED, RedactionPatternError, Redactor
 from loopd.server.storage import InvalidRecord
 
 from ._records import ArtifactRef
 
-REDACTED: Final = "[REDACTED]"
 URI_PREFIX: Final = "ledger-artifact:sha256:"
 
 MESSAGES_TYPE: Final = "application/vnd.loopd.messages+json"
@@ -30,55 +30,6 @@ parent chain's messages followed by these."""
 TOOLS_TYPE: Final = "application/vnd.loopd.tools+json"
 REQUEST_TYPE: Final = "application/vnd.loopd.model-request+json"
 REPLY_TYPE: Final = "application/vnd.loopd.model-reply+json"
-
-_BUILTIN_PATTERNS: Final = (
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    r"\bsk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}",
-    r"\bAKIA[0-9A-Z]{16}\b",
-    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
-    r"\bglpat-[A-Za-z0-9_\-]{20,}",
-)
-_BEARER: Final = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/\-]{8,}=*")
-_ASSIGNMENT: Final = re.compile(
-    r"(?i)\b([A-Za-z0-9_\-]*(?:api[_\-]?key|secret|token|passw(?:or)?d)[A-Za-z0-9_\-]*)"
-    r"(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;&]{6,})"
-)
-
-
-class Redactor:
-    """Replaces secrets in text with ``[REDACTED]`` (see the module docstring for what counts as one)."""
-
-    def __init__(self, patterns: Iterable[str] = (), *, literals: Iterable[str] = ()) -> None:
-        compiled: list[re.Pattern[str]] = []
-        for pattern in (*_BUILTIN_PATTERNS, *patterns):
-            try:
-                compiled.append(re.compile(pattern))
-            except re.error as exc:
-                raise InvalidRecord(f"redaction pattern {pattern!r} is not a regular expression: {exc}") from None
-        self._patterns = tuple(compiled)
-        # Longest first, so a secret that contains another is removed whole; short values would hit ordinary words.
-        self._literals = tuple(sorted({value for value in literals if len(value) >= 8}, key=len, reverse=True))
-
-    def text(self, value: str) -> str:
-        """``value`` without the secrets it holds."""
-        for literal in self._literals:
-            if literal in value:
-                value = value.replace(literal, REDACTED)
-        for pattern in self._patterns:
-            value = pattern.sub(REDACTED, value)
-        value = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)
-        return _ASSIGNMENT.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)
-
-    def value(self, value: Any) -> Any:
-        """A JSON-shaped value with every string (keys too) redacted."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(str(key)): self.value(item) for key, item in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.value(item) for item in value]
-        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +77,21 @@ def parse_duration(text: str) -> float:
     if found is None or float(found.group(1)) <= 0:
         raise InvalidRecord(f"{text!r} is not a duration: use a positive number with s, m, h, d or w (e.g. 30d)")
     return float(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+
+
+__all__ = [
+    "MESSAGES_TYPE",
+    "REDACTED",
+    "REPLY_TYPE",
+    "REQUEST_TYPE",
+    "TOOLS_TYPE",
+    "URI_PREFIX",
+    "ArtifactBlob",
+    "RedactionPatternError",
+    "Redactor",
+    "artifact_blob",
+    "canonical_bytes",
+    "parse_duration",
+    "ref_from_payload",
+    "ref_payload",
+]
