@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -25,6 +25,7 @@ from loopd._paths import ensure_private_dir
 from loopd.cli._errors import CliError, cli_console, model_config, run_async
 from loopd.cli._run_conversation import EXIT_FAILED, EXIT_INTERRUPTED, Conversation, open_gates
 from loopd.cli._run_input import LineInput
+from loopd.cli._run_mcp import mcp_servers_for
 from loopd.cli._run_view import RunView
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import ForkPointError, HarnessError, Session, SessionNotFoundError
@@ -38,6 +39,8 @@ from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
 EXIT_USAGE: Final = 2
 EXIT_TERMINATED: Final = 143
+MCP_LOG: Final = "mcp-servers.log"
+"""Where the stdio MCP servers of `loopd run` write their stderr (in the data directory)."""
 SHUTDOWN_TIMEOUT: Final = 15.0
 """Seconds the session gets to stop on exit before it is dropped (its journal stays consistent either way)."""
 
@@ -58,6 +61,10 @@ class RunOptions:
     """``--sandbox``: auto | bubblewrap | none (None: ``$LOOPD_SANDBOX``, else auto)."""
     snapshots: str = "turn_done"
     """``--snapshots``: when the workspace is snapshotted (turn_done | step_done | idle | off); /undo and /diff."""
+    mcp_config: Path | None = None
+    """``--mcp-config``: a file of MCP servers in the ``mcpServers`` format."""
+    trust_workspace_mcp: bool = False
+    """``--trust-workspace-mcp``: load the workspace's ``.mcp.json`` without asking (it runs its commands)."""
 
 
 def run_command(
@@ -101,6 +108,14 @@ def run_command(
         "--snapshots",
         help="When to snapshot the workspace (for /undo and /diff): turn_done, step_done, idle or off.",
     ),
+    mcp_config: Path | None = typer.Option(
+        None, "--mcp-config", help='MCP servers to load: a JSON file {"mcpServers": {NAME: {command|url, ...}}}.'
+    ),
+    trust_workspace_mcp: bool = typer.Option(
+        False,
+        "--trust-workspace-mcp",
+        help="Load the workspace's .mcp.json without asking (it starts the commands it names).",
+    ),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
 
@@ -118,6 +133,8 @@ def run_command(
         fork=fork,
         sandbox=sandbox,
         snapshots=snapshots,
+        mcp_config=mcp_config,
+        trust_workspace_mcp=trust_workspace_mcp,
     )
     code = run_async(run_harness(options))
     if code:
@@ -161,6 +178,18 @@ async def run_harness(
     except CliError as exc:
         view.error(exc.line())
         return exc.exit_code
+    line_input = terminal or LineInput.for_stdin()
+    try:
+        mcp_servers = await mcp_servers_for(
+            options.workspace,
+            options.mcp_config,
+            trust_workspace=options.trust_workspace_mcp,
+            view=view,
+            terminal=line_input,
+        )
+    except CliError as exc:
+        view.error(exc.line())
+        return exc.exit_code
     view.model_url = config.base_url
     settings = HarnessSettings(
         workspace=options.workspace,
@@ -170,10 +199,12 @@ async def run_harness(
         sandbox=confinement,
         snapshots=options.snapshots,  # type: ignore[arg-type]  # one of SNAPSHOT_TRIGGERS (checked above)
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # the model may ask: the next line typed answers
+        mcp_servers=mcp_servers,
+        mcp_report=view.warning,
     )
     conversation = Conversation(
         view=view,
-        terminal=terminal or LineInput.for_stdin(),
+        terminal=line_input,
         policy=policy,
         rules_file=FileRuleStore.for_workspace(options.workspace).path,
     )
@@ -198,6 +229,9 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
     async with AsyncExitStack() as stack:
         try:
             ensure_private_dir(settings.data_dir)  # transcripts hold file contents: 0700, like `loopd up`
+            if settings.mcp_servers:  # the stdio servers' stderr goes to a log, not between the answer's lines
+                errlog = stack.enter_context(open(settings.data_dir / MCP_LOG, "a", encoding="utf-8"))  # noqa: SIM115, ASYNC230
+                settings = replace(settings, mcp_errlog=errlog)
             rig = await stack.enter_async_context(open_standard_rig(settings))
         except (HarnessError, PriceTableError, OSError) as exc:
             view.error(f"cannot open the harness: {exc}")

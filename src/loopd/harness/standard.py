@@ -19,12 +19,13 @@ only when the sandbox confines commands (elsewhere bash asks, like any gate) —
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal, TextIO
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._paths import default_data_dir, ensure_private_dir
@@ -50,6 +51,9 @@ from loopd.harness.tools import (
 
 if TYPE_CHECKING:
     from loopd.harness.models import DemoOptions, DemoRule
+    from loopd.harness.tools import McpServer
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
@@ -117,6 +121,12 @@ class HarnessSettings:
     snapshots: SnapshotTrigger = "off"
     """When sessions snapshot the workspace (``turn_done``, ``step_done``, ``idle`` or ``off``); the store is
     ``<data_dir>/snapshots``."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers whose tools the loops offer (through the gate, like the built-ins)."""
+    mcp_report: Callable[[str], None] | None = None
+    """Where a server that cannot be loaded is reported (one line each; default: a warning in the log)."""
+    mcp_errlog: TextIO | None = None
+    """Where stdio MCP servers write their stderr (default: this process's)."""
     ask_user_timeout: float | None = None
     """Seconds an ask_user question waits for its answer; None: the main loop has no ask_user tool (nobody to ask)."""
 
@@ -150,7 +160,16 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
         prices = settings.model.price_table()
         sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
         hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
-        tools = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
+        tools: tuple[Tool, ...] = tuple(default_tools(workspace, sandbox=sandbox, hidden=hidden))
+        if settings.mcp_servers:
+            from loopd.harness.tools import open_configured_mcp_tools  # the MCP SDK: loaded only when configured
+
+            mcp_tools = await stack.enter_async_context(
+                open_configured_mcp_tools(
+                    settings.mcp_servers, report=settings.mcp_report or _log.warning, errlog=settings.mcp_errlog
+                )
+            )
+            tools = (*tools, *mcp_tools)
 
         def define(name: str, prompt: str, *, ask: bool = False, modes: tuple[LoopMode, ...] = ()) -> LoopDefinition:
             asking = (AskUserTool(timeout=settings.ask_user_timeout),) if ask and settings.ask_user_timeout else ()

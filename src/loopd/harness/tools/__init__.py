@@ -43,7 +43,27 @@ if TYPE_CHECKING:
         McpToolset,
         open_mcp_toolset,
     )
+    from loopd.harness.tools._mcp_config import (
+        WORKSPACE_MCP_FILE,
+        McpConfigError,
+        describe_server,
+        load_mcp_config,
+        open_configured_mcp_tools,
+        parse_mcp_servers,
+        workspace_mcp_file,
+    )
 
+_LAZY_MCP_CONFIG = frozenset(
+    {
+        "WORKSPACE_MCP_FILE",
+        "McpConfigError",
+        "describe_server",
+        "load_mcp_config",
+        "open_configured_mcp_tools",
+        "parse_mcp_servers",
+        "workspace_mcp_file",
+    }
+)
 _LAZY_MCP = frozenset(
     {
         "MCP_KIND",
@@ -63,6 +83,10 @@ def __getattr__(name: str) -> Any:
         from loopd.harness.tools import _mcp
 
         return getattr(_mcp, name)
+    if name in _LAZY_MCP_CONFIG:
+        from loopd.harness.tools import _mcp_config
+
+        return getattr(_mcp_config, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -75,6 +99,7 @@ __all__ = [
     "MCP_KIND",
     "SANDBOX_MODES",
     "UNCONFINED",
+    "WORKSPACE_MCP_FILE",
     "AskUserTool",
     "BashTool",
     "BubblewrapSandbox",
@@ -84,6 +109,7 @@ __all__ = [
     "GrantCandidate",
     "GrepTool",
     "ListDirTool",
+    "McpConfigError",
     "McpConnectError",
     "McpHttpServer",
     "McpServer",
@@ -104,7 +130,12 @@ __all__ = [
     "WorkspaceEscapeError",
     "WriteFileTool",
     "default_tools",
+    "describe_server",
+    "load_mcp_config",
+    "open_configured_mcp_tools",
     "open_mcp_toolset",
+    "parse_mcp_servers",
     "resolve_sandbox",
     "scrubbed_environment",
+    "workspace_mcp_file",
 ]
