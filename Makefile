@@ -22,11 +22,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,k8s]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,k8s,otel]'
 	@touch $@
 
 $(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,k8s,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,k8s,otel,bench]'
 	@touch $@
 
 $(WEB_DEPS): $(WEB)/package.json $(WEB)/package-lock.json

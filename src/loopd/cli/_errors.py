@@ -26,6 +26,7 @@ from rich.console import Console
 from loopd._infra import eventloop
 from loopd._infra.errors import LoopdError
 from loopd._infra.locking import DataDirBusyError
+from loopd._infra.telemetry import TracingUnavailable, open_tracing
 from loopd.harness import HarnessError, ModelError
 from loopd.harness.gate import GatePolicyError
 from loopd.harness.models import CassetteError, ModelConfig, PriceTableError
@@ -72,10 +73,16 @@ def cli_console(*, stderr: bool = True, file: TextIO | None = None, **options: A
 
 def run_async(main: Coroutine[Any, Any, _T]) -> _T:
     """Run a command's ``main`` on loopd's event loop (`loopd._infra.eventloop.run`: uvloop where installed);
-    a bad ``LOOPD_EVENT_LOOP`` is a usage error."""
+    a bad ``LOOPD_EVENT_LOOP`` is a usage error. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, traces are exported
+    over OTLP/HTTP while it runs (`loopd._infra.telemetry.open_tracing`; flushed when it ends)."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), "")
     try:
-        return eventloop.run(main)
+        with open_tracing("loopd", **{"loopd.command": command}):
+            return eventloop.run(main)
     except eventloop.EventLoopError as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from None
+    except TracingUnavailable as exc:
+        main.close()  # never started
         raise CliError(str(exc), exit_code=EXIT_USAGE) from None
 
 

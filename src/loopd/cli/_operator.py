@@ -32,6 +32,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from loopd._infra.metrics import Metrics, MetricsExposureError, open_metrics_server
 from loopd._infra.tasks import cancel_and_wait
 from loopd._paths import default_data_dir
 from loopd.cli._errors import EXIT_USAGE, CliError, cli_console, run_async
@@ -260,6 +261,7 @@ async def serve_operator(
     abort: asyncio.Event | None = None,
     drain: float | None = None,
     on_registered: Callable[[], None] | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
     """Run ``program``'s operator until ``stop`` is set: start it (e.g. its CRDs), register ``operator:<key>``
     (renewed in the background), reconcile (with leader election on ``lease`` when given), then stop taking work, let
@@ -268,7 +270,7 @@ async def serve_operator(
     The work in progress gets at most ``drain`` seconds (None: the reconcile manager's own bound, 30 s), or until
     ``abort`` is set; what is cut short then is cancelled — its harness calls go on in the server, and the next
     start re-attaches to them. Errors the runtime cannot retry (a refused token, an unreachable server at start)
-    propagate.
+    propagate. With ``metrics`` its reconciles (latency, queue depth) are reported there under its key.
     """
     from loopd.runtime import open_runtime
 
@@ -279,6 +281,8 @@ async def serve_operator(
         kubeconfig=connection.kubeconfig,
         namespace=connection.namespace,
     ) as rt:
+        if metrics is not None:
+            rt.report_metrics(metrics, program.key)
         operator = await program.start(rt)
         await operator.register()
         if on_registered is not None:
@@ -352,6 +356,12 @@ _KUBECONFIG_HELP: Final = (
 _LEASE_DURATION_HELP: Final = (
     "Seconds after the leader last renewed the Lease before another replica takes over (it renews every 2/15 of this)."
 )
+METRICS_TOKEN_ENV: Final = "LOOPD_METRICS_TOKEN"
+_METRICS_PORT_HELP: Final = (
+    "Serve Prometheus metrics (reconcile latency, queue depth) at http://<metrics-host>:<port>/metrics; 0 picks a free "
+    "port. Scrapes need $LOOPD_METRICS_TOKEN as a bearer token when it is set, else only loopback may scrape."
+)
+_METRICS_HOST_HELP: Final = "The address of --metrics-port (anything but loopback needs $LOOPD_METRICS_TOKEN)."
 
 
 def _token_help(actor: str) -> str:
@@ -381,6 +391,8 @@ def router_command(
         ROUTER_KEY, "--lease-name", help="The Lease the replicas elect a leader on: one works at a time."
     ),
     lease_duration: float = typer.Option(LEASE_SECONDS, "--lease-duration", min=1.0, help=_LEASE_DURATION_HELP),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", min=0, max=65535, help=_METRICS_PORT_HELP),
+    metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help=_METRICS_HOST_HELP),
 ) -> None:
     """Run the Router (operator:router) against a running loop-server, with leader election between replicas."""
     from loopd.operators.router import RouterSettings, RouterSettingsError
@@ -393,6 +405,7 @@ def router_command(
         router_program(settings),
         resolve_connection(server=server, token=token, data_dir=data_dir, kubeconfig=kubeconfig, namespace=namespace),
         operator_lease(lease_name, namespace, duration=lease_duration),
+        _MetricsOptions(metrics_port, metrics_host),
     )
 
 
@@ -479,6 +492,8 @@ def longhorizon_command(
         LONGHORIZON_LEASE, "--lease-name", help="The Lease the replicas elect a leader on: one works at a time."
     ),
     lease_duration: float = typer.Option(LEASE_SECONDS, "--lease-duration", min=1.0, help=_LEASE_DURATION_HELP),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", min=0, max=65535, help=_METRICS_PORT_HELP),
+    metrics_host: str = typer.Option("127.0.0.1", "--metrics-host", help=_METRICS_HOST_HELP),
 ) -> None:
     """Run LongHorizon (operator:longhorizon: Manager, Executor and Auditor over Run / Execution / Audit resources)
     against a running loop-server, with leader election between replicas; it installs its CRDs at start.
@@ -500,13 +515,24 @@ def longhorizon_command(
         longhorizon_program(settings),
         resolve_connection(server=server, token=token, data_dir=data_dir, kubeconfig=kubeconfig, namespace=namespace),
         operator_lease(lease_name, namespace, duration=lease_duration),
+        _MetricsOptions(metrics_port, metrics_host),
     )
 
 
-def _run_standalone(program: OperatorProgram, connection: OperatorConnection, lease: LeaderElection) -> None:
+@dataclass(frozen=True)
+class _MetricsOptions:
+    port: int | None
+    host: str
+
+
+def _run_standalone(
+    program: OperatorProgram, connection: OperatorConnection, lease: LeaderElection, metrics: _MetricsOptions
+) -> None:
     console = cli_console()
     try:
-        run_async(_standalone(program, connection, lease, console))
+        run_async(_standalone(program, connection, lease, console, metrics))
+    except MetricsExposureError as exc:
+        raise CliError(str(exc), exit_code=EXIT_USAGE) from None
     except Exception as exc:
         cause = _first_error(exc)
         error = describe_operator_error(cause, connection, program)
@@ -525,7 +551,11 @@ def _first_error(exc: Exception) -> Exception:
 
 
 async def _standalone(
-    program: OperatorProgram, connection: OperatorConnection, lease: LeaderElection, console: Console
+    program: OperatorProgram,
+    connection: OperatorConnection,
+    lease: LeaderElection,
+    console: Console,
+    options: _MetricsOptions,
 ) -> None:
     stop = asyncio.Event()
     abort = asyncio.Event()
@@ -552,5 +582,16 @@ async def _standalone(
             markup=True,
         )
 
-    await serve_operator(connection, program, stop=stop, abort=abort, lease=lease, on_registered=registered)
+    async with contextlib.AsyncExitStack() as stack:
+        metrics: Metrics | None = None
+        if options.port is not None:
+            metrics = Metrics()
+            token = os.environ.get(METRICS_TOKEN_ENV) or None
+            url = await stack.enter_async_context(
+                open_metrics_server(metrics, host=options.host, port=options.port, token=token)
+            )
+            console.print(f"metrics: {url}/metrics" + (" (bearer token: $" + METRICS_TOKEN_ENV + ")" if token else ""))
+        await serve_operator(
+            connection, program, stop=stop, abort=abort, lease=lease, on_registered=registered, metrics=metrics
+        )
     console.print(f"{program.title} stopped")

@@ -289,7 +289,14 @@ async def _serve_in_process(
         # One `loopd up` per data directory: a stable identity takes its own Lease back at once after a restart.
         lease = operator_lease(program.lease_name, connection.namespace, identity=f"loopd-up:{server.data_dir}")
         await serve_operator(
-            connection, program, stop=stop, abort=abort, drain=OPERATOR_DRAIN, lease=lease, on_registered=ready
+            connection,
+            program,
+            stop=stop,
+            abort=abort,
+            drain=OPERATOR_DRAIN,
+            lease=lease,
+            on_registered=ready,
+            metrics=server.metrics,  # its reconciles show in the server's /metrics
         )
     except Exception as exc:  # the server goes on; the operator's failure is said once, in one line
         from loopd.cli._errors import describe

@@ -25,6 +25,7 @@ import httpx
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock
+from loopd._infra.telemetry import httpx_trace_hooks
 
 from ._errors import InvalidRequest, Unavailable, error_from_response
 
@@ -149,6 +150,7 @@ class ServerClient:
             headers={"Authorization": f"Bearer {endpoint.token}", "Accept": "application/json"},
             timeout=httpx.Timeout(request_timeout),
             transport=transport,
+            event_hooks=httpx_trace_hooks(),  # an operator's spans continue in the server
         )
 
     async def aclose(self) -> None:

@@ -20,6 +20,7 @@ import httpx
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.errors import LoopdError
+from loopd._infra.metrics import Metrics
 from loopd._infra.tasks import TaskSet
 from loopd.resources import KubeObject
 from loopd.resources.client import TASKS, ResourceClient, open_http_client
@@ -74,6 +75,7 @@ class Runtime:
         self._resource_lock = asyncio.Lock()
         self._renewals: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._managers: list[Manager] = []
+        self._metrics: tuple[Metrics, str] | None = None  # where reconciles are reported, under which component
         self._stopping = asyncio.Event()
         self._started = False
         self.task = TaskVerbs(self, client)
@@ -105,6 +107,12 @@ class Runtime:
     def managers(self) -> tuple[Manager, ...]:
         """The reconcile managers while ``run()`` runs (for their ``statistics()``)."""
         return tuple(self._managers)
+
+    def report_metrics(self, metrics: Metrics, component: str) -> None:
+        """Report this runtime's reconciles (latency, queue depth, in flight) into ``metrics`` under ``component``
+        (e.g. the operator's key); call it before ``run()``."""
+        self._metrics = (metrics, component)
+        metrics.add_reconcile_source(component, lambda: [load for m in self._managers for load in m.loads()])
 
     def act_as(self, kind: str, key: str) -> None:
         """Name the responder this runtime acts as (``ValueError`` if it already acts as another)."""
@@ -263,7 +271,8 @@ class Runtime:
             groups[group_key][1].append(spec)
         managers: list[Manager] = []
         for election, specs in groups.values():
-            manager = Manager(resources, leader_election=election, clock=self._clock)
+            observer = self._metrics[0].reconcile_observer(self._metrics[1]) if self._metrics is not None else None
+            manager = Manager(resources, leader_election=election, clock=self._clock, on_reconciled=observer)
             for spec in specs:
                 if isinstance(spec, WatchSpec):
                     informer = manager.informer(TASKS, namespace=self._namespace)

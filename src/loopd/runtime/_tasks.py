@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock
+from loopd._infra.telemetry import task_span
 from loopd.resources import ResourceError
 from loopd.resources.client import TASKS, ResourceClient
 from loopd.resources.reconcile import Informer, LeaderElection, Request, Result, TemporaryError
@@ -202,7 +203,17 @@ class TaskController:
             if self._claim_needed(obj, task):
                 group.create_task(self._claim(obj, task), name=f"claim:{task.id}")
             try:
-                result = await self._reconcile(task)
+                with task_span(  # while tracing: this pass joins the trace of the question the Task carries
+                    "loopd.runtime",
+                    f"invoke_agent {self._spec.key}",
+                    (obj.get("metadata") or {}).get("annotations"),
+                    {
+                        "gen_ai.operation.name": "invoke_agent",
+                        "gen_ai.agent.name": self._spec.key,
+                        "loopd.task.id": task.id,
+                    },
+                ):
+                    result = await self._reconcile(task)
             except Exception as exc:  # handled below, once the status write has ended
                 failure = exc
         if failure is None:

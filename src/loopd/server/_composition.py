@@ -47,6 +47,7 @@ from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.http import is_loopback
 from loopd._infra.ids import new_id
 from loopd._infra.locking import data_dir_lock
+from loopd._infra.metrics import GaugeSample, Metrics
 from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
 from loopd.harness.actors import Rig
@@ -236,6 +237,8 @@ class RunningServer:
     kube_api: KubeApiMode = "embedded"
     harnesses: tuple[ActorInfo, ...] = ()
     """The harness targets this server answers with (as `/v1/actors` lists them)."""
+    metrics: Metrics | None = None
+    """This server's Prometheus registry (``/metrics``); `loopd up`'s operators report into it too."""
 
     def announce(self) -> None:
         """Write ``server.json`` (where clients such as `loopd chat` find this server). Idempotent; removed when
@@ -548,7 +551,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             registry = RegistryService(db, builtin_actors=list(targets.actors))
             gateway = ResourceTaskGateway(client, namespace=settings.namespace, timeout=settings.kube_timeout)
             conversations = ConversationReader(db, bus)
-            chat = ChatRequests(db, bus, gateway, targets=registry)
+            metrics = Metrics()  # this server's own registry (served at /metrics)
+            chat = ChatRequests(db, bus, gateway, targets=registry, metrics=metrics)
             # Conversation titles: a background run per new conversation (the demo names it by its first words).
             title_model: Model = (
                 ScriptedModel(lambda request: Reply(text=demo_title_reply(request)), model_name="demo")
@@ -558,7 +562,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             titles = await stack.enter_async_context(ConversationTitles(db, title_model, clock=clock))
             chat.asked = titles.note
             await titles.resume()
-            task_api = TaskApi(db, bus, gateway)
+            task_api = TaskApi(db, bus, gateway, metrics=metrics)
             human = HumanService(chat)
             ledger = SqlLedgerStore(db)
             engine = HarnessEngine(
@@ -570,11 +574,12 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 clock=clock,
                 capacity=settings.engine_capacity,
                 lease_ttl=settings.lease_ttl,
+                metrics=metrics,
                 redactor=ledger_redactor(settings),
             )
             await stack.enter_async_context(engine)
 
-            manager = Manager(client, clock=clock)
+            manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
             responder = HarnessResponder(
                 client=client,
                 engine=engine,
@@ -586,6 +591,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
             watched = None if store is not None else settings.namespace
             manager.add_controller(TASKS, responder, workers=settings.task_workers, namespace=watched)
+            metrics.add_collector(lambda: _live_gauges(engine, conversations))
+            metrics.add_reconcile_source("server", manager.loads)
             background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
             if settings.ledger_retention is not None:
@@ -609,6 +616,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 task_api=task_api,
                 human=human,
                 registry=registry,
+                metrics=metrics,
             )
             app = create_server_app(
                 ctx,
@@ -639,7 +647,25 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 server_file_info=server_file_info,
                 kube_api=settings.kube_api,
                 harnesses=targets.actors,
+                metrics=metrics,
             )
+
+
+def _live_gauges(engine: HarnessEngine, conversations: ConversationReader) -> list[GaugeSample]:
+    """The gauges /metrics reads from live state at each scrape: engine capacity, SSE subscribers."""
+    stats = engine.statistics()
+    samples: list[GaugeSample] = [
+        ("loopd_engine_capacity", "Harness call slots of this replica.", {}, stats.capacity),
+        ("loopd_engine_slots_used", "Harness call slots in use (admitted or driven here).", {}, stats.slots_used),
+        ("loopd_engine_driving", "Harness calls being driven by this replica.", {}, stats.driving),
+        (
+            "loopd_sse_subscribers",
+            "Open conversation event streams (SSE) of this replica.",
+            {},
+            conversations.feeds.statistics().subscriptions,
+        ),
+    ]
+    return samples
 
 
 @asynccontextmanager

@@ -85,5 +85,18 @@ securityContext:
 {{- $found = append $found (dict "key" $key "tokenKey" $tokenKey "env" (printf "LOOPD_%s_TOKEN" (upper $key))) -}}
 {{- end -}}
 {{- end -}}
+{{- if $.Values.metrics.serviceMonitor.enabled -}}
+{{- $found = append $found (dict "key" "metrics" "tokenKey" $.Values.auth.metricsTokenKey "env" "LOOPD_METRICS_TOKEN") -}}
+{{- end -}}
 {{- toJson $found -}}
+{{- end -}}
+
+{{/* The OpenTelemetry environment of a component (nothing while tracing.otlpEndpoint is empty). */}}
+{{- define "loopd.tracingEnv" -}}
+{{- with .root.Values.tracing.otlpEndpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ . | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ printf "loopd-%s" $.component | quote }}
+{{- end }}
 {{- end -}}

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loopd._infra.clock import Clock
 from loopd._infra.tasks import TaskSet, wait_ended
+from loopd._infra.telemetry import tracing_enabled
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.actors._hustle import HustleQueueFullError, HustleResult
 from loopd.harness.actors._mailbox import Mailbox
+from loopd.harness.actors._tracing import LoopTracing
 from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import (
     AnswerGate,
@@ -233,6 +235,11 @@ class LoopActor:
         self._tool_slots = asyncio.Semaphore(definition.max_parallel_tools)
         self._task: asyncio.Task[None] | None = None
         self.busy = False
+        # Spans of turns, model and tool calls: None (and free) while tracing is off.
+        self._tracing_model = definition.model_name or definition.model.name
+        self._tracing: LoopTracing | None = None
+        if tracing_enabled():
+            self._tracing = LoopTracing(session_id=session.id, loop=definition.name, model=self._tracing_model)
 
     @property
     def name(self) -> str:
@@ -307,6 +314,8 @@ class LoopActor:
                     self.session.notify_changed()
         finally:
             self._cancel_all_effects()
+            if self._tracing is not None:
+                self._tracing.close()
 
     async def _process(self, item: LoopInput | _Ask) -> None:
         command: LoopInput = item.command if isinstance(item, _Ask) else item
@@ -341,6 +350,8 @@ class LoopActor:
             state = apply_loop(state, event)
             self.state = state
             self.session.publish(seq, event)
+            if self._tracing is not None:
+                self._tracing.observe(event)
             if isinstance(event, TurnDone | TurnFailed):
                 self.session.subagents.report(self.name, event)
             if isinstance(event, ToolCompleted) and event.outcome.call_id in self._ask_timers:
@@ -373,7 +384,10 @@ class LoopActor:
         """Run one effect of a committed decision (owned by this actor: `stop` awaits it)."""
         match effect:
             case CallModel():
-                self._track(effect.turn_id, self._call_model(effect))
+                model_call = self._call_model(effect)
+                if self._tracing is not None:
+                    model_call = self._tracing.model_call(effect.turn_id, self._tracing_model, model_call)
+                self._track(effect.turn_id, model_call)
             case Compact():
                 self._compact_on_lane(effect)
             case ArmAsk(turn_id=turn_id, request_id=request_id):
@@ -385,7 +399,7 @@ class LoopActor:
                     self._track(turn_id, self._gate_batch(turn_id, step, calls))
             case RunTools(turn_id=turn_id, step=step, calls=calls):
                 for call in calls:
-                    self._track(turn_id, self._run_tool(turn_id, step, call))
+                    self._track(turn_id, self._traced_tool(turn_id, step, call))
             case ArmGate(turn_id=turn_id, gate_id=gate_id):
                 self._gate_timers[gate_id] = self._track(turn_id, self._gate_timer(effect))
             case ResolveGate(turn_id=turn_id, gate_id=gate_id):
@@ -494,6 +508,8 @@ class LoopActor:
             )
         except Exception as exc:  # a model adapter bug must end the turn, not the session
             result = ModelFailed(turn_id=effect.turn_id, step=effect.step, error_type="ModelCrashed", message=repr(exc))
+        if self._tracing is not None:
+            self._tracing.model_result(result)
         self.mailbox.put_result(result)
 
     # --- compaction on a lane ------------------------------------------------------------------------------
@@ -629,7 +645,13 @@ class LoopActor:
             self.mailbox.put_result(self._ask(turn_id, step, call, tool))
             return
         outcome = await self._tool_outcome(turn_id, call)
+        if self._tracing is not None:
+            self._tracing.tool_result(outcome)
         self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
+
+    def _traced_tool(self, turn_id: str, step: int, call: ToolCall) -> Coroutine[Any, Any, None]:
+        work = self._run_tool(turn_id, step, call)
+        return work if self._tracing is None else self._tracing.tool_call(turn_id, call, work)
 
     async def _tool_outcome(self, turn_id: str, call: ToolCall) -> ToolOutcome:
         def failed(message: str) -> ToolOutcome:
@@ -687,7 +709,7 @@ class LoopActor:
                 prepared.append(tool.prepare(call))
             except Exception as exc:
                 # The run path reports the precise error to the model without running anything.
-                self._track(turn_id, self._run_tool(turn_id, step, call))
+                self._track(turn_id, self._traced_tool(turn_id, step, call))
                 del exc
         try:
             stored = await asyncio.wait_for(self._rules.load(), 10.0)
@@ -699,7 +721,7 @@ class LoopActor:
         by_id = {c.id: c for c in calls}
         for verdict in decision.calls:
             if verdict.verdict is Verdict.ALLOW:
-                self._track(turn_id, self._run_tool(turn_id, step, by_id[verdict.call_id]))
+                self._track(turn_id, self._traced_tool(turn_id, step, by_id[verdict.call_id]))
             elif verdict.verdict is Verdict.DENY:
                 self._finish(
                     turn_id, step, verdict.call_id, verdict.tool, "denied", f"permission denied: {verdict.reason}"
@@ -757,6 +779,8 @@ class LoopActor:
     async def submit(
         self, command: UserInput | CancelQueuedInput | SetLoopMode | ChangeLoopInference, timeout: float
     ) -> None:
+        if self._tracing is not None and isinstance(command, UserInput):
+            self._tracing.remember_input(command.command_id)
         await self.mailbox.put(command, timeout=timeout)
 
     def provide_user_input(self, command: ProvideUserInput) -> None:

@@ -72,6 +72,8 @@ class Reconciler(Protocol):
 
 
 ReconcileFunction = Callable[[Request], Awaitable[Result | None]]
+ReconcileObserver = Callable[[str, float], None]
+"""Told (controller name, seconds) after every reconcile, whatever its outcome (e.g. a latency histogram)."""
 """A plain ``async def reconcile(request) -> Result | None`` works too."""
 
 
@@ -136,6 +138,7 @@ class Controller:
         workers: int,
         backoff: Backoff,
         clock: Clock,
+        on_reconciled: ReconcileObserver | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a controller needs at least one worker")
@@ -157,6 +160,7 @@ class Controller:
         self._requeued = 0
         self._in_flight = 0
         self._cancelled = 0
+        self._on_reconciled = on_reconciled
         primary.add_handler(self._on_primary)
         for watch, informer in self._secondaries:
             informer.add_handler(self._secondary_handler(watch))
@@ -277,8 +281,13 @@ class Controller:
 
     async def _reconcile_one(self, queue: WorkQueue[Request], request: Request) -> None:
         self._reconciles += 1
+        started = self._clock.monotonic()
         try:
-            result = await self._reconcile(request)
+            try:
+                result = await self._reconcile(request)
+            finally:
+                if self._on_reconciled is not None:
+                    self._on_reconciled(self._name, self._clock.monotonic() - started)
         except TemporaryError as exc:
             self._failed += 1
             self._temporary += 1

@@ -28,7 +28,7 @@ from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.tasks import background, companions, race
 from loopd.resources.client import ResourceClient, ResourceType
 
-from ._controller import Controller, ControllerStatistics, ReconcileFunction, Reconciler, Watch
+from ._controller import Controller, ControllerStatistics, ReconcileFunction, ReconcileObserver, Reconciler, Watch
 from ._informer import Informer, InformerStatistics
 from ._leader import LeaderElection, LeaderElector, LeaderStatistics
 
@@ -58,8 +58,10 @@ class Manager:
         clock: Clock | None = None,
         drain_timeout: float = 30.0,
         watch_timeout: float = 300.0,
+        on_reconciled: ReconcileObserver | None = None,
     ) -> None:
         self._client = client
+        self._on_reconciled = on_reconciled
         self._clock = clock or SystemClock()
         self._elector = LeaderElector(client, leader_election, clock=self._clock) if leader_election else None
         self._drain_timeout = drain_timeout
@@ -132,6 +134,7 @@ class Manager:
             workers=workers,
             backoff=backoff or Backoff(),
             clock=self._clock,
+            on_reconciled=self._on_reconciled,
         )
         self._controllers.append(controller)
         return controller
@@ -139,6 +142,16 @@ class Manager:
     def shutdown(self) -> None:
         """Ask ``run()`` to stop gracefully (drain, release the lease) and return."""
         self._stopping.set()
+
+    def loads(self) -> list[tuple[str, float, float]]:
+        """Each controller's (name, keys waiting in its queue — ready or delayed —, reconciles running): what a
+        metrics scrape reads."""
+        loads: list[tuple[str, float, float]] = []
+        for controller in self._controllers:
+            stats = controller.statistics()
+            queue = stats.queue
+            loads.append((stats.name, queue.depth + queue.delayed if queue is not None else 0, stats.in_flight))
+        return loads
 
     def statistics(self) -> ManagerStatistics:
         return ManagerStatistics(

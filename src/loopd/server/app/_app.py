@@ -19,12 +19,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopd import __version__
 from loopd._infra.docs import install_docs
 from loopd._infra.http_errors import ApiError, drop_validation_responses
+from loopd._infra.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from loopd._infra.metrics import MetricsMiddleware
 from loopd.server.app._context import ServerContext
 from loopd.server.chat import ConversationForks, Sweeper, chat_router, fork_router, task_router
 from loopd.server.http import (
@@ -134,6 +136,8 @@ def create_server_app(
         app.include_router(router)
     install_docs(app)
     app.add_middleware(SecurityMiddleware, security=ctx.security, access=access)
+    if ctx.metrics is not None:  # outside the front door: refused requests are counted too
+        app.add_middleware(MetricsMiddleware, metrics=ctx.metrics)
     return app
 
 
@@ -182,5 +186,16 @@ def _base_routes(ctx: ServerContext, readiness: Readiness | None) -> APIRouter:
     async def me(caller: Annotated[Identity, Depends(current_identity)]) -> Me:
         """Who the server thinks you are (a browser without the cookie gets one here)."""
         return Me(kind=caller.kind, key=caller.key, trusted=caller.trusted)
+
+    if ctx.metrics is not None:
+        metrics = ctx.metrics
+
+        @router.get("/metrics", response_class=Response, responses={200: {"content": {METRICS_CONTENT_TYPE: {}}}})
+        async def prometheus_metrics(caller: Annotated[Identity, Depends(current_identity)]) -> Response:
+            """This server's metrics in the Prometheus text format. Needs a bearer token: the admin token or an
+            actor token (``loopd token create operator:prometheus``); a browser session gets 403."""
+            if not (caller.admin or caller.kind != "user"):
+                raise ApiError("forbidden", "metrics need the admin token or an actor token, not a browser session")
+            return Response(metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     return router

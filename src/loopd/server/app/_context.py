@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loopd._infra.clock import Clock
+from loopd._infra.metrics import Metrics
 from loopd.server.chat import ChatRequests, ConversationReader, TaskApi
 from loopd.server.http import ServerSecurity
 from loopd.server.human import HumanService
@@ -28,6 +29,8 @@ class ServerContext:
     task_api: TaskApi
     human: HumanService
     registry: RegistryService
+    metrics: Metrics | None = None
+    """This server's Prometheus instruments (served at ``/metrics``); None serves no metrics."""
 
     @property
     def clock(self) -> Clock:

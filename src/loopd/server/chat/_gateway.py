@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Final, Protocol
 
+from loopd._infra.telemetry import trace_annotations
 from loopd.resources import Conflict as ResourceConflict
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources.client import TASKS, ResourceClient
@@ -58,10 +59,14 @@ class ResourceTaskGateway:
         self._timeout = timeout
 
     async def create(self, task_id: str, target_kind: str, target_key: str) -> str:
+        metadata: dict[str, Any] = {"name": task_id, "namespace": self._namespace}
+        annotations = trace_annotations()  # the question's trace context, for whoever answers (tracing on only)
+        if annotations:
+            metadata["annotations"] = annotations
         body = {
             "apiVersion": TASKS.api_version,
             "kind": TASKS.kind,
-            "metadata": {"name": task_id, "namespace": self._namespace},
+            "metadata": metadata,
             "spec": {"target": {"kind": target_kind, "key": target_key}, "revision": 1},
         }
         try:

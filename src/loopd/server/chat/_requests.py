@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from loopd._infra.http_errors import ApiError
+from loopd._infra.metrics import Metrics
+from loopd._infra.telemetry import tracer, tracing_enabled
 from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._reader import readable_conversation
@@ -93,11 +95,13 @@ class ChatRequests:
         tasks: TaskGateway,
         *,
         targets: TargetDirectory | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._db = db
         self._bus = bus
         self._tasks = tasks
         self._targets = targets
+        self._metrics = metrics
         self.asked: Callable[[Conversation], None] | None = None
         """Told after each stored question (loop-server's conversation titles start there); must not block."""
 
@@ -143,7 +147,39 @@ class ChatRequests:
         target_key: str,
         content: Mapping[str, Any],
     ) -> ChatRequest:
-        """Store the input and an empty streaming response under a new task id and create the Task, atomically."""
+        """Store the input and an empty streaming response under a new task id and create the Task, atomically.
+
+        While tracing is on, this is the ``loopd.chat.request`` span: the root of the question's trace (or a child
+        of the caller's ``traceparent``), whose context the Task carries to whoever answers it."""
+        if not tracing_enabled():
+            asked = await self._ask(
+                asker, conversation_id, target_kind=target_kind, target_key=target_key, content=content
+            )
+        else:
+            with tracer("loopd.server").start_as_current_span(
+                "loopd.chat.request",
+                attributes={"gen_ai.conversation.id": conversation_id, "loopd.target": f"{target_kind}:{target_key}"},
+            ) as span:
+                asked = await self._ask(
+                    asker, conversation_id, target_kind=target_kind, target_key=target_key, content=content
+                )
+                span.set_attribute("loopd.task.id", asked.task_id)
+        if self._metrics is not None:
+            self._metrics.chat_requests.labels(target_kind).inc()
+            self._metrics.chats_in_flight.inc()
+        if self.asked is not None:
+            self.asked(asked.conversation)
+        return asked
+
+    async def _ask(
+        self,
+        asker: Identity,
+        conversation_id: str,
+        *,
+        target_kind: str,
+        target_key: str,
+        content: Mapping[str, Any],
+    ) -> ChatRequest:
         _require_user(asker)
         if target_kind not in TARGET_KINDS:
             raise InvalidRecord(f"target kind must be operator or harness, not {target_kind!r}")
@@ -202,8 +238,6 @@ class ChatRequests:
             if task_created and task_id is not None:
                 await self._compensate(task_id)
             raise
-        if self.asked is not None:
-            self.asked(conversation)
         return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor)
 
     async def _input_stored(self, input_id: str) -> bool:

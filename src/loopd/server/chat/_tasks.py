@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 from loopd._infra.errors import LoopdError
 from loopd._infra.http_errors import ApiError
+from loopd._infra.metrics import Metrics
 from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question
@@ -83,10 +84,17 @@ class TaskApi:
     """The responder's side of a Task (operators and harnesses, through the Task routes or in-process)."""
 
     def __init__(
-        self, db: Database, bus: ConversationBus, tasks: TaskGateway, *, history_limit: int = DEFAULT_HISTORY_LIMIT
+        self,
+        db: Database,
+        bus: ConversationBus,
+        tasks: TaskGateway,
+        *,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        metrics: Metrics | None = None,
     ) -> None:
         if not 1 <= history_limit < MAX_PAGE:
             raise ValueError(f"history_limit must be from 1 to {MAX_PAGE - 1}")
+        self._metrics = metrics
         self._db = db
         self._bus = bus
         self._tasks = tasks
@@ -243,6 +251,10 @@ class TaskApi:
         if events and any(event.get("op") == "error" for event in events):
             raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
         response, finished = await self._begin_completion(task_id, intent, actor, events or ())
+        if finished and self._metrics is not None:
+            self._metrics.chats_in_flight.dec()
+            seconds = (self._db.clock.now() - response.created_at).total_seconds()
+            self._metrics.chat_seconds.labels("failed" if error else "completed").observe(max(seconds, 0.0))
         if response.delivery_state == "closed":
             return response
         return await self._finish_delivery(task_id, intent, ended=response if finished else None)

@@ -16,11 +16,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final
 
 from loopd._infra.clock import wait_event
 from loopd._infra.tasks import TaskSet
+from loopd._infra.telemetry import Context, current_context
 from loopd.server.storage import HarnessCall, StorageError
 
 from ._adapter import HarnessAdapter
@@ -30,6 +32,7 @@ from ._errors import CapacityExceeded, HarnessEngineError
 _log = logging.getLogger(__name__)
 
 PAGE: Final = 100
+_TRACE_PARENTS: Final = 1000
 
 Announce = Callable[[str, str | None, str | None, bool], None]
 """``(call_id, owner_uid, effect_key, ended)``: a drive ended or a slot freed (the engine tells its listeners)."""
@@ -105,6 +108,7 @@ class CallDriver:
         self._retry_delay = retry_delay
         self._scan_limit = scan_limit
         self._drives: dict[str, Drive] = {}
+        self._trace_parents: OrderedDict[str, Context] = OrderedDict()  # while tracing: who started a call here
         self._retry_after: dict[str, float] = {}
         self._wake = asyncio.Event()
         self._tasks = TaskSet("harness call driver")  # the driver loop and one task per drive; `stop` ends them
@@ -126,6 +130,12 @@ class CallDriver:
         if not self._started:
             self._started = True
             self._tasks.start(self._drive_forever(), name="loopd-harness-driver")
+
+    def remember_trace(self, call_id: str) -> None:
+        """Make the current trace context the parent of the call's drive (if it is driven here; bounded)."""
+        self._trace_parents[call_id] = current_context()
+        while len(self._trace_parents) > _TRACE_PARENTS:
+            self._trace_parents.popitem(last=False)
 
     def wake(self) -> None:
         """Scan now rather than after the poll interval."""
@@ -218,7 +228,13 @@ class CallDriver:
                 continue
             if not closing_only:
                 self._slots.hold(call.id)
-            drive = Drive(self._settings, call, lease.token, self._adapters.get(call.target))
+            drive = Drive(
+                self._settings,
+                call,
+                lease.token,
+                self._adapters.get(call.target),
+                trace_parent=self._trace_parents.pop(call.id, None),
+            )
             self.claims += 1
             self._drives[call.id] = drive
             self._tasks.start(self._run_drive(drive, call), name=f"loopd-drive-{call.id}")

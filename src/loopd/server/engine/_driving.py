@@ -31,7 +31,9 @@ from typing import Any, Final, Literal
 
 from loopd._infra.clock import Clock, wait_event
 from loopd._infra.errors import LoopdError
+from loopd._infra.metrics import Metrics
 from loopd._infra.tasks import background, race
+from loopd._infra.telemetry import Context, SpanKind, tracer, tracing_enabled
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency, Redactor
 from loopd.server.storage import (
@@ -102,6 +104,8 @@ class DriveSettings:
     lease_ttl: float
     tick: float
     adapter_timeout: float
+    metrics: Metrics | None = None
+    """Where drives record time to first text, completion, tokens and cost (None: nowhere)."""
     redactor: Redactor | None = None
     """Applied to what the trail stores of tool inputs and outputs (prompts are redacted by their recorder)."""
 
@@ -155,9 +159,21 @@ def _error(code: str, message: str) -> dict[str, str]:
 class Drive:
     """One claimed call, driven until it is terminal, the lease is lost, or the drive is cancelled."""
 
-    def __init__(self, settings: DriveSettings, call: HarnessCall, token: int, adapter: HarnessAdapter | None) -> None:
+    def __init__(
+        self,
+        settings: DriveSettings,
+        call: HarnessCall,
+        token: int,
+        adapter: HarnessAdapter | None,
+        *,
+        trace_parent: Context | None = None,
+    ) -> None:
         self._s = settings
         self.call_id = call.id
+        self._target = call.target
+        self._trace_parent = trace_parent
+        self._started = 0.0
+        self._texted = False
         self.token = token
         self._resource = lease_resource(call.id)
         self._adapter = adapter
@@ -241,13 +257,41 @@ class Drive:
     # --- the drive -----------------------------------------------------------------------------------------------
 
     async def run(self) -> Outcome:
-        """Drive the call; see the module docstring for the outcomes. Cancellation propagates (writes nothing)."""
+        """Drive the call; see the module docstring for the outcomes. Cancellation propagates (writes nothing).
+
+        While tracing is on, the drive is the ``loopd.harness_call`` span (a child of the span that started the
+        call on this replica, when there was one), and the harness's spans are its children."""
+        self._started = self._s.clock.monotonic()
+        if not tracing_enabled():
+            outcome = await self._outcome()
+        else:
+            with tracer("loopd.server").start_as_current_span(
+                "loopd.harness_call",
+                context=self._trace_parent,
+                kind=SpanKind.CLIENT,
+                attributes={"loopd.harness_call.id": self.call_id, "loopd.target": self._target},
+            ) as span:
+                outcome = await self._outcome()
+                span.set_attribute("loopd.harness_call.outcome", outcome)
+        if self._s.metrics is not None:
+            seconds = self._s.clock.monotonic() - self._started
+            self._s.metrics.completion_seconds.labels(self._target, outcome).observe(seconds)
+        return outcome
+
+    async def _outcome(self) -> Outcome:
         try:
             return await self._run()
         except Fenced:
             return "lost"
         except _Stop as stop:
             return stop.outcome
+
+    def _first_text(self) -> None:
+        """The answer shows text for the first time in this drive."""
+        self._texted = True
+        if self._s.metrics is not None:
+            seconds = self._s.clock.monotonic() - self._started
+            self._s.metrics.time_to_first_token_seconds.labels(self._target).observe(seconds)
 
     async def _run(self) -> Outcome:
         begun = await self._begin()
@@ -516,6 +560,8 @@ class Drive:
         merged = merge_previews([preview for preview in previews if preview.text])
         if not merged:
             return
+        if not self._texted:
+            self._first_text()
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 raise _Stop("done")
@@ -551,6 +597,12 @@ class Drive:
                 case Failed(code=code, message=message, phase=phase):
                     await self._end_in(tx, call, phase, _error(code, message))
                     return True
+                case TextSet() if not self._texted:
+                    self._first_text()
+                case ModelCalled() if self._s.metrics is not None:
+                    self._s.metrics.model_tokens.labels(update.model, "input").inc(update.input_tokens)
+                    self._s.metrics.model_tokens.labels(update.model, "output").inc(update.output_tokens)
+                    self._s.metrics.model_cost_usd.labels(update.model).inc(update.cost_usd)
                 case _:
                     pass
             return False

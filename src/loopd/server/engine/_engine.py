@@ -40,6 +40,8 @@ from typing import Any, Final, Literal, Self
 
 from loopd._infra.clock import Clock
 from loopd._infra.errors import LoopdError
+from loopd._infra.metrics import Metrics
+from loopd._infra.telemetry import tracing_enabled
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, Redactor, SqlLedgerStore, UsageTotals
 from loopd.server.ledger import Scope as LedgerScope
@@ -137,6 +139,7 @@ class HarnessEngine:
         max_timeout: float = MAX_TIMEOUT,
         scan_limit: int = 1000,
         redactor: Redactor | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if not isinstance(ledger, SqlLedgerStore):
             raise TypeError("the engine writes its trail in its own transactions: ledger must be an SqlLedgerStore")
@@ -162,6 +165,7 @@ class HarnessEngine:
             lease_ttl=lease_ttl,
             tick=min(poll_interval, lease_ttl / 3),
             adapter_timeout=adapter_timeout,
+            metrics=metrics,
             redactor=redactor,
         )
         self._driver = CallDriver(
@@ -361,6 +365,8 @@ class HarnessEngine:
                     self._announce(reservation, None, None, False)
         if created:
             self._slots.hold(call.id)
+            if tracing_enabled():
+                self._driver.remember_trace(call.id)
             self._driver.wake()
         return call
 

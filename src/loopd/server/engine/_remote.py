@@ -27,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.sse import read_sse
+from loopd._infra.telemetry import httpx_trace_hooks
 from loopd.harness.core.events import Event as HarnessEvent
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -187,7 +188,11 @@ class RemoteHarnessAdapter:
         self._clock = clock or SystemClock()  # the pause between reconnects of the event stream
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(timeout), transport=transport
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
+            event_hooks=httpx_trace_hooks(),  # the call's trace continues in the remote harness
         )
         self._client = _Client(self._http)
         self._loop = loop

@@ -46,6 +46,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.telemetry import task_span
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import ResourceError
 from loopd.resources.client import TASKS, ResourceClient
@@ -275,7 +276,9 @@ class HarnessResponder:
             handed = await self._hand_over(request, key, _created_at(metadata))
             if handed is not None:
                 return handed
-            started = await self._start(request, uid, key, _created_at(metadata))
+            traced = {"loopd.task.id": task_id, "loopd.target": key}
+            with task_span("loopd.server", "loopd.task", metadata.get("annotations"), traced):  # joins the question
+                started = await self._start(request, uid, key, _created_at(metadata))
             if isinstance(started, Result):
                 if request in self._waiting:  # refused for capacity: queued, nobody runs it yet
                     await self._report(task, key, "Pending", None, "waiting for a free harness slot")

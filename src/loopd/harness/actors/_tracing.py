@@ -1,0 +1,153 @@
+"""A loop actor's spans: ``invoke_agent`` per turn, ``chat`` per model call, ``execute_tool`` per tool call.
+
+Only built when tracing is on (`loopd._infra.telemetry.tracing_enabled`); a loop actor without one records nothing
+and pays nothing. A turn's span continues the trace of the input that started it: the context current when the
+input was submitted (the engine's drive, or ``loopd harness serve``'s request with its ``traceparent``) is
+remembered by command id and used as the parent when the journaled `TurnStarted` names that input. Model and tool
+effects run inside their own span, a child of their turn's. Spans are not journaled: a turn resumed after a restart
+gets a new ``invoke_agent`` span in whatever trace its resumer runs in.
+
+Must not do: change what the loop decides or journals.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Coroutine
+from typing import Any, Final
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from loopd._infra.telemetry import Span, SpanKind, mark_failed, tracer
+from loopd.harness.core import ToolCall, ToolOutcome, Usage
+from loopd.harness.core.events import LoopEvent, TurnDone, TurnFailed, TurnInterrupted, TurnStarted
+from loopd.harness.core.inputs import ModelCompleted, ModelFailed
+
+_REMEMBERED_INPUTS: Final = 64
+
+
+def _usage_attributes(usage: Usage) -> dict[str, Any]:
+    return {
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+        "loopd.usage.cost_usd": usage.cost_usd,
+    }
+
+
+class LoopTracing:
+    """The spans of one loop actor (see the module docstring)."""
+
+    def __init__(self, *, session_id: str, loop: str, model: str) -> None:
+        self._tracer = tracer("loopd.harness")
+        self._session_id = session_id
+        self._loop = loop
+        self._model = model
+        self._inputs: OrderedDict[str, otel_context.Context] = OrderedDict()
+        self._turns: dict[str, Span] = {}
+
+    def remember_input(self, command_id: str) -> None:
+        """Note the current context as the parent of the turn this input will start (or join)."""
+        if not trace.get_current_span().get_span_context().is_valid:
+            return
+        self._inputs[command_id] = otel_context.get_current()
+        while len(self._inputs) > _REMEMBERED_INPUTS:
+            self._inputs.popitem(last=False)
+
+    def observe(self, event: LoopEvent) -> None:
+        """Open a turn's span at `TurnStarted`; close it at the turn's terminal event."""
+        match event:
+            case TurnStarted(turn_id=turn_id, inputs=inputs):
+                parent = None
+                for queued in inputs:
+                    parent = self._inputs.pop(queued.command_id, None) or parent
+                self._turns[turn_id] = self._tracer.start_span(
+                    f"invoke_agent {self._loop}",
+                    context=parent,
+                    kind=SpanKind.INTERNAL,
+                    attributes={
+                        "gen_ai.operation.name": "invoke_agent",
+                        "gen_ai.agent.name": self._loop,
+                        "gen_ai.conversation.id": self._session_id,
+                        "gen_ai.request.model": self._model,
+                        "loopd.turn.id": turn_id,
+                    },
+                )
+            case TurnDone(turn_id=turn_id, usage=usage):
+                self._end_turn(turn_id, usage, None)
+            case TurnFailed(turn_id=turn_id, usage=usage, error_type=error_type):
+                self._end_turn(turn_id, usage, error_type)
+            case TurnInterrupted(turn_id=turn_id, usage=usage, reason=reason):
+                self._end_turn(turn_id, usage, None, interrupted=reason)
+            case _:
+                pass
+
+    def _end_turn(self, turn_id: str, usage: Usage, error: str | None, *, interrupted: str | None = None) -> None:
+        span = self._turns.pop(turn_id, None)
+        if span is None:
+            return
+        span.set_attributes(_usage_attributes(usage))
+        if interrupted is not None:
+            span.set_attribute("loopd.turn.interrupted", interrupted)
+        if error is not None:
+            span.set_attribute("error.type", error)
+            mark_failed(span, error)
+        span.end()
+
+    def _turn_context(self, turn_id: str) -> otel_context.Context | None:
+        span = self._turns.get(turn_id)
+        return trace.set_span_in_context(span) if span is not None else None
+
+    async def model_call(self, turn_id: str, model: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run a model effect inside a ``chat {model}`` span (the effect reports its result with `model_result`)."""
+        with self._tracer.start_as_current_span(
+            f"chat {model}",
+            context=self._turn_context(turn_id),
+            kind=SpanKind.CLIENT,
+            attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": model},
+        ):
+            await work
+
+    @staticmethod
+    def model_result(result: ModelCompleted | ModelFailed) -> None:
+        """Record a model call's outcome on the current ``chat`` span."""
+        span = trace.get_current_span()
+        if not span.is_recording():
+            return
+        span.set_attributes(_usage_attributes(result.usage))
+        if isinstance(result, ModelFailed):
+            span.set_attribute("error.type", result.error_type)
+            mark_failed(span, result.error_type)
+        else:
+            span.set_attribute("gen_ai.response.finish_reasons", ["tool_calls" if result.tool_calls else "stop"])
+
+    async def tool_call(self, turn_id: str, call: ToolCall, work: Coroutine[Any, Any, None]) -> None:
+        """Run a tool effect inside an ``execute_tool {name}`` span."""
+        with self._tracer.start_as_current_span(
+            f"execute_tool {call.name}",
+            context=self._turn_context(turn_id),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": call.name,
+                "gen_ai.tool.call.id": call.id,
+                "gen_ai.tool.type": "function",
+            },
+        ):
+            await work
+
+    @staticmethod
+    def tool_result(outcome: ToolOutcome) -> None:
+        """Record a tool call's outcome on the current ``execute_tool`` span."""
+        span = trace.get_current_span()
+        if span.is_recording() and outcome.status == "error":
+            span.set_attribute("error.type", "tool_error")
+            mark_failed(span, "tool_error")
+
+    def close(self) -> None:
+        """End the spans of turns still open (the actor stops or is aborted)."""
+        for span in self._turns.values():
+            span.set_attribute("loopd.turn.unfinished", True)
+            span.end()
+        self._turns.clear()
+        self._inputs.clear()
