@@ -32,6 +32,7 @@ from loopd.cli._errors import cli_console, run_async
 
 _TIMEOUT: Final = 30.0
 _BAR_WIDTH: Final = 24
+_PIPE_WIDTH: Final = 240
 _GROUPS: Final = ("conversation", "target", "model")
 _MARK: Final = {
     "completed": "[green]✓[/]",
@@ -185,6 +186,8 @@ def ledger_command(
         console.print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(code=exc.code) from exc
     out = cli_console(stderr=False)
+    if not out.is_terminal:
+        out.width = max(out.width, _PIPE_WIDTH)  # piped: whole lines (a tree's lines would be cut at 80 columns)
     if as_json:
         out.print_json(data=tree)
         return
