@@ -3,7 +3,7 @@
 `Metrics` owns a fresh ``prometheus_client.CollectorRegistry`` (never the library's global default registry, so two
 servers in one process — tests do that — keep separate counts) and the instruments loopd records into at its edges:
 HTTP requests, chat requests in flight, time to first token and completion of harness calls, tokens and USD by
-model, journal commit latency, reconcile latency. Gauges of live state (engine capacity, SSE subscribers, reconcile
+model, reconcile latency. Gauges of live state (engine capacity, SSE subscribers, reconcile
 queue depth) are read at scrape time from the owners' ``statistics()`` through `Metrics.add_collector`: nothing is
 recorded on the hot path for them. `MetricsMiddleware` counts HTTP requests by route template.
 
@@ -112,10 +112,6 @@ class Metrics:
         self.model_cost_usd = Counter(
             "loopd_model_cost_usd", "Model cost of harness calls in USD, by model.", ["model"], registry=r
         )
-        self.journal_commit_seconds = Histogram(
-            "loopd_journal_commit_seconds", "Time to make a harness decision's events durable in the journal.",
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
         self.reconcile_seconds = Histogram(
             "loopd_reconcile_seconds", "Time one reconcile took, by component (server or operator) and controller.",
             ["component", "controller"], buckets=_LATENCY_BUCKETS, registry=r,
