@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._common import median, print_table, run_child, verdict
+from benchmarks._common import median, print_table, run_child
+from benchmarks._goals import print_goals
 from loopd.harness import EchoTool, LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal, Usage
 from loopd.harness.core import codec
 from loopd.harness.core import events as ev
@@ -287,19 +288,10 @@ async def run(repeat: int, quick: bool) -> None:
         note="Turns of 5 tool steps (~200-byte payloads); restore = open writer, read, decode, fold, start loops.",
     )
 
-    goals: list[list[object]] = []
-    for n, (same, best) in ratios.items():
-        goals.append(
-            [
-                f"journal throughput, {n} session(s)",
-                "≥ 0.5× raw sqlite3",
-                f"{same:.2f}× raw on its own table; {best:.2f}× the faster raw table",
-                verdict(best >= 0.5),
-            ]
-        )
-    r10k = restores[10_000].restore_ms
-    goals.append(["restore of 10k events", "< 200 ms", f"{r10k:.1f} ms", verdict(r10k < 200)])
-    print_table("Goals (issue 6): journal and restore", ["goal", "target", "measured", "verdict"], goals)
+    # ours ÷ the faster of the two raw tables (the stricter reading); the table above has both
+    measured: dict[str, float | None] = {f"journal_{n}": best for n, (_same, best) in ratios.items()}
+    measured["restore_10k_ms"] = restores[10_000].restore_ms
+    print_goals("harness_core", measured)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
