@@ -208,3 +208,29 @@ async def test_a_plain_model_target_records_its_completion(sqlite_db: Database, 
     [asked] = [e for e in events if e.event_type == "attempt.requested" and "request" in e.payload]
     request = await resolve_request(ledger, asked.payload["request"]["sha256"])
     assert request["system"] == "Be brief." and request["messages"][-1]["content"].endswith("say hi")
+
+
+async def test_a_model_call_that_fails_for_good_keeps_its_attempts(
+    sqlite_db: Database, tmp_path: Path, clock: Any
+) -> None:
+    prompts = PromptRecording(clock, Redactor())
+    script = [ServerReply(fault=FailWithStatus(status=429, message="slow down", retry_after=0))] * 3
+    async with open_scripted_server(script) as url, _rig(tmp_path / "harness", url) as rig:
+        adapter = BuiltinHarnessAdapter(rig, prompts=prompts)
+        async with make_engine(sqlite_db, {"builtin": adapter}, clock=clock) as engine:
+            conversation = await new_conversation(sqlite_db)
+            response = await new_response(sqlite_db, conversation)
+            call = await engine.start(
+                CallRequest("uid-f", "respond", "builtin", "hi", message_id=response, asker="user:alice")
+            )
+            assert (await until_done(engine, call.id, timeout=30)).phase == "failed"
+    ledger = SqlLedgerStore(sqlite_db)
+    structure = await ledger.structure(Scope(harness_call_id=call.id))
+    [model_call] = [action for action in structure.actions if action.type == "model_call"]
+    attempts = sorted((a for a in structure.attempts if a.action_id == model_call.id), key=lambda a: a.attempt_no or 0)
+    assert [a.attempt_no for a in attempts] == [1, 2, 3]  # max_retries=2: three tries, each its own attempt
+    events = await ledger.load_lane((await ledger.find_lanes(Scope(harness_call_id=call.id)))[0].id)
+    failed = [e for e in events if e.event_type == "attempt.failed" and e.subject_id in {a.id for a in attempts}]
+    assert len(failed) == 3 and all(e.payload["error"]["status_code"] == 429 for e in failed)
+    asked = [e for e in events if e.event_type == "attempt.requested" and e.subject_id == attempts[0].id]
+    assert (await resolve_request(ledger, asked[0].payload["request"]["sha256"]))["messages"][-1]["content"] == "hi"

@@ -197,6 +197,8 @@ class Failed:
     code: str
     message: str
     phase: FailurePhase = "failed"
+    recorded: tuple[RecordedCall, ...] = ()
+    """Model calls that failed for good before it (every attempt), when the adapter recorded them."""
     kind: Literal["failed"] = "failed"
     durable: ClassVar[bool] = True
 

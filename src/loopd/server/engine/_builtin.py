@@ -53,7 +53,7 @@ from loopd.harness.models import record_model_calls, recording
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
 
-from ._adapter import AdapterRequest, GateAnswer, ModelCalled, Update
+from ._adapter import AdapterRequest, Failed, GateAnswer, ModelCalled, Update
 from ._errors import AdapterError, ObservationLost
 from ._prompts import PromptLog, PromptRecording
 from ._translation import HarnessTranslator, followup_command_id
@@ -133,6 +133,9 @@ class BuiltinRun:
                         ):
                             recorded = self._prompts.take(update.input_tokens, update.output_tokens)
                             update = replace(update, recorded=recorded) if recorded is not None else update
+                        elif self._prompts is not None and isinstance(update, Failed):
+                            lost = self._prompts.take_failed()  # model calls whose every attempt failed
+                            update = replace(update, recorded=tuple(lost)) if lost else update
                         yield update
                     if self._translator.finished:
                         return

@@ -47,7 +47,7 @@ from loopd.server.ledger import (
 )
 from loopd.server.storage import Conflict, HarnessCall, NotFound, Transaction
 
-from ._adapter import GateOpened, GateResolved, ModelCalled, ToolFinished, ToolStarted, Update
+from ._adapter import Failed, GateOpened, GateResolved, ModelCalled, ToolFinished, ToolStarted, Update
 from ._prompts import RecordedCall
 
 _NAMESPACE: Final = uuid.UUID("6f1d7c52-9a0e-4b7e-8f43-2c5b8e1a9d30")
@@ -263,6 +263,8 @@ class Trail:
                 await self._tool_started(index, update)
             case ToolFinished():
                 await self._tool_finished(index, update)
+            case Failed(recorded=recorded) if recorded:
+                await self._failed_model_calls(index, recorded)
             case GateOpened(gate_id=gate_id):
                 _, harness = await self._actors()
                 await self._append(
@@ -311,15 +313,43 @@ class Trail:
     ) -> None:
         """A model call with its full prompts: one attempt per try (attempt_no 1…n; the last one produced the
         reply and carries the reported usage), the artifacts written in the same transaction."""
+        events = await self._attempt_events((str(index),), action_id, harness, usage, recorded)
+        await self._append(f"update/{index}", events)
+
+    async def _failed_model_calls(self, index: int, calls: Sequence[RecordedCall]) -> None:
+        """Model calls whose every attempt failed (the call then failed): each a ``model_call`` action of failed
+        attempts, written with the call's failure."""
+        _, harness = await self._actors()
+        events: list[NewEvent] = []
+        for number, recorded in enumerate(calls):
+            if not recorded.attempts:
+                continue
+            parts = (str(index), "failed", str(number))
+            action = await self._store.create_action(
+                Action(
+                    turn_id=self.turn_id,
+                    type=ActionType.MODEL_CALL,
+                    effect_kind=EffectKind.READ,
+                    idempotency=Idempotency.INHERENT,
+                    name=recorded.attempts[0].model,
+                    parent_action_id=self.execution_id,
+                    id=trail_id(self._call.id, "update", *parts),
+                )
+            )
+            events.extend(await self._attempt_events(parts, action.id, harness, Usage(), recorded))
+        if events:
+            await self._append(f"update/{index}", events)
+
+    async def _attempt_events(
+        self, parts: tuple[str, ...], action_id: str, harness: str, usage: Usage, recorded: RecordedCall
+    ) -> list[NewEvent]:
         await self._store.put_artifacts(self.lane_id, recorded.blobs)
         events: list[NewEvent] = []
         last = len(recorded.attempts) - 1
         for number, facts in enumerate(recorded.attempts):
             key = ("attempt",) if number == last else ("attempt", str(number + 1))
             attempt = await self._store.create_attempt(
-                Attempt(
-                    action_id=action_id, attempt_no=number + 1, id=trail_id(self._call.id, "update", str(index), *key)
-                )
+                Attempt(action_id=action_id, attempt_no=number + 1, id=trail_id(self._call.id, "update", *parts, *key))
             )
             requested: dict[str, Any] = {
                 "reported": True,
@@ -347,7 +377,7 @@ class Trail:
                 body = {"error": facts.error or {"code": "error", "message": ""}, "duration_ms": duration_ms}
                 kind = EventType.ATTEMPT_FAILED
             events.append(NewEvent(kind, attempt.id, harness, payload=body, occurred_at=facts.ended_at))
-        await self._append(f"update/{index}", events)
+        return events
 
     async def _tool_action(self, update: ToolStarted | ToolFinished) -> tuple[str, bool]:
         """The tool call's attempt id, creating action and attempt when new; whether it was requested already."""
