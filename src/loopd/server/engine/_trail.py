@@ -14,7 +14,12 @@ an estimate (``usage_estimated: true``) or unknown (``usage: null``, ``usage_est
 What the harness reports becomes child actions of the execution: `ModelCalled` → ``model_call`` (or
 ``compact``) with requested + completed and the usage in the completed payload; `ToolStarted` / `ToolFinished`
 → ``tool_call`` with the tool's effect kind and idempotency. Gates become ``turn.loopd.gate_opened`` /
-``turn.loopd.gate_resolved`` events.
+``turn.loopd.gate_resolved`` events. A `ModelCalled` that carries its recorded prompts (``recorded``, see
+``_prompts``) gets one attempt per try — retries and fallbacks failed with their errors, the last one completed
+with the usage — whose ``attempt.requested`` names the request artifact and whose terminal event the reply, the
+finish reason, the provider's request id and the duration; the artifacts are written in the same transaction. A
+`Failed` that carries model calls whose every try failed writes them the same way (all attempts failed). Tool inputs
+and failure messages are redacted before they are stored.
 
 Ids are derived from the call id (UUIDv5), so every engine replica names the same entity the same way, and
 append ids from the update index, so a retried transaction is idempotent. Must not do: decide phases.
