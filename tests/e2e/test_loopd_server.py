@@ -237,4 +237,6 @@ def test_two_servers_on_one_postgresql_share_a_task(
             assert answer_text(message) == "the shared answer"
             assert _conversation_message(on_a, asked.conversation_id, asked.response_id)["status"] == "completed"
         wait_until(lambda: _embedded_task(a, asked.task_id).status_code == 404, what="the Task to be deleted")
-        assert len(model.requests) == 1, model.requests  # answered once, by one of the replicas
+        # Answered once, by one of the replicas (the conversation's title is a model call of its own).
+        answers = [r for r in model.requests if "You name a conversation" not in str(r.messages[:1])]
+        assert len(answers) == 1, model.requests

@@ -110,5 +110,7 @@ async def test_a_follow_up_asked_on_another_replica_reaches_the_running_call(tmp
                 assert approved.status_code == 200, approved.text
                 answer = await eventually(lambda: ended(response_id), timeout=30, what="the first answer")
                 assert answer["status"] == "completed" and "bananas" in _answer(answer), answer
-                assert len(model.requests) == 2, [_texts(r)[-200:] for r in model.requests]
-                assert FOLLOWUP in _texts(model.requests[1])
+                # The conversation's title is written by a model call of its own (a background run): not the harness's.
+                calls = [r for r in model.requests if not _texts(r).startswith("You name a conversation")]
+                assert len(calls) == 2, [_texts(r)[-200:] for r in calls]
+                assert FOLLOWUP in _texts(calls[1])
