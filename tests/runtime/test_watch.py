@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from loopd._infra.clock import VirtualClock
 from loopd.resources.client import TASKS, InMemoryClient, ResourceClient
 from loopd.resources.reconcile import ManagerStatistics
 from loopd.runtime import Conflict, Result, Runtime, Task, open_runtime
+from loopd.runtime._tasks import CLAIM_DELAY
 from loopd.server._composition import RunningServer
 from tests.support.waiting import eventually
 
@@ -107,6 +109,44 @@ async def test_the_same_reconciler_answers_through_either_resource_client(
         assert all(t.target_key == "echo" and t.uid and t.namespace == "default" for t in echo.seen)
         (controller,) = _stats(rt).controllers
         assert controller.failed == 0
+
+
+async def test_the_status_is_written_once_the_reconcile_has_run_a_moment_or_at_its_end(server: RunningServer) -> None:
+    """The claim waits CLAIM_DELAY (virtual time here), so it never competes with a reconcile's first reads; a
+    reconcile that ends sooner is claimed at its end; startedAt is when the reconcile began either way."""
+    memory = InMemoryClient()
+    clock = VirtualClock()
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow(task: Task) -> Result | None:
+        if task.id == "slow":
+            entered.set()
+            await release.wait()
+        return None
+
+    async def status(name: str) -> dict[str, Any]:
+        return dict((await memory.get(TASKS, name, namespace="default")).get("status") or {})
+
+    async with open_runtime(data_dir=server.data_dir, resources=memory, clock=clock) as rt:
+        rt.task.watch("echo", slow)
+        async with _running(rt):
+            await memory.create(TASKS, _task_object("slow"), namespace="default")
+            await asyncio.wait_for(entered.wait(), 10)
+            await clock.advance(CLAIM_DELAY / 2)
+            assert await status("slow") == {}, "not written while the reconcile has just begun"
+            await clock.advance(CLAIM_DELAY / 2)
+            await eventually(lambda: _phase(memory, "slow"), what="the status written after the delay")
+            assert (await status("slow"))["startedAt"] == "2030-01-01T00:00:00Z"
+            release.set()
+            await memory.create(TASKS, _task_object("quick"), namespace="default")
+            await eventually(lambda: _phase(memory, "quick"), what="a quick reconcile claimed at its end")
+            assert (await status("quick"))["responder"] == "operator:echo"
+    await memory.aclose()
+
+
+async def _phase(memory: InMemoryClient, name: str) -> bool:
+    return ((await memory.get(TASKS, name, namespace="default")).get("status") or {}).get("phase") == "Running"
 
 
 async def test_tasks_of_others_and_tasks_being_deleted_are_skipped(server: RunningServer) -> None:

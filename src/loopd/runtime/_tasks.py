@@ -2,9 +2,10 @@
 
 Owns: the ``Task`` a reconciler gets, the ``TaskReconciler`` shape, and the adapter that puts it on the reconcile
 runtime (``loopd.resources.reconcile``): Tasks are filtered to ``spec.target`` = (kind, key), Tasks being deleted
-are skipped, the Task's status says who holds it (written beside the reconcile, not before it; awaited before the
-reconcile returns), ``TaskNotReady`` becomes a short requeue and the runtime's typed errors a requeue with the key's
-backoff, logged with the task id.
+are skipped, the Task's status says who holds it (written beside the reconcile, not before it — and only once the
+reconcile has run for ``CLAIM_DELAY`` or has ended, so the write never competes with its first reads; awaited
+before the reconcile returns), ``TaskNotReady`` becomes a short requeue and the runtime's typed errors a requeue
+with the key's backoff, logged with the task id.
 Must not do: read Tasks' content from the Kubernetes API (Tasks hold routing only; content comes over HTTP), or
 import loopd.server / loopd.harness.
 """
@@ -15,10 +16,12 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock
+from loopd._infra.tasks import race
 from loopd._infra.telemetry import task_span
 from loopd.resources import ResourceError
 from loopd.resources.client import TASKS, ResourceClient
@@ -162,6 +165,11 @@ class TaskVerbs:
         self._runtime.add_watch(WatchSpec(kind, target_key, reconciler, workers, leader_election))
 
 
+CLAIM_DELAY: Final = 0.05
+"""Seconds a reconcile runs before its Task's status is written (at its end if sooner): the first reads and the
+first harness call of an answer do not share the event loop with bookkeeping."""
+
+
 class TaskController:
     """The reconcile-runtime face of one ``task.watch`` (see the module docstring)."""
 
@@ -198,10 +206,13 @@ class TaskController:
         failure: Exception | None = None
         result: Result | None = None
         # The status write runs beside the reconcile (not before it): a reconcile's first step is usually a read of
-        # the Task's context, and waiting for the write first only delays it. Both end before this returns.
+        # the Task's context, and waiting for the write first only delays it — so does running it at once beside
+        # those reads on one event loop: it starts after CLAIM_DELAY, or when the reconcile ends if sooner. Both end
+        # before this returns.
+        ended = asyncio.Event()
         async with asyncio.TaskGroup() as group:
             if self._claim_needed(obj, task):
-                group.create_task(self._claim(obj, task), name=f"claim:{task.id}")
+                group.create_task(self._claim_soon(obj, task, ended), name=f"claim:{task.id}")
             try:
                 with task_span(  # while tracing: this pass joins the trace of the question the Task carries
                     "loopd.runtime",
@@ -216,6 +227,8 @@ class TaskController:
                     result = await self._reconcile(task)
             except Exception as exc:  # handled below, once the status write has ended
                 failure = exc
+            finally:
+                ended.set()
         if failure is None:
             self._waiting.pop(task.id, None)
             return result if result is not None else Result()
@@ -239,13 +252,18 @@ class TaskController:
         status = obj.get("status") or {}
         return not (status.get("responder") == self._actor and status.get("observedRevision") == task.revision)
 
-    async def _claim(self, obj: Mapping[str, Any], task: Task) -> None:
+    async def _claim_soon(self, obj: Mapping[str, Any], task: Task, ended: asyncio.Event) -> None:
+        started = self._clock.now()
+        await race(ended.wait(), self._clock.sleep(CLAIM_DELAY), names=(None, None))
+        await self._claim(obj, task, started)
+
+    async def _claim(self, obj: Mapping[str, Any], task: Task, started: datetime) -> None:
         """Say in the Task's status who holds it (once per revision; a failed write is logged, never fatal)."""
         status = obj.get("status") or {}
         wanted = {
             "phase": "Running",
             "responder": self._actor,
-            "startedAt": status.get("startedAt") or self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "startedAt": status.get("startedAt") or started.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "observedRevision": task.revision,
         }
         try:
