@@ -67,6 +67,10 @@ def test_retry_and_edit_and_resend_open_forked_conversations(server: WebServer, 
     expect(questions(page).last).to_contain_text("plums?")
     expect(answers(page).last).to_contain_text("plums?", timeout=60_000)
 
+    expect(page.locator(tid("fork-note"))).to_contain_text("Edited and resent")
+    page.locator(tid("fork-parent")).click()  # back to the conversation it was forked from: the first fork
+    assert _opened_after(page, original, edited) == fork
+
     with cookie_client(context, server.url) as http:
         kept = http.get(f"/v1/conversations/{original}/messages").json()["data"]
         assert len(kept) == 2, kept  # the original: its question and answer, nothing more

@@ -5,7 +5,7 @@
 import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import type { ComponentChild } from "preact";
 import { type ConversationBody, type MessageBody, createConversation, getConversation, listConversations, renameConversation, sendMessage } from "../api";
-import { type ForkMode, forkConversation } from "../api";
+import { type ForkAccepted, type ForkMode, forkConversation } from "../api";
 import { ActorPicker, Composer, actorValue } from "../chat/Composer";
 import { ConversationList, conversationTitle } from "../chat/ConversationList";
 import { MessageList } from "../chat/MessageList";
@@ -197,10 +197,12 @@ export function App() {
   );
 
   // Retry from here / edit and resend: the server forks the conversation; open the fork (the original stays).
+  const [forkedFrom, setForkedFrom] = useState<ReadonlyMap<string, ForkAccepted["forked_from"]>>(new Map());
   const fork = useCallback(
     async (messageId: string, mode: ForkMode, text?: string) => {
       if (activeId === null) return;
       const forked = await forkConversation(activeId, messageId, mode, text);
+      setForkedFrom((known) => new Map(known).set(forked.conversation.id, forked.forked_from));
       setConversations((list) => [forked.conversation, ...list.filter((c) => c.id !== forked.conversation.id)]);
       selectConversation(forked.conversation.id);
       setSelectedId(forked.response.id);
@@ -298,6 +300,14 @@ export function App() {
             <h2 class="chat-title">{active !== null ? conversationTitle(active) : activeId === null ? "No conversation open" : "Conversation"}</h2>
             {connection === "reconnecting" && <span class="muted" role="status">Reconnecting…</span>}
           </div>
+          {activeId !== null && forkedFrom.has(activeId) && (
+            <p class="muted fork-note" data-testid="fork-note">
+              {forkedFrom.get(activeId)?.mode === "edit" ? "Edited and resent" : "Retried"} in a new conversation;{" "}
+              <button type="button" class="link" data-testid="fork-parent" onClick={() => selectConversation(forkedFrom.get(activeId)?.conversation_id ?? activeId)}>
+                open the original
+              </button>
+            </p>
+          )}
           {streamError !== null && (
             <p class="error" role="alert">
               {streamError}
