@@ -20,6 +20,7 @@ from loopd.harness import (
     Journal,
     LoopDefinition,
     LoopMode,
+    ModelRequest,
     Primer,
     Reply,
     Rig,
@@ -322,6 +323,7 @@ async def test_mode_model_and_active_loop_survive_a_crash(journal: Journal) -> N
     restored = await rig.restore_session(session.id)
     main = restored.state.loops["main"]
     assert (main.mode, main.model, main.turn) == ("plan", "large", None)
+    assert main.measured_tokens > 0 and main.context_window == 1000  # the measurement before the crash
     assert restored.default_loop == "side"
     await restored.ask("again", loop="main", timeout=10)
     last = model.requests[-1]
@@ -368,3 +370,26 @@ def test_rig_definition_checks_primers_and_modes() -> None:
         LoopDefinition(name="m", model=model, modes=(PLAN,), mode="build")
     with pytest.raises(ValueError, match="duplicate mode"):
         LoopDefinition(name="m", model=model, modes=(PLAN, PLAN))
+
+
+async def test_a_declared_context_window_starts_compaction_and_survives_restore(journal: Journal) -> None:
+    from loopd.harness.core.compaction import SUMMARIZER_PROMPT
+
+    def script(request: ModelRequest) -> Reply:
+        if request.system == SUMMARIZER_PROMPT:
+            return Reply(text="the user said hello twice")
+        return Reply(text="ok " * 10, usage=Usage(input_tokens=180, output_tokens=10))
+
+    loop = LoopDefinition(name="main", model=ScriptedModel(script), context_window=200, compact_keep_recent=1)
+    rig = Rig(loops=[loop], journal=journal)
+    session = await rig.start_session()
+    await session.ask("hello", timeout=10)
+    session.abort()  # closed abruptly after one turn measured at 190 of 200 tokens
+    restored = await rig.restore_session(session.id)
+    assert restored.state.loops["main"].measured_tokens == 190
+    await restored.ask("hello again", timeout=10)  # past 85 % of the window: the history is compacted
+    await restored.wait_idle(timeout=10)
+    kinds = [r.kind for r in await journal.read(session.id)]
+    assert "history_compacted" in kinds
+    assert dict((await journal_state(journal, session.id)).loops) == dict(restored.state.loops)
+    await restored.shutdown()

@@ -156,9 +156,6 @@ async def run_harness(
     if options.prompt is not None and not options.prompt.strip():
         view.error("the prompt is empty")
         return EXIT_USAGE
-    if options.snapshots not in SNAPSHOT_TRIGGERS:
-        view.error(f"--snapshots {options.snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}")
-        return EXIT_USAGE
     if options.fork is not None:
         if options.resume:
             view.error("--fork and --resume exclude each other: --fork starts a new session, --resume continues one")
@@ -168,6 +165,9 @@ async def run_harness(
         except CliError as exc:
             view.error(exc.line())
             return exc.exit_code
+    if options.snapshots not in SNAPSHOT_TRIGGERS:
+        view.error(f"--snapshots {options.snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}")
+        return EXIT_USAGE
     try:
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
         config = model_config(options.model, options.base_url)

@@ -50,9 +50,9 @@ from loopd._infra.locking import data_dir_lock
 from loopd._infra.metrics import GaugeSample, Metrics
 from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
+from loopd.harness import Model, Reply, ScriptedModel
 from loopd.harness.actors import Rig
 from loopd.harness.gate import DEFAULT_POLICY
-from loopd.harness import Model, Reply, ScriptedModel
 from loopd.harness.models import DemoRule, ModelConfig, open_model
 from loopd.harness.standard import DEFAULT_SYSTEM_PROMPT, HarnessSettings, open_standard_rig, workspace_rigs
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT, Sandbox, resolve_sandbox
@@ -649,6 +649,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 harnesses=targets.actors,
                 metrics=metrics,
             )
+
 
 
 def _live_gauges(engine: HarnessEngine, conversations: ConversationReader) -> list[GaugeSample]:

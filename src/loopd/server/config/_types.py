@@ -23,9 +23,6 @@ from loopd.harness.models import ModelConfig
 if TYPE_CHECKING:
     from loopd.harness.tools import McpServer
 
-if TYPE_CHECKING:
-    from loopd.harness.tools import McpServer
-
 KubeApi = Literal["auto", "embedded", "in-cluster", "kubeconfig"]
 KUBE_APIS: Final[tuple[KubeApi, ...]] = ("auto", "embedded", "in-cluster", "kubeconfig")
 
