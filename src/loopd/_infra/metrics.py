@@ -112,6 +112,10 @@ class Metrics:
         self.model_cost_usd = Counter(
             "loopd_model_cost_usd", "Model cost of harness calls in USD, by model.", ["model"], registry=r
         )
+        self.journal_commit_seconds = Histogram(
+            "loopd_journal_commit_seconds", "Time one harness journal append took to commit (built-in harnesses).",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
         self.reconcile_seconds = Histogram(
             "loopd_reconcile_seconds", "Time one reconcile took, by component (server or operator) and controller.",
             ["component", "controller"], buckets=_LATENCY_BUCKETS, registry=r,

@@ -343,7 +343,13 @@ def _default_targets() -> tuple[HarnessTarget, ...]:
 
 
 async def _open_targets(
-    stack: AsyncExitStack, settings: UpSettings, data_dir: Path, root: Path, sandbox: Sandbox, clock: Clock
+    stack: AsyncExitStack,
+    settings: UpSettings,
+    data_dir: Path,
+    root: Path,
+    sandbox: Sandbox,
+    clock: Clock,
+    metrics: Metrics,
 ) -> _Targets:
     """Every harness target of ``settings`` opened on ``stack``: its engine adapter and how `/v1/actors` shows it."""
     targets = settings.harnesses if settings.harnesses is not None else _default_targets()
@@ -354,7 +360,9 @@ async def _open_targets(
         for target in targets:
             adapter: HarnessAdapter
             if isinstance(target, BuiltinHarness):
-                adapter, workspace = await _open_builtin(stack, target, settings, data_dir, root, sandbox, clock)
+                adapter, workspace = await _open_builtin(
+                    stack, target, settings, data_dir, root, sandbox, clock, metrics
+                )
                 first_workspace = first_workspace or workspace
             elif isinstance(target, RemoteHarness):
                 remote = RemoteHarnessAdapter(target.url, target.token(), timeout=target.timeout or 10.0, clock=clock)
@@ -387,6 +395,7 @@ async def _open_builtin(
     root: Path,
     sandbox: Sandbox,
     clock: Clock,
+    metrics: Metrics,
 ) -> tuple[BuiltinHarnessAdapter, Path]:
     workspace = (target.workspace or root / target.key).expanduser().resolve()
     if workspace.is_relative_to(data_dir):
@@ -412,6 +421,7 @@ async def _open_builtin(
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # a question becomes an ask block that the asking user answers
     )
     rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
+    rig = replace(rig, on_journal_commit=metrics.journal_commit_seconds.observe)
     if target.tools is not None:
         rig = _with_tools(rig, frozenset(target.tools))
     prompts: PromptRecording | None = None
@@ -542,7 +552,8 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 async with db.transaction() as tx:
                     await tx.leases.expire_others(replica_id)
 
-            targets = await _open_targets(stack, settings, data_dir, root, sandbox, clock)
+            metrics = Metrics()  # this server's own registry (served at /metrics)
+            targets = await _open_targets(stack, settings, data_dir, root, sandbox, clock, metrics)
 
             # Wake-ups (streams, engine drivers and waiters, the responder) reach every replica on the same PostgreSQL
             # through LISTEN/NOTIFY; with SQLite, this process only (loopd._infra.notify).
@@ -551,7 +562,6 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             registry = RegistryService(db, builtin_actors=list(targets.actors))
             gateway = ResourceTaskGateway(client, namespace=settings.namespace, timeout=settings.kube_timeout)
             conversations = ConversationReader(db, bus)
-            metrics = Metrics()  # this server's own registry (served at /metrics)
             chat = ChatRequests(db, bus, gateway, targets=registry, metrics=metrics)
             # Conversation titles: a background run per new conversation (the demo names it by its first words).
             title_model: Model = (
@@ -649,7 +659,6 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 harnesses=targets.actors,
                 metrics=metrics,
             )
-
 
 
 def _live_gauges(engine: HarnessEngine, conversations: ConversationReader) -> list[GaugeSample]:

@@ -94,6 +94,9 @@ class Rig:
     """Workspace snapshots (needs ``workspace``): where the store lives and when sessions checkpoint."""
     lanes: Mapping[LaneName, LaneLimits] | None = None
     """Caps of the background lanes ("blocking", "background") that run compaction (default: `DEFAULT_LANES`)."""
+    on_journal_commit: Callable[[float], None] | None = None
+    """Told the seconds (on ``clock``) each journal append of a session took to commit, e.g. a metrics histogram's
+    ``observe``; must not block or raise."""
 
     def __post_init__(self) -> None:
         if not self.loops:

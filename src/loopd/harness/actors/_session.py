@@ -135,7 +135,14 @@ class Session:
         self._budget = budget
         self._submit_timeout = submit_timeout
         self._drain_timeout = drain_timeout
-        self.log = SessionLog(session_id, journal, writer, clock=clock, on_fault=self._faulted)
+        self.log = SessionLog(
+            session_id,
+            journal,
+            writer,
+            clock=clock,
+            on_fault=self._faulted,
+            on_commit=None if rig is None else rig.on_journal_commit,
+        )
         """The session's journal writer, hub and commit lock (runtime: commits go through the methods below)."""
         self._actors: dict[str, LoopActor] = {}
         self._change = asyncio.Event()  # replaced on every change: waiters hold the one that was current

@@ -34,11 +34,13 @@ class SessionLog:
         *,
         clock: Clock,
         on_fault: Callable[[SessionFaultError], None],
+        on_commit: Callable[[float], None] | None = None,
     ) -> None:
         self.session_id = session_id
         self._journal = journal
         self._writer = writer
         self._clock = clock
+        self._on_commit = on_commit
         self._on_fault = on_fault
         self._hub = Hub(session_id, self._read_envelopes)
         self._lock = asyncio.Lock()
@@ -111,8 +113,12 @@ class SessionLog:
 
     async def _append(self, events: Sequence[Committed]) -> list[int]:
         records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
+        began = self._clock.monotonic()
         try:
-            return await self._writer.append(records)
+            seqs = await self._writer.append(records)
+            if self._on_commit is not None:
+                self._on_commit(self._clock.monotonic() - began)
+            return seqs
         except asyncio.CancelledError:
             raise
         except Exception as exc:
