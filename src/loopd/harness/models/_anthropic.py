@@ -26,11 +26,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, cast
 
 import anthropic
 import httpx2
@@ -62,15 +60,14 @@ from loopd.harness.models._protocol import (
     UsageReport,
 )
 from loopd.harness.models._ratelimit import RateLimiter, estimate_tokens
-from loopd.harness.models._retrying import DEFAULT_BACKOFF, Sleep, retry_after_seconds, retrying
-
-logger = logging.getLogger(__name__)
+from loopd.harness.models._retrying import Sleep, retry_after_seconds, retrying
+from loopd.harness.models._sdk import SdkAdapter, check_settings
 
 DEFAULT_MAX_TOKENS = 4096
 _EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 
 
-class AnthropicModel:
+class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
     """A `Model` served by Anthropic's Messages API (or a server speaking it, e.g. the scripted one).
 
     ``model`` is the default model id; a non-empty ``ModelRequest.model`` overrides it per call. ``sleep`` and
@@ -98,48 +95,27 @@ class AnthropicModel:
         http_client: httpx2.AsyncClient | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        if not model:
-            raise ValueError("model must be a non-empty model id")
-        if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        if max_retry_after < 0:
-            raise ValueError("max_retry_after must be >= 0 seconds")
+        check_settings(model, timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after)
         if default_max_tokens < 1:
             raise ValueError("default_max_tokens must be >= 1")
-        self._model = model
-        self._max_retries = max_retries
-        chosen = backoff or DEFAULT_BACKOFF
-        self._backoff = dataclasses.replace(chosen, random=random) if random is not None else chosen
-        self._max_retry_after = max_retry_after
-        self._prices = prices
+        super().__init__(
+            model,
+            client=client
+            or anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
+            ),
+            owns_client=client is None,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_retry_after=max_retry_after,
+            prices=prices,
+            sleep=sleep,
+            random=random,
+            limiter=limiter,
+        )
         self._default_max_tokens = default_max_tokens
         self._prompt_cache = prompt_cache
-        self._sleep = sleep
-        self._owns_client = client is None
-        self._client = client or anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
-        )
-        self._limiter = limiter
-        self._flagged_unpriced: set[str] = set()
-
-    @property
-    def name(self) -> str:
-        return self._model
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (only if this adapter created it)."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; see the module docstring for the mapping, retry and usage contract."""
@@ -232,18 +208,7 @@ class AnthropicModel:
         reported = usage.total()
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
-        yield UsageReport(usage=self._priced(served_model, model, reported, usage.cache_write))
-
-    def _priced(self, served_model: str, requested_model: str, usage: Usage, cache_write: int) -> Usage:
-        if self._prices is None:
-            return usage
-        quote = self._prices.quote(served_model, usage, cache_write_tokens=cache_write)
-        if not quote.priced and served_model != requested_model:
-            quote = self._prices.quote(requested_model, usage, cache_write_tokens=cache_write)
-        if not quote.priced and requested_model not in self._flagged_unpriced:
-            self._flagged_unpriced.add(requested_model)
-            logger.warning("model %s is not in the price table; its calls are counted at $0", requested_model)
-        return quote.usage
+        yield UsageReport(usage=self._priced(served_model, model, reported, cache_write=usage.cache_write))
 
 
 @dataclasses.dataclass

@@ -34,13 +34,10 @@ for a stream is the longest silence allowed between two chunks.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
-from types import TracebackType
-from typing import Literal, Self
+from typing import Literal
 
 import httpx2
 import openai
@@ -68,6 +65,7 @@ from loopd.harness.models._protocol import (
 )
 from loopd.harness.models._ratelimit import RateLimiter, estimate_tokens
 from loopd.harness.models._retrying import DEFAULT_BACKOFF, retry_after_seconds, retry_delay, retrying
+from loopd.harness.models._sdk import SdkAdapter, check_settings
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -78,13 +76,12 @@ __all__ = [
     "retry_delay",
 ]
 
-logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
 
 
-class OpenAICompatibleModel:
+class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
     """A `Model` served by any OpenAI-compatible Chat Completions endpoint.
 
     ``model`` is the default model id; a non-empty ``ModelRequest.model`` overrides it per call. ``sleep`` and
@@ -113,46 +110,25 @@ class OpenAICompatibleModel:
         http_client: httpx2.AsyncClient | None = None,
         limiter: RateLimiter | None = None,
     ) -> None:
-        if not model:
-            raise ValueError("model must be a non-empty model id")
-        if timeout <= 0:
-            raise ValueError("timeout must be > 0 seconds")
-        if max_retries < 0:
-            raise ValueError("max_retries must be >= 0")
-        self._model = model
-        self._max_retries = max_retries
-        if max_retry_after < 0:
-            raise ValueError("max_retry_after must be >= 0 seconds")
-        chosen = backoff or DEFAULT_BACKOFF
-        self._backoff = dataclasses.replace(chosen, random=random) if random is not None else chosen
-        self._max_retry_after = max_retry_after
-        self._prices = prices
+        check_settings(model, timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after)
+        super().__init__(
+            model,
+            client=client
+            or openai.AsyncOpenAI(
+                api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
+            ),
+            owns_client=client is None,
+            timeout=timeout,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_retry_after=max_retry_after,
+            prices=prices,
+            sleep=sleep,
+            random=random,
+            limiter=limiter,
+        )
         self._include_usage = include_usage
         self._max_tokens_field: MaxTokensField = max_tokens_field
-        self._sleep = sleep
-        self._owns_client = client is None
-        self._client = client or openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0, http_client=http_client
-        )
-        self._limiter = limiter
-        self._flagged_unpriced: set[str] = set()
-
-    @property
-    def name(self) -> str:
-        return self._model
-
-    async def aclose(self) -> None:
-        """Close the HTTP client (only if this adapter created it)."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; see the module docstring for the retry, usage and cancellation contract."""
@@ -235,17 +211,6 @@ class OpenAICompatibleModel:
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
         yield UsageReport(usage=self._priced(served_model, model, reported))
-
-    def _priced(self, served_model: str, requested_model: str, usage: Usage) -> Usage:
-        if self._prices is None:
-            return usage
-        quote = self._prices.quote(served_model, usage)
-        if not quote.priced and served_model != requested_model:
-            quote = self._prices.quote(requested_model, usage)
-        if not quote.priced and requested_model not in self._flagged_unpriced:
-            self._flagged_unpriced.add(requested_model)
-            logger.warning("model %s is not in the price table; its calls are counted at $0", requested_model)
-        return quote.usage
 
 
 def openai_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
