@@ -44,6 +44,7 @@ def journals(draw: st.DrawFn) -> list[Stored]:
         if draw(st.integers(0, 9)) == 0:
             choices = ["agent", "stop_agent", "restored", "stopped", "stray", "active", "adopted", "mode", "model"]
             choices.append("hustle")
+            choices.append("foreign")
             match draw(st.sampled_from(choices)):
                 case "agent":
                     name = f"agent-{counter}"
@@ -78,6 +79,10 @@ def journals(draw: st.DrawFn) -> list[Stored]:
                     out.append(ev.LoopModeChanged(loop=draw(st.sampled_from(loops)), mode=mode, at=0.0))
                 case "model":
                     out.append(ev.LoopInferenceChanged(loop=draw(st.sampled_from(loops)), model=f"m{counter}", at=0.0))
+                case "foreign":  # a foreign loop's CLI names its session, in or out of a turn
+                    sid = f"f{draw(st.integers(0, 2))}"
+                    loop = draw(st.sampled_from(loops))
+                    out.append(ev.ForeignSessionBound(loop=loop, engine="codex", foreign_session_id=sid, at=0.0))
                 case _:  # a loop-scoped event for a loop nobody announced
                     loop = f"stray-{counter}"
                     loops.append(loop)
@@ -253,6 +258,7 @@ def test_the_direct_constructors_in_apply_know_every_field() -> None:
         "model",
         "measured_tokens",
         "context_window",
+        "foreign_session_id",
     ]
     assert [f.name for f in fields(TurnState)] == [
         "turn_id",

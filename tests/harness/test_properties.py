@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from loopd.harness.actors import NothingToUndoError, WorkspaceBusyError
 from loopd.harness.core import codec, fold
 from loopd.harness.core import events as ev
 from loopd.harness.core.events import QueuedInput
+from loopd.harness.foreign import ForeignEngine
 from loopd.harness.snapshots import SnapshotPolicy
 from loopd.harness.tools import AskUserTool
 
@@ -58,6 +60,7 @@ commands = st.lists(
         st.tuples(st.just("mode"), st.sampled_from(["plan", "build"])),
         st.tuples(st.just("model"), st.sampled_from(["small", "large"])),
         st.tuples(st.just("active"), st.sampled_from(["main", "side"])),
+        st.tuples(st.just("foreign"), st.sampled_from(["hi", "tool", "fail"])),
     ),
     max_size=12,
 )
@@ -80,9 +83,14 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 context_window=200,
             )
             side = LoopDefinition(name="side", model=model, tools=(EchoTool(),))
+            # A foreign loop (the scripted codex CLI): its first turn journals ForeignSessionBound, later ones resume.
+            fake_codex = str(Path(__file__).parent.parent / "harness_foreign" / "fake_codex.py")
+            foreign = LoopDefinition(
+                name="foreign", model=ForeignEngine(kind="codex", command=(sys.executable, fake_codex), cwd=Path(d))
+            )
             (Path(d) / "ws").mkdir()
             rig = Rig(
-                loops=[main, side],
+                loops=[main, side, foreign],
                 journal=journal,
                 workspace=Path(d) / "ws",
                 snapshots=SnapshotPolicy(root=Path(d) / "snap"),
@@ -118,6 +126,8 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                     await session.change_loop_inference(str(arg))
                 elif name == "active":
                     await session.set_active_loop(str(arg))
+                elif name == "foreign":
+                    last = await session.submit(str(arg), loop="foreign")
                 else:
                     await asyncio.sleep(float(arg))  # type: ignore[arg-type]
                 # Between commits the live state is exactly the fold of what is durable.
@@ -256,6 +266,13 @@ stored_events = st.one_of(
         at=st.floats(0, 2e9),
     ),
     st.builds(ev.LoopModeChanged, loop=st.just("main"), mode=st.text(max_size=8), at=st.floats(0, 2e9)),
+    st.builds(
+        ev.ForeignSessionBound,
+        loop=st.just("main"),
+        engine=st.sampled_from(["claude", "codex"]),
+        foreign_session_id=st.text(max_size=40),
+        at=st.floats(0, 2e9),
+    ),
     st.builds(ev.LoopInferenceChanged, loop=st.just("main"), model=st.text(max_size=8), at=st.floats(0, 2e9)),
     st.builds(
         ev.ContextMeasured,

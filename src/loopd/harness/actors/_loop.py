@@ -46,6 +46,7 @@ from loopd.harness.core.events import (
     TurnDone,
     TurnFailed,
     TurnInterrupted,
+    TurnStarted,
 )
 from loopd.harness.core.hustles import HustleInfo
 from loopd.harness.core.inputs import (
@@ -57,6 +58,7 @@ from loopd.harness.core.inputs import (
     CompactionDone,
     CompactionFailed,
     Effect,
+    ForeignSessionSeen,
     GateAnswered,
     GateNeeded,
     ModelCompleted,
@@ -68,6 +70,18 @@ from loopd.harness.core.inputs import (
     UserInputNeeded,
 )
 from loopd.harness.core.state import LoopState
+from loopd.harness.foreign import (
+    ForeignEngine,
+    ForeignEngineError,
+    ForeignEvent,
+    ForeignProtocolError,
+    PermissionRequest,
+    SessionBound,
+    TextPiece,
+    ToolUse,
+    run_foreign_turn,
+)
+from loopd.harness.foreign import ToolResult as ForeignToolResult
 from loopd.harness.gate import (
     GATE_TIMEOUT_DEFAULT,
     AccessConfig,
@@ -88,7 +102,7 @@ from loopd.harness.models import (
     UsageReport,
     tool_calls_from_deltas,
 )
-from loopd.harness.tools import AskUserTool, Tool, ToolContext
+from loopd.harness.tools import AskUserTool, PreparedCall, Requirement, Tool, ToolContext
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -150,6 +164,8 @@ class LoopDefinition:
             raise ValueError(f"loop {self.name!r} starts in mode {self.mode!r}, which it does not declare")
         if (self.context_window is not None and self.context_window < 1) or not 0 < self.pressure_at <= 1:
             raise ValueError("context_window must be positive and pressure_at within (0, 1]")
+        if isinstance(self.model, ForeignEngine) and (self.compact_at_tokens is not None or self.tools):
+            raise ValueError(f"foreign loop {self.name!r} cannot compact or take tools: its CLI owns both")
 
     @property
     def config(self) -> LoopConfig:
@@ -224,6 +240,7 @@ class LoopActor:
         self._resolving: set[str] = set()
         self._ask_timers: dict[str, asyncio.Task[None]] = {}
         self._compaction: _Compaction | None = None
+        self._turn_inputs: tuple[str, tuple[str, ...]] | None = None  # a foreign loop's (turn id, its inputs)
         self._config = definition.config
         specs = {t.spec.name: (t, t.spec) for t in definition.tools}
         for extra in extra_tools:  # the definition's own tools win a name clash
@@ -354,6 +371,8 @@ class LoopActor:
                 self._tracing.observe(event)
             if isinstance(event, TurnDone | TurnFailed):
                 self.session.subagents.report(self.name, event)
+            if isinstance(event, TurnStarted):
+                self._turn_inputs = (event.turn_id, tuple(i.text for i in event.inputs))
             if isinstance(event, ToolCompleted) and event.outcome.call_id in self._ask_timers:
                 ask_timer = self._ask_timers.pop(event.outcome.call_id)
                 if ask_timer is not asyncio.current_task():
@@ -383,6 +402,8 @@ class LoopActor:
     def start_effect(self, effect: Effect) -> None:
         """Run one effect of a committed decision (owned by this actor: `stop` awaits it)."""
         match effect:
+            case CallModel() if isinstance(self.definition.model, ForeignEngine):
+                self._track(effect.turn_id, self._foreign_turn(effect, self.definition.model))
             case CallModel():
                 model_call = self._call_model(effect)
                 if self._tracing is not None:
@@ -511,6 +532,98 @@ class LoopActor:
         if self._tracing is not None:
             self._tracing.model_result(result)
         self.mailbox.put_result(result)
+
+    # --- foreign loops -------------------------------------------------------------------------------------
+
+    async def _foreign_turn(self, effect: CallModel, engine: ForeignEngine) -> None:
+        """Run the turn in the foreign CLI (`loopd.harness.foreign`): its session id is journaled as soon as it is
+        named, its text streams as `TokenDelta`, its own tools as `ToolCallStarted` / `ToolProgress`, its permission
+        requests go through the gate; its final answer (or failure) ends the turn like a model reply without tools."""
+        d = self.definition
+        turn_id, step = effect.turn_id, effect.step
+        text: list[str] = []
+        offset = 0
+
+        def on_event(event: ForeignEvent) -> None:
+            nonlocal offset
+            match event:
+                case SessionBound(session_id=session_id):
+                    self.mailbox.put_result(ForeignSessionSeen(engine=engine.kind, session_id=session_id))
+                case TextPiece(text=piece) if piece:
+                    text.append(piece)
+                    self._publish(TokenDelta(loop=self.name, turn_id=turn_id, step=step, text=piece, offset=offset))
+                    offset += len(piece)
+                case ToolUse(call_id=call_id, name=tool, arguments=arguments):
+                    summary = str(arguments)[:200]
+                    self._publish(
+                        ToolCallStarted(loop=self.name, turn_id=turn_id, call_id=call_id, name=tool, summary=summary)
+                    )
+                case ForeignToolResult(call_id=call_id, output=output, is_error=is_error):
+                    message = ("error: " if is_error else "") + output[:500]
+                    self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=message))
+
+        async def permit(request: PermissionRequest) -> tuple[bool, str]:
+            allowed, reason = await self._foreign_permission(engine, request)
+            call_id = request.call_id or request.request_id
+            verdict = "allowed" if allowed else f"permission denied: {reason}"
+            self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=verdict))
+            return allowed, reason
+
+        result: ModelCompleted | ModelFailed
+        try:
+            async with asyncio.timeout(d.model_timeout):
+                finished = await run_foreign_turn(
+                    engine,
+                    self._foreign_prompt(effect),
+                    resume=self.state.foreign_session_id,
+                    on_event=on_event,
+                    permit=permit,
+                )
+            if finished.error is not None:
+                result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignTurnFailed", message=finished.error)
+            else:
+                usage = Usage(input_tokens=finished.input_tokens, output_tokens=finished.output_tokens, calls=1)
+                reply = finished.text or "".join(text)
+                result = ModelCompleted(turn_id=turn_id, step=step, text=reply, tool_calls=(), usage=usage)
+        except (ForeignEngineError, ForeignProtocolError) as exc:
+            result = ModelFailed(turn_id=turn_id, step=step, error_type=type(exc).__name__, message=str(exc))
+        except TimeoutError:
+            message = f"{engine.kind} did not finish within {d.model_timeout:g}s"
+            result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignTimeout", message=message)
+        self.mailbox.put_result(result)
+
+    def _foreign_prompt(self, effect: CallModel) -> str:
+        """The turn's own inputs (the foreign CLI holds the conversation before them in its session); after a
+        restore re-issues a turn, the user messages since the last reply."""
+        if self._turn_inputs is not None and self._turn_inputs[0] == effect.turn_id:
+            return "\n\n".join(self._turn_inputs[1])
+        return _turn_prompt(effect.messages)
+
+    async def _foreign_permission(self, engine: ForeignEngine, request: PermissionRequest) -> tuple[bool, str]:
+        """The gate's verdict on a foreign CLI's tool: configured access, then stored rules (the `evaluate` order).
+        A request neither allows (a human prompt would be needed) is denied: the CLI cannot wait on a gate here."""
+        call_id = request.call_id or request.request_id
+        requirement = Requirement(
+            kind="foreign",
+            scope=engine.kind,
+            match=request.tool,
+            description=f"{engine.kind} wants to use its tool {request.tool}",
+        )
+        call = PreparedCall(
+            call_id=call_id, tool=request.tool, arguments=request.arguments, requirements=(requirement,)
+        )
+        try:
+            stored = await asyncio.wait_for(self._rules.load(), 10.0)
+        except (RuleStoreError, TimeoutError) as exc:
+            return False, f"permission rules unreadable: {exc}"
+        decision = evaluate([call], access=self.definition.access, stored=stored)
+        verdict = decision.verdict(call_id)
+        if verdict is Verdict.ALLOW:
+            return True, ""
+        if verdict is Verdict.DENY:
+            reason = next((c.reason for c in decision.calls if c.call_id == call_id), "") or "denied"
+            return False, f"denied by the gate: {reason}"
+        return False, f"{request.tool} needs approval; allow it in the loop's access or with a stored rule"
 
     # --- compaction on a lane ------------------------------------------------------------------------------
 
@@ -793,3 +906,15 @@ class LoopActor:
         done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self.mailbox.put_priority(_Ask(command, done))
         return await done
+
+
+def _turn_prompt(messages: tuple[Any, ...]) -> str:
+    """The turn's new user text: the user messages after the last assistant message (the foreign CLI holds the
+    rest of the conversation in its own session)."""
+    texts: list[str] = []
+    for message in reversed(messages):
+        if message.role == "assistant":
+            break
+        if message.role == "user" and message.content:
+            texts.append(str(message.content))
+    return "\n\n".join(reversed(texts))

@@ -28,6 +28,7 @@ from loopd.harness.core.events import (
     AgentStopped,
     ConfigurationAdopted,
     ContextMeasured,
+    ForeignSessionBound,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -111,6 +112,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 model=state.model,
                 measured_tokens=state.measured_tokens,
                 context_window=state.context_window,
+                foreign_session_id=state.foreign_session_id,
             )
         case ModelReplied(text=text, tool_calls=calls, usage=usage):
             turn = _turn_of(state, "ModelReplied")
@@ -139,6 +141,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 model=state.model,
                 measured_tokens=state.measured_tokens,
                 context_window=state.context_window,
+                foreign_session_id=state.foreign_session_id,
             )
         case StepDone():
             turn = _turn_of(state, "StepDone")
@@ -166,6 +169,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 model=state.model,
                 measured_tokens=state.measured_tokens,
                 context_window=state.context_window,
+                foreign_session_id=state.foreign_session_id,
             )
         case TurnStarted(turn_id=turn_id, inputs=inputs):
             return LoopState(
@@ -182,6 +186,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 model=state.model,
                 measured_tokens=state.measured_tokens,
                 context_window=state.context_window,
+                foreign_session_id=state.foreign_session_id,
             )
         case TurnDone(text=text, step_usage=step_usage):
             history = state.history.appended(Message(role="assistant", content=text))
@@ -199,6 +204,7 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
                 model=state.model,
                 measured_tokens=state.measured_tokens,
                 context_window=state.context_window,
+                foreign_session_id=state.foreign_session_id,
             )
         case InputQueued(command_id=command_id, text=text):
             return replace(state, queued=(*state.queued, QueuedInput(command_id=command_id, text=text)))
@@ -241,6 +247,8 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             return replace(state, model=model)
         case ContextMeasured(tokens=tokens, window=window):
             return replace(state, measured_tokens=tokens, context_window=window)
+        case ForeignSessionBound(foreign_session_id=foreign_session_id):
+            return replace(state, foreign_session_id=foreign_session_id)
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)
     raise TypeError(f"not a loop event: {event!r}")  # pragma: no cover - the union is closed

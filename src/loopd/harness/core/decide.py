@@ -32,6 +32,7 @@ from loopd.harness.core.commands import (
 from loopd.harness.core.compaction import compact_threshold, measure_context, must_wait, should_compact
 from loopd.harness.core.events import (
     ContextMeasured,
+    ForeignSessionBound,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -61,6 +62,7 @@ from loopd.harness.core.inputs import (
     CompactionDone,
     CompactionFailed,
     Effect,
+    ForeignSessionSeen,
     GateAnswered,
     GateNeeded,
     ModelCompleted,
@@ -90,6 +92,7 @@ LoopInput = (
     | ProvideUserInput
     | UserInputNeeded
     | UserInputExpired
+    | ForeignSessionSeen
 )
 
 
@@ -344,6 +347,11 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                     prompt=dict(turn.gate.prompt),
                 )
             )
+        case ForeignSessionSeen(engine=engine, session_id=session_id):
+            # Journaled once per id: later turns resume it (also after a restore, and after an interrupt, since
+            # the foreign CLI's session exists as soon as it names it).
+            if session_id and session_id != state.foreign_session_id:
+                b.emit(ForeignSessionBound(loop=name, engine=engine, foreign_session_id=session_id, at=now))
         case SetLoopMode(mode=mode):
             # The session refuses unknown modes before they get here; a stale one decides nothing.
             current = config.mode_of(state)

@@ -338,6 +338,16 @@ class UserInputRequested(_LoopEvent):
     at: float
 
 
+class ForeignSessionBound(_LoopEvent):
+    """A foreign loop's CLI (``engine``: claude, codex) named its own session: later turns resume
+    ``foreign_session_id`` (see `loopd.harness.foreign`)."""
+
+    kind: Literal["foreign_session_bound"] = "foreign_session_bound"
+    engine: str
+    foreign_session_id: str
+    at: float
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -461,6 +471,7 @@ LoopEvent = (
     | LoopModeChanged
     | LoopInferenceChanged
     | ContextMeasured
+    | ForeignSessionBound
     | TurnDone
     | TurnFailed
     | TurnInterrupted
@@ -499,6 +510,7 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     LoopModeChanged,
     LoopInferenceChanged,
     ContextMeasured,
+    ForeignSessionBound,
     TurnDone,
     TurnFailed,
     TurnInterrupted,

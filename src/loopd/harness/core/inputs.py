@@ -105,6 +105,14 @@ class UserInputExpired:
     request_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ForeignSessionSeen:
+    """A foreign loop's CLI (``engine``) named its session ``session_id`` (in or after any turn: it exists)."""
+
+    engine: str
+    session_id: str
+
+
 Completion = (
     CompactionDone
     | CompactionFailed
@@ -115,6 +123,7 @@ Completion = (
     | GateAnswered
     | UserInputNeeded
     | UserInputExpired
+    | ForeignSessionSeen
 )
 
 

@@ -70,6 +70,7 @@ class LoopState:
     model: str | None = None
     measured_tokens: int = 0
     context_window: int | None = None
+    foreign_session_id: str | None = None  # ForeignSessionBound: the foreign CLI's session to resume
 
     @property
     def idle(self) -> bool:

@@ -1,26 +1,46 @@
-"""Foreign loops (issue 17.5, in progress): the event streams of external coding-agent CLIs (`claude -p
---output-format stream-json`, `codex exec --json`) parsed into a neutral vocabulary. Only the pure parsers exist."""
+"""Foreign loops (issue 17.5): a loop whose engine is an external coding-agent CLI (`claude -p --output-format
+stream-json`, `codex exec --json`) run as a subprocess per turn. `ForeignEngine` is given as the loop's model; the
+pure parsers map the CLIs' JSON lines onto one neutral vocabulary; `run_foreign_turn` runs one turn. See
+docs/foreign-loops.md."""
 
+from loopd.harness.foreign._engine import (
+    ForeignEngine,
+    ForeignEngineError,
+    ForeignKind,
+    PermissionDecider,
+    run_foreign_turn,
+)
 from loopd.harness.foreign._protocols import (
     Finished,
     ForeignEvent,
     ForeignProtocolError,
+    PermissionRequest,
     SessionBound,
     TextPiece,
     ToolResult,
     ToolUse,
+    claude_permission_reply,
+    claude_user_line,
     parse_claude_line,
     parse_codex_line,
 )
 
 __all__ = [
     "Finished",
+    "ForeignEngine",
+    "ForeignEngineError",
     "ForeignEvent",
+    "ForeignKind",
     "ForeignProtocolError",
+    "PermissionDecider",
+    "PermissionRequest",
     "SessionBound",
     "TextPiece",
     "ToolResult",
     "ToolUse",
+    "claude_permission_reply",
+    "claude_user_line",
     "parse_claude_line",
     "parse_codex_line",
+    "run_foreign_turn",
 ]

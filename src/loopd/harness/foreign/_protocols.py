@@ -15,8 +15,11 @@ Two protocols, one JSON object per line on the CLI's stdout:
 late-bound foreign session id), `TextPiece`, `ToolUse`, `ToolResult`, `Finished`. Unknown types are skipped (the
 CLIs add event types over time); a line that is not a JSON object is `ForeignProtocolError`.
 
-Status: this is the parsing half of foreign loops (issue 17.5). The subprocess engine, the ``ForeignSessionBound``
-event and the gate routing are not written yet.
+With ``--permission-prompt-tool stdio`` (and ``--input-format stream-json``: the prompt and the answers go to the
+CLI's stdin), claude asks before each tool it may not use on its own: a ``control_request`` line (``request.subtype``
+``can_use_tool``: ``tool_name``, ``input``, ``tool_use_id``) becomes `PermissionRequest`; `claude_permission_reply`
+is the ``control_response`` line that answers it. ``codex exec`` asks nothing (it runs under its own sandbox and
+approval flags). The subprocess engine is `loopd.harness.foreign._engine`.
 """
 
 from __future__ import annotations
@@ -70,7 +73,17 @@ class Finished:
     error: str | None = None
 
 
-ForeignEvent = SessionBound | TextPiece | ToolUse | ToolResult | Finished
+@dataclass(frozen=True, slots=True)
+class PermissionRequest:
+    """The foreign agent asks whether it may run ``tool`` with ``arguments`` (answer with `request_id`)."""
+
+    request_id: str
+    tool: str
+    arguments: dict[str, Any]
+    call_id: str = ""
+
+
+ForeignEvent = SessionBound | TextPiece | ToolUse | ToolResult | Finished | PermissionRequest
 
 
 def _object(line: str) -> dict[str, Any] | None:
@@ -123,6 +136,18 @@ def parse_claude_line(line: str) -> list[ForeignEvent]:
                         str(block.get("tool_use_id", "")), _text_of(block.get("content")), bool(block.get("is_error"))
                     )
                 )
+    elif kind == "control_request":
+        request = data.get("request") or {}
+        if isinstance(request, dict) and request.get("subtype") == "can_use_tool":
+            args = request.get("input")
+            out.append(
+                PermissionRequest(
+                    request_id=str(data.get("request_id", "")),
+                    tool=str(request.get("tool_name", "")),
+                    arguments=args if isinstance(args, dict) else {},
+                    call_id=str(request.get("tool_use_id") or ""),
+                )
+            )
     elif kind == "result":
         usage = data.get("usage") or {}
         failed = bool(data.get("is_error")) or data.get("subtype") not in (None, "success")
@@ -135,6 +160,22 @@ def parse_claude_line(line: str) -> list[ForeignEvent]:
             )
         )
     return out
+
+
+def claude_permission_reply(request: PermissionRequest, *, allow: bool, message: str = "") -> str:
+    """The ``control_response`` line (with its newline) that answers ``request`` on claude's stdin."""
+    answer: dict[str, Any] = (
+        {"behavior": "allow", "updatedInput": request.arguments}
+        if allow
+        else {"behavior": "deny", "message": message or "denied"}
+    )
+    body = {"subtype": "success", "request_id": request.request_id, "response": answer}
+    return json.dumps({"type": "control_response", "response": body}) + "\n"
+
+
+def claude_user_line(text: str) -> str:
+    """The stream-json ``user`` message line (with its newline) that gives claude its prompt on stdin."""
+    return json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n"
 
 
 _CODEX_TOOL_ITEMS = {

@@ -1,0 +1,190 @@
+"""A foreign loop's engine: an external coding-agent CLI run as a subprocess, once per turn.
+
+`ForeignEngine` is what a `LoopDefinition` takes as its ``model`` to become a foreign loop. The loop actor calls
+`run_foreign_turn` for each turn: it starts the CLI in its own process group, gives it the turn's prompt, reads its
+JSON lines through the pure parsers of `_protocols`, hands every neutral event to the caller, answers claude's
+permission requests with the caller's decision, and returns the `Finished` line. Whatever way it ends (an answer, a
+failure, a timeout, a cancellation by an interrupt or a shutdown), the process group is gone before it returns:
+SIGTERM, ``kill_grace`` seconds, then SIGKILL, each wait bounded.
+
+Command lines (``command`` is the executable and any flags of the caller's, e.g. ``("claude", "--model", "x")``):
+
+* claude: ``command -p --output-format stream-json --verbose --input-format stream-json
+  --permission-prompt-tool stdio [--resume ID]``; the prompt is a stream-json ``user`` line on stdin, stdin stays
+  open for the permission answers and is closed once the ``result`` line arrives.
+* codex: ``command exec --json [resume ID] PROMPT``; stdin is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from loopd.harness._errors import HarnessError, ModelPermanentError
+from loopd.harness.foreign._protocols import (
+    Finished,
+    ForeignEvent,
+    PermissionRequest,
+    claude_permission_reply,
+    claude_user_line,
+    parse_claude_line,
+    parse_codex_line,
+)
+from loopd.harness.models import ModelChunk, ModelRequest
+
+ForeignKind = Literal["claude", "codex"]
+PermissionDecider = Callable[[PermissionRequest], Awaitable[tuple[bool, str]]]
+"""Answers one permission request: (allowed, the reason given to the CLI when denied)."""
+
+_LINE_LIMIT = 8 * 1024 * 1024  # one JSON line (a large tool result) may be long
+_STDERR_KEEP = 4096
+
+
+class ForeignEngineError(HarnessError):
+    """The foreign CLI could not be started, or it ended without finishing its turn."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignEngine:
+    """An external coding-agent CLI as a loop's engine (give it as `LoopDefinition.model`).
+
+    ``kind``: which protocol it speaks; ``command``: the executable and the caller's own flags (default: the
+    ``claude`` / ``codex`` on PATH); ``cwd``: where it runs (the workspace); ``env``: variables added to the
+    inherited environment; ``kill_grace``: seconds between SIGTERM and SIGKILL when a turn is stopped.
+    The turn's time limit is the loop's ``model_timeout``.
+    """
+
+    kind: ForeignKind
+    command: tuple[str, ...] = ()
+    cwd: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    kill_grace: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("claude", "codex"):
+            raise ValueError(f"unknown foreign engine kind {self.kind!r} (claude or codex)")
+        if self.kill_grace <= 0:
+            raise ValueError("kill_grace must be positive")
+
+    @property
+    def name(self) -> str:
+        """The engine's name where a model name is expected (fingerprints, traces)."""
+        return f"foreign:{self.kind}"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        """Not a chat model: a foreign engine runs whole turns in the loop actor (compaction cannot use it)."""
+        raise ModelPermanentError(f"{self.name} runs whole turns of a foreign loop; it is not a chat model")
+
+    def argv(self, prompt: str, resume: str | None) -> list[str]:
+        """The command line of one turn (resuming the foreign session ``resume`` when given)."""
+        if self.kind == "claude":
+            base = list(self.command or ("claude",))
+            args = ["-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+            args += ["--permission-prompt-tool", "stdio"]
+            return base + args + (["--resume", resume] if resume else [])
+        base = list(self.command or ("codex",))
+        return base + ["exec", "--json"] + (["resume", resume] if resume else []) + [prompt]
+
+
+async def _terminate(process: asyncio.subprocess.Process, grace: float) -> None:
+    """End the process group of ``process`` (SIGTERM, then SIGKILL after ``grace``); every wait is bounded."""
+    if process.returncode is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), wait)
+            return
+
+
+async def _drain(stream: asyncio.StreamReader, keep: bytearray) -> None:
+    """Read ``stream`` to its end, keeping its last bytes (stderr: for the error message only)."""
+    while chunk := await stream.read(65536):
+        keep.extend(chunk)
+        del keep[:-_STDERR_KEEP]
+
+
+async def run_foreign_turn(
+    engine: ForeignEngine,
+    prompt: str,
+    *,
+    resume: str | None,
+    on_event: Callable[[ForeignEvent], None],
+    permit: PermissionDecider,
+) -> Finished:
+    """Run one turn of ``engine`` and return its `Finished` line (see the module docstring).
+
+    Raises `ForeignEngineError` (not startable, or ended without a ``result`` / ``turn.*`` line) and
+    `ForeignProtocolError` (a line that is not a JSON object). The caller bounds the time (``asyncio.timeout``).
+    """
+    parse = parse_claude_line if engine.kind == "claude" else parse_codex_line
+    argv = engine.argv(prompt, resume)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE if engine.kind == "claude" else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=engine.cwd,
+            env={**os.environ, **engine.env} if engine.env else None,
+            start_new_session=True,  # its own process group: a stop ends the CLI's children too
+            limit=_LINE_LIMIT,
+        )
+    except OSError as exc:
+        raise ForeignEngineError(f"cannot start {argv[0]!r} ({exc}): install it or set ForeignEngine.command") from exc
+    stderr = bytearray()
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(_drain(process.stderr, stderr))
+            finished = await _read_turn(engine, process, prompt, parse, on_event, permit)
+            if process.stdin is not None:
+                process.stdin.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), engine.kill_grace)
+            await _terminate(process, engine.kill_grace)  # a CLI that lingers after its answer
+        if finished is None:
+            tail = stderr.decode(errors="replace").strip()[-500:]
+            raise ForeignEngineError(
+                f"{engine.kind} exited (code {process.returncode}) before finishing its turn"
+                + (f": {tail}" if tail else "")
+            )
+        return finished
+    finally:
+        await _terminate(process, engine.kill_grace)
+
+
+async def _read_turn(
+    engine: ForeignEngine,
+    process: asyncio.subprocess.Process,
+    prompt: str,
+    parse: Callable[[str], list[ForeignEvent]],
+    on_event: Callable[[ForeignEvent], None],
+    permit: PermissionDecider,
+) -> Finished | None:
+    assert process.stdout is not None
+    stdin = process.stdin
+    if stdin is not None:
+        stdin.write(claude_user_line(prompt).encode())
+        await asyncio.wait_for(stdin.drain(), 30.0)
+    while line := await process.stdout.readline():
+        for event in parse(line.decode(errors="replace")):
+            if isinstance(event, PermissionRequest):
+                allowed, reason = await permit(event)
+                on_event(event)
+                if stdin is not None:
+                    stdin.write(claude_permission_reply(event, allow=allowed, message=reason).encode())
+                    with contextlib.suppress(ConnectionError):
+                        await asyncio.wait_for(stdin.drain(), 30.0)
+                continue
+            on_event(event)
+            if isinstance(event, Finished):
+                return event
+    return None

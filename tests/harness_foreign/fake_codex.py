@@ -1,0 +1,54 @@
+"""A scripted stand-in for `codex exec --json [resume ID] PROMPT` (the real CLI is not on the machine).
+
+By the prompt's words: ``tool`` → a command_execution item; ``hang`` → writes its pid to ``hang.pid`` and
+sleeps; ``fail`` → turn.failed; always an agent_message naming its thread and whether it was resumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+
+def say(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    assert args[:2] == ["exec", "--json"], args
+    rest = args[2:]
+    resume = None
+    if rest and rest[0] == "resume":
+        resume, rest = rest[1], rest[2:]
+    prompt = rest[-1]
+    thread = resume or f"codex-{uuid.uuid4().hex[:8]}"
+    say({"type": "thread.started", "thread_id": thread})
+    say({"type": "turn.started"})
+    if "hang" in prompt:
+        with open("hang.pid", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(120)
+    if "fail" in prompt:
+        say({"type": "turn.failed", "error": {"message": "quota exceeded"}})
+        return
+    if "tool" in prompt:
+        item = {"id": "item_0", "type": "command_execution", "command": "ls", "status": "in_progress"}
+        say({"type": "item.started", "item": item})
+        say(
+            {
+                "type": "item.completed",
+                "item": {**item, "status": "completed", "exit_code": 0, "aggregated_output": "a.txt\n"},
+            }
+        )
+    text = f"thread {thread} resumed={resume is not None}: {prompt}"
+    say({"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": text}})
+    say({"type": "turn.completed", "usage": {"input_tokens": 20, "cached_input_tokens": 0, "output_tokens": 7}})
+
+
+if __name__ == "__main__":
+    main()

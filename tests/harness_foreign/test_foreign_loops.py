@@ -1,0 +1,169 @@
+"""Foreign loops: a loop whose engine is a coding-agent CLI subprocess (scripted fakes of claude and codex).
+
+Pure decisions (the foreign session id is bound once), a turn through each fake CLI, a restore after a crash
+mid-turn that resumes the same foreign session, the gate answering claude's permission requests, and the
+subprocess never outliving an interrupt or a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopd.harness import LoopDefinition, MemoryJournal, Rig, SqliteJournal
+from loopd.harness.core import codec
+from loopd.harness.core.decide import LoopConfig, decide
+from loopd.harness.core.events import ForeignSessionBound, TurnDone, TurnFailed
+from loopd.harness.core.inputs import ForeignSessionSeen
+from loopd.harness.core.state import LoopState
+from loopd.harness.foreign import ForeignEngine
+from loopd.harness.gate import Access, AccessConfig
+from tests.support.waiting import eventually
+
+HERE = Path(__file__).parent
+
+
+def engine(kind: str, cwd: Path) -> ForeignEngine:
+    return ForeignEngine(kind=kind, command=(sys.executable, str(HERE / f"fake_{kind}.py")), cwd=cwd)  # type: ignore[arg-type]
+
+
+def foreign_rig(kind: str, tmp_path: Path, journal: object, access: AccessConfig | None = None) -> Rig:
+    loop = LoopDefinition(name="main", model=engine(kind, tmp_path), access=access or AccessConfig(), model_timeout=30)
+    return Rig(loops=[loop], journal=journal)  # type: ignore[arg-type]
+
+
+def test_a_foreign_session_id_is_bound_once() -> None:
+    config = LoopConfig(name="main")
+    state = LoopState(name="main")
+    first = decide(state, ForeignSessionSeen(engine="claude", session_id="c-1"), config=config, now=1.0)
+    assert first.events == (ForeignSessionBound(loop="main", engine="claude", foreign_session_id="c-1", at=1.0),)
+    from loopd.harness.core.apply import apply_loop
+
+    bound = apply_loop(state, first.events[0])
+    assert bound.foreign_session_id == "c-1"
+    assert decide(bound, ForeignSessionSeen(engine="claude", session_id="c-1"), config=config, now=2.0).events == ()
+    assert decide(bound, ForeignSessionSeen(engine="claude", session_id=""), config=config, now=2.0).events == ()
+    moved = decide(bound, ForeignSessionSeen(engine="claude", session_id="c-2"), config=config, now=3.0)
+    assert [e.foreign_session_id for e in moved.events if isinstance(e, ForeignSessionBound)] == ["c-2"]
+    kind, version, data = codec.encode(first.events[0])
+    assert codec.decode(kind, version, data) == first.events[0]
+
+
+def test_engine_command_lines() -> None:
+    claude = ForeignEngine(kind="claude")
+    assert claude.argv("hi", None)[:2] == ["claude", "-p"] and "--resume" not in claude.argv("hi", None)
+    assert claude.argv("hi", "c-1")[-2:] == ["--resume", "c-1"]
+    codex = ForeignEngine(kind="codex", command=("codex", "-m", "x"))
+    assert codex.argv("hi", None) == ["codex", "-m", "x", "exec", "--json", "hi"]
+    assert codex.argv("hi", "t-1") == ["codex", "-m", "x", "exec", "--json", "resume", "t-1", "hi"]
+    with pytest.raises(ValueError):
+        ForeignEngine(kind="gemini")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # its CLI owns tools and context
+        LoopDefinition(name="m", model=claude, compact_at_tokens=100)
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex"])
+async def test_turns_run_through_the_cli_and_resume_its_session(kind: str, tmp_path: Path) -> None:
+    journal = MemoryJournal()
+    rig = foreign_rig(kind, tmp_path, journal)
+    session = await rig.start_session()
+    sub = session.subscribe()
+    done = await session.ask("hello tool", timeout=30)
+    assert isinstance(done, TurnDone), done
+    bound = session.state.loops["main"].foreign_session_id
+    assert bound is not None and bound.startswith(kind)
+    again = await session.ask("and again", timeout=30)
+    assert isinstance(again, TurnDone) and f"{bound} resumed=True: and again" in again.text
+    assert session.state.loops["main"].foreign_session_id == bound
+    await session.shutdown()
+    seen = []
+    async for env in sub:
+        seen.append(env.event.kind)
+        if env.event.kind == "session_stopped":
+            break
+    assert seen.count("foreign_session_bound") == 1
+    assert "token_delta" in seen and "tool_call_started" in seen and "tool_progress" in seen
+    records = await journal.read(session.id)
+    assert [r.kind for r in records].count("foreign_session_bound") == 1
+
+
+async def test_a_failed_foreign_turn_fails_the_turn(tmp_path: Path) -> None:
+    for kind in ("claude", "codex"):
+        session = await foreign_rig(kind, tmp_path, MemoryJournal()).start_session()
+        failed = await session.ask("please fail", timeout=30)
+        assert isinstance(failed, TurnFailed) and failed.error_type == "ForeignTurnFailed"
+        await session.shutdown()
+    missing = LoopDefinition(name="main", model=ForeignEngine(kind="codex", command=(str(tmp_path / "nope"),)))
+    session = await Rig(loops=[missing], journal=MemoryJournal()).start_session()
+    failed = await session.ask("hi", timeout=30)
+    assert isinstance(failed, TurnFailed) and failed.error_type == "ForeignEngineError"
+    await session.shutdown()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes (the fake is the child of the asyncio subprocess transport).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+async def _hung_pid(tmp_path: Path) -> int:
+    pid_file = tmp_path / "hang.pid"
+    text: str = await eventually(lambda: (pid_file.read_text() or None) if pid_file.exists() else None, what="the pid")
+    return int(text)
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex"])
+async def test_a_crash_mid_turn_then_restore_resumes_the_same_foreign_session(kind: str, tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    rig = foreign_rig(kind, tmp_path, journal)
+    session = await rig.start_session()
+    await session.submit("hang on")
+    pid = await _hung_pid(tmp_path)
+    bound = await eventually(lambda: session.state.loops["main"].foreign_session_id, what="the bound session")
+    session.abort()  # the process "dies" mid-turn
+    await eventually(lambda: not _alive(pid), what="the CLI's end")
+    restored = await rig.restore_session(session.id)
+    assert restored.state.loops["main"].foreign_session_id == bound
+    done = await restored.ask("where were we", timeout=30)
+    assert isinstance(done, TurnDone) and f"{bound} resumed=True: where were we" in done.text
+    await restored.shutdown()
+    await journal.aclose()
+
+
+async def test_an_interrupt_ends_the_cli(tmp_path: Path) -> None:
+    session = await foreign_rig("claude", tmp_path, MemoryJournal()).start_session()
+    await session.submit("hang on")
+    pid = await _hung_pid(tmp_path)
+    assert await session.interrupt()
+    await eventually(lambda: not _alive(pid), what="the CLI's end")
+    done = await session.ask("still there", timeout=30)  # the next turn resumes the interrupted one's session
+    assert isinstance(done, TurnDone) and "resumed=True: still there" in done.text
+    await session.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("access", "expected"),
+    [
+        (AccessConfig(tools={"Bash": Access.ALLOW}), "Bash said a.txt"),
+        (AccessConfig(tools={"Bash": Access.DENY}), "Bash was denied: denied by the gate"),
+        (AccessConfig(), "Bash was denied: Bash needs approval"),
+        (AccessConfig(kinds={"foreign": Access.ALLOW}, tools={"Bash": Access.DENY}), "Bash was denied"),
+    ],
+)
+async def test_claude_permission_requests_go_through_the_gate(
+    access: AccessConfig, expected: str, tmp_path: Path
+) -> None:
+    session = await foreign_rig("claude", tmp_path, MemoryJournal(), access).start_session()
+    done = await session.ask("use a tool", timeout=30)
+    assert isinstance(done, TurnDone) and expected in done.text, done
+    await session.shutdown()
