@@ -7,13 +7,14 @@ subprocess never outliving an interrupt or a crash.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from loopd.harness import LoopDefinition, MemoryJournal, Rig, SqliteJournal
+from loopd.harness import LoopDefinition, MemoryJournal, Rig, Session, SqliteJournal
 from loopd.harness.core import codec
 from loopd.harness.core.decide import LoopConfig, decide
 from loopd.harness.core.events import ForeignSessionBound, TurnDone, TurnFailed
@@ -68,7 +69,7 @@ def test_engine_command_lines() -> None:
 @pytest.mark.parametrize("kind", ["claude", "codex"])
 async def test_turns_run_through_the_cli_and_resume_its_session(kind: str, tmp_path: Path) -> None:
     journal = MemoryJournal()
-    rig = foreign_rig(kind, tmp_path, journal)
+    rig = foreign_rig(kind, tmp_path, journal, AccessConfig(kinds={"foreign": Access.ALLOW}))
     session = await rig.start_session()
     sub = session.subscribe()
     done = await session.ask("hello tool", timeout=30)
@@ -156,7 +157,6 @@ async def test_an_interrupt_ends_the_cli(tmp_path: Path) -> None:
     [
         (AccessConfig(tools={"Bash": Access.ALLOW}), "Bash said a.txt"),
         (AccessConfig(tools={"Bash": Access.DENY}), "Bash was denied: denied by the gate"),
-        (AccessConfig(), "Bash was denied: Bash needs approval"),
         (AccessConfig(kinds={"foreign": Access.ALLOW}, tools={"Bash": Access.DENY}), "Bash was denied"),
     ],
 )
@@ -167,3 +167,58 @@ async def test_claude_permission_requests_go_through_the_gate(
     done = await session.ask("use a tool", timeout=30)
     assert isinstance(done, TurnDone) and expected in done.text, done
     await session.shutdown()
+
+
+async def _gate_id(session: Session) -> str:
+    async for env in session.subscribe(from_seq=1, kinds=("gate_opened",)):
+        return str(env.event.gate_id)  # type: ignore[union-attr]
+    raise AssertionError("no gate opened")
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [("approve", "Bash said a.txt"), ("deny", "Bash was denied: permission denied: deny")],
+)
+async def test_an_unsettled_request_waits_at_the_gate(answer: str, expected: str, tmp_path: Path) -> None:
+    session = await foreign_rig("claude", tmp_path, MemoryJournal()).start_session()
+    await session.submit("use a tool")
+    async with asyncio.timeout(30):
+        gate_id = await _gate_id(session)
+    gate = session.state.loops["main"].turn.gate  # type: ignore[union-attr]
+    assert gate is not None and gate.prompt["items"][0]["match"] == "claude:Bash"
+    await session.answer_gate(gate_id, answer)
+    await session.wait_idle(timeout=30)
+    assert session.state.loops["main"].last_reply == expected
+    await session.shutdown()
+
+
+async def test_approve_always_stores_a_grant_the_next_request_uses(tmp_path: Path) -> None:
+    rig = foreign_rig("claude", tmp_path, MemoryJournal())
+    session = await rig.start_session()
+    await session.submit("use a tool")
+    async with asyncio.timeout(30):
+        gate_id = await _gate_id(session)
+    await session.answer_gate(gate_id, "approve_always")
+    await session.wait_idle(timeout=30)
+    assert [r.pattern for r in await rig.rules.load()] == ["claude:Bash"]
+    again = await session.ask("use a tool again", timeout=30)  # no gate this time
+    assert isinstance(again, TurnDone) and again.text == "Bash said a.txt"
+    await session.shutdown()
+
+
+async def test_a_crash_at_a_foreign_gate_denies_it_on_restore(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    rig = foreign_rig("claude", tmp_path, journal)
+    session = await rig.start_session()
+    await session.submit("use a tool")
+    async with asyncio.timeout(30):
+        await _gate_id(session)
+    session.abort()
+    restored = await rig.restore_session(session.id)
+    kinds = [r.kind for r in await journal.read(session.id)]
+    assert kinds[-3:] == ["session_restored", "gate_resolved", "turn_interrupted"]  # nobody waits at that gate now
+    assert restored.state.loops["main"].turn is None
+    done = await restored.ask("hello again", timeout=30)
+    assert isinstance(done, TurnDone) and "resumed=True: hello again" in done.text
+    await restored.shutdown()
+    await journal.aclose()

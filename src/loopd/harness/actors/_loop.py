@@ -102,7 +102,7 @@ from loopd.harness.models import (
     UsageReport,
     tool_calls_from_deltas,
 )
-from loopd.harness.tools import AskUserTool, PreparedCall, Requirement, Tool, ToolContext
+from loopd.harness.tools import AskUserTool, GrantCandidate, PreparedCall, Requirement, Tool, ToolContext
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -241,6 +241,7 @@ class LoopActor:
         self._ask_timers: dict[str, asyncio.Task[None]] = {}
         self._compaction: _Compaction | None = None
         self._turn_inputs: tuple[str, tuple[str, ...]] | None = None  # a foreign loop's (turn id, its inputs)
+        self._foreign_gates: dict[str, asyncio.Future[tuple[bool, str]]] = {}  # gate id → the waiting CLI
         self._config = definition.config
         specs = {t.spec.name: (t, t.spec) for t in definition.tools}
         for extra in extra_tools:  # the definition's own tools win a name clash
@@ -379,6 +380,9 @@ class LoopActor:
                     ask_timer.cancel()
             if isinstance(event, GateResolved):
                 self._resolving.discard(event.gate_id)
+                waiter = self._foreign_gates.pop(event.gate_id, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result((event.granted, event.reason or event.answer))
                 timer = self._gate_timers.pop(event.gate_id, None)
                 if timer is not None and timer is not asyncio.current_task():
                     timer.cancel()
@@ -563,7 +567,7 @@ class LoopActor:
                     self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=message))
 
         async def permit(request: PermissionRequest) -> tuple[bool, str]:
-            allowed, reason = await self._foreign_permission(engine, request)
+            allowed, reason = await self._foreign_permission(engine, request, turn_id, step)
             call_id = request.call_id or request.request_id
             verdict = "allowed" if allowed else f"permission denied: {reason}"
             self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=verdict))
@@ -599,15 +603,22 @@ class LoopActor:
             return "\n\n".join(self._turn_inputs[1])
         return _turn_prompt(effect.messages)
 
-    async def _foreign_permission(self, engine: ForeignEngine, request: PermissionRequest) -> tuple[bool, str]:
-        """The gate's verdict on a foreign CLI's tool: configured access, then stored rules (the `evaluate` order).
-        A request neither allows (a human prompt would be needed) is denied: the CLI cannot wait on a gate here."""
+    async def _foreign_permission(
+        self, engine: ForeignEngine, request: PermissionRequest, turn_id: str, step: int
+    ) -> tuple[bool, str]:
+        """The gate's verdict on a foreign CLI's tool, in the `evaluate` order: configured access, every stored deny,
+        stored allows; what none of them settles opens a gate (`GateOpened`, answered like any other, denied at its
+        deadline) while the CLI waits."""
         call_id = request.call_id or request.request_id
+        match = f"{engine.kind}:{request.tool}"
         requirement = Requirement(
             kind="foreign",
             scope=engine.kind,
-            match=request.tool,
+            match=match,
             description=f"{engine.kind} wants to use its tool {request.tool}",
+            candidates=(
+                GrantCandidate(kind="foreign", pattern=match, description=f"{engine.kind} may use {request.tool}"),
+            ),
         )
         call = PreparedCall(
             call_id=call_id, tool=request.tool, arguments=request.arguments, requirements=(requirement,)
@@ -623,7 +634,26 @@ class LoopActor:
         if verdict is Verdict.DENY:
             reason = next((c.reason for c in decision.calls if c.call_id == call_id), "") or "denied"
             return False, f"denied by the gate: {reason}"
-        return False, f"{request.tool} needs approval; allow it in the loop's access or with a stored rule"
+        if decision.prompt is None:  # pragma: no cover - a gated verdict always comes with its prompt
+            return False, "denied by the gate"
+        gate_id = f"{turn_id}/{step}/{request.request_id or call_id}"
+        waiter: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
+        self._foreign_gates[gate_id] = waiter
+        try:
+            self.mailbox.put_result(
+                GateNeeded(
+                    turn_id=turn_id,
+                    step=step,
+                    gate_id=gate_id,
+                    call_ids=decision.prompt.call_ids,
+                    prompt=decision.prompt.model_dump(mode="json"),
+                    deadline=self._clock.time() + self.definition.gate_timeout,
+                )
+            )
+            granted, why = await waiter
+        finally:
+            self._foreign_gates.pop(gate_id, None)
+        return (True, "") if granted else (False, f"permission denied: {why}")
 
     # --- compaction on a lane ------------------------------------------------------------------------------
 

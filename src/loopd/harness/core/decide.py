@@ -311,6 +311,25 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
                 return Decision()
             b.emit(ToolCompleted(loop=name, turn_id=turn_id, step=step, outcome=outcome))
             _finish_step_if_complete(b, config, now)
+        case GateNeeded(turn_id=turn_id, step=step, gate_id=gate_id, call_ids=call_ids, prompt=prompt) if _is_current(
+            state, turn_id, step, "model"
+        ):
+            # A foreign loop's CLI asks mid-turn (its own tool, no batch of the loop's): one gate at a time.
+            if state.turn is not None and state.turn.gate is None and call_ids:
+                deadline = event_input.deadline
+                b.emit(
+                    GateOpened(
+                        loop=name,
+                        turn_id=turn_id,
+                        step=step,
+                        gate_id=gate_id,
+                        call_ids=call_ids,
+                        prompt=prompt,
+                        deadline=deadline,
+                        at=now,
+                    )
+                )
+                b.effects.append(ArmGate(turn_id=turn_id, step=step, gate_id=gate_id, deadline=deadline))
         case GateNeeded(turn_id=turn_id, step=step, gate_id=gate_id, call_ids=call_ids, prompt=prompt):
             turn = state.turn
             if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is not None:
@@ -361,6 +380,22 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
             current_model = config.model_of(state)
             if (not config.models or model in config.models) and model != current_model:
                 b.emit(LoopInferenceChanged(loop=name, model=model, previous=current_model or None, at=now))
+        case GateAnswered(turn_id=turn_id, step=step, gate_id=gate_id) if _is_current(state, turn_id, step, "model"):
+            # A foreign CLI's gate: the answer is journaled; the runtime hands it to the waiting CLI.
+            gate = state.turn.gate if state.turn is not None else None
+            if gate is not None and gate.gate_id == gate_id:
+                b.emit(
+                    GateResolved(
+                        loop=name,
+                        turn_id=turn_id,
+                        step=step,
+                        gate_id=gate_id,
+                        answer=event_input.answer,  # type: ignore[arg-type]
+                        granted=event_input.granted,
+                        reason=event_input.reason,
+                        at=now,
+                    )
+                )
         case GateAnswered(turn_id=turn_id, step=step, gate_id=gate_id, answer=answer, granted=granted, reason=reason):
             turn = state.turn
             if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is None:
@@ -486,6 +521,21 @@ def recover(
     """
     b = _Builder(state, config)
     turn = state.turn
+    if turn is not None and turn.gate is not None and turn.phase == "model":
+        # A foreign loop's CLI waited at the gate: the CLI ended with the old process, and its question with it.
+        b.emit(
+            GateResolved(
+                loop=state.name,
+                turn_id=turn.turn_id,
+                step=turn.step,
+                gate_id=turn.gate.gate_id,
+                answer="deny",
+                granted=False,
+                reason="the session restarted while the foreign CLI waited",
+                at=now,
+            )
+        )
+        turn = b.state.turn
     if turn is not None and (turn.gate is not None or turn.asks):
         waiting = {a.request_id for a in turn.asks} | set(turn.gate.call_ids if turn.gate is not None else ())
         if {c.id for c in turn.open_calls} <= waiting:
