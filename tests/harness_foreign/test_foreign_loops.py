@@ -222,3 +222,48 @@ async def test_a_crash_at_a_foreign_gate_denies_it_on_restore(tmp_path: Path) ->
     assert isinstance(done, TurnDone) and "resumed=True: hello again" in done.text
     await restored.shutdown()
     await journal.aclose()
+
+
+def test_a_foreign_gate_is_decided_in_the_model_phase() -> None:
+    from loopd.harness.core.apply import apply_loop
+    from loopd.harness.core.decide import recover
+    from loopd.harness.core.events import GateOpened, GateResolved, QueuedInput, TurnInterrupted, TurnStarted
+    from loopd.harness.core.inputs import ArmGate, GateAnswered, GateNeeded
+
+    config = LoopConfig(name="main")
+    started = TurnStarted(loop="main", turn_id="main/1", inputs=(QueuedInput(command_id="c", text="hi"),), at=0.0)
+    state = apply_loop(LoopState(name="main"), started)
+    needed = GateNeeded("main/1", 1, "main/1/1/req", ("toolu_1",), {"items": []}, deadline=9.0)
+    opened = decide(state, needed, config=config, now=1.0)
+    assert [type(e) for e in opened.events] == [GateOpened] and isinstance(opened.effects[0], ArmGate)
+    waiting = apply_loop(state, opened.events[0])
+    assert decide(waiting, needed, config=config, now=1.0).events == ()  # one gate at a time
+    answered = GateAnswered("main/1", 1, "main/1/1/req", "deny", False, "no")
+    (resolved,) = decide(waiting, answered, config=config, now=2.0).events
+    assert isinstance(resolved, GateResolved) and not resolved.granted and resolved.reason == "no"
+    assert apply_loop(waiting, resolved).turn.phase == "model"  # type: ignore[union-attr]  # the CLI goes on
+    stale = GateAnswered("main/1", 1, "other", "approve", True, "")
+    assert decide(waiting, stale, config=config, now=2.0).events == ()
+    # A restore finds the CLI gone: the gate is denied and (mode interrupt) the turn interrupted.
+    recovered = recover(waiting, config=config, mode="interrupt", idempotent=lambda _: False, now=3.0)
+    assert [type(e) for e in recovered.events] == [GateResolved, TurnInterrupted] and recovered.effects == ()
+
+
+async def test_restore_in_resume_mode_reruns_the_turn_in_the_same_foreign_session(tmp_path: Path) -> None:
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    rig = foreign_rig("codex", tmp_path, journal)
+    session = await rig.start_session()
+    await session.submit("hang on")
+    pid = await _hung_pid(tmp_path)
+    bound = await eventually(lambda: session.state.loops["main"].foreign_session_id, what="the bound session")
+    session.abort()
+    await eventually(lambda: not _alive(pid), what="the CLI's end")
+    (tmp_path / "hang.pid").unlink()
+    restored = await rig.restore_session(session.id, mode="resume")  # the open turn runs again (and hangs again)
+    pid = await _hung_pid(tmp_path)
+    argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    assert argv[-4:-1] == ["resume", bound, "hang on"]  # `codex exec --json resume ID PROMPT`
+    await restored.interrupt()
+    await eventually(lambda: not _alive(pid), what="the CLI's end")
+    await restored.shutdown()
+    await journal.aclose()
