@@ -1,4 +1,4 @@
-"""A scripted stand-in for `codex exec --json [resume ID] PROMPT` (the real CLI is not on the machine).
+"""A scripted stand-in for `codex exec --json [resume ID] -` (prompt on stdin; the real CLI is not on the machine).
 
 By the prompt's words: ``tool`` → a command_execution item; ``hang`` → writes its pid to ``hang.pid`` and
 sleeps; ``fail`` → turn.failed; always an agent_message naming its thread and whether it was resumed.
@@ -25,7 +25,8 @@ def main() -> None:
     resume = None
     if rest and rest[0] == "resume":
         resume, rest = rest[1], rest[2:]
-    prompt = rest[-1]
+    assert rest[-1] == "-", "the prompt comes on stdin"
+    prompt = sys.stdin.read()
     thread = resume or f"codex-{uuid.uuid4().hex[:8]}"
     say({"type": "thread.started", "thread_id": thread})
     say({"type": "turn.started"})

@@ -8,6 +8,7 @@ subprocess never outliving an interrupt or a crash.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from loopd.harness.core.decide import LoopConfig, decide
 from loopd.harness.core.events import ForeignSessionBound, TurnDone, TurnFailed
 from loopd.harness.core.inputs import ForeignSessionSeen
 from loopd.harness.core.state import LoopState
-from loopd.harness.foreign import ForeignEngine
+from loopd.harness.foreign import ForeignEngine, ForeignEngineError
 from loopd.harness.gate import Access, AccessConfig
 from tests.support.waiting import eventually
 
@@ -55,11 +56,20 @@ def test_a_foreign_session_id_is_bound_once() -> None:
 
 def test_engine_command_lines() -> None:
     claude = ForeignEngine(kind="claude")
-    assert claude.argv("hi", None)[:2] == ["claude", "-p"] and "--resume" not in claude.argv("hi", None)
-    assert claude.argv("hi", "c-1")[-2:] == ["--resume", "c-1"]
+    assert claude.argv(None)[:2] == ["claude", "-p"] and "--resume" not in claude.argv(None)
+    assert claude.argv("c-1")[-2:] == ["--resume", "c-1"]
     codex = ForeignEngine(kind="codex", command=("codex", "-m", "x"))
-    assert codex.argv("hi", None) == ["codex", "-m", "x", "exec", "--json", "hi"]
-    assert codex.argv("hi", "t-1") == ["codex", "-m", "x", "exec", "--json", "resume", "t-1", "hi"]
+    assert codex.argv(None) == ["codex", "-m", "x", "exec", "--json", "-"]
+    assert codex.argv("t-1") == ["codex", "-m", "x", "exec", "--json", "resume", "t-1", "-"]
+    # The prompt never reaches the command line (a prompt like "--yolo" cannot become an option), and a session id
+    # the CLI reported is put there only when it is a plain token.
+    assert (
+        codex.stdin_text("--dangerously-bypass-approvals-and-sandbox") == "--dangerously-bypass-approvals-and-sandbox"
+    )
+    assert json.loads(claude.stdin_text("--help"))["message"]["content"] == "--help"
+    for bad in ("--help", "a b", "x;rm -rf /", ""):
+        with pytest.raises(ForeignEngineError):
+            claude.argv(bad)
     with pytest.raises(ValueError):
         ForeignEngine(kind="gemini")  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # its CLI owns tools and context
@@ -262,7 +272,7 @@ async def test_restore_in_resume_mode_reruns_the_turn_in_the_same_foreign_sessio
     restored = await rig.restore_session(session.id, mode="resume")  # the open turn runs again (and hangs again)
     pid = await _hung_pid(tmp_path)
     argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
-    assert argv[-4:-1] == ["resume", bound, "hang on"]  # `codex exec --json resume ID PROMPT`
+    assert argv[-4:-1] == ["resume", bound, "-"]  # `codex exec --json resume ID -`, the prompt on stdin
     await restored.interrupt()
     await eventually(lambda: not _alive(pid), what="the CLI's end")
     await restored.shutdown()

@@ -79,6 +79,7 @@ from loopd.harness.foreign import (
     SessionBound,
     TextPiece,
     ToolUse,
+    plain_session_id,
     run_foreign_turn,
 )
 from loopd.harness.foreign import ToolResult as ForeignToolResult
@@ -551,7 +552,8 @@ class LoopActor:
         def on_event(event: ForeignEvent) -> None:
             nonlocal offset
             match event:
-                case SessionBound(session_id=session_id):
+                case SessionBound(session_id=session_id) if plain_session_id(session_id):
+                    # (an id that could not go on a command line is not kept: the next turn starts a new session)
                     self.mailbox.put_result(ForeignSessionSeen(engine=engine.kind, session_id=session_id))
                 case TextPiece(text=piece) if piece:
                     text.append(piece)

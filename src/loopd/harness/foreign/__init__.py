@@ -8,6 +8,7 @@ from loopd.harness.foreign._engine import (
     ForeignEngineError,
     ForeignKind,
     PermissionDecider,
+    plain_session_id,
     run_foreign_turn,
 )
 from loopd.harness.foreign._protocols import (
@@ -42,5 +43,6 @@ __all__ = [
     "claude_user_line",
     "parse_claude_line",
     "parse_codex_line",
+    "plain_session_id",
     "run_foreign_turn",
 ]

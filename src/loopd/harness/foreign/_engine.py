@@ -12,7 +12,10 @@ Command lines (``command`` is the executable and any flags of the caller's, e.g.
 * claude: ``command -p --output-format stream-json --verbose --input-format stream-json
   --permission-prompt-tool stdio [--resume ID]``; the prompt is a stream-json ``user`` line on stdin, stdin stays
   open for the permission answers and is closed once the ``result`` line arrives.
-* codex: ``command exec --json [resume ID] PROMPT``; stdin is empty.
+* codex: ``command exec --json [resume ID] -``; the prompt is written to stdin (``-``), which is then closed.
+
+The prompt never appears on the command line (no option injection from user text, nothing in the process list), and a
+session id that is not a plain token is refused (`ForeignEngineError`) rather than put there.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +48,12 @@ PermissionDecider = Callable[[PermissionRequest], Awaitable[tuple[bool, str]]]
 
 _LINE_LIMIT = 8 * 1024 * 1024  # one JSON line (a large tool result) may be long
 _STDERR_KEEP = 4096
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")  # how the CLIs name sessions (uuids, thread ids)
+
+
+def plain_session_id(session_id: str) -> bool:
+    """Whether a session id a CLI reported may go on a later command line (a plain token: letters, digits, ._:-)."""
+    return _SESSION_ID.fullmatch(session_id) is not None
 
 
 class ForeignEngineError(HarnessError):
@@ -81,15 +91,22 @@ class ForeignEngine:
         """Not a chat model: a foreign engine runs whole turns in the loop actor (compaction cannot use it)."""
         raise ModelPermanentError(f"{self.name} runs whole turns of a foreign loop; it is not a chat model")
 
-    def argv(self, prompt: str, resume: str | None) -> list[str]:
-        """The command line of one turn (resuming the foreign session ``resume`` when given)."""
+    def argv(self, resume: str | None) -> list[str]:
+        """The command line of one turn (resuming the foreign session ``resume`` when given); the prompt goes to
+        stdin (`stdin_text`)."""
+        if resume is not None and not plain_session_id(resume):
+            raise ForeignEngineError(f"refusing to resume {self.kind} session {resume[:80]!r}: not a plain id")
         if self.kind == "claude":
             base = list(self.command or ("claude",))
             args = ["-p", "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
             args += ["--permission-prompt-tool", "stdio"]
             return base + args + (["--resume", resume] if resume else [])
         base = list(self.command or ("codex",))
-        return base + ["exec", "--json"] + (["resume", resume] if resume else []) + [prompt]
+        return base + ["exec", "--json"] + (["resume", resume] if resume else []) + ["-"]
+
+    def stdin_text(self, prompt: str) -> str:
+        """What the turn writes to the CLI's stdin first: claude's stream-json user line, or codex's plain prompt."""
+        return claude_user_line(prompt) if self.kind == "claude" else prompt
 
 
 async def _terminate(process: asyncio.subprocess.Process, grace: float) -> None:
@@ -125,11 +142,11 @@ async def run_foreign_turn(
     `ForeignProtocolError` (a line that is not a JSON object). The caller bounds the time (``asyncio.timeout``).
     """
     parse = parse_claude_line if engine.kind == "claude" else parse_codex_line
-    argv = engine.argv(prompt, resume)
+    argv = engine.argv(resume)
     try:
         process = await asyncio.create_subprocess_exec(
             *argv,
-            stdin=asyncio.subprocess.PIPE if engine.kind == "claude" else asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=engine.cwd,
@@ -145,7 +162,7 @@ async def run_foreign_turn(
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(_drain(process.stderr, stderr))
             finished = await _read_turn(engine, process, prompt, parse, on_event, permit)
-            if process.stdin is not None:
+            if process.stdin is not None and not process.stdin.is_closing():
                 process.stdin.close()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), engine.kill_grace)
@@ -171,15 +188,17 @@ async def _read_turn(
 ) -> Finished | None:
     assert process.stdout is not None
     stdin = process.stdin
-    if stdin is not None:
-        stdin.write(claude_user_line(prompt).encode())
-        await asyncio.wait_for(stdin.drain(), 30.0)
+    assert stdin is not None
+    stdin.write(engine.stdin_text(prompt).encode())
+    await asyncio.wait_for(stdin.drain(), 30.0)
+    if engine.kind == "codex":
+        stdin.close()  # codex reads its prompt to the end of stdin; it asks nothing back
     while line := await process.stdout.readline():
         for event in parse(line.decode(errors="replace")):
             if isinstance(event, PermissionRequest):
                 allowed, reason = await permit(event)
                 on_event(event)
-                if stdin is not None:
+                if not stdin.is_closing():
                     stdin.write(claude_permission_reply(event, allow=allowed, message=reason).encode())
                     with contextlib.suppress(ConnectionError):
                         await asyncio.wait_for(stdin.drain(), 30.0)
