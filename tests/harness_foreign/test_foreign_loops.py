@@ -277,3 +277,13 @@ async def test_restore_in_resume_mode_reruns_the_turn_in_the_same_foreign_sessio
     await eventually(lambda: not _alive(pid), what="the CLI's end")
     await restored.shutdown()
     await journal.aclose()
+
+
+async def test_shutdown_ends_the_cli_and_a_strange_session_id_is_not_kept(tmp_path: Path) -> None:
+    session = await foreign_rig("claude", tmp_path, MemoryJournal()).start_session()
+    done = await session.ask("weird one", timeout=30)
+    assert isinstance(done, TurnDone) and session.state.loops["main"].foreign_session_id is None
+    await session.submit("hang on")
+    pid = await _hung_pid(tmp_path)
+    await session.shutdown(drain_timeout=0)  # the running turn is interrupted: its CLI ends
+    await eventually(lambda: not _alive(pid), what="the CLI's end")
