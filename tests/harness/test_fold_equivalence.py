@@ -83,6 +83,7 @@ def journals(draw: st.DrawFn) -> list[Stored]:
                     sid = f"f{draw(st.integers(0, 2))}"
                     loop = draw(st.sampled_from(loops))
                     out.append(ev.ForeignSessionBound(loop=loop, engine="codex", foreign_session_id=sid, at=0.0))
+                    out.append(ev.ForeignToolUsed(loop=loop, turn_id="t", call_id="c", name="command", at=0.0))
                 case _:  # a loop-scoped event for a loop nobody announced
                     loop = f"stray-{counter}"
                     loops.append(loop)

@@ -267,6 +267,17 @@ stored_events = st.one_of(
     ),
     st.builds(ev.LoopModeChanged, loop=st.just("main"), mode=st.text(max_size=8), at=st.floats(0, 2e9)),
     st.builds(
+        ev.ForeignToolUsed,
+        loop=st.just("main"),
+        turn_id=st.text(max_size=8),
+        call_id=st.text(max_size=8),
+        name=st.text(max_size=8),
+        arguments=st.dictionaries(st.text(max_size=5), st.one_of(st.integers(), st.text(max_size=5)), max_size=3),
+        output=st.text(max_size=40),
+        is_error=st.booleans(),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
         ev.ForeignSessionBound,
         loop=st.just("main"),
         engine=st.sampled_from(["claude", "codex"]),

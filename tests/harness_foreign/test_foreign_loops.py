@@ -18,8 +18,8 @@ import pytest
 from loopd.harness import LoopDefinition, MemoryJournal, Rig, Session, SqliteJournal
 from loopd.harness.core import codec
 from loopd.harness.core.decide import LoopConfig, decide
-from loopd.harness.core.events import ForeignSessionBound, TurnDone, TurnFailed
-from loopd.harness.core.inputs import ForeignSessionSeen
+from loopd.harness.core.events import FOREIGN_OUTPUT_LIMIT, ForeignSessionBound, ForeignToolUsed, TurnDone, TurnFailed
+from loopd.harness.core.inputs import ForeignSessionSeen, ForeignToolFinished
 from loopd.harness.core.state import LoopState
 from loopd.harness.foreign import ForeignEngine, ForeignEngineError
 from loopd.harness.gate import Access, AccessConfig
@@ -99,6 +99,10 @@ async def test_turns_run_through_the_cli_and_resume_its_session(kind: str, tmp_p
     assert "token_delta" in seen and "tool_call_started" in seen and "tool_progress" in seen
     records = await journal.read(session.id)
     assert [r.kind for r in records].count("foreign_session_bound") == 1
+    (used,) = [codec.decode(r.kind, r.version, r.data) for r in records if r.kind == "foreign_tool_used"]
+    assert isinstance(used, ForeignToolUsed) and used.turn_id == "main/1"
+    assert (used.name, used.arguments.get("command")) == (("Bash", "ls") if kind == "claude" else ("command", "ls"))
+    assert used.output.strip() == "a.txt" and not used.is_error
 
 
 async def test_a_failed_foreign_turn_fails_the_turn(tmp_path: Path) -> None:
@@ -287,3 +291,19 @@ async def test_shutdown_ends_the_cli_and_a_strange_session_id_is_not_kept(tmp_pa
     pid = await _hung_pid(tmp_path)
     await session.shutdown(drain_timeout=0)  # the running turn is interrupted: its CLI ends
     await eventually(lambda: not _alive(pid), what="the CLI's end")
+
+
+def test_a_foreign_tool_result_is_recorded_while_its_turn_runs() -> None:
+    from loopd.harness.core.apply import apply_loop
+    from loopd.harness.core.events import QueuedInput, TurnStarted
+
+    config = LoopConfig(name="main")
+    started = TurnStarted(loop="main", turn_id="main/1", inputs=(QueuedInput(command_id="c", text="hi"),), at=0.0)
+    state = apply_loop(LoopState(name="main"), started)
+    finished = ForeignToolFinished("main/1", 1, "t1", "Bash", {"command": "ls"}, "x" * 10_000, True)
+    (used,) = decide(state, finished, config=config, now=1.0).events
+    assert isinstance(used, ForeignToolUsed) and len(used.output) == FOREIGN_OUTPUT_LIMIT and used.is_error
+    assert apply_loop(state, used) == state  # a record: the loop's state does not change
+    stale = ForeignToolFinished("main/0", 1, "t1", "Bash", {}, "", False)
+    assert decide(state, stale, config=config, now=1.0).events == ()
+    assert decide(LoopState(name="main"), finished, config=config, now=1.0).events == ()

@@ -59,6 +59,7 @@ from loopd.harness.core.inputs import (
     CompactionFailed,
     Effect,
     ForeignSessionSeen,
+    ForeignToolFinished,
     GateAnswered,
     GateNeeded,
     ModelCompleted,
@@ -543,11 +544,13 @@ class LoopActor:
     async def _foreign_turn(self, effect: CallModel, engine: ForeignEngine) -> None:
         """Run the turn in the foreign CLI (`loopd.harness.foreign`): its session id is journaled as soon as it is
         named, its text streams as `TokenDelta`, its own tools as `ToolCallStarted` / `ToolProgress`, its permission
-        requests go through the gate; its final answer (or failure) ends the turn like a model reply without tools."""
+        requests go through the gate, and each of its tool results is journaled (`ForeignToolUsed`); its final answer
+        (or failure) ends the turn like a model reply without tools."""
         d = self.definition
         turn_id, step = effect.turn_id, effect.step
         text: list[str] = []
         offset = 0
+        uses: dict[str, tuple[str, dict[str, Any]]] = {}  # the CLI's tool uses waiting for their results
 
         def on_event(event: ForeignEvent) -> None:
             nonlocal offset
@@ -560,6 +563,7 @@ class LoopActor:
                     self._publish(TokenDelta(loop=self.name, turn_id=turn_id, step=step, text=piece, offset=offset))
                     offset += len(piece)
                 case ToolUse(call_id=call_id, name=tool, arguments=arguments):
+                    uses[call_id] = (tool, arguments)
                     summary = str(arguments)[:200]
                     self._publish(
                         ToolCallStarted(loop=self.name, turn_id=turn_id, call_id=call_id, name=tool, summary=summary)
@@ -567,6 +571,10 @@ class LoopActor:
                 case ForeignToolResult(call_id=call_id, output=output, is_error=is_error):
                     message = ("error: " if is_error else "") + output[:500]
                     self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=message))
+                    tool, arguments = uses.pop(call_id, ("", {}))
+                    self.mailbox.put_result(
+                        ForeignToolFinished(turn_id, step, call_id, tool, dict(arguments), output, is_error)
+                    )
 
         async def permit(request: PermissionRequest) -> tuple[bool, str]:
             allowed, reason = await self._foreign_permission(engine, request, turn_id, step)

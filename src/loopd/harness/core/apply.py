@@ -29,6 +29,7 @@ from loopd.harness.core.events import (
     ConfigurationAdopted,
     ContextMeasured,
     ForeignSessionBound,
+    ForeignToolUsed,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -249,6 +250,8 @@ def apply_loop(state: LoopState, event: LoopEvent) -> LoopState:
             return replace(state, measured_tokens=tokens, context_window=window)
         case ForeignSessionBound(foreign_session_id=foreign_session_id):
             return replace(state, foreign_session_id=foreign_session_id)
+        case ForeignToolUsed():
+            return state  # a record only: the foreign CLI's own session holds what it did
         case TurnFailed(outcomes=outcomes) | TurnInterrupted(outcomes=outcomes):
             return replace(state, history=_close_calls(state.history, outcomes), turn=None)
     raise TypeError(f"not a loop event: {event!r}")  # pragma: no cover - the union is closed

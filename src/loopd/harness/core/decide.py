@@ -31,8 +31,10 @@ from loopd.harness.core.commands import (
 )
 from loopd.harness.core.compaction import compact_threshold, measure_context, must_wait, should_compact
 from loopd.harness.core.events import (
+    FOREIGN_OUTPUT_LIMIT,
     ContextMeasured,
     ForeignSessionBound,
+    ForeignToolUsed,
     GateOpened,
     GateResolved,
     HistoryCompacted,
@@ -63,6 +65,7 @@ from loopd.harness.core.inputs import (
     CompactionFailed,
     Effect,
     ForeignSessionSeen,
+    ForeignToolFinished,
     GateAnswered,
     GateNeeded,
     ModelCompleted,
@@ -93,6 +96,7 @@ LoopInput = (
     | UserInputNeeded
     | UserInputExpired
     | ForeignSessionSeen
+    | ForeignToolFinished
 )
 
 
@@ -371,6 +375,21 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
             # the foreign CLI's session exists as soon as it names it).
             if session_id and session_id != state.foreign_session_id:
                 b.emit(ForeignSessionBound(loop=name, engine=engine, foreign_session_id=session_id, at=now))
+        case ForeignToolFinished(turn_id=turn_id, step=step, call_id=call_id, name=tool_name) if _is_current(
+            state, turn_id, step, "model"
+        ):
+            b.emit(
+                ForeignToolUsed(
+                    loop=name,
+                    turn_id=turn_id,
+                    call_id=call_id,
+                    name=tool_name,
+                    arguments=event_input.arguments,
+                    output=event_input.output[:FOREIGN_OUTPUT_LIMIT],
+                    is_error=event_input.is_error,
+                    at=now,
+                )
+            )
         case SetLoopMode(mode=mode):
             # The session refuses unknown modes before they get here; a stale one decides nothing.
             current = config.mode_of(state)

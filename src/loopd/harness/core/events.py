@@ -348,6 +348,23 @@ class ForeignSessionBound(_LoopEvent):
     at: float
 
 
+class ForeignToolUsed(_LoopEvent):
+    """A foreign loop's CLI ran one of its own tools (or was refused it) during the turn: the record of it (the CLI's
+    own session holds the rest). ``output`` is cut to `FOREIGN_OUTPUT_LIMIT` characters."""
+
+    kind: Literal["foreign_tool_used"] = "foreign_tool_used"
+    turn_id: str
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    output: str = ""
+    is_error: bool = False
+    at: float
+
+
+FOREIGN_OUTPUT_LIMIT = 4000
+
+
 # --- loop scope: terminal ------------------------------------------------------------------------------------
 
 
@@ -472,6 +489,7 @@ LoopEvent = (
     | LoopInferenceChanged
     | ContextMeasured
     | ForeignSessionBound
+    | ForeignToolUsed
     | TurnDone
     | TurnFailed
     | TurnInterrupted
@@ -511,6 +529,7 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     LoopInferenceChanged,
     ContextMeasured,
     ForeignSessionBound,
+    ForeignToolUsed,
     TurnDone,
     TurnFailed,
     TurnInterrupted,

@@ -113,6 +113,19 @@ class ForeignSessionSeen:
     session_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ForeignToolFinished:
+    """A foreign loop's CLI reported the result of one of its own tools (``arguments`` from its tool use)."""
+
+    turn_id: str
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    output: str
+    is_error: bool
+
+
 Completion = (
     CompactionDone
     | CompactionFailed
@@ -124,6 +137,7 @@ Completion = (
     | UserInputNeeded
     | UserInputExpired
     | ForeignSessionSeen
+    | ForeignToolFinished
 )
 
 
