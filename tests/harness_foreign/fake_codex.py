@@ -1,7 +1,8 @@
 """A scripted stand-in for `codex exec --json [resume ID] -` (prompt on stdin; the real CLI is not on the machine).
 
 By the prompt's words: ``tool`` → a command_execution item; ``hang`` → writes its pid to ``hang.pid`` and
-sleeps; ``fail`` → turn.failed; always an agent_message naming its thread and whether it was resumed.
+sleeps; ``fail`` → turn.failed; ``crash`` → exits (code 3) mid-turn; otherwise an agent_message naming its
+thread and whether it was resumed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def main() -> None:
         with open("hang.pid", "w") as f:
             f.write(str(os.getpid()))
         time.sleep(120)
+    if "crash" in prompt:
+        sys.stderr.write("fake codex: out of cheese\n")
+        sys.exit(3)
     if "fail" in prompt:
         say({"type": "turn.failed", "error": {"message": "quota exceeded"}})
         return

@@ -111,6 +111,11 @@ async def test_a_failed_foreign_turn_fails_the_turn(tmp_path: Path) -> None:
         failed = await session.ask("please fail", timeout=30)
         assert isinstance(failed, TurnFailed) and failed.error_type == "ForeignTurnFailed"
         await session.shutdown()
+    session = await foreign_rig("codex", tmp_path, MemoryJournal()).start_session()
+    crashed = await session.ask("crash now", timeout=30)
+    assert isinstance(crashed, TurnFailed) and crashed.error_type == "ForeignEngineError"
+    assert "exited (code 3) before finishing its turn: fake codex: out of cheese" in crashed.message
+    await session.shutdown()
     missing = LoopDefinition(name="main", model=ForeignEngine(kind="codex", command=(str(tmp_path / "nope"),)))
     session = await Rig(loops=[missing], journal=MemoryJournal()).start_session()
     failed = await session.ask("hi", timeout=30)

@@ -604,6 +604,8 @@ class LoopActor:
         except TimeoutError:
             message = f"{engine.kind} did not finish within {d.model_timeout:g}s"
             result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignTimeout", message=message)
+        except Exception as exc:  # e.g. a line past the reader's limit: the turn fails, the session goes on
+            result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignCrashed", message=repr(exc)[:500])
         self.mailbox.put_result(result)
 
     def _foreign_prompt(self, effect: CallModel) -> str:

@@ -34,6 +34,7 @@ from loopd.harness._errors import HarnessError, ModelPermanentError
 from loopd.harness.foreign._protocols import (
     Finished,
     ForeignEvent,
+    ForeignProtocolError,
     PermissionRequest,
     claude_permission_reply,
     claude_user_line,
@@ -190,10 +191,17 @@ async def _read_turn(
     stdin = process.stdin
     assert stdin is not None
     stdin.write(engine.stdin_text(prompt).encode())
-    await asyncio.wait_for(stdin.drain(), 30.0)
+    with contextlib.suppress(ConnectionError):  # a CLI that is gone already: its exit code and stderr say why
+        await asyncio.wait_for(stdin.drain(), 30.0)
     if engine.kind == "codex":
         stdin.close()  # codex reads its prompt to the end of stdin; it asks nothing back
-    while line := await process.stdout.readline():
+    while True:
+        try:
+            line = await process.stdout.readline()
+        except ValueError as exc:  # one line longer than the reader's limit
+            raise ForeignProtocolError(f"{engine.kind} wrote a line over {_LINE_LIMIT} bytes") from exc
+        if not line:
+            break
         for event in parse(line.decode(errors="replace")):
             if isinstance(event, PermissionRequest):
                 allowed, reason = await permit(event)
