@@ -4,7 +4,7 @@
 It reads its prompt (a stream-json ``user`` line) from stdin and answers by the prompt's words:
 ``tool`` → a Bash tool_use, a ``can_use_tool`` control_request, and the outcome the answer allows;
 ``hang`` → writes its pid to ``hang.pid`` in its cwd, then sleeps; ``fail`` → an error result;
-``weird`` → a session id that is not a plain token;
+``weird`` → a session id that is not a plain token; ``showenv`` → names its secret-looking variables;
 otherwise → text naming its session and whether it was resumed.
 """
 
@@ -31,6 +31,8 @@ def main() -> None:
     first = json.loads(sys.stdin.readline())
     assert first["type"] == "user"
     prompt = first["message"]["content"]
+    if "showenv" in prompt:  # which secrets-looking variables it can see
+        prompt = "env: " + ",".join(sorted(k for k in os.environ if "SECRET" in k or "API_KEY" in k))
     if "weird" in prompt:
         session = "--dangerous id"  # a session id that must never reach a command line
     say({"type": "system", "subtype": "init", "session_id": session, "tools": ["Bash"], "model": "fake"})

@@ -8,6 +8,7 @@ subprocess never outliving an interrupt or a crash.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -312,3 +313,16 @@ def test_a_foreign_tool_result_is_recorded_while_its_turn_runs() -> None:
     stale = ForeignToolFinished("main/0", 1, "t1", "Bash", {}, "", False)
     assert decide(state, stale, config=config, now=1.0).events == ()
     assert decide(LoopState(name="main"), finished, config=config, now=1.0).events == ()
+
+
+async def test_the_cli_sees_only_the_environment_it_is_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPD_TEST_SECRET", "s3cret")  # e.g. a token of this process: never the CLI's
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")  # passed on only when the engine names it
+    plain = ForeignEngine(kind="claude", command=(sys.executable, str(HERE / "fake_claude.py")), cwd=tmp_path)
+    told = dataclasses.replace(plain, inherit=("ANTHROPIC_API_KEY",), env={"EXTRA_SECRET": "x"})
+    for engine_, expected in ((plain, "env: "), (told, "env: ANTHROPIC_API_KEY,EXTRA_SECRET")):
+        rig = Rig(loops=[LoopDefinition(name="main", model=engine_)], journal=MemoryJournal())
+        session = await rig.start_session()
+        done = await session.ask("showenv", timeout=30)
+        assert isinstance(done, TurnDone) and done.text.endswith(expected), done.text
+        await session.shutdown()

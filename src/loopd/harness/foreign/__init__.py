@@ -4,10 +4,12 @@ pure parsers map the CLIs' JSON lines onto one neutral vocabulary; `run_foreign_
 docs/foreign-loops.md."""
 
 from loopd.harness.foreign._engine import (
+    SAFE_ENVIRONMENT,
     ForeignEngine,
     ForeignEngineError,
     ForeignKind,
     PermissionDecider,
+    foreign_environment,
     plain_session_id,
     run_foreign_turn,
 )
@@ -27,6 +29,7 @@ from loopd.harness.foreign._protocols import (
 )
 
 __all__ = [
+    "SAFE_ENVIRONMENT",
     "Finished",
     "ForeignEngine",
     "ForeignEngineError",
@@ -41,6 +44,7 @@ __all__ = [
     "ToolUse",
     "claude_permission_reply",
     "claude_user_line",
+    "foreign_environment",
     "parse_claude_line",
     "parse_codex_line",
     "plain_session_id",

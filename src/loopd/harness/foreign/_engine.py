@@ -57,6 +57,20 @@ def plain_session_id(session_id: str) -> bool:
     return _SESSION_ID.fullmatch(session_id) is not None
 
 
+SAFE_ENVIRONMENT: tuple[str, ...] = (
+    "HOME", "USER", "LOGNAME", "PATH", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+    "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME",
+)  # fmt: skip
+"""What a foreign CLI inherits from this process's environment without being told (see `ForeignEngine`)."""
+
+
+def foreign_environment(engine: ForeignEngine) -> dict[str, str]:
+    """The environment of ``engine``'s CLI: the safe variables, the ``inherit`` ones, then ``engine.env``."""
+    names = (*SAFE_ENVIRONMENT, *engine.inherit)
+    base = {name: value for name in names if (value := os.environ.get(name)) is not None}
+    return {**base, **engine.env}
+
+
 class ForeignEngineError(HarnessError):
     """The foreign CLI could not be started, or it ended without finishing its turn."""
 
@@ -66,15 +80,19 @@ class ForeignEngine:
     """An external coding-agent CLI as a loop's engine (give it as `LoopDefinition.model`).
 
     ``kind``: which protocol it speaks; ``command``: the executable and the caller's own flags (default: the
-    ``claude`` / ``codex`` on PATH); ``cwd``: where it runs (the workspace); ``env``: variables added to the
-    inherited environment; ``kill_grace``: seconds between SIGTERM and SIGKILL when a turn is stopped.
-    The turn's time limit is the loop's ``model_timeout``.
+    ``claude`` / ``codex`` on PATH); ``cwd``: where it runs (the workspace); ``kill_grace``: seconds between SIGTERM
+    and SIGKILL when a turn is stopped. The turn's time limit is the loop's ``model_timeout``.
+
+    The CLI does not inherit this process's environment (its API keys, tokens, database DSNs): it gets
+    `SAFE_ENVIRONMENT` (HOME is kept, so a CLI finds its login and its stored sessions), the variables named in
+    ``inherit`` (e.g. ``("ANTHROPIC_API_KEY",)``), then ``env``.
     """
 
     kind: ForeignKind
     command: tuple[str, ...] = ()
     cwd: Path | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    inherit: tuple[str, ...] = ()
     kill_grace: float = 2.0
 
     def __post_init__(self) -> None:
@@ -151,7 +169,7 @@ async def run_foreign_turn(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=engine.cwd,
-            env={**os.environ, **engine.env} if engine.env else None,
+            env=foreign_environment(engine),
             start_new_session=True,  # its own process group: a stop ends the CLI's children too
             limit=_LINE_LIMIT,
         )
