@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from loopd.harness import LoopDefinition, MemoryJournal, Rig, Session, SqliteJournal
+from loopd.harness import Budget, LoopDefinition, MemoryJournal, Rig, Session, SqliteJournal
 from loopd.harness.core import codec
 from loopd.harness.core.decide import LoopConfig, decide
 from loopd.harness.core.events import FOREIGN_OUTPUT_LIMIT, ForeignSessionBound, ForeignToolUsed, TurnDone, TurnFailed
@@ -326,3 +326,13 @@ async def test_the_cli_sees_only_the_environment_it_is_given(tmp_path: Path, mon
         done = await session.ask("showenv", timeout=30)
         assert isinstance(done, TurnDone) and done.text.endswith(expected), done.text
         await session.shutdown()
+
+
+async def test_a_spent_budget_stops_foreign_turns(tmp_path: Path) -> None:
+    loop = LoopDefinition(name="main", model=engine("codex", tmp_path))
+    session = await Rig(loops=[loop], journal=MemoryJournal(), budget=Budget(max_tokens=20)).start_session()
+    first = await session.ask("hello", timeout=30)  # the fake codex reports 27 tokens
+    assert isinstance(first, TurnDone) and session.state.usage.input_tokens == 20
+    refused = await session.ask("more", timeout=30)
+    assert isinstance(refused, TurnFailed) and refused.error_type == "BudgetExceeded"
+    await session.shutdown()

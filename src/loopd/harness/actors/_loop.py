@@ -548,6 +548,12 @@ class LoopActor:
         (or failure) ends the turn like a model reply without tools."""
         d = self.definition
         turn_id, step = effect.turn_id, effect.step
+        refused = self.session.budget_refusal()  # the session's budget counts the CLI's reported usage too
+        if refused is not None:
+            self.mailbox.put_result(
+                ModelFailed(turn_id=turn_id, step=step, error_type="BudgetExceeded", message=str(refused))
+            )
+            return
         text: list[str] = []
         offset = 0
         uses: dict[str, tuple[str, dict[str, Any]]] = {}  # the CLI's tool uses waiting for their results
