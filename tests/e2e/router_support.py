@@ -29,6 +29,7 @@ from loopd.harness.models import DemoOptions, ScriptedServer, ServerReply, demo_
 from loopd.harness.models._scripted_server import IncomingRequest
 from loopd.operators.router import PLAN_HEADER, REPLAN_HEADER, SUMMARIZE_HEADER, WORK_HEADER, demo_rules
 from tests.support.model_thread import scripted_model_thread
+from tests.support.titles import is_title_request, title_reply
 from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for
@@ -94,6 +95,8 @@ def router_model(*, work_delay: float = 0.0) -> Iterator[RouterModel]:
     holder: list[RouterModel] = []
 
     def rule(request: IncomingRequest) -> ServerReply:
+        if is_title_request(request):  # the conversation's title: not one of the Router's steps
+            return title_reply()
         effect = effect_of(request)
         if holder:
             holder[0].count(effect)

@@ -26,6 +26,7 @@ from loopd.harness.models import (
 from loopd.harness.tools import resolve_sandbox
 from loopd.server import UpSettings, open_loop_server
 from loopd.server.responder import FOLLOWUP_ANSWER
+from tests.support.titles import is_title_request
 from tests.support.waiting import eventually
 
 FOLLOWUP = "Also mention bananas."
@@ -104,7 +105,7 @@ async def test_a_follow_up_is_folded_into_the_running_harness_call(tmp_path: Pat
                 assert "bananas" in _answer(answer), answer
                 # The model's second request (after the tool) held the follow-up; no call of its own was made.
                 # The conversation's title is written by a model call of its own (a background run): not the harness's.
-                calls = [r for r in model.requests if not _texts(r).startswith("You name a conversation")]
+                calls = [r for r in model.requests if not is_title_request(r)]
                 assert len(calls) == 2, [_texts(r)[-200:] for r in calls]
                 assert FOLLOWUP in _texts(calls[1])
                 trail = (await client.get("/v1/ledger", params={"task_id": second.json()["task_id"]})).json()

@@ -32,6 +32,7 @@ from loopd.harness.models._scripted_server import IncomingRequest, current_reque
 from loopd.operators.longhorizon import AUDITOR_HEADER, EXECUTOR_HEADER, MANAGER_HEADER, demo_rules
 from tests.support.availability import missing
 from tests.support.model_thread import scripted_model_thread
+from tests.support.titles import is_title_request
 from tests.support.waiting import wait_until
 
 from .conftest import LOOPD, UpProcess, env_for, start_up
@@ -208,7 +209,7 @@ def role_model() -> Iterator[RoleModel]:
     def rule(request: IncomingRequest) -> ServerReply:
         reply = demo_reply(request, options)
         first = (request.last_message or {}).get("role") == "user"
-        if not first or not holder:
+        if not first or not holder or is_title_request(request):
             return reply
         with holder[0].lock:
             holder[0].asked[_role(request)] += 1

@@ -39,6 +39,7 @@ from loopd.operators.router import (
 from loopd.runtime import Message, Result, Runtime, Task, open_runtime
 from loopd.server._composition import RunningServer, UpSettings, open_loop_server
 from loopd.server.storage import HarnessCall
+from tests.support.titles import is_title_request, title_reply
 from tests.support.waiting import eventually
 
 LIU_BEI = "Introduce Liu Bei, Guan Yu, and Zhang Fei"
@@ -165,6 +166,8 @@ async def scripted_model(reply: Reply) -> AsyncIterator[ModelConfig]:
     """A scripted OpenAI-compatible model answering the Router's prompts with ``reply(prompt)``."""
 
     def rule(request: IncomingRequest) -> ServerReply:
+        if is_title_request(request):  # the conversation's title: not one of the Router's steps
+            return title_reply()
         return reply(request.last_user_text)
 
     async with open_scripted_server(ScriptedServer(rule)) as base_url:

@@ -25,6 +25,7 @@ from loopd.harness.tools import resolve_sandbox
 from loopd.server import UpSettings, open_loop_server
 from loopd.server.responder import FOLLOWUP_ANSWER
 from tests.support.postgres import postgres_dsn, postgres_server
+from tests.support.titles import is_title_request
 from tests.support.waiting import eventually
 
 __all__ = ["postgres_dsn", "postgres_server"]
@@ -111,6 +112,6 @@ async def test_a_follow_up_asked_on_another_replica_reaches_the_running_call(tmp
                 answer = await eventually(lambda: ended(response_id), timeout=30, what="the first answer")
                 assert answer["status"] == "completed" and "bananas" in _answer(answer), answer
                 # The conversation's title is written by a model call of its own (a background run): not the harness's.
-                calls = [r for r in model.requests if not _texts(r).startswith("You name a conversation")]
+                calls = [r for r in model.requests if not is_title_request(r)]
                 assert len(calls) == 2, [_texts(r)[-200:] for r in calls]
                 assert FOLLOWUP in _texts(calls[1])

@@ -35,10 +35,11 @@ def test_errors_form_one_tree() -> None:
 
 def test_storage_and_ledger_import_only_what_they_may() -> None:
     """Storage needs nothing of loopd but the floor (``loopd._infra``: ids, clock, databases, migrations, private
-    files) and the server's error root; the ledger adds only storage (never agentue, resources…)."""
+    files) and the server's error root; the ledger adds only storage and the floor's redaction (never agentue,
+    resources…)."""
     allowed = {
         "storage": {"loopd._infra.", "loopd.server._errors"},
-        "ledger": {"loopd._infra.ids", "loopd._infra.clock", "loopd.server.storage"},
+        "ledger": {"loopd._infra.ids", "loopd._infra.clock", "loopd._infra.redaction", "loopd.server.storage"},
     }
     for package, permitted in allowed.items():
         for path in (SERVER / package).glob("*.py"):

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, Final
 
+from loopd._infra.errors import LoopdError
+
 REDACTED: Final = "[REDACTED]"
 MIN_LITERAL: Final = 8
 
@@ -38,7 +40,7 @@ _SECRET_NAME: Final = re.compile(
 )
 
 
-class RedactionPatternError(ValueError):
+class RedactionPatternError(LoopdError, ValueError):
     """A configured redaction pattern is not a regular expression."""
 
 

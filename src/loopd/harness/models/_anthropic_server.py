@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 from loopd._infra.serving import open_http_server
 from loopd._infra.sse import sse_message
 from loopd._infra.tasks import race
+from loopd.harness._errors import HarnessError
 from loopd.harness.core import Usage
 from loopd.harness.models._scripted_server import (
     DropAfter,
@@ -228,8 +229,8 @@ def message_body(reply: ServerReply, *, message_id: str, model: str, usage: Usag
     }
 
 
-class _ScriptExhausted(Exception):
-    pass
+class _ScriptExhausted(HarnessError):
+    """The script has no reply left for a request."""
 
 
 class AnthropicScriptedServer:

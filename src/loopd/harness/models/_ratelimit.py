@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pydantic import Field
 
 from loopd._infra.clock import Clock, SystemClock
-from loopd.harness._errors import ModelRetryableError
+from loopd.harness._errors import HarnessError, ModelRetryableError
 from loopd.harness.core import Frozen
 
 DEFAULT_QUEUE = 64
@@ -42,7 +42,7 @@ class RateLimit(Frozen):
     max_queue: int = Field(default=DEFAULT_QUEUE, ge=0)
 
 
-class RateLimitConfigError(ValueError):
+class RateLimitConfigError(HarnessError, ValueError):
     """``LOOPD_RATE_LIMITS`` (or a ``rate_limits`` mapping) is malformed."""
 
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from loopd._infra.files import ensure_private_dir
 from loopd.harness._errors import HarnessError
 
 DEFAULT_EXCLUDES: Final = frozenset({".loopd", ".git"})
@@ -199,6 +200,7 @@ class SnapshotStore:
 
     def checkpoint_sync(self) -> SnapshotResult:
         """`checkpoint`, in the calling thread."""
+        ensure_private_dir(self.root)  # copies of the workspace's files: the owner alone reads them
         self._objects.mkdir(parents=True, exist_ok=True)
         old_cache = self._load_cache()
         new_cache: dict[str, list[Any]] = {}
