@@ -30,9 +30,10 @@ from loopd.cli._run_view import RunView
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import ForkPointError, HarnessError, Session, SessionNotFoundError
 from loopd.harness.actors import Rig
+from loopd.harness.foreign import ForeignEngine, ForeignKind
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
 from loopd.harness.journal import last_settled_seq
-from loopd.harness.models import PriceTableError
+from loopd.harness.models import ModelConfig, PriceTableError
 from loopd.harness.snapshots import SNAPSHOT_TRIGGERS
 from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
@@ -65,6 +66,10 @@ class RunOptions:
     """``--mcp-config``: a file of MCP servers in the ``mcpServers`` format."""
     trust_workspace_mcp: bool = False
     """``--trust-workspace-mcp``: load the workspace's ``.mcp.json`` without asking (it runs its commands)."""
+    engine: str | None = None
+    """``--engine claude|codex``: the main loop hands its turns to that coding-agent CLI (a foreign loop)."""
+    engine_command: str | None = None
+    """``--engine-command``: the engine's command line (default: ``claude`` / ``codex`` on PATH)."""
 
 
 def run_command(
@@ -116,6 +121,16 @@ def run_command(
         "--trust-workspace-mcp",
         help="Load the workspace's .mcp.json without asking (it starts the commands it names).",
     ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        metavar="claude|codex",
+        help="Hand each turn to that coding-agent CLI (a foreign loop: its session resumes, its permission "
+        "requests come to the gate) instead of a model.",
+    ),
+    engine_command: str | None = typer.Option(
+        None, "--engine-command", metavar="COMMAND", help="The engine's command line (default: claude / codex)."
+    ),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
 
@@ -135,6 +150,8 @@ def run_command(
         snapshots=snapshots,
         mcp_config=mcp_config,
         trust_workspace_mcp=trust_workspace_mcp,
+        engine=engine,
+        engine_command=engine_command,
     )
     code = run_async(run_harness(options))
     if code:
@@ -169,8 +186,9 @@ async def run_harness(
         view.error(f"--snapshots {options.snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}")
         return EXIT_USAGE
     try:
+        foreign = _foreign_engine(options)
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
-        config = model_config(options.model, options.base_url)
+        config = ModelConfig() if foreign is not None else model_config(options.model, options.base_url)
         confinement = sandbox_for(options.sandbox)
     except GatePolicyError as exc:
         view.error(str(exc))
@@ -180,12 +198,17 @@ async def run_harness(
         return exc.exit_code
     line_input = terminal or LineInput.for_stdin()
     try:
-        mcp_servers = await mcp_servers_for(
-            options.workspace,
-            options.mcp_config,
-            trust_workspace=options.trust_workspace_mcp,
-            view=view,
-            terminal=line_input,
+        # A foreign engine's CLI loads its own MCP servers: the workspace's .mcp.json is not ours to start then.
+        mcp_servers = (
+            ()
+            if foreign is not None
+            else await mcp_servers_for(
+                options.workspace,
+                options.mcp_config,
+                trust_workspace=options.trust_workspace_mcp,
+                view=view,
+                terminal=line_input,
+            )
         )
     except CliError as exc:
         view.error(exc.line())
@@ -201,6 +224,7 @@ async def run_harness(
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # the model may ask: the next line typed answers
         mcp_servers=mcp_servers,
         mcp_report=view.warning,
+        foreign=foreign,
     )
     conversation = Conversation(
         view=view,
@@ -249,10 +273,11 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
             return EXIT_USAGE
         stack.push_async_callback(_close_session, session, conversation, view)
         conversation.attach(session)
-        view.session_opened(session.id, workspace=settings.workspace, model=settings.model.model, journal=journal)
-        if settings.sandbox is not None:
+        shown = settings.foreign.name if settings.foreign is not None else settings.model.model
+        view.session_opened(session.id, workspace=settings.workspace, model=shown, journal=journal)
+        if settings.sandbox is not None and settings.foreign is None:
             view.note(settings.sandbox.describe())
-        if settings.model.is_demo:
+        if settings.model.is_demo and settings.foreign is None:
             view.demo_note()
         if options.fork:
             info = await rig.journal.session(session.id)
@@ -325,10 +350,41 @@ async def _open_session(rig: Rig, options: RunOptions) -> Session:
 
 
 def _resume_options(options: RunOptions) -> str:
-    """The options `loopd run --resume` needs besides the id to find the session again."""
+    """The options `loopd run --resume` needs besides the id to find the session again (and its engine)."""
+    extra = ""
+    if options.engine is not None:
+        extra += f" --engine {shlex.quote(options.engine)}"
+    if options.engine_command is not None:
+        extra += f" --engine-command {shlex.quote(options.engine_command)}"
     if options.data_dir == _default_run_data_dir():
-        return ""
-    return f" --data-dir {shlex.quote(str(options.data_dir))}"
+        return extra
+    return f" --data-dir {shlex.quote(str(options.data_dir))}" + extra
+
+
+_ENGINE_KEYS: Final = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"),
+    "codex": ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
+}
+"""What each engine's CLI inherits besides the safe environment: its own provider's key and settings only."""
+
+
+def _foreign_engine(options: RunOptions) -> ForeignEngine | None:
+    """The ``--engine`` of the options (`CliError` for an unknown one or a flag that does not apply)."""
+    if options.engine is None:
+        if options.engine_command is not None:
+            raise CliError("--engine-command needs --engine claude|codex", exit_code=EXIT_USAGE)
+        return None
+    if options.engine not in _ENGINE_KEYS:
+        raise CliError(f"--engine {options.engine!r}: use claude or codex", exit_code=EXIT_USAGE)
+    if options.model is not None or options.mcp_config is not None:
+        raise CliError(
+            "--model and --mcp-config do not apply to --engine",
+            "configure the CLI's own model and MCP servers (e.g. in --engine-command)",
+            exit_code=EXIT_USAGE,
+        )
+    command = tuple(shlex.split(options.engine_command)) if options.engine_command else ()
+    kind: ForeignKind = "claude" if options.engine == "claude" else "codex"
+    return ForeignEngine(kind=kind, command=command, cwd=options.workspace, inherit=_ENGINE_KEYS[kind])
 
 
 def _default_run_data_dir() -> Path:

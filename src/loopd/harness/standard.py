@@ -33,6 +33,7 @@ from loopd.harness._errors import HarnessError
 from loopd.harness.actors import UNLIMITED, Budget, LoopDefinition, Rig
 from loopd.harness.core import Usage
 from loopd.harness.core.config import BUILD, PLAN, LoopMode
+from loopd.harness.foreign import ForeignEngine
 from loopd.harness.gate import DEFAULT_POLICY, GATE_TIMEOUT_DEFAULT, Access, AccessConfig, FileRuleStore, GatePolicy
 from loopd.harness.journal import Journal, SqliteJournal
 from loopd.harness.models import ModelConfig, PriceTable, open_model
@@ -57,6 +58,7 @@ _log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
+    "FOREIGN_TURN_TIMEOUT",
     "HELPER_AGENT",
     "JOURNAL_FILE",
     "MAIN_LOOP",
@@ -75,6 +77,8 @@ __all__ = [
 ]
 
 JOURNAL_FILE: Final = "journal.db"
+FOREIGN_TURN_TIMEOUT: Final = 3600.0
+"""Seconds one turn of a foreign engine may take (a coding agent's turn can be long)."""
 MAIN_LOOP: Final = "main"
 
 HELPER_AGENT: Final = "helper"
@@ -129,6 +133,9 @@ class HarnessSettings:
     """Where stdio MCP servers write their stderr (default: this process's)."""
     ask_user_timeout: float | None = None
     """Seconds an ask_user question waits for its answer; None: the main loop has no ask_user tool (nobody to ask)."""
+    foreign: ForeignEngine | None = None
+    """A foreign engine (`loopd.harness.foreign`): the main loop hands its turns to that CLI (run in the workspace,
+    at most `FOREIGN_TURN_TIMEOUT` seconds a turn); no model is opened, no tools, MCP servers or subagents."""
 
 
 @asynccontextmanager
@@ -151,6 +158,28 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
         else:
             journal = await SqliteJournal.open(settings.data_dir / JOURNAL_FILE, clock=clock)
         stack.push_async_callback(journal.aclose)
+        if settings.foreign is not None:
+            engine = replace(settings.foreign, cwd=settings.foreign.cwd or workspace.root)
+            foreign_loop = LoopDefinition(
+                name=MAIN_LOOP,
+                model=engine,
+                access=settings.policy.access,
+                gate_timeout=settings.gate_timeout,
+                model_timeout=FOREIGN_TURN_TIMEOUT,
+            )
+            yield Rig(
+                loops=[foreign_loop],
+                journal=journal,
+                name=settings.name,
+                workspace=workspace.root,
+                rules=FileRuleStore.for_workspace(workspace.root),
+                budget=settings.budget,
+                clock=clock,
+                snapshots=None
+                if settings.snapshots == "off"
+                else SnapshotPolicy(root=settings.data_dir / "snapshots", on=settings.snapshots),
+            )
+            return
         demo: DemoOptions | None = None
         if settings.demo_rules and settings.model.is_demo:
             from loopd.harness.models import DemoOptions  # the scripted server's module: loaded for the demo only

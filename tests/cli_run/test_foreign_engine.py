@@ -1,0 +1,45 @@
+"""`loopd run --engine claude|codex`: the main loop is a foreign loop (scripted fake CLIs stand in for the CLIs)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import sys
+from pathlib import Path
+
+from tests.cli_run.conftest import Dirs, run_captured, session_id_in
+
+FAKES = Path(__file__).resolve().parents[1] / "harness_foreign"
+
+
+def _command(kind: str) -> str:
+    return shlex.join([sys.executable, str(FAKES / f"fake_{kind}.py")])
+
+
+def test_a_foreign_engine_answers_resumes_its_session_and_meets_the_gate(dirs: Dirs) -> None:
+    engine = {"model": None, "engine": "claude", "engine_command": _command("claude")}
+    first = asyncio.run(run_captured(dirs, prompt="hello", **engine))
+    assert first.code == 0, first.stderr
+    assert "model foreign:claude" in first.stderr and "--engine claude --engine-command" in first.stderr
+    match = re.search(r"session (claude-\w+) resumed=False: hello", first.stdout)
+    assert match, first.stdout
+    session_id = session_id_in(first.stderr)
+    again = asyncio.run(run_captured(dirs, prompt="again", resume=session_id, **engine))
+    assert again.code == 0, again.stderr
+    assert f"session {match.group(1)} resumed=True: again" in again.stdout
+    # No terminal: the gate takes the policy's unattended answer (deny), and the CLI is told.
+    tool = asyncio.run(run_captured(dirs, prompt="use a tool", resume=session_id, **engine))
+    assert "Bash was denied: permission denied" in tool.stdout, tool.stdout + tool.stderr
+
+
+def test_codex_runs_too_and_bad_engine_flags_are_one_line_errors(dirs: Dirs) -> None:
+    done = asyncio.run(run_captured(dirs, prompt="hi", model=None, engine="codex", engine_command=_command("codex")))
+    assert done.code == 0 and "resumed=False: hi" in done.stdout, done.stderr
+    for changes, says in (
+        ({"engine": "gemini"}, "--engine 'gemini': use claude or codex"),
+        ({"engine": "claude", "model": "gpt-x"}, "--model and --mcp-config do not apply to --engine"),
+        ({"engine_command": "claude"}, "--engine-command needs --engine claude|codex"),
+    ):
+        bad = asyncio.run(run_captured(dirs, prompt="hi", **{"model": None, **changes}))
+        assert bad.code == 2 and says in bad.stderr, bad.stderr
