@@ -8,9 +8,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from tests.cli_run.conftest import Dirs, run_captured, session_id_in
+from tests.cli_run.conftest import Dirs, Terminal, run_captured, session_id_in
 
 FAKES = Path(__file__).resolve().parents[1] / "harness_foreign"
+QUESTION = "[a]pprove once / a[l]ways / [d]eny › "
 
 
 def _command(kind: str) -> str:
@@ -43,3 +44,22 @@ def test_codex_runs_too_and_bad_engine_flags_are_one_line_errors(dirs: Dirs) -> 
     ):
         bad = asyncio.run(run_captured(dirs, prompt="hi", **{"model": None, **changes}))
         assert bad.code == 2 and says in bad.stderr, bad.stderr
+
+
+def test_the_cli_s_permission_request_is_asked_in_the_terminal(dirs: Dirs, terminal: type[Terminal]) -> None:
+    t = terminal(dirs.args("--engine", "claude", "--engine-command", _command("claude")))
+    t.expect("you › ")
+    t.send_line("use a tool")
+    t.expect("permission needed")
+    t.expect("allow foreign claude:Bash")
+    t.expect(QUESTION)
+    t.send_line("l")  # always: stored for the workspace
+    t.expect("Bash said a.txt")
+    t.expect("you › ")
+    t.send_line("use a tool again")  # the stored rule answers now
+    t.expect("Bash said a.txt")
+    t.expect("you › ")
+    t.send_line("/exit")
+    assert t.wait_exit() == 0
+    assert t.output.count("permission needed") == 1
+    assert "claude:Bash" in dirs.rules_file.read_text()
