@@ -165,6 +165,8 @@ async def test_an_interrupt_ends_the_cli(tmp_path: Path) -> None:
     session = await foreign_rig("claude", tmp_path, MemoryJournal()).start_session()
     await session.submit("hang on")
     pid = await _hung_pid(tmp_path)
+    # (the id is known once the harness has read the CLI's first line, which may come after the pid file)
+    await eventually(lambda: session.state.loops["main"].foreign_session_id, what="the bound session")
     assert await session.interrupt()
     await eventually(lambda: not _alive(pid), what="the CLI's end")
     done = await session.ask("still there", timeout=30)  # the next turn resumes the interrupted one's session
