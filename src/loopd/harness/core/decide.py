@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from loopd.harness.core._values import ToolOutcome
 from loopd.harness.core.apply import apply_loop
@@ -192,6 +193,33 @@ def _closing_outcomes(state: LoopState, status: str, message: str) -> tuple[Tool
     )
 
 
+def _open_gate(
+    b: _Builder,
+    loop: str,
+    turn_id: str,
+    step: int,
+    gate_id: str,
+    call_ids: tuple[str, ...],
+    prompt: dict[str, Any],
+    deadline: float,
+    now: float,
+) -> None:
+    """Emit ``GateOpened`` for ``call_ids`` and arm its deadline."""
+    b.emit(
+        GateOpened(
+            loop=loop,
+            turn_id=turn_id,
+            step=step,
+            gate_id=gate_id,
+            call_ids=call_ids,
+            prompt=prompt,
+            deadline=deadline,
+            at=now,
+        )
+    )
+    b.effects.append(ArmGate(turn_id=turn_id, step=step, gate_id=gate_id, deadline=deadline))
+
+
 def _is_current(state: LoopState, turn_id: str, step: int, phase: str) -> bool:
     turn = state.turn
     return turn is not None and turn.turn_id == turn_id and turn.step == step and turn.phase == phase
@@ -320,20 +348,7 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
         ):
             # A foreign loop's CLI asks mid-turn (its own tool, no batch of the loop's): one gate at a time.
             if state.turn is not None and state.turn.gate is None and call_ids:
-                deadline = event_input.deadline
-                b.emit(
-                    GateOpened(
-                        loop=name,
-                        turn_id=turn_id,
-                        step=step,
-                        gate_id=gate_id,
-                        call_ids=call_ids,
-                        prompt=prompt,
-                        deadline=deadline,
-                        at=now,
-                    )
-                )
-                b.effects.append(ArmGate(turn_id=turn_id, step=step, gate_id=gate_id, deadline=deadline))
+                _open_gate(b, name, turn_id, step, gate_id, call_ids, prompt, event_input.deadline, now)
         case GateNeeded(turn_id=turn_id, step=step, gate_id=gate_id, call_ids=call_ids, prompt=prompt):
             turn = state.turn
             if not _is_current(state, turn_id, step, "tools") or turn is None or turn.gate is not None:
@@ -342,20 +357,7 @@ def decide(state: LoopState, event_input: LoopInput, *, config: LoopConfig, now:
             waiting = tuple(c for c in call_ids if c in open_ids)
             if not waiting:
                 return Decision()
-            deadline = event_input.deadline
-            b.emit(
-                GateOpened(
-                    loop=name,
-                    turn_id=turn_id,
-                    step=step,
-                    gate_id=gate_id,
-                    call_ids=waiting,
-                    prompt=prompt,
-                    deadline=deadline,
-                    at=now,
-                )
-            )
-            b.effects.append(ArmGate(turn_id=turn_id, step=step, gate_id=gate_id, deadline=deadline))
+            _open_gate(b, name, turn_id, step, gate_id, waiting, prompt, event_input.deadline, now)
         case AnswerGate(gate_id=gate_id, answer=answer):
             turn = state.turn
             if turn is None or turn.gate is None or turn.gate.gate_id != gate_id:
