@@ -356,6 +356,7 @@ async def test_the_task_api_is_for_the_tasks_responder(rig: Rig) -> None:
     stranger = rig.client(actor="operator:router")
     for method, path, body in [
         ("GET", f"/v1/tasks/{task_id}", None),
+        ("GET", f"/v1/tasks/{task_id}?messages=100", None),  # the Task's own messages: its responder only
         ("GET", f"/v1/tasks/{task_id}/messages", None),
         ("POST", f"/v1/tasks/{task_id}/events", {"events": text_events("x")}),
         ("POST", f"/v1/tasks/{task_id}/complete", {}),
