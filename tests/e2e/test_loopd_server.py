@@ -155,11 +155,16 @@ def test_a_remote_harness_named_in_the_config_file_answers(tmp_path: Path, stopp
         wait_until(peer_up, timeout=60, what="loopd harness serve to answer")
         config = tmp_path / "remote.yaml"
         config.write_text(
+            "auth:\n  actor_tokens:\n    - {actor: 'operator:other', token_env: LOOPD_TEST_OTHER_TOKEN}\n"
             "harnesses:\n"
             f"  - {{key: peer, kind: remote, title: Peer, url: '{peer_url}', token_env: LOOPD_TEST_PEER_TOKEN}}\n"
         )
+        other_token = "o" * 48
         server = start_server(
-            tmp_path / "data", tmp_path, args=["--config", str(config)], env={"LOOPD_TEST_PEER_TOKEN": token}
+            tmp_path / "data",
+            tmp_path,
+            args=["--config", str(config)],
+            env={"LOOPD_TEST_PEER_TOKEN": token, "LOOPD_TEST_OTHER_TOKEN": other_token},
         )
         stopping.append(server)
         with server.client() as client:
@@ -169,6 +174,38 @@ def test_a_remote_harness_named_in_the_config_file_answers(tmp_path: Path, stopp
             message = wait_answer(client, asked, timeout=45)
             assert message["status"] == "completed", (message, server.log.read_text(), peer_log.read_text())
             assert "hello remote peer" in answer_text(message)  # the demo model behind the peer echoes it
+            # The peer's model call is in this server's ledger with its full request and reply, for the asker only.
+            tree = client.get("/v1/ledger/tree", params={"task_id": asked.task_id})
+            assert tree.status_code == 200, tree.text
+            attempts = [
+                attempt
+                for lane in tree.json()["lanes"]
+                for turn in lane["turns"]
+                for action in turn["actions"]
+                for attempt in action["attempts"]
+                if attempt["request"]
+            ]
+            assert attempts, tree.json()
+            query = {"task_id": asked.task_id, "attempt_id": attempts[0]["id"]}
+            full = client.get("/v1/ledger/attempt", params=query)
+            assert full.status_code == 200, full.text
+            assert "hello remote peer" in full.json()["request"]["messages"][-1]["content"]
+            assert "hello remote peer" in full.json()["reply"]["text"]
+            assert token not in full.text  # the peer's token never reaches the ledger
+        other = httpx.get(
+            server.url + "/v1/ledger/attempt",
+            params=query,
+            headers={"Authorization": f"Bearer {other_token}"},
+            timeout=10,
+        )
+        assert other.status_code in (403, 404), other.text
+        assert httpx.get(server.url + "/v1/ledger/attempt", params=query, timeout=10).status_code == 401
+        # The peer hands the records only to its token's holder.
+        peer_auth = {"Authorization": f"Bearer {token}"}
+        [session] = httpx.get(peer_url + "/v1/sessions", headers=peer_auth, timeout=10).json()["items"]
+        session_calls = f"{peer_url}/v1/sessions/{session['id']}/model-calls"
+        assert httpx.get(session_calls, timeout=10).status_code == 401
+        assert httpx.get(session_calls, headers=peer_auth, timeout=10).json()["items"]
     finally:
         if peer.poll() is None:
             peer.send_signal(signal.SIGTERM)

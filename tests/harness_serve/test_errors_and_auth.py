@@ -230,6 +230,7 @@ async def test_openapi_lists_the_paths(served: Served) -> None:
         "/v1/sessions/{session_id}/loops/{loop}/mode",
         "/v1/sessions/{session_id}/loops/{loop}/inference",
         "/v1/sessions/{session_id}/journal",
+        "/v1/sessions/{session_id}/model-calls",
         "/v1/sessions/{session_id}/events",
     }
     schemas = document["components"]["schemas"]

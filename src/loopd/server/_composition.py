@@ -365,7 +365,11 @@ async def _open_targets(
                 )
                 first_workspace = first_workspace or workspace
             elif isinstance(target, RemoteHarness):
-                remote = RemoteHarnessAdapter(target.url, target.token(), timeout=target.timeout or 10.0, clock=clock)
+                # The peer's model calls arrive redacted by it; the ledger redacts them again with this server's rules.
+                recorded = PromptRecording(clock, ledger_redactor(settings)) if settings.ledger_prompts else None
+                remote = RemoteHarnessAdapter(
+                    target.url, target.token(), timeout=target.timeout or 10.0, clock=clock, prompts=recorded
+                )
                 stack.push_async_callback(remote.aclose)
                 adapter = remote
             else:

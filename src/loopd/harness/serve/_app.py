@@ -20,6 +20,7 @@ from loopd import __version__
 from loopd._infra.docs import install_docs
 from loopd._infra.http import EventStreamResponse
 from loopd._infra.http_errors import ApiError, drop_validation_responses, error_responses, install_error_handlers
+from loopd._infra.redaction import Redactor
 from loopd.harness._errors import HarnessError, NoSuchQuestionError
 from loopd.harness.actors import RecoveryMode, Rig
 from loopd.harness.core import codec
@@ -31,6 +32,7 @@ from loopd.harness.serve._idempotency import (
     MemoryIdempotencyStore,
     SqliteIdempotencyStore,
 )
+from loopd.harness.serve._model_calls import MAX_PAGE, ServedModelCalls, recording_rig
 from loopd.harness.serve._operations import answer_gate, cancel_queued_input
 from loopd.harness.serve._sessions import ServedSessions, SessionView
 from loopd.harness.serve._streaming import event_frames
@@ -54,6 +56,7 @@ from loopd.harness.serve._wire import (
     LoopInferenceRequest,
     LoopModeRequest,
     LoopSettingResult,
+    ModelCallPage,
     RestoredSession,
     SessionBody,
     SessionList,
@@ -93,10 +96,15 @@ def create_app(
     restore_mode: RecoveryMode = "interrupt",
     stream_queue: int = 256,
     command_timeout: float = 10.0,
+    model_calls: bool = True,
+    redactor: Redactor | None = None,
 ) -> FastAPI:
     """The API for ``rig``. ``token`` (if given) is required as a bearer token on every route but /healthz and
     /openapi.json. Idempotency keys live in ``idempotency_path`` (a SQLite file, kept across restarts), or in
     ``idempotency``, or in memory. The caller keeps the rig (and its journal) open for the app's lifespan.
+
+    ``model_calls``: record each session's model calls (request and attempts) for ``GET
+    /v1/sessions/{id}/model-calls``, redacted by ``redactor`` (default: the built-in secret shapes and the token).
     """
     if heartbeat <= 0:
         raise ValueError("heartbeat must be positive")
@@ -107,7 +115,11 @@ def create_app(
         keys = SqliteIdempotencyStore(idempotency_path)
     else:
         keys = MemoryIdempotencyStore()
-    sessions = ServedSessions(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode)
+    recorded: ServedModelCalls | None = None
+    if model_calls:
+        rig = recording_rig(rig)
+        recorded = ServedModelCalls(rig.clock, redactor or Redactor(literals=[token] if token else ()))
+    sessions = ServedSessions(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode, model_calls=recorded)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -369,6 +381,25 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
             has_more=len(records) > limit,
             last_seq=info.last_seq if info is not None else (page[-1].seq if page else 0),
         )
+
+    @router.get("/v1/sessions/{session_id}/model-calls", tags=["events"])
+    async def model_calls(
+        session_id: SessionId,
+        after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    ) -> ModelCallPage:
+        """The session's model calls with an index above ``after`` (continue with ``next_after``): each one's
+        request (model, system prompt, parameters, tools, messages) and attempts (every provider failure, retry or
+        fallback step, then the reply: text, tool calls, usage, finish reason, provider request id), redacted.
+        ``after_seq``: the journal's last seq when the call ended. Within a page, ``request.extends`` = how many of
+        the previous item's messages this request starts with (``messages`` holds the rest). Kept in this server's
+        memory, bounded (the oldest calls of a session are dropped first); none when recording is off.
+        """
+        if not await sessions.exists(session_id):
+            raise ApiError("not_found", f"no session {session_id!r}")
+        if sessions.model_calls is None:
+            return ModelCallPage(items=[], next_after=after, has_more=False)
+        return ModelCallPage(**sessions.model_calls.page(session_id, after, limit))
 
     @router.get(
         "/v1/sessions/{session_id}/events",

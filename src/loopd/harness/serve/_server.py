@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from loopd._infra.http import is_loopback
+from loopd._infra.redaction import Redactor
 from loopd._infra.serving import RunningServer, open_http_server
 from loopd.harness._errors import HarnessError
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app
@@ -56,6 +57,10 @@ async def serve(
     Idempotency keys are kept in ``<data_dir>/serve-idempotency.db`` beside the journal.
     """
     check_bind(host, token)
+    # What leaves in the model-call records: the built-in secret shapes, the token and the model's own keys.
+    keys = (settings.model.api_key, settings.model.anthropic_api_key)
+    literals = [token or "", *(key.get_secret_value() for key in keys if key is not None)]
+    app_options.setdefault("redactor", Redactor(literals=literals))
     async with open_standard_rig(settings) as rig:
         app = create_app(rig, token=token, idempotency_path=settings.data_dir / IDEMPOTENCY_FILE, **app_options)
         async with open_harness_server(app, host=host, port=port, handle_signals=handle_signals) as running:

@@ -28,7 +28,9 @@ from loopd.harness._errors import SessionClosedError, SessionNotFoundError
 from loopd.harness.actors import RecoveryMode, Rig, Session
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal import Record, replay
+from loopd.harness.models import record_model_calls
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
+from loopd.harness.serve._model_calls import ServedModelCalls
 from loopd.harness.serve._wire import CreateSessionRequest, ForkSessionRequest, SessionStatus
 
 T = TypeVar("T")
@@ -72,6 +74,7 @@ class ServedSessions:
         max_live: int = 256,
         restore_mode: RecoveryMode = "interrupt",
         io_timeout: float = 30.0,
+        model_calls: ServedModelCalls | None = None,
     ) -> None:
         if max_live < 1:
             raise ValueError("max_live must be positive")
@@ -80,6 +83,8 @@ class ServedSessions:
         self._max_live = max_live
         self._restore_mode: RecoveryMode = restore_mode
         self._io_timeout = io_timeout
+        self.model_calls = model_calls
+        """Each session's recorded model calls (None: not recorded); see `_model_calls`."""
         self._live: dict[str, Session] = {}
         self._recent_inputs: dict[str, OrderedDict[str, str]] = {}
         self._touched: dict[str, float] = {}
@@ -164,7 +169,7 @@ class ServedSessions:
                 if await self.exists(session_id):
                     return Created(session_id, False, record.command_id)
             await self._make_room()
-            session = await self.rig.start_session(session_id)
+            session = await self._recorded(session_id, self.rig.start_session(session_id))
             self._live[session.id] = session
             self._touch(session.id)
             self._notify()
@@ -196,7 +201,7 @@ class ServedSessions:
             elif body.session_id is not None and await self.exists(body.session_id):
                 raise ApiError("conflict", f"session {body.session_id!r} exists; fork under another id")
             await self._make_room()
-            session = await self.rig.fork_session(parent_id, body.at_seq, session_id)
+            session = await self._recorded(session_id, self.rig.fork_session(parent_id, body.at_seq, session_id))
             self._live[session.id] = session
             self._touch(session.id)
             self._notify()
@@ -236,10 +241,21 @@ class ServedSessions:
         if await self.io(self.rig.journal.session(session_id)) is None:
             raise ApiError("not_found", f"no session {session_id!r}")
         await self._make_room()
-        session = await self.rig.restore_session(session_id, mode=self._restore_mode)
+        session = await self._recorded(session_id, self.rig.restore_session(session_id, mode=self._restore_mode))
         self._live[session_id] = session
         self._touch(session_id)
         self._notify()
+        return session
+
+    async def _recorded(self, session_id: str, opening: Awaitable[Session]) -> Session:
+        """Await ``opening`` (a session starting, forking or restoring) with its model calls reported to its log: its
+        loop tasks are created in this context and keep it."""
+        if self.model_calls is None:
+            return await opening
+        log = self.model_calls.log(session_id)
+        with record_model_calls(log):
+            session = await opening
+        log.session = session
         return session
 
     def _check_open(self) -> None:

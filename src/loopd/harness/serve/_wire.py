@@ -233,6 +233,14 @@ class JournalPage(_Response):
     last_seq: int
 
 
+class ModelCallPage(_Response):
+    """A page of a session's recorded model calls (``GET /v1/sessions/{id}/model-calls``)."""
+
+    items: list[dict[str, Any]]
+    next_after: int
+    has_more: bool
+
+
 class Health(_Response):
     status: Literal["ok"]
     live_sessions: int

@@ -10,6 +10,12 @@
   dropped connection it reconnects with ``Last-Event-ID`` (the last stored seq seen), so nothing is repeated or
   skipped. Too many failed reconnects in a row → `ObservationLost` (the engine resumes the call later).
 - gates: ``POST /v1/sessions/{id}/gates/{gate id}``; cancel: ``POST /v1/sessions/{id}/interrupt``.
+- prompts (``prompts``, a `PromptRecording`): at each `ModelCalled` / `Failed` the run reads the session's new
+  model-call records (``GET /v1/sessions/{id}/model-calls``, redacted by the peer) into a `PromptLog`, exactly the
+  log the built-in adapter fills in process, so the trail stores them the same way (content-addressed request and
+  reply per attempt). Only records the peer made before the event (``after_seq`` < its seq) are offered to it, so
+  a replayed event of an earlier call never takes a later call's record. Reading them is best effort: a failure is
+  logged and the call goes on with usage facts only.
 
 Every request has a timeout (``timeout``; the event stream's read timeout is ``stream_timeout``, longer than
 the peer's heartbeat). Transport errors, 5xx and 429 become `ObservationLost`; other errors fail the call.
@@ -18,7 +24,10 @@ the peer's heartbeat). Transport errors, 5xx and 429 become `ObservationLost`; o
 from __future__ import annotations
 
 import json
+import logging
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 import httpx
@@ -28,18 +37,25 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.sse import read_sse
 from loopd._infra.telemetry import httpx_trace_hooks
+from loopd.harness.core import Message, ToolCall, Usage
 from loopd.harness.core.events import Event as HarnessEvent
+from loopd.harness.models import ModelAttemptRecord, ModelCallRecord, ModelRequest, ToolSpec
 from loopd.server.ledger import EffectKind, Idempotency
 
-from ._adapter import AdapterRequest, GateAnswer, Update
+from ._adapter import AdapterRequest, Failed, GateAnswer, ModelCalled, Update
 from ._errors import AdapterError, ObservationLost
+from ._prompts import PromptLog, PromptRecording
 from ._translation import HarnessTranslator
+
+_log = logging.getLogger(__name__)
 
 _EVENTS: Final = TypeAdapter(HarnessEvent)
 _INPUT_KINDS: Final = frozenset({"turn_started", "input_queued", "input_rejected", "inputs_folded"})
 _JOURNAL_PAGE: Final = 1000
 _MAX_JOURNAL_PAGES: Final = 100
 _RECONNECT: Final = Backoff(base=0.5, factor=2.0, max_delay=5.0)
+_MODEL_CALL_PAGE: Final = 50
+_MAX_MODEL_CALL_PAGES: Final = 20
 
 
 class RemoteError(AdapterError):
@@ -81,8 +97,13 @@ class RemoteRun:
         stream_timeout: float,
         max_reconnects: int,
         clock: Clock,
+        prompts: PromptLog | None = None,
     ) -> None:
         self._client = client
+        self._prompts = prompts
+        self._calls_after = 0
+        self._calls: deque[tuple[int, ModelCallRecord]] = deque()
+        """Fetched model-call records not offered to the prompt log yet: (the peer's seq when it ended, record)."""
         self._clock = clock
         self._session_id = session_id
         self._loop = loop
@@ -135,7 +156,7 @@ class RemoteRun:
                         except ValidationError:
                             continue  # an event kind this loopd does not know: nothing to show for it
                         for update in self._translator.feed(parsed):
-                            yield update
+                            yield await self._with_prompts(update, seq)
                         if self._translator.finished:
                             return
             except (httpx.TransportError, ObservationLost) as exc:
@@ -143,6 +164,36 @@ class RemoteRun:
                 if failures > self._max_reconnects:
                     raise ObservationLost(f"the remote event stream keeps failing: {exc!r}") from exc
             await self._clock.sleep(_RECONNECT.delay(failures))
+
+    async def _with_prompts(self, update: Update, seq: int | None) -> Update:
+        """``update`` with the recorded prompts of its model calls (see the module docstring), when recording."""
+        if self._prompts is None or not isinstance(update, ModelCalled | Failed):
+            return update
+        await self._fetch_model_calls()
+        while self._calls and (seq is None or self._calls[0][0] < seq):
+            self._prompts.record(self._calls.popleft()[1])
+        if isinstance(update, ModelCalled):
+            recorded = self._prompts.take(update.input_tokens, update.output_tokens)
+            return replace(update, recorded=recorded) if recorded is not None else update
+        lost = self._prompts.take_failed()  # model calls whose every attempt failed
+        return replace(update, recorded=tuple(lost)) if lost else update
+
+    async def _fetch_model_calls(self) -> None:
+        """Read the session's model-call records after the last one read (best effort: see the module docstring)."""
+        try:
+            for _ in range(_MAX_MODEL_CALL_PAGES):
+                page = await self._client.call(
+                    "GET", self._path("/model-calls"), params={"after": self._calls_after, "limit": _MODEL_CALL_PAGE}
+                )
+                previous: tuple[Message, ...] = ()
+                for item in page.get("items") or []:
+                    after_seq, call, previous = _model_call(item, previous)
+                    self._calls.append((after_seq, call))
+                self._calls_after = int(page.get("next_after", self._calls_after))
+                if not page.get("has_more"):
+                    return
+        except (AdapterError, httpx.HTTPError, ValidationError, ValueError, TypeError, KeyError) as exc:
+            _log.warning("could not read the model calls of remote session %s: %s", self._session_id, exc)
 
     async def answer_gate(self, gate_id: str, answer: GateAnswer) -> None:
         await self._client.call("POST", self._path(f"/gates/{gate_id}"), json={"answer": answer})
@@ -152,6 +203,47 @@ class RemoteRun:
 
     async def aclose(self) -> None:
         return None  # the remote session belongs to its server; nothing is held here
+
+
+def _model_call(item: Any, previous: tuple[Message, ...]) -> tuple[int, ModelCallRecord, tuple[Message, ...]]:
+    """One record of ``GET /v1/sessions/{id}/model-calls``: (after_seq, the call, its messages). ``previous``: the
+    messages of the page's previous item (``request.extends`` of them come first)."""
+    request = item["request"]
+    extends = int(request.get("extends") or 0)
+    if extends > len(previous):
+        raise ValueError("a model-call record extends more messages than the previous one had")
+    messages = previous[:extends] + tuple(Message.model_validate(m) for m in request.get("messages") or [])
+    call = ModelCallRecord(
+        ModelRequest(
+            model=str(request["model"]),
+            messages=messages,
+            tools=tuple(ToolSpec.model_validate(tool) for tool in request.get("tools") or []),
+            system=request.get("system"),
+            max_output_tokens=request.get("max_output_tokens"),
+            temperature=request.get("temperature"),
+        ),
+        tuple(_attempt(attempt) for attempt in item.get("attempts") or []),
+    )
+    return int(item.get("after_seq") or 0), call, messages
+
+
+def _attempt(data: Mapping[str, Any]) -> ModelAttemptRecord:
+    usage = data.get("usage")
+    return ModelAttemptRecord(
+        model=str(data["model"]),
+        started_at=float(data["started_at"]),
+        ended_at=float(data["ended_at"]),
+        provider=data.get("provider"),
+        error_type=data.get("error_type"),
+        message=data.get("message"),
+        status_code=data.get("status_code"),
+        retry_after=data.get("retry_after"),
+        text=str(data.get("text") or ""),
+        tool_calls=tuple(ToolCall.model_validate(call) for call in data.get("tool_calls") or []),
+        usage=Usage.model_validate(usage) if usage is not None else None,
+        finish_reason=data.get("finish_reason"),
+        request_id=data.get("request_id"),
+    )
 
 
 async def _sse_messages(chunks: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, int | None, Any]]:
@@ -171,7 +263,8 @@ async def _sse_messages(chunks: AsyncIterator[str]) -> AsyncIterator[tuple[str |
 
 
 class RemoteHarnessAdapter:
-    """A ``loopd harness serve`` peer at ``base_url`` (``token``: its bearer token). Close with `aclose`."""
+    """A ``loopd harness serve`` peer at ``base_url`` (``token``: its bearer token). Close with `aclose`.
+    ``prompts``: store each model call's request and replies in the ledger (read from the peer)."""
 
     def __init__(
         self,
@@ -184,8 +277,10 @@ class RemoteHarnessAdapter:
         max_reconnects: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
         clock: Clock | None = None,
+        prompts: PromptRecording | None = None,
     ) -> None:
         self._clock = clock or SystemClock()  # the pause between reconnects of the event stream
+        self._prompts = prompts  # full prompts for the ledger, read from the peer (see the module docstring)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
@@ -237,6 +332,7 @@ class RemoteHarnessAdapter:
             stream_timeout=self._stream_timeout,
             max_reconnects=self._max_reconnects,
             clock=self._clock,
+            prompts=self._prompts.log() if self._prompts is not None else None,
         )
 
     async def _has_input(self, session_id: str) -> bool:

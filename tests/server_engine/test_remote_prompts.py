@@ -1,0 +1,107 @@
+"""Full prompts of calls through a remote harness: a real ``loopd harness serve`` app on loopback (its model the
+real OpenAI-compatible adapter against the scripted server) exposes each session's model calls at
+``GET /v1/sessions/{id}/model-calls``, redacted before they leave and only to its token's holder; the engine's
+remote adapter reads them and stores each attempt's request and reply like the built-in adapter does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from loopd._infra.redaction import Redactor
+from loopd.harness.models import open_scripted_server
+from loopd.harness.serve import create_app, open_harness_server
+from loopd.server.audit._routes import resolve_request
+from loopd.server.engine import CallRequest, PromptRecording, RemoteHarnessAdapter
+from loopd.server.ledger import Scope, SqlLedgerStore
+from loopd.server.storage import Database
+
+from .conftest import make_engine, new_conversation, new_response, until_done
+from .test_ledger_prompts import API_KEY, BEARER, CONFIGURED, SCRIPT, _rig, _rows
+
+TOKEN = "remote-prompts-token-0123456789"
+
+
+async def test_a_remote_calls_prompts_are_stored_per_attempt_and_redacted(
+    sqlite_db: Database, tmp_path: Path, clock: Any
+) -> None:
+    prompts = PromptRecording(clock, Redactor([r"ACME-[0-9]{8}"], literals=[API_KEY]))
+    async with open_scripted_server(list(SCRIPT)) as model_url, _rig(tmp_path / "peer", model_url) as rig:
+        # The peer redacts with what `loopd harness serve` gives it: its model's key and its own token.
+        app = create_app(rig, token=TOKEN, redactor=Redactor(literals=[API_KEY, TOKEN]))
+        async with open_harness_server(app) as server:
+            adapter = RemoteHarnessAdapter(server.url, TOKEN, timeout=30, prompts=prompts)
+            async with make_engine(sqlite_db, {"remote": adapter}, clock=clock, redactor=prompts.redactor) as engine:
+                conversation = await new_conversation(sqlite_db)
+                response = await new_response(sqlite_db, conversation, task_id="task-remote")
+                call = await engine.start(
+                    CallRequest(
+                        "uid-rp", "respond", "remote", "what is in deploy.env?", message_id=response, asker="user:a"
+                    )
+                )
+                done = await until_done(engine, call.id, timeout=30)
+                assert done.phase == "succeeded", done.error
+            await adapter.aclose()
+            session = done.execution_ref
+            async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+                path = f"/v1/sessions/{session}/model-calls"
+                raw = await http.get(path, headers={"Authorization": f"Bearer {TOKEN}"})
+                # Only the token's holder reads them, like every session route.
+                assert (await http.get(path)).status_code == 401
+                assert (await http.get(path, headers={"Authorization": "Bearer wrong-token"})).status_code == 401
+                missing = await http.get("/v1/sessions/nope/model-calls", headers={"Authorization": f"Bearer {TOKEN}"})
+                assert missing.status_code == 404
+
+    # What left the peer: three calls (the first with two attempts: the 429, then its retry), redacted.
+    assert raw.status_code == 200, raw.text
+    page = raw.json()
+    assert [item["index"] for item in page["items"]] == [1, 2, 3] and page["has_more"] is False
+    assert [a["status_code"] for a in page["items"][0]["attempts"]] == [429, None]
+    assert page["items"][2]["request"]["extends"] == 3  # the third call resends only its new messages
+    for secret in (API_KEY, BEARER, TOKEN):
+        assert secret not in raw.text
+    assert CONFIGURED in raw.text  # the peer knows no such pattern; the ledger's own redaction removes it below
+
+    ledger = SqlLedgerStore(sqlite_db)
+    lane = (await ledger.find_lanes(Scope(harness_call_id=call.id)))[0]
+    events = await ledger.load_lane(lane.id)
+    requested = [e for e in events if e.event_type == "attempt.requested" and "request" in e.payload]
+    failed = [e for e in events if e.event_type == "attempt.failed" and "duration_ms" in e.payload]
+    completed = [e for e in events if e.event_type == "attempt.completed" and "reply" in e.payload]
+    assert (len(requested), len(failed), len(completed)) == (4, 1, 3)
+    assert failed[0].payload["error"]["status_code"] == 429
+    assert requested[0].payload["request"] == requested[1].payload["request"]  # the retried request, stored once
+    structure = await ledger.structure(Scope(harness_call_id=call.id))
+    by_id = {attempt.id: attempt for attempt in structure.attempts}
+    retried, answered = by_id[failed[0].subject_id], by_id[requested[1].subject_id]
+    assert retried.action_id == answered.action_id and (retried.attempt_no, answered.attempt_no) == (1, 2)
+
+    last = await resolve_request(ledger, requested[-1].payload["request"]["sha256"])
+    assert last["model"] == "gpt-test" and last["system"] == "Be brief."
+    assert [m["role"] for m in last["messages"]] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert last["messages"][0]["content"].endswith("what is in deploy.env?")
+    reply = json.loads((await ledger.get_artifact(completed[-1].payload["reply"]["sha256"])).body)
+    assert reply["text"].startswith("The file holds") and reply["provider_request_id"]
+
+    stored: list[str] = []
+    for table in ("ledger_artifacts", "ledger_events", "ledger_attempts"):
+        stored.extend(repr(row) for row in await _rows(sqlite_db, f"SELECT * FROM {table}"))
+    everything = "\n".join(stored)
+    assert "[REDACTED]" in everything
+    for secret in (API_KEY, CONFIGURED, BEARER, TOKEN):
+        assert secret not in everything
+
+
+async def test_without_recording_the_peer_serves_no_model_calls(tmp_path: Path) -> None:
+    async with open_scripted_server(list(SCRIPT)) as model_url, _rig(tmp_path / "peer", model_url) as rig:
+        app = create_app(rig, token=TOKEN, model_calls=False)
+        async with (
+            open_harness_server(app) as server,
+            httpx.AsyncClient(base_url=server.url, timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+        ):
+            created = (await http.post("/v1/sessions", json={})).json()
+            page = await http.get(f"/v1/sessions/{created['id']}/model-calls")
+    assert page.status_code == 200 and page.json() == {"items": [], "next_after": 0, "has_more": False}
