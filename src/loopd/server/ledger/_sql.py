@@ -502,8 +502,8 @@ class _LedgerSql:
         lanes = await self.find_lanes(scope)
         where, params = _scope_sql(scope, "l")
         rows = await self._tx.fetch(
-            f"SELECT {_prefixed(_EVENT, 'e')} FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
-            f"WHERE {where} ORDER BY l.created_at, l.id, e.seq",
+            f"SELECT {_prefixed(_EVENT, 'e')} FROM ledger_lanes l CROSS JOIN ledger_events e "
+            f"WHERE e.lane_id = l.id AND {where} ORDER BY l.created_at, l.id, e.seq",
             params,
         )
         return LedgerView(lanes=lanes, events=[_event(row) for row in rows])
@@ -511,19 +511,21 @@ class _LedgerSql:
     async def structure(self, scope: Scope) -> LedgerStructure:
         where, params = _scope_sql(scope, "l")
         turns = await self._tx.fetch(
-            f"SELECT {_prefixed(_TURN, 't')} FROM ledger_turns t JOIN ledger_lanes l ON l.id = t.lane_id "
-            f"WHERE {where} ORDER BY t.created_at, t.id",
+            f"SELECT {_prefixed(_TURN, 't')} FROM ledger_lanes l CROSS JOIN ledger_turns t "
+            f"WHERE t.lane_id = l.id AND {where} ORDER BY t.created_at, t.id",
             params,
         )
         actions = await self._tx.fetch(
-            f"SELECT {_prefixed(_ACTION, 'c')} FROM ledger_actions c JOIN ledger_turns t ON t.id = c.turn_id "
-            f"JOIN ledger_lanes l ON l.id = t.lane_id WHERE {where} ORDER BY c.created_at, c.id",
+            f"SELECT {_prefixed(_ACTION, 'c')} FROM ledger_lanes l CROSS JOIN ledger_turns t "
+            f"CROSS JOIN ledger_actions c WHERE t.lane_id = l.id AND c.turn_id = t.id AND {where} "
+            "ORDER BY c.created_at, c.id",
             params,
         )
         attempts = await self._tx.fetch(
-            f"SELECT {_prefixed(_ATTEMPT, 'a')} FROM ledger_attempts a JOIN ledger_actions c ON c.id = a.action_id "
-            f"JOIN ledger_turns t ON t.id = c.turn_id JOIN ledger_lanes l ON l.id = t.lane_id "
-            f"WHERE {where} ORDER BY a.created_at, a.id",
+            f"SELECT {_prefixed(_ATTEMPT, 'a')} FROM ledger_lanes l CROSS JOIN ledger_turns t "
+            f"CROSS JOIN ledger_actions c CROSS JOIN ledger_attempts a "
+            f"WHERE t.lane_id = l.id AND c.turn_id = t.id AND a.action_id = c.id AND {where} "
+            "ORDER BY a.created_at, a.id",
             params,
         )
         return LedgerStructure(
@@ -536,9 +538,10 @@ class _LedgerSql:
         where, params = _scope_sql(scope, "l")
         rows = await self._tx.fetch(
             f"SELECT {_prefixed(_EVENT, 'e')}, {_prefixed(_ATTEMPT, 'a')}, {_prefixed(_ACTION, 'c')} "
-            "FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
+            "FROM ledger_lanes l CROSS JOIN ledger_events e "
             "JOIN ledger_attempts a ON a.id = e.subject_id JOIN ledger_actions c ON c.id = a.action_id "
-            f"WHERE e.event_type = 'attempt.requested' AND {where} AND NOT EXISTS (SELECT 1 FROM ledger_events t "
+            f"WHERE e.lane_id = l.id AND e.event_type = 'attempt.requested' AND {where} "
+            "AND NOT EXISTS (SELECT 1 FROM ledger_events t "
             f"WHERE t.subject_id = e.subject_id AND t.event_type IN {_TERMINAL}) "
             "ORDER BY l.created_at, l.id, e.seq",
             params,
@@ -558,16 +561,16 @@ class _LedgerSql:
         row = await self._tx.fetch_one(
             "SELECT COALESCE(SUM(e.input_tokens), 0), COALESCE(SUM(e.output_tokens), 0), "
             "COALESCE(SUM(e.cost_usd), 0), COALESCE(SUM(CASE WHEN e.event_type = 'attempt.completed' THEN 1 ELSE 0 "
-            "END), 0) FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
-            f"WHERE e.event_type IN {_TERMINAL} AND {where}",
+            "END), 0) FROM ledger_lanes l CROSS JOIN ledger_events e "
+            f"WHERE e.lane_id = l.id AND e.event_type IN {_TERMINAL} AND {where}",
             params,
         )
         if row is None:  # pragma: no cover - an aggregate always returns one row
             return UsageTotals()
         # Estimated / unknown usage is marked in the payload; the LIKE only narrows what is decoded.
         flagged = await self._tx.fetch(
-            "SELECT e.payload FROM ledger_events e JOIN ledger_lanes l ON l.id = e.lane_id "
-            f"WHERE e.event_type IN {_TERMINAL} AND e.payload LIKE ? ESCAPE '!' AND {where}",
+            "SELECT e.payload FROM ledger_lanes l CROSS JOIN ledger_events e "
+            f"WHERE e.lane_id = l.id AND e.event_type IN {_TERMINAL} AND e.payload LIKE ? ESCAPE '!' AND {where}",
             ("%usage!_estimated%", *params),
         )
         estimated = sum(1 for (payload,) in flagged if loads(payload).get("usage_estimated") is True)

@@ -347,6 +347,15 @@ _CONVERSATION_FORKS = Migration(
     ),
 )
 
+_LEDGER_SCOPE_INDEXES = Migration(
+    9,
+    "ledger: a Task's, conversation's or call's turns and actions found from its lanes (no scan of every turn)",
+    (
+        "CREATE INDEX ledger_turns_by_lane ON ledger_turns (lane_id)",
+        "CREATE INDEX ledger_actions_by_turn ON ledger_actions (turn_id)",
+    ),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CHAT,
     _LEDGER,
@@ -356,6 +365,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _LEDGER_ARTIFACTS,
     _CONVERSATION_TITLES,
     _CONVERSATION_FORKS,
+    _LEDGER_SCOPE_INDEXES,
 )
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 
