@@ -29,25 +29,32 @@ disconnect.
 
 **Timeouts:** ``timeout`` bounds every I/O operation of the client: connect, write, and each read, which
 for a stream is the longest silence allowed between two chunks.
+
+**Request body.** The body is JSON encoded here, not by ``chat.completions.create`` (whose type-directed transform
+walks every message of every request: hundreds of milliseconds at a history of 500 steps). Each history message is
+encoded once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a
+join; the bytes equal what ``create`` sends for the same arguments (same key order, compact separators, UTF-8), and
+go through the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an
+``http_client``'s transport: cassettes and the ledger see the same request).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from typing import Literal
+from typing import Any, Literal
 
 import httpx2
 import openai
 from openai.types.chat import (
+    ChatCompletion,
     ChatCompletionAssistantMessageParam,
     ChatCompletionChunk,
     ChatCompletionMessageParam,
     ChatCompletionMessageToolCallParam,
-    ChatCompletionStreamOptionsParam,
-    ChatCompletionToolParam,
 )
 from openai.types.completion_usage import CompletionUsage
 
@@ -61,6 +68,7 @@ from loopd.harness.models._protocol import (
     ReplyInfo,
     TextDelta,
     ToolCallDelta,
+    ToolSpec,
     UsageReport,
 )
 from loopd.harness.models._ratelimit import RateLimiter, estimate_tokens
@@ -69,6 +77,7 @@ from loopd.harness.models._sdk import SdkAdapter, check_settings
 
 __all__ = [
     "DEFAULT_BACKOFF",
+    "MessageEncoder",
     "OpenAICompatibleModel",
     "model_error",
     "openai_messages",
@@ -129,11 +138,12 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         )
         self._include_usage = include_usage
         self._max_tokens_field: MaxTokensField = max_tokens_field
+        self._encoder = MessageEncoder()
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; see the module docstring for the retry, usage and cancellation contract."""
         model = request.model or self._model
-        messages = openai_messages(request)
+        messages = self._encoder.encode(request)
         async with aclosing(
             retrying(
                 lambda: self._attempt(model, request, messages),
@@ -149,36 +159,31 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
                 yield chunk
 
     async def _attempt(
-        self, model: str, request: ModelRequest, messages: list[ChatCompletionMessageParam]
+        self, model: str, request: ModelRequest, messages: EncodedMessages
     ) -> AsyncGenerator[ModelChunk, None]:
         """One HTTP call; every failure leaves as a `ModelError`."""
-        tools: list[ChatCompletionToolParam] = [
-            {
-                "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-            }
-            for t in request.tools
-        ]
-        stream_options: ChatCompletionStreamOptionsParam | openai.Omit = (
-            {"include_usage": True} if self._include_usage else openai.omit
-        )
         limit = request.max_output_tokens
         estimate = 0
         if self._limiter is not None:
-            estimate = estimate_tokens(sum(len(str(m.get("content") or "")) for m in messages), limit)
+            estimate = estimate_tokens(messages.characters, limit)
             await self._limiter.acquire(estimate)
+        body = request_body(
+            model,
+            messages,
+            tools=request.tools,
+            include_usage=self._include_usage,
+            temperature=request.temperature,
+            max_tokens=limit,
+            max_tokens_field=self._max_tokens_field,
+        )
         try:
-            stream = await self._client.chat.completions.create(
-                model=model,
-                messages=messages,
+            stream = await self._client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                content=body,
+                options=_REQUEST_OPTIONS,
                 stream=True,
-                stream_options=stream_options,
-                tools=tools or openai.omit,
-                temperature=openai.omit if request.temperature is None else request.temperature,
-                max_completion_tokens=(
-                    limit if limit is not None and self._max_tokens_field == "max_completion_tokens" else openai.omit
-                ),
-                max_tokens=limit if limit is not None and self._max_tokens_field == "max_tokens" else openai.omit,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
             )
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
@@ -211,6 +216,127 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
         yield UsageReport(usage=self._priced(served_model, model, reported))
+
+
+_REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
+"""What ``chat.completions.create`` passes to ``post`` besides the body: the bearer-token auth."""
+
+
+def _json(value: object) -> bytes:
+    """``value`` as the SDK encodes a request body: compact, UTF-8, no NaN."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+class EncodedMessages:
+    """A request's ``messages`` as JSON: one encoded element per message, and the characters of their contents
+    (for the rate limiter's estimate)."""
+
+    __slots__ = ("characters", "parts")
+
+    def __init__(self, parts: list[bytes], characters: int) -> None:
+        self.parts = parts
+        self.characters = characters
+
+
+class _Conversation:
+    """One conversation's encoded history: the messages seen last time and their encoded elements."""
+
+    __slots__ = ("characters", "messages", "parts")
+
+    def __init__(self) -> None:
+        self.messages: tuple[Message, ...] = ()
+        self.parts: list[bytes] = []
+        self.characters = 0
+
+
+class MessageEncoder:
+    """Encodes the ``messages`` of successive requests, each history message only once.
+
+    A conversation is recognised by its first message (the same object from step to step: the harness's history
+    only grows, or is replaced by a compaction). When a request's messages start with the messages of the last
+    request of that conversation (the same objects, or equal ones), only the new ones are encoded; otherwise
+    (compaction, an edited history) the whole list is, and replaces the kept one. At most ``conversations``
+    conversations are kept, the least recently used dropped first.
+    """
+
+    def __init__(self, conversations: int = 128) -> None:
+        if conversations < 1:
+            raise ValueError("conversations must be >= 1")
+        self._limit = conversations
+        self._kept: OrderedDict[int, _Conversation] = OrderedDict()
+        self.encoded = 0
+        """How many messages were encoded so far (the system prompt not counted): what tests watch."""
+
+    def encode(self, request: ModelRequest) -> EncodedMessages:
+        """The encoded ``messages`` of ``request`` (system prompt first); `ModelPermanentError` for a message
+        the provider cannot take."""
+        history = tuple(request.messages)
+        parts: list[bytes] = []
+        characters = 0
+        if request.system:
+            parts.append(_json({"role": "system", "content": request.system}))
+            characters += len(request.system)
+        if not history:
+            return EncodedMessages(parts, characters)
+        conversation = self._conversation(history[0])
+        kept = len(conversation.messages)
+        if kept > len(history) or history[:kept] != conversation.messages:
+            conversation.messages, conversation.parts, conversation.characters, kept = (), [], 0, 0
+        added: list[bytes] = []
+        counted = 0
+        for message in history[kept:]:  # a message that cannot be sent raises before anything is kept
+            encoded = _openai_message(message)
+            added.append(_json(encoded))
+            counted += len(str(encoded.get("content") or ""))
+        self.encoded += len(added)
+        conversation.parts.extend(added)
+        conversation.characters += counted
+        conversation.messages = history
+        parts.extend(conversation.parts)
+        characters += conversation.characters
+        return EncodedMessages(parts, characters)
+
+    def _conversation(self, first: Message) -> _Conversation:
+        key = id(first)
+        found = self._kept.get(key)
+        if found is not None and found.messages and found.messages[0] is first:
+            self._kept.move_to_end(key)
+            return found
+        created = _Conversation()
+        self._kept[key] = created
+        self._kept.move_to_end(key)
+        while len(self._kept) > self._limit:
+            self._kept.popitem(last=False)
+        return created
+
+
+def request_body(
+    model: str,
+    messages: EncodedMessages,
+    *,
+    tools: Sequence[ToolSpec],
+    include_usage: bool,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_tokens_field: MaxTokensField,
+) -> bytes:
+    """The JSON body ``chat.completions.create`` would send for these arguments (the same bytes, keys in its
+    order), built from already encoded messages."""
+    head = _json({"model": model, "stream": True})
+    tail: dict[str, Any] = {}
+    if max_tokens is not None:
+        tail[max_tokens_field] = max_tokens
+    if include_usage:
+        tail["stream_options"] = {"include_usage": True}
+    if temperature is not None:
+        tail["temperature"] = temperature
+    if tools:
+        tail["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in tools
+        ]
+    closing = b"," + _json(tail)[1:] if tail else b"}"
+    return b"".join((head[:-1], b',"messages":[', b",".join(messages.parts), b"]", closing))
 
 
 def openai_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:

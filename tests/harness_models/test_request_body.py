@@ -1,0 +1,222 @@
+"""The OpenAI-compatible adapter's request body: built by loopd (not by ``chat.completions.create``'s transform),
+byte for byte what the SDK sends for the same arguments, and each history message encoded only once per
+conversation (issue 18: the transform re-walked the whole history on every step)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import openai
+import pytest
+from openai.resources.chat.completions import completions as sdk_completions
+
+from loopd.harness._errors import ModelPermanentError
+from loopd.harness.core._values import Message, ToolCall
+from loopd.harness.models._openai import MessageEncoder, OpenAICompatibleModel, openai_messages
+from loopd.harness.models._protocol import ModelRequest
+from tests.harness_models.helpers import LIST_DIR, READ_FILE
+
+_REPLY = (
+    b'data: {"id":"c","object":"chat.completion.chunk","created":0,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+# A request recorded from ``chat.completions.create`` (openai SDK), kept literally: the adapter must send these bytes.
+_RECORDED = (
+    '{"model":"m","stream":true,"messages":[{"role":"system","content":"be brief"},'
+    '{"role":"user","content":"héllo \\"x\\""},{"role":"assistant","content":null,"tool_calls":'
+    '[{"id":"c1","type":"function","function":{"name":"list_dir","arguments":"{\\"path\\": \\".\\"}"}}]},'
+    '{"role":"tool","tool_call_id":"c1","content":"a.txt"}],"max_completion_tokens":64,'
+    '"stream_options":{"include_usage":true},"temperature":0.25,"tools":[{"type":"function","function":'
+    '{"name":"list_dir","description":"List a directory.","parameters":{"type":"object","properties":'
+    '{"path":{"type":"string"}},"required":["path"]}}}]}'
+).encode()
+
+
+class Endpoint:
+    """An in-process OpenAI-compatible endpoint that keeps every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.paths: list[str] = []
+        self.auth: list[str | None] = []
+        self.http = httpx2.AsyncClient(transport=httpx2.MockTransport(self._handle), timeout=10.0)
+
+    def _handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.bodies.append(request.content)
+        self.paths.append(request.url.path)
+        self.auth.append(request.headers.get("authorization"))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_REPLY)
+
+    def model(self, **settings: object) -> OpenAICompatibleModel:
+        return OpenAICompatibleModel(
+            "m",
+            base_url="http://model.invalid/v1",
+            api_key="sk-test",
+            http_client=self.http,
+            **settings,  # type: ignore[arg-type]
+        )
+
+    async def sdk_body(
+        self, request: ModelRequest, *, include_usage: bool = True, field: str = "max_completion_tokens"
+    ) -> bytes:
+        """What ``chat.completions.create`` sends for ``request`` (the adapter's former path)."""
+        client = openai.AsyncOpenAI(api_key="sk-test", base_url="http://model.invalid/v1", http_client=self.http)
+        tools = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in request.tools
+        ]
+        limit = request.max_output_tokens
+        arguments: dict[str, Any] = {
+            "model": request.model or "m",
+            "messages": openai_messages(request),
+            "stream": True,
+            "stream_options": {"include_usage": True} if include_usage else openai.omit,
+            "tools": tools or openai.omit,
+            "temperature": openai.omit if request.temperature is None else request.temperature,
+            "max_completion_tokens": limit if limit is not None and field == "max_completion_tokens" else openai.omit,
+            "max_tokens": limit if limit is not None and field == "max_tokens" else openai.omit,
+        }
+        stream = await client.chat.completions.create(**arguments)
+        assert isinstance(stream, openai.AsyncStream)
+        async for _ in stream:
+            pass
+        return self.bodies.pop()
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[Endpoint]:
+    found = Endpoint()
+    yield found
+    await found.http.aclose()
+
+
+def _request(**fields: object) -> ModelRequest:
+    return ModelRequest(**{"model": "", **fields})  # type: ignore[arg-type]
+
+
+async def _send(model: OpenAICompatibleModel, request: ModelRequest) -> None:
+    async for _ in model.stream(request):
+        pass
+
+
+def _history(steps: int, *, start: int = 0) -> list[Message]:
+    out: list[Message] = [Message(role="user", content="list the files — «tout»")]
+    for i in range(start, start + steps):
+        call = ToolCall(id=f"call_{i}", name="list_dir", arguments={"path": f"dir {i}", "deep": [1, 2.5, None]})
+        out.append(Message(role="assistant", content="", tool_calls=(call,)))
+        out.append(Message(role="tool", content=f"file_{i}.txt\n\u2028", tool_call_id=call.id, name="list_dir"))
+    return out
+
+
+async def test_the_body_is_the_recorded_sdk_body(endpoint: Endpoint) -> None:
+    request = ModelRequest(
+        model="",
+        system="be brief",
+        messages=(
+            Message(role="user", content='héllo "x"'),
+            Message(role="assistant", tool_calls=(ToolCall(id="c1", name="list_dir", arguments={"path": "."}),)),
+            Message(role="tool", content="a.txt", tool_call_id="c1", name="list_dir"),
+        ),
+        tools=(LIST_DIR,),
+        temperature=0.25,
+        max_output_tokens=64,
+    )
+    model = endpoint.model()
+    await _send(model, request)
+    assert endpoint.bodies[-1] == _RECORDED
+    assert await endpoint.sdk_body(request) == _RECORDED
+    assert endpoint.paths == ["/v1/chat/completions", "/v1/chat/completions"]
+    assert endpoint.auth == ["Bearer sk-test", "Bearer sk-test"]
+    await model.aclose()
+
+
+@pytest.mark.parametrize(
+    ("settings", "extra"),
+    [
+        ({}, {}),
+        ({"include_usage": False, "max_tokens_field": "max_tokens"}, {"max_output_tokens": 9}),
+        ({}, {"tools": (LIST_DIR, READ_FILE), "system": "sys", "temperature": 0.0, "model": "other"}),
+    ],
+)
+async def test_every_step_of_a_growing_history_matches_the_sdk(
+    endpoint: Endpoint, settings: dict[str, object], extra: dict[str, object]
+) -> None:
+    model = endpoint.model(**settings)
+    history = _history(6)
+    for length in (1, 3, 5, 13):
+        request = _request(messages=tuple(history[:length]), **extra)
+        await _send(model, request)
+        ours = endpoint.bodies.pop()
+        theirs = await endpoint.sdk_body(
+            request,
+            include_usage=bool(settings.get("include_usage", True)),
+            field=str(settings.get("max_tokens_field", "max_completion_tokens")),
+        )
+        assert ours == theirs
+        assert len(json.loads(ours)["messages"]) == length + (1 if "system" in extra else 0)
+    await model.aclose()
+
+
+async def test_old_messages_are_not_encoded_again() -> None:
+    encoder = MessageEncoder()
+    history = _history(50)
+    for length in range(1, len(history) + 1):
+        encoder.encode(_request(messages=tuple(history[:length])))
+    assert encoder.encoded == len(history)  # each message once, not 1 + 2 + … + n times
+    again = encoder.encode(_request(messages=tuple(history)))
+    assert encoder.encoded == len(history)
+    assert [json.loads(p) for p in again.parts] == openai_messages(_request(messages=tuple(history)))
+
+
+async def test_a_replaced_history_is_encoded_afresh() -> None:
+    encoder = MessageEncoder()
+    history = _history(5)
+    encoder.encode(_request(messages=tuple(history)))
+    # a compaction keeps the first message but replaces the rest: nothing of the old tail may be reused
+    compacted = (history[0], Message(role="assistant", content="summary"), Message(role="user", content="next"))
+    parts = encoder.encode(_request(messages=compacted)).parts
+    assert [json.loads(p) for p in parts] == openai_messages(_request(messages=compacted))
+    # and a shorter history (an edit, a retry from an earlier point) is not padded with the kept tail
+    short = encoder.encode(_request(messages=tuple(history[:2]))).parts
+    assert [json.loads(p) for p in short] == openai_messages(_request(messages=tuple(history[:2])))
+
+
+async def test_interleaved_conversations_do_not_mix_and_are_bounded() -> None:
+    encoder = MessageEncoder(conversations=2)
+    one, two, three = _history(3), _history(3, start=100), _history(3, start=200)
+    for length in range(1, 8):
+        for history in (one, two, three):
+            request = _request(messages=tuple(history[:length]))
+            assert [json.loads(p) for p in encoder.encode(request).parts] == openai_messages(request)
+    with pytest.raises(ValueError, match="conversations"):
+        MessageEncoder(conversations=0)
+
+
+async def test_a_message_that_cannot_be_sent_leaves_the_kept_history_intact() -> None:
+    encoder = MessageEncoder()
+    history = _history(2)
+    encoder.encode(_request(messages=tuple(history)))
+    broken = (*history, Message(role="tool", content="orphan"))
+    with pytest.raises(ModelPermanentError, match="tool_call_id"):
+        encoder.encode(_request(messages=broken))
+    fixed = (*history, Message(role="user", content="go on"))
+    request = _request(messages=fixed)
+    assert [json.loads(p) for p in encoder.encode(request).parts] == openai_messages(request)
+
+
+async def test_the_sdk_request_transform_is_not_on_the_adapter_path(
+    endpoint: Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def refuse(*_args: object, **_kwargs: object) -> object:
+        raise AssertionError("the adapter must not run chat.completions.create's per-message transform")
+
+    monkeypatch.setattr(sdk_completions, "async_maybe_transform", refuse)
+    model = endpoint.model()
+    await _send(model, _request(messages=tuple(_history(3)), tools=(LIST_DIR,)))
+    assert len(endpoint.bodies) == 1
+    await model.aclose()
