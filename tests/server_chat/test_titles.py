@@ -1,5 +1,6 @@
 """Conversation titles: a background run after the first question writes a title and a summary, returned by the
-conversations API; one cut off by a crash is resumed at start-up; a model failure leaves no title (state failed)."""
+conversations API; it starts when the first answer ends or after a delay, whichever is first (never beside the
+answer it names); one cut off by a crash is resumed at start-up; a model failure leaves no title (state failed)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def test_a_title_is_read_from_json_or_else_from_the_first_line() -> None:
 
 async def test_the_first_question_gets_a_title_and_summary_in_the_background(rig: Rig) -> None:
     model = _model('{"title": "Weekend in Lisbon", "summary": "The user plans a weekend trip."}')
-    async with ConversationTitles(rig.db, model, clock=rig.clock) as titles:
+    async with ConversationTitles(rig.db, model, clock=rig.clock, delay=0) as titles:
         rig.chat.asked = titles.note
         user = rig.client()
         cid = await new_conversation(user, "")
@@ -67,7 +68,7 @@ async def _idle(titles: ConversationTitles) -> bool:
 
 
 async def test_a_failed_title_run_is_recorded_and_the_chat_goes_on(rig: Rig) -> None:
-    async with ConversationTitles(rig.db, _model(None), clock=rig.clock) as titles:
+    async with ConversationTitles(rig.db, _model(None), clock=rig.clock, delay=0) as titles:
         rig.chat.asked = titles.note
         user = rig.client()
         cid = await new_conversation(user, "")
@@ -98,3 +99,44 @@ async def test_a_title_run_cut_off_by_a_crash_is_resumed_at_start_up(rig: Rig) -
         "done",
         "run-1",
     )
+
+
+async def test_a_title_waits_for_the_first_answer_or_the_delay(rig: Rig) -> None:
+    model = _model('{"title": "Soup", "summary": "A recipe."}')
+    async with ConversationTitles(rig.db, model, clock=rig.clock, delay=5.0) as titles:
+        rig.chat.asked = titles.note
+        user = rig.client()
+        first, second = await new_conversation(user, ""), await new_conversation(user, "")
+        await ask(user, first, "a soup recipe")
+        await ask(user, second, "another soup recipe")
+        await ask(user, second, "with lentils")  # still one title waiting for this conversation
+        await rig.clock.advance(4.9)
+        assert model.requests == [] and not titles.lanes.busy  # both answers still running: nothing started
+
+        titles.answered(first)  # the first conversation's answer ended: its title starts now
+        await _until(lambda: _title_state(rig, first, "done"))
+        assert len(model.requests) == 1 and await _title_state(rig, second, "")
+
+        await rig.clock.advance(0.2)  # the second answer runs on: its title starts once the delay has passed
+        await _until(lambda: _title_state(rig, second, "done"))
+        titles.answered(second)  # a late end of its answer starts nothing more
+        await _until(lambda: _idle(titles))
+        assert len(model.requests) == 2
+
+
+async def _title_state(rig: Rig, conversation_id: str, state: str) -> bool:
+    async with rig.db.transaction(read_only=True) as tx:
+        return (await tx.conversations.get(conversation_id)).title_state == state
+
+
+async def test_a_completed_answer_starts_the_title_at_once(rig: Rig) -> None:
+    model = _model('{"title": "Tea", "summary": "About tea."}')
+    async with ConversationTitles(rig.db, model, clock=rig.clock, delay=3600.0) as titles:
+        rig.chat.asked = titles.note
+        rig.task_api.answered = titles.answered  # as loopd up and loopd server wire it
+        user = rig.client()
+        cid = await new_conversation(user, "")
+        task_id = (await ask(user, cid, "green or black tea?"))["task_id"]
+        assert model.requests == []
+        await rig.task_api.complete(task_id)  # the answer ended (the delay is an hour of virtual time away)
+        await _until(lambda: _title_state(rig, cid, "done"))

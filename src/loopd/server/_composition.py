@@ -577,6 +577,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             chat.asked = titles.note
             await titles.resume()
             task_api = TaskApi(db, bus, gateway, metrics=metrics)
+            task_api.answered = titles.answered
             human = HumanService(chat)
             ledger = SqlLedgerStore(db)
             engine = HarnessEngine(

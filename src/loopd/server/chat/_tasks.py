@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -100,6 +100,8 @@ class TaskApi:
         self._tasks = tasks
         self._history_limit = history_limit
         self._stopping = asyncio.Event()
+        self.answered: Callable[[str], None] | None = None
+        """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
 
     async def task_context(self, task_id: str, *, messages: int = 0) -> TaskContext:
         """Input, response, conversation and bounded history — and, with ``messages`` > 0, the first ``messages``
@@ -251,6 +253,8 @@ class TaskApi:
         if events and any(event.get("op") == "error" for event in events):
             raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
         response, finished = await self._begin_completion(task_id, intent, actor, events or ())
+        if finished and self.answered is not None:
+            self.answered(response.conversation_id)
         if finished and self._metrics is not None:
             self._metrics.chats_in_flight.dec()
             seconds = (self._db.clock.now() - response.created_at).total_seconds()

@@ -1,7 +1,10 @@
 """Conversation titles and summaries, written by a background inference run after a conversation's first question.
 
 `ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run
-at a time, a bounded queue) so no chat request ever waits for it. The run's facts are recorded on the conversation
+at a time, a bounded queue) so no chat request ever waits for it. A title starts once the conversation's first
+answer has ended (`answered`) or `TITLE_DELAY` seconds after the question, whichever comes first, so its model call
+never competes with the answer it names for the server's time; a question still waiting for its title when the
+server stops gets one at the conversation's next question. The run's facts are recorded on the conversation
 row (the hustle record of this owner): ``title_state`` ``running`` with the run's id when it starts, then ``done``
 (with ``title`` and ``summary``) or ``failed``. A run cut off by a stop or a crash stays ``running``; `resume`
 (at start-up) runs those again under the same id. A full queue skips the title (the next question asks again).
@@ -15,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from contextlib import AsyncExitStack
 from typing import Any, Final
 
-from loopd._infra.clock import Clock
+from loopd._infra.clock import Clock, wait_event
+from loopd._infra.tasks import background
 from loopd.harness import Model, ModelRequest, Usage
 from loopd.harness.actors import HustleLanes, HustleQueueFullError, HustleResult
 from loopd.harness.core import ZERO_USAGE, user_message
@@ -33,6 +38,8 @@ MAX_TITLE: Final = 80
 MAX_SUMMARY: Final = 400
 MAX_QUESTION: Final = 4000
 TITLE_TIMEOUT: Final = 60.0
+TITLE_DELAY: Final = 5.0
+"""Seconds after a conversation's first question its title starts even if the answer is still running."""
 TITLE_PROMPT: Final = (
     "You name a conversation for a list of conversations. Read the user's first message and answer with JSON only: "
     '{"title": "<at most 6 words, no quotes>", "summary": "<one sentence: what the user wants>"}'
@@ -64,25 +71,61 @@ def question_text(content: dict[str, Any]) -> str:
 class ConversationTitles:
     """Title runs of one server (open with ``async with``; `note` after each question, `resume` at start-up)."""
 
-    def __init__(self, db: Database, model: Model, *, clock: Clock, queue: int = 32) -> None:
+    def __init__(
+        self, db: Database, model: Model, *, clock: Clock, queue: int = 32, delay: float = TITLE_DELAY
+    ) -> None:
         self._db = db
         self._model = model
+        self._clock = clock
+        self._queue = queue
+        self._delay = delay
         self._runs: dict[str, str] = {}  # run (hustle) id -> conversation id, while it runs
+        self._deferred: dict[str, float] = {}  # conversation id -> when its title starts at the latest (monotonic)
+        self._deferred_changed = asyncio.Event()
+        self._stack = AsyncExitStack()
         self.lanes = HustleLanes(
             self._record, clock=clock, limits={"background": LaneLimits(concurrency=1, queue=queue)}, name="titles"
         )
 
     async def __aenter__(self) -> ConversationTitles:
+        await self._stack.enter_async_context(background(self._start_when_due(), name="loopd-titles-deferred"))
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
-        await self.lanes.aclose()
+        try:
+            await self._stack.aclose()  # the deferral task is cancelled and awaited
+        finally:
+            await self.lanes.aclose()
 
     def note(self, conversation: Conversation) -> None:
-        """A question was asked in ``conversation``: start its title run unless it has (or had) one."""
+        """A question was asked in ``conversation``: its title run starts when its answer ends (`answered`) or after
+        the delay — unless it has (or had) one, or is already waiting for it."""
         if conversation.actor_kind != "user" or conversation.title or conversation.title_state:
             return
-        self._start(conversation.id)
+        if conversation.id in self._deferred or conversation.id in self._runs.values():
+            return
+        if len(self._deferred) >= self._queue:
+            _log.info("conversation %s: no title for now: %d titles are waiting", conversation.id, self._queue)
+            return
+        self._deferred[conversation.id] = self._clock.monotonic() + self._delay
+        self._deferred_changed.set()
+
+    def answered(self, conversation_id: str) -> None:
+        """An answer in ``conversation_id`` ended: a title waiting for it starts now."""
+        if self._deferred.pop(conversation_id, None) is not None:
+            self._start(conversation_id)
+
+    async def _start_when_due(self) -> None:
+        """Start each deferred title whose delay has passed (the rest start through `answered`)."""
+        while True:
+            self._deferred_changed.clear()
+            now = self._clock.monotonic()
+            for conversation_id, due in list(self._deferred.items()):
+                if due <= now:
+                    del self._deferred[conversation_id]
+                    self._start(conversation_id)
+            soonest = min(self._deferred.values(), default=None)
+            await wait_event(self._clock, self._deferred_changed, None if soonest is None else soonest - now)
 
     def _start(self, conversation_id: str, *, resume: str | None = None) -> None:
         if conversation_id in self._runs.values():
