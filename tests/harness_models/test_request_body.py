@@ -16,7 +16,7 @@ from openai.resources.chat.completions import completions as sdk_completions
 from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Message, ToolCall
 from loopd.harness.models._openai import MessageEncoder, OpenAICompatibleModel, openai_messages
-from loopd.harness.models._protocol import ModelRequest
+from loopd.harness.models._protocol import ModelRequest, ReplyInfo, TextDelta, UsageReport
 from tests.harness_models.helpers import LIST_DIR, READ_FILE
 
 _REPLY = (
@@ -220,3 +220,46 @@ async def test_the_sdk_request_transform_is_not_on_the_adapter_path(
     await _send(model, _request(messages=tuple(_history(3)), tools=(LIST_DIR,)))
     assert len(endpoint.bodies) == 1
     await model.aclose()
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "[1, 2]",
+        '{"id":"c","model":"m","choices":"no"}',
+        '{"id":"c","model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"id":"x"}]}}]}',
+        '{"id":"c","model":"m","choices":[{"index":0,"delta":"text"}]}',
+    ],
+)
+async def test_a_malformed_chunk_is_a_permanent_error(chunk: str) -> None:
+    """Chunks are read as parsed JSON (not the SDK's chunk model): a shape that is not a chunk is a typed error."""
+
+    def handle(_request: httpx2.Request) -> httpx2.Response:
+        body = f"data: {chunk}\n\ndata: [DONE]\n\n".encode()
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(handle), timeout=10.0) as http:
+        model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="k", http_client=http)
+        with pytest.raises(ModelPermanentError, match="unexpected response shape"):
+            await _send(model, _request(messages=tuple(_history(1))))
+
+
+async def test_usage_and_refusals_are_read_from_the_chunk_json() -> None:
+    lines = [
+        '{"id":"c","model":"served","choices":[{"index":0,"delta":{"refusal":"no."},"finish_reason":"stop"}]}',
+        '{"id":"c","model":"served","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":3,'
+        '"prompt_tokens_details":{"cached_tokens":5}}}',
+    ]
+
+    def handle(_request: httpx2.Request) -> httpx2.Response:
+        body = "".join(f"data: {line}\n\n" for line in lines) + "data: [DONE]\n\n"
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(handle), timeout=10.0) as http:
+        model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="k", http_client=http)
+        chunks = [c async for c in model.stream(_request(messages=tuple(_history(1))))]
+    assert [c.text for c in chunks if isinstance(c, TextDelta)] == ["no."]
+    info = next(c for c in chunks if isinstance(c, ReplyInfo))
+    assert (info.model, info.finish_reason, info.request_id) == ("served", "stop", "c")
+    usage = next(c for c in chunks if isinstance(c, UsageReport)).usage
+    assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.calls) == (12, 3, 5, 1)

@@ -35,7 +35,9 @@ walks every message of every request: hundreds of milliseconds at a history of 5
 encoded once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a
 join; the bytes equal what ``create`` sends for the same arguments (same key order, compact separators, UTF-8), and
 go through the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an
-``http_client``'s transport: cassettes and the ledger see the same request).
+``http_client``'s transport: cassettes and the ledger see the same request). Likewise the streamed chunks are read
+as the SDK's parsed JSON (its SSE parser and in-band error check still run) rather than built into
+``ChatCompletionChunk`` objects; a chunk of another shape is a permanent error.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 
@@ -52,11 +54,9 @@ import openai
 from openai.types.chat import (
     ChatCompletion,
     ChatCompletionAssistantMessageParam,
-    ChatCompletionChunk,
     ChatCompletionMessageParam,
     ChatCompletionMessageToolCallParam,
 )
-from openai.types.completion_usage import CompletionUsage
 
 from loopd._infra.backoff import Backoff
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
@@ -183,28 +183,33 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
                 content=body,
                 options=_REQUEST_OPTIONS,
                 stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+                stream_cls=openai.AsyncStream[object],  # chunks as parsed JSON: see translate_chunk
             )
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
 
         finished: str | None = None
-        usage: CompletionUsage | None = None
+        usage: Mapping[str, Any] | None = None
         served_model = model
         completion_id: str | None = None
         async with stream:
             try:
                 async for chunk in stream:
-                    served_model = chunk.model or served_model
-                    completion_id = completion_id or chunk.id or None
-                    if chunk.usage is not None:
-                        usage = chunk.usage
+                    if not isinstance(chunk, dict):
+                        raise _Malformed(f"a stream chunk is a {type(chunk).__name__}, not an object")
+                    served_model = _text(chunk.get("model")) or served_model
+                    completion_id = completion_id or _text(chunk.get("id")) or None
+                    reported_usage = chunk.get("usage")
+                    if isinstance(reported_usage, dict):
+                        usage = reported_usage
                     deltas, finish_reason = translate_chunk(chunk)
                     finished = finished or finish_reason
                     for delta in deltas:
                         yield delta
             except openai.OpenAIError as exc:
                 raise model_error(exc, model) from exc
+            except _Malformed as exc:
+                raise ModelPermanentError(f"model {model}: unexpected response shape: {exc}") from exc
         if not finished:
             raise ModelRetryableError(f"model {model}: the stream ended before the model finished its reply")
         response = getattr(stream, "response", None)
@@ -374,39 +379,73 @@ def _openai_message(message: Message) -> ChatCompletionMessageParam:
     return assistant
 
 
-def translate_chunk(chunk: ChatCompletionChunk) -> tuple[tuple[ModelChunk, ...], str | None]:
-    """The model chunks in one streamed Chat Completions chunk (first choice only), and its finish_reason."""
-    if not chunk.choices:
+class _Malformed(ValueError):
+    """A streamed chunk that is not shaped like a Chat Completions chunk."""
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _object(value: object, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is a {type(value).__name__}, not an object")
+    return value
+
+
+def translate_chunk(chunk: Mapping[str, Any]) -> tuple[tuple[ModelChunk, ...], str | None]:
+    """The model chunks in one streamed Chat Completions chunk — the parsed JSON object, not the SDK's model: the
+    adapter reads the few fields it needs instead of building ``ChatCompletionChunk`` objects — (first choice
+    only), and its finish_reason. ``ValueError`` for a chunk not shaped like one."""
+    choices = chunk.get("choices")
+    if not choices:
         return (), None
-    choice = chunk.choices[0]
-    delta = choice.delta
+    if not isinstance(choices, list):
+        raise _Malformed(f"choices is a {type(choices).__name__}, not a list")
+    choice = _object(choices[0], "a choice")
+    delta = _object(choice.get("delta"), "a delta")
     out: list[ModelChunk] = []
-    if delta.content:
-        out.append(TextDelta(text=delta.content))
-    if delta.refusal:
-        out.append(TextDelta(text=delta.refusal))
-    for call in delta.tool_calls or ():
-        function = call.function
+    content = _text(delta.get("content"))
+    if content:
+        out.append(TextDelta(text=content))
+    refusal = _text(delta.get("refusal"))
+    if refusal:
+        out.append(TextDelta(text=refusal))
+    calls = delta.get("tool_calls") or ()
+    if not isinstance(calls, list | tuple):
+        raise _Malformed(f"tool_calls is a {type(calls).__name__}, not a list")
+    for raw in calls:
+        call = _object(raw, "a tool call")
+        index = call.get("index")
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise _Malformed("a tool call delta has no integer index")
+        function = _object(call.get("function"), "a tool call's function")
         out.append(
             ToolCallDelta(
-                index=call.index,
-                id=call.id or None,
-                name=(function.name or None) if function else None,
-                arguments=(function.arguments or "") if function else "",
+                index=index,
+                id=_text(call.get("id")) or None,
+                name=_text(function.get("name")) or None,
+                arguments=_text(function.get("arguments")) or "",
             )
         )
-    return tuple(out), choice.finish_reason
+    return tuple(out), _text(choice.get("finish_reason"))
 
 
-def usage_from_openai(usage: CompletionUsage | None) -> Usage:
-    """One call's usage; ``input_tokens`` includes the cached prompt tokens."""
+def usage_from_openai(usage: Mapping[str, Any] | None) -> Usage:
+    """One call's usage (the chunk's ``usage`` object); ``input_tokens`` includes the cached prompt tokens."""
     if usage is None:
         return Usage(calls=1)
-    details = usage.prompt_tokens_details
-    cached = (details.cached_tokens or 0) if details is not None else 0
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return Usage(
-        input_tokens=usage.prompt_tokens,
-        output_tokens=usage.completion_tokens,
+        input_tokens=_count(usage.get("prompt_tokens")),
+        output_tokens=_count(usage.get("completion_tokens")),
         cached_tokens=cached,
         calls=1,
     )
