@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from loopd.harness import (
     BUILD,
     PLAN,
     EchoTool,
+    ForkWorkspaceError,
     LoopDefinition,
     ModelPermanentError,
     NoSuchQuestionError,
@@ -54,7 +56,7 @@ commands = st.lists(
         st.tuples(st.just("sleep"), st.sampled_from([0.0, 0.005, 0.02])),
         st.tuples(st.just("cancel_last"), st.none()),
         st.tuples(st.just("answer"), st.text(min_size=1, max_size=10)),
-        st.tuples(st.just("fork"), st.none()),
+        st.tuples(st.just("fork"), st.sampled_from(["keep", "new", "overwrite"])),
         st.tuples(st.just("checkpoint"), st.text(alphabet="ab", max_size=2)),
         st.tuples(st.just("undo"), st.none()),
         st.tuples(st.just("mode"), st.sampled_from(["plan", "build"])),
@@ -97,6 +99,7 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
             )
             session = await rig.start_session()
             last: str | None = None
+            forks = 0
             for name, arg in cmds:
                 if name == "submit":
                     last = await session.submit(str(arg))
@@ -111,11 +114,23 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                         await session.cancel_queued(last)
                 elif name == "fork":  # go on in a fork at the current (settled) point; the parent stops
                     await session.wait_idle(timeout=10)
-                    parent, session = session, await rig.fork_session(session.id, session.last_seq)
+                    # "new": the fork restores the parent's snapshot into its own directory (a rig on it);
+                    # "overwrite": into the same one. Without a snapshot yet, the fork keeps the workspace.
+                    forks += 1
+                    if arg == "new":
+                        rig = replace(rig, workspace=Path(d) / f"ws-fork-{forks}")
+                        assert rig.workspace is not None
+                        rig.workspace.mkdir()
+                    try:
+                        forked = await rig.fork_session(session.id, session.last_seq, workspace=arg)  # type: ignore[arg-type]
+                    except ForkWorkspaceError:
+                        forked = await rig.fork_session(session.id, session.last_seq)
+                    parent, session = session, forked
                     await parent.shutdown()
                     last = None
                 elif name == "checkpoint":
-                    (Path(d) / "ws" / "f.txt").write_text(str(arg))
+                    assert rig.workspace is not None
+                    (rig.workspace / "f.txt").write_text(str(arg))
                     await session.checkpoint_workspace()
                 elif name == "undo":
                     with contextlib.suppress(NothingToUndoError, WorkspaceBusyError):
@@ -251,6 +266,24 @@ stored_events = st.one_of(
         index=st.integers(-1, 99),
         previous_ref=st.one_of(st.none(), st.text(max_size=64)),
         reason=st.text(max_size=10),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.WorkspaceForked,
+        ref=st.text(max_size=64),
+        parent_id=st.text(max_size=8),
+        parent_seq=st.integers(1, 10**6),
+        checkpoint_seq=st.integers(1, 10**6),
+        directory=st.text(max_size=20),
+        overwrite=st.booleans(),
+        at=st.floats(0, 2e9),
+    ),
+    st.builds(
+        ev.HustleRefused,
+        name=st.text(max_size=8),
+        lane=st.sampled_from(["blocking", "background"]),
+        for_loop=st.one_of(st.none(), st.text(max_size=8)),
+        reason=st.text(max_size=20),
         at=st.floats(0, 2e9),
     ),
     st.builds(ev.ActiveLoopChanged, active=st.text(min_size=1, max_size=8), at=st.floats(0, 2e9)),

@@ -28,14 +28,22 @@ from loopd.cli._run_input import LineInput
 from loopd.cli._run_mcp import mcp_servers_for
 from loopd.cli._run_view import RunView
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
-from loopd.harness import ForkPointError, HarnessError, Session, SessionNotFoundError
+from loopd.harness import ForkPointError, ForkWorkspaceError, HarnessError, Session, SessionNotFoundError
 from loopd.harness.actors import Rig
+from loopd.harness.core.workspace import ForkWorkspace
 from loopd.harness.foreign import ForeignEngine, ForeignKind
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
 from loopd.harness.journal import last_settled_seq
 from loopd.harness.models import ModelConfig, PriceTableError
-from loopd.harness.snapshots import SNAPSHOT_TRIGGERS
-from loopd.harness.standard import JOURNAL_FILE, MAIN_LOOP, HarnessSettings, default_data_dir, open_standard_rig
+from loopd.harness.snapshots import SNAPSHOT_TRIGGERS, workspace_is_empty
+from loopd.harness.standard import (
+    JOURNAL_FILE,
+    MAIN_LOOP,
+    STANDARD_MODES,
+    HarnessSettings,
+    default_data_dir,
+    open_standard_rig,
+)
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
 EXIT_USAGE: Final = 2
@@ -70,6 +78,14 @@ class RunOptions:
     """``--engine claude|codex``: the main loop hands its turns to that coding-agent CLI (a foreign loop)."""
     engine_command: str | None = None
     """``--engine-command``: the engine's command line (default: ``claude`` / ``codex`` on PATH)."""
+    fork_workspace: Path | None = None
+    """``--fork-workspace DIR`` (with --fork): put the parent's workspace snapshot at the fork point into DIR (new
+    or empty) and work there."""
+    restore_workspace: bool = False
+    """``--restore-workspace`` (with --fork): put this workspace back to the parent's snapshot at the fork point,
+    overwriting what it holds now."""
+    mode: str | None = None
+    """``--mode plan|build``: the main loop's mode (a new session starts in it; a resumed or forked one switches)."""
 
 
 def run_command(
@@ -131,6 +147,24 @@ def run_command(
     engine_command: str | None = typer.Option(
         None, "--engine-command", metavar="COMMAND", help="The engine's command line (default: claude / codex)."
     ),
+    fork_workspace: Path | None = typer.Option(
+        None,
+        "--fork-workspace",
+        metavar="DIR",
+        file_okay=False,
+        resolve_path=True,
+        help="With --fork: restore the original's workspace snapshot at the fork point into DIR (new or empty) "
+        "and work there.",
+    ),
+    restore_workspace: bool = typer.Option(
+        False,
+        "--restore-workspace",
+        help="With --fork: put this workspace back to the original's snapshot at the fork point (overwrites the "
+        "files it holds now).",
+    ),
+    mode: str | None = typer.Option(
+        None, "--mode", metavar="plan|build", help="The main loop's mode: plan (read-only tools) or build (all)."
+    ),
 ) -> None:
     """Talk to the harness in the terminal: stream answers, show tool calls, ask before tools act.
 
@@ -152,6 +186,9 @@ def run_command(
         trust_workspace_mcp=trust_workspace_mcp,
         engine=engine,
         engine_command=engine_command,
+        fork_workspace=fork_workspace,
+        restore_workspace=restore_workspace,
+        mode=mode,
     )
     code = run_async(run_harness(options))
     if code:
@@ -185,6 +222,12 @@ async def run_harness(
     if options.snapshots not in SNAPSHOT_TRIGGERS:
         view.error(f"--snapshots {options.snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}")
         return EXIT_USAGE
+    try:
+        options = await _fork_workspace_options(options)
+        _check_mode(options)
+    except CliError as exc:
+        view.error(exc.line())
+        return exc.exit_code
     try:
         foreign = _foreign_engine(options)
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
@@ -225,6 +268,7 @@ async def run_harness(
         mcp_servers=mcp_servers,
         mcp_report=view.warning,
         foreign=foreign,
+        mode=options.mode,
     )
     conversation = Conversation(
         view=view,
@@ -265,7 +309,7 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
         except SessionNotFoundError as exc:
             view.error(f"no session {exc.session_id!r} in {journal} (check the id and --data-dir)")
             return EXIT_USAGE
-        except ForkPointError as exc:
+        except (ForkPointError, ForkWorkspaceError) as exc:
             view.error(f"--fork {options.fork}: {exc}")
             return EXIT_USAGE
         except HarnessError as exc:
@@ -283,6 +327,14 @@ async def _converse(settings: HarnessSettings, options: RunOptions, conversation
             info = await rig.journal.session(session.id)
             if info is not None and info.parent_id is not None:
                 view.note(f"forked from session {info.parent_id} at seq {info.parent_seq} (that session is untouched)")
+            _note_fork_workspace(session, options, view)
+        elif session.state.workspace.directory and Path(session.state.workspace.directory) != settings.workspace:
+            view.warning(
+                f"this session's workspace is {session.state.workspace.directory} (restored there when it was "
+                f"forked), not {settings.workspace}: add --workspace {shlex.quote(session.state.workspace.directory)}"
+            )
+        if options.mode is not None and (options.resume or options.fork):
+            await session.set_loop_mode(options.mode, loop=MAIN_LOOP)  # a new session starts in it already
         if options.resume or options.fork:
             loop = session.state.loops.get(MAIN_LOOP)
             view.recap(
@@ -345,13 +397,76 @@ async def _open_session(rig: Rig, options: RunOptions) -> Session:
         parent, seq = parse_fork(options.fork)
         if seq is None:  # the parent's last settled point: right after its last finished turn
             seq = last_settled_seq(await rig.journal.read(parent))
-        return await rig.fork_session(parent, seq)
+        workspace: ForkWorkspace = (
+            "new" if options.fork_workspace is not None else "overwrite" if options.restore_workspace else "keep"
+        )
+        return await rig.fork_session(parent, seq, workspace=workspace)
     return await rig.start_session()
+
+
+async def _fork_workspace_options(options: RunOptions) -> RunOptions:
+    """Check ``--fork-workspace`` / ``--restore-workspace`` (`CliError`, usage); with ``--fork-workspace DIR`` the
+    options work in DIR, created when missing (it must be empty: the fork never overwrites files there)."""
+    wanted = options.fork_workspace is not None or options.restore_workspace
+    if not wanted:
+        return options
+    flag = "--fork-workspace" if options.fork_workspace is not None else "--restore-workspace"
+    if options.fork is None:
+        raise CliError(f"{flag} needs --fork SESSION_ID[@SEQ]", exit_code=EXIT_USAGE)
+    if options.fork_workspace is not None and options.restore_workspace:
+        raise CliError(
+            "--fork-workspace and --restore-workspace exclude each other",
+            "--fork-workspace DIR restores into a new directory, --restore-workspace over this one",
+            exit_code=EXIT_USAGE,
+        )
+    if options.snapshots == "off":
+        raise CliError(f"{flag} needs workspace snapshots: drop --snapshots off", exit_code=EXIT_USAGE)
+    if options.fork_workspace is None:
+        return options
+    target = options.fork_workspace.expanduser().resolve()
+    if not await asyncio.to_thread(workspace_is_empty, target):
+        raise CliError(
+            f"--fork-workspace {target}: the directory is not empty",
+            "name a new directory (or use --restore-workspace to overwrite the current workspace)",
+            exit_code=EXIT_USAGE,
+        )
+    try:
+        await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--fork-workspace {target}: cannot create it: {exc}", exit_code=EXIT_USAGE) from exc
+    return replace(options, workspace=target, fork_workspace=target)
+
+
+def _check_mode(options: RunOptions) -> None:
+    """``--mode``: one of the standard modes, and not with a foreign engine (its CLI has its own)."""
+    if options.mode is None:
+        return
+    names = [m.name for m in STANDARD_MODES]
+    if options.mode not in names:
+        raise CliError(f"--mode {options.mode!r}: use one of {', '.join(names)}", exit_code=EXIT_USAGE)
+    if options.engine is not None:
+        raise CliError("--mode does not apply to --engine (its CLI decides what tools may do)", exit_code=EXIT_USAGE)
+
+
+def _note_fork_workspace(session: Session, options: RunOptions, view: RunView) -> None:
+    """Say what the fork's workspace is: restored from a snapshot (where), or as it is now (and how to restore)."""
+    history = session.state.workspace
+    if options.fork_workspace is not None or options.restore_workspace:
+        current = history.current
+        ref = current.ref[:12] if current is not None else "?"
+        view.note(f"the workspace {options.workspace} is as it was at the fork point (snapshot {ref})")
+    elif history.checkpoints:
+        view.note(
+            "the workspace is as it is now, not as it was at the fork point: --fork-workspace DIR restores that "
+            "snapshot into a new directory, --restore-workspace over this one"
+        )
 
 
 def _resume_options(options: RunOptions) -> str:
     """The options `loopd run --resume` needs besides the id to find the session again (and its engine)."""
     extra = ""
+    if options.fork_workspace is not None:  # the fork works in its own directory
+        extra += f" --workspace {shlex.quote(str(options.fork_workspace.expanduser().resolve()))}"
     if options.engine is not None:
         extra += f" --engine {shlex.quote(options.engine)}"
     if options.engine_command is not None:

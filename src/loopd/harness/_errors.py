@@ -6,6 +6,7 @@
     ├── SessionNotFoundError        restore of an unknown session id (a NotFoundError)
     ├── SessionBusyError            a writer already owns this session
     ├── ForkPointError              a fork asked for a seq past the journal's end or inside a turn (a ValueError)
+    ├── ForkWorkspaceError          a fork's workspace cannot be restored from a snapshot as asked (a ValueError)
     ├── MailboxFullError            a command could not be queued in time (back-pressure)
     ├── SubscriptionLostError       a subscriber fell behind on enduring events; resubscribe from `last_seq`
     ├── ConfigurationDriftError     a restore refused: the rig's configuration differs from the session's (a Conflict)
@@ -81,6 +82,11 @@ class ForkPointError(HarnessError, ValueError):
     def __init__(self, message: str, *, settled: int | None = None) -> None:
         super().__init__(message)
         self.settled = settled
+
+
+class ForkWorkspaceError(HarnessError, ValueError):
+    """A fork's workspace cannot be put back to the parent's snapshot as asked: the rig takes no snapshots, the
+    parent has none at or before the fork point, or the fork's own directory is not empty."""
 
 
 class MailboxFullError(HarnessError):

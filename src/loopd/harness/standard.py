@@ -133,6 +133,8 @@ class HarnessSettings:
     """Where stdio MCP servers write their stderr (default: this process's)."""
     ask_user_timeout: float | None = None
     """Seconds an ask_user question waits for its answer; None: the main loop has no ask_user tool (nobody to ask)."""
+    mode: str | None = None
+    """The mode the main loop's sessions start in (``plan`` or ``build``; None: ``build``)."""
     foreign: ForeignEngine | None = None
     """A foreign engine (`loopd.harness.foreign`): the main loop hands its turns to that CLI (run in the workspace,
     at most `FOREIGN_TURN_TIMEOUT` seconds a turn); no model is opened, no tools, MCP servers or subagents."""
@@ -200,7 +202,9 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
             )
             tools = (*tools, *mcp_tools)
 
-        def define(name: str, prompt: str, *, ask: bool = False, modes: tuple[LoopMode, ...] = ()) -> LoopDefinition:
+        def define(
+            name: str, prompt: str, *, ask: bool = False, modes: tuple[LoopMode, ...] = (), mode: str | None = None
+        ) -> LoopDefinition:
             asking = (AskUserTool(timeout=settings.ask_user_timeout),) if ask and settings.ask_user_timeout else ()
             return LoopDefinition(
                 name=name,
@@ -214,9 +218,10 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
                 tool_timeout=settings.tool_timeout,
                 compact_at_tokens=settings.compact_at_tokens,
                 modes=modes,
+                mode=mode,
             )
 
-        loop = define(MAIN_LOOP, settings.system_prompt, ask=True, modes=STANDARD_MODES)
+        loop = define(MAIN_LOOP, settings.system_prompt, ask=True, modes=STANDARD_MODES, mode=settings.mode)
         helper = define(HELPER_AGENT, HELPER_PROMPT)
         yield Rig(
             loops=[loop],

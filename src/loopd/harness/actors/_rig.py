@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -12,7 +13,13 @@ from typing import Literal
 
 from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.ids import new_id
-from loopd.harness._errors import ForkPointError, HarnessError, JournalCorruptError, SessionNotFoundError
+from loopd.harness._errors import (
+    ForkPointError,
+    ForkWorkspaceError,
+    HarnessError,
+    JournalCorruptError,
+    SessionNotFoundError,
+)
 from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.actors._delegation import delegation_tools
 from loopd.harness.actors._loop import LoopActor, LoopDefinition
@@ -20,16 +27,32 @@ from loopd.harness.actors._session import Session
 from loopd.harness.core import Usage, codec
 from loopd.harness.core.config import DriftPolicy, Primer, compose_prompt, decide_drift, digest
 from loopd.harness.core.decide import recover
-from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted
+from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted, WorkspaceForked
 from loopd.harness.core.hustles import HustleInfo, LaneLimits, LaneName, on_restore
 from loopd.harness.core.state import AgentInfo, LoopState
-from loopd.harness.core.workspace import EMPTY_WORKSPACE_HISTORY, WorkspaceHistory
+from loopd.harness.core.workspace import (
+    EMPTY_WORKSPACE_HISTORY,
+    ForkWorkspace,
+    WorkspaceHistory,
+    decide_fork_workspace,
+    fork_checkpoint,
+)
 from loopd.harness.gate import MemoryRuleStore, RuleStore
-from loopd.harness.journal import Journal, NewRecord, SessionInfo, last_settled_seq, replay, unsettled_loops
-from loopd.harness.snapshots import SnapshotPolicy
+from loopd.harness.journal import (
+    Journal,
+    NewRecord,
+    Record,
+    SessionInfo,
+    last_settled_seq,
+    replay,
+    unsettled_loops,
+)
+from loopd.harness.snapshots import DEFAULT_EXCLUDES, SnapshotPolicy, workspace_is_empty
 from loopd.harness.tools import Tool
 
 RecoveryMode = Literal["interrupt", "resume"]
+_FORK_LOOKAHEAD = 256
+"""Records past a fork point searched for the snapshot taken right after it (a turn end's checkpoint)."""
 
 
 @contextmanager
@@ -233,6 +256,10 @@ class Rig:
         except Exception:  # refused (ConfigurationDriftError), or the policy function failed
             await writer.aclose()
             raise
+        fork_problem = self._fork_restore_problem(session_id, state.workspace)
+        if fork_problem is not None:
+            await writer.aclose()
+            raise ForkWorkspaceError(fork_problem)
         session = self._session(session_id, writer, state.agents, state.workspace)
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
@@ -243,6 +270,12 @@ class Rig:
         await session.commit_session(SessionRestored(from_seq=state.last_seq, mode=mode, at=self.clock.time()))
         if adopted is not None:
             await session.commit_session(adopted)
+        if state.workspace.pending_fork is not None:  # a fork's restore from its parent's snapshot: finish it
+            try:
+                await session.workspace.finish_fork()
+            except BaseException:
+                session.abort()
+                raise
         session.subagents.redeliver(records)
         await _restore_hustles(session, state.hustles)
         for actor in session.running_actors():
@@ -257,7 +290,20 @@ class Rig:
         session.start_actors()
         return session
 
-    async def fork_session(self, parent_id: str, at_seq: int, session_id: str | None = None) -> Session:
+    def _fork_restore_problem(self, session_id: str, history: WorkspaceHistory) -> str | None:
+        """Why this rig cannot finish a fork's journaled workspace restore (None: it can, or none is pending)."""
+        ref = history.pending_fork
+        if ref is None:
+            return None
+        if self.snapshots is None or self.workspace is None:
+            return f"session {session_id} must restore its workspace from snapshot {ref[:12]}, but this rig takes none"
+        if history.directory and Path(history.directory) != self.workspace.resolve():
+            return f"session {session_id} works in {history.directory}: restore it with a rig on that directory"
+        return None
+
+    async def fork_session(
+        self, parent_id: str, at_seq: int, session_id: str | None = None, *, workspace: ForkWorkspace = "keep"
+    ) -> Session:
         """Start a new session whose history is ``parent_id``'s up to journal seq ``at_seq``, and bring it up.
 
         The journal shares the parent's records up to ``at_seq`` (nothing is copied); the fork's own journal
@@ -266,6 +312,14 @@ class Rig:
         no single meaning (its effects may be half done): a seq inside a turn is refused with `ForkPointError`,
         whose ``settled`` is the last settled seq before it (fork there instead). `SessionNotFoundError` for an
         unknown parent, `SessionBusyError` if ``session_id`` exists.
+
+        ``workspace``: ``keep`` (default) leaves the rig's workspace as it is now; ``new`` puts it back to the
+        parent's snapshot at ``at_seq`` (`loopd.harness.core.workspace.fork_checkpoint`) and requires it to be empty
+        (a rig on a new directory: the fork's own workspace); ``overwrite`` does the same over whatever the rig's
+        workspace holds (ask first: it may be the parent's). The restore is journaled (`WorkspaceForked`) with the
+        fork's first records, before any file is written, and finished by the restore that brings the fork up (a
+        crash in between is finished by the next one). `ForkWorkspaceError` when it cannot be done (no snapshots,
+        none at or before ``at_seq``, ``new`` on a non-empty directory): then no fork is created.
         """
         if at_seq < 1:
             raise ForkPointError(f"cannot fork session {parent_id!r} at seq {at_seq}: seqs start at 1")
@@ -288,15 +342,41 @@ class Rig:
             )
         sid = session_id or new_id()
         now = self.clock.time()
+        restoring = await self._fork_workspace(parent_id, at_seq, records, workspace, now)
         meta = json.dumps({"rig": self.name, "parent": parent_id, "parent_seq": at_seq})
         writer = await self.journal.fork_session(parent_id, at_seq, sid, meta=meta, at=now)
         try:
             forked = SessionForked(session_id=sid, parent_id=parent_id, parent_seq=at_seq, at=now)
-            await writer.append([NewRecord(*codec.encode(forked), at=now)])
+            first: list[SessionForked | WorkspaceForked] = [forked] if restoring is None else [forked, restoring]
+            await writer.append([NewRecord(*codec.encode(event), at=now) for event in first])
         finally:
             await writer.aclose()
         # From here the fork is an ordinary stored session: restore brings it up (fencing the writer above).
         return await self.restore_session(sid)
+
+    async def _fork_workspace(
+        self, parent_id: str, at_seq: int, records: Sequence[Record], mode: ForkWorkspace, now: float
+    ) -> WorkspaceForked | None:
+        """The `WorkspaceForked` a fork journals (None for ``keep``): the parent's checkpoint at ``at_seq`` and this
+        rig's workspace (decided by `decide_fork_workspace`; the I/O is reading the records and the directory)."""
+        if mode == "keep":
+            return None
+        after = await self.journal.read(parent_id, at_seq + 1, _FORK_LOOKAHEAD)
+        with _collector_paused():
+            events = [(r.seq, codec.decode(r.kind, r.version, r.data)) for r in (*records, *after)]
+        directory = self.workspace.resolve() if self.workspace is not None else None
+        excludes = self.snapshots.excludes if self.snapshots is not None else DEFAULT_EXCLUDES
+        empty = directory is not None and await asyncio.to_thread(workspace_is_empty, directory, excludes)
+        return decide_fork_workspace(
+            mode,
+            fork_checkpoint(events, at_seq),
+            parent_id=parent_id,
+            parent_seq=at_seq,
+            directory=str(directory or ""),
+            directory_empty=empty,
+            snapshots=self.snapshots is not None and directory is not None,
+            now=now,
+        )
 
     @asynccontextmanager
     async def open_session(self, session_id: str | None = None) -> AsyncIterator[Session]:

@@ -68,6 +68,7 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
     WorkspaceCheckpointed,
+    WorkspaceForked,
     WorkspaceRestored,
 )
 from loopd.harness.core.hustles import LaneLimits, LaneName
@@ -534,7 +535,7 @@ class Session:
                 self._active_loop = event.active
             elif isinstance(event, SessionStarted | ConfigurationAdopted):
                 self._fingerprint = MappingProxyType(dict(event.fingerprint))
-            if isinstance(event, WorkspaceCheckpointed | WorkspaceRestored):
+            if isinstance(event, WorkspaceCheckpointed | WorkspaceRestored | WorkspaceForked):
                 self.workspace.apply(event)
             if isinstance(event, HustleStarted | HustleCompleted | HustleFailed):
                 self.hustles.apply(event)

@@ -9,14 +9,17 @@ the files are back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopd.harness._errors import HarnessError
+from loopd.harness._errors import ForkWorkspaceError, HarnessError
 from loopd.harness.core.events import LoopEvent, WorkspaceCheckpointed, WorkspaceRestored
 from loopd.harness.core.workspace import (
     EMPTY_WORKSPACE_HISTORY,
     SnapshotTrigger,
+    WorkspaceEvent,
     WorkspaceHistory,
     apply_workspace,
     checkpoint_due,
@@ -65,7 +68,7 @@ class SessionWorkspace:
             raise HarnessError("workspace snapshots are off for this rig (give it a workspace and a SnapshotPolicy)")
         return self.store
 
-    def apply(self, event: WorkspaceCheckpointed | WorkspaceRestored) -> None:
+    def apply(self, event: WorkspaceEvent) -> None:
         """Runtime: fold a committed workspace event (called under the session's commit lock)."""
         self.history = apply_workspace(self.history, event)
 
@@ -118,6 +121,33 @@ class SessionWorkspace:
                 previous_ref=head.ref if head is not None else None,
                 reason=reason,
                 at=self._session.clock.time(),
+            )
+        )
+
+    async def finish_fork(self) -> None:
+        """Restore: put the workspace back to the parent's snapshot a fork journaled (`WorkspaceForked`) and did not
+        finish, then record `WorkspaceRestored` (reason ``fork``). Nothing runs yet, so nothing else writes there.
+
+        `ForkWorkspaceError` when this rig cannot do it: no snapshot store, or another workspace directory than
+        the one the fork recorded (the files would land in the wrong place)."""
+        ref = self.history.pending_fork
+        if ref is None:
+            return
+        if self.store is None:
+            raise ForkWorkspaceError(
+                f"session {self._session.id} must restore its workspace from snapshot {ref[:12]}, "
+                "but this rig takes no snapshots"
+            )
+        if self.history.directory and Path(self.history.directory) != self.store.workspace:
+            raise ForkWorkspaceError(
+                f"session {self._session.id} works in {self.history.directory}, not {self.store.workspace}: "
+                "restore it with a rig on that directory"
+            )
+        await asyncio.to_thread(self.store.workspace.mkdir, parents=True, exist_ok=True)
+        await self.store.restore(ref)
+        await self._session.commit_session(
+            WorkspaceRestored(
+                ref=ref, index=self.history.head, previous_ref=None, reason="fork", at=self._session.clock.time()
             )
         )
 

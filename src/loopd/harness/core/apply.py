@@ -35,6 +35,7 @@ from loopd.harness.core.events import (
     HistoryCompacted,
     HustleCompleted,
     HustleFailed,
+    HustleRefused,
     HustleStarted,
     InputCancelled,
     InputQueued,
@@ -59,6 +60,7 @@ from loopd.harness.core.events import (
     TurnStarted,
     UserInputRequested,
     WorkspaceCheckpointed,
+    WorkspaceForked,
     WorkspaceRestored,
 )
 from loopd.harness.core.hustles import apply_hustles
@@ -308,12 +310,14 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             return replace(
                 state, loops=MappingProxyType(loops), agents=apply_agents(state.agents, event), last_seq=last_seq
             )
-        case WorkspaceCheckpointed() | WorkspaceRestored():
+        case WorkspaceCheckpointed() | WorkspaceRestored() | WorkspaceForked():
             return replace(state, workspace=apply_workspace(state.workspace, event), last_seq=last_seq)
         case AgentStopped():
             return replace(state, agents=apply_agents(state.agents, event), last_seq=last_seq)
         case HustleStarted() | HustleCompleted() | HustleFailed():
             return replace(state, hustles=apply_hustles(state.hustles, event), last_seq=last_seq)
+        case HustleRefused():
+            return replace(state, last_seq=last_seq)  # a refusal is a record: nothing was opened
     loops = dict(state.loops)
     loops[event.loop] = apply_loop(_loop_of(loops, event.loop), event)
     return _session(state, MappingProxyType(loops), last_seq)

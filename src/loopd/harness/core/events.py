@@ -157,6 +157,24 @@ class WorkspaceRestored(_SessionEvent):
     at: float
 
 
+class WorkspaceForked(_SessionEvent):
+    """A fork's workspace is being put back to its parent's snapshot ``ref`` — journaled before any file is written.
+
+    ``checkpoint_seq``: the parent's seq that recorded ``ref`` (the checkpoint the workspace was at after
+    ``parent_seq``); ``directory``: the workspace the fork works in (a new one, or the parent's own when
+    ``overwrite``). The restore is done when a `WorkspaceRestored` (reason ``fork``) follows; a restore of the session
+    before that finishes it (see `loopd.harness.core.workspace.pending_fork`)."""
+
+    kind: Literal["workspace_forked"] = "workspace_forked"
+    ref: str
+    parent_id: str
+    parent_seq: int
+    checkpoint_seq: int
+    directory: str
+    overwrite: bool = False
+    at: float
+
+
 class HustleStarted(_SessionEvent):
     """A named background inference run ("hustle") was admitted to a lane; ``params`` lets a restore resume it."""
 
@@ -183,6 +201,17 @@ class HustleFailed(_SessionEvent):
     hustle_id: str
     error_type: str
     message: str
+    at: float
+
+
+class HustleRefused(_SessionEvent):
+    """A hustle was not admitted: its lane's queue was full (``reason`` says so). Nothing was started."""
+
+    kind: Literal["hustle_refused"] = "hustle_refused"
+    name: str
+    lane: Literal["blocking", "background"]
+    for_loop: str | None = None
+    reason: str
     at: float
 
 
@@ -468,9 +497,11 @@ SessionEvent = (
     | ConfigurationAdopted
     | WorkspaceCheckpointed
     | WorkspaceRestored
+    | WorkspaceForked
     | HustleStarted
     | HustleCompleted
     | HustleFailed
+    | HustleRefused
 )
 LoopEvent = (
     TurnStarted
@@ -510,9 +541,11 @@ ALL_EVENT_TYPES: tuple[type[_Event], ...] = (
     ConfigurationAdopted,
     WorkspaceCheckpointed,
     WorkspaceRestored,
+    WorkspaceForked,
     HustleStarted,
     HustleCompleted,
     HustleFailed,
+    HustleRefused,
     TurnStarted,
     InputQueued,
     InputsFolded,

@@ -34,13 +34,14 @@ __all__ = [
     "SnapshotTrigger",
     "collect_garbage",
     "collect_unreferenced",
+    "workspace_is_empty",
 ]
 
 if TYPE_CHECKING:
     from loopd.harness.journal import Journal
 
 _EVERY_SESSION: Final = 1_000_000
-_WORKSPACE_KINDS: Final = frozenset({"workspace_checkpointed", "workspace_restored"})
+_WORKSPACE_KINDS: Final = frozenset({"workspace_checkpointed", "workspace_restored", "workspace_forked"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,15 @@ class SnapshotPolicy:
 
     def store_for(self, workspace: Path) -> SnapshotStore:
         return SnapshotStore(self.root, workspace, excludes=self.excludes)
+
+
+def workspace_is_empty(directory: Path, excludes: frozenset[str] = DEFAULT_EXCLUDES) -> bool:
+    """Whether ``directory`` is missing or holds nothing a snapshot would cover (names in ``excludes`` aside): a
+    place a fork may restore its parent's snapshot into without overwriting anything (blocking: run off the loop)."""
+    try:
+        return all(entry.name in excludes for entry in directory.iterdir())
+    except FileNotFoundError:
+        return True
 
 
 async def collect_unreferenced(
