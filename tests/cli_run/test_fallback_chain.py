@@ -71,6 +71,8 @@ def test_loopd_run_falls_back_to_the_next_provider_of_the_chain(dirs: Dirs) -> N
         )
     assert done.returncode == 0, done.stderr
     assert "Claude answered instead." in done.stdout
+    shown = done.stdout + done.stderr  # one line says the primary failed and the next model took over
+    assert "↪ gpt-4o-mini (openai) failed (429" in shown and "falling back to the next model" in shown, shown
     assert primary.statistics().requests == 1 and secondary.statistics().requests == 1
     assert primary.requests[0].model == "gpt-4o-mini" and secondary.requests[0].model == "claude-haiku-4-5"
     assert "sk-ant-test" not in done.stdout + done.stderr

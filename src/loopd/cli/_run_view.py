@@ -278,7 +278,17 @@ class RunView:
         self._spin("thinking…")
 
     def retrying(self, event: ModelRetrying) -> None:
-        self._line((f"  ↻ model retry {event.attempt} in {event.delay:.1f}s: {shorten(event.error, lines=1)}", "dim"))
+        """One line per failed model attempt: who failed and why, and what happens next (a retry or the next model
+        of the fallback chain)."""
+        who = f"{event.model} ({event.provider})" if event.model and event.provider else event.model or "the model"
+        status = f"{event.status_code} " if event.status_code is not None else ""
+        why = f"{status}{shorten(event.error, lines=1)}".strip()
+        if event.next == "fallback":
+            self._line((f"  ↪ {who} failed ({why}); falling back to the next model of the chain", "yellow"))
+            self._spin("trying the next model…")
+            return
+        wait = f" in {event.delay:.1f}s" if event.delay > 0 else ""
+        self._line((f"  ↻ {who} attempt {event.attempt} failed ({why}); retrying{wait}", "dim"))
         self._spin("waiting to retry…")
 
     def gate_opened(self, event: GateOpened, calls: Mapping[str, ToolCall], *, now: float) -> None:

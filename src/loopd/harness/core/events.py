@@ -478,12 +478,20 @@ class ContextPressure(_Ephemeral):
 
 
 class ModelRetrying(_Ephemeral):
+    """An attempt of the step's model call failed and another follows: the same provider again (``next`` retry,
+    after ``delay`` s when the provider said Retry-After) or the next model of a fallback chain (``next``
+    fallback). ``attempt``: 1 for the first failure; ``model`` / ``provider`` / ``status_code``: the failed try."""
+
     kind: Literal["model_retrying"] = "model_retrying"
     turn_id: str
     step: int
     attempt: int
     delay: float
     error: str
+    model: str = ""
+    provider: str = ""
+    status_code: int | None = None
+    next: Literal["retry", "fallback"] = "retry"
 
 
 SessionEvent = (
