@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
+import socket
 import ssl
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
@@ -217,7 +220,7 @@ def test_loopd_server_and_a_standalone_router_answer_through_the_embedded_api(
 ) -> None:
     server = start_server(tmp_path / "data", tmp_path)
     stopping.append(server)
-    router = start_router(server, tmp_path)
+    router = start_router(server, tmp_path, args=["--metrics-port", "0"])
     try:
         with server.client() as client:
             wait_registered(client, router)
@@ -227,8 +230,35 @@ def test_loopd_server_and_a_standalone_router_answer_through_the_embedded_api(
             text = answer_text(message)
             assert all(hero in text for hero in HEROES), text
         wait_until(lambda: _embedded_task(server, asked.task_id).status_code == 404, what="the Task to be deleted")
+        _check_operator_metrics(router.output())
     finally:
         router.kill(signal.SIGTERM)
+
+
+def _check_operator_metrics(output: str) -> None:
+    """``--metrics-port 0``: the Router printed where its metrics are — on loopback, with no flag saying so — and a
+    scrape there shows its reconciles; no other interface of this machine answers on that port."""
+    found = re.search(r"metrics: (http://([^/:]+):(\d+))/metrics", output)
+    assert found is not None, output
+    url, host, port = found.group(1), found.group(2), int(found.group(3))
+    assert host == "127.0.0.1"
+    scraped = httpx.get(url + "/metrics", timeout=10)
+    assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
+    counts = [line for line in scraped.text.splitlines() if line.startswith("loopd_reconcile_seconds_count")]
+    assert any('component="router"' in line and float(line.rsplit(" ", 1)[1]) > 0 for line in counts), counts
+    address = _outward_address()
+    if address is not None:  # a machine without another interface has nothing more to check
+        with pytest.raises(OSError), socket.create_connection((address, port), timeout=5):
+            pass
+
+
+def _outward_address() -> str | None:
+    """This machine's address on its default route (a UDP socket's local end; nothing is sent), unless loopback."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("10.255.255.255", 1))
+        address = str(probe.getsockname()[0])
+        return None if address.startswith("127.") else address
+    return None
 
 
 def test_a_second_server_on_the_same_data_directory_is_refused(tmp_path: Path, stopping: list[UpProcess]) -> None:
