@@ -49,15 +49,22 @@ class ModelSpec:
     """``{provider: {rpm, tpm, max_queue}}``; None: ``LOOPD_RATE_LIMITS`` of the process."""
 
     def resolve(self, env: Mapping[str, str] | None = None) -> ModelConfig:
-        """The `ModelConfig` (the key read from ``api_key_env`` now); `MissingSecret` when that variable is unset."""
+        """The `ModelConfig` (the key read from ``api_key_env`` now); `MissingSecret` when that variable is unset —
+        unless the process replays a model cassette (``LOOPD_MODEL_CASSETTE`` in mode ``replay``): a replay never
+        reaches the provider, so it needs no key (``record`` and ``auto`` may reach it, so they still do)."""
         source = os.environ if env is None else env
+        base = ModelConfig.from_env(source, model=self.name)
+        replaying = base.cassette is not None and base.cassette.mode == "replay"
         key: SecretStr | None = None
         if self.api_key_env is not None:
             value = source.get(self.api_key_env, "").strip()
-            if not value:
-                raise MissingSecret(f"model {self.name}: ${self.api_key_env} (its api_key_env) is not set")
-            key = SecretStr(value)
-        base = ModelConfig.from_env(source, model=self.name)
+            if value:
+                key = SecretStr(value)
+            elif not replaying:
+                raise MissingSecret(
+                    f"model {self.name}: ${self.api_key_env} (its api_key_env) is not set (only a cassette replay, "
+                    "LOOPD_MODEL_CASSETTE_MODE=replay, runs without it)"
+                )
         first = base.chain()[0].provider if not base.is_demo else "openai"
         values: dict[str, object] = base.model_dump()
         values.update({"prices_path": None})
