@@ -19,6 +19,7 @@ import pytest
 
 from loopd.resources.client import LEASES, TASKS, open_http_client
 from loopd.runtime import Result, Runtime, Task, open_runtime
+from loopd.runtime._tasks import CLAIM_DELAY
 from loopd.server._composition import RunningServer, UpSettings, open_loop_server
 from tests.k8s.chart import chart_component_kubeconfig
 from tests.k8s.cluster import KubeCluster
@@ -32,7 +33,8 @@ async def loop_server(tmp_path: Path) -> AsyncIterator[RunningServer]:
 
 
 class Echo:
-    """Answers with the question, idempotently."""
+    """Answers with the question, idempotently — after working long enough that the runtime writes the Task's status
+    first (a Task completed before its claim is due is never claimed: the server deletes it)."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -43,6 +45,7 @@ class Echo:
         context = await self.rt.task.get(task.id)
         if context.response.status == "streaming":
             await self.rt.chat.answer(task.id, context.input.text)
+        await asyncio.sleep(CLAIM_DELAY * 2)  # "work" past the claim's delay
         await self.rt.chat.complete(task.id)
         return None
 

@@ -97,12 +97,9 @@ async def test_the_same_reconciler_answers_through_either_resource_client(
                     {"id": "answer", "type": "text", "content": question["input"]["content"]["blocks"][0]["content"]}
                 ]
             if memory is not None:
-                status = (await memory.get(TASKS, asked[0]["task_id"], namespace="default"))["status"]
-                assert (status["phase"], status["responder"], status["observedRevision"]) == (
-                    "Running",
-                    "operator:echo",
-                    1,
-                )
+                # Echo completes each Task before its claim is due: a completed Task is deleted, never claimed.
+                for question in asked:
+                    assert "status" not in await memory.get(TASKS, question["task_id"], namespace="default")
                 await memory.aclose()
         seen = {task.id for task in echo.seen}
         assert seen == {question["task_id"] for question in asked}
@@ -143,6 +140,39 @@ async def test_the_status_is_written_once_the_reconcile_has_run_a_moment_or_at_i
             await eventually(lambda: _phase(memory, "quick"), what="a quick reconcile claimed at its end")
             assert (await status("quick"))["responder"] == "operator:echo"
     await memory.aclose()
+
+
+async def test_a_task_completed_before_its_claim_is_due_is_never_claimed(server: RunningServer, user: User) -> None:
+    """The server deletes a Task when it is completed: writing who holds it afterwards would be wasted work beside
+    the answer's last steps (and a write to a Task being deleted)."""
+    memory = InMemoryClient()
+    clock = VirtualClock()
+    async with open_runtime(data_dir=server.data_dir, resources=memory, clock=clock) as rt:
+        await rt.register("echo")
+        completed: list[str] = []
+        release = asyncio.Event()
+
+        async def answer_then_linger(task: Task) -> Result | None:
+            await rt.chat.complete(task.id, answer="done")
+            completed.append(task.id)
+            await release.wait()  # still reconciling when the claim would be due
+            return None
+
+        rt.task.watch("echo", answer_then_linger)
+        async with _running(rt):
+            asked = await user.ask("quick one")
+            await memory.create(TASKS, _task_object(asked["task_id"]), namespace="default")
+            await eventually(lambda: _true(bool(completed)), what="the Task completed")
+            await clock.advance(CLAIM_DELAY * 2)
+            release.set()
+            answer = await _answered(user, asked)
+            assert answer["status"] == "completed"
+            assert "status" not in await memory.get(TASKS, asked["task_id"], namespace="default")
+    await memory.aclose()
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _phase(memory: InMemoryClient, name: str) -> bool:

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ._client import ServerClient
 from ._records import Conversation, Message, Sent
+
+if TYPE_CHECKING:
+    from ._tasks import AnsweredTasks
 
 ANSWER_BLOCK: Final = "answer"
 """The id of the response's text block ``chat.answer`` writes (what `loopd chat` prints as the answer)."""
@@ -116,8 +119,9 @@ def _error_body(error: CompletionErrorLike | None) -> dict[str, str] | None:
 class ChatVerbs:
     """``rt.chat``."""
 
-    def __init__(self, client: ServerClient) -> None:
+    def __init__(self, client: ServerClient, answered: AnsweredTasks | None = None) -> None:
         self._client = client
+        self._answered = answered
 
     # -- user verbs ----------------------------------------------------------------------------------------
 
@@ -267,4 +271,6 @@ class ChatVerbs:
             idempotent=True,
             what=f"complete task {task_id}",
         )
+        if self._answered is not None:
+            self._answered.add(task_id)
         return Message.from_json(body["response"])

@@ -40,7 +40,7 @@ from ._domain import (
 from ._harness import HarnessVerbs
 from ._human import HumanVerbs
 from ._records import Registration
-from ._tasks import TaskController, TaskVerbs, WatchSpec
+from ._tasks import AnsweredTasks, TaskController, TaskVerbs, WatchSpec
 
 logger = logging.getLogger("loopd.runtime")
 
@@ -78,8 +78,9 @@ class Runtime:
         self._metrics: tuple[Metrics, str] | None = None  # where reconciles are reported, under which component
         self._stopping = asyncio.Event()
         self._started = False
+        self._answered = AnsweredTasks()
         self.task = TaskVerbs(self, client)
-        self.chat = ChatVerbs(client)
+        self.chat = ChatVerbs(client, self._answered)
         self.harness = HarnessVerbs(client, clock)
         self.human = HumanVerbs(client, clock)
 
@@ -276,7 +277,9 @@ class Runtime:
             for spec in specs:
                 if isinstance(spec, WatchSpec):
                     informer = manager.informer(TASKS, namespace=self._namespace)
-                    controller = TaskController(spec, informer=informer, resources=resources, clock=self._clock)
+                    controller = TaskController(
+                        spec, informer=informer, resources=resources, clock=self._clock, answered=self._answered
+                    )
                     manager.add_controller(
                         TASKS,
                         controller.reconcile,

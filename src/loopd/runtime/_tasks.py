@@ -4,8 +4,9 @@ Owns: the ``Task`` a reconciler gets, the ``TaskReconciler`` shape, and the adap
 runtime (``loopd.resources.reconcile``): Tasks are filtered to ``spec.target`` = (kind, key), Tasks being deleted
 are skipped, the Task's status says who holds it (written beside the reconcile, not before it — and only once the
 reconcile has run for ``CLAIM_DELAY`` or has ended, so the write never competes with its first reads; awaited
-before the reconcile returns), ``TaskNotReady`` becomes a short requeue and the runtime's typed errors a requeue
-with the key's backoff, logged with the task id.
+before the reconcile returns; a Task this runtime has completed by then is gone and is not claimed),
+``TaskNotReady`` becomes a short requeue and the runtime's typed errors a requeue with the key's backoff, logged with
+the task id.
 Must not do: read Tasks' content from the Kubernetes API (Tasks hold routing only; content comes over HTTP), or
 import loopd.server / loopd.harness.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -165,9 +167,31 @@ class TaskVerbs:
         self._runtime.add_watch(WatchSpec(kind, target_key, reconciler, workers, leader_election))
 
 
-CLAIM_DELAY: Final = 0.05
-"""Seconds a reconcile runs before its Task's status is written (at its end if sooner): the first reads and the
-first harness call of an answer do not share the event loop with bookkeeping."""
+CLAIM_DELAY: Final = 0.25
+"""Seconds a reconcile runs before its Task's status is written (at its end if sooner, unless the Task was answered
+by then): an answer's reads and harness calls do not share the event loop with bookkeeping, and a quick answer's
+Task, deleted at its completion, is never written at all."""
+
+
+class AnsweredTasks:
+    """The ids of the Tasks this runtime completed lately (bounded: the newest ``limit``): their status needs no
+    claim any more — the server deletes a Task when it completes."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._order: deque[str] = deque(maxlen=limit)
+        self._ids: set[str] = set()
+
+    def add(self, task_id: str) -> None:
+        """``task_id`` was completed."""
+        if task_id in self._ids:
+            return
+        if len(self._order) == self._order.maxlen:
+            self._ids.discard(self._order[0])
+        self._order.append(task_id)
+        self._ids.add(task_id)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._ids
 
 
 class TaskController:
@@ -181,8 +205,10 @@ class TaskController:
         resources: ResourceClient,
         clock: Clock,
         not_ready_backoff: Backoff | None = None,
+        answered: AnsweredTasks | None = None,
     ) -> None:
         self._spec = spec
+        self._answered = answered if answered is not None else AnsweredTasks()
         self._informer = informer
         self._resources = resources
         self._clock = clock
@@ -255,6 +281,8 @@ class TaskController:
     async def _claim_soon(self, obj: Mapping[str, Any], task: Task, ended: asyncio.Event) -> None:
         started = self._clock.now()
         await race(ended.wait(), self._clock.sleep(CLAIM_DELAY), names=(None, None))
+        if task.id in self._answered:
+            return  # completed (so deleted) before its claim was due: nothing to say about who holds it
         await self._claim(obj, task, started)
 
     async def _claim(self, obj: Mapping[str, Any], task: Task, started: datetime) -> None:
