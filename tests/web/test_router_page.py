@@ -146,6 +146,16 @@ def test_a_longhorizon_run_shows_its_manager_executor_and_auditor_in_the_detail_
         expect(column.first).to_be_visible(timeout=30_000)
         expect(column.first).to_contain_text(f"LongHorizon · {part}", ignore_case=True)
     screenshot(page, "longhorizon-detail")
+    # Its ledger: the calls' long labels (`<run uid>/round/<n>/<role>`) wrap, so every USD cell is in view.
+    panel.locator(tid("ledger-open")).click()
+    calls = page.locator(f"{tid('ledger-view')} {tid('ledger-call')}")
+    expect(calls).to_have_count(4)  # round 1 manager, executor, auditor; round 2 manager
+    wrap = page.locator(f"{tid('ledger-view')} .w2-table-wrap").bounding_box()
+    assert wrap is not None
+    for row in calls.all():
+        usd = row.locator("td").last.bounding_box()
+        assert usd is not None and usd["x"] + usd["width"] <= wrap["x"] + wrap["width"] + 1, (usd, wrap)
+    screenshot(page, "longhorizon-ledger")
 
 
 def test_a_conversation_is_renamed_in_the_page(server: WebServer, context: BrowserContext) -> None:

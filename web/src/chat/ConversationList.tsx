@@ -27,7 +27,7 @@ export function conversationTitle(conversation: ConversationBody): string {
   return `Conversation of ${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ${two(date.getHours())}:${two(date.getMinutes())}`;
 }
 
-function RenameInput({ conversation, onDone, onRename }: { conversation: ConversationBody; onDone: () => void; onRename: ConversationListProps["onRename"] }) {
+function RenameInput({ conversation, onDone, onRename }: { conversation: ConversationBody; onDone: (keyboard: boolean) => void; onRename: ConversationListProps["onRename"] }) {
   const [value, setValue] = useState(conversation.name);
   const [error, setError] = useState<string | null>(null);
   const [saving, setSaving] = useState(false);
@@ -40,7 +40,7 @@ function RenameInput({ conversation, onDone, onRename }: { conversation: Convers
     setSaving(true);
     try {
       await onRename(conversation.id, value.trim());
-      onDone();
+      onDone(true);
     } catch (failure) {
       setError(failure instanceof Error ? failure.message : String(failure));
       setSaving(false);
@@ -62,11 +62,11 @@ function RenameInput({ conversation, onDone, onRename }: { conversation: Convers
             void save();
           } else if (event.key === "Escape") {
             event.preventDefault();
-            onDone();
+            onDone(true);
           }
         }}
         onBlur={() => {
-          if (!saving && error === null) onDone();
+          if (!saving && error === null) onDone(false);
         }}
       />
       {error !== null && (
@@ -80,8 +80,23 @@ function RenameInput({ conversation, onDone, onRename }: { conversation: Convers
 
 export const ConversationList = memo(function ConversationList({ conversations, activeId, hasMore, error, onSelect, onCreate, onRename, onMore }: ConversationListProps) {
   const [renaming, setRenaming] = useState<string | null>(null);
+  // A rename ended from the keyboard (Enter, Escape) gives the focus back to its rename button, not to the page.
+  const list = useRef<HTMLElement>(null);
+  const [refocus, setRefocus] = useState<string | null>(null);
+  useEffect(() => {
+    if (refocus === null || renaming !== null) return;
+    const button = [...(list.current?.querySelectorAll<HTMLElement>("[data-testid=rename-conversation]") ?? [])].find(
+      (candidate) => candidate.dataset["conversationId"] === refocus,
+    );
+    button?.focus();
+    setRefocus(null);
+  }, [refocus, renaming]);
+  const renameDone = (id: string) => (keyboard: boolean) => {
+    setRenaming(null);
+    if (keyboard) setRefocus(id);
+  };
   return (
-    <nav class="conversations" aria-label="Conversations">
+    <nav class="conversations" aria-label="Conversations" ref={list}>
       <div class="pane-head">
         <h2>Conversations</h2>
         <button type="button" class="primary" data-testid="new-conversation" onClick={onCreate}>
@@ -99,7 +114,7 @@ export const ConversationList = memo(function ConversationList({ conversations, 
           return (
             <li key={conversation.id} class={active ? "active" : ""}>
               {renaming === conversation.id ? (
-                <RenameInput conversation={conversation} onRename={onRename} onDone={() => setRenaming(null)} />
+                <RenameInput conversation={conversation} onRename={onRename} onDone={renameDone(conversation.id)} />
               ) : (
                 <div class="conversation-row">
                   <button
@@ -122,6 +137,7 @@ export const ConversationList = memo(function ConversationList({ conversations, 
                     type="button"
                     class="icon"
                     data-testid="rename-conversation"
+                    data-conversation-id={conversation.id}
                     aria-label={`Rename ${conversationTitle(conversation)}`}
                     title="Rename"
                     onClick={() => setRenaming(conversation.id)}

@@ -81,6 +81,7 @@ export function MessageList({ view, connection, actors, selectedId, onSelect, on
             onSelect={onSelect}
             onHumanUpdate={onHumanUpdate}
             onFork={onFork}
+            replyTo={message.purpose === "human_reply" && message.reply_to_message_id !== null ? view.byId.get(message.reply_to_message_id) : undefined}
           />
         ))}
       </div>

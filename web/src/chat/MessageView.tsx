@@ -1,12 +1,12 @@
 // One chat message: author, badge, blocks; human questions as W2's HumanCard, gates as W2's GateCard.
 // Memoized: it re-renders only when its message (a new object on every change), badge or selection changes.
 import { memo } from "preact/compat";
-import { isRefBlock } from "../agentue";
 import type { MessageBody } from "../api";
 import { GateCard, HarnessQuestionCard, HumanCard, isHarnessQuestionBlock } from "../cards";
 import { Blocks, isGateBlock } from "./Blocks";
 import { type ForkHandler, MessageActions } from "./MessageActions";
 import { BADGE_TEXT, type BadgeStatus } from "./status";
+import { replyText } from "./reply";
 import { type ChatMessage, toBody } from "./store";
 
 export interface MessageViewProps {
@@ -20,6 +20,8 @@ export interface MessageViewProps {
   onHumanUpdate: (body: MessageBody) => void;
   /** "Retry from here" / "Edit and resend" (a fork of the conversation); absent: no such actions. */
   onFork?: ForkHandler | null;
+  /** For a `human_reply`: the question it answers (its labels name the outcome), when loaded. */
+  replyTo?: ChatMessage | undefined;
 }
 
 /** The status badge (`status-badge`, `data-status`). */
@@ -31,16 +33,8 @@ export function StatusBadge({ status }: { status: BadgeStatus }) {
   );
 }
 
-function HumanReply({ message }: { message: ChatMessage }) {
-  const block = message.content?.blocks[0];
-  if (block === undefined || isRefBlock(block)) return null;
-  const outcome = block["outcome"];
-  const value = block["value"];
-  return (
-    <div class="human-reply">
-      {outcome === "dismissed" ? "You dismissed the question." : `You answered: ${typeof value === "string" ? value : ""}`}
-    </div>
-  );
+function HumanReply({ message, request }: { message: ChatMessage; request: ChatMessage | undefined }) {
+  return <div class="human-reply">{replyText(message, request)}</div>;
 }
 
 // HH:MM in local time, by hand: locale formatting (Intl) costs tens of milliseconds on a page's first use.
@@ -50,7 +44,7 @@ function timeOf(iso: string): string {
   return `${String(date.getHours()).padStart(2, "0")}:${String(date.getMinutes()).padStart(2, "0")}`;
 }
 
-export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate, onFork = null }: MessageViewProps) {
+export const MessageView = memo(function MessageView({ message, badge, selected, authorName, onSelect, onHumanUpdate, onFork = null, replyTo }: MessageViewProps) {
   const role = message.purpose;
   const mine = message.kind === "user";
   const body = message.purpose === "human_request" || hasGates(message) ? toBody(message) : null;
@@ -89,7 +83,7 @@ export const MessageView = memo(function MessageView({ message, badge, selected,
         {message.purpose === "human_request" && body !== null ? (
           <HumanCard message={body} onUpdate={(update) => onHumanUpdate(update as unknown as MessageBody)} />
         ) : message.purpose === "human_reply" ? (
-          <HumanReply message={message} />
+          <HumanReply message={message} request={replyTo} />
         ) : (
           <>
             <Blocks

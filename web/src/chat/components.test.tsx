@@ -130,6 +130,46 @@ describe("ConversationList", () => {
   });
 });
 
+describe("ConversationList keyboard", () => {
+  const conversation = (id: string, name: string): ConversationBody => ({
+    id,
+    name,
+    actor_kind: "user",
+    actor_key: "me",
+    task_id: null,
+    created_at: "2026-01-01T00:00:00Z",
+    updated_at: "2026-01-01T00:00:00Z",
+  });
+
+  it("gives the focus back to the rename button after Enter or Escape", async () => {
+    const el = mount(
+      <ConversationList
+        conversations={[conversation("c1", "First"), conversation("c2", "Second")]}
+        activeId="c1"
+        hasMore={false}
+        error={null}
+        onSelect={() => undefined}
+        onCreate={() => undefined}
+        onRename={async () => undefined}
+        onMore={() => undefined}
+      />,
+    );
+    const renameButton = (id: string) => q(el, `[data-testid=rename-conversation][data-conversation-id=${id}]`);
+    act(() => renameButton("c2").click());
+    const input = q(el, "[data-testid=conversation-title-input]") as HTMLInputElement;
+    expect(document.activeElement).toBe(input);
+    type(input, "Renamed");
+    key(input, "Enter");
+    await flush();
+    expect(el.querySelector("[data-testid=conversation-title-input]")).toBeNull();
+    expect(document.activeElement).toBe(renameButton("c2"));
+    act(() => renameButton("c1").click());
+    key(q(el, "[data-testid=conversation-title-input]"), "Escape");
+    await flush();
+    expect(document.activeElement).toBe(renameButton("c1"));
+  });
+});
+
 describe("ConversationList titles", () => {
   const base: ConversationBody = {
     id: "c1",
