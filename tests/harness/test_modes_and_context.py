@@ -342,7 +342,7 @@ async def test_restore_under_a_changed_rig_adopts_or_refuses(journal: Journal) -
     refusing = replace(rig, loops=[changed_loop, rig.loops[1]], on_drift="refuse")
     with pytest.raises(ConfigurationDriftError) as refused:
         await refusing.restore_session(session.id)
-    assert {c.aspect for c in refused.value.changes} == {"loop:main:model", "loop:main:tools"}
+    assert {c.aspect for c in refused.value.changes} == {"loop:main:model", "loop:main:tools", "loop:main:tool-schemas"}
     records = await journal.read(session.id)
     assert not any(r.kind == "configuration_adopted" for r in records)
     adopting = replace(refusing, on_drift="adopt")

@@ -2,9 +2,10 @@
 
 `HustleLanes` runs each hustle on one of two lanes (``blocking``: someone waits for the result; ``background``:
 nobody does), each with a concurrency cap and a queue cap (`loopd.harness.core.hustles.admit`); past both caps a
-new hustle is refused with `HustleQueueFullError`. Its start is recorded (`HustleStarted`) before it runs and its
-end (`HustleCompleted` / `HustleFailed`) before its owner hears of it, through the ``record`` callback: a session
-journals them; another owner (loop-server's conversation titles) records them where it keeps its own facts.
+new hustle is refused with `HustleQueueFullError`, and the refusal is recorded (`HustleRefused`). Its start is
+recorded (`HustleStarted`) before it runs and its end (`HustleCompleted` / `HustleFailed`) before its owner hears
+of it, through the ``record`` callback: a session journals them; another owner (loop-server's conversation titles)
+records them where it keeps its own facts.
 
 Closing the lanes (shutdown) cancels what runs and records nothing more: the journal keeps the hustle open, and
 the restore resumes it (if its kind can be re-run from the journal) or fails it (`core.hustles.on_restore`).
@@ -23,17 +24,18 @@ from loopd._infra.ids import new_id
 from loopd._infra.tasks import TaskSet
 from loopd.harness._errors import HarnessError
 from loopd.harness.core import ZERO_USAGE, Usage
-from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleStarted
+from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleRefused, HustleStarted
 from loopd.harness.core.hustles import EMPTY_HUSTLES, LANES, HustleInfo, LaneLimits, LaneName, admit, apply_hustles
 
-HustleEvent = HustleStarted | HustleCompleted | HustleFailed
+HustleEvent = HustleStarted | HustleCompleted | HustleFailed | HustleRefused
 DEFAULT_LANES: Mapping[LaneName, LaneLimits] = MappingProxyType(
     {"blocking": LaneLimits(concurrency=4, queue=16), "background": LaneLimits(concurrency=2, queue=8)}
 )
 
 
 class HustleQueueFullError(HarnessError):
-    """A lane's concurrency and queue are both full: the hustle was not started (nothing was recorded)."""
+    """A lane's concurrency and queue are both full: the hustle was not started (its refusal is recorded as
+    `HustleRefused`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +89,9 @@ class HustleLanes:
         self._infos = infos
 
     def apply(self, event: HustleEvent) -> None:
-        """Fold a recorded hustle event (the owner calls it when the record is durable)."""
-        self._infos = apply_hustles(self._infos, event)
+        """Fold a recorded hustle event (the owner calls it when the record is durable; a refusal opens nothing)."""
+        if not isinstance(event, HustleRefused):
+            self._infos = apply_hustles(self._infos, event)
 
     @property
     def busy(self) -> bool:
@@ -116,16 +119,18 @@ class HustleLanes:
     ) -> str:
         """Admit a hustle and start it; its id. ``resume``: the id of an open hustle to re-run (not recorded again).
 
-        Raises `HustleQueueFullError` when the lane's caps are reached (nothing is recorded or started then).
+        Raises `HustleQueueFullError` when the lane's caps are reached: nothing is started, and the refusal is
+        recorded (`HustleRefused`, in the background: the caller hears of it at once).
         """
         limits = self._limits[lane]
         # Admitted hustles take the lane's slots first, then its queue (a task may not have taken its slot yet).
         admitted = self._running[lane] + self._waiting[lane]
         running = min(admitted, limits.concurrency)
         if admit(limits, running=running, waiting=admitted - running) == "refuse":
-            raise HustleQueueFullError(
-                f"the {lane} lane is full ({limits.concurrency} running, {limits.queue} waiting): {name} not started"
-            )
+            reason = f"the {lane} lane is full ({limits.concurrency} running, {limits.queue} waiting)"
+            refused = HustleRefused(name=name, lane=lane, for_loop=loop, reason=reason, at=self._clock.time())
+            self._tasks.start(self._record_refusal(refused), name=f"loopd-hustle-refused-{name}")
+            raise HustleQueueFullError(f"{reason}: {name} not started")
         hustle_id = resume or new_id()
         started = HustleStarted(
             hustle_id=hustle_id, name=name, lane=lane, for_loop=loop, params=dict(params or {}), at=self._clock.time()
@@ -171,6 +176,9 @@ class HustleLanes:
                 self._waiting[lane] -= 1
         await self._record(HustleCompleted(hustle_id=hid, usage=result.usage, at=self._clock.time()))
         on_end(hid, result)
+
+    async def _record_refusal(self, refused: HustleRefused) -> None:
+        await self._record(refused)
 
     async def fail(self, info: HustleInfo, message: str) -> None:
         """Record that an open hustle ended without a result (a restore that cannot resume it)."""

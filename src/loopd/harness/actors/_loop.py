@@ -151,6 +151,24 @@ class LoopDefinition:
     pressure_at: float = 0.8
     """`ContextPressure` is published once a measured context reaches this share of the window."""
 
+    def limits(self) -> dict[str, object]:
+        """The loop's limits, as the configuration fingerprint records them (``Rig.fingerprint``)."""
+        return {
+            "max_steps": self.max_steps,
+            "max_queued": self.max_queued,
+            "max_parallel_tools": self.max_parallel_tools,
+            "tool_timeout": self.tool_timeout,
+            "model_timeout": self.model_timeout,
+            "gate_timeout": self.gate_timeout,
+            "max_output_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "context_window": self.context_window,
+            "compact_at_tokens": self.compact_at_tokens,
+            "compact_keep_recent": self.compact_keep_recent,
+            "compact_block_at_tokens": self.compact_block_at_tokens,
+            "pressure_at": self.pressure_at,
+        }
+
     def __post_init__(self) -> None:
         if not self.name or "/" in self.name:
             raise ValueError(f"invalid loop name {self.name!r}")
@@ -356,10 +374,12 @@ class LoopActor:
     async def execute(self, decision: Decision) -> None:
         """Persist, apply and publish the decision's events, then start its effects."""
         if decision.events:
+            before = self.state.measured_tokens  # the measurement a new one is compared with (once per crossing)
             await self.session.commit_loop(self, decision.events)
             for event in decision.events:
                 if isinstance(event, ContextMeasured):
-                    self._pressure(event)
+                    self._pressure(event, before)
+                    before = event.tokens
         for effect in decision.effects:
             self.start_effect(effect)
 
@@ -448,11 +468,15 @@ class LoopActor:
     def _publish(self, event: TokenDelta | ToolCallStarted | ToolProgress | ContextPressure | ModelRetrying) -> None:
         self.session.publish(None, event)
 
-    def _pressure(self, measured: ContextMeasured) -> None:
-        """Publish `ContextPressure` when a measured context is past the loop's pressure threshold."""
+    def _pressure(self, measured: ContextMeasured, previous_tokens: int) -> None:
+        """Publish `ContextPressure` when a measured context crosses the loop's pressure threshold (the measurement
+        before it, ``previous_tokens``, was below it)."""
         c = self._config
         pressure = context_pressure(
-            measured, limit=pressure_limit(c.compact_at_tokens, c.context_window), pressure_at=c.pressure_at
+            measured,
+            limit=pressure_limit(c.compact_at_tokens, c.context_window),
+            pressure_at=c.pressure_at,
+            previous_tokens=previous_tokens,
         )
         if pressure is not None:
             self._publish(pressure)

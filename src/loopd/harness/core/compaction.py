@@ -82,12 +82,17 @@ def pressure_limit(compact_at_tokens: int | None, context_window: int | None) ->
     return context_window or compact_at_tokens
 
 
-def context_pressure(measured: ContextMeasured, *, limit: int | None, pressure_at: float) -> ContextPressure | None:
-    """The `ContextPressure` to publish after ``measured``, when it reaches ``pressure_at`` of ``limit``."""
+def context_pressure(
+    measured: ContextMeasured, *, limit: int | None, pressure_at: float, previous_tokens: int = 0
+) -> ContextPressure | None:
+    """The `ContextPressure` to publish after ``measured``, when it crosses ``pressure_at`` of ``limit``: it reaches
+    the threshold and the measurement before it (``previous_tokens``, the loop's last `ContextMeasured`; 0 when
+    none) did not. Once per crossing, not on every measurement past it: after a compaction brings the context below
+    the threshold, the next crossing is reported again."""
     if not limit:
         return None
     ratio = measured.tokens / limit
-    if ratio < pressure_at:
+    if ratio < pressure_at or previous_tokens / limit >= pressure_at:
         return None
     return ContextPressure(
         loop=measured.loop, turn_id=measured.turn_id, tokens=measured.tokens, limit=limit, ratio=round(ratio, 4)

@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Mapping
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
@@ -96,6 +97,29 @@ def digest(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def tool_schemas_digest(specs: Iterable[tuple[str, str, Mapping[str, object]]]) -> str:
+    """One digest of what the model is told about a loop's tools ((name, description, parameter schema) each), in
+    name order: a changed description or argument schema is drift, not only a renamed tool."""
+    shown = sorted(([name, text, params] for name, text, params in specs), key=lambda entry: str(entry[0]))
+    return digest(json.dumps(shown, sort_keys=True, separators=(",", ":"), default=str))
+
+
+def limits_digest(limits: Mapping[str, object]) -> str:
+    """The loop's limits (steps, parallelism, timeouts, context window, compaction thresholds…) as one value:
+    ``name=value`` pairs in name order (short enough to read in a `ConfigurationAdopted`)."""
+    return ";".join(f"{name}={limits[name]}" for name in sorted(limits))
+
+
+LATER_ASPECTS: Final = frozenset({"tool-schemas", "limits"})
+"""Aspects the fingerprint gained after sessions already recorded one: a fingerprint without any aspect of such a
+kind was recorded before it existed, so its appearance is adopted without asking the drift policy."""
+
+
+def _later(aspect: str, recorded_kinds: Collection[str]) -> bool:
+    kind = aspect.rsplit(":", 1)[-1]
+    return kind in LATER_ASPECTS and kind not in recorded_kinds
+
+
 def diff_fingerprints(recorded: Mapping[str, str], current: Mapping[str, str]) -> tuple[ConfigChange, ...]:
     """Every aspect whose value differs, sorted by aspect; an absent aspect reads as ""."""
     aspects = sorted(set(recorded) | set(current))
@@ -116,13 +140,18 @@ def decide_drift(
     """The event a restore journals for configuration drift (None: nothing changed), or `ConfigurationDriftError`.
 
     A session journaled before fingerprints existed (``recorded`` empty) adopts the current configuration without
-    asking the policy: there is nothing to compare with, and from then on there is.
+    asking the policy: there is nothing to compare with, and from then on there is. The same holds for aspects the
+    fingerprint gained later (`LATER_ASPECTS`) that ``recorded`` has none of.
     """
     changes = diff_fingerprints(recorded, current)
     if not changes:
         return None
+    recorded_kinds = {aspect.rsplit(":", 1)[-1] for aspect in recorded}
+    asked = tuple(c for c in changes if not (c.before == "" and _later(c.aspect, recorded_kinds)))
+    if recorded and not asked:  # only aspects this journal predates: adopted like an empty fingerprint
+        return ConfigurationAdopted(changes=(), fingerprint=dict(current), at=now)
     if recorded:
-        adopt = policy == "adopt" if isinstance(policy, str) else bool(policy(changes))
+        adopt = policy == "adopt" if isinstance(policy, str) else bool(policy(asked))
         if not adopt:
-            raise ConfigurationDriftError(session_id, changes)
-    return ConfigurationAdopted(changes=changes if recorded else (), fingerprint=dict(current), at=now)
+            raise ConfigurationDriftError(session_id, asked)
+    return ConfigurationAdopted(changes=asked if recorded else (), fingerprint=dict(current), at=now)

@@ -26,7 +26,7 @@ from loopd._infra.tasks import background
 from loopd.harness import Model, ModelRequest, Usage
 from loopd.harness.actors import HustleLanes, HustleQueueFullError, HustleResult
 from loopd.harness.core import ZERO_USAGE, user_message
-from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleStarted
+from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleRefused, HustleStarted
 from loopd.harness.core.hustles import LaneLimits
 from loopd.harness.models import TextDelta, UsageReport
 from loopd.server.storage import Conversation, Database, StorageError
@@ -155,7 +155,9 @@ class ConversationTitles:
     def _ended(self, run: str, _outcome: object) -> None:
         self._runs.pop(run, None)
 
-    async def _record(self, event: HustleStarted | HustleCompleted | HustleFailed) -> None:
+    async def _record(self, event: HustleStarted | HustleCompleted | HustleFailed | HustleRefused) -> None:
+        if isinstance(event, HustleRefused):  # nothing started: the title stays as it was (the caller logs why)
+            return
         conversation_id = self._runs.get(event.hustle_id)
         if isinstance(event, HustleStarted):
             conversation_id = str(event.params.get("conversation_id", ""))
