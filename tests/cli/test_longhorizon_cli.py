@@ -32,7 +32,9 @@ def test_flags_win_over_the_environment_and_durations_take_units() -> None:
         ({}, {"max_rounds": 0}, "--max-rounds"),
         ({}, {"manager_timeout": "soon"}, "--manager-timeout"),
         ({"LOOPD_LH_RUN_TIMEOUT": "-5"}, {}, "LOOPD_LH_RUN_TIMEOUT"),
-        ({}, {"workspace": "../up"}, "workspace"),
+        ({}, {"workspace": "../up"}, "--workspace must be a relative directory"),
+        ({}, {"target": "a b"}, "--target must be a harness key"),
+        ({"LOOPD_LH_WORKSPACE": "/abs"}, {}, "LOOPD_LH_WORKSPACE must be a relative directory"),
     ],
 )
 def test_a_bad_setting_is_a_usage_error_naming_it(env: dict[str, str], flags: dict[str, object], named: str) -> None:

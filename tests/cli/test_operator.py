@@ -48,9 +48,15 @@ def test_a_token_flag_wins_and_goes_into_the_kubeconfig_too(tmp_path: Path) -> N
 
 
 def test_server_and_token_without_a_data_dir_use_the_given_or_default_kubeconfig(tmp_path: Path) -> None:
-    env = {"LOOPD_SERVER": "http://h:1/", "LOOPD_TOKEN": "t"}
+    env = {"LOOPD_SERVER": "http://h:1/", "LOOPD_TOKEN": "t", "HOME": str(tmp_path), "KUBERNETES_SERVICE_HOST": "h"}
     connection = resolve_connection(server=None, token=None, data_dir=None, kubeconfig=None, env=env)
     assert (connection.server_url, connection.token, connection.kubeconfig) == ("http://h:1", "t", None)
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text("apiVersion: v1\n")  # ~/.kube/config: the client's default
+    default = resolve_connection(
+        server="http://h:1", token="t", data_dir=None, kubeconfig=None, env={"HOME": str(tmp_path)}
+    )
+    assert default.kubeconfig is None
     config = tmp_path / "kubeconfig"
     config.write_text("apiVersion: v1\n")
     given = resolve_connection(server="http://h:2", token="u", data_dir=None, kubeconfig=config, env={})
@@ -75,6 +81,17 @@ def test_what_is_missing_is_a_usage_error_naming_it(tmp_path: Path, flags: dict[
     assert expected in caught.value.line()
 
 
+def test_no_kubernetes_api_anywhere_is_a_usage_error_saying_how_to_name_one(tmp_path: Path) -> None:
+    for env, expected in (
+        ({"HOME": str(tmp_path)}, "no Kubernetes API to use"),
+        ({"HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "gone")}, "no kubeconfig at"),
+    ):
+        with pytest.raises(CliError) as caught:
+            resolve_connection(server="http://h:1", token="t", data_dir=None, kubeconfig=None, env=env)
+        assert caught.value.exit_code == 2
+        assert expected in caught.value.line() and "--kubeconfig" in caught.value.line()
+
+
 def test_a_data_dir_without_its_api_endpoint_says_so(tmp_path: Path) -> None:
     _record_server(tmp_path)
     (tmp_path / "resources-api" / "endpoint").unlink()
@@ -91,6 +108,10 @@ def test_the_command_fails_in_one_line(tmp_path: Path) -> None:
         env=child_env(home),
     ).one_line_error(2)
     assert "no kubeconfig at" in line
+    line = loopd(["operator", "router", "--max-subtasks", "0"], env=child_env(home)).one_line_error(2)
+    assert line.startswith("error: --max-subtasks must be a positive integer"), line
+    line = loopd(["operator", "router"], env=child_env(home, LOOPD_ROUTER_TARGET="a b")).one_line_error(2)
+    assert "LOOPD_ROUTER_TARGET must be a harness key" in line
     help_text = loopd(["operator", "router", "--help"], env=child_env(home)).stdout
     for flag in ("--server", "--token", "--data-dir", "--kubeconfig", "--max-subtasks", "--concurrency", "--target"):
         assert flag in help_text

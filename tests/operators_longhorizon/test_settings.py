@@ -48,9 +48,9 @@ def test_the_environment_is_read_and_explicit_values_win() -> None:
         ({"LOOPD_LH_HUMAN_TIMEOUT": "0"}, "LOOPD_LH_HUMAN_TIMEOUT must be a positive duration"),
         ({"LOOPD_LH_AUDITOR_TIMEOUT": "5 minutes"}, "LOOPD_LH_AUDITOR_TIMEOUT must be a positive duration"),
         ({"LOOPD_LH_CONCURRENCY": "x"}, "LOOPD_LH_CONCURRENCY must be a positive integer, not 'x'"),
-        ({"LOOPD_LH_TARGET": "a b"}, "target must be a harness key"),
-        ({"LOOPD_LH_WORKSPACE": "../up"}, "workspace must be a relative directory"),
-        ({"LOOPD_LH_WORKSPACE": "/abs"}, "workspace must be a relative directory"),
+        ({"LOOPD_LH_TARGET": "a b"}, "LOOPD_LH_TARGET must be a harness key"),
+        ({"LOOPD_LH_WORKSPACE": "../up"}, "LOOPD_LH_WORKSPACE must be a relative directory"),
+        ({"LOOPD_LH_WORKSPACE": "/abs"}, "LOOPD_LH_WORKSPACE must be a relative directory"),
     ],
 )
 def test_invalid_values_are_one_line_typed_errors(env: dict[str, str], message: str) -> None:

@@ -176,8 +176,34 @@ def resolve_connection(
     elif directory is not None:
         config = kubeconfig_for(directory, bearer, namespace=namespace)
     else:
+        _check_default_kubeconfig(source)
         config = None
     return OperatorConnection(url, bearer, config, namespace=namespace, admin_of=admin_of)
+
+
+def _check_default_kubeconfig(source: Mapping[str, str]) -> None:
+    """Without --kubeconfig or a data directory the client takes ``$KUBECONFIG``, else ``~/.kube/config``, else the
+    pod's service account: `CliError` (exit 2) when none of them is there, instead of the client's own error."""
+    from_env = source.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if from_env:
+        if not Path(from_env).expanduser().is_file():
+            raise CliError(
+                f"no kubeconfig at {from_env} ($KUBECONFIG)",
+                "set KUBECONFIG to a kubeconfig file, or pass --kubeconfig",
+                exit_code=EXIT_USAGE,
+            )
+        return
+    home = source.get("HOME")
+    default = (Path(home) if home else Path.home()) / ".kube" / "config"
+    if default.is_file() or source.get("KUBERNETES_SERVICE_HOST"):
+        return
+    raise CliError(
+        "no Kubernetes API to use: --server was given without --kubeconfig, and there is no $KUBECONFIG or "
+        f"{default}",
+        "pass --kubeconfig FILE (`loopd kubeconfig --token TOKEN` writes one for loopd's own API), or --data-dir of "
+        "the server",
+        exit_code=EXIT_USAGE,
+    )
 
 
 def operator_lease(
@@ -400,7 +426,13 @@ def router_command(
     try:
         settings = RouterSettings.from_env(max_subtasks=max_subtasks, concurrency=concurrency, target=target)
     except RouterSettingsError as exc:
-        raise CliError(str(exc), exit_code=EXIT_USAGE) from exc
+        message = str(exc)  # a field's error names its flag when given, else its variable
+        for name, value in (("max_subtasks", max_subtasks), ("concurrency", concurrency), ("target", target)):
+            if message.startswith(f"{name} must"):
+                label = "--" + name.replace("_", "-") if value is not None else f"LOOPD_ROUTER_{name.upper()}"
+                message = label + message[len(name) :]
+                break
+        raise CliError(message, exit_code=EXIT_USAGE) from exc
     _run_standalone(
         router_program(settings),
         resolve_connection(server=server, token=token, data_dir=data_dir, kubeconfig=kubeconfig, namespace=namespace),

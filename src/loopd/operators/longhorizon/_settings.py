@@ -163,4 +163,11 @@ class LongHorizonSettings:
                 values[name] = number
             else:
                 values[name] = raw
-        return replace(cls(), **values)
+        try:
+            return replace(cls(), **values)
+        except LongHorizonSettingsError as exc:  # a value from a variable: the message names the variable
+            message = str(exc)
+            for name in values:
+                if given.get(name) is None and message.startswith(f"{name} must"):
+                    raise LongHorizonSettingsError(ENV_PREFIX + name.upper() + message[len(name) :]) from None
+            raise
