@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
 import re
 import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,6 +130,27 @@ class ForeignEngine:
         return claude_user_line(prompt) if self.kind == "claude" else prompt
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes Linux SIGKILL the child when the thread that started it dies (``prctl(2)``
+    ``PR_SET_PDEATHSIG``), so a CLI never outlives a hard-crashed harness (SIGKILL, OOM) and goes on acting in the
+    workspace unwatched; None off Linux. The C library is looked up here, in the parent: the child only calls it.
+    A parent that died before the call (the child was re-parented) ends the child at once."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return die_with_parent
+
+
 async def _terminate(process: asyncio.subprocess.Process, grace: float) -> None:
     """End the process group of ``process`` (SIGTERM, then SIGKILL after ``grace``); every wait is bounded."""
     if process.returncode is not None:
@@ -171,6 +194,7 @@ async def run_foreign_turn(
             cwd=engine.cwd,
             env=foreign_environment(engine),
             start_new_session=True,  # its own process group: a stop ends the CLI's children too
+            preexec_fn=parent_death_signal(),  # and a hard crash of this process ends the CLI
             limit=_LINE_LIMIT,
         )
     except OSError as exc:
