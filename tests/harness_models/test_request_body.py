@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anthropic
 import httpx2
 import openai
 import pytest
@@ -15,8 +16,9 @@ from openai.resources.chat.completions import completions as sdk_completions
 
 from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Message, ToolCall
+from loopd.harness.models._anthropic import AnthropicModel, anthropic_messages
 from loopd.harness.models._openai import MessageEncoder, OpenAICompatibleModel, openai_messages
-from loopd.harness.models._protocol import ModelRequest, ReplyInfo, TextDelta, UsageReport
+from loopd.harness.models._protocol import Model, ModelRequest, ReplyInfo, TextDelta, UsageReport
 from tests.harness_models.helpers import LIST_DIR, READ_FILE
 
 _REPLY = (
@@ -99,7 +101,7 @@ def _request(**fields: object) -> ModelRequest:
     return ModelRequest(**{"model": "", **fields})  # type: ignore[arg-type]
 
 
-async def _send(model: OpenAICompatibleModel, request: ModelRequest) -> None:
+async def _send(model: Model, request: ModelRequest) -> None:
     async for _ in model.stream(request):
         pass
 
@@ -263,3 +265,49 @@ async def test_usage_and_refusals_are_read_from_the_chunk_json() -> None:
     assert (info.model, info.finish_reason, info.request_id) == ("served", "stop", "c")
     usage = next(c for c in chunks if isinstance(c, UsageReport)).usage
     assert (usage.input_tokens, usage.output_tokens, usage.cached_tokens, usage.calls) == (12, 3, 5, 1)
+
+
+_ANTHROPIC_REPLY = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","type":"message","role":"assistant",'
+    b'"model":"c","content":[],"stop_reason":null,"usage":{"input_tokens":5,"output_tokens":1}}}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":2}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+@pytest.mark.parametrize("cache", [True, False])
+async def test_the_anthropic_body_is_the_sdk_body(cache: bool) -> None:
+    """The Anthropic adapter encodes its body itself (the SDK deep-copies every message per request): same bytes."""
+    bodies: list[bytes] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(request.content)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_ANTHROPIC_REPLY)
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(handle), timeout=10.0) as http:
+        model = AnthropicModel("c", api_key="k", base_url="http://model.invalid", http_client=http, prompt_cache=cache)
+        for extra in ({}, {"system": "be brief", "tools": (LIST_DIR, READ_FILE), "temperature": 0.5}):
+            request = _request(messages=tuple(_history(3)), **extra)
+            await _send(model, request)
+            system, messages = anthropic_messages(request, cache=cache)
+            tools: list[dict[str, Any]] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
+            ]
+            if tools and cache:
+                tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
+            client = anthropic.AsyncAnthropic(api_key="k", base_url="http://model.invalid", http_client=http)
+            arguments: dict[str, Any] = {
+                "model": "c",
+                "max_tokens": 4096,
+                "messages": messages,
+                "stream": True,
+                "system": system or anthropic.omit,
+                "tools": tools or anthropic.omit,
+                "extra_body": None if request.temperature is None else {"temperature": request.temperature},
+            }
+            stream = await client.messages.create(**arguments)
+            async for _ in stream:
+                pass
+            assert bodies[-2] == bodies[-1]
+            assert json.loads(bodies[-1])["messages"] == messages

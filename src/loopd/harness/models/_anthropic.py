@@ -19,6 +19,10 @@ table's cache read price for reads and its cache write price for creations.
 retryable; other 4xx are permanent; ``x-should-retry`` overrides the status rule. Retries, backoff, rate limits,
 cancellation and timeouts work as in the OpenAI adapter (``_retrying``, ``_ratelimit``): the client's own retries
 are off.
+
+**Request body.** The body is JSON encoded here in one pass and sent through the client's ordinary ``post`` (auth,
+headers, errors, the SSE parser): ``messages.create`` would deep-copy the whole body, every message of the history,
+on each request first (about 10 ms per call at a history of 500 steps). The bytes equal what ``create`` sends.
 """
 
 from __future__ import annotations
@@ -28,23 +32,22 @@ import dataclasses
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from typing import Any, cast
+from typing import Any
 
 import anthropic
 import httpx2
 from anthropic.types import (
     InputJSONDelta,
-    MessageParam,
     RawContentBlockDeltaEvent,
     RawContentBlockStartEvent,
     RawMessageDeltaEvent,
     RawMessageStartEvent,
     RawMessageStopEvent,
+    RawMessageStreamEvent,
     TextBlock,
-    TextBlockParam,
-    ToolParam,
     ToolUseBlock,
 )
+from anthropic.types import Message as AnthropicMessage
 from anthropic.types import TextDelta as AnthropicTextDelta
 
 from loopd._infra.backoff import Backoff
@@ -150,16 +153,15 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
             characters = len(json.dumps(messages)) + sum(len(block.get("text", "")) for block in system)
             estimate = estimate_tokens(characters, max_tokens)
             await self._limiter.acquire(estimate)
+        body = request_body(model, max_tokens, system, messages, tools=tools, temperature=request.temperature)
         try:
-            stream = await self._client.messages.create(
-                model=model,
-                max_tokens=max_tokens,
-                messages=cast("list[MessageParam]", messages),
+            stream = await self._client.post(
+                "/v1/messages",
+                cast_to=AnthropicMessage,
+                content=body,
+                options={"headers": {}},
                 stream=True,
-                system=cast("list[TextBlockParam]", system) if system else anthropic.omit,
-                tools=cast("list[ToolParam]", tools) if tools else anthropic.omit,
-                # this SDK version has no typed ``temperature``; the API still takes it
-                extra_body=None if request.temperature is None else {"temperature": request.temperature},
+                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
             )
         except anthropic.AnthropicError as exc:
             raise model_error(exc, model) from exc
@@ -242,6 +244,34 @@ def usage_from_anthropic(uncached: int, cache_write: int, cache_read: int, outpu
     return Usage(
         input_tokens=uncached + cache_write + cache_read, output_tokens=output, cached_tokens=cache_read, calls=1
     )
+
+
+def _json(value: object) -> bytes:
+    """``value`` as the SDK encodes a request body: compact, UTF-8, no NaN."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def request_body(
+    model: str,
+    max_tokens: int,
+    system: list[dict[str, Any]],
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]],
+    temperature: float | None,
+) -> bytes:
+    """The JSON body ``messages.create`` would send for these arguments (the same bytes, keys in its order), encoded
+    here in one pass: the SDK's own path deep-copies the whole body (every message of the history) on each request
+    before encoding it."""
+    head = _json({"max_tokens": max_tokens})
+    tail: dict[str, Any] = {"model": model, "stream": True}
+    if system:
+        tail["system"] = system
+    if tools:
+        tail["tools"] = tools
+    if temperature is not None:
+        tail["temperature"] = temperature
+    return b"".join((head[:-1], b',"messages":', _json(messages), b",", _json(tail)[1:]))
 
 
 def anthropic_messages(
