@@ -82,8 +82,14 @@ async def test_retry_and_edit_fork_the_conversation_and_leave_the_original(rig: 
     assert [t for _, _, t in await _texts(user, again.json()["conversation_id"])] == ["figs?", ""]
 
     assert await _texts(user, cid) == before  # the original is untouched
-    listed = [c["id"] for c in (await user.get("/v1/conversations")).json()["data"]]
+    listed = {c["id"]: c for c in (await user.get("/v1/conversations")).json()["data"]}
     assert {cid, fork, edited["conversation_id"]} <= set(listed)
+    # Each item says where a fork came from (the parent stays null); so does the conversation itself.
+    assert listed[fork]["forked_from"] == body["forked_from"] and listed[cid]["forked_from"] is None
+    assert listed[edited["conversation_id"]]["forked_from"] == edited["forked_from"]
+    assert listed[again.json()["conversation_id"]]["forked_from"]["conversation_id"] == fork  # a fork of a fork
+    assert (await user.get(f"/v1/conversations/{fork}")).json()["forked_from"] == body["forked_from"]
+    assert body["conversation"]["forked_from"] == body["forked_from"]
     async with rig.db.transaction(read_only=True) as tx:
         origin = await tx.conversation_forks.get(fork)
     assert (origin.parent_conversation_id, origin.source_message_id) == (cid, asked[1]["response"]["id"])

@@ -1,7 +1,7 @@
 """The page in Debian's chromium against a real `loopd up`: "Retry from here" on an answer (reached and pressed
 with the keyboard) opens a forked conversation where the question is answered again; "Edit and resend" on the
 fork's question (an inline editor, Ctrl+Enter) opens another fork with the new question; the original
-conversation keeps its messages."""
+conversation keeps its messages; after a reload a fork still links to its parent (from the conversation list)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,13 @@ def test_retry_and_edit_and_resend_open_forked_conversations(server: WebServer, 
     expect(page.locator(tid("fork-note"))).to_contain_text("Edited and resent")
     page.locator(tid("fork-parent")).click()  # back to the conversation it was forked from: the first fork
     assert _opened_after(page, original, edited) == fork
+
+    # After a reload the page knows a fork's origin from the conversation list (`forked_from` of each item).
+    page.reload()
+    page.locator(f'{tid("conversation-item")}[data-conversation-id="{fork}"]').click()
+    expect(page.locator(tid("fork-note"))).to_contain_text("Retried")
+    page.locator(tid("fork-parent")).click()
+    assert _opened_after(page, fork, edited) == original
 
     with cookie_client(context, server.url) as http:
         kept = http.get(f"/v1/conversations/{original}/messages").json()["data"]

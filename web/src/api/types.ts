@@ -17,6 +17,15 @@ export interface ConversationBody {
   /** Written by a background run after the first question ("" until then; absent from older servers). */
   title?: string;
   summary?: string;
+  /** For a fork ("retry from here", "edit and resend"): its parent conversation and the message chosen there. */
+  forked_from?: ForkOrigin | null;
+}
+
+/** Where a forked conversation came from. */
+export interface ForkOrigin {
+  conversation_id: string;
+  message_id: string;
+  mode: "retry" | "edit";
 }
 
 /** A message without content (the `message` of a stream's start and end frames). */

@@ -257,6 +257,8 @@ export function App() {
   );
 
   const active = conversations.find((c) => c.id === activeId) ?? null;
+  // A fork names its parent: known from the fork just made here, or from the conversation list (forks made before).
+  const origin = (activeId !== null ? forkedFrom.get(activeId) : undefined) ?? active?.forked_from ?? null;
   const tab = (id: Pane, label: string) => (
     <button
       type="button"
@@ -300,10 +302,10 @@ export function App() {
             <h2 class="chat-title">{active !== null ? conversationTitle(active) : activeId === null ? "No conversation open" : "Conversation"}</h2>
             {connection === "reconnecting" && <span class="muted" role="status">Reconnecting…</span>}
           </div>
-          {activeId !== null && forkedFrom.has(activeId) && (
+          {activeId !== null && origin !== null && (
             <p class="muted fork-note" data-testid="fork-note">
-              {forkedFrom.get(activeId)?.mode === "edit" ? "Edited and resent" : "Retried"} in a new conversation;{" "}
-              <button type="button" class="link" data-testid="fork-parent" onClick={() => selectConversation(forkedFrom.get(activeId)?.conversation_id ?? activeId)}>
+              {origin.mode === "edit" ? "Edited and resent" : "Retried"} in a new conversation;{" "}
+              <button type="button" class="link" data-testid="fork-parent" onClick={() => selectConversation(origin.conversation_id)}>
                 open the original
               </button>
             </p>

@@ -229,7 +229,7 @@ def fork_router(forks: ConversationForks) -> APIRouter:
             input=message_body(asked.input),
             response=message_body(asked.response),
             cursor=asked.cursor,
-            conversation=conversation_body(asked.conversation),
+            conversation=conversation_body(asked.conversation, forked.origin),
             forked_from=_origin_body(forked.origin),
         )
 

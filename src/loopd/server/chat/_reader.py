@@ -9,11 +9,20 @@ Must not do: write anything (chat requests are `ChatRequests`, a responder's wri
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from loopd.server.chat._feeds import DEFAULT_BUFFER, ConversationFeeds
 from loopd.server.chat._records import Snapshot, StreamItem, StreamPage
 from loopd.server.http import Identity
-from loopd.server.storage import MAX_PAGE, Conversation, Database, Message, NotFound, Transaction
+from loopd.server.storage import (
+    MAX_PAGE,
+    Conversation,
+    ConversationFork,
+    Database,
+    Message,
+    NotFound,
+    Transaction,
+)
 from loopd.server.streams import TERMINAL_STATUSES, ConversationBus
 
 
@@ -82,6 +91,13 @@ class ConversationReader:
             return []
         async with self._db.transaction(read_only=True) as tx:
             return await tx.conversations.list_for_owner(owner.key, after=after, limit=limit)
+
+    async def fork_origins(self, conversations: Sequence[Conversation]) -> dict[str, ConversationFork]:
+        """The fork origins of those of ``conversations`` (already read by their reader) that are forks."""
+        if not conversations:
+            return {}
+        async with self._db.transaction(read_only=True) as tx:
+            return await tx.conversation_forks.find_many([c.id for c in conversations])
 
     async def conversation(self, reader: Identity, conversation_id: str) -> Conversation:
         """A conversation the reader may see (``NotFound`` otherwise)."""

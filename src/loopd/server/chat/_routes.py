@@ -120,13 +120,16 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
             work = await conversations.work_conversation(caller, task_id)
             return ConversationList(data=[] if work is None else [conversation_body(work)], next_after=None)
         page = await conversations.list_conversations(caller, after=after, limit=limit)
+        origins = await conversations.fork_origins(page)  # forks name their parent conversation and message
         return ConversationList(
-            data=[conversation_body(c) for c in page], next_after=page[-1].id if len(page) == limit else None
+            data=[conversation_body(c, origins.get(c.id)) for c in page],
+            next_after=page[-1].id if len(page) == limit else None,
         )
 
     @router.get("/v1/conversations/{conversation_id}", tags=["conversations"])
     async def get_conversation(caller: Caller, conversation_id: Id) -> ConversationBody:
-        return conversation_body(await conversations.conversation(caller, conversation_id))
+        found = await conversations.conversation(caller, conversation_id)
+        return conversation_body(found, (await conversations.fork_origins([found])).get(found.id))
 
     @router.patch("/v1/conversations/{conversation_id}", tags=["conversations"])
     async def rename_conversation(

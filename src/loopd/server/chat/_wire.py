@@ -12,7 +12,7 @@ from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from loopd.server.storage import Conversation, Message
+from loopd.server.storage import Conversation, ConversationFork, Message
 
 MAX_TEXT: Final = 200_000
 MAX_KEY: Final = 200
@@ -87,6 +87,14 @@ class CompleteRequest(_Request):
 # --- responses ---------------------------------------------------------------------------------------------
 
 
+class ForkedFrom(_Response):
+    """Where a forked conversation came from: the parent conversation, the message chosen in it, and the mode."""
+
+    conversation_id: str
+    message_id: str
+    mode: Literal["retry", "edit"]
+
+
 class ConversationBody(_Response):
     id: str
     name: str
@@ -98,6 +106,8 @@ class ConversationBody(_Response):
     title: str = ""
     """A short title a background run writes after the first question ("" until it has)."""
     summary: str = ""
+    forked_from: ForkedFrom | None = None
+    """For a fork ("retry from here", "edit and resend"): its parent conversation and message; else null."""
 
 
 class MessageHeader(_Response):
@@ -171,8 +181,15 @@ class CompletionBody(_Response):
 # --- builders ----------------------------------------------------------------------------------------------
 
 
-def conversation_body(conversation: Conversation) -> ConversationBody:
+def conversation_body(conversation: Conversation, origin: ConversationFork | None = None) -> ConversationBody:
+    """The wire shape of ``conversation``; ``origin``: its fork origin, when it is a fork."""
+    forked_from = (
+        ForkedFrom(conversation_id=origin.parent_conversation_id, message_id=origin.parent_message_id, mode=origin.mode)
+        if origin is not None
+        else None
+    )
     return ConversationBody(
+        forked_from=forked_from,
         id=conversation.id,
         name=conversation.name,
         actor_kind=conversation.actor_kind,

@@ -8,6 +8,7 @@ Must not do: copy messages or ask questions (``loopd.server.chat._forks`` does).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Literal, cast
@@ -99,3 +100,16 @@ class ConversationForks:
             f"SELECT {_COLUMNS} FROM conversation_forks WHERE conversation_id = ?", (conversation_id,)
         )
         return None if row is None else _fork(row)
+
+    async def find_many(self, conversation_ids: Sequence[str]) -> dict[str, ConversationFork]:
+        """The fork origins of those of ``conversation_ids`` that are forks (one query per 500 ids)."""
+        found: dict[str, ConversationFork] = {}
+        ids = list(dict.fromkeys(conversation_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            rows = await self._tx.fetch(
+                f"SELECT {_COLUMNS} FROM conversation_forks WHERE conversation_id IN ({marks})", tuple(chunk)
+            )
+            found.update((origin.conversation_id, origin) for origin in map(_fork, rows))
+        return found
