@@ -7,7 +7,9 @@ python -m benchmarks.harness_core [--repeat N] [--quick]
   commit), against raw ``sqlite3`` on the same file system with the same durability (WAL, synchronous=NORMAL)
   and the same table, inserting in batches of N rows per transaction — the most a group commit over N
   sessions can gather — and in batches of 100 (a ceiling);
-* restore: `Rig.restore_session` of sessions of 1k, 10k and 100k stored events (read + decode + fold + start).
+* restore: `Rig.restore_session` of sessions of 1k, 10k and 100k stored events, from the state snapshot a live
+  session would have left (decode it, then read + decode + fold only the records after it, + start) and by a full
+  replay of the journal (``Rig(state_snapshots=None)``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from loopd.harness import EchoTool, LoopDefinition, ModelRequest, Reply, Rig, Sc
 from loopd.harness.core import codec
 from loopd.harness.core import events as ev
 from loopd.harness.core._values import ToolCall, ToolOutcome
-from loopd.harness.journal import JournalWriter, NewRecord
+from loopd.harness.core.snapshot import STATE_SCHEMA, encode_state
+from loopd.harness.journal import JournalWriter, NewRecord, replay, snapshot_due
 
 USAGE = Usage(input_tokens=50, output_tokens=20, calls=1)
 PAYLOAD = "x" * 200  # ~200-byte messages
@@ -161,8 +164,26 @@ def synthetic_turn(turn: int, steps: int) -> list[ev.LoopEvent]:
     return out
 
 
-async def write_session(path: Path, n_events: int) -> None:
-    """A stored session of exactly ``n_events`` events: turns of 5 tool steps each (the last one may be open)."""
+def last_snapshot_before(n_events: int) -> int:
+    """The seq of the newest state snapshot a live session committing one event at a time has saved before its
+    record ``n_events`` (`loopd.harness.journal.snapshot_due`): the restore's worst case, the longest tail the
+    schedule leaves (0: none yet)."""
+    saved = 0
+    for seq in range(1, n_events):
+        if snapshot_due(saved, seq):
+            saved = seq
+    return saved
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    snapshot_seq: int
+    snapshot_bytes: int
+
+
+async def write_session(path: Path, n_events: int) -> StoredSession:
+    """A stored session of exactly ``n_events`` events: turns of 5 tool steps each (the last one may be open), with
+    the state snapshot a live session would have left (`last_snapshot_before`)."""
     journal = await SqliteJournal.open(path)
     writer = await journal.create_session("big", at=0.0)
     events: list[ev.SessionEvent | ev.LoopEvent] = [
@@ -176,7 +197,14 @@ async def write_session(path: Path, n_events: int) -> None:
     for i in range(0, len(events), 2000):
         await writer.append([NewRecord(*codec.encode(e), at=0.0) for e in events[i : i + 2000]])
     await writer.aclose()
+    at = last_snapshot_before(n_events)
+    size = 0
+    if at:
+        data = encode_state(replay(await journal.read("big", 1, at)))
+        await journal.save_snapshot("big", at, STATE_SCHEMA, data, at=0.0)
+        size = len(data)
     await journal.aclose()
+    return StoredSession(at, size)
 
 
 @dataclass(frozen=True)
@@ -186,9 +214,11 @@ class RestoreTime:
     read_ms: float
 
 
-def restore_time(path: Path, n_events: int, *, freeze: bool = False) -> RestoreTime:
-    """`Rig.restore_session` in a fresh process, as after a crash (`benchmarks._restore_main`)."""
+def restore_time(path: Path, n_events: int, *, freeze: bool = False, full: bool = False) -> RestoreTime:
+    """`Rig.restore_session` in a fresh process, as after a crash (`benchmarks._restore_main`); ``full``: without
+    state snapshots (a fold of the whole journal)."""
     args = ["--db", str(path), "--events", str(n_events)] + (["--freeze"] if freeze else [])
+    args += ["--no-snapshots"] if full else []
     raw = run_child("benchmarks._restore_main", args, timeout=600)
     return RestoreTime(raw["restore_ms"], raw["gc_ms"], raw["read_ms"])
 
@@ -263,29 +293,51 @@ async def run(repeat: int, quick: bool) -> None:
     with tempfile.TemporaryDirectory() as d:
         for n in sizes:
             path = Path(d) / f"restore-{n}.db"
-            await write_session(path, n)
+            stored = await write_session(path, n)
             plain_runs: list[RestoreTime] = []
+            full_runs: list[RestoreTime] = []
             frozen_runs: list[RestoreTime] = []
-            for _ in range(repeat):
+            for _ in range(repeat):  # alternating, so a noisy phase weighs on both ways alike
                 plain_runs.append(restore_time(path, n))
-                frozen_runs.append(restore_time(path, n, freeze=True))
+                full_runs.append(restore_time(path, n, full=True))
+                frozen_runs.append(restore_time(path, n, freeze=True, full=True))
             restores[n] = r = median_restore(plain_runs)
+            full = median_restore(full_runs)
             frozen = median_restore(frozen_runs)
             rows.append(
                 [
                     f"{n:,}",
                     f"{r.restore_ms:,.1f}",
-                    f"{r.restore_ms * 1000 / n:.1f}",
-                    f"{r.gc_ms:,.1f}",
+                    f"{stored.snapshot_seq:,}",
+                    f"{n - stored.snapshot_seq:,}",
+                    f"{stored.snapshot_bytes / 1024:,.0f}",
+                    f"{full.restore_ms:,.1f}",
+                    f"{full.restore_ms * 1000 / n:.1f}",
+                    f"{full.gc_ms:,.1f}",
                     f"{r.read_ms:,.1f}",
                     f"{frozen.restore_ms:,.1f}",
                 ]
             )
     print_table(
         f"restore time in a fresh process (median of {repeat})",
-        ["events", "restore ms", "µs/event", "of which cyclic GC ms", "journal read alone ms", "with gc.freeze() ms"],
+        [
+            "events",
+            "restore ms",
+            "snapshot at seq",
+            "records folded after it",
+            "snapshot KiB",
+            "full replay ms",
+            "full replay µs/event",
+            "full replay: cyclic GC ms",
+            "journal read alone ms",
+            "full replay with gc.freeze() ms",
+        ],
         rows,
-        note="Turns of 5 tool steps (~200-byte payloads); restore = open writer, read, decode, fold, start loops.",
+        note="Turns of 5 tool steps (~200-byte payloads). Restore = open writer, load the newest state snapshot "
+        "(the one a live session would have saved last before the final record: the longest tail its schedule "
+        "leaves), read, decode and fold the records after it, start loops. Full replay: the same without snapshots "
+        "(Rig(state_snapshots=None)): read, decode, fold every record. Snapshot: zlib-compressed JSON of the state "
+        "(the benchmark's repeated-character payloads compress far better than real text).",
     )
 
     # ours ÷ the faster of the two raw tables (the stricter reading); the table above has both

@@ -1,4 +1,5 @@
-"""Property tests: live state == state rebuilt from the journal; the stored codec round-trips."""
+"""Property tests: live state == state rebuilt from the journal (also from a state snapshot + the records after
+it); the stored codec round-trips."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from loopd.harness.core import codec, fold
 from loopd.harness.core import events as ev
 from loopd.harness.core.events import QueuedInput
 from loopd.harness.foreign import ForeignEngine
+from loopd.harness.journal import restore_state
 from loopd.harness.snapshots import SnapshotPolicy
 from loopd.harness.tools import AskUserTool
 
@@ -96,6 +98,7 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                 journal=journal,
                 workspace=Path(d) / "ws",
                 snapshots=SnapshotPolicy(root=Path(d) / "snap"),
+                state_snapshots=1,  # a state snapshot whenever none is being saved: restores start from many points
             )
             session = await rig.start_session()
             last: str | None = None
@@ -154,11 +157,15 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
                     assert rebuilt.active_loop == session.state.active_loop
                     assert rebuilt.fingerprint == session.state.fingerprint
                     assert rebuilt.last_seq == session.last_seq
+                    # Restore from the newest state snapshot (the live session's, or its parent's before the fork
+                    # point) + the records after it == the fold of the whole journal.
+                    assert (await restore_state(journal, session.id)).state == rebuilt
             await session.wait_idle(timeout=10)
             rebuilt = await journal_state(journal, session.id)
             assert dict(rebuilt.loops) == dict(session.state.loops)
             assert dict(rebuilt.hustles) == dict(session.state.hustles) == {}
             await session.shutdown()
+            assert (await restore_state(journal, session.id)).state == await journal_state(journal, session.id)
             await assert_gap_free(journal, session.id)
             await journal.aclose()
 

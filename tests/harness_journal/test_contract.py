@@ -2,7 +2,9 @@
 
 Sequences start at 1 and have no gaps; an append stores all its records or none; opening a writer fences the
 earlier one (also from another replica over the same storage); reads honour ranges; followers see later appends;
-many sessions append concurrently; a session restored through the Rig rebuilds the same state.
+many sessions append concurrently; a session restored through the Rig rebuilds the same state; state snapshots
+are kept per session (the newest), shared with forks only up to the fork point, and a restore from one equals a
+full replay.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from loopd.harness import (
     SessionBusyError,
     SessionNotFoundError,
 )
+from loopd.harness._errors import SnapshotSeqError
 from loopd.harness.core import codec, fold
 from loopd.harness.core.events import TurnDone
-from loopd.harness.journal import Journal, NewRecord, Record, replay
+from loopd.harness.core.snapshot import STATE_SCHEMA, encode_state
+from loopd.harness.journal import Journal, NewRecord, Record, replay, restore_state
 from tests.support.waiting import eventually
 
 from .conftest import Storage, records
@@ -440,3 +444,180 @@ async def test_a_forked_rig_session_rebuilds_the_parents_state_at_the_fork(stora
     assert [r.seq for r in stored] == list(range(1, len(stored) + 1))
     assert payloads(stored[:settled]) == payloads(head)
     assert stored[settled].kind == "session_forked"
+
+
+# --- state snapshots -----------------------------------------------------------------------------------------
+
+
+async def test_a_session_keeps_its_newest_snapshot_of_a_schema(storage: Storage) -> None:
+    journal = await storage.open()
+    writer = await journal.create_session("s", at=1.0)
+    await writer.append(records(6))
+    assert await journal.load_snapshot("s", "v1") is None
+    await journal.save_snapshot("s", 3, "v1", b"three", at=2.0)
+    got = await journal.load_snapshot("s", "v1")
+    assert got is not None and (got.seq, got.schema, got.data, got.at) == (3, "v1", b"three", 2.0)
+    await journal.save_snapshot("s", 5, "v1", b"five", at=3.0)
+    await journal.save_snapshot("s", 4, "v1", b"four, late", at=4.0)  # a late save never replaces a newer one
+    assert (await journal.load_snapshot("s", "v1")).data == b"five"  # type: ignore[union-attr]
+    assert await journal.load_snapshot("s", "v1", upto=4) is None  # only the newest is kept
+    assert await journal.load_snapshot("s", "v2") is None  # another schema's is never returned
+    await journal.save_snapshot("s", 2, "v2", b"two, new schema", at=5.0)  # a new schema replaces it, older or not
+    assert await journal.load_snapshot("s", "v1") is None
+    assert (await journal.load_snapshot("s", "v2")).data == b"two, new schema"  # type: ignore[union-attr]
+    # The snapshot is beside the records, never one of them.
+    assert [r.seq for r in await journal.read("s")] == [1, 2, 3, 4, 5, 6]
+    other = await storage.open()  # a replica sees it too
+    assert (await other.load_snapshot("s", "v2")).seq == 2  # type: ignore[union-attr]
+
+
+async def test_snapshot_errors_are_typed(journal: Journal) -> None:
+    writer = await journal.create_session("s", at=1.0)
+    await writer.append(records(2))
+    for bad in (0, 3):
+        with pytest.raises(SnapshotSeqError):
+            await journal.save_snapshot("s", bad, "v1", b"x", at=1.0)
+    assert await journal.load_snapshot("s", "v1") is None
+    with pytest.raises(SessionNotFoundError):
+        await journal.save_snapshot("nope", 1, "v1", b"x", at=1.0)
+    with pytest.raises(SessionNotFoundError):
+        await journal.load_snapshot("nope", "v1")
+
+
+async def test_a_fork_uses_its_parents_snapshot_only_at_or_before_the_fork_point(journal: Journal) -> None:
+    parent = await journal.create_session("p", at=1.0)
+    await parent.append(records(4, tag="p"))
+    await journal.save_snapshot("p", 2, "v1", b"p@2", at=1.0)
+    fork = await journal.fork_session("p", 3, "f", at=1.0)
+    await fork.append(records(2, tag="f"))
+    got = await journal.load_snapshot("f", "v1")
+    assert got is not None and (got.seq, got.data) == (2, b"p@2")  # p's records 1..2 are f's too
+    await journal.save_snapshot("p", 4, "v1", b"p@4", at=2.0)  # past the fork point: p's record 4 is not f's
+    assert await journal.load_snapshot("f", "v1") is None
+    assert (await journal.load_snapshot("p", "v1")).data == b"p@4"  # type: ignore[union-attr]
+    await journal.save_snapshot("f", 5, "v1", b"f@5", at=3.0)  # the fork's own, over its own records
+    assert (await journal.load_snapshot("f", "v1")).data == b"f@5"  # type: ignore[union-attr]
+    assert await journal.load_snapshot("f", "v1", upto=4) is None
+    assert (await journal.load_snapshot("p", "v1")).data == b"p@4"  # type: ignore[union-attr]  # untouched
+    # A fork of the fork inside the shared prefix sees the root's snapshot only up to its own fork point.
+    await journal.save_snapshot("p", 4, "v1", b"p@4 again", at=4.0)
+    deep = await journal.fork_session("f", 4, "g", at=1.0)
+    await deep.append(records(1, tag="g"))
+    got = await journal.load_snapshot("g", "v1")
+    assert got is None  # f's snapshot is at 5 (past g's fork point), p's at 4 is past f's fork point (3)
+    await journal.save_snapshot("p", 1, "v2", b"p@1", at=5.0)
+    got = await journal.load_snapshot("g", "v2")
+    assert got is not None and (got.seq, got.data) == (1, b"p@1")
+
+
+def snapshot_rig(journal: Journal, every: int | None) -> Rig:
+    """`tool_rig` writing a state snapshot after every ``every`` records (None: none)."""
+    rig = tool_rig(journal)
+    return Rig(loops=rig.loops, journal=journal, state_snapshots=every)
+
+
+async def test_restore_from_a_snapshot_rebuilds_what_a_full_replay_does(storage: Storage) -> None:
+    replica_a = await storage.open()
+    replica_b = await storage.open()
+    session = await snapshot_rig(replica_a, 5).start_session()
+    try:
+        for text in ("go", "more", "again"):
+            assert isinstance(await session.ask(text, timeout=10), TurnDone)
+        assert session.log.snapshots is not None
+        await session.log.snapshots.wait()
+        assert session.log.snapshots.saves >= 1
+    finally:
+        await session.shutdown()
+    stored = await replica_b.load_snapshot(session.id, STATE_SCHEMA)
+    assert stored is not None and 5 <= stored.seq <= session.last_seq
+    with_snapshot = await restore_state(replica_b, session.id)
+    assert with_snapshot.snapshot_seq == stored.seq
+    assert [r.seq for r in with_snapshot.records] == list(range(stored.seq + 1, session.last_seq + 1))
+    full = await restore_state(replica_b, session.id, snapshots=False)
+    assert full.snapshot_seq == 0 and len(full.records) == session.last_seq
+    assert with_snapshot.state == full.state == replay(await replica_b.read(session.id))
+    # A snapshot at any seq (inside a turn too) plus the records after it is the same state.
+    other = await snapshot_rig(replica_a, None).start_session()
+    try:
+        for text in ("go", "more"):
+            assert isinstance(await other.ask(text, timeout=10), TurnDone)
+    finally:
+        await other.shutdown()
+    stored_records = await replica_a.read(other.id)
+    whole = replay(stored_records)
+    for cut in range(1, len(stored_records) + 1):
+        await replica_a.save_snapshot(other.id, cut, STATE_SCHEMA, encode_state(replay(stored_records[:cut])), at=1.0)
+        got = await restore_state(replica_b, other.id)
+        assert (got.snapshot_seq, len(got.records)) == (cut, len(stored_records) - cut)
+        assert got.state == whole
+    # Through the rig: the restored session goes on, and a rig without snapshots ignores them.
+    restored = await snapshot_rig(replica_b, 5).restore_session(session.id)
+    try:
+        assert restored.state.loops == full.state.loops
+        assert isinstance(await restored.ask("on", timeout=10), TurnDone)
+    finally:
+        await restored.shutdown()
+    plain = await snapshot_rig(replica_b, None).restore_session(session.id)
+    try:
+        assert plain.log.snapshots is None
+        assert plain.state.loops == (await restore_state(replica_b, session.id, snapshots=False)).state.loops
+    finally:
+        await plain.shutdown()
+
+
+async def test_a_corrupt_or_stale_snapshot_is_ignored_and_the_journal_replayed(storage: Storage) -> None:
+    journal = await storage.open()
+    session = await snapshot_rig(journal, None).start_session()
+    try:
+        assert isinstance(await session.ask("go", timeout=10), TurnDone)
+    finally:
+        await session.shutdown()
+    full = await restore_state(journal, session.id, snapshots=False)
+    await journal.save_snapshot(session.id, 3, STATE_SCHEMA, b"not a snapshot", at=1.0)
+    got = await restore_state(journal, session.id)
+    assert got.snapshot_seq == 0 and got.ignored is not None and "seq 3" in got.ignored
+    assert got.state == full.state
+    # A well-formed snapshot stored under the wrong seq is refused too (it does not hold what it claims).
+    early = replay((await journal.read(session.id))[:2])
+    await journal.save_snapshot(session.id, 3, STATE_SCHEMA, encode_state(early), at=2.0)
+    got = await restore_state(journal, session.id)
+    assert got.snapshot_seq == 0 and got.state == full.state
+    # A snapshot of another schema (an older build's) is not even loaded.
+    await journal.save_snapshot(session.id, 3, "state-0-old", encode_state(early), at=3.0)
+    got = await restore_state(journal, session.id)
+    assert (got.snapshot_seq, got.ignored) == (0, None) and got.state == full.state
+    # The restored session writes a fresh one once it is due.
+    restored = await snapshot_rig(journal, 1).restore_session(session.id)
+    try:
+        assert restored.log.snapshots is not None
+        await restored.log.snapshots.wait()
+    finally:
+        await restored.shutdown()
+    fresh = await journal.load_snapshot(session.id, STATE_SCHEMA)
+    assert fresh is not None and fresh.seq > full.state.last_seq
+    assert (await restore_state(journal, session.id)).state == (
+        await restore_state(journal, session.id, snapshots=False)
+    ).state
+
+
+async def test_a_rig_fork_restores_from_its_parents_snapshot_before_the_fork_point_only(storage: Storage) -> None:
+    journal = await storage.open()
+    session = await snapshot_rig(journal, 3).start_session()
+    try:
+        assert isinstance(await session.ask("go", timeout=10), TurnDone)
+        await session.log.snapshots.wait()  # type: ignore[union-attr]
+        settled = session.last_seq
+        assert isinstance(await session.ask("again", timeout=10), TurnDone)
+        await session.log.snapshots.wait()  # type: ignore[union-attr]
+    finally:
+        await session.shutdown()
+    newest = await journal.load_snapshot(session.id, STATE_SCHEMA)
+    assert newest is not None and newest.seq > settled  # the parent's newest is past the fork point
+    fork = await snapshot_rig(journal, 1000).fork_session(session.id, settled)
+    try:
+        got = await restore_state(journal, fork.id)
+        assert got.snapshot_seq <= settled
+        assert got.state == (await restore_state(journal, fork.id, snapshots=False)).state
+        assert fork.state.loops == got.state.loops and fork.state.loops["main"].turns == 1
+    finally:
+        await fork.shutdown()

@@ -71,7 +71,7 @@ async def test_schema_is_created_once_with_a_version_row(open_journal: Opener, j
     third = await open_journal()  # a restart finds the schema and keeps the data
     assert [r.seq for r in await third.read("s")] == [1, 2]
     rows = await sql(journal_database, f"SELECT value FROM {first.schema}.journal_meta WHERE key = 'schema_version'")
-    assert rows == [("2",)]
+    assert rows == [("3",)]
     assert second.schema == first.schema
 
 
@@ -97,12 +97,32 @@ async def test_a_schema_versioned_by_its_meta_row_alone_keeps_opening(
     again = await open_journal()
     assert [r.seq for r in await again.read("s")] == [1, 2]
     rows = await sql(journal_database, f"SELECT version FROM {schema}.journal_migrations ORDER BY version")
-    assert rows == [(1,), (2,)]
+    assert rows == [(1,), (2,), (3,)]
     await again.aclose()
     await sql(journal_database, f"DROP TABLE {schema}.journal_migrations")
     await sql(journal_database, f"UPDATE {schema}.journal_meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(JournalError, match="version 99, newer than this build"):
         await open_journal()
+
+
+async def test_a_schema_of_step_2_gets_state_snapshots_and_keeps_its_records(
+    open_journal: Opener, journal_database: str, schema: str
+) -> None:
+    """A schema the previous build made (step 2: forks, no snapshots table) is migrated by step 3 alone."""
+    first = await open_journal()
+    await (await first.create_session("s", at=1.0)).append(records(3))
+    await (await first.fork_session("s", 2, "f", at=1.0)).append(records(1))
+    await first.aclose()
+    await sql(journal_database, f"DROP TABLE {schema}.journal_snapshots")  # back to what step 2 left
+    await sql(journal_database, f"DELETE FROM {schema}.journal_migrations WHERE version = 3")
+    await sql(journal_database, f"UPDATE {schema}.journal_meta SET value = '2' WHERE key = 'schema_version'")
+    again = await open_journal()
+    assert [r.seq for r in await again.read("f")] == [1, 2, 3]
+    await again.save_snapshot("s", 2, "v1", b"s@2", at=2.0)
+    got = await again.load_snapshot("f", "v1")
+    assert got is not None and (got.seq, got.data) == (2, b"s@2")
+    rows = await sql(journal_database, f"SELECT max(version) FROM {schema}.journal_migrations")
+    assert rows == [(3,)]
 
 
 async def test_schemas_in_one_database_are_separate(open_journal: Opener) -> None:

@@ -376,7 +376,8 @@ PRAGMA user_version = 2;
 
 async def test_a_file_versioned_by_user_version_alone_keeps_opening(tmp_path: Path) -> None:
     """A layout-2 file made before the floor's migrator (its version in ``PRAGMA user_version``, no
-    ``journal_migrations`` table) opens as it is: both steps are recorded as made, and only step 3 (forks) runs."""
+    ``journal_migrations`` table) opens as it is: both steps are recorded as made, and only steps 3 (forks) and 4
+    (state snapshots) run."""
     path = tmp_path / "v2.db"
     db = sqlite3.connect(path)
     db.executescript(_LAYOUT_2)
@@ -397,7 +398,48 @@ async def test_a_file_versioned_by_user_version_alone_keeps_opening(tmp_path: Pa
         await journal.aclose()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT version FROM journal_migrations ORDER BY version").fetchall() == [(1,), (2,), (3,)]
+        assert db.execute("SELECT version FROM journal_migrations ORDER BY version").fetchall() == [
+            (1,),
+            (2,),
+            (3,),
+            (4,),
+        ]
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        db.close()
+
+
+async def test_a_file_of_layout_3_gets_state_snapshots_and_keeps_its_records(tmp_path: Path) -> None:
+    """A file the previous build made (layout 3: forks, no snapshots table) is migrated by step 4 alone."""
+    path = tmp_path / "v3.db"
+    journal = await SqliteJournal.open(path)
+    try:
+        writer = await journal.create_session("one", at=1.0)
+        await writer.append(records(3, tag="one"))
+        fork = await journal.fork_session("one", 2, "two", at=2.0)
+        await fork.append(records(1, tag="two"))
+    finally:
+        await journal.aclose()
+    db = sqlite3.connect(path)  # back to what layout 3 was
+    db.execute("DROP TABLE journal_snapshots")
+    db.execute("DELETE FROM journal_migrations WHERE version = 4")
+    db.execute("PRAGMA user_version = 3")
+    db.commit()
+    db.close()
+    journal = await SqliteJournal.open(path)
+    try:
+        assert tags_of([r.data for r in await journal.read("two")]) == ["one", "one", "two"]
+        assert await journal.load_snapshot("two", "v1") is None
+        await journal.save_snapshot("one", 2, "v1", b"one@2", at=3.0)
+        got = await journal.load_snapshot("two", "v1")
+        assert got is not None and (got.seq, got.data) == (2, b"one@2")
+        writer = await journal.open_writer("two")
+        assert await writer.append(records(1, tag="two")) == [4]
+    finally:
+        await journal.aclose()
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT max(version) FROM journal_migrations").fetchone() == (4,)
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     finally:
         db.close()

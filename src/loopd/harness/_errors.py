@@ -19,8 +19,10 @@
     ├── CodecError                  an event could not be encoded or decoded (``core.codec``; also a ValueError)
     ├── JournalError
     │   ├── JournalFencedError      another writer took over the session
-    │   └── JournalCorruptError     stored records cannot be replayed: out of seq order, an unknown kind, an
-    │                               undecodable payload, an event that cannot follow the state before it
+    │   ├── JournalCorruptError     stored records cannot be replayed: out of seq order, an unknown kind, an
+    │   │                           undecodable payload, an event that cannot follow the state before it
+    │   └── SnapshotSeqError        a state snapshot offered for a seq the journal does not hold (a ValueError)
+    ├── SnapshotDecodeError         a stored state snapshot does not decode (``core.snapshot``; ignored, replayed)
     ├── ModelError                  provider failure; `retryable` says whether a retry may succeed
     │   ├── ModelRetryableError     (an UnavailableError)
     │   └── ModelPermanentError
@@ -135,6 +137,10 @@ class JournalFencedError(JournalError):
 class JournalCorruptError(JournalError):
     """Stored records cannot be replayed: a seq out of order, an unknown kind, an undecodable payload, or an event
     that cannot follow the state before it. The cause (``CodecError``, ``InvalidTransitionError``) is chained."""
+
+
+class SnapshotSeqError(JournalError, ValueError):
+    """A state snapshot was offered for a seq the session's journal does not hold."""
 
 
 class ModelError(HarnessError):

@@ -17,7 +17,6 @@ from loopd.harness._errors import (
     ForkPointError,
     ForkWorkspaceError,
     HarnessError,
-    JournalCorruptError,
     SessionNotFoundError,
 )
 from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
@@ -25,15 +24,7 @@ from loopd.harness.actors._delegation import delegation_tools
 from loopd.harness.actors._loop import LoopActor, LoopDefinition
 from loopd.harness.actors._session import Session
 from loopd.harness.core import Usage, codec
-from loopd.harness.core.config import (
-    DriftPolicy,
-    Primer,
-    compose_prompt,
-    decide_drift,
-    digest,
-    limits_digest,
-    tool_schemas_digest,
-)
+from loopd.harness.core.config import DriftPolicy, Primer, compose_prompt, decide_drift, digest
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted, WorkspaceForked
 from loopd.harness.core.hustles import HustleInfo, LaneLimits, LaneName, on_restore
@@ -47,12 +38,16 @@ from loopd.harness.core.workspace import (
 )
 from loopd.harness.gate import MemoryRuleStore, RuleStore
 from loopd.harness.journal import (
+    DEFAULT_SNAPSHOT_EVERY,
     Journal,
     NewRecord,
     Record,
+    RestoredState,
     SessionInfo,
+    StateSnapshots,
     last_settled_seq,
     replay,
+    restore_state,
     unsettled_loops,
 )
 from loopd.harness.snapshots import DEFAULT_EXCLUDES, SnapshotPolicy, workspace_is_empty
@@ -128,6 +123,10 @@ class Rig:
     on_journal_commit: Callable[[float], None] | None = None
     """Told the seconds (on ``clock``) each journal append of a session took to commit, e.g. a metrics histogram's
     ``observe``; must not block or raise."""
+    state_snapshots: int | None = DEFAULT_SNAPSHOT_EVERY
+    """State snapshots (`loopd.harness.journal.restore_state`): a session saves its state after at least this many
+    new records (more as it grows), so a restore folds only the records after the newest one; None: none are
+    written or read (restore folds the whole journal)."""
 
     def __post_init__(self) -> None:
         if not self.loops:
@@ -140,6 +139,8 @@ class Rig:
             raise ValueError("agent definition names must be unique and differ from loop names")
         if self.max_agent_depth < 1 or self.max_agents < 0:
             raise ValueError("agent limits must be positive")
+        if self.state_snapshots is not None and self.state_snapshots < 1:
+            raise ValueError("state_snapshots must be at least 1 (or None: no state snapshots)")
         primer_names = [p.name for p in self.primers]
         if len(set(primer_names)) != len(primer_names):
             raise ValueError("primer names must be unique")
@@ -165,9 +166,6 @@ class Rig:
                 if d.modes:
                     out[prefix + "modes"] = ",".join(m.name for m in d.modes)
                     out[prefix + "mode-rules"] = digest(repr(d.modes))
-                specs = ((t.spec.name, t.spec.description, t.spec.parameters) for t in d.tools)
-                out[prefix + "tool-schemas"] = tool_schemas_digest(specs)
-                out[prefix + "limits"] = limits_digest(d.limits())
         return out
 
     def _actor(
@@ -197,9 +195,10 @@ class Rig:
         writer: object,
         agents: Mapping[str, AgentInfo] | None = None,
         workspace_history: WorkspaceHistory = EMPTY_WORKSPACE_HISTORY,
+        restored: RestoredState | None = None,
     ) -> Session:
         snapshots = self.snapshots if self.workspace is not None else None
-        return Session(
+        session = Session(
             session_id=session_id,
             rig_name=self.name,
             journal=self.journal,
@@ -216,6 +215,17 @@ class Rig:
             workspace_history=workspace_history,
             lanes=self.lanes,
         )
+        if self.state_snapshots is not None:  # ``restored``: the state it came back from, and what its snapshot held
+            session.log.snapshots = StateSnapshots(
+                self.journal,
+                session_id,
+                lambda: session.state,
+                self.clock,
+                every=self.state_snapshots,
+                saved_seq=0 if restored is None else restored.snapshot_seq,
+                header=None if restored is None else restored.state,
+            )
+        return session
 
     async def start_session(self, session_id: str | None = None) -> Session:
         """Create a new session (journal first), start its loops and return it."""
@@ -244,15 +254,13 @@ class Rig:
         recovery rule in `loopd.harness.core.decide.recover`.
         """
         writer = await self.journal.open_writer(session_id)
-        records = await self.journal.read(session_id)
-        if not records:
-            raise SessionNotFoundError(session_id)
         try:
-            with _collector_paused():
-                state = replay(records)
-        except JournalCorruptError:
+            # The newest state snapshot and the records after it (all of them without one).
+            restored = await restore_state(self.journal, session_id, snapshots=self.state_snapshots is not None)
+        except BaseException:  # corrupt, unknown, or the journal failed: nothing was restored
             await writer.aclose()
             raise
+        state = restored.state
         by_name = {d.name: d for d in self.loops}
         agent_defs = {a.name for a in self.agents}
         unknown = set(state.loops) - set(by_name) - set(state.agents)
@@ -271,7 +279,7 @@ class Rig:
         if fork_problem is not None:
             await writer.aclose()
             raise ForkWorkspaceError(fork_problem)
-        session = self._session(session_id, writer, state.agents, state.workspace)
+        session = self._session(session_id, writer, state.agents, state.workspace, restored)
         for definition in self.loops:
             loop_state = state.loops.get(definition.name) or LoopState(name=definition.name)
             session.add_actor(self._actor(session, definition, loop_state, definition.name, 0))
@@ -287,7 +295,9 @@ class Rig:
             except BaseException:
                 session.abort()
                 raise
-        session.subagents.redeliver(records)
+        if state.agents:  # the agents' reports look at the whole journal
+            everything = restored.records if not restored.snapshot_seq else await self.journal.read(session_id)
+            session.subagents.redeliver(everything)
         await _restore_hustles(session, state.hustles)
         for actor in session.running_actors():
             decision = recover(

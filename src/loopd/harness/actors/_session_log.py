@@ -18,7 +18,7 @@ from loopd.harness._errors import SessionFaultError
 from loopd.harness.actors._hub import DEFAULT_QUEUE, Envelope, Hub, Subscription
 from loopd.harness.core import codec
 from loopd.harness.core.events import EphemeralEvent, Lifecycle, LoopEvent, SessionEvent
-from loopd.harness.journal import Journal, JournalWriter, NewRecord
+from loopd.harness.journal import Journal, JournalWriter, NewRecord, StateSnapshots
 
 Committed = SessionEvent | LoopEvent
 
@@ -46,6 +46,8 @@ class SessionLog:
         self._lock = asyncio.Lock()
         self._last_seq = writer.last_seq
         self._fault: SessionFaultError | None = None
+        self.snapshots: StateSnapshots | None = None
+        """The session's state snapshot writer (None: the rig takes none), told of every applied commit."""
 
     @property
     def writer(self) -> JournalWriter:
@@ -92,6 +94,8 @@ class SessionLog:
             seqs = await self._append(events)
             self._last_seq = seqs[-1]
             apply(seqs)
+            if self.snapshots is not None:
+                self.snapshots.committed(seqs, events)  # at most starts a task: the snapshot is written off this path
             return seqs
 
     @contextlib.asynccontextmanager
@@ -102,11 +106,17 @@ class SessionLog:
             yield
 
     def close(self) -> None:
-        """End every subscription (with the fault, if any); the writer stays as it is."""
+        """End every subscription (with the fault, if any) and cancel a state snapshot being saved; the writer stays
+        as it is."""
+        if self.snapshots is not None:
+            self.snapshots.abort()
         self._hub.close(self._fault)
 
     async def aclose(self) -> None:
-        """`close`, and close the writer (a failure to close it is ignored: the log is done either way)."""
+        """Let a state snapshot being saved finish, then `close`, and close the writer (a failure to close it is
+        ignored: the log is done either way)."""
+        if self.snapshots is not None:
+            await self.snapshots.aclose()
         with contextlib.suppress(Exception):
             await self._writer.aclose()
         self.close()

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
-from typing import overload
+from typing import Any, overload
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import CoreSchema, core_schema
 
 from loopd.harness.core._values import Message
 
@@ -68,6 +71,17 @@ class History(Sequence[Message]):
 
     def __repr__(self) -> str:
         return f"History({self.as_tuple()!r})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """How pydantic reads and writes a `History` (state snapshots, `loopd.harness.core.snapshot`): as the
+        list of its messages."""
+        messages = handler.generate_schema(tuple[Message, ...])
+        return core_schema.no_info_after_validator_function(
+            History,
+            messages,
+            serialization=core_schema.plain_serializer_function_ser_schema(History.as_tuple, return_schema=messages),
+        )
 
 
 EMPTY_HISTORY = History()

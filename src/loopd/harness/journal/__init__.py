@@ -6,24 +6,37 @@
 from typing import TYPE_CHECKING, Any
 
 from loopd.harness.journal._memory import MemoryJournal
-from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord, Record, SessionInfo
+from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord, Record, SessionInfo, Snapshot
 from loopd.harness.journal._replay import last_settled_seq, replay, unsettled_loops
+from loopd.harness.journal._snapshots import (
+    DEFAULT_SNAPSHOT_EVERY,
+    RestoredState,
+    StateSnapshots,
+    restore_state,
+    snapshot_due,
+)
 from loopd.harness.journal._sqlite import SqliteJournal
 
 if TYPE_CHECKING:
     from loopd.harness.journal._postgres import PostgresJournal
 
 __all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
     "Journal",
     "JournalWriter",
     "MemoryJournal",
     "NewRecord",
     "PostgresJournal",
     "Record",
+    "RestoredState",
     "SessionInfo",
+    "Snapshot",
     "SqliteJournal",
+    "StateSnapshots",
     "last_settled_seq",
     "replay",
+    "restore_state",
+    "snapshot_due",
     "unsettled_loops",
 ]
 

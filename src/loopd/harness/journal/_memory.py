@@ -13,8 +13,9 @@ from loopd.harness._errors import (
     JournalFencedError,
     SessionBusyError,
     SessionNotFoundError,
+    SnapshotSeqError,
 )
-from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot
 
 
 @dataclass(slots=True)
@@ -27,6 +28,7 @@ class _Session:
     signal: asyncio.Event = field(default_factory=asyncio.Event)
     parent: _Session | None = None
     parent_seq: int = 0
+    snapshot: Snapshot | None = None
 
     @property
     def last_seq(self) -> int:
@@ -139,6 +141,35 @@ class MemoryJournal:
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
         infos = [s.info() for s in self._sessions.values()]
         return sorted(infos, key=lambda i: i.created_at, reverse=True)[:limit]
+
+    async def save_snapshot(self, session_id: str, seq: int, schema: str, data: bytes, *, at: float) -> None:
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(session_id)
+        if not 1 <= seq <= s.last_seq:
+            raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{s.last_seq}; no snapshot at {seq}")
+        kept = s.snapshot
+        if kept is None or kept.schema != schema or kept.seq <= seq:
+            s.snapshot = Snapshot(seq, schema, bytes(data), at)
+
+    async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
+        s: _Session | None = self._sessions.get(session_id)
+        if s is None:
+            raise SessionNotFoundError(session_id)
+        limit = upto if upto is not None else s.last_seq
+        best: Snapshot | None = None
+        while s is not None:  # the session, then each ancestor up to the (narrowing) fork point
+            kept = s.snapshot
+            if (
+                kept is not None
+                and kept.schema == schema
+                and kept.seq <= limit
+                and (best is None or kept.seq > best.seq)
+            ):
+                best = kept
+            limit = min(limit, s.parent_seq)
+            s = s.parent
+        return best
 
     async def aclose(self) -> None:
         return None

@@ -1,6 +1,6 @@
 """PostgreSQL journal: group commit, epoch fencing in the database, LISTEN/NOTIFY for followers.
 
-Owns: ``PostgresJournal``, its schema (step 1 of the floor's migrator, recorded in ``journal_migrations`` inside
+Owns: ``PostgresJournal``, its schema (steps 1-3 of the floor's migrator, recorded in ``journal_migrations`` inside
 the journal's PostgreSQL schema; a schema versioned by its ``journal_meta`` row alone, as before the migrator, is
 adopted) and the journal's statements. The pool, timeouts and the translation of psycopg failures into
 `JournalError` are the floor's (``loopd._infra.postgres``). Must not import ``loopd.resources`` or
@@ -44,8 +44,9 @@ from loopd.harness._errors import (
     JournalFencedError,
     SessionBusyError,
     SessionNotFoundError,
+    SnapshotSeqError,
 )
-from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot
 
 try:
     import psycopg
@@ -154,6 +155,17 @@ _FORKS = (
     "ADD COLUMN parent_seq bigint NOT NULL DEFAULT 0",
     "UPDATE {schema}.journal_meta SET value = '2' WHERE key = 'schema_version'",
 )
+# Step 3: each session's newest state snapshot (a cache beside the records; `loopd.harness.core.snapshot`).
+_SNAPSHOTS = (
+    """CREATE TABLE {schema}.journal_snapshots (
+        sid bigint PRIMARY KEY,
+        seq bigint NOT NULL,
+        state_schema text NOT NULL,
+        at double precision NOT NULL,
+        data bytea NOT NULL
+    )""",
+    "UPDATE {schema}.journal_meta SET value = '3' WHERE key = 'schema_version'",
+)
 _LAST = 2**62  # "no upper bound" for a seq range
 
 
@@ -168,6 +180,10 @@ class _Statements:
     create_schema: str
     objects: tuple[str, ...]
     forks: tuple[str, ...]
+    snapshots: tuple[str, ...]
+    save_snapshot: str
+    load_snapshot: str
+    last_seq: str
     migrations_table: str
     meta_table: str
     version_get: str
@@ -192,6 +208,21 @@ class _Statements:
             create_schema=q(_CREATE_SCHEMA),
             objects=tuple(q(s) for s in _OBJECTS),
             forks=tuple(q(s) for s in _FORKS),
+            snapshots=tuple(q(s) for s in _SNAPSHOTS),
+            # Only for a stored seq; replaces the kept snapshot unless that one is of the same schema and newer.
+            save_snapshot=q(
+                "INSERT INTO {schema}.journal_snapshots (sid, seq, state_schema, at, data) "
+                "SELECT s.sid, %(seq)s, %(schema)s, %(at)s, %(data)s FROM {schema}.journal_sessions s "
+                "WHERE s.sid = %(sid)s AND %(seq)s BETWEEN 1 AND s.last_seq "
+                "ON CONFLICT (sid) DO UPDATE SET seq = excluded.seq, state_schema = excluded.state_schema, "
+                "at = excluded.at, data = excluded.data WHERE journal_snapshots.state_schema <> excluded.state_schema "
+                "OR journal_snapshots.seq <= excluded.seq RETURNING 1"
+            ),
+            load_snapshot=q(
+                "SELECT seq, at, data FROM {schema}.journal_snapshots "
+                "WHERE sid = %s AND state_schema = %s AND seq <= %s"
+            ),
+            last_seq=q("SELECT last_seq FROM {schema}.journal_sessions WHERE sid = %s"),
             migrations_table=q("{schema}.journal_migrations"),
             meta_table=q("{schema}.journal_meta"),
             version_get=q("SELECT value FROM {schema}.journal_meta WHERE key = 'schema_version'"),
@@ -328,6 +359,7 @@ class PostgresJournal:
             (
                 Migration(1, "sessions, records, journal_append", self._q.objects),
                 Migration(2, "forks: parent_sid and parent_seq of a session", self._q.forks),
+                Migration(3, "state snapshots: each session's newest", self._q.snapshots),
             ),
             table=self._q.migrations_table,
             adopt=self._adopt,
@@ -683,6 +715,36 @@ class PostgresJournal:
             cur = await conn.execute(self._q.sessions, (limit,))
             rows = await cur.fetchall()
         return [SessionInfo(str(r[0]), float(r[1]), int(r[2]), str(r[3]), r[4], int(r[5])) for r in rows]
+
+    async def save_snapshot(self, session_id: str, seq: int, schema: str, data: bytes, *, at: float) -> None:
+        self._check_open()
+        sid = await self._sid(session_id)
+        params = {"sid": sid, "seq": seq, "schema": schema, "at": at, "data": data}
+        async with self._io("saving a state snapshot"), self._connection() as conn:
+            cur = await conn.execute(self._q.save_snapshot, params)
+            saved = await cur.fetchone()
+            if saved is not None:
+                return
+            # Nothing written: a seq the session does not hold, or a newer snapshot of this schema is kept.
+            cur = await conn.execute(self._q.last_seq, (sid,))
+            row = await cur.fetchone()
+        last = 0 if row is None else int(row[0])
+        if not 1 <= seq <= last:
+            raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
+
+    async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
+        self._check_open()
+        sid = await self._sid(session_id)
+        limit = _LAST if upto is None else upto
+        best: Snapshot | None = None
+        async with self._io("loading a state snapshot"), self._connection() as conn:
+            # The session's own snapshot, and each ancestor's at or before the fork point that bounds its share.
+            for part, _first, last in await self._segments(conn, sid):
+                cur = await conn.execute(self._q.load_snapshot, (part, schema, min(last, limit)))
+                row = await cur.fetchone()
+                if row is not None and (best is None or int(row[0]) > best.seq):
+                    best = Snapshot(int(row[0]), schema, bytes(row[2]), float(row[1]))
+        return best
 
     async def aclose(self) -> None:
         """Let the transaction in flight finish (bounded by ``timeout``), stop the listener, close the pool."""

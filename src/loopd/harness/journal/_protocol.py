@@ -7,7 +7,11 @@ Contract (shared by every implementation and checked by tests/harness_journal/te
   * an append either stores every record it was given or none of them;
   * ``read`` returns records in seq order; ``follow`` keeps yielding new records as they are committed;
   * a fork (``fork_session``) shares its parent's records up to ``parent_seq`` without copying them: reading it
-    yields those (under the fork's own session id) and then its own records, which number from ``parent_seq + 1``.
+    yields those (under the fork's own session id) and then its own records, which number from ``parent_seq + 1``;
+  * state snapshots (``save_snapshot`` / ``load_snapshot``) are a cache beside the records, never part of them: a
+    session keeps its newest snapshot only; ``load_snapshot`` returns the newest one of the schema asked for, at or
+    before ``upto``, and for a fork also its ancestors' ones taken at or before the fork point (records past it
+    are not the fork's). The journal stores the bytes as given; what they mean is `loopd.harness.core.snapshot`'s.
 """
 
 from __future__ import annotations
@@ -44,6 +48,17 @@ class SessionInfo:
     parent_id: str | None = None
     """For a fork: the session whose records up to ``parent_seq`` it shares (None for any other session)."""
     parent_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A saved state of a session: the fold of its records ``1..seq``, stored as ``data`` in the form ``schema``
+    names (`loopd.harness.core.snapshot`); ``at`` is when it was saved."""
+
+    seq: int
+    schema: str
+    data: bytes
+    at: float
 
 
 class JournalWriter(Protocol):
@@ -86,6 +101,19 @@ class Journal(Protocol):
         ...
 
     async def session(self, session_id: str) -> SessionInfo | None: ...
+
+    async def save_snapshot(self, session_id: str, seq: int, schema: str, data: bytes, *, at: float) -> None:
+        """Keep ``data`` as the state of ``session_id`` after its record ``seq``, in place of its previous snapshot
+        unless that one is of the same ``schema`` and newer (a late save never replaces a newer one).
+        `SessionNotFoundError` for an unknown session; `SnapshotSeqError` when ``seq`` is below 1 or past the
+        session's last record (a snapshot of records that are not stored)."""
+        ...
+
+    async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
+        """The newest snapshot of ``schema`` at or before seq ``upto`` (default: any) that holds this session's
+        records: its own, or, for a fork, an ancestor's taken at or before the fork point. None when there is none.
+        `SessionNotFoundError` for an unknown session."""
+        ...
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]: ...
 

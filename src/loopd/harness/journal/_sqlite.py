@@ -53,7 +53,8 @@ transaction (step 2) when it is first opened; a build from before that migration
 ``last_seq`` column it expects is gone) rather than numbering records wrongly. Step 3 adds ``parent_sid`` and
 ``parent_seq`` to the session row: a fork (``fork_session``) stores only its own records, numbered from
 ``parent_seq + 1``; reading it reads its ancestors' ranges first (`_segments`), and its head before its first
-record is ``parent_seq``.
+record is ``parent_seq``. Step 4 adds ``journal_snapshots``: one state snapshot per session (the newest), written
+on the writer thread (never inline: a snapshot is large and never on an append's path).
 """
 
 from __future__ import annotations
@@ -80,13 +81,15 @@ from loopd.harness._errors import (
     JournalFencedError,
     SessionBusyError,
     SessionNotFoundError,
+    SnapshotSeqError,
 )
-from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 LAYOUT_2 = 2  # the last layout a build from before the floor's migrator made
+_LAYOUT_3 = 3
 INLINE_MAX_RECORDS = 128
 INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
@@ -134,8 +137,26 @@ _SCHEMA_V2 = (
 _FORKS = (
     "ALTER TABLE journal_sessions ADD COLUMN parent_sid INTEGER",
     "ALTER TABLE journal_sessions ADD COLUMN parent_seq INTEGER NOT NULL DEFAULT 0",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",  # a build from before the migrator refuses it (it would misread forks)
+    f"PRAGMA user_version = {_LAYOUT_3}",  # a build from before the migrator refuses it (it would misread forks)
 )
+# Layout 4: each session's newest state snapshot (a cache beside the records; `loopd.harness.core.snapshot`).
+_SNAPSHOTS = (
+    """CREATE TABLE journal_snapshots (
+    sid INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    state_schema TEXT NOT NULL,
+    at REAL NOT NULL,
+    data BLOB NOT NULL
+)""",
+    "PRAGMA user_version = 4",  # the layout, for older builds (and this one's `_adopt`)
+)
+# Replaces the session's snapshot unless the kept one is of the same schema and newer.
+_SAVE_SNAPSHOT = (
+    "INSERT INTO journal_snapshots (sid, seq, state_schema, at, data) VALUES (?, ?, ?, ?, ?) ON CONFLICT (sid) "
+    "DO UPDATE SET seq = excluded.seq, state_schema = excluded.state_schema, at = excluded.at, data = excluded.data "
+    "WHERE journal_snapshots.state_schema <> excluded.state_schema OR journal_snapshots.seq <= excluded.seq"
+)
+_LOAD_SNAPSHOT = "SELECT seq, at, data FROM journal_snapshots WHERE sid = ? AND state_schema = ? AND seq <= ?"
 # A session's head: its epoch and its largest seq (a fork's parent_seq before its first record, else 0).
 _HEAD = (
     "SELECT epoch, coalesce((SELECT max(seq) FROM journal_records WHERE sid = ?1), parent_seq) "
@@ -209,6 +230,7 @@ SCHEMA = Schema(
         Migration(1, "layout 0: records clustered by session", _LAYOUT_0),
         Migration(2, "layout 2: records in append order, no last_seq column", (_layout_0_to_2,)),
         Migration(3, "forks: parent_sid and parent_seq of a session", _FORKS),
+        Migration(4, "state snapshots: each session's newest", _SNAPSHOTS),
     ),
     adopt=_adopt,
 )
@@ -751,6 +773,54 @@ class SqliteJournal:
             return [SessionInfo(r[0], float(r[1]), int(r[2]), r[3], r[4], int(r[5])) for r in rows]
 
         result: list[SessionInfo] = await self._in_reader(fetch)
+        return result
+
+    async def save_snapshot(self, session_id: str, seq: int, schema: str, data: bytes, *, at: float) -> None:
+        self._check_open()
+        sid = await self._sid(session_id)
+        if sid is None:
+            raise SessionNotFoundError(session_id)
+
+        def save() -> int | None:
+            conn = self._wc
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = conn.execute(_HEAD, (sid,)).fetchone()
+                last = int(row[1])
+                if not 1 <= seq <= last:
+                    conn.execute("ROLLBACK")
+                    return last
+                conn.execute(_SAVE_SNAPSHOT, (sid, seq, schema, at, data))
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            self._wal_pages += 2 + len(data) // 3000
+            return None
+
+        last = await self._in_writer(save)
+        if last is not None:
+            raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
+
+    async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
+        self._check_open()
+        sid = await self._sid(session_id)
+        if sid is None:
+            raise SessionNotFoundError(session_id)
+        limit = _LAST if upto is None else upto
+
+        def fetch() -> Snapshot | None:
+            conn = self._rc
+            best: Snapshot | None = None
+            # The session's own snapshot, and each ancestor's at or before the fork point that bounds its share.
+            for part, _first, last in self._segments(conn, sid):
+                row = conn.execute(_LOAD_SNAPSHOT, (part, schema, min(last, limit))).fetchone()
+                if row is not None and (best is None or int(row[0]) > best.seq):
+                    best = Snapshot(int(row[0]), schema, bytes(row[2]), float(row[1]))
+            return best
+
+        result: Snapshot | None = await self._in_reader(fetch)
         return result
 
     async def aclose(self) -> None:
