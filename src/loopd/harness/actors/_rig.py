@@ -24,7 +24,15 @@ from loopd.harness.actors._delegation import delegation_tools
 from loopd.harness.actors._loop import LoopActor, LoopDefinition
 from loopd.harness.actors._session import Session
 from loopd.harness.core import Usage, codec
-from loopd.harness.core.config import DriftPolicy, Primer, compose_prompt, decide_drift, digest
+from loopd.harness.core.config import (
+    DriftPolicy,
+    Primer,
+    compose_prompt,
+    decide_drift,
+    digest,
+    limits_digest,
+    tool_schemas_digest,
+)
 from loopd.harness.core.decide import recover
 from loopd.harness.core.events import SessionForked, SessionRestored, SessionStarted, WorkspaceForked
 from loopd.harness.core.hustles import HustleInfo, LaneLimits, LaneName, on_restore
@@ -166,6 +174,9 @@ class Rig:
                 if d.modes:
                     out[prefix + "modes"] = ",".join(m.name for m in d.modes)
                     out[prefix + "mode-rules"] = digest(repr(d.modes))
+                specs = ((t.spec.name, t.spec.description, t.spec.parameters) for t in d.tools)
+                out[prefix + "tool-schemas"] = tool_schemas_digest(specs)
+                out[prefix + "limits"] = limits_digest(d.limits())
         return out
 
     def _actor(
