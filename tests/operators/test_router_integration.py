@@ -28,6 +28,7 @@ from loopd.harness.models import (
     open_scripted_server,
 )
 from loopd.operators.router import (
+    FOLLOWUP_ANSWER,
     PLAN_HEADER,
     REPLAN_HEADER,
     SUMMARIZE_HEADER,
@@ -300,6 +301,33 @@ async def test_a_followup_during_the_work_gets_a_progress_message_and_a_replan(t
         assert progress[0].content["meta"]["round"] == 1
         answer = next(b["content"] for b in response["content"]["blocks"] if b["id"] == "answer")
         assert "Cao Cao" in answer
+
+
+async def test_a_question_to_the_router_while_it_works_is_answered_once_by_the_work_in_progress(
+    tmp_path: Path,
+) -> None:
+    started = asyncio.Event()
+
+    def reply(prompt: str) -> ServerReply:
+        if prompt.startswith(WORK_HEADER) and "Follow-ups" not in prompt:
+            started.set()
+            return ServerReply(text=demo_answer(prompt), delay=5.0)  # the second question lands while it runs
+        return ServerReply(text=demo_answer(prompt))
+
+    async with scripted_model(reply) as model, routed(tmp_path, model=model) as r:
+        first = await r.ask(LIU_BEI)
+        await eventually(started.is_set, what="the first work call")
+        body = {"target": {"kind": "operator", "key": "router"}, "text": "Also introduce Cao Cao"}
+        said = await r.http.post(f"/v1/conversations/{first['conversation_id']}/messages", json=body)
+        assert said.status_code == 201, said.text
+        second = dict(said.json())
+
+        answer = await r.finished(first)
+        assert "Cao Cao" in next(b["content"] for b in answer["content"]["blocks"] if b["id"] == "answer")
+        note = await r.finished(second)  # the second Task is not worked again: the first answer covers it
+        assert note["status"] == "completed"
+        assert [b.get("content") for b in note["content"]["blocks"] if b["id"] == "answer"] == [FOLLOWUP_ANSWER]
+        assert second["task_id"] in r.tasks and await r.calls(second["task_id"]) == []
 
 
 class Asked:

@@ -34,6 +34,7 @@ from loopd.operators.router._prompts import (
 )
 from loopd.operators.router._router import (
     FAILURE_CODE,
+    FOLLOWUP_ANSWER,
     MAX_ROUNDS,
     ROUTER_DESCRIPTION,
     ROUTER_DISPLAY_NAME,
@@ -49,6 +50,7 @@ from loopd.operators.router._texts import model_text, result_text
 __all__ = [
     "ENV_PREFIX",
     "FAILURE_CODE",
+    "FOLLOWUP_ANSWER",
     "MAX_ROUNDS",
     "PLAN_HEADER",
     "REPLAN_HEADER",

@@ -60,6 +60,7 @@ from loopd.runtime import (
 
 __all__ = [
     "FAILURE_CODE",
+    "FOLLOWUP_ANSWER",
     "MAX_ROUNDS",
     "ROUTER_DESCRIPTION",
     "ROUTER_DISPLAY_NAME",
@@ -85,6 +86,11 @@ _CANCEL_WAIT: Final = 30.0
 """Seconds the Router waits for a cancelled call to stop before it completes the failed Task anyway."""
 _WAIT_GRACE: Final = 120.0
 """Seconds past a call's own timeout the Router waits before it gives up on it (the engine times it out first)."""
+FOLLOWUP_ANSWER: Final = "Added to the answer in progress."
+"""The answer of a Task whose question an earlier Task of the Router took as a follow-up (its answer covers it)."""
+_FOLLOWUP_POLL: Final = 2.0
+"""Seconds between two looks, while an earlier answer in the conversation is still being written, at whether it
+took this Task's question as a follow-up."""
 
 
 def plan_key(round_: int) -> str:
@@ -130,6 +136,12 @@ class Router:
         context = await self._rt.task.get(task.id, messages=PAGE)  # TaskNotReady: the runtime requeues shortly
         if context.response.status != "streaming":
             return None  # answered already (a late requeue)
+        earlier = await self._earlier_answer(context)
+        if earlier == "took":
+            await _finish(self._rt, task.id, error=None, answer=FOLLOWUP_ANSWER)
+            return None
+        if earlier == "working":
+            return Result(requeue_after=_FOLLOWUP_POLL)
         work = _TaskWork(self._rt, self.settings, self.key, task, context)
         try:
             answer = await work.answer()
@@ -148,6 +160,46 @@ class Router:
             return None
         await _finish(self._rt, task.id, error=None, answer=answer)  # the answer and the end in one transaction
         return None
+
+    async def _earlier_answer(self, context: TaskContext) -> str:
+        """Whether an earlier Task of this Router in the conversation took this question as a follow-up
+        (``took``: its answer covers it), may still take it (``working``: its answer is still being written), or
+        neither (``free``). A question sent while the Router works is a follow-up of that work (its next round
+        replans for it), so it is answered there, not a second time on its own. Looked at: the earlier answers
+        still streaming, and the latest earlier one (it may have ended since it took this question)."""
+        earlier = [
+            m
+            for m in context.history
+            if m.kind == "operator"
+            and m.key == self.key
+            and m.purpose == "response"
+            and m.task_id is not None
+            and m.task_id != context.task_id
+            and m.id < context.input.id
+        ]
+        if not earlier:
+            return "free"
+        working = [m for m in earlier if m.status == "streaming"]
+        candidates = {m.task_id: m for m in (*working, earlier[-1]) if m.task_id is not None}
+        for task_id in candidates:
+            if await self._took(task_id, context.input.id):
+                return "took"
+        return "working" if working else "free"
+
+    async def _took(self, task_id: str, input_id: str) -> bool:
+        """Whether Task ``task_id``'s recorded rounds (its progress messages) cover the message ``input_id``."""
+        messages: list[Message] = []
+        after: str | None = None
+        try:
+            while True:
+                page = await self._rt.task.messages(task_id, after=after, limit=PAGE)
+                messages += page
+                if len(page) < PAGE:
+                    break
+                after = page[-1].id
+        except NotFound:
+            return False
+        return any(input_id in mark.followup_ids for mark in recover_rounds(messages, kind="operator", key=self.key))
 
 
 async def _finish(rt: Runtime, task_id: str, *, error: tuple[str, str] | None, answer: str | None = None) -> None:
