@@ -128,12 +128,12 @@ function ArtifactBlock({ block }: { block: InlineBlock }) {
   );
 }
 
-function ProgressBlock({ block }: { block: InlineBlock }) {
+function ProgressBlock({ block, live }: { block: InlineBlock; live: boolean }) {
   const text = str(block["content"]) ?? str(block["text"]) ?? str(block["label"]) ?? "Working…";
   const value = typeof block["value"] === "number" ? block["value"] : typeof block["percent"] === "number" ? block["percent"] : null;
   return (
     <div class="block progress" data-testid="block-progress" role="status">
-      <span class="spinner" aria-hidden="true" />
+      {live && <span class="spinner" aria-hidden="true" />}
       <span>{text}</span>
       {value !== null && <progress max={value > 1 ? 100 : 1} value={value} aria-label={text} />}
     </div>
@@ -165,7 +165,7 @@ function GenericBlock({ block }: { block: InlineBlock }) {
 }
 
 /** One block (memoized by identity: the reducer keeps unchanged blocks identical). */
-export const BlockView = memo(function BlockView({ block, answerText }: { block: Block; answerText: string | null }) {
+export const BlockView = memo(function BlockView({ block, answerText, live = true }: { block: Block; answerText: string | null; live?: boolean }) {
   if (isRefBlock(block)) {
     return (
       <div class="block ref muted" data-testid="block-ref">
@@ -186,7 +186,7 @@ export const BlockView = memo(function BlockView({ block, answerText }: { block:
     case "file":
       return <ArtifactBlock block={block} />;
     case "progress":
-      return <ProgressBlock block={block} />;
+      return <ProgressBlock block={block} live={live} />;
     case "ask":
     case "confirm":
       return <AskBlock block={block} />;
@@ -213,8 +213,9 @@ export function isGateBlock(block: Block): boolean {
   return !isRefBlock(block) && block.type === "ask" && (block.id.startsWith("gate/") || block.id.startsWith("question/"));
 }
 
-/** The blocks of a model in order; gates go through `renderGate` (W2's GateCard) in their place. */
-export function Blocks({ model, renderGate }: { model: Model | null; renderGate?: (block: InlineBlock) => ComponentChild }) {
+/** The blocks of a model in order; gates go through `renderGate` (W2's GateCard) in their place. `live`: the message
+ * is still being written (a progress block spins only then). */
+export function Blocks({ model, renderGate, live = true }: { model: Model | null; renderGate?: (block: InlineBlock) => ComponentChild; live?: boolean }) {
   if (model === null) return null;
   const answerText = answerTextOf(model);
   const errorInfo = model.meta["error"];
@@ -223,12 +224,12 @@ export function Blocks({ model, renderGate }: { model: Model | null; renderGate?
       {model.blocks.map((block) =>
         isGateBlock(block) ? (
           renderGate === undefined ? (
-            <BlockView key={block.id} block={block} answerText={answerText} />
+            <BlockView key={block.id} block={block} answerText={answerText} live={live} />
           ) : (
             <Fragment key={block.id}>{renderGate(block as InlineBlock)}</Fragment>
           )
         ) : (
-          <BlockView key={block.id} block={block} answerText={answerText} />
+          <BlockView key={block.id} block={block} answerText={answerText} live={live} />
         ),
       )}
       {typeof errorInfo === "object" && errorInfo !== null && !Array.isArray(errorInfo) && (

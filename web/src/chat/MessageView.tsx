@@ -88,6 +88,7 @@ export const MessageView = memo(function MessageView({ message, badge, selected,
           <>
             <Blocks
               model={message.content}
+              live={message.status === "streaming"}
               renderGate={
                 body === null
                   ? undefined

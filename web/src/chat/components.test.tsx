@@ -251,6 +251,19 @@ describe("MessageView", () => {
     expect(q(el, "[data-testid=block-progress]").textContent).toContain("Thinking");
   });
 
+  it("spins a progress block only while the message is written", () => {
+    const live = mount(
+      <MessageView message={fromBody(body, null)} badge="running" selected={false} authorName="assistant" onSelect={null} onHumanUpdate={() => undefined} />,
+    );
+    expect(q(live, "[data-testid=block-progress]").querySelector(".spinner")).not.toBeNull();
+    render(null, live);
+    const done = mount(
+      <MessageView message={fromBody({ ...body, status: "completed" }, null)} badge="completed" selected={false} authorName="assistant" onSelect={null} onHumanUpdate={() => undefined} />,
+    );
+    expect(q(done, "[data-testid=block-progress]").textContent).toContain("Thinking");
+    expect(q(done, "[data-testid=block-progress]").querySelector(".spinner")).toBeNull();
+  });
+
   it("says 'waiting for you' for a waiting badge", () => {
     const el = mount(
       <MessageView message={fromBody(body, null)} badge="waiting" selected={false} authorName="assistant" onSelect={null} onHumanUpdate={() => undefined} />,
