@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark module and print their tables.
 
 python -m benchmarks [--quick] [--repeat N] [--markdown PATH] [--results [--out FILE] [--docs]] [module ...]
+python -m benchmarks MODULE [its own options, e.g. server_streams --subscribers 1000,5000]
 python -m benchmarks --compare BEFORE.json AFTER.json
 
 Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); the others run with their own
@@ -56,7 +57,9 @@ def main() -> None:
     parser.add_argument(
         "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="print the change per figure and exit"
     )
-    args = parser.parse_args()
+    args, extra = parser.parse_known_args()
+    if extra and (len(args.modules) != 1 or not _takes_argv(args.modules[0])):
+        parser.error(f"unrecognized arguments: {' '.join(extra)} (a module's own options need exactly one module)")
     if args.compare is not None:
         compare_files(args.compare[0], args.compare[1])
         return
@@ -86,7 +89,7 @@ def main() -> None:
         os.environ[MODULE_ENV] = name
         t0 = time.perf_counter()
         if inspect.signature(entry).parameters:
-            entry(["--repeat", str(args.repeat), *(["--quick"] if args.quick else [])])
+            entry(["--repeat", str(args.repeat), *(["--quick"] if args.quick else []), *extra])
         else:
             saved = sys.argv
             sys.argv = [name, *(QUICK_ARGV.get(name, []) if args.quick else [])]
@@ -107,6 +110,15 @@ def main() -> None:
 
             changed = regenerate(DOCS, written)
             print(f"docs: {', '.join(changed) or 'no generated section has tables in this run'} regenerated in {DOCS}")
+
+
+def _takes_argv(name: str) -> bool:
+    """Whether benchmark module ``name`` exists and its ``main`` takes an ``argv`` (so it can get its own options)."""
+    try:
+        entry = getattr(importlib.import_module(f"benchmarks.{name}"), "main", None)
+    except ImportError:
+        return False
+    return entry is not None and bool(inspect.signature(entry).parameters)
 
 
 def compare_files(before: Path, after: Path) -> None:

@@ -6,7 +6,11 @@
   at most `MAX_JSON_DEPTH` levels (measured on the bytes by `json_depth`, before anything parses them recursively),
   and hands the body on; it refuses with `ApiError` (the envelope of ``http_errors``).
 * Event streams: `EventStreamResponse`, a ``text/event-stream`` response that notices a client leaving (the frames
-  themselves are ``loopd._infra.sse``'s).
+  themselves are ``loopd._infra.sse``'s), and `DirectChannel`: once such a response has started, a fan-out may
+  write pre-encoded body bytes straight to the connection (`DirectChannel.write`), without a task wake-up or the
+  ASGI ``send`` chain per write, when the server published its raw ``send`` (`RAW_SEND`, set by
+  ``loopd._infra.serving``) and it is uvicorn's httptools cycle; otherwise, or while the connection's writes are
+  paused, `write` says no and the caller sends through the response as usual.
 
 Must not do: decide who may call (tokens, cookies, Origin and Host rules belong to each app's middleware), know
 any route, or import anything of loopd outside ``loopd._infra``.
@@ -21,7 +25,7 @@ import itertools
 import json
 import re
 from collections.abc import AsyncGenerator, Mapping
-from typing import Final
+from typing import Any, Final
 
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -31,14 +35,17 @@ from loopd._infra.tasks import race
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "RAW_SEND",
     "RELAY_HEADERS",
     "WRITE_METHODS",
+    "DirectChannel",
     "EventStreamResponse",
     "buffer_json_body",
     "host_name",
     "is_loopback",
     "json_depth",
     "peer_is_loopback",
+    "publish_raw_send",
     "request_headers",
 ]
 
@@ -46,6 +53,8 @@ WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_JSON_DEPTH: Final = 64
 """How deeply a request body may nest objects and arrays (``{}`` is depth 1); deeper is 400 ``invalid_request``."""
 RELAY_HEADERS: Final = frozenset({b"forwarded", b"x-forwarded-for", b"x-real-ip"})
+RAW_SEND: Final = "loopd.raw_send"
+"""The key, in a request scope's ``extensions``, of the server's own ``send`` (before any middleware wraps it)."""
 """Headers a reverse proxy adds: a loopback peer that sends one relays a client from elsewhere."""
 
 _JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -169,13 +178,100 @@ def _check_json_object(body: bytes) -> None:
 # --- event streams ---------------------------------------------------------------------------------------------
 
 
+class _CycleWriter:
+    """Body bytes straight onto uvicorn's httptools connection for a started chunked response (what its ``send``
+    does for ``http.response.body`` with ``more_body``, minus the awaits)."""
+
+    __slots__ = ("_cycle",)
+
+    _NEEDS: Final = ("transport", "flow", "chunked_encoding", "response_started", "response_complete", "disconnected")
+
+    def __init__(self, cycle: object) -> None:
+        self._cycle: Any = cycle
+
+    @classmethod
+    def of(cls, send: object) -> _CycleWriter | None:
+        """A writer for ``send`` when it is uvicorn's httptools ``RequestResponseCycle.send``, else None."""
+        cycle = getattr(send, "__self__", None)
+        if cycle is None or not type(cycle).__module__.startswith("uvicorn.protocols.http.httptools"):
+            return None
+        if not all(hasattr(cycle, name) for name in cls._NEEDS):
+            return None
+        return cls(cycle)
+
+    def write(self, body: bytes) -> bool:
+        cycle = self._cycle
+        if (
+            cycle.disconnected
+            or cycle.response_complete
+            or not cycle.response_started
+            or cycle.chunked_encoding is not True
+            or cycle.flow.write_paused
+        ):
+            return False
+        transport = cycle.transport
+        if transport.is_closing():
+            return False
+        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+
+class DirectChannel:
+    """Lets a fan-out write body bytes of one started `EventStreamResponse` straight to its connection.
+
+    The response opens it once its headers went out (`open`, from the server's raw ``send``) and closes it when
+    it ends. `write` is synchronous: True when the bytes are on the connection, False when they must go through the
+    response's own frame generator instead (no direct path on this server, the connection's write buffer is over
+    its high-water mark, the client left, or the response is not streaming). Whoever writes must only do so while
+    the frame generator has nothing of its own in flight, so the bytes keep their order.
+    """
+
+    __slots__ = ("_writer", "writes")
+
+    def __init__(self) -> None:
+        self._writer: _CycleWriter | None = None
+        self.writes = 0
+        """Chunks written directly so far."""
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a direct write may succeed now (it can still say no)."""
+        return self._writer is not None
+
+    def open(self, scope: Scope) -> None:
+        """Use the raw ``send`` the server published in ``scope`` (`RAW_SEND`), if it is one this can write to."""
+        extensions = scope.get("extensions") or {}
+        self._writer = _CycleWriter.of(extensions.get(RAW_SEND))
+
+    def close(self) -> None:
+        self._writer = None
+
+    def write(self, body: bytes) -> bool:
+        """Put ``body`` on the connection now (True), or refuse (False) without writing anything."""
+        writer = self._writer
+        if writer is None or not writer.write(body):
+            return False
+        self.writes += 1
+        return True
+
+
+def publish_raw_send(scope: Scope, send: Send) -> None:
+    """Put the server's own ``send`` in ``scope`` (`RAW_SEND`) for `DirectChannel` (``loopd._infra.serving`` calls
+    this before any middleware wraps ``send``)."""
+    extensions = scope.get("extensions")
+    if extensions is None:
+        extensions = scope["extensions"] = {}
+    extensions[RAW_SEND] = send
+
+
 class EventStreamResponse(StreamingResponse):
     """``text/event-stream`` that closes its frame generator as soon as the client leaves, not at its next write.
 
     Closing the generator is all that happens when the client goes away (a stream only observes). With
     ``wait_for_first_frame`` the headers go out only once the generator has yielded its first frame, so a client
     that sees the response start knows the stream is attached. A write that fails because the client is gone
-    (``OSError``) ends the response quietly; any other error is raised.
+    (``OSError``) ends the response quietly; any other error is raised. With ``direct``, the channel is open
+    (`DirectChannel`) from the moment the headers went out until the response ends.
     """
 
     media_type = "text/event-stream"
@@ -187,26 +283,38 @@ class EventStreamResponse(StreamingResponse):
         status_code: int = 200,
         headers: Mapping[str, str] | None = None,
         wait_for_first_frame: bool = False,
+        direct: DirectChannel | None = None,
     ) -> None:
         base = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         super().__init__(frames, status_code=status_code, headers={**base, **(headers or {})})
         self._frames = frames
         self._wait_for_first_frame = wait_for_first_frame
+        self._direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The stream and the watcher for the client leaving: the first to end cancels the other (one TaskGroup).
-        streamed, _left = await race(self._stream(send), self._client_left(receive), names=("sse-stream", "sse-left"))
+        try:
+            streamed, _left = await race(
+                self._stream(scope, send), self._client_left(receive), names=("sse-stream", "sse-left")
+            )
+        finally:
+            if self._direct is not None:
+                self._direct.close()
         if streamed.error is not None and not isinstance(streamed.error, OSError):
             raise streamed.error
 
-    async def _stream(self, send: Send) -> None:
+    async def _stream(self, scope: Scope, send: Send) -> None:
         async with contextlib.aclosing(self._frames) as frames:
             first = await anext(frames, b"") if self._wait_for_first_frame else b""
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            if self._direct is not None:
+                self._direct.open(scope)
             if first:
                 await send({"type": "http.response.body", "body": first, "more_body": True})
             async for chunk in frames:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if self._direct is not None:
+                self._direct.close()  # nothing may be written after the last chunk
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     @staticmethod

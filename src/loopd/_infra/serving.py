@@ -4,7 +4,9 @@ event loop, until the block exits. loop-server, ``loopd harness serve``, the Kub
 
 What every server gets: a TCP socket with ``TCP_NODELAY`` and a listen backlog of 2048 (many clients reconnecting
 at once, e.g. after a restart, must not be refused); uvicorn's fastest HTTP/1.1 parser that is installed (httptools,
-else h11; ``http="h11"`` pins the pure-Python one); no websockets; start and stop within bounded times.
+else h11; ``http="h11"`` pins the pure-Python one); no websockets; start and stop within bounded times; and the
+server's own ``send`` in every HTTP request's scope (``loopd._infra.http.RAW_SEND``), so an event stream's fan-out
+can write pre-encoded frames without the middleware chain (``DirectChannel``).
 
 Must not do: decide who may call, which host is safe to bind (each caller's policy), or configure logging beyond
 uvicorn's own loggers (and not even those with ``log_level=None``).
@@ -26,6 +28,7 @@ from typing import Any, Final, Literal
 
 import uvicorn
 
+from loopd._infra.http import publish_raw_send
 from loopd._infra.logs import is_configured
 
 __all__ = ["BACKLOG", "RunningServer", "open_http_server"]
@@ -52,6 +55,18 @@ class RunningServer:
     def stop(self) -> None:
         """Ask the server to stop (gracefully); leaving `open_http_server`'s block waits for it."""
         self._server.should_exit = True
+
+
+class _PublishRawSend:
+    """The ASGI app, with the server's own ``send`` published in each HTTP request's scope first."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            publish_raw_send(scope, send)
+        await self.app(scope, receive, send)
 
 
 class _Server(uvicorn.Server):
@@ -155,7 +170,7 @@ async def open_http_server(
     bound = int(sock.getsockname()[1])
     try:
         config = uvicorn.Config(
-            app,
+            _PublishRawSend(app),
             lifespan=lifespan,
             http=http,
             ws="none",  # no loopd app speaks websockets

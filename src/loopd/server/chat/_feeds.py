@@ -16,6 +16,14 @@ The log stays the truth; a stream (`Subscription`) never depends on the feed for
 * the feed failing (the database went away, or a bug): every stream is detached and reads the log itself, so
   each reports the failure on its own stream (or carries on once the database is back).
 
+Writing: the feed joins each batch of frames into one chunk, once. A stream with a `DirectChannel` (a live stream
+whose response is open on this server) that is parked — caught up, its buffer empty, nothing of its own in
+flight — gets that chunk written straight to its connection by the feed (`DirectChannel.write`): no wake-up of
+its task, no ASGI ``send`` per stream. The stream's cursor (`Subscription.cursor`) moves with it. When the channel
+says no (the client reads slowly and the connection's write buffer is over its high-water mark, or there is no
+direct path), the frames go to the buffer as above and the stream sends them itself, awaiting the connection; a
+stream whose buffer then overflows is detached, so one slow client never holds up the feed or the emit.
+
 Cursors are per conversation and commit in increasing order (see ``storage._message_events``), which is what the
 join rule relies on. Must not do: change anything, or hold more per stream than its bounded buffer.
 """
@@ -29,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
 from loopd._infra.clock import Clock, sleep_until
+from loopd._infra.http import DirectChannel
 from loopd._infra.tasks import TaskSet, TaskSetClosed, background
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
@@ -82,6 +91,10 @@ class FeedStatistics:
     """Frames the feeds encoded (each once, whatever the number of streams)."""
     detached: int
     """Times a stream fell behind (its buffer was full) and went back to the log."""
+    written: int = 0
+    """Chunks the feeds wrote straight to a parked stream's connection (`DirectChannel`)."""
+    refused: int = 0
+    """Direct writes the channel refused (e.g. the client reads slowly): those frames went to the buffer."""
 
 
 def item_data(item: StreamItem) -> dict[str, Any]:
@@ -105,22 +118,40 @@ class Subscription:
     """
 
     __slots__ = (
+        "_direct",
         "_feed",
         "_feeds",
         "_frames",
         "_joined",
         "_open",
+        "_parked",
         "_tally",
         "_timer",
         "_timer_at",
         "_waiter",
         "conversation_id",
+        "cursor",
+        "written_at",
     )
 
-    def __init__(self, feeds: ConversationFeeds, conversation_id: str, tally: _Tally) -> None:
+    def __init__(
+        self,
+        feeds: ConversationFeeds,
+        conversation_id: str,
+        tally: _Tally,
+        *,
+        after: int = 0,
+        direct: DirectChannel | None = None,
+    ) -> None:
         self._feeds = feeds
         self._tally = tally
         self.conversation_id = conversation_id
+        self.cursor = after
+        """Everything through this cursor was sent (by the stream, or written directly by the feed)."""
+        self.written_at: float | None = None
+        """When the feed last wrote to the stream's connection directly (the feeds' clock), else None."""
+        self._direct = direct
+        self._parked = False  # waiting in `wait` with nothing in flight: the feed may write for it
         self._feed: _Feed | None = None
         self._frames: deque[Frame] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -191,9 +222,11 @@ class Subscription:
                 return  # shutting down: the stream sees the feeds closed
             self._timer_at = deadline
         waiter = self._waiter = asyncio.get_running_loop().create_future()
+        self._parked = True
         try:
             await waiter
         finally:
+            self._parked = False
             self._waiter = None
 
     def close(self) -> None:
@@ -218,9 +251,24 @@ class Subscription:
 
     # --- called by the feed --------------------------------------------------------------------------------------
 
-    def offer(self, frames: list[Frame], limit: int) -> bool:
-        """Buffer ``frames`` and wake the stream (the feed calls this); False, buffering nothing, when the buffer
-        would hold more than ``limit``: the feed then detaches the stream."""
+    def offer(self, frames: list[Frame], limit: int, chunk: bytes = b"", now: float = 0.0) -> bool:
+        """Hand ``frames`` (``chunk``: their data joined) to the stream (the feed calls this): written straight to
+        its connection when it is parked and its channel takes them, else buffered and the stream woken. False,
+        buffering nothing, when the buffer would hold more than ``limit``: the feed then detaches the stream."""
+        direct = self._direct
+        if direct is not None and self._parked and not self._frames and direct.is_open:
+            cursor = self.cursor
+            if cursor >= frames[-1].cursor:
+                return True  # already sent (read from the log)
+            body = (
+                chunk if chunk and cursor < frames[0].cursor else b"".join(f.data for f in frames if f.cursor > cursor)
+            )
+            if direct.write(body):
+                self.cursor = frames[-1].cursor
+                self.written_at = now
+                self._tally.written += 1
+                return True
+            self._tally.refused += 1
         if len(self._frames) + len(frames) > limit:
             return False
         self._frames.extend(frames)
@@ -302,14 +350,17 @@ class _Feed:
         self.cursor = frames[-1].cursor
         self._tally.frames += len(frames)
         limit = self._feeds.buffer
+        chunk = b"".join(frame.data for frame in frames)  # once, for every stream written to directly
+        clock = self._feeds.clock
         receivers = tuple(self.attached)
         for start in range(0, len(receivers), HAND_OUT_SLICE):
             if start:
                 await asyncio.sleep(0)
+            now = clock.monotonic()
             for subscription in receivers[start : start + HAND_OUT_SLICE]:
                 if subscription not in self.attached:
                     continue  # left or fell behind meanwhile
-                if not subscription.offer(frames, limit):
+                if not subscription.offer(frames, limit, chunk, now):
                     self.attached.discard(subscription)
                     self._tally.detached += 1
                     subscription.dropped(ended=False)
@@ -330,6 +381,8 @@ class _Tally:
     reads: int = 0
     frames: int = 0
     detached: int = 0
+    written: int = 0
+    refused: int = 0
 
 
 class ConversationFeeds:
@@ -350,10 +403,11 @@ class ConversationFeeds:
         """Where the feeds and the streams' timers run (`aclose` waits for them)."""
         return self._tasks
 
-    def subscribe(self, conversation_id: str) -> Subscription:
-        """A new, detached stream of ``conversation_id``: attach it, catch up from the log, then follow."""
+    def subscribe(self, conversation_id: str, *, after: int = 0, direct: DirectChannel | None = None) -> Subscription:
+        """A new, detached stream of ``conversation_id`` that sent everything through cursor ``after``: attach it,
+        catch up from the log, then follow. With ``direct``, the feed may write to its connection itself."""
         self._tally.subscriptions += 1
-        return Subscription(self, conversation_id, self._tally)
+        return Subscription(self, conversation_id, self._tally, after=after, direct=direct)
 
     def close(self) -> None:
         """Stop every feed and wake every stream (shutdown): nothing is followed any more."""
@@ -379,6 +433,8 @@ class ConversationFeeds:
             reads=self._tally.reads,
             frames=self._tally.frames,
             detached=self._tally.detached,
+            written=self._tally.written,
+            refused=self._tally.refused,
         )
 
     # --- for the subscriptions and feeds -------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Annotated, Final, Literal
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from fastapi import Path as PathParam
 
+from loopd._infra.http import DirectChannel
 from loopd._infra.http_errors import ApiError
 from loopd.server.chat._reader import ConversationReader
 from loopd.server.chat._records import ChatRequest
@@ -222,10 +223,15 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
         resume = parse_cursor(last_event_id, after)
         if resume is not None:
             check_cursor(resume, current)
+        direct = DirectChannel()  # the conversation's feed writes each chunk straight to this connection
         frames = conversation_frames(
-            conversations, conversation_id, after=current if resume is None else resume, heartbeat=heartbeat
+            conversations,
+            conversation_id,
+            after=current if resume is None else resume,
+            heartbeat=heartbeat,
+            direct=direct,
         )
-        return EventStreamResponse(frames)
+        return EventStreamResponse(frames, direct=direct)
 
     @router.get("/v1/conversations/{conversation_id}/snapshot", tags=["conversations"])
     async def snapshot(caller: Caller, conversation_id: Id) -> SnapshotBody:

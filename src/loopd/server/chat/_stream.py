@@ -12,7 +12,9 @@ Reading: the stream subscribes to its conversation's feed (``_feeds``: one share
 reads each new page once and encodes each frame once), catches up from its own cursor by reading the log itself,
 then sends what the feed buffers for it, skipping by cursor what it already sent. A stream that falls behind is
 detached by the feed and catches up from the log again, so a slow client loses nothing and slows no one.
-Several frames that are ready together go out as one chunk.
+Several frames that are ready together go out as one chunk. A live conversation stream (no ``until_message_id``)
+given a `DirectChannel` lets the feed write frames to its connection itself while it is parked (see ``_feeds``):
+its cursor is the subscription's, and a heartbeat goes out only after ``heartbeat`` seconds without either.
 Must not do: change anything (a stream only observes; a disconnect closes this generator and nothing else).
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
+from loopd._infra.http import DirectChannel
 from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
 from loopd.server.chat._reader import ConversationReader
 from loopd.server.http import HEARTBEAT, api_error_of, error_body, sse_frame
@@ -50,8 +53,10 @@ async def conversation_frames(
     heartbeat: float,
     until_message_id: str | None = None,
     ack: dict[str, Any] | None = None,
+    direct: DirectChannel | None = None,
 ) -> AsyncGenerator[bytes, None]:
-    """SSE frames of the conversation after cursor ``after``; forever, or until ``until_message_id`` ends."""
+    """SSE frames of the conversation after cursor ``after``; forever, or until ``until_message_id`` ends. With
+    ``direct`` (the response's channel; ignored with ``until_message_id``) the feed may write frames itself."""
     clock = conversations.feeds.clock  # heartbeats are measured on the server's clock
     if ack is not None:
         yield sse_frame(ack, event="ack")
@@ -59,9 +64,9 @@ async def conversation_frames(
         ended_at = await conversations.end_cursor(until_message_id)
         if ended_at is not None and ended_at <= after:
             return
-    cursor = after
     quiet_since = clock.monotonic()
-    with conversations.feeds.subscribe(conversation_id) as stream:
+    channel = direct if until_message_id is None else None
+    with conversations.feeds.subscribe(conversation_id, after=after, direct=channel) as stream:
         while not conversations.closing:
             if not stream.is_attached():
                 # Catch up from the log by ourselves, then follow the feed (attached first: nothing falls between).
@@ -70,6 +75,7 @@ async def conversation_frames(
                         stream.attach()
                         if not stream.is_attached():
                             return  # the feeds are closed: shutting down
+                    cursor = stream.cursor
                     try:
                         page = await conversations.read_stream_page(conversation_id, after=cursor, limit=PAGE)
                     except StorageError as exc:
@@ -80,6 +86,7 @@ async def conversation_frames(
                         )
                         return
                     chunk, cursor, ended = _chunk(map(frame_of, page.items), cursor, until_message_id)
+                    stream.cursor = cursor
                     if chunk:
                         yield chunk
                         quiet_since = clock.monotonic()
@@ -90,7 +97,7 @@ async def conversation_frames(
                 continue
             frames = stream.take()
             if frames:
-                chunk, cursor, ended = _chunk(frames, cursor, until_message_id)
+                chunk, stream.cursor, ended = _chunk(frames, stream.cursor, until_message_id)
                 if chunk:
                     yield chunk
                     quiet_since = clock.monotonic()
@@ -99,6 +106,8 @@ async def conversation_frames(
                 continue
             if not stream.is_attached():
                 continue  # fell behind: read the log from our own cursor
+            if stream.written_at is not None and stream.written_at > quiet_since:
+                quiet_since = stream.written_at  # the feed wrote for us meanwhile
             if clock.monotonic() - quiet_since >= heartbeat:
                 yield HEARTBEAT
                 quiet_since = clock.monotonic()
