@@ -16,7 +16,7 @@ from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
 from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, check_bind, serve
-from loopd.harness.standard import HarnessSettings, default_data_dir
+from loopd.harness.standard import STANDARD_MODES, HarnessSettings, default_data_dir
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
 harness_app = typer.Typer(
@@ -52,8 +52,14 @@ def serve_command(
         help="Bearer token clients must send (required off loopback).",
     ),
     sandbox: str | None = sandbox_option(),
+    mode: str | None = typer.Option(
+        None, "--mode", metavar="plan|build", help="The mode new sessions start in (default: build; plan: read-only)."
+    ),
 ) -> None:
     """Serve sessions, inputs, gates and a resumable event stream over HTTP until Ctrl-C."""
+    modes = [m.name for m in STANDARD_MODES]
+    if mode is not None and mode not in modes:
+        raise CliError(f"loopd harness serve: --mode {mode!r}: use one of {', '.join(modes)}", exit_code=EXIT_USAGE)
     try:
         check_bind(host, token)
         gate_policy: GatePolicy = load_policy(policy) if policy is not None else DEFAULT_POLICY
@@ -68,6 +74,7 @@ def serve_command(
         policy=gate_policy,
         sandbox=confinement,
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # answered at POST /v1/sessions/{id}/questions/{request_id}
+        mode=mode,
     )
 
     def ready(running: RunningServer) -> None:

@@ -501,6 +501,7 @@ def _harness(
         policy_path=policy_path,
         system_prompt=item.get("system_prompt"),
         max_steps=item.get("max_steps"),
+        mode=item.get("mode"),
         mcp_servers=mcp_servers,
         **common,
     )

@@ -99,6 +99,8 @@ class BuiltinHarness:
     policy_path: Path | None = None
     system_prompt: str | None = None
     max_steps: int | None = None
+    mode: str | None = None
+    """The mode its sessions start in: ``build`` (every tool; None) or ``plan`` (read-only tools only)."""
     mcp_servers: tuple[McpServer, ...] = ()
     """``mcpServers``: MCP servers whose tools this harness offers (through its gate)."""
     kind: Literal["builtin"] = "builtin"
