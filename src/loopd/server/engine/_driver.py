@@ -22,8 +22,8 @@ from typing import Final
 
 from loopd._infra.clock import wait_event
 from loopd._infra.tasks import TaskSet
-from loopd._infra.telemetry import Context, current_context
-from loopd.server.storage import HarnessCall, StorageError
+from loopd._infra.telemetry import Context, current_context, extract_context, tracing_enabled
+from loopd.server.storage import HARNESS_CALL_TRACE_PARAM, HarnessCall, StorageError
 
 from ._adapter import HarnessAdapter
 from ._driving import Drive, DriveSettings, Outcome, lease_resource
@@ -233,7 +233,7 @@ class CallDriver:
                 call,
                 lease.token,
                 self._adapters.get(call.target),
-                trace_parent=self._trace_parents.pop(call.id, None),
+                trace_parent=self._trace_parents.pop(call.id, None) or _stored_trace(call),
             )
             self.claims += 1
             self._drives[call.id] = drive
@@ -261,3 +261,14 @@ class CallDriver:
         with contextlib.suppress(StorageError, TimeoutError):
             async with asyncio.timeout(self._db.options.operation_timeout):
                 await self.release(drive.call_id, drive.token)
+
+
+def _stored_trace(call: HarnessCall) -> Context | None:
+    """The trace context stored with the call when it was created (`HARNESS_CALL_TRACE_PARAM`): a drive on another
+    replica, or after a restart, continues the call's trace. None while tracing is off or when none was stored."""
+    if not tracing_enabled():
+        return None
+    carrier = call.params.get(HARNESS_CALL_TRACE_PARAM)
+    if not isinstance(carrier, Mapping) or not isinstance(carrier.get("traceparent"), str):
+        return None
+    return extract_context({key: str(value) for key, value in carrier.items() if isinstance(key, str)})

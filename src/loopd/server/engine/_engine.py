@@ -41,11 +41,12 @@ from typing import Any, Final, Literal, Self
 from loopd._infra.clock import Clock
 from loopd._infra.errors import LoopdError
 from loopd._infra.metrics import Metrics
-from loopd._infra.telemetry import tracing_enabled
+from loopd._infra.telemetry import inject_headers, tracing_enabled
 from loopd.server import streams
 from loopd.server.ledger import LedgerView, Redactor, SqlLedgerStore, UsageTotals
 from loopd.server.ledger import Scope as LedgerScope
 from loopd.server.storage import (
+    HARNESS_CALL_TRACE_PARAM,
     Conflict,
     Database,
     HarnessCall,
@@ -320,6 +321,11 @@ class HarnessEngine:
         request.validate(max_timeout=self._max_timeout)
         params = request.stored_params()
         fingerprint = harness_call_fingerprint(request.target, params)
+        if tracing_enabled():  # stored with the call: its drive continues this trace on whichever replica runs it
+            carrier: dict[str, str] = {}
+            inject_headers(carrier)
+            if carrier:
+                params[HARNESS_CALL_TRACE_PARAM] = carrier
         reservation: str | None = None
         created = False
         try:

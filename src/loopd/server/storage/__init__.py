@@ -46,6 +46,7 @@ from ._errors import (
     StorageUnavailable,
 )
 from ._forks import FORK_MODES, ConversationFork, ForkMode
+from ._harness_calls import TRACE_PARAM as HARNESS_CALL_TRACE_PARAM
 from ._harness_calls import fingerprint as harness_call_fingerprint
 from ._migrations import MIGRATIONS, Migration
 from ._records import (
@@ -104,6 +105,7 @@ __all__ = [
     "DELIVERY_STATES",
     "FORK_MODES",
     "HARNESS_ACTIVE_PHASES",
+    "HARNESS_CALL_TRACE_PARAM",
     "HARNESS_PHASES",
     "HARNESS_TERMINAL_PHASES",
     "HUMAN_OUTCOMES",

@@ -13,7 +13,7 @@ Must not do: run adapters or decide phases (the Harness Engine does).
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from ._errors import Conflict, InvalidRecord, NotFound
 from ._records import (
@@ -69,8 +69,16 @@ def _call(row: tuple[Any, ...]) -> HarnessCall:
     )
 
 
+TRACE_PARAM: Final = "trace"
+"""The params key holding the W3C trace context (``traceparent`` / ``tracestate``) of the request that created the
+call, so a drive on any replica continues its trace. Not part of the fingerprint: a replay of the same submission
+from another trace is still the same call."""
+
+
 def fingerprint(target: str, params: dict[str, Any]) -> str:
-    """What makes two submissions under one identity "the same call"."""
+    """What makes two submissions under one identity "the same call" (everything but `TRACE_PARAM`)."""
+    if TRACE_PARAM in params:
+        params = {key: value for key, value in params.items() if key != TRACE_PARAM}
     return digest({"target": target, "params": params})
 
 
