@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from loopd._infra.redaction import Redactor
-from loopd.harness.models import open_scripted_server
+from loopd.harness.models import FailWithStatus, ServerReply, open_scripted_server
 from loopd.harness.serve import create_app, open_harness_server
 from loopd.server.audit._routes import resolve_request
 from loopd.server.engine import CallRequest, PromptRecording, RemoteHarnessAdapter
@@ -105,3 +105,32 @@ async def test_without_recording_the_peer_serves_no_model_calls(tmp_path: Path) 
             created = (await http.post("/v1/sessions", json={})).json()
             page = await http.get(f"/v1/sessions/{created['id']}/model-calls")
     assert page.status_code == 200 and page.json() == {"items": [], "next_after": 0, "has_more": False}
+
+
+async def test_a_remote_model_call_that_fails_for_good_keeps_its_attempts(
+    sqlite_db: Database, tmp_path: Path, clock: Any
+) -> None:
+    prompts = PromptRecording(clock, Redactor())
+    script = [ServerReply(fault=FailWithStatus(status=429, message="slow down", retry_after=0))] * 3
+    async with (
+        open_scripted_server(script) as model_url,
+        _rig(tmp_path / "peer", model_url) as rig,
+        open_harness_server(create_app(rig, token=TOKEN)) as server,
+    ):
+        adapter = RemoteHarnessAdapter(server.url, TOKEN, timeout=30, prompts=prompts)
+        async with make_engine(sqlite_db, {"remote": adapter}, clock=clock) as engine:
+            conversation = await new_conversation(sqlite_db)
+            response = await new_response(sqlite_db, conversation)
+            call = await engine.start(
+                CallRequest("uid-rf", "respond", "remote", "hi", message_id=response, asker="user:a")
+            )
+            assert (await until_done(engine, call.id, timeout=30)).phase == "failed"
+        await adapter.aclose()
+    ledger = SqlLedgerStore(sqlite_db)
+    structure = await ledger.structure(Scope(harness_call_id=call.id))
+    [model_call] = [action for action in structure.actions if action.type == "model_call"]
+    attempts = [a for a in structure.attempts if a.action_id == model_call.id]
+    assert sorted(a.attempt_no or 0 for a in attempts) == [1, 2, 3]  # each try of the peer's model, with its 429
+    events = await ledger.load_lane((await ledger.find_lanes(Scope(harness_call_id=call.id)))[0].id)
+    failed = [e for e in events if e.event_type == "attempt.failed" and e.subject_id in {a.id for a in attempts}]
+    assert len(failed) == 3 and all(e.payload["error"]["status_code"] == 429 for e in failed)
