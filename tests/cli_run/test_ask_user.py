@@ -52,3 +52,27 @@ async def test_end_of_input_answers_that_there_is_no_answer(dirs: Dirs) -> None:
         code, out, err = await _run(dirs, url, b"")
     assert code == 0, err
     assert "Noted. The user answered: (the user's input ended without an answer)" in out
+
+
+def _two_questions(request: IncomingRequest) -> ServerReply:
+    last = request.last_message or {}
+    if last.get("role") == "tool":
+        answers = [str(m.get("content")) for m in request.messages if m.get("role") == "tool"]
+        return ServerReply(text="Noted. " + " | ".join(answers))
+    first = {"question": "Which database?", "choices": ["sqlite", "postgres"]}
+    second = {"question": "Which colour for the logo?"}
+    return ServerReply(
+        tool_calls=(
+            ServerToolCall(name="ask_user", arguments=first, id="ask-1"),
+            ServerToolCall(name="ask_user", arguments=second, id="ask-2"),
+        )
+    )
+
+
+async def test_two_questions_in_one_step_are_asked_in_turn(dirs: Dirs) -> None:
+    async with open_scripted_server(_two_questions) as url:
+        code, out, err = await _run(dirs, url, b"2\nblue\n")
+    assert code == 0, err
+    assert "the model asks (1 more question after this)" in err
+    assert err.index("Which database?") < err.index("Which colour for the logo?")
+    assert "The user answered: postgres | The user answered: blue" in out

@@ -287,20 +287,20 @@ class Conversation:
                     if not asking:
                         return outcomes
                     loop, state = asking[0]
-                    ask = state.asks[0]
                     turn.turn_id = state.turn_id
                     turn.calls.update({c.id: c for c in state.calls})
-                    requested = UserInputRequested(
-                        loop=loop,
-                        turn_id=state.turn_id,
-                        step=state.step,
-                        request_id=ask.request_id,
-                        question=ask.question,
-                        choices=ask.choices,
-                        deadline=ask.deadline,
-                        at=self._clock(),
-                    )
-                    await self._on_event(session, turn, None, requested)
+                    for ask in state.asks:  # every question of the step, asked in turn
+                        requested = UserInputRequested(
+                            loop=loop,
+                            turn_id=state.turn_id,
+                            step=state.step,
+                            request_id=ask.request_id,
+                            question=ask.question,
+                            choices=ask.choices,
+                            deadline=ask.deadline,
+                            at=self._clock(),
+                        )
+                        await self._on_event(session, turn, None, requested)
                     outcomes.append(await self._follow_turn(session, subscription, turn, None))
                     continue
                 loop, state = parked[0]
@@ -379,9 +379,8 @@ class Conversation:
                 call = turn.calls.get(call_id)
                 self._view.tool_progress(call.name if call else "tool", message)
             case ToolCompleted(outcome=outcome):
-                if turn.ask_task is not None and outcome.name == ASK_USER:
-                    await _cancel(turn.ask_task)  # answered (or past its deadline): stop reading for it
-                    turn.ask_task = None
+                if outcome.name == ASK_USER:
+                    await self._question_closed(session, turn, outcome.call_id)
                 self._view.tool_completed(outcome)
             case ModelRetrying():
                 self._view.retrying(event)
@@ -390,9 +389,10 @@ class Conversation:
             case ContextPressure():
                 self._view.context_pressure(event)
             case UserInputRequested():
-                await _cancel(turn.ask_task)
-                self._view.user_question(event, now=self._clock())
-                turn.ask_task = asyncio.create_task(self._answer_question(session, event))
+                # Questions are asked one at a time, in order (a step may ask several): each line answers one.
+                turn.questions.append(event)
+                if turn.ask_task is None or turn.ask_task.done():
+                    turn.ask_task = asyncio.create_task(self._answer_questions(session, turn))
             case GateOpened():
                 await _cancel(turn.gate_task)
                 self._view.gate_opened(event, turn.calls_for(session), now=self._clock())
@@ -437,9 +437,33 @@ class Conversation:
 
     # --- questions from the model (ask_user) ---------------------------------------------------------------
 
-    async def _answer_question(self, session: Session, event: UserInputRequested) -> None:
-        """The user's next line answers the question (a number picks a choice); end of input answers "no answer"."""
-        self._terminal.discard_pending()
+    async def _answer_questions(self, session: Session, turn: _TurnTracker) -> None:
+        """Ask the turn's open questions one after the other, oldest first, until none is left."""
+        first = True
+        while turn.questions:
+            event = turn.questions[0]
+            self._view.user_question(event, now=self._clock(), waiting=len(turn.questions) - 1)
+            await self._answer_question(session, event, discard=first)  # the next ones: lines typed in a row
+            first = False
+            if turn.questions and turn.questions[0] is event:
+                turn.questions.pop(0)
+
+    async def _question_closed(self, session: Session, turn: _TurnTracker, request_id: str) -> None:
+        """A question got its tool result (answered, or past its deadline): stop reading for it if it is the one
+        being asked, and go on with the next."""
+        asked = turn.questions[0].request_id if turn.questions else None
+        turn.questions = [q for q in turn.questions if q.request_id != request_id]
+        if asked == request_id and turn.ask_task is not None:
+            await _cancel(turn.ask_task)
+            turn.ask_task = None
+            if turn.questions:
+                turn.ask_task = asyncio.create_task(self._answer_questions(session, turn))
+
+    async def _answer_question(self, session: Session, event: UserInputRequested, *, discard: bool = True) -> None:
+        """The user's next line answers the question (a number picks a choice); end of input answers "no answer".
+        ``discard``: drop what was typed before the question first (not for the next question of a series)."""
+        if discard:
+            self._terminal.discard_pending()
         self._asking = True
         self._question_presses = 0
         try:
@@ -547,6 +571,8 @@ class _TurnTracker:
         """Steps whose model call completed (`ModelReplied` carries its usage)."""
         self.gate_task: asyncio.Task[None] | None = None
         self.ask_task: asyncio.Task[None] | None = None
+        self.questions: list[UserInputRequested] = []
+        """The turn's open ask_user questions, oldest first; the first is the one being asked."""
         self.context: ContextMeasured | None = None
         """The turn's last context measurement (shown on its done line)."""
 

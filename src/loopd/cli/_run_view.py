@@ -347,16 +347,18 @@ class RunView:
             self._line((f"  ⊘ denied{reason}", "yellow"))
         self._spin("working…")
 
-    def user_question(self, event: UserInputRequested, *, now: float) -> None:
-        """The model asks the user (ask_user): the question, its choices; the next line typed answers it."""
+    def user_question(self, event: UserInputRequested, *, now: float, waiting: int = 0) -> None:
+        """The model asks the user (ask_user): the question, its choices; the next line typed answers it.
+        ``waiting``: how many more questions of the same step come after this one."""
         body = Text(event.question + "\n", style="bold")
         for number, choice in enumerate(event.choices, start=1):
             body.append(f"  {number}. {choice}\n")
         if event.choices:
             body.append("answer with a number or in your own words\n", style="dim")
         body.append(f"no answer within {_wait(event.deadline - now)} lets the model go on without one", style="dim")
+        title = "the model asks" if not waiting else f"the model asks ({_plural(waiting, 'more question')} after this)"
         self._break()
-        self._console.print(Panel.fit(body, title="the model asks", title_align="left", border_style="cyan"))
+        self._console.print(Panel.fit(body, title=title, title_align="left", border_style="cyan"))
 
     def user_question_prompt(self) -> None:
         self._break()
