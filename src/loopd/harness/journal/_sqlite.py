@@ -481,7 +481,8 @@ class SqliteJournal:
     async def _append(self, writer: _SqliteWriter, records: Sequence[NewRecord]) -> list[int]:
         if writer.closed:
             raise JournalError("writer is closed")
-        self._check_open()
+        if self._closed:
+            raise JournalError("journal is closed")
         if not records:
             return []
         if self._pending_size >= self._max_pending:
@@ -598,17 +599,20 @@ class SqliteJournal:
                 item.future.set_exception(error)
 
     def _resolve(self, batch: list[_Append], results: _Results) -> None:
+        signals = self._signals
         for item, result in zip(batch, results, strict=True):
-            if item.future.done():
+            future = item.future
+            if future.done():
                 continue
             if isinstance(result, BaseException):
-                item.future.set_exception(result)
+                future.set_exception(result)
             else:
                 item.writer.last_seq = result[-1]
-                item.future.set_result(result)
-                signal = self._signals.get(item.sid)
-                if signal is not None:
-                    signal.set()
+                future.set_result(result)
+                if signals:
+                    signal = signals.get(item.sid)
+                    if signal is not None:
+                        signal.set()
         if self._wal_pages >= CHECKPOINT_PAGES and self._writer_idle():
             self._wal_pages = 0
             self._submit(self._checkpoint)
@@ -671,6 +675,12 @@ class SqliteJournal:
                 results.append(JournalFencedError(f"session writer (epoch {epoch}) was fenced"))
                 continue
             first = head[1] + 1
+            if len(records) == 1:  # the common append: no generator, no range
+                r = records[0]
+                heads[sid] = (epoch, first)
+                rows.append((sid, first, r.kind, r.version, r.at, r.data))
+                results.append([first])
+                continue
             heads[sid] = (epoch, first + len(records) - 1)
             rows.extend((sid, first + i, r.kind, r.version, r.at, r.data) for i, r in enumerate(records))
             results.append(list(range(first, first + len(records))))
