@@ -161,6 +161,7 @@ def test_a_longhorizon_run_shows_its_manager_executor_and_auditor_in_the_detail_
 def test_a_conversation_is_renamed_in_the_page(server: WebServer, context: BrowserContext) -> None:
     page = open_page(context, server.url)
     cid = new_conversation(page)
+    expect(page.locator(tid("composer-input"))).to_be_focused()  # a new conversation leads to the question
     page.locator(tid("rename-conversation")).first.click()
     title = page.locator(tid("conversation-title-input"))
     title.fill("Three brothers")

@@ -210,7 +210,15 @@ export function App() {
     [activeId, selectConversation],
   );
 
-  const createClicked = useCallback(() => void create().catch(noop), [create]);
+  // "New conversation" leads to the question: the composer takes the focus (keyboard users type at once).
+  const createClicked = useCallback(
+    () =>
+      void create().then(
+        () => requestAnimationFrame(() => document.querySelector<HTMLTextAreaElement>("#composer-input")?.focus()),
+        noop,
+      ),
+    [create],
+  );
   const moreClicked = useCallback(() => void more(), [more]);
   const onHumanUpdate = useCallback((body: MessageBody) => mergeBodies([body], null), [mergeBodies]);
   const selectMessage = useCallback((id: string) => {
