@@ -475,6 +475,15 @@ class TaskApi:
             work = await tx.conversations.find_work(task_id)
         return (None if work is None else work.id), bool(response.delivery_state)
 
+    async def checked_work_state(self, actor: Identity, task_id: str) -> tuple[Identity, str | None, bool]:
+        """`check_task_access` (no conversation or message named) and `work_conversation_state` in one read: the
+        Task's asker, its work conversation id (None before its first use) and whether its completion has begun."""
+        async with self._db.transaction(read_only=True) as tx:
+            input_, response = await tx.messages.task_pair(task_id)
+            check_responder(actor, response)
+            work = await tx.conversations.find_work(task_id)
+        return Identity(input_.kind, input_.key), (None if work is None else work.id), bool(response.delivery_state)
+
     async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None:
         """The id of the Task's work conversation, created on first use (``Conflict`` once completion has begun);
         with ``create=False`` None when there is none. For harness calls whose output goes there."""

@@ -74,6 +74,10 @@ class TaskAccess(Protocol):
         """The Task's work conversation id (None before its first use) and whether its completion has begun."""
         ...
 
+    async def checked_work_state(self, actor: Identity, task_id: str) -> tuple[Identity, str | None, bool]:
+        """`check_task_access` and `work_conversation_state` in one read: (asker, work conversation, completing)."""
+        ...
+
     async def work_conversation_id(self, task_id: str, *, create: bool = True) -> str | None: ...
 
 
@@ -251,12 +255,17 @@ def engine_router(
             if tasks is None:
                 raise ApiError("invalid_request", 'this server has no Task API: output "work" is not available')
         checked: Identity | None = None  # the Task's asker, read by the access check (one read, not two)
+        work_state: tuple[str | None, bool] | None = None  # read with the access check for output "work"
         if not caller.admin:
             if body.task_id is None or tasks is None:
                 raise ApiError("forbidden", f"{caller.text} may start calls only for its own Tasks: send task_id")
-            checked = await tasks.check_task_access(
-                caller, body.task_id, conversation_id=body.conversation_id, message_id=body.message_id
-            )
+            if body.output == "work":
+                checked, work_id, completing = await tasks.checked_work_state(caller, body.task_id)
+                work_state = (work_id, completing)
+            else:
+                checked = await tasks.check_task_access(
+                    caller, body.task_id, conversation_id=body.conversation_id, message_id=body.message_id
+                )
         asker: str | None = None
         if body.task_id is not None:
             if asker_of is None:
@@ -267,7 +276,7 @@ def engine_router(
             # The usual start (the Task's work conversation exists, completion has not begun) needs one read.
             # Otherwise a replay needs no new work conversation (the Task may be completing by now): its identity
             # decides.
-            conversation_id, completing = await tasks.work_conversation_state(body.task_id)
+            conversation_id, completing = work_state or await tasks.work_conversation_state(body.task_id)
             if conversation_id is None or completing:
                 replay = await engine.find(body.owner_uid, body.effect_key) is not None
                 conversation_id = await tasks.work_conversation_id(body.task_id, create=not replay)
