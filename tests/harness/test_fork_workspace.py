@@ -177,6 +177,14 @@ async def test_a_fork_restores_the_snapshot_into_its_own_directory_and_works_the
         assert (own / "a.txt").read_text() == "1" and not (own / "b.txt").exists()
     finally:
         await again.shutdown()
+    # A fork of that fork which keeps its (other) rig's workspace does not inherit the directory.
+    elsewhere = _rig(tmp_path / "third", journal, tmp_path / "snap")
+    grandchild = await elsewhere.fork_session(fork.id, (await journal.session(fork.id)).last_seq)  # type: ignore[union-attr]
+    try:
+        assert grandchild.state.workspace.directory == "" and grandchild.state.workspace.pending_fork is None
+        assert (await journal_state(journal, grandchild.id)).workspace == grandchild.state.workspace
+    finally:
+        await grandchild.shutdown()
 
 
 async def test_a_fork_never_overwrites_unasked_and_keeps_the_workspace_by_default(tmp_path: Path) -> None:

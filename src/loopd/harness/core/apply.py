@@ -300,8 +300,10 @@ def apply(state: SessionState, event: SessionEvent | LoopEvent, seq: int | None 
             return replace(state, status="active", last_seq=last_seq)
         case SessionForked(session_id=session_id):
             # A fork's fold up to here is its parent's; from here on it is its own session (and active, even
-            # when the parent had stopped by that seq).
-            return replace(state, session_id=session_id, status="active", last_seq=last_seq)
+            # when the parent had stopped by that seq). Its workspace is its rig's (a `WorkspaceForked` that
+            # follows names its own directory): not the directory, nor an unfinished restore, of an ancestor.
+            workspace = replace(state.workspace, directory="", pending_fork=None)
+            return replace(state, session_id=session_id, status="active", workspace=workspace, last_seq=last_seq)
         case SessionStopped():
             return replace(state, status="stopped", last_seq=last_seq)
         case AgentStarted(agent=name):
