@@ -223,7 +223,9 @@ class DirectChannel:
     it ends. `write` is synchronous: True when the bytes are on the connection, False when they must go through the
     response's own frame generator instead (no direct path on this server, the connection's write buffer is over
     its high-water mark, the client left, or the response is not streaming). Whoever writes must only do so while
-    the frame generator has nothing of its own in flight, so the bytes keep their order.
+    the frame generator has nothing of its own in flight, so the bytes keep their order. The bytes skip the app's
+    middleware: use it only where no middleware transforms a response body (none of loopd's does; a compressing
+    one would have to be kept off event streams).
     """
 
     __slots__ = ("_writer", "writes")

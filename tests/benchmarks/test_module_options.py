@@ -1,0 +1,37 @@
+"""`python -m benchmarks MODULE --its-own-options`: options the runner does not know go to the one named module
+(``server_streams --subscribers 1000,5000``, the issue-18 acceptance command); with several modules, or a module
+whose ``main`` takes no options, they are refused before anything runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.__main__ import _takes_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args], cwd=ROOT, capture_output=True, text=True, timeout=50
+    )
+
+
+def test_a_modules_own_options_need_exactly_one_module_that_takes_them() -> None:
+    assert _takes_argv("server_streams")
+    assert not _takes_argv("no_such_module")
+    refused = _run("peers", "server_streams", "--subscribers", "5")
+    assert refused.returncode == 2
+    assert "unrecognized arguments: --subscribers 5" in refused.stderr
+    assert "exactly one module" in refused.stderr
+    assert "==" not in refused.stdout  # nothing ran
+
+
+def test_a_single_modules_options_reach_its_parser() -> None:
+    # The module's own parser sees the option: a bad value is its error, not the runner's "unrecognized".
+    bad = _run("server_streams", "--rate", "not-a-number")
+    assert bad.returncode == 2
+    assert "--rate: invalid float value" in bad.stderr
+    assert "unrecognized arguments" not in bad.stderr
