@@ -29,7 +29,7 @@ from loopd.harness import EchoTool, LoopDefinition, ModelRequest, Reply, Rig, Sc
 from loopd.harness.core import codec
 from loopd.harness.core import events as ev
 from loopd.harness.core._values import ToolCall, ToolOutcome
-from loopd.harness.core.snapshot import STATE_SCHEMA, encode_state
+from loopd.harness.core.snapshot import encode_state, state_schema
 from loopd.harness.journal import JournalWriter, NewRecord, replay, snapshot_due
 
 USAGE = Usage(input_tokens=50, output_tokens=20, calls=1)
@@ -201,7 +201,7 @@ async def write_session(path: Path, n_events: int) -> StoredSession:
     size = 0
     if at:
         data = encode_state(replay(await journal.read("big", 1, at)))
-        await journal.save_snapshot("big", at, STATE_SCHEMA, data, at=0.0)
+        await journal.save_snapshot("big", at, state_schema(), data, at=0.0)
         size = len(data)
     await journal.aclose()
     return StoredSession(at, size)

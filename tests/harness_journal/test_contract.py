@@ -30,7 +30,7 @@ from loopd.harness import (
 from loopd.harness._errors import SnapshotSeqError
 from loopd.harness.core import codec, fold
 from loopd.harness.core.events import TurnDone
-from loopd.harness.core.snapshot import STATE_SCHEMA, encode_state
+from loopd.harness.core.snapshot import encode_state, state_schema
 from loopd.harness.journal import Journal, NewRecord, Record, replay, restore_state
 from tests.support.waiting import eventually
 
@@ -528,7 +528,7 @@ async def test_restore_from_a_snapshot_rebuilds_what_a_full_replay_does(storage:
         assert session.log.snapshots.saves >= 1
     finally:
         await session.shutdown()
-    stored = await replica_b.load_snapshot(session.id, STATE_SCHEMA)
+    stored = await replica_b.load_snapshot(session.id, state_schema())
     assert stored is not None and 5 <= stored.seq <= session.last_seq
     with_snapshot = await restore_state(replica_b, session.id)
     assert with_snapshot.snapshot_seq == stored.seq
@@ -546,7 +546,7 @@ async def test_restore_from_a_snapshot_rebuilds_what_a_full_replay_does(storage:
     stored_records = await replica_a.read(other.id)
     whole = replay(stored_records)
     for cut in range(1, len(stored_records) + 1):
-        await replica_a.save_snapshot(other.id, cut, STATE_SCHEMA, encode_state(replay(stored_records[:cut])), at=1.0)
+        await replica_a.save_snapshot(other.id, cut, state_schema(), encode_state(replay(stored_records[:cut])), at=1.0)
         got = await restore_state(replica_b, other.id)
         assert (got.snapshot_seq, len(got.records)) == (cut, len(stored_records) - cut)
         assert got.state == whole
@@ -573,13 +573,13 @@ async def test_a_corrupt_or_stale_snapshot_is_ignored_and_the_journal_replayed(s
     finally:
         await session.shutdown()
     full = await restore_state(journal, session.id, snapshots=False)
-    await journal.save_snapshot(session.id, 3, STATE_SCHEMA, b"not a snapshot", at=1.0)
+    await journal.save_snapshot(session.id, 3, state_schema(), b"not a snapshot", at=1.0)
     got = await restore_state(journal, session.id)
     assert got.snapshot_seq == 0 and got.ignored is not None and "seq 3" in got.ignored
     assert got.state == full.state
     # A well-formed snapshot stored under the wrong seq is refused too (it does not hold what it claims).
     early = replay((await journal.read(session.id))[:2])
-    await journal.save_snapshot(session.id, 3, STATE_SCHEMA, encode_state(early), at=2.0)
+    await journal.save_snapshot(session.id, 3, state_schema(), encode_state(early), at=2.0)
     got = await restore_state(journal, session.id)
     assert got.snapshot_seq == 0 and got.state == full.state
     # A snapshot of another schema (an older build's) is not even loaded.
@@ -593,7 +593,7 @@ async def test_a_corrupt_or_stale_snapshot_is_ignored_and_the_journal_replayed(s
         await restored.log.snapshots.wait()
     finally:
         await restored.shutdown()
-    fresh = await journal.load_snapshot(session.id, STATE_SCHEMA)
+    fresh = await journal.load_snapshot(session.id, state_schema())
     assert fresh is not None and fresh.seq > full.state.last_seq
     assert (await restore_state(journal, session.id)).state == (
         await restore_state(journal, session.id, snapshots=False)
@@ -611,7 +611,7 @@ async def test_a_rig_fork_restores_from_its_parents_snapshot_before_the_fork_poi
         await session.log.snapshots.wait()  # type: ignore[union-attr]
     finally:
         await session.shutdown()
-    newest = await journal.load_snapshot(session.id, STATE_SCHEMA)
+    newest = await journal.load_snapshot(session.id, state_schema())
     assert newest is not None and newest.seq > settled  # the parent's newest is past the fork point
     fork = await snapshot_rig(journal, 1000).fork_session(session.id, settled)
     try:

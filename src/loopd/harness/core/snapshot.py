@@ -2,7 +2,7 @@
 
 A snapshot is the fold of a session's records ``1..seq`` (`loopd.harness.core.apply.fold`), written as compact
 JSON of the `SessionState` and compressed (zlib). It is a cache, never the source of truth: the journal is. It is
-valid only for the code that folds the same way into the same shape, so every snapshot carries `STATE_SCHEMA`, a
+valid only for the code that folds the same way into the same shape, so every snapshot carries `state_schema()`, a
 digest of the state's shape (every field of every type in it, read from the types themselves, so a new or changed
 field changes it without anyone remembering to) and of `FOLD_VERSION` (bump it when `apply` changes what an event
 does to the state without changing the state's shape). A snapshot of another schema is ignored; one that does not
@@ -14,34 +14,60 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import zlib
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from types import MappingProxyType
-from typing import Final
+from typing import Final, get_args, get_origin, get_type_hints
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from loopd.harness._errors import HarnessError
+from loopd.harness.core._values import Message
 from loopd.harness.core.state import SessionState
 
-__all__ = ["FOLD_VERSION", "STATE_SCHEMA", "SnapshotDecodeError", "decode_state", "encode_state"]
+__all__ = ["FOLD_VERSION", "SnapshotDecodeError", "decode_state", "encode_state", "state_schema"]
 
 FOLD_VERSION: Final = 2  # 2: SessionForked clears the workspace's fork directory
 """Bump when `apply` folds some event differently into a state of the same shape (old snapshots then rebuild)."""
 
-_ADAPTER: Final = TypeAdapter(SessionState)
 _LEVEL: Final = 1  # zlib's fastest level: a snapshot is written while the session runs
 
 
-def _schema() -> str:
-    shape = json.dumps(_ADAPTER.json_schema(mode="serialization"), sort_keys=True, separators=(",", ":"))
+@functools.cache
+def _adapter() -> TypeAdapter[SessionState]:
+    """Built on first use, not at import (tens of milliseconds that every loopd process would pay)."""
+    return TypeAdapter(SessionState)
+
+
+def _shape(tp: object, named: dict[str, str]) -> str:
+    """A stable description of type ``tp``: its name, and for a dataclass or model every field and its type's
+    shape (each named type described once, in ``named``)."""
+    args = get_args(tp)
+    if args:
+        return f"{_shape(get_origin(tp), named)}[{','.join(_shape(a, named) for a in args)}]"
+    if not isinstance(tp, type):
+        return repr(tp)
+    name = f"{tp.__module__}.{tp.__qualname__}"
+    if name in named or not (is_dataclass(tp) or issubclass(tp, BaseModel)):
+        return name
+    named[name] = ""  # a cycle ends here
+    hints = get_type_hints(tp)
+    names = [f.name for f in fields(tp)] if is_dataclass(tp) else list(tp.model_fields)
+    named[name] = ",".join(f"{n}:{_shape(hints[n], named)}" for n in names)
+    return name
+
+
+@functools.cache
+def state_schema() -> str:
+    """The schema every snapshot of this build carries: a digest of `FOLD_VERSION` and of the state's shape (every
+    field of every dataclass and model in `SessionState`, with its type)."""
+    named: dict[str, str] = {}
+    _shape(SessionState, named)
+    _shape(Message, named)  # what a `History` (described by its name alone) holds
+    shape = ";".join(f"{name}({body})" for name, body in sorted(named.items()))
     return f"state-{FOLD_VERSION}-{hashlib.sha256(shape.encode()).hexdigest()[:16]}"
-
-
-STATE_SCHEMA: Final = _schema()
-"""The schema every snapshot of this build carries (see the module docstring)."""
 
 
 class SnapshotDecodeError(HarnessError, ValueError):
@@ -57,7 +83,7 @@ def encode_state(state: SessionState) -> bytes:
         fingerprint=dict(state.fingerprint),
         hustles=dict(state.hustles),
     )
-    return zlib.compress(_ADAPTER.dump_json(plain, fallback=_plain), _LEVEL)
+    return zlib.compress(_adapter().dump_json(plain, fallback=_plain), _LEVEL)
 
 
 def _plain(value: object) -> object:
@@ -69,12 +95,12 @@ def _plain(value: object) -> object:
 
 
 def decode_state(data: bytes) -> SessionState:
-    """The state ``data`` (from `encode_state` of a build with the same `STATE_SCHEMA`) holds.
+    """The state ``data`` (from `encode_state` of a build with the same `state_schema()`) holds.
 
     Raises `SnapshotDecodeError` when it does not decompress or validate.
     """
     try:
-        state = _ADAPTER.validate_json(zlib.decompress(data))
+        state = _adapter().validate_json(zlib.decompress(data))
     except (zlib.error, ValidationError, ValueError) as exc:
         raise SnapshotDecodeError(f"state snapshot does not decode: {exc}") from exc
     return _frozen(state)

@@ -22,7 +22,7 @@ from loopd._infra.clock import Clock
 from loopd.harness._errors import SessionNotFoundError
 from loopd.harness.core.apply import apply
 from loopd.harness.core.events import LoopEvent, Scope, SessionEvent
-from loopd.harness.core.snapshot import STATE_SCHEMA, SnapshotDecodeError, decode_state, encode_state
+from loopd.harness.core.snapshot import SnapshotDecodeError, decode_state, encode_state, state_schema
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal._protocol import Journal, Record
 from loopd.harness.journal._replay import replay
@@ -79,7 +79,7 @@ async def restore_state(journal: Journal, session_id: str, *, snapshots: bool = 
     Raises `SessionNotFoundError` for a session without records and `JournalCorruptError` for records that do not
     replay. A snapshot that does not decode, or that does not hold the seq it is stored under, is ignored.
     """
-    stored = await journal.load_snapshot(session_id, STATE_SCHEMA) if snapshots else None
+    stored = await journal.load_snapshot(session_id, state_schema()) if snapshots else None
     base: SessionState | None = None
     ignored: str | None = None
     if stored is not None:
@@ -165,7 +165,7 @@ class StateSnapshots:
             async with asyncio.timeout(_SAVE_TIMEOUT):
                 data = await asyncio.to_thread(encode_state, state)
                 await self._journal.save_snapshot(
-                    self._session_id, state.last_seq, STATE_SCHEMA, data, at=self._clock.time()
+                    self._session_id, state.last_seq, state_schema(), data, at=self._clock.time()
                 )
         except asyncio.CancelledError:
             raise
