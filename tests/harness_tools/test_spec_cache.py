@@ -14,6 +14,7 @@ import pytest
 
 from loopd.harness.actors import _delegation
 from loopd.harness.actors._delegation import ListAgentsTool, StartAgentTool
+from loopd.harness.tools._ask import AskUserTool
 from loopd.harness.tools._files import ReadFileTool, WriteFileTool
 from loopd.harness.tools._workspace import Workspace
 
@@ -45,3 +46,10 @@ def test_delegation_tool_specs_are_built_once_per_set_of_agent_definitions(monke
     other = StartAgentTool(session, "main", ("critic",))
     assert other.spec is not one.spec and other.spec.parameters["properties"]["agent"]["enum"] == ["critic"]
     assert ListAgentsTool(session, "a", ()).spec is ListAgentsTool(session, "b", ()).spec
+
+
+def test_the_ask_user_spec_is_built_once_not_per_session() -> None:
+    """Every chat's session offers ask_user: its spec (a JSON schema) comes from the cache."""
+    first, second = AskUserTool(), AskUserTool(timeout=5)
+    assert first.spec is second.spec and first.spec is first.spec
+    assert first.spec.name == "ask_user" and "question" in first.spec.parameters["properties"]

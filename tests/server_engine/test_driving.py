@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
 from loopd.server.engine import (
+    AdapterRequest,
     CallRequest,
     Failed,
     Finished,
@@ -20,12 +22,15 @@ from loopd.server.engine import (
     TextSet,
     ToolFinished,
     ToolStarted,
+    Update,
 )
-from loopd.server.ledger import Scope
+from loopd.server.engine._driving import Drive
+from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Conflict, Database, NotFound
 
 from .conftest import (
     ScriptedAdapter,
+    ScriptedRun,
     block,
     content_of,
     make_engine,
@@ -211,3 +216,56 @@ async def test_gates_left_open_close_when_the_call_ends(sqlite_db: Database) -> 
     assert gate is not None and gate["status"] == "failure" and "cancelled" in gate["reason"]
     with pytest.raises(Conflict):
         await engine.answer_gate(call_id, "t/1", "approve", "user:alice")
+
+
+class _BurstRun(ScriptedRun):
+    """Yields its whole script at once (a zero-latency harness): every update is queued before the first applies."""
+
+    async def updates(self) -> AsyncIterator[Update]:
+        for item in self.script:
+            if item is not None:
+                yield item
+        await asyncio.Event().wait()
+
+
+class _BurstAdapter(ScriptedAdapter):
+    def _run(self, request: AdapterRequest, resumed: bool) -> ScriptedRun:
+        run = _BurstRun(self, request.call_id, list(self.script(request.call_id)), resumed)
+        self.runs.setdefault(request.call_id, []).append(run)
+        return run
+
+
+async def test_durable_updates_queued_together_are_applied_in_one_transaction(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast harness's updates that are already queued share one transaction (not one each), in order: the
+    message, the checkpoint (one step per update) and the ledger end as if each had been applied alone."""
+    batches: list[int] = []
+    original = Drive._apply
+
+    async def counting(self: Drive, batch: Sequence[tuple[int, str, Update]]) -> bool:
+        batches.append(len(batch))
+        return await original(self, batch)
+
+    monkeypatch.setattr(Drive, "_apply", counting)
+    adapter = _BurstAdapter(
+        script=scripted(
+            TextPreview("Hel"),
+            ModelCalled("m", input_tokens=10, output_tokens=5, cost_usd=0.25),
+            TextSet("Hello"),
+            TextSet("Hello there"),
+            Finished("Hello there"),
+        )
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        call = await until_phase(engine, call_id, "succeeded")
+    assert sum(batches) == 4 and len(batches) < 4, batches  # the preview came first, alone
+    assert call.checkpoint == 4
+    assert block(await content_of(sqlite_db, response), "answer") == {
+        "id": "answer",
+        "type": "text",
+        "content": "Hello there",
+    }
+    structure = await SqlLedgerStore(sqlite_db).structure(Scope(harness_call_id=call_id))
+    assert sum(1 for action in structure.actions if action.type == "model_call") == 1

@@ -11,11 +11,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from loopd.harness import LoopDefinition, Rig, SqliteJournal, ToolCall
-from loopd.harness.core import EffectKind, Idempotency
+from loopd.harness import LoopDefinition, Rig, SqliteJournal, ToolCall, Usage
+from loopd.harness.core import EffectKind, Idempotency, user_message
 from loopd.harness.gate import MemoryRuleStore
 from loopd.harness.models import (
     FailWithStatus,
+    ModelAttemptRecord,
+    ModelCallRecord,
+    ModelRequest,
     OpenAICompatibleModel,
     ServerReply,
     ServerToolCall,
@@ -31,7 +34,7 @@ from loopd.server.engine import (
     PromptRecording,
     recording_rig,
 )
-from loopd.server.ledger import MESSAGES_TYPE, Event, Redactor, Scope, SqlLedgerStore
+from loopd.server.ledger import MESSAGES_TYPE, TOOLS_TYPE, Event, Redactor, Scope, SqlLedgerStore
 from loopd.server.storage import Database
 
 from .conftest import make_engine, new_conversation, new_response, until_done
@@ -234,3 +237,35 @@ async def test_a_model_call_that_fails_for_good_keeps_its_attempts(
     assert len(failed) == 3 and all(e.payload["error"]["status_code"] == 429 for e in failed)
     asked = [e for e in events if e.event_type == "attempt.requested" and e.subject_id == attempts[0].id]
     assert (await resolve_request(ledger, asked[0].payload["request"]["sha256"]))["messages"][-1]["content"] == "hi"
+
+
+def _recorded(tools: tuple[ToolSpec, ...], question: str) -> ModelCallRecord:
+    request = ModelRequest(model="m", messages=(user_message(question),), tools=tools, system="s")
+    usage = Usage(input_tokens=3, output_tokens=1)
+    return ModelCallRecord(request, (ModelAttemptRecord(model="m", started_at=1.0, ended_at=2.0, usage=usage),))
+
+
+def _tool_set(description: str) -> tuple[ToolSpec, ...]:
+    return (ToolSpec(name="lookup", description=description, parameters={"type": "object"}),)
+
+
+async def test_sessions_of_one_engine_encode_the_same_tool_list_once(clock: Any) -> None:
+    """Every chat's session offers the same tools: their artifact is encoded (redacted, hashed) once per engine,
+    not once per session; an equal list built anew finds it, another list gets its own, redacted like any."""
+    prompts = PromptRecording(clock, Redactor(literals=[API_KEY]))
+    blobs = []
+    for question, tools in (("a", _tool_set(f"key {API_KEY}")), ("b", _tool_set(f"key {API_KEY}"))):
+        log = prompts.log()  # a new session
+        log.record(_recorded(tools, question))
+        taken = log.take(3, 1)
+        assert taken is not None
+        [tools_blob] = [b for b in taken.blobs if b.ref.content_type == TOOLS_TYPE]
+        blobs.append(tools_blob)
+    assert blobs[0] is blobs[1], "the second session reused the first one's encoding"
+    assert API_KEY not in blobs[0].body.decode() and "[REDACTED]" in blobs[0].body.decode()
+    other = prompts.log()
+    other.record(_recorded(_tool_set("another tool"), "c"))
+    taken = other.take(3, 1)
+    assert taken is not None
+    [third] = [b for b in taken.blobs if b.ref.content_type == TOOLS_TYPE]
+    assert third.ref.sha256 != blobs[0].ref.sha256

@@ -8,6 +8,7 @@ again after the restore.
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from pydantic import Field, ValidationError
@@ -32,6 +33,19 @@ class AskUserArgs(ToolArgs):
     )
 
 
+@functools.cache
+def _ask_spec() -> ToolSpec:
+    """The spec never changes (and is immutable): built once, not per session (its JSON schema is the cost)."""
+    return ToolSpec(
+        name=ASK_USER,
+        description=(
+            "Ask the user a question when you cannot go on without their decision or a fact only they know. "
+            "The turn waits for the answer, which comes back as this tool's result. Ask one clear question."
+        ),
+        parameters=json_schema(AskUserArgs),
+    )
+
+
 class AskUserTool:
     """Ask the user a question and wait for the answer (up to ``timeout`` seconds, then "no answer")."""
 
@@ -42,14 +56,7 @@ class AskUserTool:
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec(
-            name=ASK_USER,
-            description=(
-                "Ask the user a question when you cannot go on without their decision or a fact only they know. "
-                "The turn waits for the answer, which comes back as this tool's result. Ask one clear question."
-            ),
-            parameters=json_schema(AskUserArgs),
-        )
+        return _ask_spec()
 
     @property
     def effect(self) -> EffectKind:

@@ -7,8 +7,9 @@ message), so a stale holder's write is refused (``Fenced``) and the drive ends w
 Two tasks work side by side:
 
 - the consumer reads the adapter's updates (through a bounded queue, which coalesces previews) and applies
-  each durable one in one transaction: the visible events, the ledger facts, the checkpoint + hash, and the
-  phase; an update at or below the stored checkpoint is a replay and is skipped (at the checkpoint the hash
+  each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
+  transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
+  committed whole or not at all, as if each had its own transaction); an update at or below the stored checkpoint is a replay and is skipped (at the checkpoint the hash
   must match, or the call fails with ``replay_differs``);
 - the watcher renews the lease every ttl/3 and, every tick (or when poked), re-reads the call and its message:
   a cancel request, a passed deadline or a closed message stops the drive; gate answers recorded in the
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -80,6 +81,8 @@ _MESSAGE_STATUS: Final[Mapping[str, streams.TerminalStatus]] = {"succeeded": "co
 Outcome = Literal["done", "lost", "retry"]
 QUEUE_SIZE: Final = 256
 MAX_PREVIEW_BATCH: Final = 64
+MAX_DURABLE_BATCH: Final = 32
+"""Durable updates already queued that one transaction applies together (each still advances the checkpoint)."""
 
 
 def call_channel(call_id: str) -> str:
@@ -511,7 +514,19 @@ class Drive:
                     message = f"the resumed harness replayed a different update at {index}: {item.kind}"
                     raise _ProjectionFailed(_error("replay_differs", message))
                 continue
-            if await self._apply(index, chain, item):
+            # The durable updates queued right behind this one go in the same transaction (a fast harness emits
+            # several at once): one write per batch instead of one per update; a crash keeps all or none of them.
+            batch = [(index, chain, item)]
+            while len(batch) < MAX_DURABLE_BATCH and not queue.empty():
+                following = queue.get_nowait()
+                if not isinstance(following, (_End, _Raised)) and following.durable:
+                    index += 1
+                    chain = next_hash(chain, following)
+                    batch.append((index, chain, following))
+                else:
+                    held = following
+                    break
+            if await self._apply(batch):
                 return "done"
 
     async def _settle(self, replayed: _Replayed, checkpoint: int) -> None:
@@ -571,41 +586,58 @@ class Drive:
                     return
                 content = await self._emit(tx, call, project(preview, content)) or content
 
-    async def _apply(self, index: int, chain: str, update: Update) -> bool:
-        """Apply durable update ``index`` in one transaction; whether the call is now terminal."""
+    async def _apply(self, batch: Sequence[tuple[int, str, Update]]) -> bool:
+        """Apply durable updates (``(index, replay hash, update)``, consecutive) in one transaction, in order;
+        whether the call is now terminal (an update after the one that ended it is not applied)."""
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 raise _Stop("done")
             content = await self._locked_message(tx, call)
-            if content is not None:
-                await self._emit(tx, call, project(update, content, call_id=call.id))
-            trail = self._trail(tx, call)
-            await trail.record(index, update)
-            call = await tx.harness_calls.advance_checkpoint(
-                call.id, expected_checkpoint=index - 1, checkpoint=index, replay_hash=chain
-            )
-            match update:
-                case GateOpened() | QuestionAsked():
-                    if call.phase in ("running", "starting"):
-                        await tx.harness_calls.update(call.id, phase="waiting_input")
-                case GateResolved() | QuestionClosed():
-                    if call.phase == "waiting_input":
-                        await tx.harness_calls.update(call.id, phase="running")
-                case Finished(content=result, format=form):
-                    await self._end_in(tx, call, "succeeded", None, {"format": form, "content": result})
+            for index, chain, update in batch:
+                call, content, ended = await self._apply_one(tx, call, content, index, chain, update)
+                if ended:
                     return True
-                case Failed(code=code, message=message, phase=phase):
-                    await self._end_in(tx, call, phase, _error(code, message))
-                    return True
-                case TextSet() if not self._texted:
-                    self._first_text()
-                case ModelCalled() if self._s.metrics is not None:
-                    self._s.metrics.model_tokens.labels(update.model, "input").inc(update.input_tokens)
-                    self._s.metrics.model_tokens.labels(update.model, "output").inc(update.output_tokens)
-                    self._s.metrics.model_cost_usd.labels(update.model).inc(update.cost_usd)
-                case _:
-                    pass
             return False
+
+    async def _apply_one(
+        self,
+        tx: Transaction,
+        call: HarnessCall,
+        content: dict[str, Any] | None,
+        index: int,
+        chain: str,
+        update: Update,
+    ) -> tuple[HarnessCall, dict[str, Any] | None, bool]:
+        """One durable update of `_apply`'s transaction: the call, the message's content and whether it ended."""
+        if content is not None:
+            content = await self._emit(tx, call, project(update, content, call_id=call.id)) or content
+        trail = self._trail(tx, call)
+        await trail.record(index, update)
+        call = await tx.harness_calls.advance_checkpoint(
+            call.id, expected_checkpoint=index - 1, checkpoint=index, replay_hash=chain
+        )
+        match update:
+            case GateOpened() | QuestionAsked():
+                if call.phase in ("running", "starting"):
+                    call = await tx.harness_calls.update(call.id, phase="waiting_input")
+            case GateResolved() | QuestionClosed():
+                if call.phase == "waiting_input":
+                    call = await tx.harness_calls.update(call.id, phase="running")
+            case Finished(content=result, format=form):
+                await self._end_in(tx, call, "succeeded", None, {"format": form, "content": result})
+                return call, content, True
+            case Failed(code=code, message=message, phase=phase):
+                await self._end_in(tx, call, phase, _error(code, message))
+                return call, content, True
+            case TextSet() if not self._texted:
+                self._first_text()
+            case ModelCalled() if self._s.metrics is not None:
+                self._s.metrics.model_tokens.labels(update.model, "input").inc(update.input_tokens)
+                self._s.metrics.model_tokens.labels(update.model, "output").inc(update.output_tokens)
+                self._s.metrics.model_cost_usd.labels(update.model).inc(update.cost_usd)
+            case _:
+                pass
+        return call, content, False
 
     # --- watching ------------------------------------------------------------------------------------------------
 

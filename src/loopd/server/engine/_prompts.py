@@ -10,7 +10,9 @@ retries) and encodes them:
 - the message list as a chain of segments (``{"parent": sha | null, "messages": [new ones]}``): when the request
   extends an earlier request of this session (its messages start with the same message objects), only the new
   messages are encoded — a conversation of h messages stores O(h) bytes in all, not O(h²);
-- the tools list (one artifact, shared by every call that offers the same tools), the request manifest (model,
+- the tools list (one artifact, shared by every call that offers the same tools: encoded once per engine, not per
+  session — `ToolBlobs`, a few recent tool lists, since every chat's session offers the same ones), the request
+  manifest (model,
   system prompt, parameters, tools and message-chain references) and each successful attempt's reply.
 
 Every string is redacted before it is hashed (`loopd.server.ledger.Redactor`). Pending records are bounded
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -43,6 +45,8 @@ MAX_PENDING: Final = 256
 """Recorded calls waiting for their `ModelCalled` (per session); beyond it the oldest are dropped."""
 _CHAINS: Final = 8
 """Recent requests whose message chains a new request may extend (loops and subagents interleave)."""
+_TOOL_LISTS: Final = 8
+"""Tool lists whose encoded artifact an engine keeps (harnesses and subagents offer a few different ones)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,15 +85,32 @@ def _tools(tools: Sequence[ToolSpec]) -> list[Any]:
     return [tool.model_dump(mode="json") for tool in tools]
 
 
+class ToolBlobs:
+    """The encoded (redacted, hashed) artifacts of the last few tool lists, shared by the sessions of one engine:
+    encoding a harness's tool list (JSON schemas, redaction, SHA-256) is the same work for every chat."""
+
+    def __init__(self) -> None:
+        self._known: deque[tuple[tuple[ToolSpec, ...], ArtifactBlob]] = deque(maxlen=_TOOL_LISTS)
+
+    def blob(self, tools: tuple[ToolSpec, ...], redactor: Redactor) -> ArtifactBlob:
+        """The artifact of ``tools`` (redacted with ``redactor``, the engine's one), encoded on first use."""
+        for known, blob in self._known:
+            if known is tools or known == tools:
+                return blob
+        blob = artifact_blob(_tools(tools), TOOLS_TYPE, redactor)
+        self._known.append((tools, blob))
+        return blob
+
+
 class PromptLog:
     """One harness session's recorded model calls (a `loopd.harness.models.ModelCallLog`)."""
 
-    def __init__(self, clock: Clock, redactor: Redactor) -> None:
+    def __init__(self, clock: Clock, redactor: Redactor, tool_blobs: ToolBlobs | None = None) -> None:
         self._clock = clock
         self._redactor = redactor
         self._pending: deque[ModelCallRecord] = deque(maxlen=MAX_PENDING)
         self._chains: deque[tuple[tuple[Message, ...], ArtifactRef]] = deque(maxlen=_CHAINS)
-        self._tools: tuple[tuple[ToolSpec, ...], ArtifactBlob] | None = None
+        self._tool_blobs = tool_blobs if tool_blobs is not None else ToolBlobs()
         self._requests: dict[int, tuple[ModelRequest, ArtifactRef]] = {}
 
     # --- ModelCallLog ----------------------------------------------------------------------------------------
@@ -198,11 +219,7 @@ class PromptLog:
         return segment.ref
 
     def _tools_blob(self, tools: tuple[ToolSpec, ...]) -> ArtifactBlob:
-        if self._tools is not None and (self._tools[0] is tools or self._tools[0] == tools):
-            return self._tools[1]
-        blob = artifact_blob(_tools(tools), TOOLS_TYPE, self._redactor)
-        self._tools = (tools, blob)
-        return blob
+        return self._tool_blobs.blob(tools, self._redactor)
 
     def _attempt(self, attempt: ModelAttemptRecord, request: ArtifactRef, blobs: list[ArtifactBlob]) -> AttemptFacts:
         reply: ArtifactRef | None = None
@@ -260,7 +277,9 @@ class PromptRecording:
 
     clock: Clock
     redactor: Redactor
+    tool_blobs: ToolBlobs = field(default_factory=ToolBlobs, compare=False, repr=False)
+    """The encoded tool lists, shared by every session's log."""
 
     def log(self) -> PromptLog:
-        """A new log for one harness session."""
-        return PromptLog(self.clock, self.redactor)
+        """A new log for one harness session (sharing the encoded tool lists)."""
+        return PromptLog(self.clock, self.redactor, self.tool_blobs)
