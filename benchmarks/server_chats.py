@@ -6,7 +6,13 @@ all N sent at once on raw asyncio connections. Per chat: time to first token = P
 (or ``set``) of the response's ``answer`` block on that stream; completion = POST start → the response's ``end``.
 Throughput = N / (last completion − first POST start). Also a single chat alone, as the unloaded reference.
 
-python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick]
+Peers, measured the same way in the same run (``--peers``, default ``bare``): ``bare`` is a bare FastAPI + SQLite
+server (`benchmarks._chat_peer_bare`) that stores the two messages and streams the same number of pieces with no
+Task, engine, harness or ledger — the floor; both it and loopd keep SQLite at ``synchronous=NORMAL`` in WAL mode (a
+commit survives a process crash, not a power loss). LangGraph's Agent Server is not measured yet (its goals print
+"n/a").
+
+python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick] [--peers bare|none]
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks._chat_peer_bare import running_bare_server
 from benchmarks._common import print_table
 from benchmarks._goals import print_goals
 from benchmarks._server import (
@@ -43,6 +50,7 @@ _RESPONDER = inspect.signature(HarnessResponder.__init__).parameters
 CAPACITY_RETRY: Final[float] = _RESPONDER["capacity_retry"].default
 POLL: Final[float] = _RESPONDER["poll"].default
 CHAT_TIMEOUT: Final = 120.0
+COLUMNS: Final = ("chats", "completed", "chats/s", "TTFT p50 ms", "TTFT p95 ms", "done p50 ms", "done p95 ms", "wall s")
 
 
 @dataclass(frozen=True)
@@ -148,36 +156,43 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run of 20 chats")
     parser.add_argument("--profile", type=Path, default=None, help="sample the server with py-spy in the first burst")
+    parser.add_argument("--peers", default="bare", help="peers measured in the same run: bare, or none")
     args = parser.parse_args(argv)
     count = 20 if args.quick else args.chats
     repeat = 1 if args.quick else max(1, args.repeat)
+    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none"]
+    unknown = set(peers) - {"bare"}
+    if unknown:
+        raise SystemExit(f"unknown peers {sorted(unknown)}: choose bare (or none)")
 
     rows: list[tuple[object, ...]] = []
+    peer_rows: list[tuple[object, ...]] = []
     measured: dict[int, ChatRun] = {}
-    with (
-        tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory,
-        running_server(Path(directory)) as server,
-    ):
+    peer_measured: dict[str, dict[int, ChatRun]] = {}
 
-        async def series() -> None:
+    def series(server: ServerProcess, who: str, into: dict[int, ChatRun], profile: Path | None) -> None:
+        out = rows if who == "loopd" else peer_rows
+
+        async def go() -> None:
             await run_chats(server, 1, "warmup")
             for size in (1, count):
                 runs: list[ChatRun] = []
                 for index in range(repeat):
                     t0 = time.perf_counter()
-                    spy = args.profile / f"chats-{size}.txt" if args.profile and index == 0 and size > 1 else None
+                    spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
                     with sampling(server.pid, spy, 5.0):
                         runs.append(await run_chats(server, size, f"chats-{size}-{index}"))
                     got = runs[-1]
                     print(
-                        f"  {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, done p50 "
+                        f"  {who}, {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, done p50 "
                         f"{got.done_p50_ms:.0f} ms, ok {got.ok}/{size} ({time.perf_counter() - t0:.1f} s)",
                         flush=True,
                     )
                 m = _median(runs)
-                measured[size] = m
-                rows.append(
+                into[size] = m
+                out.append(
                     (
+                        *(() if who == "loopd" else (who,)),
                         size,
                         f"{m.ok}/{size}",
                         m.per_second,
@@ -189,27 +204,49 @@ def main(argv: Sequence[str] | None = None) -> None:
                     )
                 )
 
-        asyncio.run(series())
+        asyncio.run(go())
+
+    with tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory:
+        with running_server(Path(directory)) as server:
+            series(server, "loopd", measured, args.profile)
+        for peer in peers:  # one server at a time: each has the machine to itself
+            peer_dir = Path(directory) / peer
+            peer_dir.mkdir()
+            with running_bare_server(peer_dir) as bare:
+                series(bare, "bare FastAPI + SQLite", peer_measured.setdefault(peer, {}), None)
     print_table(
         f"Chats to harness:assistant (demo model), all sent at once (medians of {repeat} run(s))",
-        ["chats", "completed", "chats/s", "TTFT p50 ms", "TTFT p95 ms", "done p50 ms", "done p95 ms", "wall s"],
+        list(COLUMNS),
         rows,
         note="TTFT: POST start → first append/set of the response's 'answer' block on the chat's own SSE response. "
         "done: POST start → the response's end event. 'completed' is the worst run. Server defaults: "
         f"{CAPACITY} concurrent harness calls (more are retried {CAPACITY_RETRY:g} s later), the responder "
         f"notices a finished call by polling every {POLL:g} s.",
     )
-    print_goals("server_chats", chat_goals(measured))
+    if peer_rows:
+        print_table(
+            f"Chats to the peers, measured the same way after loopd (medians of {repeat} run(s))",
+            ["server", *COLUMNS],
+            peer_rows,
+            note="bare FastAPI + SQLite: stores the question and the answer (two transactions) and streams the "
+            "same number of pieces, no Task/engine/harness/ledger (benchmarks/_chat_peer_bare.py). Both it and "
+            "loopd run SQLite in WAL mode at synchronous=NORMAL (a commit survives a process crash, not a power "
+            "loss).",
+        )
+    print_goals("server_chats", chat_goals(measured, peer_measured.get("bare")))
 
 
-def chat_goals(measured: dict[int, ChatRun]) -> dict[str, float | None]:
-    """The figures `benchmarks._goals` judges: at exactly 100 chats, and the chats lost at 1,000 or more."""
+def chat_goals(measured: dict[int, ChatRun], bare: dict[int, ChatRun] | None = None) -> dict[str, float | None]:
+    """The figures `benchmarks._goals` judges: at exactly 100 chats, and the chats lost at 1,000 or more; the
+    ratio to the bare server's chats/s at 100 chats when it ran."""
     hundred = measured.get(100)
     thousand = max((size for size in measured if size >= 1000), default=None)
+    floor = bare.get(100) if bare else None
     return {
         "chats_per_s": hundred.per_second if hundred else None,
         "ttft_p95_ms": hundred.ttft_p95_ms if hundred else None,
         "lost_1000": None if thousand is None else float(thousand - measured[thousand].ok),
+        "x_bare_rate": hundred.per_second / floor.per_second if hundred and floor and floor.per_second else None,
     }
 
 
