@@ -45,8 +45,10 @@ class StorageChat:
     client: StoreClient
     bus: ConversationBus
     completed: list[tuple[str, Mapping[str, str] | None]] = field(default_factory=list)
+    contexts: list[str] = field(default_factory=list)
 
     async def task_context(self, task_id: str) -> Context:
+        self.contexts.append(task_id)
         async with self.db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
             rows = await tx.messages.list_conversation(input_.conversation_id)
@@ -222,3 +224,17 @@ async def test_an_orphan_task_whose_question_never_committed_is_deleted(world: W
             young.close()
     finally:
         responder.close()
+
+
+async def test_a_new_task_of_a_harness_that_takes_follow_ups_reads_its_context_once(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hand-over check and the start share one read of the Task's context (one read transaction per chat)."""
+    monkeypatch.setattr(ScriptedAdapter, "supports_inputs", True, raising=False)
+    assert world.engine.takes_inputs("assistant")
+    conversation = await new_conversation(world.db)
+    response = await _question(world.db, conversation, "t-once", "hello", "assistant")
+    await world.client.create(TASKS, _task("t-once", "assistant"), namespace="default")
+    await until(lambda: _gone(world.client, "t-once"))
+    assert await _status(world.db, response) == "completed"
+    assert world.chat.contexts.count("t-once") == 1

@@ -273,12 +273,16 @@ class HarnessResponder:
         self._follow(request, uid)
         call = await self._engine.find(uid, EFFECT_KEY)
         if call is None:
-            handed = await self._hand_over(request, key, _created_at(metadata))
+            try:  # read once, for the hand-over and the start
+                context: TaskContextView | None = await self._chat.task_context(task_id)
+            except StorageNotFound:
+                context = None  # the commit window (or an orphan): `_start` handles it
+            handed = await self._hand_over(request, key, _created_at(metadata), context)
             if handed is not None:
                 return handed
             traced = {"loopd.task.id": task_id, "loopd.target": key}
             with task_span("loopd.server", "loopd.task", metadata.get("annotations"), traced):  # joins the question
-                started = await self._start(request, uid, key, _created_at(metadata))
+                started = await self._start(request, uid, key, _created_at(metadata), context)
             if isinstance(started, Result):
                 if request in self._waiting:  # refused for capacity: queued, nobody runs it yet
                     await self._report(task, key, "Pending", None, "waiting for a free harness slot")
@@ -321,11 +325,12 @@ class HarnessResponder:
         self._waiting.setdefault(request, None)
         return Result(requeue_after=self._capacity_retry)
 
-    async def _start(self, request: Request, uid: str, key: str, created: datetime | None) -> HarnessCall | Result:
+    async def _start(
+        self, request: Request, uid: str, key: str, created: datetime | None, context: TaskContextView | None
+    ) -> HarnessCall | Result:
+        """Start the Task's call from its ``context`` (None: its question is not stored, or not yet)."""
         task_id = request.name
-        try:
-            context = await self._chat.task_context(task_id)
-        except StorageNotFound:
+        if context is None:
             age = (self._clock.now() - created).total_seconds() if created is not None else 0.0
             if age < self._orphan_after:
                 # The commit window (milliseconds); back off a little if it lasts, in case the commit failed.
@@ -400,15 +405,13 @@ class HarnessResponder:
             return None
         return None if point is None else (point, history_of(source.params))
 
-    async def _hand_over(self, request: Request, key: str, created: datetime | None) -> Result | None:
+    async def _hand_over(
+        self, request: Request, key: str, created: datetime | None, context: TaskContextView | None
+    ) -> Result | None:
         """Hand the Task's input to an earlier call of the same harness still answering in its conversation
         (see the module docstring); None when there is none or it cannot take it: answer it as its own Task."""
-        if not self._engine.takes_inputs(key):
+        if not self._engine.takes_inputs(key) or context is None:  # None: the commit window, `_start` handles it
             return None
-        try:
-            context = await self._chat.task_context(request.name)
-        except StorageNotFound:
-            return None  # the commit window: `_start` handles it
         if context.response.status != "streaming":
             return None
         earlier = next(
