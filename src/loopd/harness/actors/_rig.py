@@ -256,6 +256,8 @@ class Rig:
             )
         )
         session.start_actors()
+        if session.log.snapshots is not None:  # up: its live state is the fold from here on
+            session.log.snapshots.release()
         return session
 
     async def restore_session(self, session_id: str, *, mode: RecoveryMode = "interrupt") -> Session:
@@ -320,6 +322,8 @@ class Rig:
             )
             await actor.execute(decision)
         session.start_actors()
+        if session.log.snapshots is not None:  # up: its live state is the fold from here on
+            session.log.snapshots.release()
         return session
 
     def _fork_restore_problem(self, session_id: str, history: WorkspaceHistory) -> str | None:

@@ -117,7 +117,9 @@ class StateSnapshots:
     an empty one for a new session), with the core's own `apply`.
 
     ``every`` is `snapshot_due`'s minimum spacing; ``saved_seq`` the seq the newest snapshot covers (the restored
-    one's at first). `aclose` waits for the save in flight (bounded); `abort` cancels it.
+    one's at first). Nothing is saved before `release`: while a session is being brought up, its live state is not
+    yet the fold (a restore journals `SessionRestored` before it hands the open background runs back), so the rig
+    releases it once the session is up. `aclose` waits for the save in flight (bounded); `abort` cancels it.
     """
 
     def __init__(
@@ -142,6 +144,7 @@ class StateSnapshots:
         self.saved_seq = saved_seq
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._held = True
         self.saves = 0
         self.failures = 0
 
@@ -151,7 +154,7 @@ class StateSnapshots:
         for seq, event in zip(seqs, events, strict=True):
             if event.scope is Scope.SESSION:
                 self._header = _header_of(apply(self._header, event, seq))
-        if self._closed or (self._task is not None and not self._task.done()):
+        if self._held or self._closed or (self._task is not None and not self._task.done()):
             return
         if not snapshot_due(self.saved_seq, seqs[-1], self.every):
             return
@@ -159,6 +162,10 @@ class StateSnapshots:
         header = self._header
         state = replace(live, session_id=header.session_id, rig=header.rig, status=header.status)
         self._task = asyncio.create_task(self._save(state), name=f"loopd-state-snapshot-{self._session_id}")
+
+    def release(self) -> None:
+        """The session is up (its live state is the fold of its journal): saves may start from the next commit."""
+        self._held = False
 
     async def _save(self, state: SessionState) -> None:
         try:
