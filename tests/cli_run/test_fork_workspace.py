@@ -21,6 +21,7 @@ def test_a_fork_restores_the_snapshot_into_its_own_directory(dirs: Dirs, tmp_pat
     assert forked.returncode == 0, forked.stderr
     err = plain(forked.stderr)
     assert (own / "notes.txt").read_text() == MILK  # as it was at the fork point
+    assert own.stat().st_mode & 0o777 == 0o700  # created private: it holds copies of the original's files
     assert (dirs.workspace / "notes.txt").read_text() == "changed since\n"  # the original's workspace untouched
     assert f"the workspace {own} is as it was at the fork point" in err
     assert f"--workspace {own}" in err  # the resume hint names the fork's own directory

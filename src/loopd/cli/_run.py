@@ -431,7 +431,8 @@ async def _fork_workspace_options(options: RunOptions) -> RunOptions:
             exit_code=EXIT_USAGE,
         )
     try:
-        await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
+        # Private, like the snapshot store it is filled from (it may hold copies of files only its owner could read).
+        await asyncio.to_thread(target.mkdir, mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise CliError(f"--fork-workspace {target}: cannot create it: {exc}", exit_code=EXIT_USAGE) from exc
     return replace(options, workspace=target, fork_workspace=target)

@@ -143,7 +143,7 @@ class SessionWorkspace:
                 f"session {self._session.id} works in {self.history.directory}, not {self.store.workspace}: "
                 "restore it with a rig on that directory"
             )
-        await asyncio.to_thread(self.store.workspace.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(self.store.workspace.mkdir, mode=0o700, parents=True, exist_ok=True)  # private
         await self.store.restore(ref)
         await self._session.commit_session(
             WorkspaceRestored(
