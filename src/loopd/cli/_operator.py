@@ -198,8 +198,7 @@ def _check_default_kubeconfig(source: Mapping[str, str]) -> None:
     if default.is_file() or source.get("KUBERNETES_SERVICE_HOST"):
         return
     raise CliError(
-        "no Kubernetes API to use: --server was given without --kubeconfig, and there is no $KUBECONFIG or "
-        f"{default}",
+        f"no Kubernetes API to use: --server was given without --kubeconfig, and there is no $KUBECONFIG or {default}",
         "pass --kubeconfig FILE (`loopd kubeconfig --token TOKEN` writes one for loopd's own API), or --data-dir of "
         "the server",
         exit_code=EXIT_USAGE,
