@@ -9,8 +9,8 @@ Two tasks work side by side:
 - the consumer reads the adapter's updates (through a bounded queue, which coalesces previews) and applies
   each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
   transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
-  committed whole or not at all, as if each had its own transaction); an update at or below the stored checkpoint is a replay and is skipped (at the checkpoint the hash
-  must match, or the call fails with ``replay_differs``);
+  committed whole or not at all, as if each had its own transaction); an update at or below the stored checkpoint
+  is a replay and is skipped (at the checkpoint the hash must match, or the call fails with ``replay_differs``);
 - the watcher renews the lease every ttl/3 and, every tick (or when poked), re-reads the call and its message:
   a cancel request, a passed deadline or a closed message stops the drive; gate answers recorded in the
   message are forwarded to the adapter.
