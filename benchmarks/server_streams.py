@@ -41,6 +41,7 @@ from benchmarks._server import (
     running_server,
     sampling,
 )
+from benchmarks._stream_peer_langgraph import LANGGRAPH_ENV, langgraph_command
 
 TICK = re.compile(rb"bench:(\d+):(\d+\.\d+);")
 DONE_MARK: Final = b"bench-done"
@@ -92,11 +93,11 @@ class _Subscriber(asyncio.Protocol):
                 self._connected.set_result("")
             data = data[end + 4 :]
         # Scan whole SSE messages only (a tick never spans a chunk boundary: every chunk holds whole frames).
-        cut = data.rfind(b"\n\n")
-        if cut < 0:
+        cut = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4)  # LF or CRLF line ends (peers)
+        if cut < 4:
             self._rest = data
             return
-        body, self._rest = data[: cut + 2], data[cut + 2 :]
+        body, self._rest = data[:cut], data[cut:]
         seen = self.seen
         for match in TICK.finditer(body):
             index = int(match.group(1))
@@ -127,9 +128,9 @@ class _Subscriber(asyncio.Protocol):
 async def _subscribe(pipe: Connection, target: dict[str, Any]) -> dict[str, Any]:
     count, events = int(target["count"]), int(target["events"])
     host, port = str(target["host"]), int(target["port"])
+    auth = f"Authorization: Bearer {target['token']}\r\n" if target.get("token") else ""
     request = (
-        f"GET {target['path']} HTTP/1.1\r\nHost: {host}:{port}\r\nAuthorization: Bearer {target['token']}\r\n"
-        "Accept: text/event-stream\r\n\r\n"
+        f"GET {target['path']} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Accept: text/event-stream\r\n\r\n"
     ).encode()
     loop = asyncio.get_running_loop()
     gate = asyncio.Semaphore(CONNECT_AT_ONCE)
@@ -359,12 +360,97 @@ def _median_run(runs: Sequence[StreamRun]) -> StreamRun:
     )
 
 
+# --- the peer: LangGraph's Agent Server, N clients joined to one run's stream -------------------------------
+
+PEER_GRACE: Final = 240.0
+"""How long after the last tick the peer's clients may still be receiving (LangGraph's p95 was ~63 s here)."""
+
+
+def measure_langgraph(command: Path, subscribers: int, rate: float, seconds: float, workers: int) -> StreamRun:
+    """The same delays for N clients joined to one run's stream on ``langgraph dev`` (`_stream_peer_langgraph`)."""
+    from benchmarks._stream_peer_langgraph import running_langgraph, start_run
+
+    events = max(1, round(rate * seconds))
+    with (
+        tempfile.TemporaryDirectory(prefix="loopd-bench-lg-") as directory,
+        running_langgraph(Path(directory), command) as server,
+    ):
+        flag = Path(directory) / "clients-joined"
+        path = start_run(server, events, rate, flag)
+        context = multiprocessing.get_context("spawn")
+        workers = max(1, min(workers, subscribers))
+        shares = [subscribers // workers + (1 if i < subscribers % workers else 0) for i in range(workers)]
+        pipes: list[Connection] = []
+        processes: list[multiprocessing.process.BaseProcess] = []
+        try:
+            for share in shares:
+                parent, child = context.Pipe()
+                target = {
+                    "host": server.host,
+                    "port": server.port,
+                    "token": "",
+                    "path": path,
+                    "count": share,
+                    "events": events,
+                    "deadline_s": seconds + PEER_GRACE,
+                }
+                process = context.Process(target=_subscriber_process, args=(child, target), daemon=True)
+                process.start()
+                child.close()
+                pipes.append(parent)
+                processes.append(process)
+            ready = [_receive(pipe, READY_TIMEOUT) for pipe in pipes]
+            pids = [p.pid for p in processes if p.pid is not None]
+            cpu0, clients0, wall0 = cpu_seconds(server.pid), sum(cpu_seconds(p) for p in pids), now()
+            flag.touch()  # every client joined: the run starts ticking
+            results = [_receive(pipe, seconds + PEER_GRACE + 30) for pipe in pipes]
+            wall = max(1e-9, now() - wall0)
+            cpu = float("nan")
+            with contextlib.suppress(OSError):  # the CLI's process (the server may run in a child of it)
+                cpu = (cpu_seconds(server.pid) - cpu0) / wall
+            clients_cpu = (sum(cpu_seconds(p) for p in pids) - clients0) / wall
+        finally:
+            for worker in processes:
+                worker.join(10)
+                if worker.is_alive():
+                    worker.terminate()  # started above; ended by its own handle
+                    worker.join(5)
+            for pipe in pipes:
+                pipe.close()
+    delays: array[float] = array("d")
+    received: list[int] = []
+    for result in results:
+        delays.frombytes(result["delays"])
+        received += result["received"]
+    received += [0] * (subscribers - len(received))
+    ms = [d * 1000 for d in delays]
+    return StreamRun(
+        subscribers=subscribers,
+        events=events,
+        p50_ms=percentile(ms, 50),
+        p95_ms=percentile(ms, 95),
+        p99_ms=percentile(ms, 99),
+        max_ms=max(ms, default=float("nan")),
+        complete=sum(1 for r in received if r == events),
+        delivered=sum(received) / (subscribers * events),
+        emit_p50_ms=float("nan"),
+        emit_p95_ms=float("nan"),
+        server_cpu=cpu,
+        clients_cpu=clients_cpu,
+        connect_s=max(float(r["connect_s"]) for r in ready),
+        idle_kib_per_stream=float("nan"),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--subscribers", default="100,1000", help="comma-separated subscriber counts")
     parser.add_argument("--rate", type=float, default=20.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to publish")
     parser.add_argument("--workers", type=int, default=2, help="subscriber worker processes")
+    parser.add_argument(
+        "--no-peer", action="store_true", help="skip LangGraph's Agent Server (run at 1,000 subscribers when installed)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run, 200 subscribers, 5 s")
     parser.add_argument(
@@ -451,6 +537,39 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"publishing (server process; all {args.workers} subscriber processes together). idle KiB/stream: the "
         "server's RSS growth while the subscribers connected, per open idle stream (first run of a fresh server).",
     )
+    peer_count = 1000
+    command = None if args.no_peer or peer_count not in counts else langgraph_command()
+    if command is None and not args.no_peer and peer_count in counts:
+        print(f"  (LangGraph Agent Server not found: pip install 'langgraph-cli[inmem]' or set {LANGGRAPH_ENV})")
+    if command is not None:
+        t0 = time.perf_counter()
+        peer = measure_langgraph(command, peer_count, args.rate, seconds, args.workers)
+        print(f"  LangGraph, {peer_count} joined: p95 {peer.p95_ms:.0f} ms ({time.perf_counter() - t0:.0f} s)")
+        loopd_p95 = measured.get(f"p95_ms_{peer_count}")
+        ratio = peer.p95_ms / loopd_p95 if loopd_p95 else None
+        measured[f"x_langgraph_join_{peer_count}"] = ratio
+        print_table(
+            f"Joined streams: {peer_count} clients on one run's stream, LangGraph Agent Server (langgraph dev, "
+            "in-memory) beside loopd (1 run)",
+            ["server", "p50 ms", "p95 ms", "p99 ms", "max ms", "got every event", "delivered", "server CPU", "× loopd"],
+            [
+                (
+                    "LangGraph",
+                    peer.p50_ms,
+                    peer.p95_ms,
+                    peer.p99_ms,
+                    peer.max_ms,
+                    f"{peer.complete}/{peer_count}",
+                    f"{peer.delivered:.2%}",
+                    f"{peer.server_cpu:.0%}",
+                    "n/a" if ratio is None else f"{ratio:.0f}×",
+                )
+            ],
+            note="GET /threads/{id}/runs/{run_id}/stream joined by every client before the run's node writes "
+            f"{round(args.rate * seconds)} custom events at {args.rate:g}/s (publish time taken in the node). "
+            "LangGraph's dev server keeps its state in memory (loopd's is durable). × loopd = LangGraph p95 ÷ "
+            f"loopd's p95 at {peer_count} subscribers above.",
+        )
     print_goals("server_streams", measured)
 
 
