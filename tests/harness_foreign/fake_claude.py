@@ -43,7 +43,7 @@ def main() -> None:
     if "fail" in prompt:
         say({"type": "result", "subtype": "error_during_execution", "is_error": True, "session_id": session})
         return
-    usage = {"input_tokens": 12, "output_tokens": 5}
+    usage = {"input_tokens": 12, "output_tokens": 5, "cache_read_input_tokens": 3}
     if "tool" in prompt:
         call = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
         say(
@@ -84,6 +84,7 @@ def main() -> None:
                 "result": final,
                 "session_id": session,
                 "usage": usage,
+                "total_cost_usd": 0.0042,
             }
         )
         return
@@ -97,6 +98,7 @@ def main() -> None:
             "result": text,
             "session_id": session,
             "usage": usage,
+            "total_cost_usd": 0.0042,
         }
     )
 

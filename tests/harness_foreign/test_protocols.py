@@ -97,3 +97,17 @@ def test_unknown_types_are_skipped_and_non_json_is_a_typed_error() -> None:
         parse_codex_line("not json")
     with pytest.raises(ForeignProtocolError):
         parse_claude_line("[1, 2]")
+
+
+def test_reported_cost_and_cache_reads_are_kept_and_bad_values_count_zero() -> None:
+    line = {"type": "result", "subtype": "success", "result": "ok", "total_cost_usd": 0.0042}
+    line["usage"] = {"input_tokens": 10, "output_tokens": 4, "cache_read_input_tokens": 7}
+    (done,) = parse_claude_line(json.dumps(line))
+    assert done == Finished("ok", 10, 4, cached_tokens=7, cost_usd=0.0042)
+    for bad in (-1, "1.5", True, None, float("inf")):
+        line["total_cost_usd"] = bad
+        line["usage"] = {"input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": bad}
+        (done,) = parse_claude_line(json.dumps(line))
+        assert (done.cost_usd, done.cached_tokens) == (0.0, 0)
+    codex = {"type": "turn.completed", "usage": {"input_tokens": 10, "cached_input_tokens": 6, "output_tokens": 4}}
+    assert parse_codex_line(json.dumps(codex)) == [Finished("", 10, 4, cached_tokens=6)]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from loopd._infra.clock import Clock
 from loopd._infra.tasks import TaskSet, wait_ended
-from loopd._infra.telemetry import tracing_enabled
+from loopd._infra.telemetry import Span, tracing_enabled
 from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.actors._hustle import HustleQueueFullError, HustleResult
 from loopd.harness.actors._mailbox import Mailbox
@@ -431,7 +431,10 @@ class LoopActor:
         """Run one effect of a committed decision (owned by this actor: `stop` awaits it)."""
         match effect:
             case CallModel() if isinstance(self.definition.model, ForeignEngine):
-                self._track(effect.turn_id, self._foreign_turn(effect, self.definition.model))
+                foreign_turn = self._foreign_turn(effect, self.definition.model)
+                if self._tracing is not None:  # the CLI's turn is the turn's one model call: a `chat` span
+                    foreign_turn = self._tracing.model_call(effect.turn_id, self._tracing_model, foreign_turn)
+                self._track(effect.turn_id, foreign_turn)
             case CallModel():
                 model_call = self._call_model(effect)
                 if self._tracing is not None:
@@ -598,6 +601,7 @@ class LoopActor:
         text: list[str] = []
         offset = 0
         uses: dict[str, tuple[str, dict[str, Any]]] = {}  # the CLI's tool uses waiting for their results
+        tool_spans: dict[str, Span] = {}  # their `execute_tool` spans while tracing is on
 
         def on_event(event: ForeignEvent) -> None:
             nonlocal offset
@@ -611,6 +615,8 @@ class LoopActor:
                     offset += len(piece)
                 case ToolUse(call_id=call_id, name=tool, arguments=arguments):
                     uses[call_id] = (tool, arguments)
+                    if self._tracing is not None and call_id not in tool_spans:
+                        tool_spans[call_id] = self._tracing.foreign_tool(call_id, tool)
                     summary = str(arguments)[:200]
                     self._publish(
                         ToolCallStarted(loop=self.name, turn_id=turn_id, call_id=call_id, name=tool, summary=summary)
@@ -619,6 +625,8 @@ class LoopActor:
                     message = ("error: " if is_error else "") + output[:500]
                     self._publish(ToolProgress(loop=self.name, turn_id=turn_id, call_id=call_id, message=message))
                     tool, arguments = uses.pop(call_id, ("", {}))
+                    if (span := tool_spans.pop(call_id, None)) is not None:
+                        LoopTracing.foreign_tool_end(span, is_error=is_error)
                     self.mailbox.put_result(
                         ForeignToolFinished(turn_id, step, call_id, tool, dict(arguments), output, is_error)
                     )
@@ -643,7 +651,13 @@ class LoopActor:
             if finished.error is not None:
                 result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignTurnFailed", message=finished.error)
             else:
-                usage = Usage(input_tokens=finished.input_tokens, output_tokens=finished.output_tokens, calls=1)
+                usage = Usage(
+                    input_tokens=finished.input_tokens,
+                    output_tokens=finished.output_tokens,
+                    cached_tokens=finished.cached_tokens,
+                    cost_usd=finished.cost_usd,
+                    calls=1,
+                )
                 reply = finished.text or "".join(text)
                 result = ModelCompleted(turn_id=turn_id, step=step, text=reply, tool_calls=(), usage=usage)
         except (ForeignEngineError, ForeignProtocolError) as exc:
@@ -653,6 +667,11 @@ class LoopActor:
             result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignTimeout", message=message)
         except Exception as exc:  # e.g. a line past the reader's limit: the turn fails, the session goes on
             result = ModelFailed(turn_id=turn_id, step=step, error_type="ForeignCrashed", message=repr(exc)[:500])
+        finally:
+            for span in tool_spans.values():  # uses the CLI never reported a result for
+                LoopTracing.foreign_tool_end(span, is_error=None)
+        if self._tracing is not None:
+            self._tracing.model_result(result)
         self.mailbox.put_result(result)
 
     def _foreign_prompt(self, effect: CallModel) -> str:

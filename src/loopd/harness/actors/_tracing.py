@@ -136,6 +136,30 @@ class LoopTracing:
         ):
             await work
 
+    def foreign_tool(self, call_id: str, name: str) -> Span:
+        """An ``execute_tool {name}`` span for a foreign CLI's own tool, a child of the current span (the foreign
+        turn's ``chat`` span), started when the CLI reports the use; the caller ends it (`foreign_tool_end`)."""
+        return self._tracer.start_span(
+            f"execute_tool {name}",
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.type": "extension",
+            },
+        )
+
+    @staticmethod
+    def foreign_tool_end(span: Span, *, is_error: bool | None) -> None:
+        """End a foreign tool's span: failed when the CLI reported an error, unfinished when no result came."""
+        if is_error is None:
+            span.set_attribute("loopd.tool.unfinished", True)
+        elif is_error:
+            span.set_attribute("error.type", "tool_error")
+            mark_failed(span, "tool_error")
+        span.end()
+
     @staticmethod
     def tool_result(outcome: ToolOutcome) -> None:
         """Record a tool call's outcome on the current ``execute_tool`` span."""

@@ -4,6 +4,7 @@ pure parsers map the CLIs' JSON lines onto one neutral vocabulary; `run_foreign_
 docs/foreign-loops.md."""
 
 from loopd.harness.foreign._engine import (
+    ENGINE_KEYS,
     SAFE_ENVIRONMENT,
     ForeignEngine,
     ForeignEngineError,
@@ -12,6 +13,7 @@ from loopd.harness.foreign._engine import (
     foreign_environment,
     plain_session_id,
     run_foreign_turn,
+    standard_engine,
 )
 from loopd.harness.foreign._protocols import (
     Finished,
@@ -29,6 +31,7 @@ from loopd.harness.foreign._protocols import (
 )
 
 __all__ = [
+    "ENGINE_KEYS",
     "SAFE_ENVIRONMENT",
     "Finished",
     "ForeignEngine",
@@ -49,4 +52,5 @@ __all__ = [
     "parse_codex_line",
     "plain_session_id",
     "run_foreign_turn",
+    "standard_engine",
 ]

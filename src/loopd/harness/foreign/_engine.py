@@ -130,6 +130,21 @@ class ForeignEngine:
         return claude_user_line(prompt) if self.kind == "claude" else prompt
 
 
+ENGINE_KEYS: dict[ForeignKind, tuple[str, ...]] = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"),
+    "codex": ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
+}
+"""What each engine's CLI inherits besides the safe environment when loopd builds it (`loopd run --engine`,
+``loopd harness serve --engine``, a ``kind: foreign`` harness target): its own provider's key and settings only."""
+
+
+def standard_engine(kind: ForeignKind, command: tuple[str, ...] = (), cwd: Path | None = None) -> ForeignEngine:
+    """The engine loopd's commands and configuration build for ``kind`` (inheriting `ENGINE_KEYS` ``[kind]``)."""
+    if kind not in ENGINE_KEYS:
+        raise ValueError(f"unknown foreign engine kind {kind!r} (claude or codex)")
+    return ForeignEngine(kind=kind, command=command, cwd=cwd, inherit=ENGINE_KEYS[kind])
+
+
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 

@@ -25,6 +25,7 @@ approval flags). The subprocess engine is `loopd.harness.foreign._engine`.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +72,11 @@ class Finished:
     input_tokens: int = 0
     output_tokens: int = 0
     error: str | None = None
+    cached_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (claude ``cache_read_input_tokens``, codex
+    ``cached_input_tokens``)."""
+    cost_usd: float = 0.0
+    """What the CLI says the turn cost (claude's ``total_cost_usd``; codex reports none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +111,19 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return "".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
     return ""
+
+
+def _count(value: Any) -> int:
+    """A token count a CLI reported (anything that is not a non-negative integer counts 0)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _cost(value: Any) -> float:
+    """A cost in USD a CLI reported (anything that is not a finite non-negative number counts 0)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    cost = float(value)
+    return cost if math.isfinite(cost) and cost >= 0 else 0.0
 
 
 def parse_claude_line(line: str) -> list[ForeignEvent]:
@@ -157,6 +176,8 @@ def parse_claude_line(line: str) -> list[ForeignEvent]:
                 input_tokens=int(usage.get("input_tokens") or 0),
                 output_tokens=int(usage.get("output_tokens") or 0),
                 error=str(data.get("result") or data.get("subtype") or "failed") if failed else None,
+                cached_tokens=_count(usage.get("cache_read_input_tokens")),
+                cost_usd=_cost(data.get("total_cost_usd")),
             )
         )
     return out
@@ -210,7 +231,8 @@ def parse_codex_line(line: str) -> list[ForeignEvent]:
         return []
     if kind == "turn.completed":
         usage = data.get("usage") or {}
-        return [Finished("", int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))]
+        tokens_in, tokens_out = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+        return [Finished("", tokens_in, tokens_out, cached_tokens=_count(usage.get("cached_input_tokens")))]
     if kind == "turn.failed":
         return [Finished("", error=str((data.get("error") or {}).get("message") or "the turn failed"))]
     if kind == "error":

@@ -10,6 +10,7 @@ carries the visible answer; model calls of every loop (subagents too) are report
                                ToolStarted per tool call
     model_replied (other)    → ModelCalled
     tool_completed (main)    → ToolFinished (ok → completed, anything else → failed)
+    foreign_tool_used (main) → ToolStarted, ToolFinished (a foreign CLI's own tool, recorded once it ended)
     gate_opened / resolved   → GateOpened / GateResolved (main loop)
     user_input_requested     → QuestionAsked (main loop); the ask_user call's tool_completed → QuestionClosed too
     history_compacted        → ModelCalled (action compact)
@@ -40,12 +41,7 @@ from typing import Any, Final
 from loopd.harness.core import Usage as HarnessUsage
 from loopd.harness.core.decide import ANSWER_PREFIX
 from loopd.harness.core.events import (
-    GateOpened as HarnessGateOpened,
-)
-from loopd.harness.core.events import (
-    GateResolved as HarnessGateResolved,
-)
-from loopd.harness.core.events import (
+    ForeignToolUsed,
     HistoryCompacted,
     InputCancelled,
     InputQueued,
@@ -61,6 +57,12 @@ from loopd.harness.core.events import (
     TurnInterrupted,
     TurnStarted,
     UserInputRequested,
+)
+from loopd.harness.core.events import (
+    GateOpened as HarnessGateOpened,
+)
+from loopd.harness.core.events import (
+    GateResolved as HarnessGateResolved,
 )
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -254,6 +256,15 @@ class HarnessTranslator:
                     reply = outcome.output.removeprefix(ANSWER_PREFIX) if answered else ""
                     closed.append(QuestionClosed(outcome.call_id, reply, timed_out=not answered))
                 return [*closed, ToolFinished(outcome.call_id, outcome.name, status, outcome.output)]
+            case ForeignToolUsed(loop=loop, turn_id=turn_id, call_id=call_id, name=name, arguments=arguments):
+                if not self._ours(loop, turn_id):
+                    return []
+                kind, idempotency = self._effects(name)
+                foreign_status: ToolStatus = "failed" if event.is_error else "completed"
+                return [
+                    ToolStarted(call_id, name, dict(arguments), kind, idempotency),
+                    ToolFinished(call_id, name, foreign_status, event.output),
+                ]
             case UserInputRequested(loop=loop, turn_id=turn_id, request_id=request_id, question=question):
                 if not self._ours(loop, turn_id):
                     return []
