@@ -220,8 +220,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows,
         note="TTFT: POST start → first append/set of the response's 'answer' block on the chat's own SSE response. "
         "done: POST start → the response's end event. 'completed' is the worst run. Server defaults: "
-        f"{CAPACITY} concurrent harness calls (more are retried {CAPACITY_RETRY:g} s later), the responder "
-        f"notices a finished call by polling every {POLL:g} s.",
+        f"{CAPACITY} concurrent harness calls; the responder is woken by the engine when a call ends or a slot "
+        f"frees (its {POLL:g} s poll and {CAPACITY_RETRY:g} s capacity retry are only safety nets).",
     )
     if peer_rows:
         print_table(
