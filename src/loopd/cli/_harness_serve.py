@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Final
 
@@ -14,7 +15,9 @@ from loopd.cli._errors import EXIT_USAGE, CliError, address_in_use, require_free
 from loopd.cli._errors import model_config as checked_model_config
 from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import HarnessError
+from loopd.harness.foreign import ENGINE_KEYS, ForeignEngine, ForeignKind, standard_engine
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
+from loopd.harness.models import ModelConfig
 from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, check_bind, serve
 from loopd.harness.standard import STANDARD_MODES, HarnessSettings, default_data_dir
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
@@ -55,6 +58,15 @@ def serve_command(
     mode: str | None = typer.Option(
         None, "--mode", metavar="plan|build", help="The mode new sessions start in (default: build; plan: read-only)."
     ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        metavar="claude|codex",
+        help="Hand each turn to that coding-agent CLI (a foreign loop: its permission requests open gates).",
+    ),
+    engine_command: str | None = typer.Option(
+        None, "--engine-command", help="The engine's command line: its path and flags of yours (default: the name)."
+    ),
 ) -> None:
     """Serve sessions, inputs, gates and a resumable event stream over HTTP until Ctrl-C."""
     modes = [m.name for m in STANDARD_MODES]
@@ -65,26 +77,33 @@ def serve_command(
         gate_policy: GatePolicy = load_policy(policy) if policy is not None else DEFAULT_POLICY
     except (InsecureBindError, GatePolicyError) as exc:
         raise CliError(f"loopd harness serve: {exc}", exit_code=EXIT_USAGE) from exc
-    model_config = checked_model_config(model)  # fails now on a missing key or a bad LOOPD_PRICES
+    root = (workspace or Path.cwd()).expanduser().resolve()
+    foreign = _foreign_engine(engine, engine_command, model, mode, root)
+    model_config = ModelConfig() if foreign is not None else checked_model_config(model)  # fails now on a bad key
     confinement = sandbox_for(sandbox)
     settings = HarnessSettings(
-        workspace=(workspace or Path.cwd()).expanduser().resolve(),
+        workspace=root,
         data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
         model=model_config,
         policy=gate_policy,
         sandbox=confinement,
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # answered at POST /v1/sessions/{id}/questions/{request_id}
         mode=mode,
+        foreign=foreign,
     )
 
     def ready(running: RunningServer) -> None:
         typer.echo(f"loopd harness serving on {running.url}  (OpenAPI: {running.url}/openapi.json)")
-        typer.echo(f"  model: {model_config.model}")
-        if model_config.is_demo:
+        if foreign is not None:
+            typer.echo(f"  engine: {foreign.kind} ({' '.join(foreign.argv(None)[:1])}; it applies its own sandbox)")
+        else:
+            typer.echo(f"  model: {model_config.model}")
+        if model_config.is_demo and foreign is None:
             typer.echo(_REAL_MODEL_HINT)
         typer.echo(f"  workspace: {settings.workspace}")
         typer.echo(f"  journal: {settings.data_dir}")
-        typer.echo(f"  {confinement.describe()}", err=True)
+        if foreign is None:
+            typer.echo(f"  {confinement.describe()}", err=True)
         typer.echo("  auth: bearer token required" if token else "  auth: none (loopback only)")
         typer.echo("Press Ctrl-C to stop.")
 
@@ -103,3 +122,27 @@ def serve_command(
     except HarnessError as exc:
         raise CliError(f"loopd harness serve: {exc}") from exc
     typer.echo("loopd harness stopped.")
+
+
+def _foreign_engine(
+    engine: str | None, command: str | None, model: str | None, mode: str | None, workspace: Path
+) -> ForeignEngine | None:
+    """``--engine`` / ``--engine-command`` (`CliError` for an unknown engine or a flag that does not apply)."""
+    if engine is None:
+        if command is not None:
+            raise CliError("loopd harness serve: --engine-command needs --engine claude|codex", exit_code=EXIT_USAGE)
+        return None
+    if engine not in ENGINE_KEYS:
+        raise CliError(f"loopd harness serve: --engine {engine!r}: use claude or codex", exit_code=EXIT_USAGE)
+    if model is not None or mode is not None:
+        raise CliError(
+            "loopd harness serve: --model and --mode do not apply to --engine",
+            "configure the CLI's own model (e.g. in --engine-command)",
+            exit_code=EXIT_USAGE,
+        )
+    try:
+        argv = tuple(shlex.split(command)) if command else ()
+    except ValueError as exc:
+        raise CliError(f"loopd harness serve: --engine-command: {exc}", exit_code=EXIT_USAGE) from exc
+    kind: ForeignKind = "claude" if engine == "claude" else "codex"
+    return standard_engine(kind, argv, workspace)

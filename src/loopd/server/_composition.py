@@ -52,6 +52,7 @@ from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
 from loopd.harness import Model, Reply, ScriptedModel
 from loopd.harness.actors import Rig
+from loopd.harness.foreign import standard_engine
 from loopd.harness.gate import DEFAULT_POLICY
 from loopd.harness.models import DemoRule, ModelConfig, open_model
 from loopd.harness.standard import DEFAULT_SYSTEM_PROMPT, HarnessSettings, open_standard_rig, workspace_rigs
@@ -80,7 +81,14 @@ from loopd.server.chat import (
     TaskApi,
     demo_title_reply,
 )
-from loopd.server.config import BuiltinHarness, HarnessTarget, MissingSecret, ModelHarness, RemoteHarness
+from loopd.server.config import (
+    BuiltinHarness,
+    ForeignHarness,
+    HarnessTarget,
+    MissingSecret,
+    ModelHarness,
+    RemoteHarness,
+)
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
     BuiltinHarnessAdapter,
@@ -372,6 +380,8 @@ async def _open_targets(
                 )
                 stack.push_async_callback(remote.aclose)
                 adapter = remote
+            elif isinstance(target, ForeignHarness):
+                adapter = await _open_foreign(stack, target, settings, data_dir, root, clock, metrics)
             else:
                 adapter = await _open_model_target(stack, target, settings, clock)
             adapters[target.key] = adapter
@@ -388,6 +398,8 @@ def _described(target: HarnessTarget) -> str:
         return ASSISTANT_DESCRIPTION
     if isinstance(target, RemoteHarness):
         return f"A remote harness at {target.url}."
+    if isinstance(target, ForeignHarness):
+        return f"The {target.engine} coding agent in its own workspace (its tool requests ask you first)."
     return f"The model {target.model.name}: one answer per question, no tools."
 
 
@@ -437,6 +449,38 @@ async def _open_builtin(
     # in <root>/<caller kind>/<caller key>/<id>, beside the harnesses' own <root>/<key>.
     call_workspaces = workspace_rigs(rig, harness_settings, root)
     return BuiltinHarnessAdapter(rig, workspaces=call_workspaces, prompts=prompts), workspace
+
+
+async def _open_foreign(
+    stack: AsyncExitStack,
+    target: ForeignHarness,
+    settings: UpSettings,
+    data_dir: Path,
+    root: Path,
+    clock: Clock,
+    metrics: Metrics,
+) -> BuiltinHarnessAdapter:
+    """A foreign loop (`loopd.harness.foreign`) behind the built-in adapter: the standard rig whose main loop hands
+    each turn to ``target.engine``'s CLI in the target's workspace, its journal beside the built-in harnesses'.
+    Calls cannot name their own workspace (the CLI works in its one); the CLI's permission requests meet the
+    target's gate policy, and what it leaves open becomes a gate the asker answers."""
+    workspace = (target.workspace or root / target.key).expanduser().resolve()
+    if workspace.is_relative_to(data_dir):
+        raise WorkspaceLocationError(
+            f"the workspace {workspace} of harness {target.key} is inside the data directory {data_dir}, which "
+            "holds the credentials"
+        )
+    harness_settings = HarnessSettings(
+        workspace=workspace,
+        data_dir=data_dir / f"harness-{target.key}",
+        policy=target.policy or DEFAULT_POLICY,
+        journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
+        hidden=(data_dir,),
+        foreign=standard_engine(target.engine, target.command, workspace),
+    )
+    rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
+    rig = replace(rig, on_journal_commit=metrics.journal_commit_seconds.observe)
+    return BuiltinHarnessAdapter(rig)
 
 
 def ledger_redactor(settings: UpSettings, *models: ModelConfig) -> Redactor:

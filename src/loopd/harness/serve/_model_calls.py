@@ -31,6 +31,7 @@ from loopd._infra.clock import Clock
 from loopd._infra.redaction import Redactor
 from loopd.harness.actors import Rig, Session
 from loopd.harness.core import Message
+from loopd.harness.foreign import ForeignEngine
 from loopd.harness.models import ModelAttemptRecord, ModelCallRecord, recording
 
 MAX_RECORDS: Final = 256
@@ -151,6 +152,8 @@ def recording_rig(rig: Rig) -> Rig:
     """``rig`` whose loops' and agents' models report their calls to the context's log (`RecordingModel`)."""
 
     def wrap(definition: Any) -> Any:
+        if isinstance(definition.model, ForeignEngine):  # a foreign CLI runs whole turns: no model calls to record
+            return definition
         return replace(definition, model=recording(definition.model))
 
     return replace(rig, loops=[wrap(loop) for loop in rig.loops], agents=[wrap(agent) for agent in rig.agents])

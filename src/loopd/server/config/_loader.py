@@ -37,6 +37,7 @@ from loopd.server.storage import InvalidRecord
 from ._types import (
     ActorToken,
     BuiltinHarness,
+    ForeignHarness,
     HarnessTarget,
     KubeApi,
     ModelHarness,
@@ -481,6 +482,15 @@ def _harness(
         except GatePolicyError as exc:
             problems.append(_problem(("harnesses", index, "policy"), str(exc), marks, source))
             return None
+    if kind == "foreign":
+        return ForeignHarness(
+            engine=item["engine"],
+            command=tuple(str(part) for part in item.get("command") or ()),
+            workspace=path_of(item.get("workspace")),
+            policy=policy,
+            policy_path=policy_path,
+            **common,
+        )
     tools = item.get("tools")
     mcp_servers: tuple[Any, ...] = ()
     if "mcpServers" in item:

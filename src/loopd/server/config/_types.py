@@ -151,7 +151,25 @@ class ModelHarness:
     kind: Literal["model"] = "model"
 
 
-HarnessTarget = BuiltinHarness | RemoteHarness | ModelHarness
+@dataclass(frozen=True)
+class ForeignHarness:
+    """A foreign loop as a harness target: an external coding-agent CLI (``engine``: claude or codex) run once per
+    turn in its own workspace, its permission requests through this harness's gate (`loopd.harness.foreign`)."""
+
+    key: str
+    engine: Literal["claude", "codex"]
+    title: str = ""
+    description: str = ""
+    command: tuple[str, ...] = ()
+    """The CLI and flags of one's own (model, sandbox, profile); empty: ``claude`` / ``codex`` on PATH."""
+    workspace: Path | None = None
+    """None: ``<workspaces>/<key>``."""
+    policy: GatePolicy | None = None
+    policy_path: Path | None = None
+    kind: Literal["foreign"] = "foreign"
+
+
+HarnessTarget = BuiltinHarness | RemoteHarness | ModelHarness | ForeignHarness
 
 
 @dataclass(frozen=True)

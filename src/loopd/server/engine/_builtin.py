@@ -48,6 +48,7 @@ from loopd.harness import (
     UserInput,
 )
 from loopd.harness.actors import Rig, Session, Subscription
+from loopd.harness.foreign import ForeignEngine
 from loopd.harness.journal import last_settled_seq, replay, unsettled_loops
 from loopd.harness.models import record_model_calls, recording
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
@@ -312,6 +313,8 @@ def recording_rig(rig: Rig) -> Rig:
     the built-in adapter's prompt recording needs. Without a bound log they behave exactly as before."""
 
     def wrap(definition: Any) -> Any:
+        if isinstance(definition.model, ForeignEngine):  # a foreign CLI runs whole turns: no model calls to record
+            return definition
         return replace(definition, model=recording(definition.model))
 
     return replace(rig, loops=[wrap(loop) for loop in rig.loops], agents=[wrap(agent) for agent in rig.agents])
