@@ -87,6 +87,7 @@ def create_server_app(
     ``readiness`` the checks ``/readyz`` runs besides the database's (the composition root's: the Kubernetes API)."""
     background = [
         Sweeper("completions", lambda: ctx.task_api.sweep_closing(limit=20), clock=ctx.clock),
+        Sweeper("deleted-tasks", lambda: ctx.task_api.sweep_orphans(limit=50), interval=10.0, clock=ctx.clock),
         Sweeper("human-deadlines", lambda: ctx.human.sweep_deadlines(limit=100), clock=ctx.clock),
     ]
 

@@ -17,6 +17,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Literal
 
 from loopd._infra.errors import LoopdError
@@ -55,6 +56,9 @@ from loopd.server.streams import (
 _log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY_LIMIT: Final = 100
+ORPHAN_GRACE: Final = 30.0
+"""Seconds an answer must be old before a missing Task counts as deleted (its Task is created after the answer)."""
+TASK_DELETED: Final = {"code": "task_deleted", "message": "the Task was deleted before it was answered"}
 AUTHOR_KINDS: Final = frozenset({"operator", "harness"})
 
 
@@ -100,6 +104,7 @@ class TaskApi:
         self._tasks = tasks
         self._history_limit = history_limit
         self._stopping = asyncio.Event()
+        self._orphan_cursor: str | None = None  # where `sweep_orphans` goes on from
         self.answered: Callable[[str], None] | None = None
         """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
 
@@ -347,6 +352,26 @@ class TaskApi:
             except StorageError as exc:
                 _log.warning("completion of task %s not finished yet: %s", response.task_id, exc)
         return done
+
+    async def sweep_orphans(self, *, limit: int = 50, grace: float = ORPHAN_GRACE) -> int:
+        """Fail the answers whose Task was deleted before they were completed (``kubectl delete task``, a namespace
+        removed): nobody will answer them, and a reader would wait forever. Looks at up to ``limit`` open answers
+        older than ``grace`` seconds per call, in turn (a cursor goes round all of them); how many it failed."""
+        cutoff = self._db.clock.now() - timedelta(seconds=grace)
+        async with self._db.transaction(read_only=True) as tx:
+            page = await tx.messages.list_open_responses(created_before=cutoff, after=self._orphan_cursor, limit=limit)
+        self._orphan_cursor = page[-1].id if len(page) == limit else None
+        failed = 0
+        for response in page:
+            if response.task_id is None or await self._tasks.get(response.task_id) is not None:
+                continue
+            try:
+                await self.complete(response.task_id, error=TASK_DELETED)
+            except Conflict:
+                continue  # completed in between by its responder: nothing to do
+            _log.info("task %s was deleted before it was answered: its answer failed", response.task_id)
+            failed += 1
+        return failed
 
     # -- the operator surface: Tasks per responder, keyed outputs, the work conversation ----------------------
 

@@ -188,6 +188,19 @@ class Messages:
         )
         return [_message(row) for row in rows]
 
+    async def list_open_responses(
+        self, *, created_before: datetime, after: str | None = None, limit: int = 100
+    ) -> list[Message]:
+        """Task ``response`` messages whose delivery is still open (completion not begun), created before
+        ``created_before``, in id order after ``after``: answers whose Task may have gone away unanswered."""
+        page_limit(limit)
+        rows = await self._tx.fetch(
+            f"SELECT {_COLUMNS} FROM messages WHERE delivery_state = '' AND id > ? AND purpose = 'response' "
+            "AND task_id IS NOT NULL AND created_at < ? ORDER BY id LIMIT ?",
+            (after or "", time_text(created_before), limit),
+        )
+        return [_message(row) for row in rows]
+
     async def list_closing(self, *, limit: int = 100) -> list[Message]:
         """Messages whose delivery is ``closing``: completions to resume after a crash."""
         page_limit(limit)
