@@ -59,6 +59,7 @@ from openai.types.chat import (
 )
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.errors import LoopdError
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
@@ -379,8 +380,8 @@ def _openai_message(message: Message) -> ChatCompletionMessageParam:
     return assistant
 
 
-class _Malformed(ValueError):
-    """A streamed chunk that is not shaped like a Chat Completions chunk."""
+class _Malformed(LoopdError, ValueError):
+    """A streamed chunk that is not shaped like a Chat Completions chunk (becomes a `ModelPermanentError`)."""
 
 
 def _text(value: object) -> str | None:
