@@ -191,6 +191,7 @@ class Drive:
         self._stopping = False
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
+        self._states = streams.StreamStates()  # the call message's stream state this drive left (see emit)
 
     def stop(self) -> None:
         """The engine is stopping: the watcher ends the drive at its next look (cancellation does the rest)."""
@@ -563,7 +564,9 @@ class Drive:
         if not events or call.message_id is None:
             return None
         try:
-            message, _ = await streams.emit(tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True)
+            message, _ = await streams.emit(
+                tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states
+            )
             return message.content
         except Conflict as exc:  # ended between our lock and the emit: cannot happen under the row lock
             raise _Stop("done", phase="cancelled", error=_error("message_closed", str(exc))) from exc

@@ -8,6 +8,7 @@ from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus
 from loopd.server.streams._log import (
     HUMAN_BLOCK_TYPES,
     TERMINAL_STATUSES,
+    StreamStates,
     TerminalStatus,
     emit,
     empty_model,
@@ -21,6 +22,7 @@ __all__ = [
     "HUMAN_BLOCK_TYPES",
     "TERMINAL_STATUSES",
     "ConversationBus",
+    "StreamStates",
     "TerminalStatus",
     "emit",
     "empty_model",

@@ -14,6 +14,7 @@ in commit order; `ConversationBus` only wakes them. Callers pass ``bus`` so a co
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
@@ -81,6 +82,36 @@ async def state_of(tx: Transaction, message: Message) -> StreamState:
     return StreamState.of(message.content, seq=seq or None)
 
 
+class StreamStates:
+    """The stream states a writer left in messages it keeps writing (a harness call's drive), by message id and
+    revision: `emit` starts from one instead of rebuilding it from the stored snapshot (a full decode and
+    validation of the whole answer, for every batch of events — a cost that grew with the answer). An entry is kept
+    only once its transaction has committed, and is used only at the exact revision it was made at (every write of
+    a message bumps its revision), so a rolled-back or foreign write never answers for another. The newest
+    ``limit`` messages are kept."""
+
+    def __init__(self, limit: int = 16) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._limit = limit
+        self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
+
+    def get(self, message: Message) -> StreamState | None:
+        """The state of ``message`` at its current revision, if this writer made it."""
+        found = self._states.get(message.id)
+        if found is None or found[0] != message.revision:
+            return None
+        self._states.move_to_end(message.id)
+        return found[1]
+
+    def put(self, message: Message, state: StreamState) -> None:
+        """``state`` is what ``message`` (at its revision) holds."""
+        self._states[message.id] = (message.revision, state)
+        self._states.move_to_end(message.id)
+        while len(self._states) > self._limit:
+            self._states.popitem(last=False)
+
+
 async def emit(
     tx: Transaction,
     message_id: str,
@@ -88,16 +119,18 @@ async def emit(
     *,
     bus: ConversationBus | None = None,
     allow_human_blocks: bool = False,
+    states: StreamStates | None = None,
 ) -> tuple[Message, list[MessageEvent]]:
     """Append ``set`` / ``append`` / ``error`` events (their ``seq`` is assigned here) and refresh the snapshot.
 
     Raises ``InvalidRecord`` for anything that is not such an event or that the reducer rejects, and ``Conflict``
-    when the message is terminal. ``ping`` events are accepted and not stored.
+    when the message is terminal. ``ping`` events are accepted and not stored. ``states``: a writer's cache of the
+    states it left (see `StreamStates`).
     """
     message = await tx.messages.lock(message_id)
     if message.status in TERMINAL_STATUSES:
         raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
-    state = await state_of(tx, message)
+    state = (states.get(message) if states is not None else None) or await state_of(tx, message)
     seq = state.seq or 0
     stored: list[MessageEvent] = []
     for raw in events:
@@ -127,6 +160,9 @@ async def emit(
             message_id, expected_revision=message.revision, content=state.model.to_json()
         )
         _wake(tx, bus, message.conversation_id)
+        if states is not None:
+            written, final = message, state
+            tx.after_commit(lambda: states.put(written, final))
     return message, stored
 
 

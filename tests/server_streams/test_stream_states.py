@@ -1,0 +1,96 @@
+"""A writer's cache of the stream states it left (`StreamStates`): the same snapshots and events as without it, no
+rebuild of the stored snapshot for a message it wrote last, and never a state from a rolled-back or foreign write."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loopd.agentue import StreamState
+from loopd.server import streams as streams_module
+from loopd.server.storage import Database, NewMessage, open_database
+from loopd.server.streams import StreamStates, emit, empty_model, open_message
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    async with open_database(tmp_path / "loopd.db") as database:
+        yield database
+
+
+async def _message(db: Database) -> str:
+    async with db.transaction() as tx:
+        cid = (await tx.conversations.create(actor_kind="user", actor_key="alice")).id
+        new = NewMessage(
+            conversation_id=cid, kind="harness", key="assistant", purpose="response", content=empty_model(),
+            task_id="t1", status="streaming",
+        )  # fmt: skip
+        return (await open_message(tx, new)).id
+
+
+def _piece(text: str) -> dict[str, Any]:
+    return {"op": "append", "mask": "block.text", "block": {"id": "answer", "text": text}}
+
+
+SET = {"op": "set", "block": {"id": "answer", "type": "text", "text": ""}}
+
+
+async def test_emits_through_the_cache_store_what_emits_without_it_store(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cached, plain = await _message(db), await _message(db)
+    states = StreamStates()
+    rebuilt: list[str] = []
+    real_state_of = streams_module._log.state_of
+
+    async def counting_state_of(tx: Any, message: Any) -> StreamState:
+        rebuilt.append(message.id)
+        return await real_state_of(tx, message)
+
+    monkeypatch.setattr(streams_module._log, "state_of", counting_state_of)
+    for batch in ([SET], [_piece("Hel")], [_piece("lo")], [_piece(", "), _piece("world")]):
+        async with db.transaction() as tx:
+            await emit(tx, cached, batch, states=states)
+        async with db.transaction() as tx:
+            await emit(tx, plain, batch)
+    async with db.transaction(read_only=True) as tx:
+        one, two = await tx.messages.get(cached), await tx.messages.get(plain)
+        events = [e.event for e in await tx.message_events.read(cached)]
+        other = [e.event for e in await tx.message_events.read(plain)]
+    assert one.content == two.content and one.content["blocks"][0]["text"] == "Hello, world"
+    assert events == other
+    assert rebuilt.count(cached) == 1 and rebuilt.count(plain) == 4  # only the first batch read the snapshot
+
+
+async def test_a_rolled_back_or_foreign_write_never_answers_from_the_cache(db: Database) -> None:
+    message_id = await _message(db)
+    states = StreamStates()
+    async with db.transaction() as tx:
+        await emit(tx, message_id, [SET, _piece("a")], states=states)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await emit(tx, message_id, [_piece("LOST")], states=states)
+            raise RuntimeError("the commit failed")
+    async with db.transaction() as tx:
+        await emit(tx, message_id, [_piece("b")])  # another writer: the revision moves past the cached one
+    async with db.transaction() as tx:
+        await emit(tx, message_id, [_piece("c")], states=states)
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.messages.get(message_id)
+    assert stored.content["blocks"][0]["text"] == "abc"
+
+
+def test_the_cache_keeps_the_newest_messages_only() -> None:
+    states = StreamStates(limit=2)
+    made = []
+    for index in range(3):
+        message: Any = type("M", (), {"id": f"m{index}", "revision": 1})()
+        states.put(message, StreamState(stream_id=str(index)))
+        made.append(message)
+    assert states.get(made[0]) is None
+    assert states.get(made[2]) is not None and states.get(made[1]) is not None
+    with pytest.raises(ValueError):
+        StreamStates(limit=0)
