@@ -462,8 +462,8 @@ async def _open_foreign(
 ) -> BuiltinHarnessAdapter:
     """A foreign loop (`loopd.harness.foreign`) behind the built-in adapter: the standard rig whose main loop hands
     each turn to ``target.engine``'s CLI in the target's workspace, its journal beside the built-in harnesses'.
-    Calls cannot name their own workspace (the CLI works in its one); the CLI's permission requests meet the
-    target's gate policy, and what it leaves open becomes a gate the asker answers."""
+    Calls cannot name their own workspace (the CLI works in its one) nor start as forks; the CLI's permission
+    requests meet the target's gate policy, and what it leaves open becomes a gate the asker answers."""
     workspace = (target.workspace or root / target.key).expanduser().resolve()
     if workspace.is_relative_to(data_dir):
         raise WorkspaceLocationError(
@@ -480,7 +480,8 @@ async def _open_foreign(
     )
     rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
     rig = replace(rig, on_journal_commit=metrics.journal_commit_seconds.observe)
-    return BuiltinHarnessAdapter(rig)
+    # No forks: a forked session would resume the same CLI session (kept by the CLI, not the journal) as its source.
+    return BuiltinHarnessAdapter(rig, forks=False)
 
 
 def ledger_redactor(settings: UpSettings, *models: ModelConfig) -> Redactor:

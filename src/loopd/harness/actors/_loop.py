@@ -714,7 +714,9 @@ class LoopActor:
             return False, f"denied by the gate: {reason}"
         if decision.prompt is None:  # pragma: no cover - a gated verdict always comes with its prompt
             return False, "denied by the gate"
-        gate_id = f"{turn_id}/{step}/{request.request_id or call_id}"
+        # The journal position makes the id unique in the session: a turn re-run after a crash at this gate asks
+        # again with the same request id, and that new gate must not take the id of the one the restore denied.
+        gate_id = f"{turn_id}/{step}/{request.request_id or call_id}@{self.session.last_seq}"
         waiter: asyncio.Future[tuple[bool, str]] = asyncio.get_running_loop().create_future()
         self._foreign_gates[gate_id] = waiter
         try:

@@ -200,11 +200,13 @@ class BuiltinHarnessAdapter:
         loop: str | None = None,
         workspaces: WorkspaceRigs | None = None,
         prompts: PromptRecording | None = None,
+        forks: bool = True,
     ) -> None:
         self._rig = rig
         self._loop = loop
         self._workspaces = workspaces
         self._prompts = prompts
+        self._forks = forks
 
     @property
     def supports_resume(self) -> bool:
@@ -246,8 +248,9 @@ class BuiltinHarnessAdapter:
 
     @property
     def supports_forks(self) -> bool:
-        """Calls may start as a fork of an earlier session of this harness (`AdapterRequest.fork`)."""
-        return True
+        """Calls may start as a fork of an earlier session of this harness (`AdapterRequest.fork`), unless ``forks``
+        was False (a foreign loop: its CLI's own session, outside the journal, would be shared by both)."""
+        return self._forks
 
     async def _start_or_fork(self, rig: Rig, request: AdapterRequest) -> Session:
         """The call's new session: a fork of ``request.fork`` (session id, seq) when given, else a fresh one."""
