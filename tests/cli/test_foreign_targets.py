@@ -127,3 +127,14 @@ async def test_harness_serve_with_a_foreign_engine_answers_and_gates_over_http(t
         assert done["event"]["text"] == "Bash said a.txt"
         used = await wait_for_event(served, created["id"], "foreign_tool_used")
         assert (used["event"]["name"], used["event"]["output"]) == ("Bash", "a.txt")
+
+
+def test_loopd_config_check_locates_a_bad_foreign_entry_and_passes_a_good_one(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text(GOOD.replace("    policy: policy.yaml\n", ""))
+    bad.write_text("harnesses:\n  - key: c\n    kind: foreign\n    engine: claude\n    model: {name: demo}\n")
+    ok = CliRunner().invoke(app, ["config", "check", str(good)], env={})
+    assert ok.exit_code == 0 and f"{good}: ok (2 harness target(s))" in ok.output, ok.output
+    refused = CliRunner().invoke(app, ["config", "check", str(bad)], env={})
+    assert refused.exit_code == 2, refused.output
+    assert f"{bad}:5:5: harnesses[0].model: unknown key (allowed: command, description, engine" in refused.output
