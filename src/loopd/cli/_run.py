@@ -31,7 +31,7 @@ from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 from loopd.harness import ForkPointError, ForkWorkspaceError, HarnessError, Session, SessionNotFoundError
 from loopd.harness.actors import Rig
 from loopd.harness.core.workspace import ForkWorkspace
-from loopd.harness.foreign import ForeignEngine, ForeignKind
+from loopd.harness.foreign import ENGINE_KEYS, ForeignEngine, ForeignKind, standard_engine
 from loopd.harness.gate import DEFAULT_POLICY, FileRuleStore, GatePolicyError, load_policy
 from loopd.harness.journal import last_settled_seq
 from loopd.harness.models import ModelConfig, PriceTableError
@@ -477,20 +477,13 @@ def _resume_options(options: RunOptions) -> str:
     return f" --data-dir {shlex.quote(str(options.data_dir))}" + extra
 
 
-_ENGINE_KEYS: Final = {
-    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CLAUDE_CONFIG_DIR"),
-    "codex": ("OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"),
-}
-"""What each engine's CLI inherits besides the safe environment: its own provider's key and settings only."""
-
-
 def _foreign_engine(options: RunOptions) -> ForeignEngine | None:
     """The ``--engine`` of the options (`CliError` for an unknown one or a flag that does not apply)."""
     if options.engine is None:
         if options.engine_command is not None:
             raise CliError("--engine-command needs --engine claude|codex", exit_code=EXIT_USAGE)
         return None
-    if options.engine not in _ENGINE_KEYS:
+    if options.engine not in ENGINE_KEYS:
         raise CliError(f"--engine {options.engine!r}: use claude or codex", exit_code=EXIT_USAGE)
     if options.model is not None or options.mcp_config is not None:
         raise CliError(
@@ -500,7 +493,7 @@ def _foreign_engine(options: RunOptions) -> ForeignEngine | None:
         )
     command = tuple(shlex.split(options.engine_command)) if options.engine_command else ()
     kind: ForeignKind = "claude" if options.engine == "claude" else "codex"
-    return ForeignEngine(kind=kind, command=command, cwd=options.workspace, inherit=_ENGINE_KEYS[kind])
+    return standard_engine(kind, command, options.workspace)  # inherits its provider's variables only
 
 
 def _default_run_data_dir() -> Path:
