@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -53,6 +52,7 @@ from loopd.harness.journal import (
     RestoredState,
     SessionInfo,
     StateSnapshots,
+    collector_paused,
     last_settled_seq,
     replay,
     restore_state,
@@ -64,24 +64,6 @@ from loopd.harness.tools import Tool
 RecoveryMode = Literal["interrupt", "resume"]
 _FORK_LOOKAHEAD = 256
 """Records past a fork point searched for the snapshot taken right after it (a turn end's checkpoint)."""
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a restore decodes and folds its journal (no await inside).
-
-    A fold allocates many objects that all stay alive (the rebuilt history), so the collections it would
-    trigger find nothing to free, and each one scans a heap that keeps growing: with 10k events they were
-    about 15% of the restore time. The collector's previous setting is put back on exit.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def _restore_hustles(session: Session, hustles: Mapping[str, HustleInfo]) -> None:
@@ -367,7 +349,7 @@ class Rig:
             raise ForkPointError(
                 f"session {parent_id!r} has seqs 1..{last}; cannot fork at {at_seq}", settled=last_settled_seq(records)
             )
-        with _collector_paused():
+        with collector_paused():
             busy = unsettled_loops(replay(records))
         if busy:
             settled = last_settled_seq(records)
@@ -398,7 +380,7 @@ class Rig:
         if mode == "keep":
             return None
         after = await self.journal.read(parent_id, at_seq + 1, _FORK_LOOKAHEAD)
-        with _collector_paused():
+        with collector_paused():
             events = [(r.seq, codec.decode(r.kind, r.version, r.data)) for r in (*records, *after)]
         directory = self.workspace.resolve() if self.workspace is not None else None
         excludes = self.snapshots.excludes if self.snapshots is not None else DEFAULT_EXCLUDES

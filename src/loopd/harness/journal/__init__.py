@@ -12,6 +12,7 @@ from loopd.harness.journal._snapshots import (
     DEFAULT_SNAPSHOT_EVERY,
     RestoredState,
     StateSnapshots,
+    collector_paused,
     restore_state,
     snapshot_due,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Snapshot",
     "SqliteJournal",
     "StateSnapshots",
+    "collector_paused",
     "last_settled_seq",
     "replay",
     "restore_state",

@@ -48,9 +48,11 @@ def snapshot_due(snapshot_seq: int, seq: int, every: int = DEFAULT_SNAPSHOT_EVER
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while a snapshot decodes or records fold (no await inside): both build
-    many objects that all stay alive, so its collections would find nothing to free."""
+    many objects that all stay alive, so the collections they would trigger find nothing to free, and each scans a
+    heap that keeps growing (with 10k events about 15% of a restore). The collector's previous setting is put back
+    on exit."""
     if not gc.isenabled():
         yield
         return
@@ -84,7 +86,7 @@ async def restore_state(journal: Journal, session_id: str, *, snapshots: bool = 
     ignored: str | None = None
     if stored is not None:
         try:
-            with _collector_paused():
+            with collector_paused():
                 base = decode_state(stored.data)
             if base.last_seq != stored.seq:
                 raise SnapshotDecodeError(f"it holds seq {base.last_seq}, stored as seq {stored.seq}")
@@ -95,7 +97,7 @@ async def restore_state(journal: Journal, session_id: str, *, snapshots: bool = 
     records = await journal.read(session_id, 1 if base is None else base.last_seq + 1)
     if base is None and not records:
         raise SessionNotFoundError(session_id)
-    with _collector_paused():
+    with collector_paused():
         state = replay(records, base)
     return RestoredState(state, records, 0 if base is None else base.last_seq, ignored)
 
