@@ -258,15 +258,17 @@ class TaskApi:
         if events and any(event.get("op") == "error" for event in events):
             raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
         response, finished = await self._begin_completion(task_id, intent, actor, events or ())
-        if finished and self.answered is not None:
-            self.answered(response.conversation_id)
         if finished and self._metrics is not None:
             self._metrics.chats_in_flight.dec()
             seconds = (self._db.clock.now() - response.created_at).total_seconds()
             self._metrics.chat_seconds.labels("failed" if error else "completed").observe(max(seconds, 0.0))
-        if response.delivery_state == "closed":
-            return response
-        return await self._finish_delivery(task_id, intent, ended=response if finished else None)
+        try:
+            if response.delivery_state == "closed":
+                return response
+            return await self._finish_delivery(task_id, intent, ended=response if finished else None)
+        finally:
+            if finished and self.answered is not None:  # once the answer's end has gone out to its readers
+                self.answered(response.conversation_id)
 
     async def _begin_completion(
         self, task_id: str, intent: dict[str, Any], actor: Identity | None, events: Sequence[Mapping[str, Any]]
