@@ -43,9 +43,14 @@ async def test_a_stale_token_cannot_write(db: Database, clock: VirtualClock) -> 
     async with engine:
         call_id, response = await _call(db, engine)
         await until(lambda: _at(engine, call_id, 1))
-        await clock.advance(31)  # the lease expires (no renewal within virtual time) and someone else takes it
+        await clock.advance(31)  # the lease expires and someone else takes it
         async with db.transaction() as tx:
-            intruder = await tx.leases.acquire(lease_resource(call_id), "intruder", 30)
+            # As the clock jumps, the engine may renew the lease or take the expired one again (its wake-ups race
+            # the jump): hold the row, end whoever holds it, and take it, all in the intruder's one transaction.
+            resource = lease_resource(call_id)
+            await tx.fetch_one(f"SELECT token FROM leases WHERE resource = ?{tx.for_update}", (resource,))
+            await tx.leases.expire_others("intruder")
+            intruder = await tx.leases.acquire(resource, "intruder", 30)
         assert intruder is not None
         adapter.last_run(call_id).release()  # the old holder's next write must be refused
         await until_true(lambda: engine.statistics().drives_lost == 1)
