@@ -77,7 +77,7 @@ from loopd.harness.core.inputs import (
     UserInputExpired,
     UserInputNeeded,
 )
-from loopd.harness.core.state import LoopState
+from loopd.harness.core.state import LoopState, TurnState
 
 LoopInput = (
     CompactionDone
@@ -544,18 +544,7 @@ def recover(
     turn = state.turn
     if turn is not None and turn.gate is not None and turn.phase == "model":
         # A foreign loop's CLI waited at the gate: the CLI ended with the old process, and its question with it.
-        b.emit(
-            GateResolved(
-                loop=state.name,
-                turn_id=turn.turn_id,
-                step=turn.step,
-                gate_id=turn.gate.gate_id,
-                answer="deny",
-                granted=False,
-                reason="the session restarted while the foreign CLI waited",
-                at=now,
-            )
-        )
+        _deny_open_gate(b, turn, "the session restarted while the foreign CLI waited", now)
         turn = b.state.turn
     if turn is not None and (turn.gate is not None or turn.asks):
         waiting = {a.request_id for a in turn.asks} | set(turn.gate.call_ids if turn.gate is not None else ())
@@ -584,18 +573,7 @@ def recover(
     gated_ids = set(turn.gate.call_ids) if turn.gate is not None else set()
     if turn.gate is not None:
         # Calls still waiting at the gate were never approved: deny them; settle the rest as usual.
-        b.emit(
-            GateResolved(
-                loop=state.name,
-                turn_id=turn.turn_id,
-                step=turn.step,
-                gate_id=turn.gate.gate_id,
-                answer="deny",
-                granted=False,
-                reason="the session restarted while other calls were running",
-                at=now,
-            )
-        )
+        _deny_open_gate(b, turn, "the session restarted while other calls were running", now)
     asking = {a.request_id for a in turn.asks}  # open questions stay open: their answer has not come yet
     rerun = tuple(c for c in turn.open_calls if c.id not in gated_ids | asking and idempotent(c.name))
     for call in turn.open_calls:
@@ -622,3 +600,20 @@ def _rearm_asks(b: _Builder) -> None:
         return
     for ask in turn.asks:
         b.effects.append(ArmAsk(turn_id=turn.turn_id, step=turn.step, request_id=ask.request_id, deadline=ask.deadline))
+
+
+def _deny_open_gate(b: _Builder, turn: TurnState, reason: str, now: float) -> None:
+    """Restore: deny the turn's open gate (its asker can no longer be answered in the process that asked)."""
+    assert turn.gate is not None
+    b.emit(
+        GateResolved(
+            loop=b.state.name,
+            turn_id=turn.turn_id,
+            step=turn.step,
+            gate_id=turn.gate.gate_id,
+            answer="deny",
+            granted=False,
+            reason=reason,
+            at=now,
+        )
+    )
