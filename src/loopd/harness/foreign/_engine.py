@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from loopd._infra.tasks import finish_shielded
 from loopd.harness._errors import HarnessError, ModelPermanentError
 from loopd.harness.foreign._protocols import (
     Finished,
@@ -233,7 +234,8 @@ async def run_foreign_turn(
             )
         return finished
     finally:
-        await _terminate(process, engine.kill_grace)
+        # Shielded: a turn cancelled now (an interrupt, a shutdown) still reaps its CLI (bounded by the grace + 5 s).
+        await finish_shielded(_terminate(process, engine.kill_grace))
 
 
 async def _read_turn(
