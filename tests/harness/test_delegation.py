@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -169,7 +168,7 @@ async def test_a_report_lost_in_a_crash_is_delivered_after_restore() -> None:
     state = {"fail": False}
 
     def fail_parent_inputs(_sid: str, records: object) -> None:
-        kinds_loops = [(r.kind, json.loads(r.data).get("loop")) for r in records]  # type: ignore[attr-defined]
+        kinds_loops = [(r.kind, getattr(codec.decode(r.kind, r.version, r.data), "loop", None)) for r in records]  # type: ignore[attr-defined]
         if state["fail"] and any(k in {"turn_started", "input_queued"} and lp == "main" for k, lp in kinds_loops):
             raise OSError("disk full")
 
