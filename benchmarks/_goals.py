@@ -61,6 +61,7 @@ GOALS: tuple[Goal, ...] = (
     Goal("harness_core", "journal_10", "journal throughput, 10 sessions ÷ raw sqlite3", ">=", 0.5, "×"),
     Goal("harness_core", "journal_100", "journal throughput, 100 sessions ÷ raw sqlite3", ">=", 0.7, "×"),
     Goal("harness_core", "restore_10k_ms", "restore of a 10,000-event session", "<=", 50, "ms"),
+    Goal("harness_core", "storage_vs_raw", "storage after 500 steps ÷ raw message bytes", "<=", 2.2, "×"),
     # issue 18 §2 (matched durability) and issue 6
     Goal("peers", "x_langgraph_full", "faster than LangGraph per step at h=500, all FULL", ">=", 20, "×"),
     Goal("peers", "x_langgraph_normal", "faster than LangGraph per step at h=500, all NORMAL", ">=", 20, "×"),
