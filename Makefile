@@ -75,8 +75,12 @@ fmt: $(STAMP)
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
 
-# writes benchmarks/results/<date>-<sha>.json and regenerates docs/BENCHMARKS.md's generated sections from it
+# writes benchmarks/results/<date>-<sha>.json and regenerates docs/BENCHMARKS.md's generated sections from it.
+# LangGraph's Agent Server (the peer of server_chats and server_streams) gets a virtualenv of its own under
+# ${XDG_CACHE_HOME:-~/.cache}/loopd/bench-langgraph: langgraph-api needs an older jsonschema_rs than the dev extra's
+# schemathesis. Installed once, again only when its pins (benchmarks/_langgraph.py) change.
 bench: $(BENCH_STAMP) web
+	$(BIN)/python -m benchmarks._langgraph ensure
 	$(BIN)/python -m benchmarks --results --docs $(BENCH_ARGS)
 
 # the quick benchmarks against the last committed results of this machine class (benchmarks/tolerances.toml);

@@ -163,10 +163,13 @@ class EventStream:
         self._chunked = chunked
 
     async def frames(self) -> AsyncIterator[bytes]:
-        """Each SSE message (the bytes between blank lines, comments included) until the response ends."""
+        """Each SSE message (the bytes between blank lines, comments included) until the response ends; CRLF line
+        ends (some peers' servers) are read as LF."""
         buffer = b""
         async for data in self._body():
             buffer += data
+            if b"\r" in buffer:
+                buffer = buffer.replace(b"\r\n", b"\n")  # a CR at the end waits for its LF in the next data
             while (end := buffer.find(b"\n\n")) >= 0:
                 yield buffer[:end]
                 buffer = buffer[end + 2 :]

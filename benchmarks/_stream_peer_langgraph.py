@@ -7,30 +7,22 @@ then ``bench-done``. The benchmark creates a thread and a run (``stream_mode: cu
 ``GET /threads/{thread_id}/runs/{run_id}/stream`` (the same bare-protocol subscribers as loopd's, in worker
 processes), and the same delay percentiles are computed.
 
-The server runs in its own process, on loopback, started from a temporary directory and stopped by its pid. The
-``langgraph`` command is found next to this interpreter (the bench extra), or named by ``LOOPD_BENCH_LANGGRAPH``
-(e.g. a separate virtualenv's, since langgraph-api pins some libraries differently from loopd).
+The server is started and stopped by `benchmarks._langgraph` (shared with `benchmarks.server_chats`), which also
+finds the ``langgraph`` command (``LOOPD_BENCH_LANGGRAPH``, next to this interpreter, or the peer's own virtualenv
+that ``python -m benchmarks._langgraph ensure`` installs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
 import httpx
 
-LANGGRAPH_ENV: Final = "LOOPD_BENCH_LANGGRAPH"
-START_TIMEOUT: Final = 120.0
+from benchmarks._langgraph import LANGGRAPH_ENV, LangGraphServer, langgraph_command, running_graph
+
+__all__ = ["LANGGRAPH_ENV", "LangGraphServer", "langgraph_command", "running_langgraph", "start_run"]
 
 _GRAPH = """
 import asyncio, os, time
@@ -69,82 +61,11 @@ graph = builder.compile()
 """
 
 
-def langgraph_command() -> Path | None:
-    """The ``langgraph`` CLI to run: ``$LOOPD_BENCH_LANGGRAPH``, else the one next to this interpreter."""
-    named = os.environ.get(LANGGRAPH_ENV)
-    candidate = Path(named) if named else Path(sys.executable).parent / "langgraph"
-    return candidate if candidate.exists() else None
-
-
-@dataclass(frozen=True)
-class LangGraphServer:
-    host: str
-    port: int
-    directory: Path
-    pid: int
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def running_langgraph(directory: Path, command: Path) -> Iterator[LangGraphServer]:
     """``langgraph dev --no-browser`` serving the tick graph from ``directory``; stopped by its pid on exit."""
-    (directory / "graph.py").write_text(_GRAPH)
-    (directory / "langgraph.json").write_text(
-        json.dumps({"dependencies": ["."], "graphs": {"bench": "./graph.py:graph"}})
-    )
-    port = _free_port()
-    log = (directory / "langgraph.log").open("wb")
-    env = dict(os.environ, LANGGRAPH_CLI_NO_ANALYTICS="1", LANGSMITH_TRACING="false", LANGCHAIN_TRACING_V2="false")
-    child = subprocess.Popen(
-        [
-            str(command),
-            "dev",
-            "--no-browser",
-            "--no-reload",
-            "--allow-blocking",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=directory,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if child.poll() is not None:
-                raise RuntimeError(f"langgraph dev exited: {(directory / 'langgraph.log').read_text()[-1500:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/ok", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"langgraph dev did not answer within {START_TIMEOUT:g} s")
-            time.sleep(0.5)
-        yield LangGraphServer("127.0.0.1", port, directory, child.pid)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM)  # its own session: the CLI and the server it started
-        try:
-            child.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait(10)
-        log.close()
+    with running_graph(directory, command, _GRAPH, graph_id="bench") as server:
+        yield server
 
 
 def start_run(server: LangGraphServer, events: int, rate: float, flag: Path) -> str:

@@ -6,31 +6,49 @@ all N sent at once on raw asyncio connections. Per chat: time to first token = P
 (or ``set``) of the response's ``answer`` block on that stream; completion = POST start → the response's ``end``.
 Throughput = N / (last completion − first POST start). Also a single chat alone, as the unloaded reference.
 
-Peers, measured the same way in the same run (``--peers``, default ``bare``): ``bare`` is a bare FastAPI + SQLite
-server (`benchmarks._chat_peer_bare`) that stores the two messages and streams the same number of pieces with no
-Task, engine, harness or ledger — the floor; both it and loopd keep SQLite at ``synchronous=NORMAL`` in WAL mode (a
-commit survives a process crash, not a power loss). LangGraph's Agent Server is not measured yet (its goals print
-"n/a").
+Peers, measured the same way in the same run (``--peers``, default ``bare,langgraph``), their rounds alternating
+with loopd's (loopd, then each peer, for each repetition; every server started before the first round):
 
-python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick] [--peers bare|none]
+* ``bare``: a bare FastAPI + SQLite server (`benchmarks._chat_peer_bare`) that stores the two messages and streams
+  the same number of pieces with no Task, engine, harness or ledger — the floor; both it and loopd keep SQLite at
+  ``synchronous=NORMAL`` in WAL mode (a commit survives a process crash, not a power loss);
+* ``langgraph``: LangGraph's Agent Server, ``langgraph dev --no-browser`` (`benchmarks._langgraph`: in-memory
+  state, pickled to disk every 10 s), serving a one-node graph whose zero-latency fake chat model streams the bare
+  peer's answer in the same pieces (`benchmarks._chat_peer_langgraph`); one chat = a thread (created before the
+  clock starts, like loopd's conversations) and ``POST /threads/{id}/runs/stream``. A full run installs the peer's
+  own virtualenv when it is missing (``python -m benchmarks._langgraph ensure``; a ``--quick`` run only says so).
+
+Then the 1,000-chat round (``--thousand``, loopd only): 1,000 chats at once, after which every conversation is read
+back (``GET …/messages``) and a chat counts as lost unless its stream ended ``completed`` and the stored answer is
+``completed`` with the very text that was streamed (which begins by echoing that chat's own question).
+
+python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick] [--peers bare,langgraph|none]
+                                  [--thousand 1000] [--langgraph-jobs N] [--profile DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import inspect
 import statistics
+import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import httpx
+
 from benchmarks._chat_peer_bare import running_bare_server
+from benchmarks._chat_peer_langgraph import GRAPH_ID, GRAPH_SOURCE, expected_text
+from benchmarks._chat_peer_langgraph import one_chat as langgraph_chat
 from benchmarks._common import print_table
 from benchmarks._goals import print_goals
+from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command, peer_versions, running_graph
 from benchmarks._server import (
     Api,
     ServerProcess,
@@ -38,6 +56,7 @@ from benchmarks._server import (
     now,
     open_event_stream,
     percentile,
+    raise_open_files,
     running_server,
     sampling,
 )
@@ -50,18 +69,27 @@ _RESPONDER = inspect.signature(HarnessResponder.__init__).parameters
 CAPACITY_RETRY: Final[float] = _RESPONDER["capacity_retry"].default
 POLL: Final[float] = _RESPONDER["poll"].default
 CHAT_TIMEOUT: Final = 120.0
+THOUSAND_TIMEOUT: Final = 600.0
+"""The 1,000-chat round's bound per chat: a chat still unanswered after it counts as lost."""
 COLUMNS: Final = ("chats", "completed", "chats/s", "TTFT p50 ms", "TTFT p95 ms", "done p50 ms", "done p95 ms", "wall s")
+PEERS: Final = ("bare", "langgraph")
+PEER_NAMES: Final = {"bare": "bare FastAPI + SQLite", "langgraph": "LangGraph Agent Server"}
 
 
 @dataclass(frozen=True)
 class Chat:
+    """One chat's timings, whether its stream ended ``completed``, and the answer it streamed."""
+
     first_token: float
     completed: float
     ok: bool
+    answer: str = ""
 
 
 @dataclass(frozen=True)
 class ChatRun:
+    """One round of N chats sent at once: how many completed, the wall time and the latency percentiles."""
+
     chats: int
     ok: int
     wall: float
@@ -75,12 +103,48 @@ class ChatRun:
         return self.chats / self.wall
 
 
-async def one_chat(server: ServerProcess, conversation: str, text: str, gate: asyncio.Event) -> Chat:
+@dataclass(frozen=True)
+class ThousandRun:
+    """The 1,000-chat round: the round, and how many chats' answers were read back complete and stored."""
+
+    run: ChatRun
+    streamed: int
+    stored: int
+
+    @property
+    def lost(self) -> int:
+        return self.run.chats - self.stored
+
+
+def summarize(chats: Sequence[Chat], wall: float, ok: int | None = None) -> ChatRun:
+    """A round's figures from its chats (``ok``: how many count as completed; default, those whose stream did)."""
+    ttft = [c.first_token * 1000 for c in chats if c.first_token == c.first_token]
+    completed = [c.completed * 1000 for c in chats]
+    return ChatRun(
+        chats=len(chats),
+        ok=sum(1 for c in chats if c.ok) if ok is None else ok,
+        wall=wall,
+        ttft_p50_ms=percentile(ttft, 50),
+        ttft_p95_ms=percentile(ttft, 95),
+        done_p50_ms=percentile(completed, 50),
+        done_p95_ms=percentile(completed, 95),
+    )
+
+
+def _lost_chat(started: float) -> Chat:
+    return Chat(float("nan"), now() - started, False)
+
+
+async def one_chat(
+    server: ServerProcess, conversation: str, text: str, gate: asyncio.Event, timeout: float = CHAT_TIMEOUT
+) -> Chat:
+    """One chat on ``conversation`` once ``gate`` opens (see the module's docstring for what is timed)."""
     await gate.wait()
     started = now()
     first_token = float("nan")
     response_id: str | None = None
     ok = False
+    answer = ""
     body = {"target": {"kind": "harness", "key": "assistant"}, "text": text}
     async with await open_event_stream(
         server.host,
@@ -89,9 +153,9 @@ async def one_chat(server: ServerProcess, conversation: str, text: str, gate: as
         token=server.token,
         method="POST",
         body=body,
-        timeout=CHAT_TIMEOUT,
+        timeout=timeout,
     ) as stream:
-        async with asyncio.timeout(CHAT_TIMEOUT):
+        async with asyncio.timeout(timeout):
             async for frame in stream.frames():
                 _, kind, data = frame_data(frame)
                 if not isinstance(data, dict):
@@ -103,36 +167,140 @@ async def one_chat(server: ServerProcess, conversation: str, text: str, gate: as
                     continue
                 event: dict[str, Any] = data.get("event") or {}
                 block = event.get("block") or {}
-                first = first_token != first_token  # NaN: no token yet
-                if first and event.get("op") in ("append", "set") and block.get("id") == ANSWER_BLOCK:
-                    first_token = now() - started
-                if event.get("op") == "end":
+                op = event.get("op")
+                if op in ("append", "set") and block.get("id") == ANSWER_BLOCK:
+                    if first_token != first_token:  # NaN: no token yet
+                        first_token = now() - started
+                    piece = str(block.get("content") or "")
+                    answer = answer + piece if op == "append" else piece
+                if op == "end":
                     ok = (data.get("message") or {}).get("status") == "completed"
                     break
-    return Chat(first_token, now() - started, ok)
+    return Chat(first_token, now() - started, ok, answer)
 
 
-async def run_chats(server: ServerProcess, count: int, label: str) -> ChatRun:
+async def _guarded(chat: Awaitable[Chat], started: Callable[[], float]) -> Chat:
+    """``chat``, or a lost chat when it failed (a refused or broken stream, a timeout): the round goes on."""
+    try:
+        return await chat
+    except (OSError, TimeoutError, ValueError, KeyError, RuntimeError, EOFError):
+        return _lost_chat(started())
+
+
+async def _release(chats: Sequence[Awaitable[Chat]], gate: asyncio.Event) -> tuple[list[Chat], float]:
+    """Start every chat (each waits for ``gate``), open the gate, and wait for all: the chats and the wall time."""
+    t0 = now()
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(_guarded(chat, lambda: t0)) for chat in chats]
+        await asyncio.sleep(0.05)
+        t0 = now()
+        gate.set()
+    return [task.result() for task in tasks], now() - t0
+
+
+async def _chat_round(
+    server: ServerProcess, count: int, label: str, *, timeout: float = CHAT_TIMEOUT
+) -> tuple[list[str], list[Chat], float]:
     async with Api(server, connections=min(count, 50)) as api:
         conversations = await asyncio.gather(*(api.create_conversation(f"{label}-{i}") for i in range(count)))
     gate = asyncio.Event()
-    chats = [asyncio.ensure_future(one_chat(server, c, f"hello number {i}", gate)) for i, c in enumerate(conversations)]
-    await asyncio.sleep(0.05)
-    t0 = now()
-    gate.set()
-    done = await asyncio.gather(*chats)
-    wall = now() - t0
-    ttft = [c.first_token * 1000 for c in done if c.first_token == c.first_token]
-    completed = [c.completed * 1000 for c in done]
-    return ChatRun(
-        chats=count,
-        ok=sum(1 for c in done if c.ok),
-        wall=wall,
-        ttft_p50_ms=percentile(ttft, 50),
-        ttft_p95_ms=percentile(ttft, 95),
-        done_p50_ms=percentile(completed, 50),
-        done_p95_ms=percentile(completed, 95),
-    )
+    chats = [one_chat(server, c, question(i), gate, timeout) for i, c in enumerate(conversations)]
+    done, wall = await _release(chats, gate)
+    return conversations, done, wall
+
+
+def question(index: int) -> str:
+    """The question of chat ``index`` of a round (each chat's own: its answer echoes it)."""
+    return f"hello number {index}"
+
+
+async def run_chats(server: ServerProcess, count: int, label: str) -> ChatRun:
+    """One round of ``count`` chats at once to a server with loopd's chat routes (loopd, or the bare peer)."""
+    _, done, wall = await _chat_round(server, count, label)
+    return summarize(done, wall)
+
+
+# --- the 1,000-chat round: every answer complete and stored ---------------------------------------------------
+
+
+def stored_answer(messages: Sequence[dict[str, Any]]) -> tuple[str, str] | None:
+    """The status and the ``answer`` block's text of the harness's response among a conversation's messages."""
+    for message in messages:
+        if message.get("purpose") != "response":
+            continue
+        blocks = (message.get("content") or {}).get("blocks") or []
+        text = next((str(b.get("content") or "") for b in blocks if b.get("id") == ANSWER_BLOCK), "")
+        return str(message.get("status")), text
+    return None
+
+
+def answer_kept(chat: Chat, index: int, stored: tuple[str, str] | None) -> bool:
+    """Whether chat ``index`` is not lost: its stream ended completed, and the stored answer is completed, is the
+    text that was streamed, and answers this chat's own question."""
+    if not chat.ok or stored is None:
+        return False
+    status, text = stored
+    return status == "completed" and text == chat.answer and f"“{question(index)}”" in text.split("\n", 1)[0]
+
+
+async def run_thousand(server: ServerProcess, count: int) -> ThousandRun:
+    """``count`` chats at once, then every conversation read back: the round and how many answers were kept."""
+    raise_open_files(count + 256)
+    conversations, done, wall = await _chat_round(server, count, "thousand", timeout=THOUSAND_TIMEOUT)
+    async with Api(server, connections=50, timeout=60.0) as api:
+        limit = asyncio.Semaphore(50)
+
+        async def read(conversation: str) -> tuple[str, str] | None:
+            async with limit:
+                try:
+                    page = await api._json("GET", f"/v1/conversations/{conversation}/messages")
+                except (httpx.HTTPError, RuntimeError):
+                    return None
+            return stored_answer(page.get("data") or [])
+
+        stored = await asyncio.gather(*(read(c) for c in conversations))
+    kept = sum(1 for index, (chat, s) in enumerate(zip(done, stored, strict=True)) if answer_kept(chat, index, s))
+    return ThousandRun(summarize(done, wall, ok=kept), sum(1 for c in done if c.ok), kept)
+
+
+# --- the LangGraph Agent Server peer -------------------------------------------------------------------------
+
+
+async def run_langgraph_chats(host: str, port: int, count: int) -> ChatRun:
+    """One round of ``count`` chats at once to LangGraph's Agent Server: a chat completes when it streamed the
+    whole answer with no error event."""
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=30.0) as client:
+
+        async def thread() -> str:
+            response = await client.post("/threads", json={})
+            response.raise_for_status()
+            return str(response.json()["thread_id"])
+
+        threads = await asyncio.gather(*(thread() for _ in range(count)))
+    gate = asyncio.Event()
+    timed = [langgraph_chat(host, port, t, question(i), gate, CHAT_TIMEOUT) for i, t in enumerate(threads)]
+
+    async def as_chat(index: int, chat: Awaitable[Any]) -> Chat:
+        got = await chat
+        ok = got.errors == 0 and got.text == expected_text(question(index))
+        return Chat(got.first_token, got.completed, ok, got.text)
+
+    done, wall = await _release([as_chat(i, c) for i, c in enumerate(timed)], gate)
+    return summarize(done, wall)
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+
+Round = Callable[[int, str], Awaitable[ChatRun]]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server under test: its name in the tables, how to run a round on it, its pid (for profiles)."""
+
+    who: str
+    round: Round
+    pid: int
 
 
 def _median(runs: Sequence[ChatRun]) -> ChatRun:
@@ -150,103 +318,219 @@ def _median(runs: Sequence[ChatRun]) -> ChatRun:
     )
 
 
+def _row(m: ChatRun, *label: object) -> tuple[object, ...]:
+    return (
+        *label,
+        m.chats,
+        f"{m.ok}/{m.chats}",
+        m.per_second,
+        m.ttft_p50_ms,
+        m.ttft_p95_ms,
+        m.done_p50_ms,
+        m.done_p95_ms,
+        m.wall,
+    )
+
+
+async def measure(
+    targets: Sequence[Target], sizes: Sequence[int], repeat: int, profile: Path | None
+) -> dict[str, dict[int, ChatRun]]:
+    """Every target's medians per size; for each size and repetition the targets take turns (loopd first)."""
+    runs: dict[str, dict[int, list[ChatRun]]] = {t.who: {} for t in targets}
+    for target in targets:
+        await target.round(1, "warmup")
+    for size in sizes:
+        for index in range(repeat):
+            for target in targets:
+                t0 = time.perf_counter()
+                spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
+                with sampling(target.pid, spy if target.who == "loopd" else None, 5.0):
+                    got = await target.round(size, f"chats-{size}-{index}")
+                runs[target.who].setdefault(size, []).append(got)
+                print(
+                    f"  {target.who}, {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, p95 "
+                    f"{got.ttft_p95_ms:.0f} ms, done p50 {got.done_p50_ms:.0f} ms, ok {got.ok}/{size} "
+                    f"({time.perf_counter() - t0:.1f} s)",
+                    flush=True,
+                )
+    return {who: {size: _median(r) for size, r in by_size.items()} for who, by_size in runs.items()}
+
+
+def _langgraph(quick: bool) -> tuple[Path | None, str]:
+    """The ``langgraph`` CLI for the peer (installed first on a full run when missing), or None and why not."""
+    command = langgraph_command()
+    if command is not None or quick:
+        hint = "python -m benchmarks._langgraph ensure, or set " + LANGGRAPH_ENV
+        return command, "" if command else f"LangGraph Agent Server not installed ({hint})"
+    print(
+        "  installing LangGraph's Agent Server into its own virtualenv (once): python -m benchmarks._langgraph ensure",
+        flush=True,
+    )
+    try:
+        return ensure_venv(), ""
+    except (OSError, subprocess.SubprocessError) as exc:  # offline, or pip failed
+        return None, f"LangGraph Agent Server could not be installed: {exc}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chats", type=int, default=100, help="concurrent chats")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="1 run of 20 chats")
+    parser.add_argument("--quick", action="store_true", help="1 run of 20 chats, no 1,000-chat round")
     parser.add_argument("--profile", type=Path, default=None, help="sample the server with py-spy in the first burst")
-    parser.add_argument("--peers", default="bare", help="peers measured in the same run: bare, or none")
+    parser.add_argument(
+        "--peers", default=",".join(PEERS), help="peers measured in the same run: bare, langgraph (or none)"
+    )
+    parser.add_argument(
+        "--thousand", type=int, default=None, help="chats in the lost-chats round (default 1000; 0 skips; quick: 0)"
+    )
+    parser.add_argument(
+        "--langgraph-jobs", type=int, default=None, help="langgraph dev --n-jobs-per-worker (default: its own, 10)"
+    )
     args = parser.parse_args(argv)
     count = 20 if args.quick else args.chats
     repeat = 1 if args.quick else max(1, args.repeat)
+    thousand = max(0, args.thousand if args.thousand is not None else 0 if args.quick else 1000)
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none"]
-    unknown = set(peers) - {"bare"}
+    unknown = set(peers) - set(PEERS)
     if unknown:
-        raise SystemExit(f"unknown peers {sorted(unknown)}: choose bare (or none)")
+        raise SystemExit(f"unknown peers {sorted(unknown)}: choose from {', '.join(PEERS)} (or none)")
 
-    rows: list[tuple[object, ...]] = []
-    peer_rows: list[tuple[object, ...]] = []
-    measured: dict[int, ChatRun] = {}
-    peer_measured: dict[str, dict[int, ChatRun]] = {}
-
-    def series(server: ServerProcess, who: str, into: dict[int, ChatRun], profile: Path | None) -> None:
-        out = rows if who == "loopd" else peer_rows
-
-        async def go() -> None:
-            await run_chats(server, 1, "warmup")
-            for size in (1, count):
-                runs: list[ChatRun] = []
-                for index in range(repeat):
-                    t0 = time.perf_counter()
-                    spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
-                    with sampling(server.pid, spy, 5.0):
-                        runs.append(await run_chats(server, size, f"chats-{size}-{index}"))
-                    got = runs[-1]
-                    print(
-                        f"  {who}, {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, done p50 "
-                        f"{got.done_p50_ms:.0f} ms, ok {got.ok}/{size} ({time.perf_counter() - t0:.1f} s)",
-                        flush=True,
-                    )
-                m = _median(runs)
-                into[size] = m
-                out.append(
-                    (
-                        *(() if who == "loopd" else (who,)),
-                        size,
-                        f"{m.ok}/{size}",
-                        m.per_second,
-                        m.ttft_p50_ms,
-                        m.ttft_p95_ms,
-                        m.done_p50_ms,
-                        m.done_p95_ms,
-                        m.wall,
-                    )
+    notes: list[str] = []
+    measured: dict[str, dict[int, ChatRun]] = {}
+    kept: ThousandRun | None = None
+    with tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory, contextlib.ExitStack() as stack:
+        loopd = stack.enter_context(running_server(Path(directory)))
+        targets = [Target("loopd", lambda n, label: run_chats(loopd, n, label), loopd.pid)]
+        if "bare" in peers:
+            (Path(directory) / "bare").mkdir()
+            bare = stack.enter_context(running_bare_server(Path(directory) / "bare"))
+            targets.append(Target(PEER_NAMES["bare"], lambda n, label: run_chats(bare, n, label), bare.pid))
+        versions: dict[str, str] = {}
+        if "langgraph" in peers:
+            command, why = _langgraph(args.quick)
+            if command is None:
+                print(f"  ({why}: its goals print n/a)", flush=True)
+                notes.append(why)
+            else:
+                versions = peer_versions(command)
+                (Path(directory) / "langgraph").mkdir()
+                graph = running_graph(
+                    Path(directory) / "langgraph", command, GRAPH_SOURCE, graph_id=GRAPH_ID, jobs=args.langgraph_jobs
                 )
+                lg = stack.enter_context(graph)
+                targets.append(
+                    Target(PEER_NAMES["langgraph"], lambda n, _: run_langgraph_chats(lg.host, lg.port, n), lg.pid)
+                )
+        measured = asyncio.run(measure(targets, (1, count), repeat, args.profile))
+        stack.close()  # the peers stop: the 1,000-chat round has the machine to itself
+        if thousand:
+            (Path(directory) / "thousand").mkdir()
+            with running_server(Path(directory) / "thousand") as server:
+                t0 = time.perf_counter()
+                kept = asyncio.run(run_thousand(server, thousand))
+                print(
+                    f"  loopd, {thousand} chats: {kept.run.per_second:.1f}/s, TTFT p95 {kept.run.ttft_p95_ms:.0f} ms,"
+                    f" stored {kept.stored}/{thousand}, lost {kept.lost} ({time.perf_counter() - t0:.1f} s)",
+                    flush=True,
+                )
+    _print_tables(measured, kept, repeat, versions, args.langgraph_jobs, notes)
+    print_goals("server_chats", chat_goals(measured, kept))
 
-        asyncio.run(go())
 
-    with tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory:
-        with running_server(Path(directory)) as server:
-            series(server, "loopd", measured, args.profile)
-        for peer in peers:  # one server at a time: each has the machine to itself
-            peer_dir = Path(directory) / peer
-            peer_dir.mkdir()
-            with running_bare_server(peer_dir) as bare:
-                series(bare, "bare FastAPI + SQLite", peer_measured.setdefault(peer, {}), None)
+def _print_tables(
+    measured: dict[str, dict[int, ChatRun]],
+    kept: ThousandRun | None,
+    repeat: int,
+    versions: dict[str, str],
+    jobs: int | None,
+    notes: Sequence[str],
+) -> None:
     print_table(
         f"Chats to harness:assistant (demo model), all sent at once (medians of {repeat} run(s))",
         list(COLUMNS),
-        rows,
+        [_row(m) for _, m in sorted(measured.get("loopd", {}).items())],
         note="TTFT: POST start → first append/set of the response's 'answer' block on the chat's own SSE response. "
         "done: POST start → the response's end event. 'completed' is the worst run. Server defaults: "
         f"{CAPACITY} concurrent harness calls; the responder is woken by the engine when a call ends or a slot "
         f"frees (its {POLL:g} s poll and {CAPACITY_RETRY:g} s capacity retry are only safety nets).",
     )
-    if peer_rows:
+    peer_rows = [
+        _row(m, who) for who, by_size in measured.items() if who != "loopd" for _, m in sorted(by_size.items())
+    ]
+    if peer_rows or notes:
+        lg = ", ".join(f"{name} {version}" for name, version in sorted(versions.items()))
         print_table(
-            f"Chats to the peers, measured the same way after loopd (medians of {repeat} run(s))",
+            f"Chats to the peers, measured the same way, rounds alternating with loopd's (medians of {repeat} run(s))",
             ["server", *COLUMNS],
             peer_rows,
             note="bare FastAPI + SQLite: stores the question and the answer (two transactions) and streams the "
             "same number of pieces, no Task/engine/harness/ledger (benchmarks/_chat_peer_bare.py). Both it and "
             "loopd run SQLite in WAL mode at synchronous=NORMAL (a commit survives a process crash, not a power "
-            "loss).",
+            "loss). LangGraph Agent Server: `langgraph dev --no-browser` "
+            f"({lg or 'versions unknown'}; --n-jobs-per-worker {jobs if jobs is not None else 'default, 10'}), a "
+            "one-node graph whose zero-latency fake chat model streams the same answer in the same pieces; one chat "
+            "= a thread + POST /threads/{id}/runs/stream (stream_mode messages-tuple), TTFT = the first message "
+            "chunk with text. LangGraph's dev mode keeps its state IN MEMORY (pickled to disk every 10 s): it "
+            "is not durable, loopd is (benchmarks/_chat_peer_langgraph.py)." + "".join(f" {n}." for n in notes),
         )
-    print_goals("server_chats", chat_goals(measured, peer_measured.get("bare")))
+    if kept is not None:
+        m = kept.run
+        print_table(
+            f"{m.chats:,} concurrent chats to loopd: every answer complete and stored",
+            [
+                "chats",
+                "streamed completed",
+                "stored complete",
+                "lost",
+                "chats/s",
+                "TTFT p50 ms",
+                "TTFT p95 ms",
+                "done p95 ms",
+                "wall s",
+            ],
+            [
+                (
+                    m.chats,
+                    kept.streamed,
+                    kept.stored,
+                    kept.lost,
+                    m.per_second,
+                    m.ttft_p50_ms,
+                    m.ttft_p95_ms,
+                    m.done_p95_ms,
+                    m.wall,
+                )
+            ],
+            note="One round on a fresh `loopd up`, all chats released at once (each bounded by "
+            f"{THOUSAND_TIMEOUT:g} s). Afterwards every conversation is read back: a chat is lost unless its stream "
+            "ended completed and the stored answer is completed, equals the streamed text and echoes its own question.",
+        )
 
 
-def chat_goals(measured: dict[int, ChatRun], bare: dict[int, ChatRun] | None = None) -> dict[str, float | None]:
-    """The figures `benchmarks._goals` judges: at exactly 100 chats, and the chats lost at 1,000 or more; the
-    ratio to the bare server's chats/s at 100 chats when it ran."""
-    hundred = measured.get(100)
-    thousand = max((size for size in measured if size >= 1000), default=None)
-    floor = bare.get(100) if bare else None
+def chat_goals(measured: dict[str, dict[int, ChatRun]], kept: ThousandRun | None = None) -> dict[str, float | None]:
+    """The figures `benchmarks._goals` judges: loopd's at exactly 100 chats, its ratios to the peers' at 100 chats
+    (when they ran), and the chats lost in a round of at least 1,000."""
+    hundred = measured.get("loopd", {}).get(100)
+    floor = measured.get(PEER_NAMES["bare"], {}).get(100)
+    langgraph = measured.get(PEER_NAMES["langgraph"], {}).get(100)
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    def rate(run: ChatRun | None) -> float | None:
+        return run.per_second if run else None
+
+    def ttft(run: ChatRun | None) -> float | None:
+        return run.ttft_p95_ms if run else None
+
     return {
-        "chats_per_s": hundred.per_second if hundred else None,
-        "ttft_p95_ms": hundred.ttft_p95_ms if hundred else None,
-        "lost_1000": None if thousand is None else float(thousand - measured[thousand].ok),
-        "x_bare_rate": hundred.per_second / floor.per_second if hundred and floor and floor.per_second else None,
+        "chats_per_s": rate(hundred),
+        "ttft_p95_ms": ttft(hundred),
+        "lost_1000": float(kept.lost) if kept is not None and kept.run.chats >= 1000 else None,
+        "x_langgraph_rate": ratio(rate(hundred), rate(langgraph)),
+        "x_langgraph_ttft": ratio(ttft(hundred), ttft(langgraph)),
+        "x_bare_rate": ratio(rate(hundred), rate(floor)),
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from benchmarks._chat_peer_bare import CHUNK, answer_text, build_app
 from benchmarks._server import frame_data
-from benchmarks.server_chats import ChatRun, chat_goals
+from benchmarks.server_chats import PEER_NAMES, ChatRun, chat_goals
 from fastapi.testclient import TestClient
 
 
@@ -40,6 +40,6 @@ def test_the_bare_server_needs_its_token_stores_both_messages_and_streams_the_an
 
 
 def test_the_bare_ratio_is_loopds_chats_per_second_over_the_floors_at_100_chats() -> None:
-    goals = chat_goals({100: _run(30.0)}, {100: _run(120.0)})
+    goals = chat_goals({"loopd": {100: _run(30.0)}, PEER_NAMES["bare"]: {100: _run(120.0)}})
     assert goals["x_bare_rate"] == 0.25
-    assert chat_goals({100: _run(30.0)})["x_bare_rate"] is None  # the floor did not run: n/a
+    assert chat_goals({"loopd": {100: _run(30.0)}})["x_bare_rate"] is None  # the floor did not run: n/a
