@@ -254,6 +254,9 @@ class LoopActor:
         self.session = session
         self.definition = definition
         self.state = state
+        self._folded: tuple[tuple[LoopEvent, ...], LoopState, LoopState | None] | None = None
+        self.folds_skipped = 0
+        """Commits whose state was taken from their decision's fold instead of folded again (what tests watch)."""
         self.mailbox: Mailbox[MailItem] = Mailbox(definition.mailbox_capacity)
         self._clock = clock
         self._workspace = workspace
@@ -375,7 +378,11 @@ class LoopActor:
         """Persist, apply and publish the decision's events, then start its effects."""
         if decision.events:
             before = self.state.measured_tokens  # the measurement a new one is compared with (once per crossing)
-            await self.session.commit_loop(self, decision.events)
+            self._folded = (decision.events, self.state, decision.state)
+            try:
+                await self.session.commit_loop(self, decision.events)
+            finally:
+                self._folded = None
             for event in decision.events:
                 if isinstance(event, ContextMeasured):
                     self._pressure(event, before)
@@ -388,9 +395,19 @@ class LoopActor:
         from loopd.harness.core.apply import apply_loop
 
         state = self.state
+        folded = self._folded
+        if folded is not None and folded[0] is events and folded[1] is state and folded[2] is not None:
+            # `decide` folded these very events over this very state already: take its result instead of folding
+            # them again (a second fold would also copy the history, whose shared buffer the first one extended).
+            self.state = folded[2]
+            self.folds_skipped += 1
+            folded_state = True
+        else:
+            folded_state = False
         for event, seq in zip(events, seqs, strict=True):
-            state = apply_loop(state, event)
-            self.state = state
+            if not folded_state:
+                state = apply_loop(state, event)
+                self.state = state
             self.session.publish(seq, event)
             if self._tracing is not None:
                 self._tracing.observe(event)

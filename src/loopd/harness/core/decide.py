@@ -132,6 +132,9 @@ class LoopConfig:
 class Decision:
     events: tuple[LoopEvent, ...] = ()
     effects: tuple[Effect, ...] = ()
+    state: LoopState | None = field(default=None, compare=False, repr=False)
+    """The input state with ``events`` folded in (`decide` folds each event as it emits it), so the actor that
+    commits them takes this state instead of folding them a second time; None when there are no events."""
 
 
 @dataclass(slots=True)
@@ -180,7 +183,9 @@ class _Builder:
             self.call_model()
 
     def done(self) -> Decision:
-        return Decision(events=tuple(self.events), effects=tuple(self.effects))
+        return Decision(
+            events=tuple(self.events), effects=tuple(self.effects), state=self.state if self.events else None
+        )
 
 
 def _closing_outcomes(state: LoopState, status: str, message: str) -> tuple[ToolOutcome, ...]:

@@ -1,0 +1,69 @@
+"""What one step costs the harness does not grow with the history (the peers benchmark's per-step figures).
+
+`decide` folds every event it emits; the actor that commits them takes that fold (`Decision.state`) instead of
+folding them a second time. A second fold would append to a `History` whose shared buffer the first fold had
+already extended, so every step would copy the whole history (a cost growing with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from loopd.harness import EchoTool, Journal, LoopDefinition, Reply, Rig, ScriptedModel
+from loopd.harness.core.events import TurnDone
+
+from .helpers import journal_state, same_loops
+
+STEPS = 12
+
+
+async def test_each_commit_is_folded_once_and_the_history_is_never_copied(journal: Journal) -> None:
+    replies = [Reply(tool_calls=[("echo", {"text": f"t{i}"})]) for i in range(STEPS)] + [Reply(text="done")]
+    model = ScriptedModel(replies)
+    rig = Rig(
+        loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),), max_steps=STEPS + 1)], journal=journal
+    )
+    session = await rig.start_session()
+    actor = session.actors["main"]
+    buffers: set[int] = set()
+    sub = session.subscribe()
+
+    async def watch() -> None:
+        async for envelope in sub:
+            buffers.add(id(actor.state.history._buf))  # which list holds the live history after each event
+            if envelope.event.kind == "turn_done":
+                return
+
+    watcher = asyncio.create_task(watch())
+    end = await session.ask("go", timeout=30)
+    await asyncio.wait_for(watcher, 30)
+    assert isinstance(end, TurnDone)
+    assert len(actor.state.history) == 2 * STEPS + 2
+    # Every commit of the turn took its decision's fold: none was folded again.
+    assert actor.folds_skipped >= 2 * STEPS + 1
+    # One buffer from the turn's start to its end: no step copied the history.
+    assert len(buffers) == 1, f"the history was copied {len(buffers) - 1} times"
+    # And the live state is still exactly the fold of the journal.
+    await session.wait_idle(timeout=30)
+    same_loops(session.state, await journal_state(journal, session.id))
+    await session.shutdown()
+
+
+async def test_a_state_changed_since_the_decision_is_folded_again(journal: Journal) -> None:
+    """The shortcut holds only for the very state `decide` folded from; any other is folded event by event."""
+    from loopd.harness.core.commands import UserInput
+    from loopd.harness.core.decide import decide
+
+    model = ScriptedModel([Reply(text="hi")])
+    rig = Rig(loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))], journal=journal)
+    session = await rig.start_session()
+    actor = session.actors["main"]
+    decision = decide(actor.state, UserInput(command_id="c1", text="hello"), config=actor.config, now=0.0)
+    assert decision.state is not None
+    before = actor.folds_skipped
+    actor._folded = (decision.events, decision.state, decision.state)  # recorded for another state than the live one
+    actor.apply_committed(decision.events, list(range(1, len(decision.events) + 1)))
+    actor._folded = None
+    assert actor.folds_skipped == before
+    assert actor.state == decision.state  # folded again, to the same result
+    await session.shutdown()
