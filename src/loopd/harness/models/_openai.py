@@ -44,11 +44,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 
+import anyio
 import httpx2
 import openai
 from openai.types.chat import (
@@ -121,6 +123,8 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         limiter: RateLimiter | None = None,
     ) -> None:
         check_settings(model, timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after)
+        if client is None and http_client is None:  # the SDK's own default client, made here so it is known
+            http_client = openai.DefaultAsyncHttpxClient(timeout=timeout)
         super().__init__(
             model,
             client=client
@@ -140,6 +144,12 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         self._include_usage = include_usage
         self._max_tokens_field: MaxTokensField = max_tokens_field
         self._encoder = MessageEncoder()
+        self._http = (
+            http_client if client is None else None
+        )  # a client built here sends fixed headers: see _DirectSender
+        self._sender: _DirectSender | None = None
+        self.direct_sends = 0
+        """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; see the module docstring for the retry, usage and cancellation contract."""
@@ -177,15 +187,22 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
             max_tokens=limit,
             max_tokens_field=self._max_tokens_field,
         )
+        stream: openai.AsyncStream[object] | _DirectStream
         try:
-            stream = await self._client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                content=body,
-                options=_REQUEST_OPTIONS,
-                stream=True,
-                stream_cls=openai.AsyncStream[object],  # chunks as parsed JSON: see translate_chunk
-            )
+            if self._sender is not None:
+                self.direct_sends += 1
+                stream = await self._sender.send(body)
+            else:
+                stream = await self._client.post(
+                    "/chat/completions",
+                    cast_to=ChatCompletion,
+                    content=body,
+                    options=_REQUEST_OPTIONS,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[object],  # chunks as parsed JSON: see translate_chunk
+                )
+                if self._http is not None and stream.response.request.method == "POST":
+                    self._sender = _DirectSender(self._http, stream.response.request)
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
 
@@ -226,6 +243,176 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
 
 _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 """What ``chat.completions.create`` passes to ``post`` besides the body: the bearer-token auth."""
+
+_REQUEST_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+"""What the SDK reports as a connection error (`openai.APIConnectionError`) when raised by an ``httpx2`` client."""
+
+
+class _DirectSender:
+    """Sends the next calls of a client built by the adapter straight through its HTTP client.
+
+    The SDK's ``post`` rebuilds the same request around every body (options, URL, headers, auth) and wraps the
+    reply in its stream machinery: about as much work per call as the rest of a harness step. For a client the
+    adapter built itself (an API key, a base URL, a timeout: nothing that changes per request) the first call goes
+    through ``post``, and the request it sent is kept: the next calls send the same method, URL, headers and
+    timeouts with their own body, through the same ``httpx2.AsyncClient`` (its transport, hooks and cookies: a
+    cassette or the ledger sees the same request). Errors become the exceptions ``post`` raises (connection,
+    timeout, status — with the SDK's message and body), and the reply is read as `_DirectStream`.
+    """
+
+    __slots__ = ("_extensions", "_headers", "_http", "_url")
+
+    def __init__(self, http: httpx2.AsyncClient, sent: httpx2.Request) -> None:
+        self._http = http
+        self._url = sent.url
+        self._headers = [(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"]
+        self._extensions = dict(sent.extensions)
+
+    async def send(self, body: bytes) -> _DirectStream:
+        """Send one body; the streamed reply, or the exception ``post`` would raise."""
+        http = self._http
+        if http.cookies:  # the client's cookie jar may have changed since: let it merge them again
+            request = http.build_request(
+                "POST", self._url, headers=self._headers, content=body, extensions=dict(self._extensions)
+            )
+        else:
+            request = httpx2.Request(
+                "POST", self._url, headers=self._headers, content=body, extensions=dict(self._extensions)
+            )
+        try:
+            response = await http.send(request, stream=True)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=request) from exc
+        except _REQUEST_ERRORS as exc:
+            raise openai.APIConnectionError(request=request) from exc
+        if not response.is_success:
+            try:
+                await response.aread()
+            except _REQUEST_ERRORS as exc:
+                await response.aclose()
+                raise openai.APIConnectionError(request=request) from exc
+            raise _status_error(response)
+        return _DirectStream(response)
+
+
+def _status_error(response: httpx2.Response) -> openai.APIStatusError:
+    """The error the SDK raises for a 4xx/5xx reply (same message and body; `model_error` reads no more)."""
+    message = f"Error code: {response.status_code}"
+    text = response.text.strip()
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        error = body.get("error", body) if isinstance(body, dict) else None
+        detail = error.get("message") if isinstance(error, dict) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    data = body.get("error", body) if isinstance(body, dict) else body
+    return openai.APIStatusError(message, response=response, body=data)
+
+
+class _DirectStream:
+    """A streamed Chat Completions reply read off the HTTP response: the parsed JSON of each server-sent event, as
+    ``openai.AsyncStream[object]`` yields them (the same ``[DONE]`` end, in-band ``error`` check and errors), with
+    a plain line parser instead of the SDK's per-event objects. Closing it closes the response."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+
+    async def __aenter__(self) -> _DirectStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.response.aclose()
+
+    def __aiter__(self) -> AsyncIterator[object]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[object]:
+        response = self.response
+        done = False
+        try:
+            async for event, data in server_sent_events(response.aiter_bytes()):
+                if done:
+                    continue  # HTTP/1.1: read the rest so the connection can be reused (as the SDK does)
+                if data.startswith(b"[DONE]"):
+                    if response.http_version != "HTTP/1.1":
+                        break
+                    done = True
+                    continue
+                if event is not None and event.startswith("thread."):
+                    continue  # the Assistants API's events: never part of a Chat Completions stream
+                parsed = json.loads(data)
+                if isinstance(parsed, dict) and parsed.get("error"):
+                    error = parsed["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    if not message or not isinstance(message, str):
+                        message = "An error occurred during streaming"
+                    raise openai.APIError(message, response.request, body=error)
+                yield parsed
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request=response.request) from exc
+        except _REQUEST_ERRORS as exc:
+            raise openai.APIConnectionError(request=response.request) from exc
+
+
+async def server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str | None, bytes]]:
+    """``(event name, data)`` of each server-sent event in a byte stream (lines end in LF, CRLF or CR; ``data``
+    lines joined by LF; comments and other fields skipped); an event still open when the stream ends is dropped,
+    like the SDK's decoder does."""
+    parser = _SseLines()
+    async for chunk in chunks:
+        for found in parser.feed(chunk):
+            yield found
+    for found in parser.end():
+        yield found
+
+
+class _SseLines:
+    """The line and field state of `server_sent_events`."""
+
+    __slots__ = ("data", "event", "pending")
+
+    def __init__(self) -> None:
+        self.pending = b""
+        self.event: str | None = None
+        self.data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
+        pending = self.pending + chunk
+        if b"\r" in pending:
+            held = pending.endswith(b"\r")  # maybe half of a CRLF: decided with the next chunk
+            text = pending[:-1] if held else pending
+            pending = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
+        lines = pending.split(b"\n")
+        self.pending = lines.pop()
+        return self._lines(lines)
+
+    def end(self) -> list[tuple[str | None, bytes]]:
+        """The events a held CR completes at the end of the stream."""
+        pending, self.pending = self.pending, b""
+        return self._lines([pending[:-1]]) if pending.endswith(b"\r") else []
+
+    def _lines(self, lines: list[bytes]) -> list[tuple[str | None, bytes]]:
+        found: list[tuple[str | None, bytes]] = []
+        for line in lines:
+            if not line:
+                if self.data or self.event is not None:
+                    found.append((self.event, b"\n".join(self.data)))
+                self.event, self.data = None, []
+                continue
+            name, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                self.data.append(value)
+            elif name == b"event":
+                self.event = value.decode()
+        return found
 
 
 def _json(value: object) -> bytes:

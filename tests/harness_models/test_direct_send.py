@@ -1,0 +1,157 @@
+"""The OpenAI-compatible adapter's direct sends (`_DirectSender`): after its first call through the SDK's ``post``,
+a client the adapter built sends the same request (URL, headers, timeouts) with each new body straight through its
+HTTP client, and reads the reply with a plain SSE parser. Everything the caller sees must be what the SDK path
+gives: the same request on the wire, the same chunks, the same typed errors with the same messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx2
+import pytest
+from openai._streaming import SSEDecoder
+
+from loopd.harness._errors import ModelError
+from loopd.harness.models._openai import OpenAICompatibleModel, server_sent_events
+from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
+
+from .conftest import Serve
+from .helpers import ask, collect
+
+
+class Recorder:
+    """An in-process endpoint that keeps every request and answers with the next scripted body."""
+
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.requests: list[httpx2.Request] = []
+        self._bodies = bodies
+        self.http = httpx2.AsyncClient(transport=httpx2.MockTransport(self._handle), timeout=10.0)
+
+    def _handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=self._bodies.pop(0))
+
+
+def _sse(*events: dict[str, Any] | str) -> bytes:
+    return "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events).encode()
+
+
+def _reply(text: str) -> bytes:
+    delta = {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}], "model": "m", "id": "c"}
+    return _sse(delta, "[DONE]")
+
+
+async def test_the_calls_after_the_first_are_sent_directly_with_the_sdks_request() -> None:
+    endpoint = Recorder([_reply("one"), _reply("two"), _reply("three")])
+    model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="sk-test", http_client=endpoint.http)
+    texts = [(await collect(model.stream(ask(f"q{i}")))).text for i in range(3)]
+    assert texts == ["one", "two", "three"]
+    assert model.direct_sends == 2  # the first call went through the SDK's post, the next two did not
+    first, *rest = endpoint.requests
+    for later in rest:
+        assert (later.method, later.url) == (first.method, first.url)
+        same = {k: v for k, v in first.headers.items() if k != "content-length"}
+        assert {k: v for k, v in later.headers.items() if k != "content-length"} == same
+        assert later.headers["content-length"] == str(len(later.content))
+        assert later.extensions["timeout"] == first.extensions["timeout"]
+    assert first.headers["authorization"] == "Bearer sk-test"
+    assert json.loads(rest[-1].content)["messages"][-1]["content"] == "q2"
+    await model.aclose()
+    await endpoint.http.aclose()
+
+
+async def test_a_given_client_always_goes_through_the_sdk() -> None:
+    import openai
+
+    endpoint = Recorder([_reply("one"), _reply("two")])
+    client = openai.AsyncOpenAI(
+        api_key="k", base_url="http://model.invalid/v1", max_retries=0, http_client=endpoint.http
+    )
+    model = OpenAICompatibleModel("m", api_key="k", client=client)
+    for i in range(2):
+        await collect(model.stream(ask(f"q{i}")))
+    assert model.direct_sends == 0, "a client given by the caller may change its auth per request"
+    await client.close()
+
+
+def _outcome(error: ModelError | None, text: str) -> tuple[object, ...]:
+    if error is None:
+        return (None, text)
+    return (type(error), str(error), error.status_code, getattr(error, "retry_after", None), text)
+
+
+FAILURES = {
+    "bad request": ServerReply(fault=FailWithStatus(status=400, message="bad tools")),
+    "unauthorized": ServerReply(fault=FailWithStatus(status=401, message="wrong key")),
+    "rate limited": ServerReply(fault=FailWithStatus(status=429, message="slow down", retry_after=2)),
+    "overloaded": ServerReply(fault=FailWithStatus(status=503)),
+    "drop before output": ServerReply(text="lost", fault=DropAfter(chunks=1)),
+    "drop after output": ServerReply(text="partial answer", chunk_size=4, fault=DropAfter(chunks=3)),
+    "stall": ServerReply(text="abcdef", chunk_size=2, chunk_delay=5.0),
+    "tool call": ServerReply(tool_calls=(ServerToolCall(name="list_dir", arguments={"path": "."}),)),
+}
+
+
+@pytest.mark.parametrize("name", list(FAILURES))
+async def test_a_direct_send_ends_like_the_sdks_post(serve: Serve, name: str) -> None:
+    reply = FAILURES[name]
+    cold = await serve([reply], timeout=0.5, max_retries=0)
+    got = await collect(cold.model.stream(ask("hi")))
+    assert cold.model.direct_sends == 0
+    warm = await serve([ServerReply(text="warm up"), reply], timeout=0.5, max_retries=0)
+    assert (await collect(warm.model.stream(ask("hi")))).text == "warm up"
+    direct = await collect(warm.model.stream(ask("hi")))
+    assert warm.model.direct_sends == 1
+    assert _outcome(direct.error, direct.text) == _outcome(got.error, got.text)
+    assert [(c.name, c.arguments) for c in direct.tool_calls] == [(c.name, c.arguments) for c in got.tool_calls]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _sse({"error": {"message": "overloaded"}}),
+        _sse({"error": "plain"}),
+        _sse({"choices": [{"index": 0, "delta": {"content": "half"}, "finish_reason": None}]}, "[DONE]"),
+    ],
+    ids=["in-band error", "in-band error without a message", "no finish reason"],
+)
+async def test_in_band_failures_end_like_the_sdks_stream(body: bytes) -> None:
+    outcomes = []
+    for warm in (False, True):
+        endpoint = Recorder([_reply("warm"), body] if warm else [body])
+        model = OpenAICompatibleModel(
+            "m", base_url="http://model.invalid/v1", api_key="k", http_client=endpoint.http, max_retries=0
+        )
+        if warm:
+            await collect(model.stream(ask("hi")))
+        got = await collect(model.stream(ask("hi")))
+        assert model.direct_sends == int(warm)
+        outcomes.append(_outcome(got.error, got.text))
+        await endpoint.http.aclose()
+    assert outcomes[0] == outcomes[1]
+
+
+STREAMS = [
+    b"data: one\n\ndata: two\n\n",
+    b"data: a\r\ndata: b\r\n\r\nevent: x\r\ndata: c\r\n\r\n",
+    b"data: cr\r\rdata:nospace\r\r",
+    b': comment\nid: 7\nretry: 10\ndata: {"k": 1}\n\ndata: tail-without-blank-line',
+    b"data: \xc3\xa9t\xc3\xa9\n\n\n\ndata: [DONE]\n\n",
+]
+
+
+async def _chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+async def test_the_sse_parser_reads_what_the_sdks_decoder_reads(stream: bytes) -> None:
+    expected = [
+        (event.event, event.data.encode()) async for event in SSEDecoder().aiter_bytes(_chunks(stream, len(stream)))
+    ]
+    for size in range(1, len(stream) + 1):  # every split of the stream into chunks, CRLF halves included
+        got = [pair async for pair in server_sent_events(_chunks(stream, size))]
+        assert got == expected, size
