@@ -52,6 +52,7 @@ from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command,
 from benchmarks._server import (
     Api,
     ServerProcess,
+    cpu_seconds,
     frame_data,
     now,
     open_event_stream,
@@ -332,16 +333,39 @@ def _row(m: ChatRun, *label: object) -> tuple[object, ...]:
     )
 
 
+SETTLE_CPU: Final = 0.1
+"""A server has settled when it used less than this share of one core over `SETTLE_STEP`."""
+SETTLE_STEP: Final = 0.25
+SETTLE_TIMEOUT: Final = 15.0
+
+
+async def settle(pids: Sequence[int]) -> float:
+    """Wait (at most `SETTLE_TIMEOUT`) until the servers ``pids`` are idle — a round's trailing work (loopd's
+    conversation titles, a peer's flush) must not fall on the next server's round; the seconds waited."""
+    t0 = now()
+    before = sum(cpu_seconds(pid) for pid in pids)
+    while now() - t0 < SETTLE_TIMEOUT:
+        await asyncio.sleep(SETTLE_STEP)
+        after = sum(cpu_seconds(pid) for pid in pids)
+        if after - before < SETTLE_CPU * SETTLE_STEP:
+            break
+        before = after
+    return now() - t0
+
+
 async def measure(
     targets: Sequence[Target], sizes: Sequence[int], repeat: int, profile: Path | None
 ) -> dict[str, dict[int, ChatRun]]:
-    """Every target's medians per size; for each size and repetition the targets take turns (loopd first)."""
+    """Every target's medians per size; for each size and repetition the targets take turns (loopd first), each
+    round starting once every server is idle."""
     runs: dict[str, dict[int, list[ChatRun]]] = {t.who: {} for t in targets}
+    pids = [t.pid for t in targets]
     for target in targets:
         await target.round(1, "warmup")
     for size in sizes:
         for index in range(repeat):
             for target in targets:
+                waited = await settle(pids)
                 t0 = time.perf_counter()
                 spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
                 with sampling(target.pid, spy if target.who == "loopd" else None, 5.0):
@@ -350,7 +374,7 @@ async def measure(
                 print(
                     f"  {target.who}, {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, p95 "
                     f"{got.ttft_p95_ms:.0f} ms, done p50 {got.done_p50_ms:.0f} ms, ok {got.ok}/{size} "
-                    f"({time.perf_counter() - t0:.1f} s)",
+                    f"({time.perf_counter() - t0:.1f} s, after {waited:.1f} s settling)",
                     flush=True,
                 )
     return {who: {size: _median(r) for size, r in by_size.items()} for who, by_size in runs.items()}
