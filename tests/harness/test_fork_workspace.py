@@ -66,6 +66,17 @@ def test_the_fork_snapshot_is_the_one_the_workspace_was_at_after_the_fork_point(
     assert fork_checkpoint(interrupted, 4) == (2, "before-1")
     other: list[tuple[int, object]] = [*events[:4], (5, _cp("manual", "manual", ""))]
     assert fork_checkpoint(other, 4) == (2, "before-1")
+    # Just before a turn, with nothing recorded before it: the snapshot that turn took as it started (journaled right
+    # after its TurnStarted), unless the turn went on first or another snapshot came.
+    fresh: list[tuple[int, object]] = [
+        (1, ev.SessionStarted(session_id="c", rig="r", loops=("main",), at=0.0)),
+        (2, _started("main/1")),
+        (3, _cp("found", "turn_started", "main/1")),
+        (4, _done("main/1")),
+    ]
+    assert fork_checkpoint(fresh, 1) == (3, "found")
+    assert fork_checkpoint([*fresh[:2], (3, _cp("other", "turn_started", "side/1"))], 1) is None
+    assert fork_checkpoint([*fresh[:2], (3, _done("main/1")), (4, _cp("late", "turn_started"))], 1) is None
     # A restore (undo) moves the workspace: it is the snapshot from then on.
     undone = [*events, (10, ev.WorkspaceRestored(ref="after-1", index=1, reason="undo", at=2.0))]
     assert fork_checkpoint(undone, 10) == (10, "after-1")
@@ -209,9 +220,15 @@ async def test_a_fork_never_overwrites_unasked_and_keeps_the_workspace_by_defaul
         assert over.state.workspace.current is not None and over.state.workspace.current.trigger == "fork"
     finally:
         await over.shutdown()
-    # Without a snapshot at or before the point (seq 1: the session's start), nothing is created.
-    with pytest.raises(ForkWorkspaceError, match="no workspace snapshot at or before seq 1"):
-        await _rig(tmp_path / "empty", journal, tmp_path / "snap").fork_session(parent, 1, workspace="new")
+    # Just before a turn (seq 1: the session's start), the snapshot that turn took as it started: the files it
+    # found (none here), although nothing was recorded at or before the point.
+    (tmp_path / "first").mkdir()
+    first = await _rig(tmp_path / "first", journal, tmp_path / "snap").fork_session(parent, 1, workspace="new")
+    try:
+        assert workspace_is_empty(tmp_path / "first") and first.state.workspace.current is not None
+        assert first.state.workspace.current.trigger == "fork"
+    finally:
+        await first.shutdown()
     # A rig without snapshots can only keep the workspace.
     bare = Rig(loops=rig.loops, journal=journal, workspace=tmp_path / "empty")
     with pytest.raises(ForkWorkspaceError, match="no workspace snapshots"):

@@ -112,3 +112,13 @@ def test_a_token_from_the_environment_allows_a_public_bind_check() -> None:
     assert result.exit_code == 2
     assert "without a token" not in result.output  # the bind check passed; the bad policy file stopped it
     assert "policy" in result.output
+
+
+def test_session_workspaces_flags_are_checked_before_anything_is_created(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    base = ["harness", "serve", "--port", "0", "--data-dir", str(data), "--session-workspaces"]
+    bad = CliRunner().invoke(app, [*base, "--snapshots", "always"], env={})
+    assert bad.exit_code == 2 and "--snapshots 'always'" in bad.output
+    inside = CliRunner().invoke(app, [*base, "--workspace", str(data / "ws")], env={})
+    assert inside.exit_code == 2 and "inside a data directory" in inside.output
+    assert not data.exists()

@@ -257,6 +257,7 @@ def test_public_face() -> None:
         "KeyRecord",
         "MemoryIdempotencyStore",
         "ServedSessions",
+        "SessionWorkspaces",
         "SqliteIdempotencyStore",
         "check_bind",
         "create_app",

@@ -84,3 +84,55 @@ async def test_fork_points_are_validated_and_need_an_adapter_that_forks(sqlite_d
             with pytest.raises(InvalidRecord):
                 await engine.start(replace(request, fork=bad))
         assert await engine.find("uid-9", "respond") is None  # nothing was stored
+
+
+async def test_a_forked_call_on_a_rig_with_snapshots_finds_the_files_the_source_turn_found(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    from loopd.harness import ToolCall
+    from loopd.harness.gate import Access, AccessConfig
+    from loopd.harness.snapshots import SnapshotPolicy
+    from loopd.harness.tools import FS_WRITE, Workspace, default_tools
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("before")
+
+    def script(request: ModelRequest) -> Reply:
+        """``put`` writes a.txt; anything else answers with what a.txt holds (what the turn sees)."""
+        last = request.messages[-1]
+        if last.role == "user" and last.content.startswith("put"):
+            return Reply(tool_calls=[ToolCall(id="w", name="write_file", arguments={"path": "a.txt", "content": "x"})])
+        return Reply(text=f"a.txt: {(ws / 'a.txt').read_text()}")
+
+    loop = LoopDefinition(
+        name="main",
+        model=ScriptedModel(script),
+        tools=tuple(default_tools(Workspace(ws))),
+        access=AccessConfig(kinds={FS_WRITE: Access.ALLOW}),
+    )
+    async with open_rig(tmp_path / "harness") as base:
+        plain = replace(base, loops=[loop], workspace=ws)
+        rig = replace(plain, snapshots=SnapshotPolicy(root=tmp_path / "snap"))
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
+            first = await until_done(engine, (await engine.start(await ask(sqlite_db, engine, "uid-1", "put it"))).id)
+            assert first.phase == "succeeded" and (ws / "a.txt").read_text() == "x"
+            point = await engine.fork_point(first)
+            assert point is not None
+            retried = await engine.start(await ask(sqlite_db, engine, "uid-2", "look", fork=point))
+            done = await until_done(engine, retried.id)
+            assert done.result == {"format": "text", "content": "a.txt: before"}  # as the first call's turn found it
+            kinds = [r.kind for r in await rig.journal.read(retried.id, point[1] + 1)]
+            assert kinds[:4] == ["session_forked", "workspace_forked", "session_restored", "workspace_restored"]
+
+        # A source session without snapshots (they were off then): the fork keeps the workspace as it is.
+        (ws / "a.txt").write_text("now")
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(plain)}) as engine:
+            old = await until_done(engine, (await engine.start(await ask(sqlite_db, engine, "uid-3", "put it"))).id)
+            assert old.phase == "succeeded"
+            point = await engine.fork_point(old)
+        (ws / "a.txt").write_text("now")
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
+            assert point is not None
+            kept = await engine.start(await ask(sqlite_db, engine, "uid-4", "look", fork=point))
+            assert (await until_done(engine, kept.id)).result == {"format": "text", "content": "a.txt: now"}

@@ -19,6 +19,7 @@ from loopd.harness.foreign import ENGINE_KEYS, ForeignEngine, ForeignKind, stand
 from loopd.harness.gate import DEFAULT_POLICY, GatePolicy, GatePolicyError, load_policy
 from loopd.harness.models import ModelConfig
 from loopd.harness.serve import IDEMPOTENCY_FILE, InsecureBindError, check_bind, serve
+from loopd.harness.snapshots import SNAPSHOT_TRIGGERS
 from loopd.harness.standard import STANDARD_MODES, HarnessSettings, default_data_dir
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT
 
@@ -67,6 +68,17 @@ def serve_command(
     engine_command: str | None = typer.Option(
         None, "--engine-command", help="The engine's command line: its path and flags of yours (default: the name)."
     ),
+    session_workspaces: bool = typer.Option(
+        False,
+        "--session-workspaces",
+        help="Give each session its own directory under --workspace (<workspace>/<session id>, created 0700).",
+    ),
+    snapshots: str = typer.Option(
+        "off",
+        "--snapshots",
+        metavar="turn_done|step_done|idle|off",
+        help="Snapshot each session's workspace (what a fork with workspace new/overwrite restores).",
+    ),
 ) -> None:
     """Serve sessions, inputs, gates and a resumable event stream over HTTP until Ctrl-C."""
     modes = [m.name for m in STANDARD_MODES]
@@ -77,19 +89,32 @@ def serve_command(
         gate_policy: GatePolicy = load_policy(policy) if policy is not None else DEFAULT_POLICY
     except (InsecureBindError, GatePolicyError) as exc:
         raise CliError(f"loopd harness serve: {exc}", exit_code=EXIT_USAGE) from exc
+    if snapshots not in SNAPSHOT_TRIGGERS:
+        raise CliError(
+            f"loopd harness serve: --snapshots {snapshots!r}: use one of {', '.join(SNAPSHOT_TRIGGERS)}",
+            exit_code=EXIT_USAGE,
+        )
     root = (workspace or Path.cwd()).expanduser().resolve()
+    journal_dir = (data_dir or default_data_dir() / "harness").expanduser().resolve()
+    if session_workspaces and (root.is_relative_to(journal_dir) or root.is_relative_to(default_data_dir().resolve())):
+        raise CliError(
+            f"loopd harness serve: --session-workspaces: the workspace root {root} is inside a data directory",
+            "pick a --workspace outside it (the journal and credentials live there)",
+            exit_code=EXIT_USAGE,
+        )
     foreign = _foreign_engine(engine, engine_command, model, mode, root)
     model_config = ModelConfig() if foreign is not None else checked_model_config(model)  # fails now on a bad key
     confinement = sandbox_for(sandbox)
     settings = HarnessSettings(
         workspace=root,
-        data_dir=(data_dir or default_data_dir() / "harness").expanduser().resolve(),
+        data_dir=journal_dir,
         model=model_config,
         policy=gate_policy,
         sandbox=confinement,
         ask_user_timeout=ASK_TIMEOUT_DEFAULT,  # answered at POST /v1/sessions/{id}/questions/{request_id}
         mode=mode,
         foreign=foreign,
+        snapshots=snapshots,  # type: ignore[arg-type]  # one of SNAPSHOT_TRIGGERS (checked above)
     )
 
     def ready(running: RunningServer) -> None:
@@ -100,7 +125,12 @@ def serve_command(
             typer.echo(f"  model: {model_config.model}")
         if model_config.is_demo and foreign is None:
             typer.echo(_REAL_MODEL_HINT)
-        typer.echo(f"  workspace: {settings.workspace}")
+        if session_workspaces:
+            typer.echo(f"  workspaces: {settings.workspace}/<session id> (one per session)")
+        else:
+            typer.echo(f"  workspace: {settings.workspace}")
+        if snapshots != "off":
+            typer.echo(f"  snapshots: on {snapshots} (forks may restore them)")
         typer.echo(f"  journal: {settings.data_dir}")
         if foreign is None:
             typer.echo(f"  {confinement.describe()}", err=True)
@@ -113,7 +143,7 @@ def serve_command(
         # One server per data directory: a second one would take over (and fault) the first one's sessions.
         with data_dir_lock(settings.data_dir, LOCK_FILE, holder="loopd harness serve"):
             ensure_private_file(settings.data_dir / IDEMPOTENCY_FILE)
-            run_async(serve(settings, host, port, token, on_ready=ready))
+            run_async(serve(settings, host, port, token, on_ready=ready, session_workspaces=session_workspaces))
     except OSError as exc:
         busy = address_in_use(exc, host, {"--port": port})
         if busy is not None:

@@ -73,6 +73,7 @@ __all__ = [
     "default_data_dir",
     "open_standard_rig",
     "profile_access",
+    "rig_on",
     "workspace_rigs",
 ]
 
@@ -346,6 +347,29 @@ class WorkspaceRigs:
         loops = [replace(self.base.loops[0], tools=tools, access=access)]
         rules = FileRuleStore.for_workspace(path) if path is not None else self.base.rules
         return replace(self.base, loops=loops, agents=(), workspace=path, rules=rules)
+
+
+def rig_on(base: Rig, settings: HarnessSettings, directory: Path) -> Rig:
+    """``base`` (a rig `open_standard_rig` opened with ``settings``, its models possibly wrapped) working in
+    ``directory`` instead: its built-in tools bound there (one set shared by its loops and agents, as in ``base``),
+    its remembered gate rules there, a foreign engine run there. Model, journal, MCP tools, ask_user, gate policy
+    and snapshot policy stay ``base``'s. Pure (no file-system call): the caller creates and checks ``directory``."""
+    sandbox = settings.sandbox if settings.sandbox is not None else resolve_sandbox()
+    hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
+    fresh = {tool.spec.name: tool for tool in default_tools(Workspace(directory), sandbox=sandbox, hidden=hidden)}
+
+    def rebound(definition: LoopDefinition) -> LoopDefinition:
+        if isinstance(definition.model, ForeignEngine):
+            return replace(definition, model=replace(definition.model, cwd=directory))
+        return replace(definition, tools=tuple(fresh.get(tool.spec.name, tool) for tool in definition.tools))
+
+    return replace(
+        base,
+        loops=[rebound(loop) for loop in base.loops],
+        agents=[rebound(agent) for agent in base.agents],
+        workspace=directory,
+        rules=FileRuleStore.for_workspace(directory),
+    )
 
 
 def workspace_rigs(base: Rig, settings: HarnessSettings, root: Path) -> WorkspaceRigs:

@@ -430,6 +430,7 @@ async def _open_builtin(
         system_prompt=target.system_prompt or DEFAULT_SYSTEM_PROMPT,
         max_steps=target.max_steps or 50,
         mode=target.mode,
+        snapshots=target.snapshots,  # a retry / edit fork restores the workspace the retried turn found
         mcp_servers=target.mcp_servers,  # a server that cannot start is one warning line in the log
         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
         sandbox=sandbox,

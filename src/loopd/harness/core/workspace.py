@@ -154,11 +154,15 @@ def fork_checkpoint(events: Sequence[tuple[int, object]], at_seq: int) -> tuple[
     ``events`` are the parent's (seq, event) pairs from seq 1, through ``at_seq`` and possibly beyond. The answer
     is the checkpoint the workspace was at after ``at_seq`` (the newest recorded or restored at or before it),
     except that the snapshot taken right after the turn that ended at or before ``at_seq`` counts too: a turn end's
-    checkpoint is journaled just after the turn's terminal event, so forking "after the last turn" means it. Past
-    ``at_seq``, the search stops at the first turn start or any other workspace event.
+    checkpoint is journaled just after the turn's terminal event, so forking "after the last turn" means it. Failing
+    that, the snapshot the next turn took as it started (journaled just after its `TurnStarted`) counts: it is the
+    workspace that turn found, so a fork just before a turn (loop-server's "retry from here") starts from the files
+    the original turn saw. Past ``at_seq``, the search stops at a second turn start, the next turn's first step or
+    end, or any other workspace event.
     """
     found: tuple[int, str] | None = None
     last_ended = ""
+    next_turn = ""
     for seq, event in events:
         if seq <= at_seq:
             match event:
@@ -169,10 +173,18 @@ def fork_checkpoint(events: Sequence[tuple[int, object]], at_seq: int) -> tuple[
             continue
         match event:
             case WorkspaceCheckpointed(ref=ref, trigger=trigger, turn_id=tid):
-                if last_ended and tid == last_ended and trigger in _TURN_END_TRIGGERS:
+                if not next_turn and last_ended and tid == last_ended and trigger in _TURN_END_TRIGGERS:
+                    return seq, ref
+                if next_turn and tid == next_turn and trigger == "turn_started":
                     return seq, ref
                 break
+            case TurnStarted(turn_id=tid) if not next_turn:
+                next_turn = tid
             case TurnStarted() | WorkspaceRestored() | WorkspaceForked():
+                break
+            case (
+                StepDone(turn_id=tid) | TurnDone(turn_id=tid) | TurnFailed(turn_id=tid) | TurnInterrupted(turn_id=tid)
+            ) if next_turn and tid == next_turn:
                 break
     return found
 

@@ -22,6 +22,7 @@ from loopd.harness.serve._idempotency import (
 )
 from loopd.harness.serve._server import InsecureBindError, check_bind, open_harness_server, serve
 from loopd.harness.serve._sessions import ServedSessions
+from loopd.harness.serve._workspaces import SessionWorkspaces
 
 __all__ = [
     "IDEMPOTENCY_FILE",
@@ -32,6 +33,7 @@ __all__ = [
     "KeyRecord",
     "MemoryIdempotencyStore",
     "ServedSessions",
+    "SessionWorkspaces",
     "SqliteIdempotencyStore",
     "check_bind",
     "create_app",

@@ -66,6 +66,7 @@ from loopd.harness.serve._wire import (
     event_item,
     session_body,
 )
+from loopd.harness.serve._workspaces import SessionWorkspaces
 
 IDEMPOTENCY_FILE: Final = "serve-idempotency.db"
 MAX_JOURNAL_PAGE: Final = 1000
@@ -98,6 +99,7 @@ def create_app(
     command_timeout: float = 10.0,
     model_calls: bool = True,
     redactor: Redactor | None = None,
+    workspaces: SessionWorkspaces | None = None,
 ) -> FastAPI:
     """The API for ``rig``. ``token`` (if given) is required as a bearer token on every route but /healthz and
     /openapi.json. Idempotency keys live in ``idempotency_path`` (a SQLite file, kept across restarts), or in
@@ -105,6 +107,8 @@ def create_app(
 
     ``model_calls``: record each session's model calls (request and attempts) for ``GET
     /v1/sessions/{id}/model-calls``, redacted by ``redactor`` (default: the built-in secret shapes and the token).
+
+    ``workspaces``: each session works in its own directory (`SessionWorkspaces`); None: all in the rig's.
     """
     if heartbeat <= 0:
         raise ValueError("heartbeat must be positive")
@@ -119,7 +123,9 @@ def create_app(
     if model_calls:
         rig = recording_rig(rig)
         recorded = ServedModelCalls(rig.clock, redactor or Redactor(literals=[token] if token else ()))
-    sessions = ServedSessions(rig, keys, max_live=max_live_sessions, restore_mode=restore_mode, model_calls=recorded)
+    sessions = ServedSessions(
+        rig, keys, max_live=max_live_sessions, restore_mode=restore_mode, model_calls=recorded, workspaces=workspaces
+    )
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -259,6 +265,10 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         (shared in the journal, not copied), with its own journal after it. The seq must be a settled point (every
         loop idle): one inside a turn is 400, naming the last settled seq before it. With ``Idempotency-Key`` the
         same key returns the same fork (201, then 200); another body with it is 409.
+
+        ``workspace``: ``keep`` (default) the workspace as it is now; ``new`` / ``overwrite`` restore the parent's
+        workspace snapshot at ``at_seq`` into the fork's own new directory / over the parent's (a server started
+        with ``--snapshots``; 400 when it cannot be done, and then no fork is made).
         """
         forked = await sessions.fork(session_id, body, key=idempotency_key)
         response.status_code = 201 if forked.created else 200
@@ -266,7 +276,7 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         view = await sessions.view(forked.session_id)
         info = await sessions.io(sessions.rig.journal.session(forked.session_id))
         parent = (info.parent_id or session_id, info.parent_seq) if info is not None else (session_id, body.at_seq)
-        return ForkedSession(**_body(view), parent_id=parent[0], parent_seq=parent[1])
+        return ForkedSession(**_body(view), parent_id=parent[0], parent_seq=parent[1], workspace=body.workspace)
 
     @router.post("/v1/sessions/{session_id}/inputs", status_code=202, tags=["inputs"])
     async def submit_input(session_id: SessionId, body: InputRequest) -> InputAccepted:

@@ -7,7 +7,9 @@ transport answers with these types:
     invalid_request         400     malformed JSON, wrong types, bad query/header values (also 405); a mode,
                                     model or loop the rig does not declare; a fork at a
                                     seq past the session's end or inside a turn (the message names the last
-                                    settled seq before it)
+                                    settled seq before it); a fork's workspace that cannot be restored as
+                                    asked (no snapshots, none at the seq, ``new`` on a directory with files),
+                                    a session id that cannot name its own workspace directory
     cursor_ahead            400     a resume cursor (``Last-Event-ID``, ``from_seq``) past the last stored event:
                                     the client holds a cursor of another session or server; start again
     unauthorized            401     missing or wrong bearer token (with ``WWW-Authenticate: Bearer``)
@@ -29,6 +31,7 @@ from __future__ import annotations
 from loopd._infra.http_errors import ApiError
 from loopd.harness._errors import (
     ForkPointError,
+    ForkWorkspaceError,
     HarnessError,
     JournalError,
     MailboxFullError,
@@ -40,6 +43,7 @@ from loopd.harness._errors import (
     SubscriptionLostError,
     UnknownSettingError,
 )
+from loopd.harness.standard import WorkspaceLocationError
 
 
 def from_harness(exc: HarnessError) -> ApiError:
@@ -48,7 +52,7 @@ def from_harness(exc: HarnessError) -> ApiError:
     match exc:
         case SessionNotFoundError():
             return ApiError("not_found", message)
-        case ForkPointError():
+        case ForkPointError() | ForkWorkspaceError() | WorkspaceLocationError():
             return ApiError("invalid_request", message)
         case MailboxFullError():
             return ApiError("too_many_requests", f"{message}; retry shortly", headers={"Retry-After": "1"})

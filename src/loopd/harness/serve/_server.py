@@ -19,7 +19,8 @@ from loopd._infra.redaction import Redactor
 from loopd._infra.serving import RunningServer, open_http_server
 from loopd.harness._errors import HarnessError
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app
-from loopd.harness.standard import HarnessSettings, open_standard_rig
+from loopd.harness.serve._workspaces import SessionWorkspaces
+from loopd.harness.standard import HarnessSettings, default_data_dir, open_standard_rig, rig_on
 
 
 class InsecureBindError(HarnessError, ValueError):
@@ -49,18 +50,26 @@ async def serve(
     *,
     on_ready: Callable[[RunningServer], None] | None = None,
     handle_signals: bool = True,
+    session_workspaces: bool = False,
     **app_options: Any,
 ) -> None:
     """Serve the standard rig for ``settings`` until SIGINT/SIGTERM, then shut down gracefully.
 
     Raises `InsecureBindError` before binding anything when ``host`` is not loopback and there is no token.
-    Idempotency keys are kept in ``<data_dir>/serve-idempotency.db`` beside the journal.
+    Idempotency keys are kept in ``<data_dir>/serve-idempotency.db`` beside the journal. ``session_workspaces``:
+    each session works in its own directory under ``settings.workspace`` (`SessionWorkspaces`), never one holding
+    or inside the data directory; `WorkspaceLocationError` before binding when the root is inside it.
     """
     check_bind(host, token)
     # What leaves in the model-call records: the built-in secret shapes, the token and the model's own keys.
     keys = (settings.model.api_key, settings.model.anthropic_api_key)
     literals = [token or "", *(key.get_secret_value() for key in keys if key is not None)]
     app_options.setdefault("redactor", Redactor(literals=literals))
+    if session_workspaces:
+        hidden = (settings.data_dir, default_data_dir(), *settings.hidden)
+        app_options["workspaces"] = SessionWorkspaces(
+            settings.workspace, lambda base, directory: rig_on(base, settings, directory), hidden=hidden
+        )
     async with open_standard_rig(settings) as rig:
         app = create_app(rig, token=token, idempotency_path=settings.data_dir / IDEMPOTENCY_FILE, **app_options)
         async with open_harness_server(app, host=host, port=port, handle_signals=handle_signals) as running:

@@ -32,6 +32,7 @@ from loopd.harness.models import record_model_calls
 from loopd.harness.serve._idempotency import IdempotencyStore, IdempotencyStoreError, KeyRecord
 from loopd.harness.serve._model_calls import ServedModelCalls
 from loopd.harness.serve._wire import CreateSessionRequest, ForkSessionRequest, SessionStatus
+from loopd.harness.serve._workspaces import SessionWorkspaces
 
 T = TypeVar("T")
 
@@ -57,6 +58,8 @@ class Created:
 
 def fingerprint(body: CreateSessionRequest | ForkSessionRequest, *, parent: str | None = None) -> str:
     shown = body.model_dump(mode="json")
+    if shown.get("workspace") == "keep":  # the default: keys stored before the field existed still match
+        del shown["workspace"]
     if parent is not None:  # a fork's key covers what it forks (never equal to a creation's)
         shown = {"fork_of": parent, **shown}
     canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"))
@@ -75,6 +78,7 @@ class ServedSessions:
         restore_mode: RecoveryMode = "interrupt",
         io_timeout: float = 30.0,
         model_calls: ServedModelCalls | None = None,
+        workspaces: SessionWorkspaces | None = None,
     ) -> None:
         if max_live < 1:
             raise ValueError("max_live must be positive")
@@ -85,6 +89,8 @@ class ServedSessions:
         self._io_timeout = io_timeout
         self.model_calls = model_calls
         """Each session's recorded model calls (None: not recorded); see `_model_calls`."""
+        self.workspaces = workspaces
+        """Each session's own directory (None: every session works in the rig's workspace); see `_workspaces`."""
         self._live: dict[str, Session] = {}
         self._recent_inputs: dict[str, OrderedDict[str, str]] = {}
         self._touched: dict[str, float] = {}
@@ -169,7 +175,8 @@ class ServedSessions:
                 if await self.exists(session_id):
                     return Created(session_id, False, record.command_id)
             await self._make_room()
-            session = await self._recorded(session_id, self.rig.start_session(session_id))
+            rig = self.rig if self.workspaces is None else await self.workspaces.for_new(self.rig, session_id)
+            session = await self._recorded(session_id, rig.start_session(session_id))
             self._live[session.id] = session
             self._touch(session.id)
             self._notify()
@@ -201,11 +208,28 @@ class ServedSessions:
             elif body.session_id is not None and await self.exists(body.session_id):
                 raise ApiError("conflict", f"session {body.session_id!r} exists; fork under another id")
             await self._make_room()
-            session = await self._recorded(session_id, self.rig.fork_session(parent_id, body.at_seq, session_id))
+            session = await self._forked(parent_id, body, session_id)
             self._live[session.id] = session
             self._touch(session.id)
             self._notify()
         return Created(session.id, True, None)
+
+    async def _forked(self, parent_id: str, body: ForkSessionRequest, session_id: str) -> Session:
+        """Make the fork on the rig of its workspace (`SessionWorkspaces.for_fork`; the shared one without)."""
+        mode = body.workspace
+        if self.workspaces is None:
+            opening = self.rig.fork_session(parent_id, body.at_seq, session_id, workspace=mode)
+            return await self._recorded(session_id, opening)
+        if await self.io(self.rig.journal.session(parent_id)) is None:
+            raise ApiError("not_found", f"no session {parent_id!r}")
+        rig, undo = await self.workspaces.for_fork(self.rig, parent_id, session_id, mode)
+        try:
+            opening = rig.fork_session(parent_id, body.at_seq, session_id, workspace=mode)
+            return await self._recorded(session_id, opening)
+        except Exception:
+            if await self.io(self.rig.journal.session(session_id)) is None:  # refused: no fork, no directory
+                await asyncio.to_thread(undo)
+            raise
 
     async def ensure_live(self, session_id: str) -> Session:
         """The live session, restored from the journal if it is dormant here."""
@@ -241,7 +265,8 @@ class ServedSessions:
         if await self.io(self.rig.journal.session(session_id)) is None:
             raise ApiError("not_found", f"no session {session_id!r}")
         await self._make_room()
-        session = await self._recorded(session_id, self.rig.restore_session(session_id, mode=self._restore_mode))
+        rig = self.rig if self.workspaces is None else await self.workspaces.for_stored(self.rig, session_id)
+        session = await self._recorded(session_id, rig.restore_session(session_id, mode=self._restore_mode))
         self._live[session_id] = session
         self._touch(session_id)
         self._notify()

@@ -47,6 +47,10 @@ class ForkSessionRequest(_Request):
 
     at_seq: int = Field(ge=1, le=2**62)
     session_id: str | None = Field(default=None, min_length=1, max_length=MAX_NAME, pattern=r"^[A-Za-z0-9._:-]+$")
+    workspace: Literal["keep", "new", "overwrite"] = "keep"
+    """``keep`` the workspace as it is now (default); ``new``: the fork's own directory (a server with
+    ``--session-workspaces``; otherwise its one workspace, which must be empty) filled with the parent's snapshot
+    at ``at_seq``; ``overwrite``: the parent's workspace put back to that snapshot. The last two need snapshots."""
 
 
 class InputRequest(_Request):
@@ -176,6 +180,8 @@ class CreatedSession(SessionBody):
 class ForkedSession(SessionBody):
     parent_id: str
     parent_seq: int
+    workspace: Literal["keep", "new", "overwrite"] = "keep"
+    """What the fork did with its workspace (the request's ``workspace``)."""
 
 
 class RestoredSession(SessionBody):

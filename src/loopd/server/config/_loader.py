@@ -512,6 +512,7 @@ def _harness(
         system_prompt=item.get("system_prompt"),
         max_steps=item.get("max_steps"),
         mode=item.get("mode"),
+        snapshots=item.get("snapshots") or "off",
         mcp_servers=mcp_servers,
         **common,
     )

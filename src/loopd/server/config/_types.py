@@ -19,6 +19,7 @@ from pydantic import SecretStr
 from loopd._infra.errors import LoopdError
 from loopd.harness.gate import GatePolicy
 from loopd.harness.models import ModelConfig
+from loopd.harness.snapshots import SnapshotTrigger
 
 if TYPE_CHECKING:
     from loopd.harness.tools import McpServer
@@ -103,6 +104,9 @@ class BuiltinHarness:
     """The mode its sessions start in: ``build`` (every tool; None) or ``plan`` (read-only tools only)."""
     mcp_servers: tuple[McpServer, ...] = ()
     """``mcpServers``: MCP servers whose tools this harness offers (through its gate)."""
+    snapshots: SnapshotTrigger = "off"
+    """When its sessions snapshot the workspace (``turn_done``, ``step_done``, ``idle``, ``off``): with snapshots, a
+    retry / edit fork of a conversation puts the workspace back to the files the retried turn found."""
     kind: Literal["builtin"] = "builtin"
 
 

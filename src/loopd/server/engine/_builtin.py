@@ -28,6 +28,11 @@ A call with its own workspace and tools profile (`AdapterRequest.workspace` / ``
 ``workspaces.rig(location, profile)`` derives (`loopd.harness.standard.WorkspaceRigs`): the directory under the
 workspaces root (created on demand), the profile's tools and its unattended gate policy. Start and resume build the
 same rig from the call's stored parameters. Without ``workspaces`` such a call fails (the engine refuses it first).
+
+A call that starts as a fork (`AdapterRequest.fork`) on a rig that takes workspace snapshots also puts its
+workspace back, in place, to the snapshot of the fork point — the files the source call's turn found
+(`Rig.fork_session(..., workspace="overwrite")`, journaled before a file is written); without a snapshot there
+(taken before snapshots were on) it keeps the workspace as it is, as without snapshots.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from typing import Any, Final, cast
 
 from loopd.harness import (
     ForkPointError,
+    ForkWorkspaceError,
     HarnessError,
     SessionBusyError,
     SessionNotFoundError,
@@ -258,6 +264,11 @@ class BuiltinHarnessAdapter:
             return await rig.start_session(request.call_id)
         parent, seq = request.fork
         try:
+            if rig.snapshots is not None and rig.workspace is not None:
+                try:  # the workspace as the source turn found it (its snapshot), in place: the call works there
+                    return await rig.fork_session(parent, seq, request.call_id, workspace="overwrite")
+                except ForkWorkspaceError as exc:  # e.g. taken before snapshots were on; no fork was made
+                    _log.warning("fork of harness session %s keeps the workspace as it is: %s", parent, exc)
             return await rig.fork_session(parent, seq, request.call_id)
         except (ForkPointError, SessionNotFoundError) as exc:
             raise AdapterError(f"cannot fork harness session {parent} at seq {seq}: {exc}") from exc
