@@ -265,7 +265,7 @@ class _DirectSender:
     def __init__(self, http: httpx2.AsyncClient, sent: httpx2.Request) -> None:
         self._http = http
         self._url = sent.url
-        self._headers = [(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"]
+        self._headers = httpx2.Headers([(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"])
         self._extensions = dict(sent.extensions)
 
     async def send(self, body: bytes) -> _DirectStream:
