@@ -136,9 +136,23 @@ def environment_rows() -> list[tuple[str, str]]:
         ("OS", platform.platform()),
         ("SQLite", sqlite3.sqlite_version),
         ("load average at start (1/5/15 min)", " / ".join(f"{x:.2f}" for x in os.getloadavg())),
+        ("scheduling policy (chrt)", scheduling_policy()),
     ]
     rows.extend((name, version_of(name)) for name in DISTRIBUTIONS)
     return rows
+
+
+def scheduling_policy() -> str:
+    """This process's scheduling policy: ``SCHED_OTHER`` as started, or e.g. ``SCHED_FIFO priority 10`` under
+    ``chrt -f 10`` (which its child processes inherit: figures then suffer less from other load)."""
+    try:
+        policy = os.sched_getscheduler(0)
+        priority = os.sched_getparam(0).sched_priority
+    except (AttributeError, OSError):
+        return "unknown"
+    names = {os.SCHED_OTHER: "SCHED_OTHER", os.SCHED_FIFO: "SCHED_FIFO", os.SCHED_RR: "SCHED_RR"}
+    name = names.get(policy, str(policy))
+    return f"{name} priority {priority}" if priority else name
 
 
 def print_environment() -> None:
