@@ -18,7 +18,7 @@ from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Message, ToolCall
 from loopd.harness.models._anthropic import AnthropicModel, anthropic_messages
 from loopd.harness.models._openai import MessageEncoder, OpenAICompatibleModel, openai_messages
-from loopd.harness.models._protocol import Model, ModelRequest, ReplyInfo, TextDelta, UsageReport
+from loopd.harness.models._protocol import Model, ModelRequest, ReplyInfo, TextDelta, ToolSpec, UsageReport
 from tests.harness_models.helpers import LIST_DIR, READ_FILE
 
 _REPLY = (
@@ -311,3 +311,46 @@ async def test_the_anthropic_body_is_the_sdk_body(cache: bool) -> None:
                 pass
             assert bodies[-2] == bodies[-1]
             assert json.loads(bodies[-1])["messages"] == messages
+
+
+async def test_a_growing_history_is_joined_into_one_buffer_once() -> None:
+    encoder = MessageEncoder()
+    history = _history(20)
+    encoded = [encoder.encode(_request(messages=tuple(history[:n]), system="s")) for n in range(5, len(history) + 1)]
+    # each request's array is its own messages, though the later requests appended to the same buffer
+    for n, found in zip(range(5, len(history) + 1), encoded, strict=True):
+        assert json.loads(found.array()) == openai_messages(_request(messages=tuple(history[:n]), system="s"))
+    # one buffer, grown in place: no request joined the whole history again
+    assert all(found._joined is encoded[0]._joined for found in encoded)
+    # a replaced history starts a new buffer: the requests encoded before still read theirs
+    compacted = (history[0], Message(role="assistant", content="summary"))
+    fresh = encoder.encode(_request(messages=compacted))
+    assert fresh._joined is not encoded[0]._joined
+    assert json.loads(encoded[-1].array()) == openai_messages(_request(messages=tuple(history), system="s"))
+
+
+async def test_the_end_of_the_body_is_encoded_once_per_tool_set(endpoint: Endpoint) -> None:
+    model = endpoint.model()
+    tools = (LIST_DIR, READ_FILE)
+
+    def asking(text: str, offered: tuple[ToolSpec, ...]) -> ModelRequest:
+        # built like the harness builds its requests: the loop's own tuple of tool specs, not a validated copy
+        return ModelRequest.model_construct(
+            model="",
+            messages=(Message(role="user", content=text),),
+            tools=offered,
+            system="",
+            temperature=None,
+            max_output_tokens=None,
+        )
+
+    await _send(model, asking("one", tools))
+    kept = model._kept_closing
+    assert kept is not None and kept[0] is tools
+    await _send(model, asking("two", tools))
+    assert model._kept_closing is kept  # the same tools: the encoded end was reused
+    await _send(model, asking("three", (LIST_DIR,)))
+    assert model._kept_closing is not kept
+    assert [len(json.loads(b)["tools"]) for b in endpoint.bodies] == [2, 2, 1]
+    assert [json.loads(b)["messages"][-1]["content"] for b in endpoint.bodies] == ["one", "two", "three"]
+    await model.aclose()

@@ -148,6 +148,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
             http_client if client is None else None
         )  # a client built here sends fixed headers: see _DirectSender
         self._sender: _DirectSender | None = None
+        self._kept_closing: tuple[Sequence[ToolSpec], float | None, int | None, bytes] | None = None
         self.direct_sends = 0
         """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
@@ -178,15 +179,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         if self._limiter is not None:
             estimate = estimate_tokens(messages.characters, limit)
             await self._limiter.acquire(estimate)
-        body = request_body(
-            model,
-            messages,
-            tools=request.tools,
-            include_usage=self._include_usage,
-            temperature=request.temperature,
-            max_tokens=limit,
-            max_tokens_field=self._max_tokens_field,
-        )
+        body = request_body_with(model, messages, self._closing(request.tools, request.temperature, limit))
         stream: openai.AsyncStream[object] | _DirectStream
         try:
             if self._sender is not None:
@@ -239,6 +232,21 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
         yield UsageReport(usage=self._priced(served_model, model, reported))
+
+    def _closing(self, tools: Sequence[ToolSpec], temperature: float | None, limit: int | None) -> bytes:
+        """`request_closing` for this adapter, kept while the loop offers the same tools (the same tuple)."""
+        kept = self._kept_closing
+        if kept is not None and kept[0] is tools and kept[1] == temperature and kept[2] == limit:
+            return kept[3]
+        closing = request_closing(
+            tools=tools,
+            include_usage=self._include_usage,
+            temperature=temperature,
+            max_tokens=limit,
+            max_tokens_field=self._max_tokens_field,
+        )
+        self._kept_closing = (tools, temperature, limit, closing)
+        return closing
 
 
 _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
@@ -421,24 +429,45 @@ def _json(value: object) -> bytes:
 
 
 class EncodedMessages:
-    """A request's ``messages`` as JSON: one encoded element per message, and the characters of their contents
-    (for the rate limiter's estimate)."""
+    """A request's ``messages`` as JSON — the system prompt's element, then the history's elements already joined
+    by commas (one growing buffer per conversation: a request copies the history's bytes once, into its body) —
+    and the characters of their contents (for the rate limiter's estimate)."""
 
-    __slots__ = ("characters", "parts")
+    __slots__ = ("_count", "_history", "_joined", "_length", "characters", "system")
 
-    def __init__(self, parts: list[bytes], characters: int) -> None:
-        self.parts = parts
+    def __init__(self, system: bytes | None, history: list[bytes], joined: bytearray, characters: int) -> None:
+        self.system = system
+        self._history = history  # the conversation's list (it only grows): this request's are the first _count
+        self._count = len(history)
+        self._joined = joined
+        self._length = len(joined)
         self.characters = characters
+
+    @property
+    def parts(self) -> list[bytes]:
+        """Each message's encoded element, system prompt first."""
+        return ([self.system] if self.system is not None else []) + self._history[: self._count]
+
+    def array(self) -> bytes:
+        """The JSON array of the messages."""
+        # The conversation's buffer only grows (a replaced history gets a new one), so its first ``_length`` bytes
+        # are this request's history even if later requests appended to it; the view is released at once.
+        with memoryview(self._joined) as view, view[: self._length] as history:
+            if self.system is None:
+                return b"".join((b"[", history, b"]"))
+            return b"".join((b"[", self.system, b"," if self._length else b"", history, b"]"))
 
 
 class _Conversation:
-    """One conversation's encoded history: the messages seen last time and their encoded elements."""
+    """One conversation's encoded history: the messages seen last time, their encoded elements, and the elements
+    joined by commas."""
 
-    __slots__ = ("characters", "messages", "parts")
+    __slots__ = ("characters", "joined", "messages", "parts")
 
     def __init__(self) -> None:
         self.messages: tuple[Message, ...] = ()
         self.parts: list[bytes] = []
+        self.joined = bytearray()
         self.characters = 0
 
 
@@ -464,17 +493,18 @@ class MessageEncoder:
         """The encoded ``messages`` of ``request`` (system prompt first); `ModelPermanentError` for a message
         the provider cannot take."""
         history = tuple(request.messages)
-        parts: list[bytes] = []
+        system: bytes | None = None
         characters = 0
         if request.system:
-            parts.append(_json({"role": "system", "content": request.system}))
+            system = _json({"role": "system", "content": request.system})
             characters += len(request.system)
         if not history:
-            return EncodedMessages(parts, characters)
+            return EncodedMessages(system, [], bytearray(), characters)
         conversation = self._conversation(history[0])
         kept = len(conversation.messages)
         if kept > len(history) or history[:kept] != conversation.messages:
             conversation.messages, conversation.parts, conversation.characters, kept = (), [], 0, 0
+            conversation.joined = bytearray()  # a new buffer: requests encoded before keep reading the old one
         added: list[bytes] = []
         counted = 0
         for message in history[kept:]:  # a message that cannot be sent raises before anything is kept
@@ -482,12 +512,16 @@ class MessageEncoder:
             added.append(_json(encoded))
             counted += len(str(encoded.get("content") or ""))
         self.encoded += len(added)
+        joined = conversation.joined
+        for part in added:
+            if joined:
+                joined += b","
+            joined += part
         conversation.parts.extend(added)
         conversation.characters += counted
         conversation.messages = history
-        parts.extend(conversation.parts)
         characters += conversation.characters
-        return EncodedMessages(parts, characters)
+        return EncodedMessages(system, conversation.parts, joined, characters)
 
     def _conversation(self, first: Message) -> _Conversation:
         key = id(first)
@@ -515,7 +549,30 @@ def request_body(
 ) -> bytes:
     """The JSON body ``chat.completions.create`` would send for these arguments (the same bytes, keys in its
     order), built from already encoded messages."""
-    head = _json({"model": model, "stream": True})
+    closing = request_closing(
+        tools=tools,
+        include_usage=include_usage,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        max_tokens_field=max_tokens_field,
+    )
+    return request_body_with(model, messages, closing)
+
+
+def request_body_with(model: str, messages: EncodedMessages, closing: bytes) -> bytes:
+    """`request_body` with its end (`request_closing`) already encoded."""
+    return b"".join((_json({"model": model, "stream": True})[:-1], b',"messages":', messages.array(), closing))
+
+
+def request_closing(
+    *,
+    tools: Sequence[ToolSpec],
+    include_usage: bool,
+    temperature: float | None,
+    max_tokens: int | None,
+    max_tokens_field: MaxTokensField,
+) -> bytes:
+    """What follows the messages in a request body: the other arguments, and the closing brace."""
     tail: dict[str, Any] = {}
     if max_tokens is not None:
         tail[max_tokens_field] = max_tokens
@@ -528,8 +585,7 @@ def request_body(
             {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
             for t in tools
         ]
-    closing = b"," + _json(tail)[1:] if tail else b"}"
-    return b"".join((head[:-1], b',"messages":[', b",".join(messages.parts), b"]", closing))
+    return b"," + _json(tail)[1:] if tail else b"}"
 
 
 def openai_messages(request: ModelRequest) -> list[ChatCompletionMessageParam]:
