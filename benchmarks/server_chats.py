@@ -32,10 +32,12 @@ import argparse
 import asyncio
 import contextlib
 import inspect
+import re
 import statistics
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +54,7 @@ from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command,
 from benchmarks._server import (
     Api,
     ServerProcess,
+    StreamRefused,
     cpu_seconds,
     frame_data,
     now,
@@ -85,6 +88,8 @@ class Chat:
     completed: float
     ok: bool
     answer: str = ""
+    error: str = ""
+    """Why it did not complete: the exception, the status it ended with, or that the stream closed before its end."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class ThousandRun:
     run: ChatRun
     streamed: int
     stored: int
+    reasons: tuple[tuple[str, int], ...] = ()
+    """Why chats were lost, with how many: see `Chat.error`; "not stored as streamed" for the read-back check."""
 
     @property
     def lost(self) -> int:
@@ -132,8 +139,10 @@ def summarize(chats: Sequence[Chat], wall: float, ok: int | None = None) -> Chat
     )
 
 
-def _lost_chat(started: float) -> Chat:
-    return Chat(float("nan"), now() - started, False)
+def _lost_chat(started: float, error: BaseException) -> Chat:
+    status = re.search(r"HTTP/1\.[01] (\d{3})", str(error)) if isinstance(error, StreamRefused) else None
+    why = f"refused with HTTP {status[1]}" if status else type(error).__name__
+    return Chat(float("nan"), now() - started, False, error=why)
 
 
 async def one_chat(
@@ -144,7 +153,7 @@ async def one_chat(
     started = now()
     first_token = float("nan")
     response_id: str | None = None
-    ok = False
+    ended: str | None = None
     answer = ""
     body = {"target": {"kind": "harness", "key": "assistant"}, "text": text}
     async with await open_event_stream(
@@ -175,17 +184,19 @@ async def one_chat(
                     piece = str(block.get("content") or "")
                     answer = answer + piece if op == "append" else piece
                 if op == "end":
-                    ok = (data.get("message") or {}).get("status") == "completed"
+                    ended = str((data.get("message") or {}).get("status"))
                     break
-    return Chat(first_token, now() - started, ok, answer)
+    ok = ended == "completed"
+    error = "" if ok else "stream closed before its end" if ended is None else f"ended {ended}"
+    return Chat(first_token, now() - started, ok, answer, error)
 
 
 async def _guarded(chat: Awaitable[Chat], started: Callable[[], float]) -> Chat:
     """``chat``, or a lost chat when it failed (a refused or broken stream, a timeout): the round goes on."""
     try:
         return await chat
-    except (OSError, TimeoutError, ValueError, KeyError, RuntimeError, EOFError):
-        return _lost_chat(started())
+    except (OSError, TimeoutError, ValueError, KeyError, RuntimeError, EOFError) as exc:
+        return _lost_chat(started(), exc)
 
 
 async def _release(chats: Sequence[Awaitable[Chat]], gate: asyncio.Event) -> tuple[list[Chat], float]:
@@ -202,8 +213,14 @@ async def _release(chats: Sequence[Awaitable[Chat]], gate: asyncio.Event) -> tup
 async def _chat_round(
     server: ServerProcess, count: int, label: str, *, timeout: float = CHAT_TIMEOUT
 ) -> tuple[list[str], list[Chat], float]:
-    async with Api(server, connections=min(count, 50)) as api:
-        conversations = await asyncio.gather(*(api.create_conversation(f"{label}-{i}") for i in range(count)))
+    async with Api(server, connections=min(count, 50), timeout=60.0) as api:
+        limit = asyncio.Semaphore(50)  # no request waits for a pooled connection (a pool timeout) behind 1,000 others
+
+        async def create(index: int) -> str:
+            async with limit:
+                return await api.create_conversation(f"{label}-{index}")
+
+        conversations = await asyncio.gather(*(create(i) for i in range(count)))
     gate = asyncio.Event()
     chats = [one_chat(server, c, question(i), gate, timeout) for i, c in enumerate(conversations)]
     done, wall = await _release(chats, gate)
@@ -260,8 +277,12 @@ async def run_thousand(server: ServerProcess, count: int) -> ThousandRun:
             return stored_answer(page.get("data") or [])
 
         stored = await asyncio.gather(*(read(c) for c in conversations))
-    kept = sum(1 for index, (chat, s) in enumerate(zip(done, stored, strict=True)) if answer_kept(chat, index, s))
-    return ThousandRun(summarize(done, wall, ok=kept), sum(1 for c in done if c.ok), kept)
+    reasons: Counter[str] = Counter()
+    for index, (chat, answer) in enumerate(zip(done, stored, strict=True)):
+        if not answer_kept(chat, index, answer):
+            reasons[chat.error or "not stored as streamed"] += 1
+    kept = count - sum(reasons.values())
+    return ThousandRun(summarize(done, wall, ok=kept), sum(1 for c in done if c.ok), kept, tuple(reasons.most_common()))
 
 
 # --- the LangGraph Agent Server peer -------------------------------------------------------------------------
@@ -455,7 +476,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 kept = asyncio.run(run_thousand(server, thousand))
                 print(
                     f"  loopd, {thousand} chats: {kept.run.per_second:.1f}/s, TTFT p95 {kept.run.ttft_p95_ms:.0f} ms,"
-                    f" stored {kept.stored}/{thousand}, lost {kept.lost} ({time.perf_counter() - t0:.1f} s)",
+                    f" stored {kept.stored}/{thousand}, lost {kept.lost} {dict(kept.reasons) or ''}"
+                    f" ({time.perf_counter() - t0:.1f} s)",
                     flush=True,
                 )
     _print_tables(measured, kept, repeat, versions, args.langgraph_jobs, notes)
@@ -528,7 +550,8 @@ def _print_tables(
             ],
             note="One round on a fresh `loopd up`, all chats released at once (each bounded by "
             f"{THOUSAND_TIMEOUT:g} s). Afterwards every conversation is read back: a chat is lost unless its stream "
-            "ended completed and the stored answer is completed, equals the streamed text and echoes its own question.",
+            "ended completed and the stored answer is completed, equals the streamed text and echoes its own question."
+            + (" Lost: " + "; ".join(f"{n} {why}" for why, n in kept.reasons) + "." if kept.reasons else ""),
         )
 
 

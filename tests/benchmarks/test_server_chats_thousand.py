@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from benchmarks._server import running_server
-from benchmarks.server_chats import Chat, answer_kept, question, run_thousand, stored_answer
+from benchmarks._server import StreamRefused, running_server
+from benchmarks.server_chats import Chat, _lost_chat, answer_kept, question, run_thousand, stored_answer
 
 
 def _messages(status: str, answer: str) -> list[dict[str, Any]]:
@@ -30,8 +30,15 @@ def test_a_chat_is_kept_only_with_its_own_complete_answer_stored() -> None:
     assert not answer_kept(streamed, 3, None)  # could not be read back
 
 
+def test_a_lost_chat_says_why() -> None:
+    refused = StreamRefused("POST /v1/conversations/c/messages: HTTP/1.1 503 Service Unavailable b'{}'")
+    assert _lost_chat(0.0, refused).error == "refused with HTTP 503"
+    assert _lost_chat(0.0, TimeoutError()).error == "TimeoutError"
+    assert not _lost_chat(0.0, TimeoutError()).ok
+
+
 def test_a_small_round_on_a_real_server_loses_nothing(tmp_path: Path) -> None:
     with running_server(tmp_path) as server:
         kept = asyncio.run(run_thousand(server, 4))
-    assert (kept.run.chats, kept.streamed, kept.stored, kept.lost) == (4, 4, 4, 0)
+    assert (kept.run.chats, kept.streamed, kept.stored, kept.lost, kept.reasons) == (4, 4, 4, 0, ())
     assert kept.run.ok == 4 and kept.run.ttft_p95_ms == kept.run.ttft_p95_ms  # a number, not NaN
