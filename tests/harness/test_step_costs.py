@@ -1,4 +1,5 @@
-"""What one step costs the harness does not grow with the history (the peers benchmark's per-step figures).
+"""What one step costs the harness does not grow with the history (the peers benchmark's per-step figures), and a
+step makes no avoidable task.
 
 `decide` folds every event it emits; the actor that commits them takes that fold (`Decision.state`) instead of
 folding them a second time. A second fold would append to a `History` whose shared buffer the first fold had
@@ -41,6 +42,8 @@ async def test_each_commit_is_folded_once_and_the_history_is_never_copied(journa
     assert len(actor.state.history) == 2 * STEPS + 2
     # Every commit of the turn took its decision's fold: none was folded again.
     assert actor.folds_skipped >= 2 * STEPS + 1
+    # Each step's one allowed call ran in its gate batch's task (no task of its own per call).
+    assert actor.inline_tool_runs == STEPS
     # One buffer from the turn's start to its end: no step copied the history.
     assert len(buffers) == 1, f"the history was copied {len(buffers) - 1} times"
     # And the live state is still exactly the fold of the journal.
@@ -66,4 +69,17 @@ async def test_a_state_changed_since_the_decision_is_folded_again(journal: Journ
     actor._folded = None
     assert actor.folds_skipped == before
     assert actor.state == decision.state  # folded again, to the same result
+    await session.shutdown()
+
+
+async def test_a_batch_of_several_calls_still_runs_each_in_a_task_of_its_own(journal: Journal) -> None:
+    calls = [("echo", {"text": "a"}), ("echo", {"text": "b"})]
+    model = ScriptedModel([Reply(tool_calls=calls), Reply(text="done")])
+    rig = Rig(loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),))], journal=journal)
+    session = await rig.start_session()
+    end = await session.ask("go", timeout=30)
+    assert isinstance(end, TurnDone)
+    actor = session.actors["main"]
+    assert actor.inline_tool_runs == 0
+    assert [m.content for m in actor.state.history if m.role == "tool"] == ["a", "b"]
     await session.shutdown()

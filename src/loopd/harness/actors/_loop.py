@@ -257,6 +257,8 @@ class LoopActor:
         self._folded: tuple[tuple[LoopEvent, ...], LoopState, LoopState | None] | None = None
         self.folds_skipped = 0
         """Commits whose state was taken from their decision's fold instead of folded again (what tests watch)."""
+        self.inline_tool_runs = 0
+        """Gated batches of one allowed call that ran it in their own task, not in a new one (what tests watch)."""
         self.mailbox: Mailbox[MailItem] = Mailbox(definition.mailbox_capacity)
         self._clock = clock
         self._workspace = workspace
@@ -952,13 +954,23 @@ class LoopActor:
                 self._track(turn_id, self._traced_tool(turn_id, step, call))
                 del exc
         try:
-            stored = await asyncio.wait_for(self._rules.load(), 10.0)
+            async with asyncio.timeout(10.0):  # (not wait_for: no task of its own for every batch)
+                stored = await self._rules.load()
         except (RuleStoreError, TimeoutError) as exc:
             for p in prepared:
                 self._finish(turn_id, step, p.call_id, p.tool, "denied", f"permission rules unreadable: {exc}")
             return
         decision = evaluate(prepared, access=self.definition.access, stored=stored)
         by_id = {c.id: c for c in calls}
+        if (
+            len(calls) == 1 == len(prepared)
+            and decision.prompt is None
+            and decision.verdict(calls[0].id) is Verdict.ALLOW
+        ):
+            # The batch is one allowed call: run it in this task (tracked for the turn like a task of its own).
+            self.inline_tool_runs += 1
+            await self._traced_tool(turn_id, step, calls[0])
+            return
         for verdict in decision.calls:
             if verdict.verdict is Verdict.ALLOW:
                 self._track(turn_id, self._traced_tool(turn_id, step, by_id[verdict.call_id]))
