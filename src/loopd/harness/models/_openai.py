@@ -33,11 +33,17 @@ for a stream is the longest silence allowed between two chunks.
 **Request body.** The body is JSON encoded here, not by ``chat.completions.create`` (whose type-directed transform
 walks every message of every request: hundreds of milliseconds at a history of 500 steps). Each history message is
 encoded once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a
-join; the bytes equal what ``create`` sends for the same arguments (same key order, compact separators, UTF-8), and
-go through the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an
-``http_client``'s transport: cassettes and the ledger see the same request). Likewise the streamed chunks are read
-as the SDK's parsed JSON (its SSE parser and in-band error check still run) rather than built into
-``ChatCompletionChunk`` objects; a chunk of another shape is a permanent error.
+join (the encoded elements are kept joined in one growing buffer, so a request copies the history's bytes once);
+the bytes equal what ``create`` sends for the same arguments (same key order, compact separators, UTF-8). The
+first call goes through the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an
+``http_client``'s transport: cassettes and the ledger see the same request). When the adapter built the client
+itself (an API key, a base URL, a timeout: headers that never change), the later calls send that first request's
+method, URL, headers and timeouts with their own body straight through the same ``httpx2`` client and read the reply
+with a plain SSE line parser (`_DirectSender`, `_DirectStream`): the SDK rebuilt all of it on every call, about as
+much work as the rest of a harness step. They raise what ``post`` and the SDK's stream raise (connection, timeout,
+status errors with the SDK's message and body, in-band ``error`` events); a ``client`` given by the caller always
+goes through ``post``. The streamed chunks are read as parsed JSON rather than built into ``ChatCompletionChunk``
+objects; a chunk of another shape is a permanent error.
 """
 
 from __future__ import annotations
