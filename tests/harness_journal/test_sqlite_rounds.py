@@ -3,7 +3,7 @@
 The contract itself (seqs, atomicity, fencing, replicas) is in test_contract.py; these tests pin down the
 mechanics behind its speed: inline commits that never wait for a lock on the event loop, one bounded wait per
 round on the writer thread, cached session heads that another replica's commit invalidates, checkpoints that
-keep the WAL bounded, and files written by the previous layout.
+keep the WAL bounded without holding rounds, and files written by the previous layout.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from loopd.harness import JournalError, JournalFencedError, SessionBusyError, SqliteJournal
-from loopd.harness.journal import NewRecord
+from loopd.harness.journal import JournalWriter, NewRecord, _sqlite
 from loopd.harness.journal._sqlite import SCHEMA_VERSION, SOLO_STREAK
 
 from .conftest import records
@@ -237,7 +237,13 @@ async def test_cached_heads_follow_takeovers_back_and_forth(tmp_path: Path) -> N
         await b.aclose()
 
 
-async def test_the_wal_is_checkpointed_while_rounds_commit_inline(tmp_path: Path) -> None:
+async def test_the_wal_is_checkpointed_while_rounds_commit_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints beside commits cannot restart the WAL under steady writes; a long WAL is checkpointed with the
+    writes held, so the file stays bounded."""
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_PAGES", 100)
+    monkeypatch.setattr(_sqlite, "WAL_RESTART_FRAMES", 400)
     path = tmp_path / "j.db"
     journal = await SqliteJournal.open(path)
     try:
@@ -246,12 +252,44 @@ async def test_the_wal_is_checkpointed_while_rounds_commit_inline(tmp_path: Path
         for _ in range(1500):
             await writer.append([big])
         assert journal.commits_inline > 1000
-        # ~2 WAL pages per round: 1,500 rounds without a checkpoint would leave ~12 MB of WAL.
+        # ~2 WAL frames per round: 1,500 rounds without the WAL starting over would leave ~12 MB of it.
         wal = path.with_name(path.name + "-wal")
-        assert wal.stat().st_size < 6_000_000
+        assert wal.stat().st_size < 1200 * (4096 + 24)
         assert await seqs_of(journal, "s") == list(range(1, 1501))
     finally:
         await journal.aclose()
+
+
+async def many_sessions_appending(path: Path, sessions: int, rounds: int) -> tuple[SqliteJournal, int]:
+    """``sessions`` writers each appending ``rounds`` records one at a time, all at once; the journal (closed)
+    and the WAL's size in frames before it closed."""
+    journal = await SqliteJournal.open(path)
+    try:
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(sessions)]
+
+        async def drive(writer: JournalWriter) -> None:
+            for i in range(rounds):
+                await writer.append(records(1, tag=str(i)))
+
+        await asyncio.gather(*(drive(w) for w in writers))
+        frames = path.with_name(path.name + "-wal").stat().st_size // (4096 + 24)
+    finally:
+        await journal.aclose()
+    return journal, frames
+
+
+async def test_checkpoints_follow_the_wals_frames_and_never_hold_a_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint every 1,000 frames the WAL really grew by (read from the wal-index: a round over 100
+    sessions of small records writes ~17, far fewer than one page per session), and rounds keep committing inline meanwhile (the
+    checkpoint runs on the reader's connection)."""
+    journal, _ = await many_sessions_appending(tmp_path / "j.db", 100, 120)
+    assert journal.commits_inline == journal.commits
+    monkeypatch.setattr(_sqlite, "CHECKPOINT_PAGES", 10**9)  # the same workload without checkpoints: its WAL
+    _, frames = await many_sessions_appending(tmp_path / "all.db", 100, 120)
+    assert frames > 1500
+    assert 1 <= journal.checkpoints <= frames // 1000 + 1
 
 
 # --- layouts -------------------------------------------------------------------------------------------------

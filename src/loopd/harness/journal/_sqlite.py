@@ -18,8 +18,14 @@ Where a transaction runs:
   records on the 2-vCPU development VM) — about what the loop already spends resolving and resuming those
   appends. What keeps it bounded: it never waits for a lock (the busy timeout is 0 while inline; if another
   connection, e.g. another process on the same file, holds the write lock, the round goes to the writer
-  thread), and it never fsyncs (automatic WAL checkpoints are off on the write connection; the writer thread
-  runs a checkpoint about every 1,000 WAL pages, as SQLite's own default would).
+  thread), and it never fsyncs (automatic WAL checkpoints are off on the write connection; a passive checkpoint
+  runs every 1,000 WAL frames, as SQLite's own default would, on the *reader's* thread and connection, so that
+  rounds keep committing inline meanwhile — a passive checkpoint never blocks a writer. The frames are counted
+  from the ``mxFrame`` field of the wal-index header in the ``-shm`` file — the count SQLite's own automatic
+  checkpoint uses —, read with one ``pread`` per commit; only without that file are they estimated). A checkpoint
+  that runs beside commits cannot let the WAL start over (frames keep arriving after the ones it copied), so
+  once the WAL holds `WAL_RESTART_FRAMES` frames, the checkpoint runs on the writer thread instead, rounds
+  waiting behind it as before, and the next round starts the WAL file from its beginning again.
 * **On the writer thread** otherwise (larger rounds, ``synchronous="FULL"``, ``inline_commits=False``, a busy
   file, or while the thread is still working), with SQLite's busy timeout; the event loop gathers the next round
   meanwhile.
@@ -61,7 +67,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -94,6 +102,8 @@ INLINE_MAX_RECORDS = 128
 INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
 CHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
+_MX_FRAME = 16  # offset of mxFrame (u32, native byte order) in the wal-index header of the -shm file
+WAL_RESTART_FRAMES = 4 * CHECKPOINT_PAGES  # a WAL this long is checkpointed with writes held (it then restarts)
 
 _LAYOUT_0 = (
     """CREATE TABLE journal_sessions (
@@ -266,8 +276,8 @@ class SqliteJournal:
         self._busy_ms = max(0, int(busy_timeout * 1000))
         self._inline = inline_commits and synchronous == "NORMAL"
         # The floor's lanes: a connection each, on its own thread. The writer's connection is also used on the
-        # event-loop thread by inline rounds (while the writer thread is idle); its checkpoints run on the writer
-        # thread (`_resolve`), never inside an inline commit.
+        # event-loop thread by inline rounds (while the writer thread is idle); checkpoints run on the reader's
+        # thread and connection (`_resolve`), never inside a commit.
         lane = SqliteOptions(
             timeout=append_timeout,
             busy_timeout=self._busy_ms / 1000,
@@ -291,7 +301,11 @@ class SqliteJournal:
         self._heads: dict[int, tuple[int, int]] = {}
         self._busy_wait = True
         self._data_version = -1
-        self._wal_pages = 0
+        self._wal_pages = 0  # WAL frames appended since the last checkpoint was started
+        self._wal_frames = 0  # the WAL's frames (mxFrame) when last counted
+        self._shm: int | None = None  # the -shm file, read for mxFrame (None: estimate the frames instead)
+        self.checkpoints = 0
+        self._checkpointing: Future[None] | None = None
         self._wjobs: deque[Future[Any]] = deque()  # jobs given to the writer thread and not known to be done
         # Appends not yet in a transaction, and who writes them next: a leader (an append that yielded once to
         # gather the round) or the flusher task (rounds on the writer thread).
@@ -331,6 +345,8 @@ class SqliteJournal:
         applied = await migrate(SqliteDatabase(self._writer, None, self._writer.options), SCHEMA)
         self.migrated_from = 0 if 2 in applied and 1 not in applied else None
         self._wconn = self._writer.connection
+        with contextlib.suppress(OSError):  # no -shm file (e.g. a heap wal-index): the frames are estimated
+            self._shm = os.open(f"{self.path}-shm", os.O_RDONLY | os.O_CLOEXEC)
         await self._reader.open()
         self._rconn = self._reader.connection
 
@@ -613,13 +629,39 @@ class SqliteJournal:
                     signal = signals.get(item.sid)
                     if signal is not None:
                         signal.set()
-        if self._wal_pages >= CHECKPOINT_PAGES and self._writer_idle():
+        running = self._checkpointing
+        if self._wal_pages >= CHECKPOINT_PAGES and (running is None or running.done()):
+            if self._wal_frames < WAL_RESTART_FRAMES:
+                with contextlib.suppress(RuntimeError):  # the reader lane is closed: the journal is closing
+                    self._checkpointing = self._reader.submit(lambda: self._checkpoint(writer=False))
+            elif self._writer_idle():
+                self._checkpointing = self._submit(self._checkpoint, True)
+            else:
+                return
             self._wal_pages = 0
-            self._submit(self._checkpoint)
+            self.checkpoints += 1
 
-    def _checkpoint(self) -> None:
-        """Copy the WAL back into the database file (writer thread); a failure only delays the next one."""
-        conn = self._wconn
+    def _count_wal(self, estimate: int) -> None:
+        """Add the WAL frames the transaction just committed appended to ``_wal_pages`` (by whoever holds the write
+        connection): the growth of the wal-index header's ``mxFrame`` (it starts again from 0 once a checkpoint
+        has copied every frame and a writer restarts the WAL), or ``estimate`` when it cannot be read."""
+        fd = self._shm
+        if fd is not None:
+            try:
+                raw = os.pread(fd, 4, _MX_FRAME)
+            except OSError:
+                raw = b""
+            if len(raw) == 4:
+                frames = int.from_bytes(raw, sys.byteorder)
+                self._wal_pages += frames - self._wal_frames if frames >= self._wal_frames else frames
+                self._wal_frames = frames
+                return
+        self._wal_pages += estimate
+
+    def _checkpoint(self, writer: bool) -> None:
+        """Copy the WAL back into the database file (on the reader's thread, or the writer's once the WAL must
+        restart: see the module docstring); a failure only delays the next one."""
+        conn = self._wconn if writer else self._rconn
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -649,7 +691,7 @@ class SqliteJournal:
         self.commits += 1
         self.commits_inline += inline
         self.records_written += len(rows)
-        self._wal_pages += 2 + len(heads) + sum(len(row[5]) for row in rows) // 3000
+        self._count_wal(2 + len(heads) + sum(len(row[5]) for row in rows) // 3000)
         return results
 
     def _stage(
@@ -806,7 +848,7 @@ class SqliteJournal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            self._wal_pages += 2 + len(data) // 3000
+            self._count_wal(2 + len(data) // 3000)
             return None
 
         last = await self._in_writer(save)
@@ -845,7 +887,12 @@ class SqliteJournal:
         try:
             await self._writer.close()  # each bounded by append_timeout
         finally:
-            await self._reader.close()
+            try:
+                await self._reader.close()
+            finally:
+                if self._shm is not None:
+                    os.close(self._shm)
+                    self._shm = None
 
 
 class _SqliteWriter:
