@@ -76,6 +76,24 @@ async def test_a_given_client_always_goes_through_the_sdk() -> None:
     await client.close()
 
 
+async def test_a_redirected_first_call_keeps_every_call_on_the_sdks_path() -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.url.host)
+        if request.url.host == "model.invalid":  # the configured host sends the call elsewhere
+            return httpx2.Response(307, headers={"location": "http://elsewhere.invalid/v1/chat/completions"})
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_reply("moved"))
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(handle), follow_redirects=True, timeout=10.0)
+    model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="k", http_client=http)
+    for _ in range(2):
+        assert (await collect(model.stream(ask("hi")))).text == "moved"
+    assert model.direct_sends == 0  # the redirect target is never pinned: each call asks the configured host first
+    assert seen == ["model.invalid", "elsewhere.invalid"] * 2
+    await http.aclose()
+
+
 def _outcome(error: ModelError | None, text: str) -> tuple[object, ...]:
     if error is None:
         return (None, text)

@@ -200,8 +200,9 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
                     stream=True,
                     stream_cls=openai.AsyncStream[object],  # chunks as parsed JSON: see translate_chunk
                 )
-                if self._http is not None and stream.response.request.method == "POST":
-                    self._sender = _DirectSender(self._http, stream.response.request)
+                sent = stream.response.request
+                if self._http is not None and sent.method == "POST" and not stream.response.history:
+                    self._sender = _DirectSender(self._http, sent)  # (a redirected call: every call goes through post)
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
 
