@@ -4,6 +4,8 @@ every older journal holds (still read), and the layouts' append-only rule."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -168,3 +170,12 @@ def test_a_compact_record_that_does_not_decode_is_a_codec_error(data: bytes) -> 
         codec.decode("model_replied", 1, data)
     with pytest.raises(JournalCorruptError):
         replay([Record("s", 1, "model_replied", 1, data, 0.0)])
+
+
+def test_the_journal_guides_examples_run() -> None:
+    """The Python blocks of docs/journal.md (the stored form of a record)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "journal.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/journal.md", "exec"), {"__name__": "docs_example"})
