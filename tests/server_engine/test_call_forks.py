@@ -136,3 +136,44 @@ async def test_a_forked_call_on_a_rig_with_snapshots_finds_the_files_the_source_
             assert point is not None
             kept = await engine.start(await ask(sqlite_db, engine, "uid-4", "look", fork=point))
             assert (await until_done(engine, kept.id)).result == {"format": "text", "content": "a.txt: now"}
+
+
+async def test_a_call_with_a_mode_option_runs_its_turn_in_that_mode(sqlite_db: Database, tmp_path: Path) -> None:
+    """`MODE_OPTION` (loop-server's conversation mode): set on the session before its input, so the whole turn runs
+    in it; a mode the harness does not declare fails the call."""
+    from loopd.harness.core.config import BUILD, PLAN
+    from loopd.harness.gate import AccessConfig
+    from loopd.harness.tools import Workspace, default_tools
+    from loopd.server.engine import MODE_OPTION
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    offered: list[set[str]] = []
+
+    def script(request: ModelRequest) -> Reply:
+        offered.append({tool.name for tool in request.tools})
+        return Reply(text="ok")
+
+    loop = LoopDefinition(
+        name="main",
+        model=ScriptedModel(script),
+        tools=tuple(default_tools(Workspace(ws))),
+        access=AccessConfig(),
+        modes=(BUILD, PLAN),
+    )
+    async with open_rig(tmp_path / "harness") as base:
+        rig = replace(base, loops=[loop], workspace=ws)
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
+            planned = replace(await ask(sqlite_db, engine, "uid-1", "plan it"), params={MODE_OPTION: "plan"})
+            done = await until_done(engine, (await engine.start(planned)).id)
+            assert done.phase == "succeeded"
+            assert "write_file" not in offered[-1] and "read_file" in offered[-1]
+            kinds = [r.kind for r in await rig.journal.read(done.id)]
+            assert kinds.index("loop_mode_changed") < kinds.index("turn_started")  # before the turn, not in it
+
+            built = await until_done(engine, (await engine.start(await ask(sqlite_db, engine, "uid-2", "go"))).id)
+            assert built.phase == "succeeded" and "write_file" in offered[-1]  # no option: the harness's own mode
+
+            unknown = replace(await ask(sqlite_db, engine, "uid-3", "?"), params={MODE_OPTION: "yolo"})
+            failed = await until_done(engine, (await engine.start(unknown)).id)
+            assert failed.phase == "failed" and "yolo" in str(failed.error)

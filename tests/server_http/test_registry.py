@@ -38,6 +38,8 @@ async def test_the_list_puts_operators_first_and_always_has_the_builtin_targets(
         "key": "assistant",
         "display_name": "Assistant",
         "description": "The built-in harness",
+        "modes": [],  # this rig's built-in actor declares none (loopd up's built-in harnesses: build, plan)
+        "mode": None,
     } in data
     assert [(a["kind"], a["key"]) for a in data] == [
         ("operator", "echo"),

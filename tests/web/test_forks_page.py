@@ -6,6 +6,7 @@ conversation keeps its messages; after a reload a fork still links to its parent
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,3 +83,35 @@ def test_retry_and_edit_and_resend_open_forked_conversations(server: WebServer, 
         kept = http.get(f"/v1/conversations/{original}/messages").json()["data"]
         assert len(kept) == 2, kept  # the original: its question and answer, nothing more
         assert edited != fork
+
+
+def test_the_mode_control_switches_the_conversations_harness_to_plan(
+    server: WebServer, context: BrowserContext
+) -> None:
+    """The mode control beside the responder picker: the built-in harness's modes, its own (build) marked as the
+    default; choosing plan stores it on the conversation (a reload shows it), and the next question's harness call
+    runs in plan mode (its session journals the mode change before its turn)."""
+    page = open_page(context, server.url)
+    conversation = new_conversation(page)
+    page.locator(tid("actor-picker")).select_option("harness:assistant")
+    control = page.locator(tid("mode-control"))
+    expect(control).to_have_value("build")
+    expect(control.locator("option")).to_have_text(["build (default)", "plan"])
+    control.select_option("plan")
+    with cookie_client(context, server.url) as http:
+        wait_until(
+            lambda: http.get(f"/v1/conversations/{conversation}").json().get("mode") == "plan",
+            timeout=15,
+            what="the conversation's mode to be stored",
+        )
+    send(page, "harness:assistant", "what is in notes.txt?")
+    expect(badge(page, "completed").last).to_be_visible(timeout=60_000)
+    journal = server.data_dir / "harness" / "journal.db"
+    with sqlite3.connect(journal) as db:
+        kinds = [row[0] for row in db.execute("SELECT kind FROM journal_records ORDER BY rowid")]
+    assert "loop_mode_changed" in kinds
+
+    page.reload()
+    page.locator(f'{tid("conversation-item")}[data-conversation-id="{conversation}"]').click()
+    page.locator(tid("actor-picker")).select_option("harness:assistant")
+    expect(page.locator(tid("mode-control"))).to_have_value("plan")

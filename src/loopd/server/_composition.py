@@ -55,7 +55,13 @@ from loopd.harness.actors import Rig
 from loopd.harness.foreign import standard_engine
 from loopd.harness.gate import DEFAULT_POLICY
 from loopd.harness.models import DemoRule, ModelConfig, open_model
-from loopd.harness.standard import DEFAULT_SYSTEM_PROMPT, HarnessSettings, open_standard_rig, workspace_rigs
+from loopd.harness.standard import (
+    DEFAULT_SYSTEM_PROMPT,
+    STANDARD_MODES,
+    HarnessSettings,
+    open_standard_rig,
+    workspace_rigs,
+)
 from loopd.harness.tools import ASK_TIMEOUT_DEFAULT, Sandbox, resolve_sandbox
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import (
@@ -385,8 +391,16 @@ async def _open_targets(
             else:
                 adapter = await _open_model_target(stack, target, settings, clock)
             adapters[target.key] = adapter
+            builtin = isinstance(target, BuiltinHarness)  # the standard rig's modes; a conversation may pick one
             actors.append(
-                ActorInfo("harness", target.key, target.title or target.key, target.description or _described(target))
+                ActorInfo(
+                    "harness",
+                    target.key,
+                    target.title or target.key,
+                    target.description or _described(target),
+                    modes=tuple(m.name for m in STANDARD_MODES) if builtin else (),
+                    mode=(target.mode or "build") if isinstance(target, BuiltinHarness) else None,
+                )
             )
     except MissingSecret as exc:
         raise ServerSetupError(str(exc)) from exc
@@ -649,6 +663,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 clock=clock,
                 timeout=settings.call_timeout,
                 forks=ConversationForks(chat),  # a fork's first answer starts from the source answer's session
+                modes=chat,  # a conversation's mode: its built-in harness calls start in it
             )
             # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
             watched = None if store is not None else settings.namespace

@@ -44,6 +44,11 @@ export function renameConversation(id: string, name: string): Promise<Conversati
   return apiJson<ConversationBody>(`/v1/conversations/${enc(id)}`, { method: "PATCH", json: { name } });
 }
 
+/** Set the mode the conversation's built-in harness calls start in from its next question (null: the harness's own). */
+export function setConversationMode(id: string, mode: string | null): Promise<ConversationBody> {
+  return apiJson<ConversationBody>(`/v1/conversations/${enc(id)}/mode`, { method: "PUT", json: { mode } });
+}
+
 /** Every message with its content and the cursor to resume the stream after. */
 export function getSnapshot(conversationId: string, signal?: AbortSignal): Promise<SnapshotBody> {
   return apiJson<SnapshotBody>(`/v1/conversations/${enc(conversationId)}/snapshot`, { signal, timeoutMs: 30_000 });

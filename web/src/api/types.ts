@@ -19,6 +19,8 @@ export interface ConversationBody {
   summary?: string;
   /** For a fork ("retry from here", "edit and resend"): its parent conversation and the message chosen there. */
   forked_from?: ForkOrigin | null;
+  /** The mode its built-in harness calls start in (`PUT …/mode`); null: each harness's own (absent: older servers). */
+  mode?: string | null;
 }
 
 /** Where a forked conversation came from. */
@@ -66,6 +68,10 @@ export interface ActorBody {
   key: string;
   display_name: string;
   description: string;
+  /** The modes a conversation can set for it (a built-in harness: build, plan); empty or absent: none. */
+  modes?: string[];
+  /** Its own mode, used when the conversation sets none. */
+  mode?: string | null;
 }
 
 export interface ActorList {

@@ -5,7 +5,8 @@
 import { useCallback, useEffect, useMemo, useState } from "preact/hooks";
 import type { ComponentChild } from "preact";
 import { type ConversationBody, type MessageBody, createConversation, getConversation, listConversations, renameConversation, sendMessage } from "../api";
-import { type ForkAccepted, type ForkMode, forkConversation } from "../api";
+import { type ForkAccepted, type ForkMode, forkConversation, setConversationMode } from "../api";
+import { ModeControl } from "../chat/ModeControl";
 import { ActorPicker, Composer, actorValue } from "../chat/Composer";
 import { ConversationList, conversationTitle } from "../chat/ConversationList";
 import { MessageList } from "../chat/MessageList";
@@ -210,6 +211,16 @@ export function App() {
     [activeId, selectConversation],
   );
 
+  // The conversation's mode (of the harness it talks to): stored on the conversation, used from its next question.
+  const changeMode = useCallback(
+    async (mode: string) => {
+      if (activeId === null) return;
+      const changed = await setConversationMode(activeId, mode);
+      setConversations((list) => list.map((c) => (c.id === changed.id ? changed : c)));
+    },
+    [activeId],
+  );
+
   // "New conversation" leads to the question: the composer takes the focus (keyboard users type at once).
   const createClicked = useCallback(
     () =>
@@ -265,6 +276,19 @@ export function App() {
   );
 
   const active = conversations.find((c) => c.id === activeId) ?? null;
+  const activeMode = active?.mode ?? null;
+  const opened = active !== null;
+  // Built once per change of what it shows, so the memoised composer is not re-rendered by every streamed frame.
+  const modeControl = useMemo(
+    () => (
+      <ModeControl
+        actor={actors.find((actor) => actorValue(actor) === target)}
+        mode={activeMode}
+        onChange={opened ? changeMode : null}
+      />
+    ),
+    [actors, target, activeMode, opened, changeMode],
+  );
   // A fork names its parent: known from the fork just made here, or from the conversation list (forks made before).
   const origin = (activeId !== null ? forkedFrom.get(activeId) : undefined) ?? active?.forked_from ?? null;
   const tab = (id: Pane, label: string) => (
@@ -343,7 +367,13 @@ export function App() {
               <p class="empty muted">Start a new conversation, pick a responder and ask a question.</p>
             </div>
           )}
-          <Composer actors={actors} target={target} onTarget={chooseTarget} onSend={send} />
+          <Composer
+            actors={actors}
+            target={target}
+            onTarget={chooseTarget}
+            onSend={send}
+            controls={modeControl}
+          />
         </main>
         <aside id="pane-detail" class="pane pane-right" aria-label="Details">
           <Detail taskId={taskId} running={taskRunning} conversationId={activeId} renderMessage={renderDetailMessage as never} />

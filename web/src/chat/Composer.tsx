@@ -1,5 +1,6 @@
 // The composer: a responder picker (Operators / Harnesses from /v1/actors) and a text area. Enter sends,
 // Shift+Enter adds a line; the text is kept when sending fails. Follow-ups can be sent while work runs.
+import type { ComponentChild } from "preact";
 import { memo } from "preact/compat";
 import { useState } from "preact/hooks";
 import type { ActorBody } from "../api";
@@ -10,6 +11,8 @@ export interface ComposerProps {
   onTarget: (target: string) => void;
   onSend: (text: string) => Promise<void>;
   disabled?: boolean;
+  /** Shown beside the responder picker (the app's mode control). */
+  controls?: ComponentChild;
 }
 
 /** The picker's option value of an actor (`operator:router`). */
@@ -49,7 +52,7 @@ export function ActorPicker({ actors, target, onTarget }: Pick<ComposerProps, "a
   );
 }
 
-export const Composer = memo(function Composer({ actors, target, onTarget, onSend, disabled = false }: ComposerProps) {
+export const Composer = memo(function Composer({ actors, target, onTarget, onSend, disabled = false, controls }: ComposerProps) {
   const [text, setText] = useState("");
   const [sending, setSending] = useState(false);
   const [error, setError] = useState<string | null>(null);
@@ -75,7 +78,10 @@ export const Composer = memo(function Composer({ actors, target, onTarget, onSen
         void send();
       }}
     >
-      <ActorPicker actors={actors} target={target} onTarget={onTarget} />
+      <div class="composer-pickers">
+        <ActorPicker actors={actors} target={target} onTarget={onTarget} />
+        {controls}
+      </div>
       <div class="composer-row">
         <label class="visually-hidden" for="composer-input">
           Message

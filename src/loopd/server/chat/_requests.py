@@ -136,6 +136,23 @@ class ChatRequests:
             await _owned(tx, owner, conversation_id)
             return await tx.conversations.rename(conversation_id, name)
 
+    async def set_mode(self, owner: Identity, conversation_id: str, *, mode: str | None) -> Conversation:
+        """Set the mode ``owner``'s conversation's next built-in harness calls start in (None: each harness's own);
+        a call already running keeps its mode. ``NotFound`` for anyone else's conversation, as for posting."""
+        _require_user(owner)
+        async with self._db.transaction() as tx:
+            await _owned(tx, owner, conversation_id)
+            return await tx.conversations.set_mode(conversation_id, mode or "")
+
+    async def conversation_mode(self, conversation_id: str) -> str | None:
+        """The mode ``conversation_id``'s built-in harness calls start in (None: each harness's own, or no such
+        conversation). For the responder: no caller check."""
+        async with self._db.transaction(read_only=True) as tx:
+            try:
+                return (await tx.conversations.get(conversation_id)).mode or None
+            except NotFound:
+                return None
+
     # -- the chat request ----------------------------------------------------------------------------------
 
     async def ask(

@@ -27,6 +27,7 @@ from loopd.server.chat._wire import (
     CompletionBody,
     ConversationBody,
     ConversationList,
+    ConversationModeRequest,
     CreateConversationRequest,
     EmitAccepted,
     EmitRequest,
@@ -138,6 +139,16 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
     ) -> ConversationBody:
         """Rename one of the caller's conversations (404 for anyone else's; 400 for a Task's work conversation)."""
         return conversation_body(await chat.rename_conversation(caller, conversation_id, name=body.name))
+
+    @router.put("/v1/conversations/{conversation_id}/mode", tags=["conversations"])
+    async def set_conversation_mode(
+        caller: Caller, conversation_id: Id, body: ConversationModeRequest
+    ) -> ConversationBody:
+        """Set the mode the conversation's built-in harness calls start in from its next question on (a call
+        already answering keeps its mode: a mode never changes mid-turn). Only its owner: 404 for anyone else's
+        conversation (as for posting), 403 for an operator, 400 for a Task's work conversation or an unknown mode."""
+        changed = await chat.set_mode(caller, conversation_id, mode=body.mode)
+        return conversation_body(changed, (await conversations.fork_origins([changed])).get(changed.id))
 
     @router.get("/v1/conversations/{conversation_id}/messages", tags=["conversations"])
     async def list_messages(

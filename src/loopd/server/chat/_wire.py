@@ -38,6 +38,13 @@ class RenameConversationRequest(_Request):
     name: str = Field(max_length=MAX_KEY, description="The new name (empty: no name).")
 
 
+class ConversationModeRequest(_Request):
+    mode: Literal["build", "plan"] | None = Field(
+        description="The mode the conversation's next built-in harness calls start in (the standard harness's modes: "
+        "build = every tool, plan = read-only tools); null: each harness's own (its configured mode)."
+    )
+
+
 class Target(_Request):
     kind: Literal["operator", "harness"]
     key: str = Field(min_length=1, max_length=MAX_KEY)
@@ -108,6 +115,8 @@ class ConversationBody(_Response):
     summary: str = ""
     forked_from: ForkedFrom | None = None
     """For a fork ("retry from here", "edit and resend"): its parent conversation and message; else null."""
+    mode: str | None = None
+    """The mode its next built-in harness calls start in (``PUT …/mode``); null: each harness's own."""
 
 
 class MessageHeader(_Response):
@@ -199,6 +208,7 @@ def conversation_body(conversation: Conversation, origin: ConversationFork | Non
         updated_at=conversation.updated_at,
         title=conversation.title,
         summary=conversation.summary,
+        mode=conversation.mode or None,
     )
 
 

@@ -35,7 +35,7 @@ from loopd.server.engine._adapter import (
     ToolStarted,
     Update,
 )
-from loopd.server.engine._builtin import BuiltinHarnessAdapter, recording_rig
+from loopd.server.engine._builtin import MODE_OPTION, BuiltinHarnessAdapter, recording_rig
 from loopd.server.engine._engine import (
     MAX_LISTENERS,
     EngineListener,
@@ -67,6 +67,7 @@ __all__ = [
     "GATE_ANSWERS",
     "MAX_LISTENERS",
     "MAX_TIMEOUT",
+    "MODE_OPTION",
     "RESULT_BLOCK",
     "AdapterError",
     "AdapterRequest",

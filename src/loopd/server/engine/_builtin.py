@@ -51,6 +51,7 @@ from loopd.harness import (
     SessionBusyError,
     SessionNotFoundError,
     SubscriptionLostError,
+    UnknownSettingError,
     UserInput,
 )
 from loopd.harness.actors import Rig, Session, Subscription
@@ -68,6 +69,10 @@ from ._translation import HarnessTranslator, followup_command_id
 _log = logging.getLogger(__name__)
 
 _WIRE_ANSWER: Final[dict[str, str]] = {"approve": "approve", "always": "approve_always", "deny": "deny"}
+MODE_OPTION: Final = "mode"
+"""The call option (`AdapterRequest.options`) naming the mode the call's main loop runs in (e.g. ``plan``): set on
+its session before its input is submitted, so the call's turn starts in it (a loop's mode never changes mid-batch).
+loop-server's responder sets it from the conversation's mode."""
 _SHUTDOWN_TIMEOUT: Final = 10.0
 _INPUT_TIMEOUT: Final = 5.0
 
@@ -117,11 +122,17 @@ class BuiltinRun:
         self._subscription = self._session.subscribe(from_seq=seq + 1)
         self._first_seq, self._base_turns = seq + 1, turns
 
-    async def submit_once(self, prompt: str) -> None:
-        """Submit the call's input unless the session already took one (its journal shows a turn or a queue)."""
+    async def submit_once(self, prompt: str, *, mode: str | None = None) -> None:
+        """Submit the call's input unless the session already took one (its journal shows a turn or a queue);
+        ``mode``: the main loop's mode for it, set first when it differs (`MODE_OPTION`)."""
         loop = self._session.state.loops.get(self._main)
         if loop is not None and (loop.turns > self._base_turns or loop.turn is not None or loop.queued):
             return
+        if mode is not None and (loop is None or loop.mode != mode):
+            try:
+                await self._session.set_loop_mode(mode, loop=self._main)
+            except UnknownSettingError as exc:  # e.g. a foreign loop: it declares no modes
+                raise AdapterError(f"this harness has no mode {mode!r}: {exc}") from exc
         await self._session.submit(prompt, loop=self._main)
 
     async def updates(self) -> AsyncIterator[Update]:
@@ -315,7 +326,8 @@ class BuiltinHarnessAdapter:
         run = BuiltinRun(session, rig, self._loop, log)
         try:
             await self._skip_shared_history(rig, run, session_id)
-            await run.submit_once(request.prompt())
+            mode = request.options.get(MODE_OPTION)
+            await run.submit_once(request.prompt(), mode=mode if isinstance(mode, str) and mode else None)
         except BaseException:
             session.abort()
             raise

@@ -41,6 +41,11 @@ class ActorBody(BaseModel):
     key: str
     display_name: str
     description: str
+    modes: list[str] = []
+    """The modes a conversation can set for it (``PUT /v1/conversations/{id}/mode``; a built-in harness: build,
+    plan); empty: it has none."""
+    mode: str | None = None
+    """The mode its calls start in when the conversation sets none (null: it has no modes)."""
 
 
 class ActorStatusBody(BaseModel):
@@ -104,7 +109,15 @@ def registry_router(registry: RegistryService) -> APIRouter:
         live = await registry.list_live()
         return ActorList(
             data=[
-                ActorBody(kind=a.kind, key=a.key, display_name=a.display_name, description=a.description) for a in live
+                ActorBody(
+                    kind=a.kind,
+                    key=a.key,
+                    display_name=a.display_name,
+                    description=a.description,
+                    modes=list(a.modes),
+                    mode=a.mode,
+                )
+                for a in live
             ]
         )
 

@@ -26,6 +26,10 @@ class ActorInfo:
     key: str
     display_name: str = ""
     description: str = ""
+    modes: tuple[str, ...] = ()
+    """The modes its calls can start in (a built-in harness: ``build``, ``plan``); () when it has none."""
+    mode: str | None = None
+    """The mode its calls start in unless a conversation sets one (None: it has no modes)."""
 
     def __post_init__(self) -> None:
         if self.kind not in ("operator", "harness") or not self.key:

@@ -53,6 +53,7 @@ from loopd.resources.client import TASKS, ResourceClient
 from loopd.resources.reconcile import Controller, Request, Result
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
+    MODE_OPTION,
     AdapterError,
     CallRequest,
     CapacityExceeded,
@@ -107,6 +108,12 @@ class ForkOrigins(Protocol):
     """Where forked conversations came from (``loopd.server.chat.ConversationForks`` has it)."""
 
     async def origin(self, conversation_id: str) -> ConversationFork | None: ...
+
+
+class ConversationModes(Protocol):
+    """The mode a conversation's built-in harness calls start in (``loopd.server.chat.ChatRequests`` has it)."""
+
+    async def conversation_mode(self, conversation_id: str) -> str | None: ...
 
 
 class ChatPort(Protocol):
@@ -177,6 +184,7 @@ class HarnessResponder:
         followup_wait: float = DEFAULT_FOLLOWUP_WAIT,
         clock: Clock | None = None,
         forks: ForkOrigins | None = None,
+        modes: ConversationModes | None = None,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -190,6 +198,7 @@ class HarnessResponder:
         self._followup_wait = followup_wait
         self._clock = clock or SystemClock()  # wall time, to judge a Task's age against its creationTimestamp
         self._forks = forks
+        self._modes = modes
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
@@ -354,6 +363,8 @@ class HarnessResponder:
         forked = await self._fork_start(context, key)
         if forked is not None:
             fork, history = forked
+        # The conversation's mode (``PUT …/mode``), read as the call starts: it applies from this question on.
+        mode = await self._modes.conversation_mode(context.input.conversation_id) if self._modes else None
         call_request = CallRequest(
             owner_uid=uid,
             effect_key=EFFECT_KEY,
@@ -361,6 +372,7 @@ class HarnessResponder:
             text=message_text(context.input.content) or "(empty message)",
             message_id=context.response.id,
             history=history,
+            params={MODE_OPTION: mode} if mode else {},
             asker=f"{context.input.kind}:{context.input.key}",
             timeout=self._timeout,
             fork=fork,

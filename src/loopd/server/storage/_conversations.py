@@ -1,7 +1,8 @@
 """Conversations: user conversations (listed per owner) and at most one work conversation per Task.
 
 Table ``conversations`` (id, name, actor_kind, actor_key, task_id UNIQUE NULL, created_at, updated_at, and the
-title, summary, title_state and title_run a background run writes, see ``loopd.server.chat._titles``) plus one
+title, summary, title_state and title_run a background run writes, see ``loopd.server.chat._titles``, and the
+``mode`` its built-in harness calls start in) plus one
 ``conversation_cursors`` row per conversation (the counter behind its event cursor, see ``_message_events``).
 Must not do: message rules (``_messages``).
 """
@@ -15,7 +16,9 @@ from ._records import CONVERSATION_ACTOR_KINDS, Conversation, ConversationActorK
 from ._tx import TransactionCore
 from ._values import page_limit, parse_time, require_choice, require_text, time_text
 
-_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at, title, summary, title_state, title_run"
+_COLUMNS = (
+    "id, name, actor_kind, actor_key, task_id, created_at, updated_at, title, summary, title_state, title_run, mode"
+)
 _INSERT_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
 TITLE_STATES = frozenset({"", "running", "done", "failed"})
 
@@ -33,6 +36,7 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
         summary=str(row[8]),
         title_state=str(row[9]),
         title_run=str(row[10]),
+        mode=str(row[11]),
     )
 
 
@@ -108,6 +112,18 @@ class Conversations:
         changed = await self._tx.execute(
             "UPDATE conversations SET name = ?, updated_at = ? WHERE id = ?",
             (name, time_text(self._tx.now()), conversation_id),
+        )
+        if changed != 1:
+            raise NotFound(f"conversation {conversation_id} not found")
+        return await self.get(conversation_id)
+
+    async def set_mode(self, conversation_id: str, mode: str) -> Conversation:
+        """Set the mode its next built-in harness calls start in ("": each harness's own)."""
+        if not isinstance(mode, str) or len(mode) > 64:
+            raise InvalidRecord("conversation mode must be a string of at most 64 characters")
+        changed = await self._tx.execute(
+            "UPDATE conversations SET mode = ?, updated_at = ? WHERE id = ?",
+            (mode, time_text(self._tx.now()), conversation_id),
         )
         if changed != 1:
             raise NotFound(f"conversation {conversation_id} not found")

@@ -356,6 +356,12 @@ _LEDGER_SCOPE_INDEXES = Migration(
     ),
 )
 
+_CONVERSATION_MODE = Migration(
+    10,
+    "conversation mode: the mode its built-in harness calls start in ('': the harness's own)",
+    ("ALTER TABLE conversations ADD COLUMN mode TEXT NOT NULL DEFAULT ''",),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CHAT,
     _LEDGER,
@@ -366,6 +372,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _CONVERSATION_TITLES,
     _CONVERSATION_FORKS,
     _LEDGER_SCOPE_INDEXES,
+    _CONVERSATION_MODE,
 )
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 

@@ -53,6 +53,8 @@ class Conversation:
     title_state: str = ""
     """"" (no run yet), "running" (a run was started: a restart resumes it), "done" or "failed"."""
     title_run: str = ""
+    mode: str = ""
+    """The mode its built-in harness calls start in (e.g. ``plan``); "": each harness's own."""
 
 
 @dataclass(frozen=True, slots=True)
