@@ -365,18 +365,18 @@ async def run(repeat: int, quick: bool) -> None:
         "(the benchmark's repeated-character payloads compress far better than real text).",
     )
 
-    stored = await storage(500)
+    disk = await storage(500)
     print_table(
         "storage after one 500-step conversation (the peers' loopd workload)",
         ["steps", "records", "bytes on disk", "raw message bytes", "÷ raw", "bytes per step"],
         [
             [
-                f"{stored.steps}",
-                f"{stored.records:,}",
-                f"{stored.disk_bytes:,}",
-                f"{stored.raw_bytes:,}",
-                f"{stored.disk_bytes / stored.raw_bytes:.2f}×",
-                f"{stored.disk_bytes / stored.steps:,.0f}",
+                f"{disk.steps}",
+                f"{disk.records:,}",
+                f"{disk.disk_bytes:,}",
+                f"{disk.raw_bytes:,}",
+                f"{disk.disk_bytes / disk.raw_bytes:.2f}×",
+                f"{disk.disk_bytes / disk.steps:,.0f}",
             ]
         ],
         note="Database + WAL after close (benchmarks._workload.directory_bytes), SqliteJournal at NORMAL, the real "
@@ -387,7 +387,7 @@ async def run(repeat: int, quick: bool) -> None:
     # ours ÷ the faster of the two raw tables (the stricter reading); the table above has both
     measured: dict[str, float | None] = {f"journal_{n}": best for n, (_same, best) in ratios.items()}
     measured["restore_10k_ms"] = restores[10_000].restore_ms
-    measured["storage_vs_raw"] = stored.disk_bytes / stored.raw_bytes
+    measured["storage_vs_raw"] = disk.disk_bytes / disk.raw_bytes
     print_goals("harness_core", measured)
 
 
