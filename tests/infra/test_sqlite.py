@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from loopd._infra.database import ConstraintViolation as Conflict
 from loopd._infra.database import DatabaseErrors
 from loopd._infra.database import DatabaseUnavailable as StorageUnavailable
-from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
+from loopd._infra.sqlite import CHECKPOINT_PAGES, SqliteDatabase, SqliteOptions
 
 
 async def connect(path: Path, timeout: float) -> SqliteDatabase:
@@ -173,6 +174,9 @@ async def test_a_cancelled_writer_leaves_nothing_and_the_next_one_works(backend:
             await conn.execute("INSERT INTO t (v) VALUES ('lost too')")
 
     for _ in range(20):  # cancelled at various points around the fused BEGIN + first statement
+        # A job on the lane thread, so the BEGIN + first statement go there too (on an idle lane they run inline,
+        # without a suspension point to cancel at).
+        backend.writer.submit(lambda: time.sleep(0.001))
         task = asyncio.create_task(first_statement_cancelled())
         await asyncio.sleep(0)
         task.cancel()
@@ -214,7 +218,8 @@ class _SlowBegin:
         self.release = threading.Event()
 
     def execute(self, statement: str, *args: Any) -> Any:
-        if statement.startswith("BEGIN") and not self.release.is_set():
+        on_lane = threading.current_thread() is not threading.main_thread()
+        if statement.startswith("BEGIN") and on_lane and not self.release.is_set():
             self.begun.set()
             self.release.wait(5)
         return self._conn.execute(statement, *args)
@@ -241,6 +246,7 @@ async def test_a_transaction_cancelled_while_its_begin_runs_does_not_poison_the_
             async with database.transaction(read_only=read_only) as conn:
                 await conn.fetch("SELECT 1")
 
+        lane.submit(lambda: time.sleep(0.01))  # the lane thread is busy: the BEGIN goes there, not inline
         task = asyncio.create_task(transaction())
         await asyncio.to_thread(slow.begun.wait, 5)
         task.cancel()
@@ -354,17 +360,25 @@ def _thread_ids(backend: SqliteDatabase) -> None:
         conn.create_function("tid", 0, threading.get_ident)
 
 
-async def test_statements_after_the_first_run_inline_and_a_busy_lane_thread_keeps_them_in_order(
+async def test_statements_run_inline_on_an_idle_lane_and_a_busy_lane_thread_keeps_them_in_order(
     backend: SqliteDatabase,
 ) -> None:
     _thread_ids(backend)
     here = threading.get_ident()
     for read_only in (False, True):
         async with backend.transaction(read_only=read_only) as conn:
-            first = (await conn.fetch("SELECT tid()"))[0][0]
-            later = [(await conn.fetch("SELECT tid()"))[0][0] for _ in range(3)]
-        assert first != here, "BEGIN and the first statement run on the lane thread"
-        assert later == [here] * 3, "later statements need no hop"
+            ran_on = [(await conn.fetch("SELECT tid()"))[0][0] for _ in range(4)]
+        assert ran_on == [here] * 4, "an idle lane: BEGIN, every statement and the COMMIT need no hop"
+    release = threading.Event()
+    blocker = backend.writer.submit(lambda: release.wait(5.0))
+    async with backend.transaction(read_only=False) as conn:
+        first = asyncio.ensure_future(conn.fetch("SELECT tid()"))
+        await asyncio.sleep(0.01)
+        assert not first.done(), "a busy lane thread: BEGIN and the first statement queue behind its job"
+        release.set()
+        assert (await first)[0][0] != here
+        assert (await conn.fetch("SELECT tid()"))[0][0] == here, "the lane idle again: the next one runs inline"
+    assert blocker.done()
     # A job on the lane thread (e.g. a timed-out statement still running): the next statement waits its turn there.
     release = threading.Event()
     async with backend.transaction(read_only=False) as conn:
@@ -418,3 +432,48 @@ async def test_a_lane_thread_call_after_inline_statements_waits_for_locks_again(
     finally:
         other.close()
     assert await values(backend) == ["a", "b", "c"]
+
+
+async def test_write_commits_run_inline_and_wal_checkpoints_run_on_the_lane_thread(backend: SqliteDatabase) -> None:
+    """A write on an idle lane never hops (the write lock is held for its statements only); the writer's WAL
+    checkpoints never run on the event loop's thread: autocheckpoint is off there and the database queues a
+    PASSIVE checkpoint on the lane thread after about ``CHECKPOINT_PAGES`` written pages."""
+    writer = backend.writer.conn
+    assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    seen: list[tuple[str, bool]] = []
+    here = threading.get_ident()
+    writer.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident() == here)))
+    try:
+        for k in range(CHECKPOINT_PAGES // 3 + 5):  # a row changed ~ 3 pages of the estimate
+            async with backend.transaction(read_only=False) as conn:
+                await conn.execute("INSERT INTO t (v) VALUES (?)", (str(k),))
+        await backend.writer.call(lambda: None)  # after whatever was queued there
+    finally:
+        writer.set_trace_callback(None)
+    commits = [inline for sql, inline in seen if sql == "COMMIT"]
+    checkpoints = [inline for sql, inline in seen if "wal_checkpoint" in sql]
+    assert commits and all(commits), "COMMIT ran on the loop's thread"
+    assert checkpoints == [False], "one checkpoint, on the lane thread"
+    assert len(await values(backend)) == CHECKPOINT_PAGES // 3 + 5
+
+
+async def test_at_synchronous_full_the_commit_and_its_fsync_run_on_the_lane_thread(tmp_path: Path) -> None:
+    """``synchronous=FULL`` syncs the WAL at every commit: that wait never runs on the event loop's thread, while the
+    transaction's other statements still may."""
+    database = await SqliteDatabase.open(tmp_path / "full.sqlite", SqliteOptions(timeout=2.0, synchronous="FULL"))
+    try:
+        writer = database.writer.conn
+        seen: list[tuple[str, bool]] = []
+        here = threading.get_ident()
+        writer.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident() == here)))
+        for k in range(3):
+            async with database.transaction(read_only=False) as conn:
+                if k == 0:
+                    await conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+                await conn.execute("INSERT INTO t (v) VALUES (?)", (str(k),))
+        writer.set_trace_callback(None)
+    finally:
+        await database.aclose()
+    commits = [inline for sql, inline in seen if sql == "COMMIT"]
+    assert commits == [False, False, False], "each COMMIT (and its fsync) ran on the lane thread"
+    assert any(inline for sql, inline in seen if sql.startswith("INSERT")), "other statements still run inline"

@@ -1,4 +1,5 @@
-"""Injecting a slow SQLite COMMIT: the lane thread blocks in ``COMMIT`` until the test releases it."""
+"""Injecting a slow SQLite COMMIT: the lane thread blocks in ``COMMIT`` until the test releases it (every statement
+runs on the lane thread meanwhile, none inline)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,9 @@ def slow_commits(monkeypatch: pytest.MonkeyPatch, slow: SlowCommit) -> Iterator[
 
     monkeypatch.setattr(_SqliteConnection, "end", end)
     monkeypatch.setattr(_Lane, "call", call)
+    # A COMMIT that waits (for the disk, say) does so on the lane thread: no statement runs inline meanwhile, so
+    # the commits go there too (on an idle lane they would run inline, on the test's own thread).
+    monkeypatch.setattr(_Lane, "can_run_inline", property(lambda _lane: False))
     try:
         yield slow
     finally:
