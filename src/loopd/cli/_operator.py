@@ -39,6 +39,8 @@ from loopd.cli._errors import EXIT_USAGE, CliError, cli_console, run_async
 from loopd.resources import ResourceError, load_or_create_credentials, read_endpoint, render_kubeconfig
 
 if TYPE_CHECKING:
+    import httpx
+
     from loopd.operators.longhorizon import LongHorizonSettings
     from loopd.operators.router import RouterSettings
     from loopd.resources.reconcile import LeaderElection
@@ -287,6 +289,7 @@ async def serve_operator(
     drain: float | None = None,
     on_registered: Callable[[], None] | None = None,
     metrics: Metrics | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> None:
     """Run ``program``'s operator until ``stop`` is set: start it (e.g. its CRDs), register ``operator:<key>``
     (renewed in the background), reconcile (with leader election on ``lease`` when given), then stop taking work, let
@@ -295,7 +298,8 @@ async def serve_operator(
     The work in progress gets at most ``drain`` seconds (None: the reconcile manager's own bound, 30 s), or until
     ``abort`` is set; what is cut short then is cancelled — its harness calls go on in the server, and the next
     start re-attaches to them. Errors the runtime cannot retry (a refused token, an unreachable server at start)
-    propagate. With ``metrics`` its reconciles (latency, queue depth) are reported there under its key.
+    propagate. With ``metrics`` its reconciles (latency, queue depth) are reported there under its key; with
+    ``transport`` its requests to loop-server go through it (`loopd up`: the server's app, in process).
     """
     from loopd.runtime import open_runtime
 
@@ -305,6 +309,7 @@ async def serve_operator(
         data_dir=connection.admin_of,
         kubeconfig=connection.kubeconfig,
         namespace=connection.namespace,
+        transport=transport,
     ) as rt:
         if metrics is not None:
             rt.report_metrics(metrics, program.key)

@@ -2,9 +2,11 @@
 
 After the server is up, loopd's operators — the Router (`operator:router`) and LongHorizon (`operator:longhorizon`)
 — run in the same process through `loopd.runtime`, each exactly as `loopd operator <key>` runs it (`OperatorProgram`
-and `serve_operator` of `_operator`): over the server's HTTP API on loopback with a token of its own (minted once
-with the server's `AccessStore` and kept in ``<data dir>/operators/<key>.token``), and Tasks, its resources and its
-Lease through the embedded Kubernetes API with a kubeconfig — no private shortcut into the server. ``--no-router`` /
+and `serve_operator` of `_operator`): over the server's HTTP API with a token of its own (minted once with the
+server's `AccessStore` and kept in ``<data dir>/operators/<key>.token``), and Tasks, its resources and its Lease
+through the embedded Kubernetes API with a kubeconfig — no private shortcut into the server. Its HTTP requests go
+through the server's ASGI app in process (`loopd._infra.inprocess`: the same routes, credentials, validation and
+middleware, without the socket round trip), its event streams over loopback. ``--no-router`` /
 ``--no-longhorizon`` leave one out. ``server.json`` (how clients find the server) is written once every operator
 here has registered (or failed), so a client never asks an operator the server does not know yet. One that fails is
 reported in one line and the server goes on without it. The demo model learns both operators' prompts
@@ -39,6 +41,8 @@ from loopd.cli._errors import (
 from loopd.cli._sandbox_option import sandbox_option
 
 if TYPE_CHECKING:
+    import httpx
+
     from loopd.cli._operator import OperatorProgram
     from loopd.server import RunningServer, UpSettings
 
@@ -297,6 +301,7 @@ async def _serve_in_process(
             lease=lease,
             on_registered=ready,
             metrics=server.metrics,  # its reconciles show in the server's /metrics
+            transport=_in_process(server),
         )
     except Exception as exc:  # the server goes on; the operator's failure is said once, in one line
         from loopd.cli._errors import describe
@@ -306,6 +311,18 @@ async def _serve_in_process(
         logger.error("the %s stopped", program.title, exc_info=True)
         console.print(f"[red]the {program.title} stopped:[/] {error.line()}", markup=True)
         await stop.wait()
+
+
+def _in_process(server: RunningServer) -> httpx.AsyncBaseTransport | None:
+    """The operators' way to the server beside them: its own ASGI app, in process (same routes, credentials and
+    middleware; no socket), event streams over loopback."""
+    if server.app is None:
+        return None
+    import httpx
+
+    from loopd._infra.inprocess import InProcessTransport
+
+    return InProcessTransport(server.app, fallback=httpx.AsyncHTTPTransport())
 
 
 async def _operator_token(server: RunningServer, key: str) -> str:

@@ -253,6 +253,9 @@ class RunningServer:
     """The harness targets this server answers with (as `/v1/actors` lists them)."""
     metrics: Metrics | None = None
     """This server's Prometheus registry (``/metrics``); `loopd up`'s operators report into it too."""
+    app: Any = field(default=None, repr=False)
+    """The ASGI app the HTTP server serves: `loopd up`'s operators send their requests through it in process
+    (`loopd._infra.inprocess`), with the same routes, credentials and middleware as over the socket."""
 
     def announce(self) -> None:
         """Write ``server.json`` (where clients such as `loopd chat` find this server). Idempotent; removed when
@@ -725,6 +728,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 kube_api=settings.kube_api,
                 harnesses=targets.actors,
                 metrics=metrics,
+                app=app,
             )
 
 
