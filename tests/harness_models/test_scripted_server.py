@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loopd.harness.core._values import Usage
 from loopd.harness.models._scripted_server import (
@@ -16,7 +18,10 @@ from loopd.harness.models._scripted_server import (
     ScriptedServer,
     ServerReply,
     ServerToolCall,
+    encode_sse,
     open_scripted_server,
+    stream_chunks,
+    stream_frames,
 )
 
 CHAT = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
@@ -148,3 +153,23 @@ async def test_the_history_is_bounded() -> None:
             )
     assert [r.last_user_text for r in server.requests] == ["b", "c"]
     assert server.statistics().requests == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.text(max_size=80),
+    arguments=st.lists(st.text(max_size=30), max_size=2),
+    chunk_size=st.integers(min_value=1, max_value=9),
+    usage=st.booleans(),
+)
+def test_frames_are_the_encoded_chunks_byte_for_byte(
+    text: str, arguments: list[str], chunk_size: int, usage: bool
+) -> None:
+    """`stream_frames` splices each piece into a template encoded once per reply: the same bytes as encoding every
+    chunk whole (quotes, escapes, non-ASCII and control characters included)."""
+    calls = tuple(ServerToolCall(name=f"tool{i}", arguments={"a": a}) for i, a in enumerate(arguments))
+    reply = ServerReply(text=text, tool_calls=calls, chunk_size=chunk_size)
+    spent = Usage(input_tokens=3, output_tokens=5) if usage else None
+    shape = {"completion_id": "chatcmpl-1", "model": "demo", "created": 7, "usage": spent}
+    expected = [encode_sse(chunk) for chunk in stream_chunks(reply, **shape)]  # type: ignore[arg-type]
+    assert stream_frames(reply, **shape) == expected  # type: ignore[arg-type]

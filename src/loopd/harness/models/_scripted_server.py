@@ -44,6 +44,7 @@ import re
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from json.encoder import encode_basestring  # a str as JSON (ensure_ascii=False), as json.dumps encodes it
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -406,6 +407,69 @@ def stream_chunks(
     return chunks
 
 
+_PIECE: Final = "\x00piece\x00"
+"""A stand-in content of a chunk's template (JSON-escaped it cannot occur in an encoded chunk otherwise)."""
+
+
+def stream_frames(
+    reply: ServerReply,
+    *,
+    completion_id: str,
+    model: str,
+    created: int,
+    usage: Usage | None = None,
+) -> list[bytes]:
+    """The SSE frames of `stream_chunks` (the same bytes as `encode_sse` of each), ``[DONE]`` not included.
+
+    The text and argument pieces (most of a reply's chunks) differ from each other only in their piece: their chunk
+    is encoded once per reply with a stand-in and each frame splices its piece's JSON string in, instead of
+    encoding a whole chunk per piece."""
+    chunks = stream_chunks(reply, completion_id=completion_id, model=model, created=created, usage=usage)
+    marker = encode_basestring(_PIECE)
+    templates: dict[str, tuple[bytes, bytes]] = {}
+    frames: list[bytes] = []
+    for chunk in chunks:
+        delta = chunk["choices"][0]["delta"] if chunk["choices"] else None
+        piece, shape = _piece_of(delta)
+        if piece is None:
+            frames.append(encode_sse(chunk))
+            continue
+        template = templates.get(shape)
+        if template is None:
+            _set_piece(chunk, _PIECE)
+            head, tail = _dump(chunk).split(marker)
+            _set_piece(chunk, piece)
+            template = templates[shape] = (b"data: " + head.encode(), tail.encode() + b"\n\n")
+        frames.append(template[0] + encode_basestring(piece).encode() + template[1])
+    return frames
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _piece_of(delta: dict[str, Any] | None) -> tuple[str | None, str]:
+    """A chunk's piece and the key of its shape: a text piece, or a tool call's argument piece (by index)."""
+    if delta is None:
+        return None, ""
+    if delta.keys() == {"content"} and isinstance(delta["content"], str) and delta["content"]:
+        return delta["content"], "content"
+    calls = delta.get("tool_calls")
+    if delta.keys() == {"tool_calls"} and isinstance(calls, list) and len(calls) == 1:
+        call = calls[0]
+        if call.keys() == {"index", "function"} and call["function"].keys() == {"arguments"}:
+            return call["function"]["arguments"], f"arguments/{call['index']}"
+    return None, ""
+
+
+def _set_piece(chunk: dict[str, Any], piece: str) -> None:
+    delta = chunk["choices"][0]["delta"]
+    if "content" in delta:
+        delta["content"] = piece
+    else:
+        delta["tool_calls"][0]["function"]["arguments"] = piece
+
+
 def completion_body(
     reply: ServerReply, *, completion_id: str, model: str, created: int, usage: Usage
 ) -> dict[str, Any]:
@@ -651,7 +715,7 @@ async def _produce(
         await send({"type": "http.response.body", "body": body, "more_body": False})
         return "completed"
 
-    chunks = stream_chunks(
+    frames = stream_frames(
         reply,
         completion_id=completion_id,
         model=request.model,
@@ -659,12 +723,12 @@ async def _produce(
         usage=usage if request.include_usage else None,
     )
     await _start(send, 200, b"text/event-stream; charset=utf-8", [(b"cache-control", b"no-cache")])
-    for index, chunk in enumerate(chunks):
+    for index, frame in enumerate(frames):
         if drop_after is not None and index >= drop_after:
             return "dropped"
         if index and reply.chunk_delay:
             await asyncio.sleep(reply.chunk_delay)
-        await send({"type": "http.response.body", "body": encode_sse(chunk), "more_body": True})
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
     if drop_after is not None:
         return "dropped"
     await send({"type": "http.response.body", "body": encode_sse("[DONE]"), "more_body": False})
