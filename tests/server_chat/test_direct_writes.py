@@ -202,3 +202,40 @@ def test_a_channel_without_a_direct_path_refuses_and_writes_nothing() -> None:
     channel.open({"type": "http", "extensions": {"loopd.raw_send": print}})  # not uvicorn's cycle
     assert not channel.is_open
     assert channel.writes == 0
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_each_batch_is_framed_once_for_every_parked_stream(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    framed: list[bytes] = []
+    frame = DirectChannel.frame
+
+    def counted(body: bytes) -> bytes:
+        framed.append(body)
+        return frame(body)
+
+    monkeypatch.setattr(DirectChannel, "frame", staticmethod(counted))
+    streams, emits = 6, 8
+    feeds = rig.conversations.feeds
+    async with _served(rig, "auto") as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        accepted = await ask(user, cid)
+        task_id, response_id = accepted["task_id"], accepted["response"]["id"]
+        async with asyncio.timeout(30):
+            readers = [asyncio.ensure_future(_follow(url, rig, cid, response_id)) for _ in range(streams)]
+            await eventually(lambda: feeds.statistics().subscriptions == streams)
+            await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
+            for index in range(emits):
+                await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
+                await eventually(lambda: feeds.statistics().written >= streams)  # direct writes are happening
+            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+            results = await asyncio.gather(*readers)
+    log = await _log(rig, cid)
+    for got in results:
+        assert _entries(got) == log
+    statistics = feeds.statistics()
+    assert statistics.written >= streams * emits // 2  # most batches went straight to the connections
+    # One framing per batch handed out (a stream that had sent part of a batch itself frames its rest alone).
+    assert len(framed) <= statistics.frames + statistics.detached + statistics.refused
+    assert len(framed) < statistics.written

@@ -180,39 +180,39 @@ def _check_json_object(body: bytes) -> None:
 
 class _CycleWriter:
     """Body bytes straight onto uvicorn's httptools connection for a started chunked response (what its ``send``
-    does for ``http.response.body`` with ``more_body``, minus the awaits)."""
+    does for ``http.response.body`` with ``more_body``, minus the awaits). The bytes come framed as chunks
+    (`DirectChannel.frame`); what cannot change while the response streams is checked once, when it opens."""
 
-    __slots__ = ("_cycle",)
+    __slots__ = ("_cycle", "_flow", "_transport")
 
     _NEEDS: Final = ("transport", "flow", "chunked_encoding", "response_started", "response_complete", "disconnected")
 
-    def __init__(self, cycle: object) -> None:
-        self._cycle: Any = cycle
+    def __init__(self, cycle: Any) -> None:
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._flow = cycle.flow
 
     @classmethod
     def of(cls, send: object) -> _CycleWriter | None:
-        """A writer for ``send`` when it is uvicorn's httptools ``RequestResponseCycle.send``, else None."""
-        cycle = getattr(send, "__self__", None)
+        """A writer for ``send`` when it is uvicorn's httptools ``RequestResponseCycle.send`` of a response that
+        has started with chunked encoding, else None."""
+        cycle: Any = getattr(send, "__self__", None)
         if cycle is None or not type(cycle).__module__.startswith("uvicorn.protocols.http.httptools"):
             return None
         if not all(hasattr(cycle, name) for name in cls._NEEDS):
             return None
+        if not cycle.response_started or cycle.chunked_encoding is not True:
+            return None
         return cls(cycle)
 
-    def write(self, body: bytes) -> bool:
+    def write(self, chunk: bytes) -> bool:
         cycle = self._cycle
-        if (
-            cycle.disconnected
-            or cycle.response_complete
-            or not cycle.response_started
-            or cycle.chunked_encoding is not True
-            or cycle.flow.write_paused
-        ):
+        if self._flow.write_paused or cycle.disconnected or cycle.response_complete:
             return False
-        transport = cycle.transport
+        transport = self._transport
         if transport.is_closing():
             return False
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        transport.write(chunk)
         return True
 
 
@@ -225,7 +225,8 @@ class DirectChannel:
     its high-water mark, the client left, or the response is not streaming). Whoever writes must only do so while
     the frame generator has nothing of its own in flight, so the bytes keep their order. The bytes skip the app's
     middleware: use it only where no middleware transforms a response body (none of loopd's does; a compressing
-    one would have to be kept off event streams).
+    one would have to be kept off event streams). A fan-out that writes the same bytes to many channels frames
+    them once (`frame`) and hands each channel the framed bytes (`write_framed`).
     """
 
     __slots__ = ("_writer", "writes")
@@ -234,6 +235,13 @@ class DirectChannel:
         self._writer: _CycleWriter | None = None
         self.writes = 0
         """Chunks written directly so far."""
+
+    @staticmethod
+    def frame(body: bytes) -> bytes:
+        """``body`` (not empty) framed for `write_framed`: an HTTP/1.1 chunk, the only framing a channel opens on."""
+        if not body:
+            raise ValueError("an empty chunk would end the response")
+        return b"%x\r\n%b\r\n" % (len(body), body)
 
     @property
     def is_open(self) -> bool:
@@ -250,8 +258,14 @@ class DirectChannel:
 
     def write(self, body: bytes) -> bool:
         """Put ``body`` on the connection now (True), or refuse (False) without writing anything."""
+        if not body:
+            return True
+        return self.write_framed(self.frame(body))
+
+    def write_framed(self, framed: bytes) -> bool:
+        """`write` for bytes `frame` made (once, for every channel they go to)."""
         writer = self._writer
-        if writer is None or not writer.write(body):
+        if writer is None or not writer.write(framed):
             return False
         self.writes += 1
         return True

@@ -1,10 +1,13 @@
 """Live fan-out of a conversation's durable event log: one reader per conversation, any number of SSE streams.
 
 `ConversationFeeds` keeps one feed per conversation that has open streams. The feed is the only reader that
-follows the log live: it waits on the `ConversationBus` (at most ``poll_interval``, so a write made on another
-replica is picked up too), reads each new page once, encodes each SSE frame once and hands the same bytes to the
-bounded buffer of every attached stream. It starts with the conversation's first stream and stops when the last
-one leaves, so an idle conversation costs one bounded wait, not one per connection.
+follows the log live: it follows the conversation on the `ConversationBus` (waiting at most ``poll_interval``, so a
+write made on another replica is picked up too), encodes each SSE frame once and hands the same bytes to the
+bounded buffer of every attached stream. What this process's writers stored is handed to it after their commit
+(`ConversationBus.committed`: an operator's emit), so it goes out without being read back; the feed reads a page of
+the log instead after any other notice, when a hand-over does not continue its cursor (a write it was not told
+of), and at its poll. It starts with the conversation's first stream and stops when the last one leaves, so an
+idle conversation costs one bounded wait, not one per connection.
 
 The log stays the truth; a stream (`Subscription`) never depends on the feed for completeness:
 
@@ -16,13 +19,14 @@ The log stays the truth; a stream (`Subscription`) never depends on the feed for
 * the feed failing (the database went away, or a bug): every stream is detached and reads the log itself, so
   each reports the failure on its own stream (or carries on once the database is back).
 
-Writing: the feed joins each batch of frames into one chunk, once. A stream with a `DirectChannel` (a live stream
-whose response is open on this server) that is parked — caught up, its buffer empty, nothing of its own in
-flight — gets that chunk written straight to its connection by the feed (`DirectChannel.write`): no wake-up of
-its task, no ASGI ``send`` per stream. The stream's cursor (`Subscription.cursor`) moves with it. When the channel
-says no (the client reads slowly and the connection's write buffer is over its high-water mark, or there is no
-direct path), the frames go to the buffer as above and the stream sends them itself, awaiting the connection; a
-stream whose buffer then overflows is detached, so one slow client never holds up the feed or the emit.
+Writing: the feed joins each batch of frames into one chunk and frames it for the connection, once
+(`DirectChannel.frame`). A stream with a `DirectChannel` (a live stream whose response is open on this server)
+that is parked — caught up, its buffer empty, nothing of its own in flight — gets that chunk written straight to
+its connection by the feed (`DirectChannel.write_framed`): no wake-up of its task, no ASGI ``send`` per stream.
+The stream's cursor (`Subscription.cursor`) moves with it. When the channel says no (the client reads slowly and
+the connection's write buffer is over its high-water mark, or there is no direct path), the frames go to the buffer
+as above and the stream sends them itself, awaiting the connection; a stream whose buffer then overflows is
+detached, so one slow client never holds up the feed or the emit.
 
 Cursors are per conversation and commit in increasing order (see ``storage._message_events``), which is what the
 join rule relies on. Must not do: change anything, or hold more per stream than its bounded buffer.
@@ -33,16 +37,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
-from loopd._infra.clock import Clock, sleep_until
+from loopd._infra.clock import Clock, sleep_until, wait_event
 from loopd._infra.http import DirectChannel
-from loopd._infra.tasks import TaskSet, TaskSetClosed, background
+from loopd._infra.tasks import TaskSet, TaskSetClosed
 from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
 from loopd.server.http import sse_frame
-from loopd.server.storage import StorageError
+from loopd.server.storage import MessageEvent, StorageError
 from loopd.server.streams import ConversationBus
 
 _log = logging.getLogger(__name__)
@@ -95,6 +100,9 @@ class FeedStatistics:
     """Chunks the feeds wrote straight to a parked stream's connection (`DirectChannel`)."""
     refused: int = 0
     """Direct writes the channel refused (e.g. the client reads slowly): those frames went to the buffer."""
+    handed: int = 0
+    """Batches the feeds handed out as this process's writers stored them (`ConversationBus.committed`), without
+    reading them back from the log."""
 
 
 def item_data(item: StreamItem) -> dict[str, Any]:
@@ -251,24 +259,27 @@ class Subscription:
 
     # --- called by the feed --------------------------------------------------------------------------------------
 
-    def offer(self, frames: list[Frame], limit: int, chunk: bytes = b"", now: float = 0.0) -> bool:
-        """Hand ``frames`` (``chunk``: their data joined) to the stream (the feed calls this): written straight to
-        its connection when it is parked and its channel takes them, else buffered and the stream woken. False,
-        buffering nothing, when the buffer would hold more than ``limit``: the feed then detaches the stream."""
+    def offer(self, frames: list[Frame], limit: int, framed: bytes = b"", now: float = 0.0) -> bool:
+        """Hand ``frames`` to the stream (the feed calls this): written straight to its connection when it is parked
+        and its channel takes them (``framed``: all their data joined and framed by `DirectChannel.frame`, made once
+        for every stream), else buffered and the stream woken. False, buffering nothing, when the buffer would hold
+        more than ``limit``: the feed then detaches the stream."""
         direct = self._direct
-        if direct is not None and self._parked and not self._frames and direct.is_open:
+        if direct is not None and self._parked and not self._frames:
             cursor = self.cursor
-            if cursor >= frames[-1].cursor:
+            if cursor < frames[0].cursor and framed:
+                written = direct.write_framed(framed)
+            elif cursor >= frames[-1].cursor:
                 return True  # already sent (read from the log)
-            body = (
-                chunk if chunk and cursor < frames[0].cursor else b"".join(f.data for f in frames if f.cursor > cursor)
-            )
-            if direct.write(body):
+            else:
+                written = direct.write(b"".join(f.data for f in frames if f.cursor > cursor))
+            if written:
                 self.cursor = frames[-1].cursor
                 self.written_at = now
                 self._tally.written += 1
                 return True
-            self._tally.refused += 1
+            if direct.is_open:
+                self._tally.refused += 1
         if len(self._frames) + len(frames) > limit:
             return False
         self._frames.extend(frames)
@@ -307,6 +318,11 @@ class _Feed:
         self.members: set[Subscription] = set()
         self.attached: set[Subscription] = set()
         self._task: asyncio.Task[None] | None = None
+        # What the bus told us since we last looked: frames this process's writers stored (in commit order), or
+        # that the log must be read (any other notice, a hand-over that does not chain, too many waiting).
+        self._handed: list[Frame] = []
+        self._stale = True  # the first turn reads: commits before we followed the bus were not handed to us
+        self._woken = asyncio.Event()
 
     def begin(self, cursor: int) -> None:
         self.cursor = self.started = cursor
@@ -321,27 +337,65 @@ class _Feed:
     def stop(self) -> None:
         self._feeds.forget(self)
         if self._task is not None:
-            self._task.cancel()  # it holds nothing but its bus wait or a read: nothing to clean up after it
+            self._task.cancel()  # it holds nothing but its wait or a read: nothing to clean up after it
+
+    def committed(self, events: Sequence[MessageEvent] | None) -> None:
+        """The bus's follower (`ConversationBus.follow`): ``events`` a writer here stored, or None (read the log)."""
+        if events is None or self._stale:
+            self._stale = True
+        elif len(self._handed) + len(events) > PAGE or any(e.event.get("op") in ("start", "end") for e in events):
+            self._stale = True  # too much waiting, or frames that carry a message header: the log has them
+            self._handed.clear()
+        else:
+            self._handed.extend(frame_of(StreamItem(event, None)) for event in events)
+        self._woken.set()
+
+    def _take_handed(self) -> list[Frame] | None:
+        """The handed frames after the cursor, if they continue it without a gap; None (and the log is to be read)
+        when they do not."""
+        cursor = self.cursor
+        assert cursor is not None
+        frames = [frame for frame in self._handed if frame.cursor > cursor]
+        self._handed.clear()
+        for expected, frame in enumerate(frames, start=cursor + 1):
+            if frame.cursor != expected:
+                self._stale = True
+                return None
+        return frames
 
     async def _run(self) -> None:
         source = self._feeds.source
+        bus, clock = source.bus, source.bus.clock
+        unfollow = bus.follow(self.conversation_id, self.committed)
         try:
             while not source.closing:
                 assert self.cursor is not None
-                wait = source.bus.wait(self.conversation_id, source.poll_interval)
-                async with background(wait, name=f"feed-wait:{self.conversation_id}") as waiter:  # ends with it
-                    await asyncio.sleep(0)  # the waiter registers with the bus before we read
+                if self._stale:
+                    # What was handed to us so far committed before this read begins: the read returns it.
+                    self._stale = False
+                    self._handed.clear()
                     items = await source.read_stream(self.conversation_id, after=self.cursor, limit=PAGE)
                     self._tally.reads += 1
                     if items:
+                        self._stale = self._stale or len(items) == PAGE  # a full page: read on
                         await self._hand_out([frame_of(item) for item in items])
-                        continue
-                    await waiter
+                    continue
+                frames = self._take_handed()
+                if frames is None:
+                    continue  # a write we were not told of came between: read the log
+                if frames:
+                    self._tally.handed += 1
+                    await self._hand_out(frames)
+                    continue
+                self._woken.clear()
+                if not await wait_event(clock, self._woken, source.poll_interval):
+                    self._stale = True  # a bounded wait: a notice may have been lost (another replica's write)
         except StorageError as exc:
             _log.info("feed of conversation %s stopped; its streams read on their own: %s", self.conversation_id, exc)
         except Exception:  # a bug here must not leave streams waiting: they fall back to their own reads
             _log.exception("feed of conversation %s failed; its streams read on their own", self.conversation_id)
         finally:
+            unfollow()
             self.retire()
 
     async def _hand_out(self, frames: list[Frame]) -> None:
@@ -350,18 +404,19 @@ class _Feed:
         self.cursor = frames[-1].cursor
         self._tally.frames += len(frames)
         limit = self._feeds.buffer
-        chunk = b"".join(frame.data for frame in frames)  # once, for every stream written to directly
+        framed = DirectChannel.frame(b"".join(frame.data for frame in frames))  # once, for every direct write
         clock = self._feeds.clock
-        receivers = tuple(self.attached)
+        attached = self.attached
+        receivers = tuple(attached)
         for start in range(0, len(receivers), HAND_OUT_SLICE):
             if start:
                 await asyncio.sleep(0)
             now = clock.monotonic()
             for subscription in receivers[start : start + HAND_OUT_SLICE]:
-                if subscription not in self.attached:
+                if subscription not in attached:
                     continue  # left or fell behind meanwhile
-                if not subscription.offer(frames, limit, chunk, now):
-                    self.attached.discard(subscription)
+                if not subscription.offer(frames, limit, framed, now):
+                    attached.discard(subscription)
                     self._tally.detached += 1
                     subscription.dropped(ended=False)
 
@@ -383,6 +438,7 @@ class _Tally:
     detached: int = 0
     written: int = 0
     refused: int = 0
+    handed: int = 0
 
 
 class ConversationFeeds:
@@ -435,6 +491,7 @@ class ConversationFeeds:
             detached=self._tally.detached,
             written=self._tally.written,
             refused=self._tally.refused,
+            handed=self._tally.handed,
         )
 
     # --- for the subscriptions and feeds -------------------------------------------------------------------------

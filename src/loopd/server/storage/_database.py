@@ -63,6 +63,10 @@ class Transaction(TransactionCore):
     commits when the block ends and rolls back if it raises.
     """
 
+    outcome_unknown = False
+    """True when the ``COMMIT`` may or may not have happened (`after_commit` callbacks run all the same): a callback
+    that hands on what the transaction wrote, rather than only waking readers, checks it."""
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once this transaction has committed (never on rollback). For wake-ups, not writes."""
         self._after_commit.append(callback)
@@ -198,6 +202,7 @@ class Database:
         except CommitOutcomeUnknown:
             # It may have committed: wake whoever waits for its writes (a wake-up that finds nothing is harmless).
             if tx is not None:
+                tx.outcome_unknown = True
                 tx.run_after_commit()
             raise
         tx.run_after_commit()

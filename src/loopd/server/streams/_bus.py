@@ -10,19 +10,35 @@ Across replicas: ``notify`` publishes the key on the bus's `Notifier` (channel `
 wakes the waiting readers — here at once, and on every other process sharing the notifier's backend (PostgreSQL
 LISTEN/NOTIFY) soon after. A ``None`` notice (the listener reconnected: notices may be lost) wakes every reader.
 Without a notifier the bus makes its own `MemoryNotifier` (one process).
+
+Hand-over: a writer of this process that knows exactly which events its commit stored calls `committed` instead of
+``notify``. The notice goes out as usual, and this process's followers of the conversation (`follow`: the live
+feed, one per conversation) are handed the stored events with it, so they need not read them back. Every other
+notice reaches a follower as ``None`` ("read the log"). A hand-over is only a shortcut: the follower checks that
+the events continue where it is (cursors are consecutive per conversation) and reads the log otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock, wait_event, wait_first
 from loopd._infra.notify import MemoryNotifier, Notifier
+from loopd.server.storage import MessageEvent
+
+_log = logging.getLogger(__name__)
 
 BUS_CHANNEL: Final = "conversations"
 """The notifier channel a bus publishes its keys on (conversation ids, call channels)."""
+
+Follower = Callable[[Sequence[MessageEvent] | None], None]
+"""Called on the event loop after each notice of the followed key: with the events this process's own commit stored
+(`ConversationBus.committed`), else ``None`` (read the log). It must be quick and must not raise."""
 
 
 @dataclass
@@ -36,6 +52,8 @@ class ConversationBus:
 
     def __init__(self, *, clock: Clock | None = None, notifier: Notifier | None = None) -> None:
         self._slots: dict[str, _Slot] = {}
+        self._followers: dict[str, list[Follower]] = {}
+        self._handing: tuple[str, Sequence[MessageEvent]] | None = None  # set only while `committed` publishes
         self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
         self._notifier: Notifier = notifier if notifier is not None else MemoryNotifier()
         self._unsubscribe = self._notifier.subscribe(BUS_CHANNEL, self._on_notice)
@@ -44,14 +62,52 @@ class ConversationBus:
         """Wake every reader waiting on ``conversation_id``, on every replica (call after the commit)."""
         self._notifier.publish(BUS_CHANNEL, conversation_id)
 
+    def committed(self, conversation_id: str, events: Sequence[MessageEvent]) -> None:
+        """`notify`, and hand ``events`` to this process's followers of ``conversation_id`` (see the module
+        docstring). Call after the commit that stored exactly ``events`` (in cursor order) for the conversation."""
+        self._handing = (conversation_id, events)
+        try:
+            self.notify(conversation_id)
+        finally:
+            self._handing = None
+
+    def follow(self, conversation_id: str, follower: Follower) -> Callable[[], None]:
+        """Call ``follower`` after every notice of ``conversation_id`` from now on; returns the function that stops
+        it. The notifier calls this process's handlers at once, so a hand-over reaches the follower inside
+        `committed`; a notifier that did not would only make followers read the log."""
+        followers = self._followers.setdefault(conversation_id, [])
+        followers.append(follower)
+
+        def stop() -> None:
+            with contextlib.suppress(ValueError):
+                followers.remove(follower)
+            if not followers and self._followers.get(conversation_id) is followers:
+                del self._followers[conversation_id]
+
+        return stop
+
     def _on_notice(self, key: str | None) -> None:
         if key is None:  # anything may have changed: every reader reads again
             for each in tuple(self._slots.values()):
                 self._set(each)
+            for followers in tuple(self._followers.values()):
+                self._tell(followers, None)
             return
+        following = self._followers.get(key)
+        if following:
+            handing = self._handing
+            self._tell(following, handing[1] if handing is not None and handing[0] == key else None)
         found = self._slots.get(key)
         if found is not None:
             self._set(found)
+
+    @staticmethod
+    def _tell(followers: list[Follower], events: Sequence[MessageEvent] | None) -> None:
+        for follower in tuple(followers):
+            try:
+                follower(events)
+            except Exception:  # one faulty follower must not stop the notice reaching the others
+                _log.exception("a conversation follower failed")
 
     @staticmethod
     def _set(slot: _Slot) -> None:
@@ -100,4 +156,7 @@ class ConversationBus:
 
     @property
     def watched(self) -> int:
-        return len(self._slots)
+        """Keys with a waiting reader or a follower."""
+        if not self._followers:
+            return len(self._slots)
+        return len(self._slots.keys() | self._followers.keys())

@@ -9,7 +9,8 @@ emits) goes through these functions inside a transaction, so for every message:
 * a terminal message (``end`` stored, status completed / failed / cancelled / expired) takes no more events.
 
 Readers follow a conversation by its cursor (``read_conversation_events``), which orders events of all its messages
-in commit order; `ConversationBus` only wakes them. Callers pass ``bus`` so a commit wakes the readers.
+in commit order; `ConversationBus` only wakes them. Callers pass ``bus`` so a commit wakes the readers (`emit` also
+hands the events it stored to this process's live feed, `ConversationBus.committed`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,20 @@ def _checked_model(content: Mapping[str, Any]) -> dict[str, Any]:
 def _wake(tx: Transaction, bus: ConversationBus | None, conversation_id: str) -> None:
     if bus is not None:
         tx.after_commit(lambda: bus.notify(conversation_id))
+
+
+def _hand_over(tx: Transaction, bus: ConversationBus, conversation_id: str, stored: Sequence[MessageEvent]) -> None:
+    """After the commit: wake the readers and hand ``stored`` to this process's live feed (no read-back). Only once
+    it surely committed: when its outcome is unknown the readers are only woken (they read the log)."""
+    handed = tuple(stored)
+
+    def after() -> None:
+        if tx.outcome_unknown:
+            bus.notify(conversation_id)
+        else:
+            bus.committed(conversation_id, handed)
+
+    tx.after_commit(after)
 
 
 async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus | None = None) -> Message:
@@ -159,7 +174,8 @@ async def emit(
         message = await tx.messages.update(
             message_id, expected_revision=message.revision, content=state.model.to_json()
         )
-        _wake(tx, bus, message.conversation_id)
+        if bus is not None:
+            _hand_over(tx, bus, message.conversation_id, stored)
         if states is not None:
             written, final = message, state
             tx.after_commit(lambda: states.put(written, final))
