@@ -91,6 +91,9 @@ async def test_serve_with_the_demo_model_until_ctrl_c(tmp_path: Path) -> None:
         kinds = [row[0] for row in db.execute("SELECT kind FROM journal_records ORDER BY seq")]
     assert kinds[-1] == "session_stopped"  # sessions were shut down before the journal closed
     assert kinds.count("turn_done") == 1
+    with sqlite3.connect(data / "serve-model-calls.db") as db:  # the model calls outlive the server
+        bodies = [row[0] for row in db.execute("SELECT body FROM model_calls WHERE session_id = ?", (session_id,))]
+    assert len(bodies) == 1 and "hello from the test" in bodies[0]
 
 
 def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:

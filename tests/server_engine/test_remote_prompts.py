@@ -1,26 +1,43 @@
 """Full prompts of calls through a remote harness: a real ``loopd harness serve`` app on loopback (its model the
 real OpenAI-compatible adapter against the scripted server) exposes each session's model calls at
 ``GET /v1/sessions/{id}/model-calls``, redacted before they leave and only to its token's holder; the engine's
-remote adapter reads them and stores each attempt's request and reply like the built-in adapter does."""
+remote adapter reads them and stores each attempt's request and reply like the built-in adapter does. The peer keeps
+them, redacted, in its data directory: a restart before the engine read them loses nothing."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from loopd._infra.clock import VirtualClock
 from loopd._infra.redaction import Redactor
-from loopd.harness.models import FailWithStatus, ServerReply, open_scripted_server
-from loopd.harness.serve import create_app, open_harness_server
+from loopd.harness import LoopDefinition, Rig, SqliteJournal, ToolCall
+from loopd.harness.core import EffectKind
+from loopd.harness.gate import MemoryRuleStore
+from loopd.harness.models import (
+    FailWithStatus,
+    OpenAICompatibleModel,
+    ServerReply,
+    ServerToolCall,
+    open_scripted_server,
+)
+from loopd.harness.serve import IDEMPOTENCY_FILE, create_app, open_harness_server
+from loopd.harness.serve._model_calls import MODEL_CALLS_FILE
+from loopd.harness.tools._protocol import PreparedCall, Requirement
 from loopd.server.audit._routes import resolve_request
 from loopd.server.engine import CallRequest, PromptRecording, RemoteHarnessAdapter
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database
+from tests.support.waiting import eventually
 
-from .conftest import make_engine, new_conversation, new_response, until_done
-from .test_ledger_prompts import API_KEY, BEARER, CONFIGURED, SCRIPT, _rig, _rows
+from .conftest import content_of, make_engine, new_conversation, new_response, until_done, until_phase
+from .test_ledger_prompts import API_KEY, BEARER, CONFIGURED, SCRIPT, LeakyTool, _rig, _rows
 
 TOKEN = "remote-prompts-token-0123456789"
 
@@ -134,3 +151,104 @@ async def test_a_remote_model_call_that_fails_for_good_keeps_its_attempts(
     events = await ledger.load_lane((await ledger.find_lanes(Scope(harness_call_id=call.id)))[0].id)
     failed = [e for e in events if e.event_type == "attempt.failed" and e.subject_id in {a.id for a in attempts}]
     assert len(failed) == 3 and all(e.payload["error"]["status_code"] == 429 for e in failed)
+
+
+class GatedLeakyTool(LeakyTool):
+    """`LeakyTool` that needs an ``fs.write`` permission: the gate asks before it runs."""
+
+    @property
+    def effect(self) -> EffectKind:
+        return EffectKind.WRITE
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        need = Requirement(kind="fs.write", scope="/ws", match="deploy.env", description="write deploy.env")
+        return PreparedCall(call_id=call.id, tool="read_env", arguments=dict(call.arguments), requirements=(need,))
+
+
+GATED_SCRIPT = [
+    ServerReply(text="Reading it.", tool_calls=(ServerToolCall(name="read_env", id="c1"),)),
+    ServerReply(text="The file holds an API key; I will not repeat it.", finish_reason="stop"),
+]
+
+
+@asynccontextmanager
+async def _peer(folder: Path, model_url: str) -> AsyncIterator[tuple[str, Rig]]:
+    """A ``loopd harness serve`` app whose records and keys are kept in ``folder`` (as `serve` keeps them in its
+    data directory); leaving the block stops it the way a SIGTERM does (its lifespan ends)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = OpenAICompatibleModel("gpt-test", base_url=model_url, api_key=API_KEY, max_retries=0, timeout=30)
+    journal = await SqliteJournal.open(folder / "journal.db")
+    loop = LoopDefinition(name="main", model=model, tools=(GatedLeakyTool(),), system_prompt="Be brief.")
+    rig = Rig(loops=[loop], journal=journal, rules=MemoryRuleStore(), name="peer-rig")
+    try:
+        app = create_app(
+            rig,
+            token=TOKEN,
+            redactor=Redactor(literals=[API_KEY, TOKEN]),
+            idempotency_path=folder / IDEMPOTENCY_FILE,
+            model_calls_path=folder / MODEL_CALLS_FILE,
+        )
+        async with open_harness_server(app) as server:
+            yield server.url, rig
+    finally:
+        await journal.aclose()
+        await model.aclose()
+
+
+async def test_the_peers_records_survive_its_restart_and_still_reach_the_ledger(
+    sqlite_db: Database, tmp_path: Path, clock: VirtualClock
+) -> None:
+    prompts = PromptRecording(clock, Redactor(literals=[API_KEY]))
+    folder = tmp_path / "peer"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with open_scripted_server(list(GATED_SCRIPT)) as model_url:
+        async with _peer(folder, model_url) as (url, rig):
+            adapter = RemoteHarnessAdapter(url, TOKEN, timeout=30, prompts=prompts)
+            first = make_engine(sqlite_db, {"remote": adapter}, clock=clock, replica_id="first")
+            await first.open()
+            conversation = await new_conversation(sqlite_db)
+            response = await new_response(sqlite_db, conversation, task_id="task-restart")
+            request = CallRequest("uid-rs", "respond", "remote", "what is in deploy.env?", message_id=response)
+            call_id = (await first.start(replace(request, asker="user:a"))).id
+            await until_phase(first, call_id, "waiting_input", timeout=30)
+            await first.abort()  # loop-server goes away while the peer waits for permission
+            await adapter.aclose()
+            # The gate is answered at the peer while no engine watches: the turn's second call is made and recorded.
+            async with httpx.AsyncClient(base_url=url, timeout=10, headers=auth) as http:
+                [session] = (await http.get("/v1/sessions")).json()["items"]
+                [gate] = [b for b in (await content_of(sqlite_db, response))["blocks"] if b["type"] == "ask"]
+                answered = await http.post(
+                    f"/v1/sessions/{session['id']}/gates/{gate['id'].removeprefix('gate/')}",
+                    json={"answer": "approve"},
+                )
+                assert answered.status_code in (200, 202), answered.text
+
+                async def turn_done() -> bool:
+                    return any(r.kind == "turn_done" for r in await rig.journal.read(session["id"]))
+
+                await eventually(turn_done, what="the peer's turn to end")
+        # The peer has restarted (a new process on the same data directory) before loop-server read the records.
+        stored = (folder / MODEL_CALLS_FILE).read_bytes()
+        assert (folder / MODEL_CALLS_FILE).stat().st_mode & 0o777 == 0o600
+        assert b"[REDACTED]" in stored
+        for secret in (API_KEY, BEARER, TOKEN):
+            assert secret.encode() not in stored  # redacted before it was kept
+        async with _peer(folder, model_url) as (url, _rig_again):
+            adapter = RemoteHarnessAdapter(url, TOKEN, timeout=30, prompts=prompts)
+            await clock.advance(31)  # the first engine's lease expires
+            async with make_engine(sqlite_db, {"remote": adapter}, clock=clock, replica_id="second") as second:
+                done = await until_done(second, call_id, timeout=30)
+            await adapter.aclose()
+    assert done.phase == "succeeded", done.error
+
+    ledger = SqlLedgerStore(sqlite_db)
+    lane = (await ledger.find_lanes(Scope(harness_call_id=call_id)))[0]
+    events = await ledger.load_lane(lane.id)
+    requested = [e for e in events if e.event_type == "attempt.requested" and "request" in e.payload]
+    completed = [e for e in events if e.event_type == "attempt.completed" and "reply" in e.payload]
+    assert (len(requested), len(completed)) == (2, 2)  # both calls, the one made before the restart included
+    last = await resolve_request(ledger, requested[-1].payload["request"]["sha256"])
+    assert [m["role"] for m in last["messages"]] == ["user", "assistant", "tool"]
+    assert "[REDACTED]" in last["messages"][-1]["content"] and API_KEY not in json.dumps(last)
+    reply = json.loads((await ledger.get_artifact(completed[-1].payload["reply"]["sha256"])).body)
+    assert reply["text"].startswith("The file holds")

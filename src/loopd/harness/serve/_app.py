@@ -8,6 +8,7 @@ Must not do: bind sockets or choose hosts (see `loopd.harness.serve._server`), o
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,7 +33,13 @@ from loopd.harness.serve._idempotency import (
     MemoryIdempotencyStore,
     SqliteIdempotencyStore,
 )
-from loopd.harness.serve._model_calls import MAX_PAGE, ServedModelCalls, recording_rig
+from loopd.harness.serve._model_calls import (
+    MAX_PAGE,
+    ModelCallStoreError,
+    ServedModelCalls,
+    SqliteModelCallStore,
+    recording_rig,
+)
 from loopd.harness.serve._operations import answer_gate, cancel_queued_input
 from loopd.harness.serve._sessions import ServedSessions, SessionView
 from loopd.harness.serve._streaming import event_frames
@@ -100,13 +107,15 @@ def create_app(
     model_calls: bool = True,
     redactor: Redactor | None = None,
     workspaces: SessionWorkspaces | None = None,
+    model_calls_path: Path | None = None,
 ) -> FastAPI:
     """The API for ``rig``. ``token`` (if given) is required as a bearer token on every route but /healthz and
     /openapi.json. Idempotency keys live in ``idempotency_path`` (a SQLite file, kept across restarts), or in
     ``idempotency``, or in memory. The caller keeps the rig (and its journal) open for the app's lifespan.
 
     ``model_calls``: record each session's model calls (request and attempts) for ``GET
-    /v1/sessions/{id}/model-calls``, redacted by ``redactor`` (default: the built-in secret shapes and the token).
+    /v1/sessions/{id}/model-calls``, redacted by ``redactor`` (default: the built-in secret shapes and the token)
+    before they are kept: in ``model_calls_path`` (a SQLite file, kept across restarts), or in memory.
 
     ``workspaces``: each session works in its own directory (`SessionWorkspaces`); None: all in the rig's.
     """
@@ -122,7 +131,8 @@ def create_app(
     recorded: ServedModelCalls | None = None
     if model_calls:
         rig = recording_rig(rig)
-        recorded = ServedModelCalls(rig.clock, redactor or Redactor(literals=[token] if token else ()))
+        store = SqliteModelCallStore(model_calls_path) if model_calls_path is not None else None
+        recorded = ServedModelCalls(rig.clock, redactor or Redactor(literals=[token] if token else ()), store)
     sessions = ServedSessions(
         rig, keys, max_live=max_live_sessions, restore_mode=restore_mode, model_calls=recorded, workspaces=workspaces
     )
@@ -130,9 +140,17 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            async with asyncio.TaskGroup() as tasks:
+                writer = tasks.create_task(recorded.run()) if recorded is not None else None  # model-call records
+                try:
+                    yield
+                finally:
+                    await sessions.aclose()
+                    if writer is not None:
+                        writer.cancel()
         finally:
-            await sessions.aclose()
+            if recorded is not None:
+                await recorded.aclose()  # writes the records of the last calls
             await keys.aclose()
 
     app = _HarnessApi(
@@ -151,6 +169,7 @@ def create_app(
         translators={
             HarnessError: from_harness,
             IdempotencyStoreError: _unavailable,
+            ModelCallStoreError: _unavailable,
             codec.CodecError: _unavailable,
         },
     )
@@ -402,14 +421,15 @@ def _routes(sessions: ServedSessions, *, heartbeat: float, stream_queue: int, ti
         request (model, system prompt, parameters, tools, messages) and attempts (every provider failure, retry or
         fallback step, then the reply: text, tool calls, usage, finish reason, provider request id), redacted.
         ``after_seq``: the journal's last seq when the call ended. Within a page, ``request.extends`` = how many of
-        the previous item's messages this request starts with (``messages`` holds the rest). Kept in this server's
-        memory, bounded (the oldest calls of a session are dropped first); none when recording is off.
+        the previous item's messages this request starts with (``messages`` holds the rest). Kept bounded (the oldest
+        calls of a session are dropped first), across restarts by ``loopd harness serve``; none when recording is
+        off.
         """
         if not await sessions.exists(session_id):
             raise ApiError("not_found", f"no session {session_id!r}")
         if sessions.model_calls is None:
             return ModelCallPage(items=[], next_after=after, has_more=False)
-        return ModelCallPage(**sessions.model_calls.page(session_id, after, limit))
+        return ModelCallPage(**await sessions.model_calls.page(session_id, after, limit))
 
     @router.get(
         "/v1/sessions/{session_id}/events",

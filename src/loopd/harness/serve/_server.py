@@ -19,6 +19,7 @@ from loopd._infra.redaction import Redactor
 from loopd._infra.serving import RunningServer, open_http_server
 from loopd.harness._errors import HarnessError
 from loopd.harness.serve._app import IDEMPOTENCY_FILE, create_app
+from loopd.harness.serve._model_calls import MODEL_CALLS_FILE
 from loopd.harness.serve._workspaces import SessionWorkspaces
 from loopd.harness.standard import HarnessSettings, default_data_dir, open_standard_rig, rig_on
 
@@ -56,7 +57,8 @@ async def serve(
     """Serve the standard rig for ``settings`` until SIGINT/SIGTERM, then shut down gracefully.
 
     Raises `InsecureBindError` before binding anything when ``host`` is not loopback and there is no token.
-    Idempotency keys are kept in ``<data_dir>/serve-idempotency.db`` beside the journal. ``session_workspaces``:
+    Idempotency keys are kept in ``<data_dir>/serve-idempotency.db`` beside the journal, the sessions' model-call
+    records in ``<data_dir>/serve-model-calls.db``. ``session_workspaces``:
     each session works in its own directory under ``settings.workspace`` (`SessionWorkspaces`), never one holding
     or inside the data directory; `WorkspaceLocationError` before binding when the root is inside it.
     """
@@ -70,6 +72,7 @@ async def serve(
         app_options["workspaces"] = SessionWorkspaces(
             settings.workspace, lambda base, directory: rig_on(base, settings, directory), hidden=hidden
         )
+    app_options.setdefault("model_calls_path", settings.data_dir / MODEL_CALLS_FILE)  # kept across restarts
     async with open_standard_rig(settings) as rig:
         app = create_app(rig, token=token, idempotency_path=settings.data_dir / IDEMPOTENCY_FILE, **app_options)
         async with open_harness_server(app, host=host, port=port, handle_signals=handle_signals) as running:
