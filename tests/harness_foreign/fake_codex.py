@@ -2,7 +2,9 @@
 
 By the prompt's words: ``tool`` → a command_execution item; ``hang`` → writes its pid to ``hang.pid`` and
 sleeps; ``fail`` → turn.failed; ``crash`` → exits (code 3) mid-turn; otherwise an agent_message naming its
-thread and whether it was resumed.
+thread and whether it was resumed. Its usage is 20 input tokens (8 of them cached when the prompt says ``cached``) and
+7 output tokens, and no cost (codex reports none). Global options before ``exec`` (``-m MODEL``, ``-c KEY=VALUE``)
+are accepted and ignored, as the real CLI takes them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def say(obj: dict) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
+    while args and args[0] in ("-m", "--model", "-c", "--config", "-p", "--profile"):
+        args = args[2:]
     assert args[:2] == ["exec", "--json"], args
     rest = args[2:]
     resume = None
@@ -52,7 +56,8 @@ def main() -> None:
         )
     text = f"thread {thread} resumed={resume is not None}: {prompt}"
     say({"type": "item.completed", "item": {"id": "item_1", "type": "agent_message", "text": text}})
-    say({"type": "turn.completed", "usage": {"input_tokens": 20, "cached_input_tokens": 0, "output_tokens": 7}})
+    cached = 8 if "cached" in prompt else 0
+    say({"type": "turn.completed", "usage": {"input_tokens": 20, "cached_input_tokens": cached, "output_tokens": 7}})
 
 
 if __name__ == "__main__":

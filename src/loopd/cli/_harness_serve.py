@@ -103,7 +103,8 @@ def serve_command(
             exit_code=EXIT_USAGE,
         )
     foreign = _foreign_engine(engine, engine_command, model, mode, root)
-    model_config = ModelConfig() if foreign is not None else checked_model_config(model)  # fails now on a bad key
+    # A foreign CLI brings its own model (only its tokens are priced); a built-in model fails now on a bad key.
+    model_config = ModelConfig.prices_only() if foreign is not None else checked_model_config(model)
     confinement = sandbox_for(sandbox)
     settings = HarnessSettings(
         workspace=root,

@@ -231,7 +231,7 @@ async def run_harness(
     try:
         foreign = _foreign_engine(options)
         policy = DEFAULT_POLICY if options.policy is None else load_policy(options.policy)
-        config = ModelConfig() if foreign is not None else model_config(options.model, options.base_url)
+        config = ModelConfig.prices_only() if foreign is not None else model_config(options.model, options.base_url)
         confinement = sandbox_for(options.sandbox)
     except GatePolicyError as exc:
         view.error(str(exc))

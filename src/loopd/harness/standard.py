@@ -181,6 +181,7 @@ async def open_standard_rig(settings: HarnessSettings, *, clock: Clock | None = 
                 snapshots=None
                 if settings.snapshots == "off"
                 else SnapshotPolicy(root=settings.data_dir / "snapshots", on=settings.snapshots),
+                price=_adapter_priced(settings.model.price_table()),  # a CLI reporting tokens only (codex)
             )
             return
         demo: DemoOptions | None = None

@@ -495,6 +495,7 @@ async def _open_foreign(
         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
         hidden=(data_dir,),
         foreign=standard_engine(target.engine, target.command, workspace),
+        model=ModelConfig(prices_path=settings.model.prices_path),  # prices the tokens a CLI reports (codex)
     )
     rig = await stack.enter_async_context(open_standard_rig(harness_settings, clock=clock))
     rig = replace(rig, on_journal_commit=metrics.journal_commit_seconds.observe)

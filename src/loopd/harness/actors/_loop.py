@@ -677,6 +677,8 @@ class LoopActor:
                     cost_usd=finished.cost_usd,
                     calls=1,
                 )
+                if usage.cost_usd == 0 and engine.model is not None:  # codex reports tokens only: the price table's
+                    usage = self.session.price(engine.model, usage)
                 reply = finished.text or "".join(text)
                 result = ModelCompleted(turn_id=turn_id, step=step, text=reply, tool_calls=(), usage=usage)
         except (ForeignEngineError, ForeignProtocolError) as exc:

@@ -16,6 +16,10 @@ Command lines (``command`` is the executable and any flags of the caller's, e.g.
 
 The prompt never appears on the command line (no option injection from user text, nothing in the process list), and a
 session id that is not a plain token is refused (`ForeignEngineError`) rather than put there.
+
+``model`` names the model the CLI runs, for pricing a turn whose CLI reports tokens but no USD (codex): the loop
+actor prices it with the rig's price table. `standard_engine` finds it in the command's own flags (``-m`` /
+``--model``, codex's ``-c model=…``), else, for codex, in its ``config.toml`` (`configured_model`).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import os
 import re
 import signal
 import sys
+import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -89,6 +94,9 @@ class ForeignEngine:
     The CLI does not inherit this process's environment (its API keys, tokens, database DSNs): it gets
     `SAFE_ENVIRONMENT` (HOME is kept, so a CLI finds its login and its stored sessions), the variables named in
     ``inherit`` (e.g. ``("ANTHROPIC_API_KEY",)``), then ``env``.
+
+    ``model``: the model the CLI runs (None: unknown), which prices a turn whose CLI reports no cost (see the module
+    docstring); it does not choose the model: the CLI's own flags and configuration do.
     """
 
     kind: ForeignKind
@@ -97,6 +105,7 @@ class ForeignEngine:
     env: Mapping[str, str] = field(default_factory=dict)
     inherit: tuple[str, ...] = ()
     kill_grace: float = 2.0
+    model: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("claude", "codex"):
@@ -140,10 +149,73 @@ ENGINE_KEYS: dict[ForeignKind, tuple[str, ...]] = {
 
 
 def standard_engine(kind: ForeignKind, command: tuple[str, ...] = (), cwd: Path | None = None) -> ForeignEngine:
-    """The engine loopd's commands and configuration build for ``kind`` (inheriting `ENGINE_KEYS` ``[kind]``)."""
+    """The engine loopd's commands and configuration build for ``kind`` (inheriting `ENGINE_KEYS` ``[kind]``), its
+    ``model`` the one `configured_model` finds."""
     if kind not in ENGINE_KEYS:
         raise ValueError(f"unknown foreign engine kind {kind!r} (claude or codex)")
-    return ForeignEngine(kind=kind, command=command, cwd=cwd, inherit=ENGINE_KEYS[kind])
+    engine = ForeignEngine(kind=kind, command=command, cwd=cwd, inherit=ENGINE_KEYS[kind])
+    return replace(engine, model=configured_model(engine))
+
+
+_MODEL_FLAGS = ("-m", "--model")
+_CONFIG_FLAGS = ("-c", "--config")
+_PROFILE_FLAGS = ("-p", "--profile")
+_MAX_CONFIG_BYTES = 1_048_576
+
+
+def _flag_values(command: tuple[str, ...], names: tuple[str, ...]) -> list[str]:
+    """The values given to the flags ``names`` in ``command`` (``-m X``, ``--model X``, ``--model=X``)."""
+    values: list[str] = []
+    for position, word in enumerate(command[1:], start=1):
+        if word in names and position + 1 < len(command):
+            values.append(command[position + 1])
+        elif word.startswith("--") and "=" in word and word.split("=", 1)[0] in names:
+            values.append(word.split("=", 1)[1])
+    return values
+
+
+def _toml_string(text: str) -> str | None:
+    """A ``-c key=value`` value as codex reads it (TOML, falling back to the literal string)."""
+    try:
+        value = tomllib.loads(f"v = {text}").get("v")
+    except tomllib.TOMLDecodeError:
+        return text.strip() or None
+    return value if isinstance(value, str) and value else None
+
+
+def configured_model(engine: ForeignEngine) -> str | None:
+    """The model ``engine``'s CLI runs, as far as loopd can tell: the last ``-m`` / ``--model`` of its command;
+    for codex, else a ``-c model=…`` override, else ``model`` in its ``config.toml`` (``$CODEX_HOME``, as the CLI
+    will see it, else ``~/.codex``), from the profile the command or the file selects when that profile names
+    one. None when nothing says (the turn's cost is then what the CLI reports)."""
+    named = _flag_values(engine.command, _MODEL_FLAGS)
+    if named:
+        return named[-1] or None
+    if engine.kind != "codex":
+        return None
+    overrides = [option.partition("=") for option in _flag_values(engine.command, _CONFIG_FLAGS)]
+    models = [value for key, _, value in overrides if key.strip() == "model"]
+    if models:
+        return _toml_string(models[-1])
+    environment = foreign_environment(engine)
+    home = environment.get("CODEX_HOME")
+    if not home and "HOME" in environment:
+        home = str(Path(environment["HOME"]) / ".codex")
+    if not home:
+        return None
+    path = Path(home).expanduser() / "config.toml"
+    try:
+        with path.open("rb") as file:
+            config = tomllib.loads(file.read(_MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None  # no file, or one the CLI would refuse too
+    profiles = _flag_values(engine.command, _PROFILE_FLAGS)
+    profile = profiles[-1] if profiles else config.get("profile")
+    chosen = (config.get("profiles") or {}).get(profile) if isinstance(profile, str) else None
+    if isinstance(chosen, dict) and isinstance(chosen.get("model"), str) and chosen["model"]:
+        return str(chosen["model"])
+    model = config.get("model")
+    return model if isinstance(model, str) and model else None
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

@@ -145,6 +145,13 @@ class ModelConfig(Frozen):
         return tuple(dict.fromkeys(missing))
 
     @classmethod
+    def prices_only(cls, env: Mapping[str, str] | None = None) -> ModelConfig:
+        """The demo config with only ``LOOPD_PRICES`` read from ``env`` (default ``os.environ``): a foreign engine's,
+        whose CLI brings its own model and key but whose tokens loopd prices."""
+        prices = (os.environ if env is None else env).get("LOOPD_PRICES")
+        return cls(prices_path=Path(prices) if prices else None)
+
+    @classmethod
     def from_env(
         cls,
         env: Mapping[str, str] | None = None,
