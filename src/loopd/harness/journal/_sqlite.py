@@ -629,17 +629,28 @@ class SqliteJournal:
                     signal = signals.get(item.sid)
                     if signal is not None:
                         signal.set()
+        if self._wal_pages < CHECKPOINT_PAGES:
+            return
         running = self._checkpointing
-        if self._wal_pages >= CHECKPOINT_PAGES and (running is None or running.done()):
-            if self._wal_frames < WAL_RESTART_FRAMES:
-                with contextlib.suppress(RuntimeError):  # the reader lane is closed: the journal is closing
-                    self._checkpointing = self._reader.submit(lambda: self._checkpoint(writer=False))
-            elif self._writer_idle():
-                self._checkpointing = self._submit(self._checkpoint, True)
-            else:
+        if self._wal_frames >= WAL_RESTART_FRAMES:
+            if not self._writer_idle():  # (a restart already queued keeps it busy)
                 return
-            self._wal_pages = 0
-            self.checkpoints += 1
+            self._checkpointing = self._submit(self._restart_wal, running)
+        elif running is None or running.done():
+            with contextlib.suppress(RuntimeError):  # the reader lane is closed: the journal is closing
+                self._checkpointing = self._reader.submit(lambda: self._checkpoint(writer=False))
+        else:
+            return
+        self._wal_pages = 0
+        self.checkpoints += 1
+
+    def _restart_wal(self, running: Future[None] | None) -> None:
+        """Writer thread, rounds queued behind: wait (bounded) for a checkpoint still running on the reader's
+        connection, then copy every frame back here, so that the next round starts the WAL over."""
+        if running is not None:
+            with contextlib.suppress(Exception):  # it failed or hangs: checkpoint anyway
+                running.result(timeout=self._append_timeout)
+        self._checkpoint(writer=True)
 
     def _count_wal(self, estimate: int) -> None:
         """Add the WAL frames the transaction just committed appended to ``_wal_pages`` (by whoever holds the write
