@@ -19,7 +19,7 @@ from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
 from loopd.server.engine import Finished, GateOpened, HarnessEngine, TextSet
 from loopd.server.responder import HarnessResponder
-from loopd.server.storage import Database, DatabaseOptions, Message, NewMessage, open_database
+from loopd.server.storage import ConversationFork, Database, DatabaseOptions, Message, NewMessage, open_database
 from loopd.server.streams import ConversationBus, empty_model, finish, open_message
 from tests.resources.conftest import RunningApi
 from tests.server_engine.conftest import ScriptedAdapter, make_engine, scripted
@@ -34,6 +34,8 @@ class _Context:
     input: Message
     response: Message
     history: Sequence[Message]
+    fork: ConversationFork | None = None
+    conversation_mode: str | None = None
 
 
 @dataclass

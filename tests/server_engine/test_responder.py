@@ -18,7 +18,7 @@ from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import ControllerStatistics, Manager
 from loopd.server.engine import Finished, HarnessEngine, TextSet
 from loopd.server.responder import ChatPort, HarnessResponder
-from loopd.server.storage import Database, Message, NewMessage
+from loopd.server.storage import ConversationFork, Database, Message, NewMessage
 from loopd.server.streams import ConversationBus, empty_model, finish, open_message
 
 from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until, until_true
@@ -35,6 +35,8 @@ class Context:
     input: Message
     response: Message
     history: Sequence[Message]
+    fork: ConversationFork | None = None
+    conversation_mode: str | None = None
 
 
 @dataclass

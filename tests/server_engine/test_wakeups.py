@@ -150,16 +150,33 @@ async def test_a_finished_call_completes_its_task_through_the_notice(sqlite_db: 
 async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Database, tmp_path: Path) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
     async with _world(sqlite_db, tmp_path, adapter, capacity=1) as (world, responder):
+        starts: list[str] = []  # every start the responder asked the engine for
+        start = world.engine.start
+
+        async def counted(request: CallRequest) -> HarnessCall:
+            starts.append(request.owner_uid)
+            return await start(request)
+
+        world.engine.start = counted  # type: ignore[method-assign]
         conversation = await new_conversation(world.db)
         names = [f"t-{index}" for index in range(3)]
         responses = [await _question(world.db, conversation, name, "hello", "assistant") for name in names]
-        for name in names:
+        await world.client.create(TASKS, _task(names[0], "assistant"), namespace="default")
+
+        async def first_running() -> bool:
+            return len(adapter.starts) == 1
+
+        await until(first_running)  # the one slot is taken
+        for name in names[1:]:
             await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
 
         async def two_refused() -> bool:
             return responder.statistics().waiting_for_capacity == 2
 
         await until(two_refused)
+        # With every slot taken the two others wait without asking the engine (whose start would only be refused
+        # inside a write transaction).
+        assert len(starts) == 1
 
         async def all_done() -> bool:
             for runs in adapter.runs.values():

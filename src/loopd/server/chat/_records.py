@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopd.server.storage import Conversation, Message, MessageEvent
+from loopd.server.storage import Conversation, ConversationFork, Message, MessageEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,13 @@ class TaskContext:
     """The first messages of the Task itself (both conversations, id order) when asked for, else None."""
     more_messages: bool = False
     """Whether the Task has more messages than ``messages`` holds."""
+    fork: ConversationFork | None = None
+    """Where the conversation was forked from (None: it is no fork), read in the same snapshot."""
+
+    @property
+    def conversation_mode(self) -> str | None:
+        """The mode the conversation's built-in harness calls start in (None: each harness's own)."""
+        return self.conversation.mode or None
 
 
 @dataclass(frozen=True, slots=True)

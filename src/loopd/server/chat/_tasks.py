@@ -109,13 +109,15 @@ class TaskApi:
         """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
 
     async def task_context(self, task_id: str, *, messages: int = 0) -> TaskContext:
-        """Input, response, conversation and bounded history — and, with ``messages`` > 0, the first ``messages``
-        of the Task's own messages, read in the same snapshot; ``NotFound`` in the commit window (requeue)."""
+        """Input, response, conversation (and where it was forked from) and bounded history — and, with ``messages``
+        > 0, the first ``messages`` of the Task's own messages, read in the same snapshot; ``NotFound`` in the
+        commit window (requeue)."""
         own: list[Message] | None = None
         async with self._db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
             conversation = await tx.conversations.get(input_.conversation_id)
             rows = await tx.messages.list_through(conversation.id, input_.id, limit=self._history_limit + 1)
+            fork = await tx.conversation_forks.find(conversation.id)
             if messages > 0:
                 own = await tx.messages.list_task(task_id, after=None, limit=messages + 1)
         has_earlier = len(rows) > self._history_limit
@@ -129,6 +131,7 @@ class TaskApi:
             has_earlier,
             messages=None if own is None else own[:messages],
             more_messages=more,
+            fork=fork,
         )
 
     async def task_messages(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:

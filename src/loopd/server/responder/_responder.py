@@ -103,6 +103,16 @@ class TaskContextView(Protocol):
     @property
     def history(self) -> Sequence[Message]: ...
 
+    @property
+    def fork(self) -> ConversationFork | None:
+        """Where the conversation was forked from (None: no fork), read with the rest."""
+        ...
+
+    @property
+    def conversation_mode(self) -> str | None:
+        """The mode its built-in harness calls start in (``PUT …/mode``; None: the harness's own)."""
+        ...
+
 
 class ForkOrigins(Protocol):
     """Where forked conversations came from (``loopd.server.chat.ConversationForks`` has it)."""
@@ -325,6 +335,11 @@ class HarnessResponder:
         except ResourceError as exc:
             _log.warning("could not write the status of task %s: %s", name, exc)
 
+    def _full(self) -> bool:
+        """Whether this replica's harness call slots are all taken now (a start would be refused)."""
+        stats = self._engine.statistics()
+        return stats.slots_used >= stats.capacity
+
     def _refused(self, request: Request) -> Result:
         """No slot now: wait for a notice that one freed (``capacity_retry`` is the safety net)."""
         stats = self._engine.statistics()
@@ -363,8 +378,13 @@ class HarnessResponder:
         forked = await self._fork_start(context, key)
         if forked is not None:
             fork, history = forked
-        # The conversation's mode (``PUT …/mode``), read as the call starts: it applies from this question on.
-        mode = await self._modes.conversation_mode(context.input.conversation_id) if self._modes else None
+        if self._full():
+            # No slot: a start would be refused inside its write transaction. Wait for one without reading or
+            # writing more (the context was read for the hand-over already).
+            return self._refused(request)
+        # The conversation's mode (``PUT …/mode``), read with the context as the call starts: it applies from this
+        # question on.
+        mode = context.conversation_mode if self._modes else None
         call_request = CallRequest(
             owner_uid=uid,
             effect_key=EFFECT_KEY,
@@ -404,7 +424,7 @@ class HarnessResponder:
         own = (context.input.id, context.response.id)
         if any(message.task_id is not None for message in context.history if message.id not in own):
             return None  # the fork's copied history has no Tasks: an earlier question of the fork has one
-        origin = await self._forks.origin(context.input.conversation_id)
+        origin = context.fork  # read with the context: no transaction of its own
         if origin is None:
             return None
         source = await self._engine.call_for_message(origin.source_message_id)
