@@ -282,8 +282,8 @@ async def test_checkpoints_follow_the_wals_frames_and_never_hold_a_round(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A checkpoint every 1,000 frames the WAL really grew by (read from the wal-index: a round over 100
-    sessions of small records writes ~17, far fewer than one page per session), and rounds keep committing inline meanwhile (the
-    checkpoint runs on the reader's connection)."""
+    sessions of small records writes ~17, far fewer than one page per session), and rounds keep committing inline
+    meanwhile (the checkpoint runs on the reader's connection)."""
     journal, _ = await many_sessions_appending(tmp_path / "j.db", 100, 120)
     assert journal.commits_inline == journal.commits
     monkeypatch.setattr(_sqlite, "CHECKPOINT_PAGES", 10**9)  # the same workload without checkpoints: its WAL
