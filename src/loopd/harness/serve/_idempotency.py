@@ -9,16 +9,13 @@ Must not do: create sessions, or know about HTTP.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Protocol
 
-from loopd._infra.database import DatabaseErrors
-from loopd._infra.files import ensure_private_dir
-from loopd._infra.migrations import Migration, Schema, migrate
-from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
+from loopd._infra.migrations import Migration, Schema
 from loopd.harness._errors import HarnessError
+from loopd.harness.serve._sqlite_file import PrivateSqliteFile
 
 _TIMEOUT: Final = 10.0
 
@@ -45,13 +42,6 @@ _SCHEMA = Schema(
 
 class IdempotencyStoreError(HarnessError):
     """The key store could not be read or written."""
-
-
-def _errors(path: Path) -> DatabaseErrors:
-    def error(message: str) -> IdempotencyStoreError:
-        return IdempotencyStoreError(f"idempotency keys in {path}: {message}")
-
-    return DatabaseErrors.all_as(error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,42 +90,17 @@ class SqliteIdempotencyStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._database: SqliteDatabase | None = None
-        self._opening = asyncio.Lock()
-        self._closed = False
-
-    async def _db(self) -> SqliteDatabase:
-        if self._database is not None:
-            return self._database
-        async with self._opening:
-            if self._database is None:
-                if self._closed:
-                    raise IdempotencyStoreError(f"idempotency keys in {self.path}: the store is closed")
-                try:
-                    ensure_private_dir(self.path.parent, tighten=False)
-                except OSError as exc:
-                    raise IdempotencyStoreError(f"idempotency keys in {self.path}: {exc}") from exc
-                errors = _errors(self.path)
-                database = await SqliteDatabase.open(
-                    self.path,
-                    SqliteOptions(
-                        timeout=_TIMEOUT,
-                        reader=False,
-                        thread_name="loopd-idempotency",
-                        label=f"the idempotency key store {self.path}",
-                        errors=errors,
-                    ),
-                )
-                try:
-                    await migrate(database, _SCHEMA)
-                except BaseException:
-                    await database.aclose()
-                    raise
-                self._database = database
-            return self._database
+        self._file = PrivateSqliteFile(
+            path,
+            _SCHEMA,
+            error=lambda message: IdempotencyStoreError(f"idempotency keys in {path}: {message}"),
+            thread_name="loopd-idempotency",
+            label=f"the idempotency key store {path}",
+            timeout=_TIMEOUT,
+        )
 
     async def claim(self, record: KeyRecord) -> KeyRecord:
-        db = await self._db()
+        db = await self._file.database()
         async with db.transaction(read_only=False) as conn:
             await conn.execute(
                 "INSERT INTO idempotency_keys (key, fingerprint, session_id, command_id, created_at) "
@@ -150,13 +115,9 @@ class SqliteIdempotencyStore:
         return KeyRecord(str(row[0]), str(row[1]), str(row[2]), row[3], float(row[4]))
 
     async def set_command(self, key: str, command_id: str) -> None:
-        db = await self._db()
+        db = await self._file.database()
         async with db.transaction(read_only=False) as conn:
             await conn.execute("UPDATE idempotency_keys SET command_id = ? WHERE key = ?", (command_id, key))
 
     async def aclose(self) -> None:
-        async with self._opening:
-            self._closed = True
-            database, self._database = self._database, None
-        if database is not None:
-            await database.aclose()
+        await self._file.aclose()

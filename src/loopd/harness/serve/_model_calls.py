@@ -41,16 +41,15 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from loopd._infra.clock import Clock
-from loopd._infra.database import Connection, DatabaseErrors
-from loopd._infra.files import ensure_private_dir
-from loopd._infra.migrations import Migration, Schema, migrate
+from loopd._infra.database import Connection
+from loopd._infra.migrations import Migration, Schema
 from loopd._infra.redaction import Redactor
-from loopd._infra.sqlite import SqliteDatabase, SqliteOptions
 from loopd.harness._errors import HarnessError
 from loopd.harness.actors import Rig, Session
 from loopd.harness.core import Message
 from loopd.harness.foreign import ForeignEngine
 from loopd.harness.models import ModelAttemptRecord, ModelCallRecord, recording
+from loopd.harness.serve._sqlite_file import PrivateSqliteFile
 
 _log = logging.getLogger(__name__)
 
@@ -183,49 +182,21 @@ class SqliteModelCallStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._database: SqliteDatabase | None = None
-        self._opening = asyncio.Lock()
-        self._closed = False
+        self._file = PrivateSqliteFile(
+            path,
+            _SCHEMA,
+            error=lambda message: ModelCallStoreError(f"model calls in {path}: {message}"),
+            thread_name="loopd-model-calls",
+            label=f"the model-call store {path}",
+            timeout=_TIMEOUT,
+        )
         self._written: dict[str, int] = {}
         """Per session, the serial of the last call written in this process (a later call may extend it)."""
-
-    async def _db(self) -> SqliteDatabase:
-        if self._database is not None:
-            return self._database
-        async with self._opening:
-            if self._database is None:
-                if self._closed:
-                    raise ModelCallStoreError(f"model calls in {self.path}: the store is closed")
-                try:
-                    ensure_private_dir(self.path.parent, tighten=False)
-                except OSError as exc:
-                    raise ModelCallStoreError(f"model calls in {self.path}: {exc}") from exc
-
-                def error(message: str) -> ModelCallStoreError:
-                    return ModelCallStoreError(f"model calls in {self.path}: {message}")
-
-                database = await SqliteDatabase.open(
-                    self.path,
-                    SqliteOptions(
-                        timeout=_TIMEOUT,
-                        reader=False,
-                        thread_name="loopd-model-calls",
-                        label=f"the model-call store {self.path}",
-                        errors=DatabaseErrors.all_as(error),
-                    ),
-                )
-                try:
-                    await migrate(database, _SCHEMA)
-                except BaseException:
-                    await database.aclose()
-                    raise
-                self._database = database
-            return self._database
 
     async def append(self, calls: Sequence[PendingCall]) -> None:
         if not calls:
             return
-        db = await self._db()
+        db = await self._file.database()
         written = dict(self._written)
         async with db.transaction(read_only=False) as conn:
             last: dict[str, int] = {}
@@ -282,7 +253,7 @@ class SqliteModelCallStore:
         await conn.execute("DELETE FROM model_calls WHERE session_id = ? AND idx < ?", (session_id, first_kept))
 
     async def calls(self, session_id: str) -> list[StoredCall]:
-        db = await self._db()
+        db = await self._file.database()
         async with db.transaction(read_only=True) as conn:
             rows = await conn.fetch(
                 "SELECT idx, after_seq, extends, body FROM model_calls WHERE session_id = ? ORDER BY idx",
@@ -291,11 +262,7 @@ class SqliteModelCallStore:
         return _fold(rows)
 
     async def aclose(self) -> None:
-        async with self._opening:
-            self._closed = True
-            database, self._database = self._database, None
-        if database is not None:
-            await database.aclose()
+        await self._file.aclose()
 
 
 class SessionModelCalls:
