@@ -70,6 +70,7 @@ import contextlib
 import os
 import sqlite3
 import sys
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future
@@ -447,10 +448,31 @@ class SqliteJournal:
         self._parents[sid] = (parent_sid, at_seq)
         return _SqliteWriter(self._append, session_id, sid, 1, at_seq)
 
+    def _begin_taking_over(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE`` for a takeover, on the writer thread, trying again every ~millisecond until the busy
+        timeout: a writer of another process (or journal) that commits round after round leaves the lock free only
+        for moments, and SQLite's own busy wait sleeps up to 100 ms between tries, so it could starve the takeover
+        for the whole timeout."""
+        deadline = time.monotonic() + self._busy_ms / 1000
+        conn.execute("PRAGMA busy_timeout = 1")
+        try:
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+                    if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(0.0005)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")  # as `_set_busy_wait(True)` left it
+            self._busy_wait = True
+
     async def open_writer(self, session_id: str) -> JournalWriter:
         def take() -> tuple[int, int, int] | None:
             conn = self._wc
-            conn.execute("BEGIN IMMEDIATE")
+            self._begin_taking_over(conn)
             try:
                 row = conn.execute(
                     "UPDATE journal_sessions SET epoch = epoch + 1 WHERE id = ? RETURNING sid, epoch", (session_id,)
