@@ -10,6 +10,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,13 +68,19 @@ async def _follow(url: str, rig: Rig, cid: str, response_id: str) -> list[Frame]
     return got
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])  # the feed is the same over PostgreSQL (test_feeds covers both)
-@pytest.mark.parametrize(("http", "direct"), [("auto", True), ("h11", False)])
-async def test_parked_streams_get_each_batch_written_directly_and_every_event_once_in_order(
-    rig: Rig, http: str, direct: bool
-) -> None:
-    streams = 8
-    feeds = rig.conversations.feeds
+@dataclass
+class _Question:
+    """A question being answered on a served rig, with ``streams`` readers parked on its conversation's stream."""
+
+    operator: httpx.AsyncClient
+    conversation_id: str
+    task_id: str
+    readers: list[asyncio.Task[list[Frame]]]
+
+
+@asynccontextmanager
+async def _followed_question(rig: Rig, http: str, streams: int) -> AsyncIterator[_Question]:
+    """Serve ``rig``, ask a question to operator:echo and park ``streams`` readers on it (bounded by 30 s)."""
     async with _served(rig, http) as url:
         user = real_client(rig, url)
         operator = real_client(rig, url, actor="operator:echo")
@@ -82,15 +89,27 @@ async def test_parked_streams_get_each_batch_written_directly_and_every_event_on
         task_id, response_id = accepted["task_id"], accepted["response"]["id"]
         async with asyncio.timeout(30):
             readers = [asyncio.ensure_future(_follow(url, rig, cid, response_id)) for _ in range(streams)]
-            await eventually(lambda: feeds.statistics().subscriptions == streams)
-            posted = await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
+            await eventually(lambda: rig.conversations.feeds.statistics().subscriptions == streams)
+            yield _Question(operator, cid, task_id, readers)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # the feed is the same over PostgreSQL (test_feeds covers both)
+@pytest.mark.parametrize(("http", "direct"), [("auto", True), ("h11", False)])
+async def test_parked_streams_get_each_batch_written_directly_and_every_event_once_in_order(
+    rig: Rig, http: str, direct: bool
+) -> None:
+    streams = 8
+    feeds = rig.conversations.feeds
+    async with _followed_question(rig, http, streams) as question:
+        operator, task_id = question.operator, question.task_id
+        posted = await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
+        assert posted.status_code == 200
+        for index in range(10):
+            posted = await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
             assert posted.status_code == 200
-            for index in range(10):
-                posted = await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
-                assert posted.status_code == 200
-            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
-            results = await asyncio.gather(*readers)
-    log = await _log(rig, cid)
+        assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+        results = await asyncio.gather(*question.readers)
+    log = await _log(rig, question.conversation_id)
     for got in results:
         assert _entries(got) == log
     statistics = feeds.statistics()
@@ -216,22 +235,15 @@ async def test_each_batch_is_framed_once_for_every_parked_stream(rig: Rig, monke
     monkeypatch.setattr(DirectChannel, "frame", staticmethod(counted))
     streams, emits = 6, 8
     feeds = rig.conversations.feeds
-    async with _served(rig, "auto") as url:
-        user = real_client(rig, url)
-        operator = real_client(rig, url, actor="operator:echo")
-        cid = await new_conversation(user)
-        accepted = await ask(user, cid)
-        task_id, response_id = accepted["task_id"], accepted["response"]["id"]
-        async with asyncio.timeout(30):
-            readers = [asyncio.ensure_future(_follow(url, rig, cid, response_id)) for _ in range(streams)]
-            await eventually(lambda: feeds.statistics().subscriptions == streams)
-            await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
-            for index in range(emits):
-                await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
-                await eventually(lambda: feeds.statistics().written >= streams)  # direct writes are happening
-            assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
-            results = await asyncio.gather(*readers)
-    log = await _log(rig, cid)
+    async with _followed_question(rig, "auto", streams) as question:
+        operator, task_id = question.operator, question.task_id
+        await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a")})
+        for index in range(emits):
+            await operator.post(f"/v1/tasks/{task_id}/events", json={"events": _append(str(index))})
+            await eventually(lambda: feeds.statistics().written >= streams)  # direct writes are happening
+        assert (await operator.post(f"/v1/tasks/{task_id}/complete", json={})).status_code == 200
+        results = await asyncio.gather(*question.readers)
+    log = await _log(rig, question.conversation_id)
     for got in results:
         assert _entries(got) == log
     statistics = feeds.statistics()
