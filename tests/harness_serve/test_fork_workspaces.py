@@ -5,16 +5,19 @@ session in its own directory, and what nobody can make it do (escape the root, e
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from loopd.harness import LoopDefinition, Reply, Rig, ScriptedModel, SqliteJournal, ToolCall
 from loopd.harness.gate import Access, AccessConfig
 from loopd.harness.models import ModelRequest
 from loopd.harness.serve import SessionWorkspaces
-from loopd.harness.snapshots import SnapshotPolicy
+from loopd.harness.snapshots import SnapshotPolicy, SnapshotResult, SnapshotStore
 from loopd.harness.standard import HarnessSettings, open_standard_rig, rig_on
 from loopd.harness.tools import FS_WRITE, Workspace, default_tools
 
@@ -195,3 +198,45 @@ async def test_rig_on_binds_the_standard_rigs_tools_to_the_directory(tmp_path: P
         assert write is helper_write  # one set of tools for the loop and its helper, as in the base rig
         assert write.workspace.root == (tmp_path / "root" / "s1").resolve()  # type: ignore[attr-defined]
         assert {t.spec.name for t in rig.loops[0].tools} == {t.spec.name for t in base.loops[0].tools}
+
+
+async def test_a_fork_right_after_a_turn_ends_waits_for_that_turns_snapshot(
+    journal: SqliteJournal, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client sees a turn end (``turns`` counted) just before the snapshot that follows it is journaled; a fork
+    asked for "after that turn" in between waits for it instead of answering "no snapshot at that seq"."""
+    root = tmp_path / "sessions"
+    workspaces = SessionWorkspaces(root, _rebind)
+    rig = _rig(journal, tmp_path / "unused", tmp_path / "snap")
+    taking = asyncio.Event()
+    release = asyncio.Event()
+    original = SnapshotStore.checkpoint
+
+    calls: list[int] = []
+
+    async def held(self: SnapshotStore) -> SnapshotResult:
+        calls.append(1)
+        if len(calls) == 2:  # the turn's start, then its end: hold the end's
+            taking.set()
+            await release.wait()
+        return await original(self)
+
+    async with serving(rig, token=TOKEN, workspaces=workspaces) as served:
+        created = await served.client.post("/v1/sessions", json={})
+        parent = created.json()["id"]
+        monkeypatch.setattr(SnapshotStore, "checkpoint", held)
+        accepted = await served.client.post(f"/v1/sessions/{parent}/inputs", json={"text": "put a.txt 1"})
+        assert accepted.status_code == 202, accepted.text
+        async with asyncio.timeout(30):
+            await taking.wait()  # the turn ended: its snapshot is being taken
+        body = (await served.client.get(f"/v1/sessions/{parent}")).json()
+        assert body["turns"] == 1
+        fork = asyncio.create_task(
+            served.client.post(f"/v1/sessions/{parent}/fork", json={"at_seq": body["last_seq"], "workspace": "new"})
+        )
+        await asyncio.sleep(0.2)
+        assert not fork.done()  # waiting for the snapshot, not refused
+        release.set()
+        forked = await fork
+        assert forked.status_code == 201, forked.text
+        assert (root / forked.json()["id"] / "a.txt").read_text() == "1"

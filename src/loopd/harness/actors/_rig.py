@@ -337,7 +337,9 @@ class Rig:
         workspace holds (ask first: it may be the parent's). The restore is journaled (`WorkspaceForked`) with the
         fork's first records, before any file is written, and finished by the restore that brings the fork up (a
         crash in between is finished by the next one). `ForkWorkspaceError` when it cannot be done (no snapshots,
-        none at or before ``at_seq``, ``new`` on a non-empty directory): then no fork is created.
+        none at or before ``at_seq``, ``new`` on a non-empty directory): then no fork is created. A parent running
+        in this process journals a turn end's snapshot just after the turn end: to fork "after the turn that just
+        ended", ``await parent.workspace.checkpoints_taken()`` first (``loopd harness serve`` does).
         """
         if at_seq < 1:
             raise ForkPointError(f"cannot fork session {parent_id!r} at seq {at_seq}: seqs start at 1")

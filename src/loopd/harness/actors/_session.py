@@ -407,6 +407,11 @@ class Session:
         async with asyncio.timeout(timeout):
             await self._wait_until(self._quiescent)
 
+    async def wait_until(self, predicate: Callable[[], bool], *, timeout: float | None = None) -> None:
+        """Runtime: return once ``predicate`` holds (re-checked whenever the session changes); `TimeoutError`."""
+        async with asyncio.timeout(timeout):
+            await self._wait_until(predicate)
+
     async def _wait_until(self, predicate: Callable[[], bool]) -> None:
         while not predicate():
             await self._change.wait()

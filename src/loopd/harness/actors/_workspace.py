@@ -58,6 +58,7 @@ class SessionWorkspace:
         self.store = store
         self.on: SnapshotTrigger = on if store is not None else "off"
         self.history = history
+        self._taking = 0  # checkpoints `after_commit` is taking now (a turn end's snapshot, not yet journaled)
 
     @property
     def enabled(self) -> bool:
@@ -81,10 +82,20 @@ class SessionWorkspace:
         if due is None:
             return
         trigger, turn_id = due
+        self._taking += 1
         try:
             await self.checkpoint(trigger=trigger, loop=actor.name, turn_id=turn_id)
         except (SnapshotError, OSError) as exc:
             _log.warning("workspace snapshot after %s of %s failed: %s", trigger, turn_id, exc)
+        finally:
+            self._taking -= 1
+            self._session.notify_changed()
+
+    async def checkpoints_taken(self, timeout: float = _SETTLE_TIMEOUT) -> None:
+        """Return once no checkpoint the trigger called for is still being taken. A turn's end is visible (its
+        loop idle, its ``turns`` counted) just before the snapshot that follows it is journaled; a fork from "after
+        that turn" waits here so it finds that snapshot. Does not wait for running turns."""
+        await self._session.wait_until(lambda: self._taking == 0, timeout=timeout)
 
     async def checkpoint(self, *, trigger: str = "manual", loop: str = "", turn_id: str = "") -> str:
         """Snapshot the workspace and record it; its ref. A turn-start snapshot equal to the head is not recorded."""

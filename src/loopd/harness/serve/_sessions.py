@@ -38,6 +38,7 @@ T = TypeVar("T")
 
 _RECENT_INPUTS: Final = 1024
 _SHUTDOWN_GRACE: Final = 5.0
+_SNAPSHOT_WAIT: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,15 @@ class ServedSessions:
 
     async def fork(self, parent_id: str, body: ForkSessionRequest, *, key: str | None) -> Created:
         """Fork ``parent_id`` at ``body.at_seq`` into a new live session (`Rig.fork_session`); with ``key``, the
-        same key returns the same fork. The parent is not touched (it may be live, dormant or stopped)."""
+        same key returns the same fork. The parent is not touched (it may be live, dormant or stopped).
+
+        A fork that takes the parent's snapshot (``workspace`` other than ``keep``) of a parent live here first lets
+        the snapshot that follows its last turn be journaled (bounded): a client that saw the turn end may fork
+        "after it" at once and still find that snapshot."""
+        parent = self._live.get(parent_id)
+        if parent is not None and body.workspace != "keep":
+            with contextlib.suppress(TimeoutError):  # not taken in time: the fork decides without it (and says so)
+                await parent.workspace.checkpoints_taken(timeout=_SNAPSHOT_WAIT)
         async with self._lock:
             self._check_open()
             session_id = body.session_id or new_id()
