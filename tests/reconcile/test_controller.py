@@ -18,6 +18,7 @@ from loopd.resources.reconcile import (
     TemporaryError,
     VirtualClock,
     Watch,
+    ignore_status_updates,
     owner_requests,
 )
 
@@ -56,9 +57,17 @@ async def start(memory: InMemoryClient, clock: VirtualClock) -> AsyncIterator[St
         backoff: Backoff | None = None,
         drain_timeout: float = 30.0,
         watches: tuple[Watch, ...] = (),
+        event_filter: Callable[..., bool] | None = None,
     ) -> Manager:
         manager = Manager(memory, clock=clock, drain_timeout=drain_timeout)
-        manager.add_controller(TASKS, reconciler, workers=workers, backoff=backoff, watches=watches)  # type: ignore[arg-type]
+        manager.add_controller(
+            TASKS,
+            reconciler,  # type: ignore[arg-type]
+            workers=workers,
+            backoff=backoff,
+            watches=watches,
+            event_filter=event_filter,
+        )
         runners.append((manager, asyncio.ensure_future(manager.run())))
         await clock.run_until(lambda: manager.leading)
         return manager
@@ -336,3 +345,33 @@ async def test_a_plain_function_is_a_reconciler(
     await memory.create(TASKS, task("t", namespace="ns1"))
     await clock.run_until(lambda: len(seen) == 1)
     assert seen == [Request("t", "ns1")]
+
+
+async def test_ignore_status_updates_drops_status_writes_and_keeps_spec_metadata_and_deletion(
+    start: StartManager, memory: InMemoryClient, clock: VirtualClock
+) -> None:
+    """A reconciler's own status writes do not wake it (the Task's generation stays); a spec change, a label, a
+    finalizer and the start of a deletion (which bumps the generation) do."""
+    calls = Calls(clock)
+    manager = await start(calls, event_filter=ignore_status_updates)
+    created = await memory.create(
+        TASKS, {**task("t1"), "metadata": {"name": "t1", "namespace": "default", "finalizers": ["loopd.dev/test"]}}
+    )
+    await clock.run_until(lambda: len(calls.log) == 1)
+
+    async def quiet() -> None:
+        await clock.advance(1.0)
+
+    current = await memory.update_status(TASKS, {**created, "status": {"phase": "Running"}})
+    current = await memory.update_status(TASKS, {**current, "status": {"phase": "Succeeded"}})
+    await quiet()
+    assert len(calls.log) == 1  # two status writes: no reconcile
+    assert manager.statistics().controllers[0].filtered == 2
+
+    current = await memory.update(TASKS, {**current, "spec": {**current["spec"], "revision": 2}})
+    await clock.run_until(lambda: len(calls.log) == 2)
+    labelled = {**current, "metadata": {**current["metadata"], "labels": {"a": "b"}}}
+    current = await memory.update(TASKS, labelled)
+    await clock.run_until(lambda: len(calls.log) == 3)
+    await memory.delete(TASKS, "t1", namespace="default")  # a finalizer holds it: deletionTimestamp is set
+    await clock.run_until(lambda: len(calls.log) == 4)

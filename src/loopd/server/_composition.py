@@ -74,7 +74,7 @@ from loopd.resources import (
     write_endpoint,
 )
 from loopd.resources.client import TASKS, ResourceClient, StoreClient, open_http_client
-from loopd.resources.reconcile import Manager
+from loopd.resources.reconcile import Manager, ignore_status_updates
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import Readiness, ServerContext, create_server_app
 from loopd.server.audit import ledger_router
@@ -671,7 +671,15 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             )
             # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
             watched = None if store is not None else settings.namespace
-            manager.add_controller(TASKS, responder, workers=settings.task_workers, namespace=watched)
+            # The responder's own status writes (phase, responder) and the Task's completion need no reconcile:
+            # its wake-ups are the Task's creation, spec or metadata changes, and the engine's notices.
+            manager.add_controller(
+                TASKS,
+                responder,
+                workers=settings.task_workers,
+                namespace=watched,
+                event_filter=ignore_status_updates,
+            )
             metrics.add_collector(lambda: _live_gauges(engine, conversations))
             metrics.add_reconcile_source("server", manager.loads)
             background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit

@@ -39,11 +39,13 @@ from loopd._infra.clock import Clock, SystemClock, VirtualClock
 from ._controller import (
     Controller,
     ControllerStatistics,
+    EventFilter,
     ReconcileFunction,
     Reconciler,
     Request,
     Result,
     Watch,
+    ignore_status_updates,
     owner_requests,
 )
 from ._errors import PermanentError, ReconcileError, TemporaryError
@@ -57,6 +59,7 @@ __all__ = [
     "Clock",
     "Controller",
     "ControllerStatistics",
+    "EventFilter",
     "Informer",
     "InformerEvent",
     "InformerStatistics",
@@ -78,5 +81,6 @@ __all__ = [
     "VirtualClock",
     "Watch",
     "WorkQueue",
+    "ignore_status_updates",
     "owner_requests",
 ]

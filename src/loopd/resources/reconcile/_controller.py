@@ -10,6 +10,10 @@ without leader election) and stops it on shutdown (draining in-flight reconciles
 (cancelling them). Each term starts with a fresh queue holding every cached object, so nothing depends on
 events seen before.
 
+A controller may filter its primary events (``event_filter``, controller-runtime's predicates): e.g.
+`ignore_status_updates`, for a reconciler whose own status writes must not wake it again. Every term still starts
+with every cached object, and a requeue or `enqueue` is never filtered.
+
 Wake-ups that no watched resource carries (an in-process event, e.g. "the call this Task waits for ended") go
 through ``Controller.enqueue``. A reconciler that wants its controller for that defines ``bind_controller(self,
 controller)``: the controller calls it once, when it is created.
@@ -105,6 +109,27 @@ def owner_requests(owner: ResourceType) -> Callable[[JsonObject], list[Request]]
     return to_requests
 
 
+EventFilter = Callable[[InformerEvent], bool]
+"""Whether a primary event queues its object (True) or is dropped."""
+
+_METADATA_THAT_MATTERS = ("labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp")
+
+
+def ignore_status_updates(event: InformerEvent) -> bool:
+    """Drop a ``MODIFIED`` event that changed only the status (the same ``metadata.generation``, labels,
+    annotations, finalizers, owners and deletion timestamp: kube-apiserver bumps ``generation`` on spec changes
+    and when deletion starts, never on status writes); keep every other event. controller-runtime's
+    GenerationChangedPredicate, plus the metadata a reconciler may act on."""
+    if event.type != "MODIFIED" or event.old is None:
+        return True
+    new_meta = event.object.get("metadata") or {}
+    old_meta = event.old.get("metadata") or {}
+    new_generation, old_generation = new_meta.get("generation"), old_meta.get("generation")
+    if new_generation is None or new_generation != old_generation:
+        return True  # a kind without generations, or the spec changed
+    return any(new_meta.get(name) != old_meta.get(name) for name in _METADATA_THAT_MATTERS)
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerStatistics:
     name: str
@@ -122,6 +147,8 @@ class ControllerStatistics:
     cancelled: int
     """Reconciles cancelled by a stop (leadership lost, or the drain timeout passed)."""
     queue: QueueStatistics | None
+    filtered: int = 0
+    """Primary events the controller's ``event_filter`` dropped."""
 
 
 class Controller:
@@ -139,6 +166,7 @@ class Controller:
         backoff: Backoff,
         clock: Clock,
         on_reconciled: ReconcileObserver | None = None,
+        event_filter: EventFilter | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError("a controller needs at least one worker")
@@ -161,6 +189,8 @@ class Controller:
         self._in_flight = 0
         self._cancelled = 0
         self._on_reconciled = on_reconciled
+        self._event_filter = event_filter
+        self._filtered = 0
         primary.add_handler(self._on_primary)
         for watch, informer in self._secondaries:
             informer.add_handler(self._secondary_handler(watch))
@@ -194,6 +224,7 @@ class Controller:
             in_flight=self._in_flight,
             cancelled=self._cancelled,
             queue=self._queue.statistics() if self._queue is not None else None,
+            filtered=self._filtered,
         )
 
     # -- terms (driven by the manager) -----------------------------------------------------------------------
@@ -245,6 +276,9 @@ class Controller:
 
     def _on_primary(self, event: InformerEvent) -> None:
         queue = self._queue
+        if queue is not None and self._event_filter is not None and not self._event_filter(event):
+            self._filtered += 1
+            return
         if queue is not None:
             queue.add(Request(name_of(event.object), namespace_of(event.object) if self._resource.namespaced else None))
 

@@ -28,7 +28,15 @@ from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.tasks import background, companions, race
 from loopd.resources.client import ResourceClient, ResourceType
 
-from ._controller import Controller, ControllerStatistics, ReconcileFunction, ReconcileObserver, Reconciler, Watch
+from ._controller import (
+    Controller,
+    ControllerStatistics,
+    EventFilter,
+    ReconcileFunction,
+    ReconcileObserver,
+    Reconciler,
+    Watch,
+)
 from ._informer import Informer, InformerStatistics
 from ._leader import LeaderElection, LeaderElector, LeaderStatistics
 
@@ -117,9 +125,11 @@ class Manager:
         workers: int = 1,
         backoff: Backoff | None = None,
         watches: Sequence[Watch] = (),
+        event_filter: EventFilter | None = None,
     ) -> Controller:
         """Reconcile every ``resource`` object (in ``namespace``, matching ``label_selector``) with ``workers``
-        concurrent reconciles at most; ``watches`` wake primary objects when secondary ones change."""
+        concurrent reconciles at most; ``watches`` wake primary objects when secondary ones change;
+        ``event_filter`` drops primary events that need no reconcile (e.g. `ignore_status_updates`)."""
         if self._started:
             raise RuntimeError("controllers must be added before the manager runs")
         controller = Controller(
@@ -135,6 +145,7 @@ class Manager:
             backoff=backoff or Backoff(),
             clock=self._clock,
             on_reconciled=self._on_reconciled,
+            event_filter=event_filter,
         )
         self._controllers.append(controller)
         return controller
