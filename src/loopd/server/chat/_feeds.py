@@ -48,7 +48,7 @@ from loopd.server.chat._records import StreamItem
 from loopd.server.chat._wire import message_header
 from loopd.server.http import sse_frame
 from loopd.server.storage import MessageEvent, StorageError
-from loopd.server.streams import ConversationBus
+from loopd.server.streams import ConversationBus, Headers
 
 _log = logging.getLogger(__name__)
 
@@ -339,15 +339,27 @@ class _Feed:
         if self._task is not None:
             self._task.cancel()  # it holds nothing but its wait or a read: nothing to clean up after it
 
-    def committed(self, events: Sequence[MessageEvent] | None) -> None:
-        """The bus's follower (`ConversationBus.follow`): ``events`` a writer here stored, or None (read the log)."""
+    def committed(self, events: Sequence[MessageEvent] | None, headers: Headers) -> None:
+        """The bus's follower (`ConversationBus.follow`): ``events`` a writer here stored, with the headers of the
+        messages they start or end, or None (read the log)."""
         if events is None or self._stale:
             self._stale = True
-        elif len(self._handed) + len(events) > PAGE or any(e.event.get("op") in ("start", "end") for e in events):
-            self._stale = True  # too much waiting, or frames that carry a message header: the log has them
+        elif len(self._handed) + len(events) > PAGE:
+            self._stale = True  # too much waiting: the log has them
             self._handed.clear()
         else:
-            self._handed.extend(frame_of(StreamItem(event, None)) for event in events)
+            items: list[StreamItem] = []
+            for event in events:
+                if event.event.get("op") not in ("start", "end"):
+                    items.append(StreamItem(event, None))
+                elif (header := headers.get(event.message_id)) is not None:
+                    items.append(StreamItem(event, header))
+                else:  # a start or end without its message's header: the log has it
+                    self._stale = True
+                    self._handed.clear()
+                    self._woken.set()
+                    return
+            self._handed.extend(frame_of(item) for item in items)
         self._woken.set()
 
     def _take_handed(self) -> list[Frame] | None:

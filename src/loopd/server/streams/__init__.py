@@ -4,7 +4,7 @@
 wakes readers after a commit.
 """
 
-from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus
+from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus, Headers
 from loopd.server.streams._log import (
     HUMAN_BLOCK_TYPES,
     TERMINAL_STATUSES,
@@ -22,6 +22,7 @@ __all__ = [
     "HUMAN_BLOCK_TYPES",
     "TERMINAL_STATUSES",
     "ConversationBus",
+    "Headers",
     "StreamStates",
     "TerminalStatus",
     "emit",

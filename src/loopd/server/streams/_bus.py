@@ -14,8 +14,10 @@ Without a notifier the bus makes its own `MemoryNotifier` (one process).
 Hand-over: a writer of this process that knows exactly which events its commit stored calls `committed` instead of
 ``notify``. The notice goes out as usual, and this process's followers of the conversation (`follow`: the live
 feed, one per conversation) are handed the stored events with it, so they need not read them back. Every other
-notice reaches a follower as ``None`` ("read the log"). A hand-over is only a shortcut: the follower checks that
-the events continue where it is (cursors are consecutive per conversation) and reads the log otherwise.
+notice reaches a follower as ``None`` ("read the log"). With the events comes the header of each message whose
+``start`` or ``end`` the commit stored (the message as that commit left it), so those need no read either. A
+hand-over is only a shortcut: the follower checks that the events continue where it is (cursors are consecutive
+per conversation) and reads the log otherwise.
 """
 
 from __future__ import annotations
@@ -23,20 +25,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock, wait_event, wait_first
 from loopd._infra.notify import MemoryNotifier, Notifier
-from loopd.server.storage import MessageEvent
+from loopd.server.storage import Message, MessageEvent
 
 _log = logging.getLogger(__name__)
 
 BUS_CHANNEL: Final = "conversations"
 """The notifier channel a bus publishes its keys on (conversation ids, call channels)."""
 
-Follower = Callable[[Sequence[MessageEvent] | None], None]
+Headers = Mapping[str, Message]
+"""Message id → the message as a commit left it (the header of its ``start`` / ``end`` event)."""
+_NO_HEADERS: Final[Headers] = {}
+
+Follower = Callable[[Sequence[MessageEvent] | None, Headers], None]
 """Called on the event loop after each notice of the followed key: with the events this process's own commit stored
 (`ConversationBus.committed`), else ``None`` (read the log). It must be quick and must not raise."""
 
@@ -53,7 +59,7 @@ class ConversationBus:
     def __init__(self, *, clock: Clock | None = None, notifier: Notifier | None = None) -> None:
         self._slots: dict[str, _Slot] = {}
         self._followers: dict[str, list[Follower]] = {}
-        self._handing: tuple[str, Sequence[MessageEvent]] | None = None  # set only while `committed` publishes
+        self._handing: tuple[str, Sequence[MessageEvent], Headers] | None = None  # only while `committed` publishes
         self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
         self._notifier: Notifier = notifier if notifier is not None else MemoryNotifier()
         self._unsubscribe = self._notifier.subscribe(BUS_CHANNEL, self._on_notice)
@@ -62,10 +68,11 @@ class ConversationBus:
         """Wake every reader waiting on ``conversation_id``, on every replica (call after the commit)."""
         self._notifier.publish(BUS_CHANNEL, conversation_id)
 
-    def committed(self, conversation_id: str, events: Sequence[MessageEvent]) -> None:
+    def committed(self, conversation_id: str, events: Sequence[MessageEvent], headers: Headers = _NO_HEADERS) -> None:
         """`notify`, and hand ``events`` to this process's followers of ``conversation_id`` (see the module
-        docstring). Call after the commit that stored exactly ``events`` (in cursor order) for the conversation."""
-        self._handing = (conversation_id, events)
+        docstring). Call after the commit that stored exactly ``events`` (in cursor order) for the conversation;
+        ``headers``: the messages whose ``start`` / ``end`` it stored, as it left them."""
+        self._handing = (conversation_id, events, headers)
         try:
             self.notify(conversation_id)
         finally:
@@ -91,21 +98,24 @@ class ConversationBus:
             for each in tuple(self._slots.values()):
                 self._set(each)
             for followers in tuple(self._followers.values()):
-                self._tell(followers, None)
+                self._tell(followers, None, _NO_HEADERS)
             return
         following = self._followers.get(key)
         if following:
             handing = self._handing
-            self._tell(following, handing[1] if handing is not None and handing[0] == key else None)
+            if handing is not None and handing[0] == key:
+                self._tell(following, handing[1], handing[2])
+            else:
+                self._tell(following, None, _NO_HEADERS)
         found = self._slots.get(key)
         if found is not None:
             self._set(found)
 
     @staticmethod
-    def _tell(followers: list[Follower], events: Sequence[MessageEvent] | None) -> None:
+    def _tell(followers: list[Follower], events: Sequence[MessageEvent] | None, headers: Headers) -> None:
         for follower in tuple(followers):
             try:
-                follower(events)
+                follower(events, headers)
             except Exception:  # one faulty follower must not stop the notice reaching the others
                 _log.exception("a conversation follower failed")
 

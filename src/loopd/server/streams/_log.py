@@ -49,21 +49,24 @@ def _checked_model(content: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRecord(f"content is not an AgentUE model: {exc}") from exc
 
 
-def _wake(tx: Transaction, bus: ConversationBus | None, conversation_id: str) -> None:
-    if bus is not None:
-        tx.after_commit(lambda: bus.notify(conversation_id))
-
-
-def _hand_over(tx: Transaction, bus: ConversationBus, conversation_id: str, stored: Sequence[MessageEvent]) -> None:
-    """After the commit: wake the readers and hand ``stored`` to this process's live feed (no read-back). Only once
-    it surely committed: when its outcome is unknown the readers are only woken (they read the log)."""
+def _hand_over(
+    tx: Transaction,
+    bus: ConversationBus,
+    conversation_id: str,
+    stored: Sequence[MessageEvent],
+    header: Message | None = None,
+) -> None:
+    """After the commit: wake the readers and hand ``stored`` to this process's live feed (no read-back), with
+    ``header``, the message as this commit left it, for its ``start`` / ``end`` events. Only once it surely
+    committed: when its outcome is unknown the readers are only woken (they read the log)."""
     handed = tuple(stored)
+    headers = {header.id: header} if header is not None else {}
 
     def after() -> None:
         if tx.outcome_unknown:
             bus.notify(conversation_id)
         else:
-            bus.committed(conversation_id, handed)
+            bus.committed(conversation_id, handed, headers)
 
     tx.after_commit(after)
 
@@ -85,10 +88,13 @@ async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus
             id=new.id,
         )
     )
-    await tx.message_events.append(message.id, 1, StartEvent(seq=1, model=Model.from_json(model)).to_json())
+    start, _ = await tx.message_events.append(message.id, 1, StartEvent(seq=1, model=Model.from_json(model)).to_json())
+    stored = [start]
     if message.status in TERMINAL_STATUSES:
-        await tx.message_events.append(message.id, 2, EndEvent(seq=2).to_json())
-    _wake(tx, bus, message.conversation_id)
+        end, _ = await tx.message_events.append(message.id, 2, EndEvent(seq=2).to_json())
+        stored.append(end)
+    if bus is not None:
+        _hand_over(tx, bus, message.conversation_id, stored, message)
     return message
 
 
@@ -208,17 +214,19 @@ async def finish(
         return message
     state = await state_of(tx, message)
     seq = state.seq or 0
+    stored: list[MessageEvent] = []
     if error is not None and not (state.model is not None and state.model.to_json().get("meta", {}).get("error")):
         event = ErrorEvent.of(seq + 1, code=str(error.get("code", "error")), message=str(error.get("message", "")))
         state = reduce(state, event)
         seq += 1
-        await tx.message_events.append(message_id, seq, event.to_json())
+        stored.append((await tx.message_events.append(message_id, seq, event.to_json()))[0])
     end = EndEvent(seq=seq + 1)
     state = reduce(state, end)
-    await tx.message_events.append(message_id, seq + 1, end.to_json())
+    stored.append((await tx.message_events.append(message_id, seq + 1, end.to_json()))[0])
     assert state.model is not None
     message = await tx.messages.update(
         message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
     )
-    _wake(tx, bus, message.conversation_id)
+    if bus is not None:
+        _hand_over(tx, bus, message.conversation_id, stored, message)
     return message
