@@ -210,6 +210,10 @@ def rate_limits_from(text: str | None, queue: str | None) -> dict[str, RateLimit
     return parse_rate_limits(text, max_queue=max_queue) if text else {}
 
 
+_IN_PROCESS_DEMO_URL = "http://demo.loopd.invalid/v1"
+"""Where the adapter sends the in-process demo's requests (a reserved name: nothing on the network answers it)."""
+
+
 def _http_client(config: ModelConfig, transport: httpx2.AsyncBaseTransport | None) -> httpx2.AsyncClient | None:
     """The HTTP client one adapter of ``config`` sends through: None (the SDK's own) unless a ``transport`` is given.
 
@@ -344,12 +348,19 @@ async def open_model(
     transport: httpx2.AsyncBaseTransport | None = None,
     clock: Clock | None = None,
 ) -> AsyncIterator[ProviderModel]:
-    """The configured model for the block's duration; for ``demo`` an in-process scripted server serves it."""
+    """The configured model for the block's duration; for ``demo`` the scripted OpenAI-compatible app answers it in
+    this process, through `StreamingAsgiTransport` (no socket: the adapter still builds the request and parses the
+    streamed answer), or over a loopback server when a ``transport`` or a cassette is given (they speak HTTP)."""
     from loopd.harness.models._scripted_server import ScriptedServer, open_scripted_server
 
     async with AsyncExitStack() as stack:
         demo_base_url: str | None = None
-        if config.is_demo:
+        if config.is_demo and transport is None and config.cassette is None:
+            from loopd.harness.models._inprocess import StreamingAsgiTransport
+
+            transport = StreamingAsgiTransport(ScriptedServer(demo=demo).app)
+            demo_base_url = _IN_PROCESS_DEMO_URL
+        elif config.is_demo:
             demo_base_url = await stack.enter_async_context(open_scripted_server(ScriptedServer(demo=demo)))
         model = build_model(config, demo_base_url=demo_base_url, transport=transport, clock=clock)
         stack.push_async_callback(model.aclose)
