@@ -192,6 +192,7 @@ class Drive:
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
         self._states = streams.StreamStates()  # the call message's stream state this drive left (see emit)
+        self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
     def stop(self) -> None:
         """The engine is stopping: the watcher ends the drive at its next look (cancellation does the rest)."""
@@ -202,6 +203,7 @@ class Drive:
 
     @asynccontextmanager
     async def _fenced(self) -> AsyncIterator[tuple[Transaction, HarnessCall]]:
+        self._handed = set()
         async with self._s.db.transaction() as tx:
             await tx.leases.check_token(self._resource, self.token)
             call = await tx.harness_calls.lock(self.call_id)
@@ -213,12 +215,15 @@ class Drive:
         )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
-        """After the commit: wake the call's own waiters (`call_channel`) and its conversation's readers."""
+        """After the commit: wake the call's own waiters (`call_channel`) and its conversation's readers — unless
+        this transaction handed events to that conversation (`streams.emit` / `finish` with the bus): their notice
+        wakes the same readers, and another would only make its live feed read back what it was handed."""
         bus, channel, conversation_id = self._s.bus, call_channel(call.id), call.conversation_id
+        handed = conversation_id in self._handed
 
         def wake() -> None:
             bus.notify(channel)
-            if conversation_id is not None:
+            if conversation_id is not None and not handed:
                 bus.notify(conversation_id)
 
         tx.after_commit(wake)
@@ -228,11 +233,13 @@ class Drive:
     ) -> HarnessCall:
         """Make ``call`` terminal in ``tx`` (with its ledger facts); gates still open in its message close, and a
         message the engine opened for the call (an output in a conversation, not a caller's message) ends with it."""
-        await self._close_gates(tx, call, phase)
+        open_message = await self._close_gates(tx, call, phase)
         if call.message_id is not None and call.params.get("message_id") is None:
             status = _MESSAGE_STATUS.get(phase, "failed")
             shown = {"code": str(error.get("code", phase)), "message": str(error.get("message", ""))} if error else None
-            await streams.finish(tx, call.message_id, status, error=shown, bus=self._s.bus)
+            finished = await streams.finish(tx, call.message_id, status, error=shown, bus=self._s.bus)
+            if open_message:  # its end (and error) were stored and handed over now
+                self._handed.add(finished.conversation_id)
         trail = self._trail(tx, call)
         await trail.open()
         await trail.close(phase, error, self._attempt_id)
@@ -243,15 +250,18 @@ class Drive:
         self._notify(tx, ended)
         return ended
 
-    async def _close_gates(self, tx: Transaction, call: HarnessCall, phase: HarnessPhase) -> None:
+    async def _close_gates(self, tx: Transaction, call: HarnessCall, phase: HarnessPhase) -> bool:
+        """Close the gates still open in the call's message; whether that message is still open (not terminal)."""
         if call.message_id is None:
-            return
+            return False
         message = await tx.messages.lock(call.message_id)
         if message.status in streams.TERMINAL_STATUSES:
-            return
+            return False
         events = closed_gates(message.content, f"the harness call ended ({phase})")
         if events:
             await streams.emit(tx, message.id, events, bus=self._s.bus, allow_human_blocks=True)
+            self._handed.add(message.conversation_id)
+        return True
 
     async def _end(self, phase: HarnessPhase, error: dict[str, Any] | None) -> None:
         async with self._fenced() as (tx, call):
@@ -564,9 +574,11 @@ class Drive:
         if not events or call.message_id is None:
             return None
         try:
-            message, _ = await streams.emit(
+            message, stored = await streams.emit(
                 tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states
             )
+            if stored:
+                self._handed.add(message.conversation_id)
             return message.content
         except Conflict as exc:  # ended between our lock and the emit: cannot happen under the row lock
             raise _Stop("done", phase="cancelled", error=_error("message_closed", str(exc))) from exc
