@@ -348,6 +348,7 @@ class StopAgentTool(_DelegationTool):
 
 
 @functools.cache
+@functools.lru_cache(maxsize=256)
 def _spec_of(name: str, description: str, args: type[Frozen], definitions: tuple[str, ...]) -> ToolSpec:
     """Built once per tool and set of agent definitions (a spec is immutable), not per loop."""
     schema = args.model_json_schema()

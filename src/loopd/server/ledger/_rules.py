@@ -11,7 +11,16 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from loopd.server.storage import Conflict, InvalidRecord, NotFound, digest, require_object, require_text, time_text
+from loopd.server.storage import (
+    Conflict,
+    InvalidRecord,
+    NotFound,
+    digest,
+    dumps,
+    require_object,
+    require_text,
+    time_text,
+)
 
 from ._records import Action, Actor, Attempt, Checkpoint, Lane, NewEvent, Turn, Usage
 from ._vocabulary import (
@@ -50,7 +59,7 @@ def normalize_actor(actor: Actor) -> Actor:
     _optional_text(actor.key, "actor key")
     _optional_text(actor.framework, "actor framework")
     require_object(actor.attributes, "actor attributes")
-    digest(actor.identity())  # JSON-able
+    dumps(actor.identity())  # JSON-able (InvalidRecord otherwise)
     return actor
 
 
@@ -60,7 +69,7 @@ def normalize_lane(lane: Lane) -> Lane:
     for name in ("parent_lane_id", "task_id", "conversation_id", "harness_call_id"):
         _optional_text(getattr(lane, name), f"lane {name}")
     require_object(lane.attributes, "lane attributes")
-    digest(lane.identity())
+    dumps(lane.identity())  # JSON-able (InvalidRecord otherwise)
     return dataclasses.replace(lane, last_seq=0)
 
 
@@ -68,7 +77,7 @@ def normalize_turn(turn: Turn) -> Turn:
     require_text(turn.id, "turn id")
     require_text(turn.lane_id, "turn lane_id")
     require_object(turn.attributes, "turn attributes")
-    digest(turn.identity())
+    dumps(turn.identity())  # JSON-able (InvalidRecord otherwise)
     return turn
 
 
@@ -84,7 +93,7 @@ def normalize_action(action: Action) -> Action:
         effect_kind=_enum(EffectKind, action.effect_kind, "effect kind"),
         idempotency=_enum(Idempotency, action.idempotency, "idempotency"),
     )
-    digest(action.identity())
+    dumps(action.identity())  # JSON-able (InvalidRecord otherwise)
     return action
 
 
@@ -116,7 +125,7 @@ def normalize_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise InvalidRecord("anchor last_applied_seq must be a positive integer")
     require_object(checkpoint.extensions, "checkpoint extensions")
-    digest(checkpoint.identity())
+    dumps(checkpoint.identity())  # JSON-able (InvalidRecord otherwise)
     return dataclasses.replace(checkpoint, revision=0, created_at=None)
 
 

@@ -7,6 +7,7 @@ extensions use ``<subject>.<namespace>.<name…>`` and are stored as given. Must
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import StrEnum
 from typing import Final
@@ -89,6 +90,7 @@ SCHEMA_VERSION: Final = "1.0"
 _SEGMENT = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
+@functools.lru_cache(maxsize=1024)  # a few dozen names, checked for every ledger event
 def subject_kind(event_type: str) -> SubjectKind:
     """The subject kind named by ``event_type``, or ``InvalidRecord`` if the name breaks the naming rule."""
     if not isinstance(event_type, str):

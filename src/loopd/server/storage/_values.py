@@ -61,14 +61,16 @@ def time_text(value: datetime) -> str:
         raise InvalidRecord(f"expected a datetime, not {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRecord(f"timestamp {value!r} has no timezone")
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    # isoformat ("...+00:00") is faster than strftime, and zero-pads every year (strftime's %Y does not below 1000)
+    return utc.isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def parse_time(text: str) -> datetime:
     """The stored fixed-width UTC text back to a datetime (``fromisoformat`` is ~10x faster than ``strptime``)."""
     if not text.endswith("Z"):
         raise ValueError(f"not a stored UTC time: {text!r}")
-    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+    return datetime.fromisoformat(text)  # Python 3.11 reads the trailing Z as UTC
 
 
 def optional_time(text: str | None) -> datetime | None:
