@@ -8,6 +8,7 @@ import pytest
 
 from loopd.harness import Journal, Lifecycle, LoopDefinition, Reply, Rig, ScriptedModel, SubscriptionLostError
 from loopd.harness.actors import Envelope, Hub
+from loopd.harness.actors._hub import RECENT
 from loopd.harness.core.events import InputQueued, TokenDelta
 
 from .helpers import collect_until
@@ -124,3 +125,85 @@ async def test_a_stopped_session_can_still_be_read_from_a_seq(journal: Journal) 
     sub = session.subscribe(from_seq=1)
     kinds = [e.event.kind async for e in sub]
     assert kinds[0] == "session_started" and kinds[-1] == "session_stopped"
+
+
+class CountingReader:
+    """A journal reader over published envelopes that counts its reads."""
+
+    def __init__(self) -> None:
+        self.stored: list[Envelope] = []
+        self.reads = 0
+
+    async def __call__(self, from_seq: int, limit: int) -> list[Envelope]:
+        self.reads += 1
+        return [e for e in self.stored if e.seq is not None and e.seq >= from_seq][:limit]
+
+
+def published_hub(count: int) -> tuple[Hub, CountingReader]:
+    reader = CountingReader()
+    hub = Hub("s", reader)
+    for seq in range(1, count + 1):
+        reader.stored.append(enduring(seq))
+        hub.publish(enduring(seq))
+    return hub, reader
+
+
+async def test_a_catch_up_the_recent_events_cover_reads_no_journal() -> None:
+    """From a seq the hub's recent envelopes hold (up to the last committed one): served from them, then live;
+    from past the last committed seq: live at once. Either way the same events as from the journal."""
+    hub, reader = published_hub(10)
+    sub = hub.subscribe(from_seq=4, committed=10)
+    ahead = hub.subscribe(from_seq=11, committed=10)
+    hub.publish(enduring(11))
+    hub.close()
+    assert [e.seq async for e in sub] == list(range(4, 12))
+    assert [e.seq async for e in ahead] == [11]
+    assert reader.reads == 0
+
+
+async def test_a_catch_up_beyond_the_recent_events_or_without_the_last_commit_reads_the_journal() -> None:
+    hub, reader = published_hub(RECENT + 10)
+    old = hub.subscribe(from_seq=5, committed=RECENT + 10)  # before the oldest kept
+    reader.stored.append(enduring(RECENT + 11))  # committed, not published yet
+    unpublished = hub.subscribe(from_seq=RECENT + 5, committed=RECENT + 11)
+    hub.publish(enduring(RECENT + 11))
+    hub.close()
+    assert [e.seq async for e in old] == list(range(5, RECENT + 12))
+    assert [e.seq async for e in unpublished] == list(range(RECENT + 5, RECENT + 12))
+    assert reader.reads >= 2
+
+
+async def test_a_live_overflow_during_a_catch_up_from_memory_resyncs_from_the_journal() -> None:
+    hub, reader = published_hub(20)
+    sub = hub.subscribe(from_seq=1, committed=20, maxsize=3)
+    assert (await sub.__anext__()).seq == 1
+    for seq in range(21, 26):  # overflow the tiny live queue while it still catches up
+        reader.stored.append(enduring(seq))
+        hub.publish(enduring(seq))
+    hub.close()
+    assert [1, *[e.seq async for e in sub]] == list(range(1, 26))
+    assert reader.reads >= 1
+
+
+async def test_the_engine_style_subscription_of_a_new_session_reads_no_journal(journal: Journal) -> None:
+    """A session just started, subscribed from seq 1 (what the engine's run does): no journal read."""
+    session = await chatty_rig(journal).start_session()
+    reads = 0
+    original = journal.read
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        nonlocal reads
+        reads += 1
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    journal.read = counting  # type: ignore[method-assign]
+    try:
+        sub = session.subscribe(from_seq=1, lifecycles={Lifecycle.ENDURING, Lifecycle.TERMINAL})
+        await session.submit("q")
+        got = await collect_until(sub, {"turn_done"})
+    finally:
+        journal.read = original  # type: ignore[method-assign]
+    assert got[0].event.kind == "session_started"
+    assert [e.seq for e in got] == list(range(1, got[-1].seq + 1))  # type: ignore[operator]
+    assert reads == 0
+    await session.shutdown()

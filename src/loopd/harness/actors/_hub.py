@@ -5,6 +5,11 @@ counted); an enduring event ends only that subscription with `SubscriptionLostEr
 delivered, so the subscriber can resubscribe from the next seq. A subscription may start *from a journal seq*:
 it first catches up from the journal page by page, then switches to live events with no gap and no duplicate
 (live events at or below the catch-up cursor are skipped).
+
+The hub keeps the last `RECENT` committed envelopes it published. A subscription from a seq they cover (up to the
+last committed one) catches up from them, with no journal read; one from past the last committed seq starts live.
+The engine's run of a new session subscribes from seq 1 just after the session started: before, that was a journal
+read and decode per call.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from loopd.harness.core.events import EphemeralEvent, Lifecycle, LoopEvent, Scop
 
 DEFAULT_QUEUE = 256
 CATCH_UP_PAGE = 256
+RECENT = 128
+"""Committed envelopes the hub keeps for catch-ups (a contiguous run of seqs ending with the last published)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +67,15 @@ class EventFilter:
 class Subscription:
     """An async iterator of `Envelope`s. Ends when the session stops; `aclose` ends it early."""
 
-    def __init__(self, hub: Hub, flt: EventFilter, maxsize: int, from_seq: int | None, reader: Reader | None) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        flt: EventFilter,
+        maxsize: int,
+        from_seq: int | None,
+        reader: Reader | None,
+        recent: Collection[Envelope] | None = None,
+    ) -> None:
         self._hub = hub
         self._filter = flt
         self._maxsize = maxsize
@@ -71,6 +86,11 @@ class Subscription:
         self._resync = False
         self._reader = reader
         self._backlog: deque[Envelope] = deque()
+        self._from_memory = recent is not None
+        """The catch-up is ``recent`` (every committed envelope from ``from_seq`` on): no journal read, unless a
+        live overflow during it asks for a resync."""
+        if recent is not None:
+            self._backlog.extend(recent)
         self._ended = False
         self._lost = False
         self._error: BaseException | None = None
@@ -141,7 +161,11 @@ class Subscription:
             await self._ready.wait()
 
     async def _catch_up_next(self) -> Envelope | None:
+        if not self._backlog and self._from_memory and not self._resync:
+            self._phase = "live"  # the hub's recent envelopes reached the last committed seq
+            return None
         if not self._backlog:
+            self._from_memory = False
             assert self._reader is not None
             self._resync = False
             page = await self._reader(self._next_seq, CATCH_UP_PAGE)
@@ -183,6 +207,7 @@ class Hub:
         self.session_id = session_id
         self._reader = reader
         self._subscribers: set[Subscription] = set()
+        self._recent: deque[Envelope] = deque(maxlen=RECENT)
         self._closed = False
         self._error: BaseException | None = None
         self.published = 0
@@ -195,7 +220,10 @@ class Hub:
         loops: Collection[str] | None = None,
         kinds: Collection[str] | None = None,
         maxsize: int = DEFAULT_QUEUE,
+        committed: int | None = None,
     ) -> Subscription:
+        """``committed``: the seq of the last committed event (the session log's), when known — a catch-up the
+        hub's recent envelopes cover is then served from them (see the module docstring)."""
         if maxsize < 1:
             raise ValueError("maxsize must be positive")
         if from_seq is not None and (from_seq < 1 or self._reader is None):
@@ -205,14 +233,30 @@ class Hub:
             loops=frozenset(loops) if loops is not None else None,
             kinds=frozenset(kinds) if kinds is not None else None,
         )
-        sub = Subscription(self, flt, maxsize, from_seq, self._reader)
+        sub = Subscription(self, flt, maxsize, from_seq, self._reader, self._recent_from(from_seq, committed))
         if self._closed:
             sub.end(self._error)
         else:
             self._subscribers.add(sub)
         return sub
 
+    def _recent_from(self, from_seq: int | None, committed: int | None) -> list[Envelope] | None:
+        """Every committed envelope from ``from_seq`` through ``committed``, if the recent ones hold them all."""
+        if from_seq is None or committed is None:
+            return None
+        if from_seq > committed:
+            return []  # nothing committed from there yet: what comes will be published
+        recent = self._recent
+        if not recent or recent[-1].seq != committed or (recent[0].seq or 0) > from_seq:
+            return None
+        return [env for env in recent if (env.seq or 0) >= from_seq]
+
     def publish(self, env: Envelope) -> None:
+        seq = env.seq
+        if seq is not None:
+            if self._recent and self._recent[-1].seq != seq - 1:
+                self._recent.clear()  # not contiguous (cannot happen with one log): start the run again
+            self._recent.append(env)
         self.published += 1
         for sub in tuple(self._subscribers):
             sub.push(env)

@@ -79,7 +79,14 @@ class SessionLog:
         maxsize: int = DEFAULT_QUEUE,
     ) -> Subscription:
         """Live events, or from a journal seq (gap-free catch-up, then live)."""
-        return self._hub.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
+        return self._hub.subscribe(
+            from_seq=from_seq,
+            lifecycles=lifecycles,
+            loops=loops,
+            kinds=kinds,
+            maxsize=maxsize,
+            committed=self._last_seq,
+        )
 
     def publish(self, seq: int | None, event: SessionEvent | LoopEvent | EphemeralEvent) -> None:
         """Hand a committed (``seq``) or ephemeral (None) event to the subscribers."""
