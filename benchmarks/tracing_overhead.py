@@ -4,8 +4,9 @@ python -m benchmarks.tracing_overhead [--repeat N] [--quick] [--steps H]
 
 Each run is a fresh process (`benchmarks._tracing_main`): one session on a SQLite journal whose turn makes H tool
 steps (zero-latency scripted model, echo tool); the figure is the mean time per step over the last 50 steps, where
-the history holds about 2H messages. On and off alternate, so drifting machine load hits both; medians are reported
-and their ratio is checked against the target (≤ 1.2).
+the history holds about 2H messages, entered right after a full garbage collection in both modes (so a full pass
+landing in the window by chance does not decide the figure). On and off alternate, so drifting machine load hits
+both; medians are reported and their ratio is checked against the target (≤ 1.2).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             ("off", off, 1.0, ""),
             ("on", on, ratio, verdict(ratio <= TARGET_RATIO)),
         ],
-        note=f"{spans} spans recorded in one traced run; mean over the last {window} steps of each run",
+        note=f"{spans} spans recorded in one traced run; mean over the last {window} steps of each run, "
+        "entered after a full collection in both modes",
     )
 
 
