@@ -3,6 +3,8 @@ call under it, continuing the trace the input was submitted in; nothing at all w
 
 from __future__ import annotations
 
+import asyncio
+
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -65,6 +67,29 @@ async def test_a_failed_model_call_marks_its_span_and_the_turn() -> None:
     assert turn.status.status_code is StatusCode.ERROR
     # Without a span around the input, the turn starts a trace of its own.
     assert turn.parent is None
+
+
+async def test_an_interrupted_turn_ends_its_span_with_the_reason(spans: InMemorySpanExporter) -> None:
+    # A slow tool keeps the turn open until the interrupt (however late the test gets to send it).
+    model = ScriptedModel([Reply(tool_calls=[("echo", {"text": "slow", "delay": 30})]), Reply(text="x")])
+    session = await _rig(model).start_session()
+    sub = session.subscribe()
+    await session.submit("work")
+    async with asyncio.timeout(30):
+        async for env in sub:
+            if env.event.kind == "model_replied":
+                break
+    assert await session.interrupt(reason="user pressed stop") is True
+    async with asyncio.timeout(30):
+        async for env in sub:
+            if env.event.kind == "turn_interrupted":
+                break
+    recorded = spans.get_finished_spans()
+    [turn] = named(recorded, "invoke_agent main")
+    assert turn.attributes is not None
+    assert turn.attributes["loopd.turn.interrupted"] == "user pressed stop"
+    assert "loopd.turn.unfinished" not in turn.attributes  # ended by the interrupt, not by the actor stopping
+    await session.shutdown()
 
 
 async def test_tracing_off_builds_no_tracing_at_all() -> None:
