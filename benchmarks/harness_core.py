@@ -361,8 +361,9 @@ async def run(repeat: int, quick: bool) -> None:
         note="Turns of 5 tool steps (~200-byte payloads). Restore = open writer, load the newest state snapshot "
         "(the one a live session would have saved last before the final record: the longest tail its schedule "
         "leaves), read, decode and fold the records after it, start loops. Full replay: the same without snapshots "
-        "(Rig(state_snapshots=None)): read, decode, fold every record. Snapshot: zlib-compressed JSON of the state "
-        "(the benchmark's repeated-character payloads compress far better than real text).",
+        "(Rig(state_snapshots=None)): read, decode, fold every record. Snapshot: format 2, positional MessagePack in "
+        "raw DEFLATE behind a CRC-32, decoded without validation (the benchmark's repeated-character payloads "
+        "compress far better than real text).",
     )
 
     disk = await storage(500)

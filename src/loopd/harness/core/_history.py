@@ -35,6 +35,12 @@ class History(Sequence[Message]):
         new._n = len(buf)
         return new
 
+    def extends(self, prefix: History) -> bool:
+        """Whether this history starts with the very messages of ``prefix`` (it is ``prefix`` or was appended to
+        from it), in O(1): both see the same buffer, whose first items never change. False does not mean they
+        differ (an equal history built apart is not recognised). State snapshots re-encode only what was added."""
+        return self._buf is prefix._buf and self._n >= prefix._n
+
     def as_tuple(self) -> tuple[Message, ...]:
         return tuple(self._buf[: self._n])
 

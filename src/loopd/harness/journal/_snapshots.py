@@ -22,7 +22,7 @@ from loopd._infra.clock import Clock
 from loopd.harness._errors import SessionNotFoundError
 from loopd.harness.core.apply import apply
 from loopd.harness.core.events import LoopEvent, Scope, SessionEvent
-from loopd.harness.core.snapshot import SnapshotDecodeError, decode_state, encode_state, state_schema
+from loopd.harness.core.snapshot import SnapshotDecodeError, StateEncoder, decode_state, state_schema
 from loopd.harness.core.state import SessionState
 from loopd.harness.journal._protocol import Journal, Record
 from loopd.harness.journal._replay import replay
@@ -110,7 +110,8 @@ def _header_of(state: SessionState) -> SessionState:
 class StateSnapshots:
     """Writes a live session's state snapshots: after a commit (`committed`), when one is due (`snapshot_due`),
     it takes the state then (an immutable value, so it needs no lock) and a task of its own encodes it in a worker
-    thread and saves it; one at a time, a failure only logged (the next due commit tries again).
+    thread and saves it; one at a time, a failure only logged (the next due commit tries again). Its `StateEncoder`
+    keeps the compressed histories of the previous snapshot, so each one encodes only the messages added since.
 
     The live state's loops, agents, workspace, hustles and settings are the fold's (a property test holds them
     to it); its header (``session_id``, ``rig``, ``status``) is the running session's view, which may differ from
@@ -144,6 +145,7 @@ class StateSnapshots:
         self._clock = clock
         self.every = every
         self.saved_seq = saved_seq
+        self._encoder = StateEncoder()  # reuses the compressed history of the previous snapshot
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._held = True
@@ -172,7 +174,7 @@ class StateSnapshots:
     async def _save(self, state: SessionState) -> None:
         try:
             async with asyncio.timeout(_SAVE_TIMEOUT):
-                data = await asyncio.to_thread(encode_state, state)
+                data = await asyncio.to_thread(self._encoder.encode, state)
                 await self._journal.save_snapshot(
                     self._session_id, state.last_seq, state_schema(), data, at=self._clock.time()
                 )
