@@ -31,16 +31,16 @@ __all__ = ["DEFAULT_SNAPSHOT_EVERY", "RestoredState", "StateSnapshots", "restore
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_SNAPSHOT_EVERY = 1000
+DEFAULT_SNAPSHOT_EVERY = 500
 """Records committed after a session's newest snapshot before it writes the next one (at least)."""
-_GROWTH = 8  # ... and at least 1/8 of the records the newest one covers (see `snapshot_due`)
+_GROWTH = 16  # ... and at least 1/16 of the records the newest one covers (see `snapshot_due`)
 _SAVE_TIMEOUT = 30.0
 
 
 def snapshot_due(snapshot_seq: int, seq: int, every: int = DEFAULT_SNAPSHOT_EVERY) -> bool:
     """Whether a session whose newest snapshot covers records ``1..snapshot_seq`` (0: none) writes one at ``seq``.
 
-    Once ``max(every, snapshot_seq / 8)`` records were committed since: a restore then folds at most that many, and
+    Once ``max(every, snapshot_seq / 16)`` records were committed since: a restore then folds at most that many, and
     since each snapshot holds the whole state (growing with the history), spacing them in proportion keeps their
     total cost over a session's life linear in its length rather than quadratic.
     """
