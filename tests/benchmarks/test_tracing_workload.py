@@ -1,0 +1,47 @@
+"""`benchmarks._tracing_main`, the child of `benchmarks.tracing_overhead`: both models run the whole turn, and with
+tracing on every step records its ``chat`` and ``execute_tool`` spans (plus the turn's ``invoke_agent``), so the
+"on" figure times real spans and the "off" one none."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 12
+
+
+def _child(mode: str, model: str) -> dict[str, float]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks._tracing_main",
+            mode,
+            "--steps",
+            str(STEPS),
+            "--window",
+            "6",
+            "--model",
+            model,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.parametrize("model", ["adapter", "scripted"])
+def test_each_step_is_timed_and_traced_only_when_on(model: str) -> None:
+    on, off = _child("on", model), _child("off", model)
+    assert on["spans"] == 2 * STEPS + 2  # a chat span per model call (steps + the final one), a tool span per step
+    assert off["spans"] == 0
+    assert on["per_step_ms"] > 0 and off["per_step_ms"] > 0
