@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from loopd._infra.sse import split_sse
 from loopd.agentue import (
     Event,
+    Model,
     StreamState,
     decode_event,
     decode_sse_event,
@@ -112,6 +114,23 @@ def test_fold_is_deterministic_and_independent_of_the_wire_form(events: list[Eve
     assert fold([event.to_json() for event in events]) == state
     assert fold([decode_event(encode_event(event)) for event in events]) == state
     assert state.model is not None and fold(events).model == state.model
+
+
+@SETTINGS
+@given(events=timelines())
+def test_a_folded_models_text_and_block_index_agree_with_its_json(events: list[Event]) -> None:
+    # `json_text` (each block encoded once and kept) is `to_json` as text, and the id index the reducer carries
+    # from model to model finds every block where it is, however the fold got there.
+    model = fold(events).model
+    assert model is not None
+    assert json.loads(model.json_text()) == model.to_json()
+    assert json.loads(model.json_text()) == model.to_json()  # a second time, from the kept block texts
+    for position, block in enumerate(model.blocks):
+        assert model.index_of(block.id) == position
+        assert model.block(block.id) is block
+    assert model.index_of("no-such-block") is None
+    rebuilt = Model.from_json(model.to_json())
+    assert [rebuilt.index_of(block.id) for block in rebuilt.blocks] == list(range(len(rebuilt.blocks)))
 
 
 @SETTINGS

@@ -172,3 +172,37 @@ async def test_concurrent_updates_of_one_revision_have_one_winner(db: Database) 
     async with db.transaction(read_only=True) as tx:
         stored = await tx.messages.get(response.id)
     assert (stored.status, stored.revision) == (winners[0], 2)
+
+
+async def test_a_writer_locks_the_head_and_writes_encoded_content(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+    async with db.transaction() as tx:
+        head = await tx.messages.lock_head(response.id)
+        assert (head.id, head.conversation_id, head.status, head.revision, head.delivery_state) == (
+            response.id, response.conversation_id, response.status, response.revision, response.delivery_state,
+        )  # fmt: skip
+        written = await tx.messages.write_content(
+            response.id, expected_revision=head.revision, text='{"version":"1.1","biz":"x","meta":{},"blocks":[]}'
+        )
+        assert written.revision == head.revision + 1
+        with pytest.raises(Conflict, match=f"revision {written.revision}, not {head.revision}"):
+            await tx.messages.write_content(response.id, expected_revision=head.revision, text="{}")
+        with pytest.raises(NotFound):
+            await tx.messages.lock_head("missing")
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.messages.get(response.id)
+    assert stored.revision == written.revision
+    assert stored.content == {"version": "1.1", "biz": "x", "meta": {}, "blocks": []}
+
+
+async def test_an_update_returns_what_a_fresh_read_returns(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+    async with db.transaction() as tx:
+        updated = await tx.messages.update(
+            response.id, expected_revision=response.revision, content=text_content("hi"), status="completed"
+        )
+        assert updated == await tx.messages.get(response.id)
+        only_status = await tx.messages.update(response.id, expected_revision=updated.revision, delivery_state="closed")
+        assert only_status == await tx.messages.get(response.id)

@@ -12,7 +12,7 @@ import pytest
 from loopd.agentue import StreamState
 from loopd.server import streams as streams_module
 from loopd.server.storage import Database, NewMessage, open_database
-from loopd.server.streams import StreamStates, emit, empty_model, open_message
+from loopd.server.streams import StreamStates, emit, emit_held, empty_model, open_message
 
 
 @pytest.fixture
@@ -94,3 +94,89 @@ def test_the_cache_keeps_the_newest_messages_only() -> None:
     assert states.get(made[2]) is not None and states.get(made[1]) is not None
     with pytest.raises(ValueError):
         StreamStates(limit=0)
+
+
+async def test_emit_held_stores_what_emit_stores_and_reads_the_snapshot_once(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Several emits in one transaction and across transactions: the held state carries over inside the
+    # transaction (before its commit) and after it, so only the very first emit rebuilds it from the stored snapshot.
+    held, plain = await _message(db), await _message(db)
+    states = StreamStates()
+    rebuilt: list[str] = []
+    real_state_of = streams_module._log.state_of
+
+    async def counting_state_of(tx: Any, message: Any) -> StreamState:
+        rebuilt.append(message.id)
+        return await real_state_of(tx, message)
+
+    monkeypatch.setattr(streams_module._log, "state_of", counting_state_of)
+    for batches in ([[SET], [_piece("Hel")]], [[_piece("lo")]], [[_piece(", ")], [], [_piece("world")]]):
+        async with db.transaction() as tx:
+            for batch in batches:
+                head, state, stored = await emit_held(tx, held, batch, states=states)
+                assert len(stored) == len(batch)
+                assert state.model is not None and head.revision == (await tx.messages.get(held)).revision
+        async with db.transaction() as tx:
+            for batch in batches:
+                await emit(tx, plain, batch)
+    async with db.transaction(read_only=True) as tx:
+        one, two = await tx.messages.get(held), await tx.messages.get(plain)
+        events = [e.event for e in await tx.message_events.read(held)]
+        other = [e.event for e in await tx.message_events.read(plain)]
+    assert one.content == two.content and one.content["blocks"][0]["text"] == "Hello, world"
+    assert events == other
+    assert rebuilt.count(held) == 1
+
+
+async def test_a_state_held_in_a_rolled_back_transaction_answers_nowhere_else(db: Database) -> None:
+    message_id = await _message(db)
+    states = StreamStates()
+    async with db.transaction() as tx:
+        await emit_held(tx, message_id, [SET, _piece("a")], states=states)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as tx:
+            await emit_held(tx, message_id, [_piece("LOST")], states=states)
+            await emit_held(tx, message_id, [_piece("LOST AGAIN")], states=states)  # from the held state
+            raise RuntimeError("the commit failed")
+    async with db.transaction() as tx:
+        await emit(tx, message_id, [_piece("b")])  # another writer: the same revision the lost write had
+    async with db.transaction() as tx:
+        _, state, _ = await emit_held(tx, message_id, [_piece("c")], states=states)
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.messages.get(message_id)
+    assert stored.content["blocks"][0]["text"] == "abc"
+    assert state.model is not None and state.model.to_json() == stored.content
+
+
+class _Tx:
+    """Just enough of a transaction for `StreamStates.hold`: its after-commit callbacks and its commit outcome."""
+
+    def __init__(self, *, outcome_unknown: bool = False) -> None:
+        self.outcome_unknown = outcome_unknown
+        self.callbacks: list[Any] = []
+
+    def after_commit(self, callback: Any) -> None:
+        self.callbacks.append(callback)
+
+    def commit(self) -> None:
+        for callback in self.callbacks:
+            callback()
+
+
+def test_a_held_state_answers_its_own_transaction_then_everyone_once_surely_committed() -> None:
+    states = StreamStates()
+    message: Any = type("M", (), {"id": "m", "revision": 3})()
+    tx, other = _Tx(), _Tx()
+    state = StreamState(stream_id="held")
+    states.hold(tx, message, state)  # type: ignore[arg-type]
+    assert states.get(message, tx) is state  # type: ignore[arg-type]
+    assert states.get(message, other) is None and states.get(message) is None  # type: ignore[arg-type]
+    tx.commit()
+    assert states.get(message) is state and states.get(message, other) is state  # type: ignore[arg-type]
+
+    unsure = _Tx(outcome_unknown=True)
+    later: Any = type("M", (), {"id": "m", "revision": 4})()
+    states.hold(unsure, later, StreamState(stream_id="maybe"))  # type: ignore[arg-type]
+    unsure.commit()  # the callbacks run, but the COMMIT may not have happened: nothing is promoted
+    assert states.get(later) is None

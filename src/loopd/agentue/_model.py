@@ -15,6 +15,7 @@ Models and blocks are immutable values: inputs are copied on the way in and ever
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -126,8 +127,9 @@ class InlineBlock:
     content="Hi")`. Field values are returned as copies.
     """
 
-    __slots__ = ("_data",)
+    __slots__ = ("_data", "_text")
     _data: JsonObject
+    _text: str | None
 
     def __init__(self, data: Mapping[str, Any]) -> None:
         obj = checked_object(data, "block")
@@ -137,6 +139,7 @@ class InlineBlock:
             )
         check_inline(obj, "block")
         object.__setattr__(self, "_data", obj)
+        object.__setattr__(self, "_text", None)
 
     @classmethod
     def of(cls, id: str, type: str, **fields: Any) -> InlineBlock:
@@ -148,6 +151,7 @@ class InlineBlock:
         validation. For this package's parser and reducer; anyone else constructs with `InlineBlock(...)`."""
         block = cls.__new__(cls)
         object.__setattr__(block, "_data", data)
+        object.__setattr__(block, "_text", None)
         return block
 
     @property
@@ -198,6 +202,16 @@ class InlineBlock:
         data: JsonObject = clone(self._data)
         return data
 
+    def json_text(self) -> str:
+        """The block as compact JSON text (`to_json`'s value), made once per block: a block never changes, and a
+        model's text is its blocks' texts joined (`Model.json_text`), so re-encoding a long answer after each
+        event costs only its new blocks."""
+        text = self._text
+        if text is None:
+            text = compact_json(self._data)
+            object.__setattr__(self, "_text", text)
+        return text
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, InlineBlock):
             return NotImplemented
@@ -222,8 +236,17 @@ class RefBlock:
     def to_json(self) -> JsonObject:
         return {"id": self.id, "ref": self.ref}
 
+    def json_text(self) -> str:
+        """The block as compact JSON text."""
+        return compact_json(self.to_json())
+
 
 Block = InlineBlock | RefBlock
+
+
+def compact_json(value: Any) -> str:
+    """Checked JSON (what this package's parsers accept) as compact text: no whitespace, UTF-8 as is."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def parse_block(data: Any, path: str = "block") -> Block:
@@ -293,11 +316,13 @@ def _parse_model(data: Any, path: str) -> tuple[str, str, JsonObject, tuple[Bloc
 class Model:
     """An AgentUE content model `{version, biz, meta, blocks}` (immutable, validated)."""
 
-    __slots__ = ("_biz", "_blocks", "_meta", "_version")
+    __slots__ = ("_biz", "_blocks", "_ids", "_meta", "_version")
     _version: str
     _biz: str
     _meta: JsonObject
     _blocks: tuple[Block, ...]
+    _ids: dict[str, int] | None
+    """Block id → position, built on the first lookup (see `index_of`); never changed once built."""
 
     def __init__(
         self,
@@ -330,6 +355,23 @@ class Model:
         the ids unique and the blocks valid for the version). For this package's reducer."""
         return Model.adopt(self._version, self._biz, self._meta, blocks)
 
+    def with_block_at(self, index: int, block: Block) -> Model:
+        """This model with ``block`` at ``index`` (an existing position: replaced; one past the end: appended),
+        sharing its meta; no validation (the caller keeps the ids unique: ``block`` replaces the block of its own
+        id, or its id is new). The id index carries over, so a long model's lookups stay dictionary lookups. For
+        this package's reducer."""
+        blocks = self._blocks
+        ids = self._ids
+        if index == len(blocks):
+            model = Model.adopt(self._version, self._biz, self._meta, (*blocks, block))
+            if ids is not None:
+                ids = dict(ids)
+                ids[block.id] = index
+        else:
+            model = Model.adopt(self._version, self._biz, self._meta, (*blocks[:index], block, *blocks[index + 1 :]))
+        object.__setattr__(model, "_ids", ids)  # a replacement keeps every position: the same (unchanging) index
+        return model
+
     @property
     def meta_view(self) -> Mapping[str, Any]:
         """`meta` as a read-only mapping, without a copy (nested values are shared: do not change them)."""
@@ -340,6 +382,7 @@ class Model:
         object.__setattr__(self, "_biz", biz)
         object.__setattr__(self, "_meta", meta)
         object.__setattr__(self, "_blocks", blocks)
+        object.__setattr__(self, "_ids", None)
 
     def __setattr__(self, name: str, value: object) -> NoReturn:
         raise AttributeError("AgentUE models are immutable")
@@ -376,10 +419,11 @@ class Model:
         return tuple(block.id for block in self._blocks)
 
     def index_of(self, block_id: str) -> int | None:
-        for index, block in enumerate(self._blocks):
-            if block.id == block_id:
-                return index
-        return None
+        ids = self._ids
+        if ids is None:
+            ids = {block.id: index for index, block in enumerate(self._blocks)}
+            object.__setattr__(self, "_ids", ids)
+        return ids.get(block_id)
 
     def block(self, block_id: str) -> Block | None:
         index = self.index_of(block_id)
@@ -434,6 +478,15 @@ class Model:
             "meta": clone(self._meta),
             "blocks": [block.to_json() for block in self._blocks],
         }
+
+    def json_text(self) -> str:
+        """`to_json` as compact JSON text, without copying the model: each block's text is made once and kept
+        (`InlineBlock.json_text`), so storing a growing answer after every event encodes only what changed."""
+        blocks = ",".join(block.json_text() for block in self._blocks)
+        return (
+            f'{{"version":{compact_json(self._version)},"biz":{compact_json(self._biz)},'
+            f'"meta":{compact_json(self._meta)},"blocks":[{blocks}]}}'
+        )
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Model):

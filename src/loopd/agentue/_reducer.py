@@ -141,16 +141,14 @@ def _reduce(state: StreamState, event: Event) -> StreamState:
 
 
 def _find(model: Model, block_id: str) -> tuple[int, Block | None]:
-    for index, block in enumerate(model.blocks):
-        if block.id == block_id:
-            return index, block
-    return len(model.blocks), None
+    index = model.index_of(block_id)
+    if index is None:
+        return len(model.blocks), None
+    return index, model.blocks[index]
 
 
 def _with_block(model: Model, index: int, block: Block) -> Model:
-    blocks = model.blocks
-    new_blocks = (*blocks, block) if index == len(blocks) else (*blocks[:index], block, *blocks[index + 1 :])
-    return model.with_blocks(new_blocks)
+    return model.with_block_at(index, block)
 
 
 def _with_meta(model: Model, meta: JsonObject) -> Model:

@@ -35,6 +35,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.metrics import Metrics
 from loopd._infra.tasks import background, race
 from loopd._infra.telemetry import Context, SpanKind, tracer, tracing_enabled
+from loopd.agentue import Model
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency, Redactor
 from loopd.server.storage import (
@@ -561,25 +562,27 @@ class Drive:
             why = "the drive of this attempt ended without an outcome (a crash or a lost lease); a later one resumed"
             await self._trail(tx, call).interrupt_attempts(attempts, usage, why)
 
-    async def _locked_message(self, tx: Transaction, call: HarnessCall) -> dict[str, Any] | None:
+    async def _locked_message(self, tx: Transaction, call: HarnessCall) -> Model | None:
+        """Lock the call's message; the content it shows, as the model this drive holds (see `StreamStates`)."""
         if call.message_id is None:
             return None
-        message = await tx.messages.lock(call.message_id)
-        if message.status in streams.TERMINAL_STATUSES:
+        head, state = await streams.locked_state(tx, call.message_id, self._states)
+        if head.status in streams.TERMINAL_STATUSES:
             raise _Stop("done", phase="cancelled", error=_error("message_closed", "the call's message was finished"))
-        return message.content
+        return state.model
 
-    async def _emit(self, tx: Transaction, call: HarnessCall, events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    async def _emit(self, tx: Transaction, call: HarnessCall, events: list[dict[str, Any]]) -> Model | None:
         """Store ``events`` in the call's message; its content afterwards (None: nothing was stored)."""
         if not events or call.message_id is None:
             return None
         try:
-            message, stored = await streams.emit(
+            head, state, stored = await streams.emit_held(
                 tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states
             )
-            if stored:
-                self._handed.add(message.conversation_id)
-            return message.content
+            if not stored:
+                return None
+            self._handed.add(head.conversation_id)
+            return state.model
         except Conflict as exc:  # ended between our lock and the emit: cannot happen under the row lock
             raise _Stop("done", phase="cancelled", error=_error("message_closed", str(exc))) from exc
         except InvalidRecord as exc:
@@ -618,11 +621,11 @@ class Drive:
         self,
         tx: Transaction,
         call: HarnessCall,
-        content: dict[str, Any] | None,
+        content: Model | None,
         index: int,
         chain: str,
         update: Update,
-    ) -> tuple[HarnessCall, dict[str, Any] | None, bool]:
+    ) -> tuple[HarnessCall, Model | None, bool]:
         """One durable update of `_apply`'s transaction: the call, the message's content and whether it ended."""
         if content is not None:
             content = await self._emit(tx, call, project(update, content, call_id=call.id)) or content

@@ -26,6 +26,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from loopd.agentue import InlineBlock, Model
 from loopd.server.storage import canonical_json
 
 from ._adapter import (
@@ -64,12 +65,35 @@ def gate_block_id(gate_id: str) -> str:
     return f"gate/{gate_id}"
 
 
-def _blocks(content: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+Content = Mapping[str, Any] | Model
+"""A message's content: its stored JSON, or the model a drive holds (`loopd.server.streams.StreamStates`), which
+answers a block by id without visiting the others."""
+
+
+def _blocks(content: Content) -> dict[str, dict[str, Any]]:
+    """Every block of ``content`` by id (shallow copies)."""
+    if isinstance(content, Model):
+        return {block.id: _copied(block) for block in content.blocks}
     found: dict[str, dict[str, Any]] = {}
     for block in content.get("blocks") or ():
         if isinstance(block, Mapping) and isinstance(block.get("id"), str):
             found[block["id"]] = dict(block)
     return found
+
+
+def _copied(block: Any) -> dict[str, Any]:
+    return dict(block.view) if isinstance(block, InlineBlock) else dict(block.to_json())
+
+
+def _block(content: Content, block_id: str) -> dict[str, Any] | None:
+    """One block of ``content`` (a shallow copy), or None."""
+    if isinstance(content, Model):
+        found = content.block(block_id)
+        return None if found is None else _copied(found)
+    for block in content.get("blocks") or ():
+        if isinstance(block, Mapping) and block.get("id") == block_id:
+            return dict(block)
+    return None
 
 
 def _set(block: dict[str, Any]) -> Event:
@@ -80,9 +104,9 @@ def _answer_block(text: str) -> dict[str, Any]:
     return {"id": ANSWER_BLOCK, "type": "text", "content": text}
 
 
-def shown_answer(content: Mapping[str, Any]) -> str | None:
+def shown_answer(content: Content) -> str | None:
     """The answer text the message shows (None: no answer block yet, or one that is not a text block)."""
-    block = _blocks(content).get(ANSWER_BLOCK)
+    block = _block(content, ANSWER_BLOCK)
     if block is None or block.get("type") != "text" or not isinstance(block.get("content"), str):
         return None
     return str(block["content"])
@@ -176,9 +200,8 @@ def answered_ask(block: Mapping[str, Any], answer: str) -> dict[str, Any]:
     return {**body, "status": "success", "value": answer}
 
 
-def project(update: Update, content: Mapping[str, Any], *, call_id: str | None = None) -> list[Event]:
+def project(update: Update, content: Content, *, call_id: str | None = None) -> list[Event]:
     """The set / append events (without ``seq``) that show ``update`` in a message whose content is ``content``."""
-    blocks = _blocks(content)
     match update:
         case TextPreview(text=text, offset=offset):
             return _preview(text, offset, shown_answer(content))
@@ -198,16 +221,16 @@ def project(update: Update, content: Mapping[str, Any], *, call_id: str | None =
             ]
         case ToolFinished(call_id=call_id, name=name, status=status, output=output):
             block_id = tool_block_id(call_id)
-            base = blocks.get(block_id) or {"id": block_id, "type": "tool", "name": name}
+            base = _block(content, block_id) or {"id": block_id, "type": "tool", "name": name}
             return [_set({**base, "status": status, "output": _clip(output)})]
         case GateOpened(gate_id=gate_id, prompt=prompt, title=title):
-            current = blocks.get(gate_block_id(gate_id))
+            current = _block(content, gate_block_id(gate_id))
             if current is not None and current.get("status") != "pending":
                 return []  # answered already (the answer reached the block before the harness reported the gate)
             return [_set(ask_block(gate_id, prompt, title, call_id))]
         case GateResolved(gate_id=gate_id, answer=answer, timed_out=timed_out):
             block_id = gate_block_id(gate_id)
-            base = blocks.get(block_id) or ask_block(gate_id, "", "Permission needed", call_id)
+            base = _block(content, block_id) or ask_block(gate_id, "", "Permission needed", call_id)
             if timed_out:
                 body = {key: value for key, value in base.items() if key != "value"}
                 resolved = {**body, "status": "timeout"}
@@ -215,12 +238,12 @@ def project(update: Update, content: Mapping[str, Any], *, call_id: str | None =
                 resolved = answered_ask(base, answer)
             return [] if resolved == base else [_set(resolved)]
         case QuestionAsked(request_id=request_id):
-            current = blocks.get(question_block_id(request_id))
+            current = _block(content, question_block_id(request_id))
             if current is not None and current.get("status") != "pending":
                 return []  # answered already (the answer reached the block before the harness reported it)
             return [] if current is not None else [_set(question_ask_block(update, call_id))]
         case QuestionClosed(request_id=request_id, answer=answer, timed_out=timed_out):
-            asked = blocks.get(question_block_id(request_id))
+            asked = _block(content, question_block_id(request_id))
             if asked is None:
                 return []
             if timed_out:
@@ -234,7 +257,7 @@ def project(update: Update, content: Mapping[str, Any], *, call_id: str | None =
             return []
 
 
-def closed_gates(content: Mapping[str, Any], reason: str) -> list[Event]:
+def closed_gates(content: Content, reason: str) -> list[Event]:
     """Events that close every gate still pending in ``content`` (the call ended first): status ``failure``."""
     events: list[Event] = []
     for block_id, block in _blocks(content).items():

@@ -20,6 +20,7 @@ from ._records import (
     MESSAGE_STATUSES,
     DeliveryState,
     Message,
+    MessageHead,
     MessageKind,
     MessagePurpose,
     MessageStatus,
@@ -45,8 +46,21 @@ _COLUMNS = (
     "delivery_state, completion, human_due_at, created_at, updated_at"
 )
 
+_HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state"
 
-def _message(row: tuple[Any, ...]) -> Message:
+
+def _head(row: tuple[Any, ...]) -> MessageHead:
+    return MessageHead(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        status=cast(MessageStatus, row[2]),
+        revision=int(row[3]),
+        delivery_state=cast(DeliveryState, row[4]),
+    )
+
+
+def _message(row: tuple[Any, ...], content: dict[str, Any] | None = None) -> Message:
+    """A row of `_COLUMNS` as a `Message`; ``content``: the content just written (the row's text is not decoded)."""
     return Message(
         id=str(row[0]),
         conversation_id=str(row[1]),
@@ -57,7 +71,7 @@ def _message(row: tuple[Any, ...]) -> Message:
         purpose=cast(MessagePurpose, row[6]),
         status=cast(MessageStatus, row[7]),
         revision=int(row[8]),
-        content=loads(row[9]),
+        content=loads(row[9]) if content is None else content,
         delivery_state=cast(DeliveryState, row[10]),
         completion=loads(row[11]),
         human_due_at=optional_time(row[12]),
@@ -121,6 +135,33 @@ class Messages:
         if row is None:
             raise NotFound(f"message {message_id} not found")
         return _message(row)
+
+    async def lock_head(self, message_id: str) -> MessageHead:
+        """`lock` without the content (nothing of a long answer is read or decoded): for a writer that keeps the
+        stream's state itself (`loopd.server.streams.StreamStates`)."""
+        row = await self._tx.fetch_one(
+            f"SELECT {_HEAD_COLUMNS} FROM messages WHERE id = ?{self._tx.for_update}", (message_id,)
+        )
+        if row is None:
+            raise NotFound(f"message {message_id} not found")
+        return _head(row)
+
+    async def write_content(self, message_id: str, *, expected_revision: int, text: str) -> MessageHead:
+        """Store ``text``, content the caller has already encoded as compact JSON of an object (an AgentUE model's
+        `json_text`), if the stored revision is ``expected_revision``; the revision becomes one larger. A
+        different stored revision is a ``Conflict``, as in `update`."""
+        rows = await self._tx.fetch(
+            "UPDATE messages SET content = ?, revision = revision + 1, updated_at = ? WHERE id = ? AND revision = ? "
+            f"RETURNING {_HEAD_COLUMNS}",
+            (text, time_text(self._tx.now()), message_id, expected_revision),
+        )
+        if not rows:
+            await self._conflict(message_id, expected_revision)
+        return _head(rows[0])
+
+    async def _conflict(self, message_id: str, expected_revision: int) -> None:
+        current = await self.get(message_id)
+        raise Conflict(f"message {message_id} is at revision {current.revision}, not {expected_revision}: re-read it")
 
     async def list_conversation(
         self, conversation_id: str, *, after: str | None = None, limit: int = 100
@@ -231,9 +272,11 @@ class Messages:
         if not isinstance(status, Unset):
             sets.append("status = ?")
             params.append(require_choice(status, MESSAGE_STATUSES, "message status"))
+        written: dict[str, Any] | None = None
         if not isinstance(content, Unset):
+            written = require_object(content, "message content")
             sets.append("content = ?")
-            params.append(dumps(require_object(content, "message content")))
+            params.append(dumps(written))
         if not isinstance(delivery_state, Unset):
             sets.append("delivery_state = ?")
             params.append(require_choice(delivery_state, DELIVERY_STATES, "message delivery_state"))
@@ -245,10 +288,10 @@ class Messages:
             params.append(None if human_due_at is None else time_text(human_due_at))
         sets += ["revision = revision + 1", "updated_at = ?"]
         params += [time_text(self._tx.now()), message_id, expected_revision]
-        changed = await self._tx.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ? AND revision = ?", params)
-        if changed != 1:
-            current = await self.get(message_id)
-            raise Conflict(
-                f"message {message_id} is at revision {current.revision}, not {expected_revision}: re-read it"
-            )
-        return await self.get(message_id)
+        rows = await self._tx.fetch(
+            f"UPDATE messages SET {', '.join(sets)} WHERE id = ? AND revision = ? RETURNING {_COLUMNS}", params
+        )
+        if not rows:
+            await self._conflict(message_id, expected_revision)
+        # The written content is not read back: the caller's dict is the value (a long answer is not decoded again).
+        return _message(rows[0], written)

@@ -80,6 +80,18 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class MessageHead:
+    """What a writer of a message's stream needs of its row without its content: where it lives, whether it still
+    takes events, and the revision its compare-and-set writes expect (`Messages.lock_head`)."""
+
+    id: str
+    conversation_id: str
+    status: MessageStatus
+    revision: int
+    delivery_state: DeliveryState
+
+
+@dataclass(frozen=True, slots=True)
 class NewMessage:
     conversation_id: str
     kind: MessageKind

@@ -11,8 +11,10 @@ from loopd.server.streams._log import (
     StreamStates,
     TerminalStatus,
     emit,
+    emit_held,
     empty_model,
     finish,
+    locked_state,
     open_message,
     state_of,
 )
@@ -26,8 +28,10 @@ __all__ = [
     "StreamStates",
     "TerminalStatus",
     "emit",
+    "emit_held",
     "empty_model",
     "finish",
+    "locked_state",
     "open_message",
     "state_of",
 ]

@@ -15,6 +15,7 @@ hands the events it stored to this process's live feed, `ConversationBus.committ
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
@@ -30,7 +31,15 @@ from loopd.agentue import (
     event_from_json,
     reduce,
 )
-from loopd.server.storage import Conflict, InvalidRecord, Message, MessageEvent, NewMessage, Transaction
+from loopd.server.storage import (
+    Conflict,
+    InvalidRecord,
+    Message,
+    MessageEvent,
+    MessageHead,
+    NewMessage,
+    Transaction,
+)
 from loopd.server.streams._bus import ConversationBus
 
 TerminalStatus = Literal["completed", "failed", "cancelled", "expired"]
@@ -106,9 +115,11 @@ async def state_of(tx: Transaction, message: Message) -> StreamState:
 class StreamStates:
     """The stream states a writer left in messages it keeps writing (a harness call's drive), by message id and
     revision: `emit` starts from one instead of rebuilding it from the stored snapshot (a full decode and
-    validation of the whole answer, for every batch of events — a cost that grew with the answer). An entry is kept
-    only once its transaction has committed, and is used only at the exact revision it was made at (every write of
-    a message bumps its revision), so a rolled-back or foreign write never answers for another. The newest
+    validation of the whole answer, for every batch of events — a cost that grew with the answer).
+
+    A state the writer's own open transaction made (`hold`) answers only inside that transaction; once it has
+    surely committed it answers everyone at the exact revision it was made at (every write of a message bumps its
+    revision), so a rolled-back, possibly-committed or foreign write never answers for another. The newest
     ``limit`` messages are kept."""
 
     def __init__(self, limit: int = 16) -> None:
@@ -116,21 +127,82 @@ class StreamStates:
             raise ValueError("limit must be at least 1")
         self._limit = limit
         self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
+        self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState]] = OrderedDict()
 
-    def get(self, message: Message) -> StreamState | None:
-        """The state of ``message`` at its current revision, if this writer made it."""
+    def get(self, message: Message | MessageHead, tx: Transaction | None = None) -> StreamState | None:
+        """The state of ``message`` at its current revision, if this writer made it (in ``tx``, or committed)."""
+        if tx is not None:
+            pending = self._pending.get(message.id)
+            if pending is not None and pending[0]() is tx and pending[1] == message.revision:
+                return pending[2]
         found = self._states.get(message.id)
         if found is None or found[0] != message.revision:
             return None
         self._states.move_to_end(message.id)
         return found[1]
 
-    def put(self, message: Message, state: StreamState) -> None:
-        """``state`` is what ``message`` (at its revision) holds."""
+    def put(self, message: Message | MessageHead, state: StreamState) -> None:
+        """``state`` is what ``message`` (at its revision) holds, committed."""
         self._states[message.id] = (message.revision, state)
         self._states.move_to_end(message.id)
         while len(self._states) > self._limit:
             self._states.popitem(last=False)
+
+    def hold(self, tx: Transaction, message: Message | MessageHead, state: StreamState) -> None:
+        """``state`` is what ``message`` holds at its revision inside ``tx``: it answers there at once, and for
+        everyone once ``tx`` has surely committed."""
+        self._pending[message.id] = (weakref.ref(tx), message.revision, state)
+        self._pending.move_to_end(message.id)
+        while len(self._pending) > self._limit:
+            self._pending.popitem(last=False)
+
+        def committed() -> None:
+            if not tx.outcome_unknown:
+                self.put(message, state)
+            held = self._pending.get(message.id)
+            if held is not None and held[0]() is tx:
+                del self._pending[message.id]
+
+        tx.after_commit(committed)
+
+
+def _append(
+    state: StreamState, seq: int, events: Sequence[Mapping[str, Any]], allow_human_blocks: bool
+) -> tuple[StreamState, list[tuple[int, dict[str, Any]]]]:
+    """Fold ``events`` into ``state``, numbering them after ``seq``; the new state and the events to store."""
+    stored: list[tuple[int, dict[str, Any]]] = []
+    for raw in events:
+        body = dict(raw)
+        body["seq"] = seq + 1
+        body.pop("stream_id", None)
+        try:
+            event = event_from_json(body)
+        except AgentUEError as exc:
+            raise InvalidRecord(f"not an AgentUE event: {exc}") from exc
+        if isinstance(event, PingEvent):
+            continue
+        if isinstance(event, StartEvent | EndEvent):
+            raise InvalidRecord(f"'{event.op}' events are managed by the server; send set, append or error")
+        if not allow_human_blocks:
+            _refuse_human(body)
+        try:
+            state = reduce(state, event)
+        except AgentUEError as exc:
+            raise InvalidRecord(f"event rejected: {exc}") from exc
+        seq += 1
+        stored.append((seq, event.to_json()))
+    return state, stored
+
+
+async def locked_state(tx: Transaction, message_id: str, states: StreamStates) -> tuple[MessageHead, StreamState]:
+    """Lock a message (`Messages.lock_head`) and its stream state: the one ``states`` holds for its revision, else
+    rebuilt from the stored snapshot (and then held for the rest of ``tx``)."""
+    head = await tx.messages.lock_head(message_id)
+    state = states.get(head, tx)
+    if state is None:
+        state = await state_of(tx, await tx.messages.get(message_id))
+        states.hold(tx, head, state)
+    return head, state
 
 
 async def emit(
@@ -151,30 +223,9 @@ async def emit(
     message = await tx.messages.lock(message_id)
     if message.status in TERMINAL_STATUSES:
         raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
-    state = (states.get(message) if states is not None else None) or await state_of(tx, message)
-    seq = state.seq or 0
-    stored: list[MessageEvent] = []
-    for raw in events:
-        body = dict(raw)
-        body["seq"] = seq + 1
-        body.pop("stream_id", None)
-        try:
-            event = event_from_json(body)
-        except AgentUEError as exc:
-            raise InvalidRecord(f"not an AgentUE event: {exc}") from exc
-        if isinstance(event, PingEvent):
-            continue
-        if isinstance(event, StartEvent | EndEvent):
-            raise InvalidRecord(f"'{event.op}' events are managed by the server; send set, append or error")
-        if not allow_human_blocks:
-            _refuse_human(body)
-        try:
-            state = reduce(state, event)
-        except AgentUEError as exc:
-            raise InvalidRecord(f"event rejected: {exc}") from exc
-        seq += 1
-        record, _ = await tx.message_events.append(message_id, seq, event.to_json())
-        stored.append(record)
+    state = (states.get(message, tx) if states is not None else None) or await state_of(tx, message)
+    state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
+    stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
     if stored:
         assert state.model is not None
         message = await tx.messages.update(
@@ -183,9 +234,38 @@ async def emit(
         if bus is not None:
             _hand_over(tx, bus, message.conversation_id, stored)
         if states is not None:
-            written, final = message, state
-            tx.after_commit(lambda: states.put(written, final))
+            states.hold(tx, message, state)
     return message, stored
+
+
+async def emit_held(
+    tx: Transaction,
+    message_id: str,
+    events: Sequence[Mapping[str, Any]],
+    *,
+    states: StreamStates,
+    bus: ConversationBus | None = None,
+    allow_human_blocks: bool = False,
+) -> tuple[MessageHead, StreamState, list[MessageEvent]]:
+    """`emit` for a writer that keeps the stream's state (``states``): it neither reads nor returns the content as
+    JSON. The message row is locked without its content, the events fold into the held state, and the new content
+    is stored as the model's `json_text` (each block encoded once in its life), so an event costs about the same
+    however long the answer has grown. Returns the message's head, its state and the stored events; the same
+    errors as `emit`."""
+    head, state = await locked_state(tx, message_id, states)
+    if head.status in TERMINAL_STATUSES:
+        raise Conflict(f"message {message_id} is {head.status}; its stream has ended")
+    state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
+    stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
+    if stored:
+        assert state.model is not None
+        head = await tx.messages.write_content(
+            message_id, expected_revision=head.revision, text=state.model.json_text()
+        )
+        if bus is not None:
+            _hand_over(tx, bus, head.conversation_id, stored)
+        states.hold(tx, head, state)
+    return head, state, stored
 
 
 def _refuse_human(body: Mapping[str, Any]) -> None:
