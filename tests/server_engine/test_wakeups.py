@@ -22,6 +22,7 @@ from loopd.resources import open_sqlite_store
 from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import Manager
 from loopd.server._composition import UpSettings, open_loop_server
+from loopd.server.chat import QuestionWindow
 from loopd.server.engine import CallRequest, Finished, TextSet
 from loopd.server.engine._engine import MAX_LISTENERS, EngineNotice
 from loopd.server.responder import HarnessResponder
@@ -113,7 +114,13 @@ def test_listeners_are_bounded(sqlite_db: Database) -> None:
 
 @asynccontextmanager
 async def _world(
-    db: Database, tmp_path: Path, adapter: ScriptedAdapter, *, capacity: int
+    db: Database,
+    tmp_path: Path,
+    adapter: ScriptedAdapter,
+    *,
+    capacity: int,
+    questions: QuestionWindow | None = None,
+    context_retry: float = 0.05,
 ) -> AsyncIterator[tuple[World, HarnessResponder]]:
     bus = ConversationBus()
     async with open_sqlite_store(tmp_path / "resources.db") as store:
@@ -121,7 +128,13 @@ async def _world(
         chat = StorageChat(db, client, bus)
         async with make_engine(db, {"assistant": adapter}, bus=bus, capacity=capacity) as engine:
             responder = HarnessResponder(
-                client=client, engine=engine, chat=chat, poll=NEVER, capacity_retry=NEVER, context_retry=0.05
+                client=client,
+                engine=engine,
+                chat=chat,
+                poll=NEVER,
+                capacity_retry=NEVER,
+                context_retry=context_retry,
+                questions=questions,
             )
             manager = Manager(client)
             manager.add_controller(TASKS, responder, workers=4)
@@ -145,6 +158,61 @@ async def test_a_finished_call_completes_its_task_through_the_notice(sqlite_db: 
         statistics = responder.statistics()
         assert statistics.call_ended_wakes == 1
         assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)  # nothing held after completion
+
+
+async def test_a_task_whose_question_is_being_stored_waits_for_the_commit_without_reading(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    # The chat creates the Task inside the question's transaction, so its watch event usually comes first. With the
+    # window open the responder reads nothing and sets the Task aside; the window's close queues it again. The
+    # context retry never comes within the test, so only that wake-up can answer the Task.
+    window = QuestionWindow()
+    adapter = ScriptedAdapter(script=scripted(TextSet("4"), Finished("4")))
+    async with _world(sqlite_db, tmp_path, adapter, capacity=10, questions=window, context_retry=NEVER) as (
+        world,
+        responder,
+    ):
+        gets: list[str] = []
+        get = world.client.get
+
+        async def counted(kind: Any, name: str, **options: Any) -> Any:
+            gets.append(name)
+            return await get(kind, name, **options)
+
+        world.client.get = counted  # type: ignore[method-assign,assignment]
+        conversation = await new_conversation(world.db)
+        window.open("t-1")
+        await world.client.create(TASKS, _task("t-1", "assistant"), namespace="default")
+
+        def set_aside() -> bool:
+            return world.responder().reconciles >= 1
+
+        await until_true(set_aside)
+        assert gets == [] and world.chat.contexts == []  # nothing read while the question is not stored
+        response = await _question(world.db, conversation, "t-1", "2+2?", "assistant")
+        window.close("t-1")  # the commit
+        await until(lambda: _gone(world.client, "t-1"))
+        assert await _status(world.db, response) == "completed"
+        assert world.chat.contexts == ["t-1"]  # read once, after the commit
+        window.close("t-1")  # closing again tells nobody
+        assert responder.statistics().following == 0
+
+
+def test_a_question_window_tells_its_listeners_once_per_close() -> None:
+    window = QuestionWindow()
+    heard: list[str] = []
+    stop = window.listen(heard.append)
+    window.close("never-opened")
+    window.open("t-1")
+    assert window.is_open("t-1") and not window.is_open("t-2")
+    window.close("t-1")
+    window.close("t-1")
+    assert heard == ["t-1"] and not window.is_open("t-1")
+    stop()
+    stop()  # twice is harmless
+    window.open("t-2")
+    window.close("t-2")
+    assert heard == ["t-1"]
 
 
 async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Database, tmp_path: Path) -> None:

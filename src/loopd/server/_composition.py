@@ -668,6 +668,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 timeout=settings.call_timeout,
                 forks=ConversationForks(chat),  # a fork's first answer starts from the source answer's session
                 modes=chat,  # a conversation's mode: its built-in harness calls start in it
+                questions=chat.questions,  # a Task whose question is still being stored waits for its commit
             )
             # Embedded: every namespace of the store (as before); a real cluster: only ours (a namespaced Role).
             watched = None if store is not None else settings.namespace

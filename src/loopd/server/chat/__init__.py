@@ -23,6 +23,7 @@ from loopd.server.chat._stream import conversation_frames
 from loopd.server.chat._sweeper import Sweeper
 from loopd.server.chat._tasks import TaskApi, check_responder
 from loopd.server.chat._titles import ConversationTitles, demo_title_reply
+from loopd.server.chat._window import QuestionWindow
 from loopd.server.chat._wire import ConversationBody, MessageBody, conversation_body, message_body, message_header
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "FeedStatistics",
     "Forked",
     "MessageBody",
+    "QuestionWindow",
     "ResourceTaskGateway",
     "Snapshot",
     "StreamItem",

@@ -27,6 +27,7 @@ from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._reader import readable_conversation
 from loopd.server.chat._records import ChatRequest
+from loopd.server.chat._window import QuestionWindow
 from loopd.server.http import Identity
 from loopd.server.storage import (
     CommitOutcomeUnknown,
@@ -104,6 +105,8 @@ class ChatRequests:
         self._metrics = metrics
         self.asked: Callable[[Conversation], None] | None = None
         """Told after each stored question (loop-server's conversation titles start there); must not block."""
+        self.questions = QuestionWindow()
+        """The questions being stored right now (see `QuestionWindow`): a responder in this process waits on it."""
 
     @property
     def db(self) -> Database:
@@ -242,9 +245,14 @@ class ChatRequests:
                 await tx.conversations.touch(conversation.id)
                 conversation = await tx.conversations.get(conversation.id)
                 # Last step before the commit: a Task that cannot be created rolls everything back.
+                self.questions.open(task_id)
                 await self._create_task(task_id, target_kind, target_key)
                 task_created = True
+                opened = task_id
+                tx.after_commit(lambda: self.questions.close(opened))  # also on an unknown outcome
         except CommitOutcomeUnknown as exc:
+            if task_id is not None:
+                self.questions.close(task_id)  # the commit callbacks closed it already when the Task was created
             if not task_created or task_id is None:
                 raise
             # It may have committed: read back the input (written in the same transaction) to learn which.
@@ -252,6 +260,8 @@ class ChatRequests:
                 await self._compensate(task_id)
                 raise StorageUnavailable("the question was not stored (its commit failed); ask again") from exc
         except BaseException:
+            if task_id is not None:
+                self.questions.close(task_id)  # rolled back: a responder that set the Task aside looks again
             if task_created and task_id is not None:
                 await self._compensate(task_id)
             raise

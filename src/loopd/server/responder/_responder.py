@@ -2,9 +2,13 @@
 
 Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any number of times):
 
+0. its question is being stored by this process right now (``questions``, the chat's `QuestionWindow`: the Task
+   is created inside the question's transaction, and its watch event usually arrives before the commit) → set it
+   aside, read nothing; the window's close queues it again;
 1. the Task is gone, being deleted, or not for a harness → nothing to do;
 2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4;
-3. read the Task's context (a storage ``NotFound`` is the commit window: requeue shortly), and start the call
+3. read the Task's context (a storage ``NotFound`` is the commit window of a question another process stores, or
+   one whose window this process did not see: requeue shortly), and start the call
    with the input text, the visible history before it, the response message as its destination and the
    asker as the only one who may answer its gates (`CapacityExceeded` → requeue later; an unknown target →
    complete the Task with that error);
@@ -40,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -126,6 +130,14 @@ class ConversationModes(Protocol):
     async def conversation_mode(self, conversation_id: str) -> str | None: ...
 
 
+class QuestionWindowPort(Protocol):
+    """Questions this process is storing right now (``loopd.server.chat.QuestionWindow``)."""
+
+    def is_open(self, task_id: str) -> bool: ...
+
+    def listen(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
+
+
 class ChatPort(Protocol):
     """The chat operations the responder needs (``loopd.server.chat.TaskApi`` has them)."""
 
@@ -195,6 +207,7 @@ class HarnessResponder:
         clock: Clock | None = None,
         forks: ForkOrigins | None = None,
         modes: ConversationModes | None = None,
+        questions: QuestionWindowPort | None = None,
     ) -> None:
         self._client = client
         self._engine = engine
@@ -216,6 +229,9 @@ class HarnessResponder:
         self._woken = 0
         self._call_ended_wakes = 0
         self._remove_listener = engine.add_listener(self._on_notice)
+        self._questions = questions
+        self._set_aside: dict[str, Request] = {}  # Task name → key, while its question's commit window is open
+        self._stop_window = questions.listen(self._on_window_closed) if questions is not None else None
 
     # --- wake-ups ------------------------------------------------------------------------------------------------
 
@@ -226,6 +242,8 @@ class HarnessResponder:
     def close(self) -> None:
         """Stop listening to the engine (reconciles still work; they just poll)."""
         self._remove_listener()
+        if self._stop_window is not None:
+            self._stop_window()
 
     def statistics(self) -> ResponderStatistics:
         return ResponderStatistics(
@@ -245,6 +263,11 @@ class HarnessResponder:
             if not self._wake(request):
                 break
             del self._waiting[request]
+
+    def _on_window_closed(self, task_id: str) -> None:
+        request = self._set_aside.pop(task_id, None)
+        if request is not None:
+            self._wake(request)
 
     def _wake(self, request: Request) -> bool:
         controller = self._controller
@@ -275,6 +298,11 @@ class HarnessResponder:
         return result
 
     async def _reconcile(self, request: Request) -> Result:
+        if self._questions is not None and self._questions.is_open(request.name):
+            # Its question is being stored by this process: nothing to read yet. Set it aside; the window's close
+            # (commit or rollback) queues it again — no polling, and no reads that can only find nothing.
+            self._set_aside[request.name] = request
+            return Result()
         try:
             task = await self._client.get(TASKS, request.name, namespace=request.namespace)
         except ResourceNotFound:
