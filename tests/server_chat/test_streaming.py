@@ -7,7 +7,9 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
+from loopd.server.chat import ConversationReader
 from tests.server_http.support import (
     Frame,
     Rig,
@@ -298,3 +300,39 @@ async def test_a_database_failure_under_an_open_stream_ends_it_with_an_error_eve
         assert frames[-1].data["error"]["type"] == "service_unavailable"
         assert frames[-1].data["resume_after"] == _entries(frames)[-1][0]
         assert accepted["task_id"]
+
+
+async def test_a_question_asked_now_does_not_look_up_whether_its_answer_ended_before_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its whole stream comes after the cursor taken in its own transaction, so that read is skipped; observing an
+    # existing question (which may have ended before the client's cursor) still makes it.
+    looked_up: list[str] = []
+    original = ConversationReader.end_cursor
+
+    async def counting(self: ConversationReader, message_id: str) -> int | None:
+        looked_up.append(message_id)
+        return await original(self, message_id)
+
+    monkeypatch.setattr(ConversationReader, "end_cursor", counting)
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
+        async with (
+            asyncio.timeout(10),
+            user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
+        ):
+            task_id = response.headers["X-Loopd-Task-ID"]
+            async for frame in frames_of(response):
+                if frame.event == "ack":
+                    await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
+                    await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+        assert looked_up == []
+        async with (
+            asyncio.timeout(10),
+            user.stream("POST", f"/v1/conversations/{cid}/messages", json={"task_id": task_id}, headers=SSE) as again,
+        ):
+            assert [frame async for frame in frames_of(again)]
+        assert len(looked_up) == 1

@@ -241,13 +241,23 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     """A fast harness's updates that are already queued share one transaction (not one each), in order: the
     message, the checkpoint (one step per update) and the ledger end as if each had been applied alone."""
     batches: list[int] = []
-    original = Drive._apply
+    shown: list[list[str]] = []
+    alone: list[int] = []
+    original, original_previews = Drive._apply, Drive._apply_previews
 
-    async def counting(self: Drive, batch: Sequence[tuple[int, str, Update]]) -> bool:
+    async def counting(
+        self: Drive, batch: Sequence[tuple[int, str, Update]], previews: Sequence[TextPreview] = ()
+    ) -> bool:
         batches.append(len(batch))
-        return await original(self, batch)
+        shown.append([preview.text for preview in previews])
+        return await original(self, batch, previews)
+
+    async def previews_alone(self: Drive, previews: list[TextPreview]) -> None:
+        alone.append(len(previews))
+        await original_previews(self, previews)
 
     monkeypatch.setattr(Drive, "_apply", counting)
+    monkeypatch.setattr(Drive, "_apply_previews", previews_alone)
     adapter = _BurstAdapter(
         script=scripted(
             TextPreview("Hel"),
@@ -260,7 +270,9 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
         call_id, response = await start(sqlite_db, engine)
         call = await until_phase(engine, call_id, "succeeded")
-    assert sum(batches) == 4 and len(batches) < 4, batches  # the preview came first, alone
+    assert sum(batches) == 4 and len(batches) < 4, batches
+    # The preview was queued in front of a durable update: shown in that update's transaction, not in one of its own.
+    assert alone == [] and shown[0] == ["Hel"]
     assert call.checkpoint == 4
     assert block(await content_of(sqlite_db, response), "answer") == {
         "id": "answer",

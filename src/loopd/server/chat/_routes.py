@@ -213,6 +213,7 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
             heartbeat=heartbeat,
             until_message_id=asked.response.id,
             ack=ack,
+            may_have_ended=status == 200 or resume is not None,  # a question asked now ends after its own cursor
         )
         return EventStreamResponse(frames, headers=headers)
 

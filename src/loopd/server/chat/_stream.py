@@ -54,13 +54,16 @@ async def conversation_frames(
     until_message_id: str | None = None,
     ack: dict[str, Any] | None = None,
     direct: DirectChannel | None = None,
+    may_have_ended: bool = True,
 ) -> AsyncGenerator[bytes, None]:
     """SSE frames of the conversation after cursor ``after``; forever, or until ``until_message_id`` ends. With
-    ``direct`` (the response's channel; ignored with ``until_message_id``) the feed may write frames itself."""
+    ``direct`` (the response's channel; ignored with ``until_message_id``) the feed may write frames itself.
+    ``may_have_ended=False``: the message cannot have ended at or before ``after`` (a question asked just now,
+    with ``after`` the cursor taken in its transaction), so that is not looked up."""
     clock = conversations.feeds.clock  # heartbeats are measured on the server's clock
     if ack is not None:
         yield sse_frame(ack, event="ack")
-    if until_message_id is not None:
+    if until_message_id is not None and may_have_ended:
         ended_at = await conversations.end_cursor(until_message_id)
         if ended_at is not None and ended_at <= after:
             return

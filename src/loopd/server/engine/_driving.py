@@ -9,7 +9,9 @@ Two tasks work side by side:
 - the consumer reads the adapter's updates (through a bounded queue, which coalesces previews) and applies
   each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
   transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
-  committed whole or not at all, as if each had its own transaction); an update at or below the stored checkpoint
+  committed whole or not at all, as if each had its own transaction); live-text previews already queued in front
+  of a durable update go in that update's transaction (shown first), else in their own; an update at or below the
+  stored checkpoint
   is a replay and is skipped (at the checkpoint the hash must match, or the call fails with ``replay_differs``);
 - the watcher renews the lease every ttl/3 and, every tick (or when poked), re-reads the call and its message:
   a cancel request, a passed deadline or a closed message stops the drive; gate answers recorded in the
@@ -491,6 +493,7 @@ class Drive:
         checkpoint, stored_hash = call.checkpoint, call.replay_hash
         index, chain = (0, "") if replaying else (checkpoint, stored_hash)
         held: Update | _End | _Raised | None = None
+        waiting: list[TextPreview] = []  # previews queued right in front of a durable update: shown in its transaction
         replayed = _Replayed()
         while True:
             if self._interrupted and index >= checkpoint:
@@ -513,6 +516,12 @@ class Drive:
                     else:
                         held = following
                         break
+                if isinstance(held, Update) and held.durable:
+                    # Already queued behind them: the durable update's transaction shows them too (one write, not
+                    # two; the same content as two, committed together). It is past the checkpoint (these
+                    # previews are), so it is applied, not replayed.
+                    waiting = previews
+                    continue
                 await self._apply_previews(previews)
                 continue
             index += 1
@@ -538,7 +547,8 @@ class Drive:
                 else:
                     held = following
                     break
-            if await self._apply(batch):
+            shown, waiting = waiting, []
+            if await self._apply(batch, shown):
                 return "done"
 
     async def _settle(self, replayed: _Replayed, checkpoint: int) -> None:
@@ -590,27 +600,40 @@ class Drive:
 
     async def _apply_previews(self, previews: list[TextPreview]) -> None:
         """Show live text: each preview is compared with what the message shows now (see ``_projection``)."""
-        merged = merge_previews([preview for preview in previews if preview.text])
+        merged = self._merged(previews)
         if not merged:
             return
-        if not self._texted:
-            self._first_text()
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 raise _Stop("done")
-            content = await self._locked_message(tx, call)
-            for preview in merged:
-                if content is None:
-                    return
-                content = await self._emit(tx, call, project(preview, content)) or content
+            await self._show_previews(tx, call, await self._locked_message(tx, call), merged)
 
-    async def _apply(self, batch: Sequence[tuple[int, str, Update]]) -> bool:
-        """Apply durable updates (``(index, replay hash, update)``, consecutive) in one transaction, in order;
-        whether the call is now terminal (an update after the one that ended it is not applied)."""
+    def _merged(self, previews: Sequence[TextPreview]) -> list[TextPreview]:
+        merged = merge_previews([preview for preview in previews if preview.text])
+        if merged and not self._texted:
+            self._first_text()
+        return merged
+
+    async def _show_previews(
+        self, tx: Transaction, call: HarnessCall, content: Model | None, merged: Sequence[TextPreview]
+    ) -> Model | None:
+        for preview in merged:
+            if content is None:
+                break
+            content = await self._emit(tx, call, project(preview, content)) or content
+        return content
+
+    async def _apply(self, batch: Sequence[tuple[int, str, Update]], previews: Sequence[TextPreview] = ()) -> bool:
+        """Apply durable updates (``(index, replay hash, update)``, consecutive) in one transaction, in order, after
+        showing ``previews`` (live text queued in front of them); whether the call is now terminal (an update after
+        the one that ended it is not applied)."""
+        merged = self._merged(previews)
         async with self._fenced() as (tx, call):
             if call.is_terminal:
                 raise _Stop("done")
             content = await self._locked_message(tx, call)
+            if merged:
+                content = await self._show_previews(tx, call, content, merged)
             for index, chain, update in batch:
                 call, content, ended = await self._apply_one(tx, call, content, index, chain, update)
                 if ended:
