@@ -12,7 +12,7 @@ import pytest
 from loopd.agentue import StreamState
 from loopd.server import streams as streams_module
 from loopd.server.storage import Database, NewMessage, open_database
-from loopd.server.streams import StreamStates, emit, emit_held, empty_model, open_message
+from loopd.server.streams import StreamStates, emit, emit_held, empty_model, open_message, store_held
 
 
 @pytest.fixture
@@ -180,3 +180,39 @@ def test_a_held_state_answers_its_own_transaction_then_everyone_once_surely_comm
     states.hold(unsure, later, StreamState(stream_id="maybe"))  # type: ignore[arg-type]
     unsure.commit()  # the callbacks run, but the COMMIT may not have happened: nothing is promoted
     assert states.get(later) is None
+
+
+async def test_emits_that_defer_the_content_store_it_once_per_transaction(db: Database) -> None:
+    message_id = await _message(db)
+    states = StreamStates()
+    async with db.transaction() as tx:
+        before = (await tx.messages.get(message_id)).revision
+        for batch in ([SET], [_piece("Hel")], [_piece("lo")]):
+            head, state, _ = await emit_held(tx, message_id, batch, states=states, store=False)
+            assert head.revision == before  # events only, so far
+        stored = await store_held(tx, message_id, states)
+        assert stored is not None and stored.revision == before + 1  # one content write for the three emits
+        assert await store_held(tx, message_id, states) is None  # nothing left to store
+        assert (await tx.messages.get(message_id)).content == state.model.to_json()  # type: ignore[union-attr]
+    async with db.transaction() as tx:
+        _, state, _ = await emit_held(tx, message_id, [_piece("!")], states=states)
+    async with db.transaction(read_only=True) as tx:
+        row = await tx.messages.get(message_id)
+        events = [e.event for e in await tx.message_events.read(message_id)]
+    assert row.content["blocks"][0]["text"] == "Hello!" and len(events) == 5  # start + four
+
+
+async def test_a_state_whose_content_was_not_stored_never_answers_after_its_transaction(db: Database) -> None:
+    message_id = await _message(db)
+    states = StreamStates()
+    async with db.transaction() as tx:
+        await emit_held(tx, message_id, [SET, _piece("a")], states=states)
+    async with db.transaction() as tx:
+        head = await tx.messages.lock_head(message_id)
+        _, state, _ = await emit_held(tx, message_id, [_piece("x")], states=states, store=False)
+        assert states.get(head, tx) is state and states.unsaved(message_id, tx) is state
+    # That transaction committed its event but (a writer bug) not the content: no later transaction trusts the
+    # state it held, so the content is rebuilt from what is stored.
+    async with db.transaction() as tx:
+        head = await tx.messages.lock_head(message_id)
+        assert states.get(head, tx) is not state and states.unsaved(message_id, tx) is None

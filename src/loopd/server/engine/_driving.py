@@ -257,13 +257,13 @@ class Drive:
         """Close the gates still open in the call's message; whether that message is still open (not terminal)."""
         if call.message_id is None:
             return False
-        message = await tx.messages.lock(call.message_id)
-        if message.status in streams.TERMINAL_STATUSES:
-            return False
-        events = closed_gates(message.content, f"the harness call ended ({phase})")
+        head, state = await streams.locked_state(tx, call.message_id, self._states)
+        if head.status in streams.TERMINAL_STATUSES or state.model is None:
+            return head.status not in streams.TERMINAL_STATUSES
+        events = closed_gates(state.model, f"the harness call ended ({phase})")
         if events:
-            await streams.emit(tx, message.id, events, bus=self._s.bus, allow_human_blocks=True)
-            self._handed.add(message.conversation_id)
+            await streams.emit_held(tx, head.id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states)
+            self._handed.add(head.conversation_id)
         return True
 
     async def _end(self, phase: HarnessPhase, error: dict[str, Any] | None) -> None:
@@ -586,8 +586,9 @@ class Drive:
         if not events or call.message_id is None:
             return None
         try:
+            # The content is stored once per transaction (`_store`), however many updates it shows.
             head, state, stored = await streams.emit_held(
-                tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states
+                tx, call.message_id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states, store=False
             )
             if not stored:
                 return None
@@ -598,6 +599,11 @@ class Drive:
         except InvalidRecord as exc:
             raise _ProjectionFailed(_error("projection_failed", str(exc))) from exc
 
+    async def _store(self, tx: Transaction, call: HarnessCall) -> None:
+        """Store the message content this transaction's emits left (they store only events; see `_emit`)."""
+        if call.message_id is not None:
+            await streams.store_held(tx, call.message_id, self._states)
+
     async def _apply_previews(self, previews: list[TextPreview]) -> None:
         """Show live text: each preview is compared with what the message shows now (see ``_projection``)."""
         merged = self._merged(previews)
@@ -607,6 +613,7 @@ class Drive:
             if call.is_terminal:
                 raise _Stop("done")
             await self._show_previews(tx, call, await self._locked_message(tx, call), merged)
+            await self._store(tx, call)
 
     def _merged(self, previews: Sequence[TextPreview]) -> list[TextPreview]:
         merged = merge_previews([preview for preview in previews if preview.text])
@@ -638,6 +645,7 @@ class Drive:
                 call, content, ended = await self._apply_one(tx, call, content, index, chain, update)
                 if ended:
                     return True
+            await self._store(tx, call)
             return False
 
     async def _apply_one(
@@ -665,9 +673,11 @@ class Drive:
                 if call.phase == "waiting_input":
                     call = await tx.harness_calls.update(call.id, phase="running")
             case Finished(content=result, format=form):
+                await self._store(tx, call)  # before the end reads and finishes the message
                 await self._end_in(tx, call, "succeeded", None, {"format": form, "content": result})
                 return call, content, True
             case Failed(code=code, message=message, phase=phase):
+                await self._store(tx, call)
                 await self._end_in(tx, call, phase, _error(code, message))
                 return call, content, True
             case TextSet() if not self._texted:

@@ -17,6 +17,7 @@ from loopd.server.streams._log import (
     locked_state,
     open_message,
     state_of,
+    store_held,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "locked_state",
     "open_message",
     "state_of",
+    "store_held",
 ]

@@ -119,15 +119,16 @@ class StreamStates:
 
     A state the writer's own open transaction made (`hold`) answers only inside that transaction; once it has
     surely committed it answers everyone at the exact revision it was made at (every write of a message bumps its
-    revision), so a rolled-back, possibly-committed or foreign write never answers for another. The newest
-    ``limit`` messages are kept."""
+    revision), so a rolled-back, possibly-committed or foreign write never answers for another. A state whose
+    content is not stored yet (`emit_held` with ``store=False``, before `store_held`) answers inside its
+    transaction only, and never after it. The newest ``limit`` messages are kept."""
 
     def __init__(self, limit: int = 16) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self._limit = limit
         self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
-        self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState]] = OrderedDict()
+        self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState, bool]] = OrderedDict()
 
     def get(self, message: Message | MessageHead, tx: Transaction | None = None) -> StreamState | None:
         """The state of ``message`` at its current revision, if this writer made it (in ``tx``, or committed)."""
@@ -141,6 +142,13 @@ class StreamStates:
         self._states.move_to_end(message.id)
         return found[1]
 
+    def unsaved(self, message_id: str, tx: Transaction) -> StreamState | None:
+        """The state ``tx`` holds for the message whose content it has not stored yet, if any."""
+        pending = self._pending.get(message_id)
+        if pending is None or pending[0]() is not tx or pending[3]:
+            return None
+        return pending[2]
+
     def put(self, message: Message | MessageHead, state: StreamState) -> None:
         """``state`` is what ``message`` (at its revision) holds, committed."""
         self._states[message.id] = (message.revision, state)
@@ -148,20 +156,24 @@ class StreamStates:
         while len(self._states) > self._limit:
             self._states.popitem(last=False)
 
-    def hold(self, tx: Transaction, message: Message | MessageHead, state: StreamState) -> None:
-        """``state`` is what ``message`` holds at its revision inside ``tx``: it answers there at once, and for
-        everyone once ``tx`` has surely committed."""
-        self._pending[message.id] = (weakref.ref(tx), message.revision, state)
+    def hold(self, tx: Transaction, message: Message | MessageHead, state: StreamState, *, stored: bool = True) -> None:
+        """``state`` is what ``message`` holds at its revision inside ``tx``: it answers there at once, and (when
+        its content is ``stored``) for everyone once ``tx`` has surely committed."""
+        self._pending[message.id] = (weakref.ref(tx), message.revision, state, stored)
         self._pending.move_to_end(message.id)
         while len(self._pending) > self._limit:
             self._pending.popitem(last=False)
+        if not stored:
+            return
 
         def committed() -> None:
-            if not tx.outcome_unknown:
-                self.put(message, state)
             held = self._pending.get(message.id)
             if held is not None and held[0]() is tx:
                 del self._pending[message.id]
+                if held[2] is not state:  # a later hold of this transaction replaced it (and decides for itself)
+                    return
+            if not tx.outcome_unknown:
+                self.put(message, state)
 
         tx.after_commit(committed)
 
@@ -246,26 +258,46 @@ async def emit_held(
     states: StreamStates,
     bus: ConversationBus | None = None,
     allow_human_blocks: bool = False,
+    store: bool = True,
 ) -> tuple[MessageHead, StreamState, list[MessageEvent]]:
     """`emit` for a writer that keeps the stream's state (``states``): it neither reads nor returns the content as
     JSON. The message row is locked without its content, the events fold into the held state, and the new content
     is stored as the model's `json_text` (each block encoded once in its life), so an event costs about the same
     however long the answer has grown. Returns the message's head, its state and the stored events; the same
-    errors as `emit`."""
+    errors as `emit`.
+
+    ``store=False`` stores the events but not yet the content: a writer emitting several times in one transaction
+    stores the content once, with `store_held`, which it must call before the transaction ends (and before anyone
+    else in the transaction reads or writes the message)."""
     head, state = await locked_state(tx, message_id, states)
     if head.status in TERMINAL_STATUSES:
         raise Conflict(f"message {message_id} is {head.status}; its stream has ended")
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
     stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
     if stored:
-        assert state.model is not None
-        head = await tx.messages.write_content(
-            message_id, expected_revision=head.revision, text=state.model.json_text()
-        )
         if bus is not None:
             _hand_over(tx, bus, head.conversation_id, stored)
-        states.hold(tx, head, state)
+        if store:
+            head = await _store(tx, head, state, states)
+        else:
+            states.hold(tx, head, state, stored=False)
     return head, state, stored
+
+
+async def store_held(tx: Transaction, message_id: str, states: StreamStates) -> MessageHead | None:
+    """Store the content of a message whose events ``tx`` emitted with ``store=False`` (see `emit_held`); None when
+    there is nothing to store."""
+    state = states.unsaved(message_id, tx)
+    if state is None:
+        return None
+    return await _store(tx, await tx.messages.lock_head(message_id), state, states)
+
+
+async def _store(tx: Transaction, head: MessageHead, state: StreamState, states: StreamStates) -> MessageHead:
+    assert state.model is not None
+    head = await tx.messages.write_content(head.id, expected_revision=head.revision, text=state.model.json_text())
+    states.hold(tx, head, state)
+    return head
 
 
 def _refuse_human(body: Mapping[str, Any]) -> None:
