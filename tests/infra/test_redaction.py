@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopd._infra.redaction import REDACTED, RedactionPatternError, Redactor, is_secret_name
@@ -54,3 +54,19 @@ def test_a_secret_split_across_stream_parts_never_survives(cuts: list[int], pref
     joined = "".join(clean)
     assert KEY not in joined and KEY[:12] not in joined
     assert joined.endswith(f"my key is {REDACTED} and nothing else")
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        "sk-", "abcdefghijklmnop1234", "AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "xoxb-", "glpat-", "Bearer ", "basic ",
+        "api_key", "API-KEY", "secret", "token", "password", "passwd", "=", ": ", '"', "'", " ", "\n", "x",
+        "-----BEGIN ", "RSA PRIVATE KEY-----", "-----END ", "hello", "0123456789", "ſecret", "\u212aEY", "baſic ",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=12).map("".join))
+def test_text_that_no_rule_matches_skips_the_substitutions_and_nothing_else_changes(text: str) -> None:
+    # A configured pattern that never matches sends every string through every substitution: the reference.
+    assert Redactor().text(text) == Redactor(["(?!)"]).text(text)

@@ -28,12 +28,38 @@ BUILTIN_PATTERNS: Final = (
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bglpat-[A-Za-z0-9_\-]{20,}",
 )
-_CREDENTIAL: Final = re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/\-]{8,}=*")
-_CREDENTIAL_VALUE: Final = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
-_ASSIGNMENT: Final = re.compile(
-    r"(?i)\b([A-Za-z0-9_\-]*(?:api[_\-]?key|secret|token|passw(?:or)?d)[A-Za-z0-9_\-]*)"
+_CREDENTIAL_TEXT: Final = r"\b(bearer|basic)(\s+)[A-Za-z0-9._~+/\-]{8,}=*"
+_ASSIGNMENT_TEXT: Final = (
+    r"\b([A-Za-z0-9_\-]*(?:api[_\-]?key|secret|token|passw(?:or)?d)[A-Za-z0-9_\-]*)"
     r"(\"?'?\s*[:=]\s*\"?'?)([^\s\"',;&]{6,})"
 )
+_CREDENTIAL: Final = re.compile(_CREDENTIAL_TEXT, re.IGNORECASE)
+_CREDENTIAL_VALUE: Final = re.compile(r"(?i)\b(bearer|basic)(\s+)([A-Za-z0-9._~+/\-]{8,}=*)")
+_ASSIGNMENT: Final = re.compile(_ASSIGNMENT_TEXT, re.IGNORECASE)
+_ANY_BUILTIN: Final = re.compile(
+    "|".join(
+        [f"(?:{pattern})" for pattern in BUILTIN_PATTERNS] + [f"(?i:{_CREDENTIAL_TEXT})", f"(?i:{_ASSIGNMENT_TEXT})"]
+    )
+)
+"""Whether any built-in rule can match: one scan that lets text holding no secret (nearly all of it) skip the
+rules' substitutions. A string no alternative matches anywhere is one no single rule matches, and so one the
+substitutions, in turn, leave as it is."""
+_MARKERS: Final = (
+    "-----begin", "sk-", "akia", "gh", "xox", "glpat-", "bearer", "basic", "key", "secret", "token", "passw",
+)  # fmt: skip
+"""Every built-in rule's match contains one of these, lower-cased: ASCII text holding none of them skips even
+`_ANY_BUILTIN`'s scan (whose name-before-a-value rule backtracks over long words). Other text is always scanned:
+case-insensitive matching also pairs some non-ASCII letters with ASCII ones (``ſ`` with ``s``, ``K`` with ``k``)."""
+
+
+def _may_hold_builtin(value: str) -> bool:
+    if value.isascii():
+        lowered = value.lower()
+        if not any(marker in lowered for marker in _MARKERS):
+            return False
+    return _ANY_BUILTIN.search(value) is not None
+
+
 _SECRET_NAME: Final = re.compile(
     r"(?i)(?:x-)?(?:[a-z]+[_\-])?(?:api[_\-]?key|secret|(?:access|refresh|auth|id|bearer)?[_\-]?token|passw(?:or)?d|"
     r"authorization|credentials?)"
@@ -62,6 +88,7 @@ class Redactor:
                     f"redaction pattern {pattern!r} is not a regular expression: {exc}"
                 ) from None
         self._patterns = tuple(compiled)
+        self._configured = len(compiled) > len(BUILTIN_PATTERNS)
         # Longest first, so a secret that contains another is removed whole.
         self._literals = tuple(sorted({v for v in literals if len(v) >= MIN_LITERAL}, key=len, reverse=True))
 
@@ -69,15 +96,20 @@ class Redactor:
         """This redactor, also removing ``literals`` (the patterns are not compiled again)."""
         twin = Redactor.__new__(Redactor)
         twin._patterns = self._patterns
+        twin._configured = self._configured
         merged = {*self._literals, *(v for v in literals if len(v) >= MIN_LITERAL)}
         twin._literals = tuple(sorted(merged, key=len, reverse=True))
         return twin
 
     def text(self, value: str) -> str:
         """``value`` without the secrets it holds."""
+        literal_found = False
         for literal in self._literals:
             if literal in value:
                 value = value.replace(literal, REDACTED)
+                literal_found = True
+        if not literal_found and not self._configured and not _may_hold_builtin(value):
+            return value  # no rule can match (see `_ANY_BUILTIN` and `_MARKERS`)
         for pattern in self._patterns:
             value = pattern.sub(REDACTED, value)
         value = _CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)

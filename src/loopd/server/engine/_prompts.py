@@ -200,11 +200,13 @@ class PromptLog:
         """The head segment of ``messages``: a new segment over the longest earlier chain they extend."""
         parent: ArtifactRef | None = None
         start = 0
-        for known, ref in self._chains:
-            if start < len(known) <= len(messages) and all(
-                a is b or a == b for a, b in zip(known, messages[: len(known)], strict=True)
-            ):
+        # The longest chain first (usually the session's previous call, which this one extends): the first that
+        # matches is the one to extend. Tuple equality compares in C, by identity first (a history shares its
+        # messages), so a long history costs one pass, not one Python-level comparison per message per chain.
+        for known, ref in sorted(self._chains, key=lambda chain: len(chain[0]), reverse=True):
+            if len(known) <= len(messages) and messages[: len(known)] == known:
                 parent, start = ref, len(known)
+                break
         if parent is not None and start == len(messages):
             return parent
         if not messages:
