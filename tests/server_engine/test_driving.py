@@ -281,3 +281,42 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     }
     structure = await SqlLedgerStore(sqlite_db).structure(Scope(harness_call_id=call_id))
     assert sum(1 for action in structure.actions if action.type == "model_call") == 1
+
+
+async def test_a_drive_ensures_its_ledger_actors_once_not_in_every_transaction(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopd.server.ledger import _sql
+
+    ensured: list[str | None] = []
+    original = _sql._LedgerSql.ensure_actor
+
+    async def counting(self: _sql._LedgerSql, actor: _sql.Actor) -> _sql.Actor:
+        ensured.append(actor.key)
+        return await original(self, actor)
+
+    monkeypatch.setattr(_sql._LedgerSql, "ensure_actor", counting)
+    adapter = ScriptedAdapter(
+        script=scripted(
+            ToolStarted("c1", "echo", {"text": "a"}),
+            None,
+            ToolFinished("c1", "echo", "completed", "a"),
+            None,
+            ModelCalled("m", input_tokens=10, output_tokens=5, cost_usd=0.25),
+            None,
+            TextSet("done"),
+            Finished("done"),
+        )
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        for applied in (1, 2, 3):  # one transaction per update: each waits for the last to be applied
+
+            async def reached(at: int = applied) -> bool:
+                return (await engine.get(call_id)).checkpoint >= at
+
+            await until(reached)
+            adapter.last_run(call_id).release()
+        call = await until_phase(engine, call_id, "succeeded")
+    assert call.checkpoint == 5
+    assert sorted(key or "" for key in ensured) == ["harness:scripted", "loopd:harness-engine"]

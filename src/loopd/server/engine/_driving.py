@@ -194,6 +194,7 @@ class Drive:
         self._stopping = False
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
+        self._actor_ids: dict[str, str] = {}  # ledger actor key → id, ensured by a committed transaction
         self._states = streams.StreamStates()  # the call message's stream state this drive left (see emit)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
@@ -214,7 +215,13 @@ class Drive:
 
     def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
         return Trail(
-            tx, call, task_id=self._task_id, effect=self._effect, clock=self._s.clock, redactor=self._s.redactor
+            tx,
+            call,
+            task_id=self._task_id,
+            effect=self._effect,
+            clock=self._s.clock,
+            redactor=self._s.redactor,
+            actors=self._actor_ids,  # ledger actors are never removed: ensured once per drive, not per transaction
         )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:

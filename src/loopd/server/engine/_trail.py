@@ -108,7 +108,10 @@ class Trail:
         effect: tuple[EffectKind, Idempotency],
         clock: Clock,
         redactor: Redactor | None = None,
+        actors: dict[str, str] | None = None,
     ) -> None:
+        self._tx = tx
+        self._known_actors = actors
         self._store = SqlLedgerStore.within(tx)
         self._redactor = redactor
         self._call = call
@@ -125,11 +128,23 @@ class Trail:
 
     async def _actors(self) -> tuple[str, str]:
         if self._engine_actor is None or self._harness_actor is None:
+            known = self._known_actors
+            harness_key = f"harness:{self._call.target}"
+            if known is not None and ENGINE_ACTOR_KEY in known and harness_key in known:
+                self._engine_actor, self._harness_actor = known[ENGINE_ACTOR_KEY], known[harness_key]
+                return self._engine_actor, self._harness_actor
             engine = await self._store.ensure_actor(Actor(type="orchestrator", key=ENGINE_ACTOR_KEY, framework="loopd"))
-            harness = await self._store.ensure_actor(
-                Actor(type="harness", key=f"harness:{self._call.target}", framework="loopd")
-            )
+            harness = await self._store.ensure_actor(Actor(type="harness", key=harness_key, framework="loopd"))
             self._engine_actor, self._harness_actor = engine.id, harness.id
+            if known is not None:
+                ids = {ENGINE_ACTOR_KEY: engine.id, harness_key: harness.id}
+                tx = self._tx
+
+                def remember() -> None:  # only once surely stored: an actor a rolled-back write made does not exist
+                    if not tx.outcome_unknown:
+                        known.update(ids)
+
+                tx.after_commit(remember)
         return self._engine_actor, self._harness_actor
 
     def _event(self, event_type: str, subject: str, actor: str, payload: dict[str, Any] | None = None) -> NewEvent:
