@@ -38,11 +38,8 @@ def _piece(text: str) -> dict[str, Any]:
 SET = {"op": "set", "block": {"id": "answer", "type": "text", "text": ""}}
 
 
-async def test_emits_through_the_cache_store_what_emits_without_it_store(
-    db: Database, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cached, plain = await _message(db), await _message(db)
-    states = StreamStates()
+def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the messages whose stream state is rebuilt from the stored snapshot, in order."""
     rebuilt: list[str] = []
     real_state_of = streams_module._log.state_of
 
@@ -51,6 +48,15 @@ async def test_emits_through_the_cache_store_what_emits_without_it_store(
         return await real_state_of(tx, message)
 
     monkeypatch.setattr(streams_module._log, "state_of", counting_state_of)
+    return rebuilt
+
+
+async def test_emits_through_the_cache_store_what_emits_without_it_store(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cached, plain = await _message(db), await _message(db)
+    states = StreamStates()
+    rebuilt = _count_rebuilds(monkeypatch)
     for batch in ([SET], [_piece("Hel")], [_piece("lo")], [_piece(", "), _piece("world")]):
         async with db.transaction() as tx:
             await emit(tx, cached, batch, states=states)
@@ -103,14 +109,7 @@ async def test_emit_held_stores_what_emit_stores_and_reads_the_snapshot_once(
     # transaction (before its commit) and after it, so only the very first emit rebuilds it from the stored snapshot.
     held, plain = await _message(db), await _message(db)
     states = StreamStates()
-    rebuilt: list[str] = []
-    real_state_of = streams_module._log.state_of
-
-    async def counting_state_of(tx: Any, message: Any) -> StreamState:
-        rebuilt.append(message.id)
-        return await real_state_of(tx, message)
-
-    monkeypatch.setattr(streams_module._log, "state_of", counting_state_of)
+    rebuilt = _count_rebuilds(monkeypatch)
     for batches in ([[SET], [_piece("Hel")]], [[_piece("lo")]], [[_piece(", ")], [], [_piece("world")]]):
         async with db.transaction() as tx:
             for batch in batches:
