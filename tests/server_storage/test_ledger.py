@@ -28,6 +28,7 @@ from loopd.server.ledger import (
     RevisionConflict,
     Scope,
     SqlLedgerStore,
+    SubjectKind,
     Turn,
     Usage,
     completed,
@@ -35,6 +36,7 @@ from loopd.server.ledger import (
     requested,
     subject_kind,
 )
+from loopd.server.ledger._rules import check_batch
 from loopd.server.storage import Conflict, Database, InvalidRecord, NotFound
 
 
@@ -351,3 +353,49 @@ async def test_ledger_writes_join_the_callers_transaction(db: Database) -> None:
     async with db.transaction() as tx:
         await SqlLedgerStore.within(tx).append(w.lane.id, 0, "in-tx", [started(w)])
     assert [e.append_id for e in await setup.load_lane(w.lane.id)] == ["in-tx"]
+
+
+async def test_a_lanes_one_writer_appends_after_whatever_it_holds(ledger: LedgerStore) -> None:
+    # `append_next` reads the lane's last seq under its lock (the writer would only have read it first); a replay
+    # of the same append returns its first receipt, as `append` does.
+    assert isinstance(ledger, SqlLedgerStore)
+    w = await world(ledger)
+    opening = [started(w)]
+    first = await ledger.append_next(w.lane.id, "n1", opening)
+    second = await ledger.append_next(w.lane.id, "n2", [NewEvent(EventType.ACTION_STARTED, w.action.id, w.actor.id)])
+    assert (first.first_seq, second.first_seq, second.last_seq) == (1, 2, 2)
+    assert await ledger.append_next(w.lane.id, "n1", opening) == first
+    assert (await ledger.get_lane(w.lane.id)).last_seq == 2
+
+
+async def test_a_batch_checks_each_subject_and_actor_once() -> None:
+    # Events of one batch often share their subject and actor: the stored facts are looked up once for each.
+    lane = Lane(session_id="s1", run_id="run-1", name="main", id="lane-1")
+    calls: list[str] = []
+
+    class Counting:
+        async def entity_lane(self, kind: SubjectKind, entity_id: str) -> str | None:
+            calls.append(f"entity {entity_id}")
+            return "lane-1"
+
+        async def lane_session(self, lane_id: str) -> str | None:
+            return "s1"
+
+        async def event_session(self, event_id: str) -> str | None:
+            return None
+
+        async def actor_exists(self, actor_id: str) -> bool:
+            calls.append(f"actor {actor_id}")
+            return True
+
+        async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
+            return (False, False)
+
+    events = [
+        NewEvent(EventType.ACTION_STARTED, "action-1", "actor-1"),
+        NewEvent(EventType.ACTION_COMPLETED, "action-1", "actor-1"),
+        NewEvent(EventType.ACTION_STARTED, "action-2", "actor-1"),
+    ]
+    await check_batch(lane, events, Counting())
+    assert calls.count("entity action-1") == 1 and calls.count("entity action-2") == 1
+    assert calls.count("actor actor-1") == 1

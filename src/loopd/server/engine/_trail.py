@@ -151,8 +151,7 @@ class Trail:
         return NewEvent(event_type, subject, actor, payload=payload or {}, occurred_at=self._clock.now())
 
     async def _append(self, append_key: str, events: Sequence[NewEvent]) -> None:
-        lane = await self._store.get_lane(self.lane_id)
-        await self._store.append(self.lane_id, lane.last_seq, trail_id(self._call.id, "append", append_key), events)
+        await self._store.append_next(self.lane_id, trail_id(self._call.id, "append", append_key), events)
 
     def _redacted(self, value: Any) -> Any:
         return self._redactor.value(value) if self._redactor is not None else value

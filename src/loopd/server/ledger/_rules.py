@@ -172,6 +172,8 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
     seen: set[str] = set()
     requested: set[str] = set()
     finished: set[str] = set()
+    subjects: set[tuple[SubjectKind, str]] = set()
+    actors: set[str] = set()
     usages: list[Usage | None] = []
     for event in events:
         if not isinstance(event, NewEvent):
@@ -184,9 +186,13 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
         require_object(event.extensions, "event extensions")
         if event.id in seen or await lookups.event_session(event.id) is not None:
             raise Conflict(f"event id {event.id} is already used")
-        await _check_subject(lane, kind, event, lookups)
-        if not await lookups.actor_exists(event.actor_id):
-            raise NotFound(f"actor {event.actor_id} not found")
+        if (kind, event.subject_id) not in subjects:  # a batch's events often share a subject: checked once
+            await _check_subject(lane, kind, event, lookups)
+            subjects.add((kind, event.subject_id))
+        if event.actor_id not in actors:
+            if not await lookups.actor_exists(event.actor_id):
+                raise NotFound(f"actor {event.actor_id} not found")
+            actors.add(event.actor_id)
         if event.causation_id is not None and event.causation_id not in seen:
             cause_session = await lookups.event_session(event.causation_id)
             if cause_session is None:

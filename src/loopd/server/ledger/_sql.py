@@ -424,12 +424,17 @@ class _LedgerSql:
     # -- events ----------------------------------------------------------------------------------------------
 
     async def append(
-        self, lane_id: str, expected_last_seq: int, append_id: str, events: Sequence[NewEvent]
+        self, lane_id: str, expected_last_seq: int | None, append_id: str, events: Sequence[NewEvent]
     ) -> AppendReceipt:
-        check_expected_seq(expected_last_seq)
+        """Append ``events`` after ``expected_last_seq`` (None: after whatever the lane holds now, read under its
+        lock — for a writer that owns the lane and would only have read it first)."""
+        if expected_last_seq is not None:
+            check_expected_seq(expected_last_seq)
         events = list(events)
         digest = batch_digest(events)
         lane = await self.get_lane(lane_id, lock=True)
+        if expected_last_seq is None:
+            expected_last_seq = lane.last_seq
         row = await self._tx.fetch_one(
             "SELECT id, lane_id, digest, first_seq, last_seq, event_ids, committed_at FROM ledger_appends WHERE id = ?",
             (append_id,),
@@ -810,6 +815,12 @@ class SqlLedgerStore:
     ) -> AppendReceipt:
         async with self._sql() as sql:
             return await sql.append(lane_id, expected_last_seq, append_id, events)
+
+    async def append_next(self, lane_id: str, append_id: str, events: Sequence[NewEvent]) -> AppendReceipt:
+        """`append` after whatever the lane holds now (read under the lane's lock, in the same statement sequence):
+        for the lane's one writer, which would otherwise read the lane only to name its last seq."""
+        async with self._sql() as sql:
+            return await sql.append(lane_id, None, append_id, events)
 
     async def load_lane(self, lane_id: str, after_seq: int = 0) -> list[Event]:
         async with self._sql(read_only=True) as sql:
