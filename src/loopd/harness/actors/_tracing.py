@@ -25,6 +25,7 @@ from loopd.harness.core.events import LoopEvent, TurnDone, TurnFailed, TurnInter
 from loopd.harness.core.inputs import ModelCompleted, ModelFailed
 
 _REMEMBERED_INPUTS: Final = 64
+_TURN_BOUNDARIES: Final = frozenset({TurnStarted, TurnDone, TurnFailed, TurnInterrupted})
 
 
 async def _run_in(span: Span, work: Coroutine[Any, Any, None]) -> None:
@@ -74,6 +75,8 @@ class LoopTracing:
 
     def observe(self, event: LoopEvent) -> None:
         """Open a turn's span at `TurnStarted`; close it at the turn's terminal event."""
+        if type(event) not in _TURN_BOUNDARIES:
+            return  # most events (every step's) concern no turn span: one set lookup, not four pattern tests
         match event:
             case TurnStarted(turn_id=turn_id, inputs=inputs):
                 parent = None
