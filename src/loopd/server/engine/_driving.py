@@ -195,7 +195,7 @@ class Drive:
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
         self._actor_ids: dict[str, str] = {}  # ledger actor key → id, ensured by a committed transaction
-        self._states = streams.StreamStates()  # the call message's stream state this drive left (see emit)
+        self._states = streams.StreamStates()  # the call message's stream state this drive holds (see emit_held)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
     def stop(self) -> None:
@@ -265,9 +265,9 @@ class Drive:
         if call.message_id is None:
             return False
         head, state = await streams.locked_state(tx, call.message_id, self._states)
-        if head.status in streams.TERMINAL_STATUSES or state.model is None:
-            return head.status not in streams.TERMINAL_STATUSES
-        events = closed_gates(state.model, f"the harness call ended ({phase})")
+        if head.status in streams.TERMINAL_STATUSES:
+            return False
+        events = closed_gates(state.model, f"the harness call ended ({phase})") if state.model is not None else []
         if events:
             await streams.emit_held(tx, head.id, events, bus=self._s.bus, allow_human_blocks=True, states=self._states)
             self._handed.add(head.conversation_id)
