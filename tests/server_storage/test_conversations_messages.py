@@ -206,3 +206,58 @@ async def test_an_update_returns_what_a_fresh_read_returns(db: Database) -> None
         assert updated == await tx.messages.get(response.id)
         only_status = await tx.messages.update(response.id, expected_revision=updated.revision, delivery_state="closed")
         assert only_status == await tx.messages.get(response.id)
+
+
+async def test_a_snapshot_with_a_tail_reads_as_the_fold_of_every_event(db: Database) -> None:
+    """`advance` stores events without a new snapshot; every read (get, lock, lists, an update's result) folds the
+    tail onto the stored snapshot, and a content write leaves no tail."""
+    empty = {"version": "1.1", "biz": "chat", "meta": {}, "blocks": []}
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        _, response = await question(tx, conversation, "t1")
+        await tx.message_events.append(response.id, 1, {"op": "start", "seq": 1, "model": empty})
+        await tx.message_events.append(
+            response.id, 2, {"op": "set", "seq": 2, "block": {"id": "a", "type": "text", "text": "He"}}
+        )
+        head = await tx.messages.lock_head(response.id)
+        head = await tx.messages.write_content(
+            response.id,
+            expected_revision=head.revision,
+            text='{"version":"1.1","biz":"chat","meta":{},"blocks":[{"id":"a","type":"text","text":"He"}]}',
+        )
+        assert head.content_seq is None
+    async with db.transaction() as tx:
+        for seq, text in ((3, "ll"), (4, "o")):
+            event = {"op": "append", "seq": seq, "mask": "block.text", "block": {"id": "a", "text": text}}
+            await tx.message_events.append(response.id, seq, event)
+        head = await tx.messages.advance(response.id, expected_revision=head.revision, content_seq=2)
+        assert (head.revision, head.content_seq) == (response.revision + 2, 2)
+        await tx.message_events.append(
+            response.id, 5, {"op": "set", "seq": 5, "block": {"id": "b", "type": "text", "text": "!"}}
+        )
+        # A later advance keeps where the tail starts: the stored snapshot still folds only up to seq 2.
+        head = await tx.messages.advance(response.id, expected_revision=head.revision, content_seq=4)
+        assert head.content_seq == 2
+        with pytest.raises(Conflict):
+            await tx.messages.advance(response.id, expected_revision=head.revision - 1, content_seq=5)
+        with pytest.raises(InvalidRecord):
+            await tx.messages.advance(response.id, expected_revision=head.revision, content_seq=0)
+    folded = [{"id": "a", "type": "text", "text": "Hello"}, {"id": "b", "type": "text", "text": "!"}]
+    async with db.transaction() as tx:
+        reads = [
+            await tx.messages.get(response.id),
+            await tx.messages.lock(response.id),
+            *[m for m in await tx.messages.list_conversation(conversation.id) if m.id == response.id],
+            *[m for m in await tx.messages.list_task("t1") if m.id == response.id],
+        ]
+        assert all(m.content["blocks"] == folded and m.revision == head.revision for m in reads)
+        moved = await tx.messages.update(response.id, expected_revision=head.revision, delivery_state="closing")
+        assert moved.content["blocks"] == folded  # the tail stays, and the result folds it
+        assert (await tx.messages.lock_head(response.id)).content_seq == 2
+        rewritten = await tx.messages.update(
+            response.id, expected_revision=moved.revision, content={**empty, "blocks": folded}
+        )
+        assert (await tx.messages.lock_head(response.id)).content_seq is None
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.messages.get(response.id)
+    assert stored.content["blocks"] == folded and stored.revision == rewritten.revision

@@ -209,7 +209,7 @@ async def test_a_state_whose_content_was_not_stored_never_answers_after_its_tran
     async with db.transaction() as tx:
         head = await tx.messages.lock_head(message_id)
         _, state, _ = await emit_held(tx, message_id, [_piece("x")], states=states, store=False)
-        assert states.get(head, tx) is state and states.unsaved(message_id, tx) is state
+        assert states.get(head, tx) is state and states.unsaved(message_id, tx) == (state, 3)
     # That transaction committed its event but (a writer bug) not the content: no later transaction trusts the
     # state it held, so the content is rebuilt from what is stored.
     async with db.transaction() as tx:

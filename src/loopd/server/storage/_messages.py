@@ -4,6 +4,12 @@ Table ``messages`` (id UUIDv7 = paging cursor, conversation_id, task_id, kind, a
 purpose, status, revision, content JSON, delivery_state, completion JSON, human_due_at, created_at, updated_at).
 Updates are compare-and-set on ``revision`` (each one bumps it); ``lock`` takes the row lock that serializes
 output creation, Human transitions and completion of a Task on its response row.
+
+Snapshot and tail: a writer of a long stream may store events without rewriting the whole content each time
+(`advance`); the row then names the last event seq its stored content folds (``content_seq``) and the events after
+it are its tail. Every read folds the tail in (the AgentUE reducer; the events were checked when they were stored),
+so a reader always gets the content as of the message's last event; a content write (`update`, `write_content`)
+stores a snapshot with no tail again.
 Must not do: validate AgentUE content (the layer above does), or order events (``_message_events``).
 """
 
@@ -11,6 +17,8 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any, cast
+
+from loopd.agentue import AgentUEError, StreamState, event_from_json, reduce
 
 from ._errors import Conflict, InvalidRecord, NotFound
 from ._records import (
@@ -43,10 +51,11 @@ from ._values import (
 
 _COLUMNS = (
     "id, conversation_id, task_id, kind, actor_key, reply_to_message_id, purpose, status, revision, content, "
-    "delivery_state, completion, human_due_at, created_at, updated_at"
+    "delivery_state, completion, human_due_at, created_at, updated_at, content_seq"
 )
+_CONTENT_SEQ = 15  # the index of ``content_seq`` in a row of `_COLUMNS`
 
-_HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state"
+_HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state, content_seq"
 
 
 def _head(row: tuple[Any, ...]) -> MessageHead:
@@ -56,6 +65,7 @@ def _head(row: tuple[Any, ...]) -> MessageHead:
         status=cast(MessageStatus, row[2]),
         revision=int(row[3]),
         delivery_state=cast(DeliveryState, row[4]),
+        content_seq=None if row[5] is None else int(row[5]),
     )
 
 
@@ -80,9 +90,37 @@ def _message(row: tuple[Any, ...], content: dict[str, Any] | None = None) -> Mes
     )
 
 
+def _folded(message_id: str, content: dict[str, Any], content_seq: int, tail: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """``content`` (the snapshot at ``content_seq``) with the ``tail`` rows (seq, event JSON) folded in."""
+    try:
+        state = StreamState.of(content, seq=content_seq)
+        for seq, body in tail:
+            event = event_from_json(loads(body))
+            if event.seq != int(seq):
+                raise InvalidRecord(f"message {message_id}: event {seq} is stored with seq {event.seq}")
+            state = reduce(state, event)
+    except AgentUEError as exc:
+        raise InvalidRecord(f"message {message_id}: its stored events do not fold onto its snapshot: {exc}") from exc
+    assert state.model is not None
+    return state.model.to_json()
+
+
 class Messages:
     def __init__(self, tx: TransactionCore) -> None:
         self._tx = tx
+
+    async def _read(self, row: tuple[Any, ...]) -> Message:
+        """A row of `_COLUMNS` as a `Message` whose content folds every stored event (its tail, when it has one)."""
+        content_seq = row[_CONTENT_SEQ]
+        if content_seq is None:
+            return _message(row)
+        tail = await self._tx.fetch(
+            "SELECT seq, event FROM message_events WHERE message_id = ? AND seq > ? ORDER BY seq", (row[0], content_seq)
+        )
+        return _message(row, _folded(str(row[0]), loads(row[9]), int(content_seq), tail))
+
+    async def _read_all(self, rows: list[tuple[Any, ...]]) -> list[Message]:
+        return [await self._read(row) for row in rows]
 
     async def insert(self, new: NewMessage) -> Message:
         """Store a new message at revision 1 in an existing conversation."""
@@ -100,7 +138,7 @@ class Messages:
         message_id = self._tx.new_id() if new.id is None else require_text(new.id, "message id")
         now = time_text(self._tx.now())
         inserted = await self._tx.execute(
-            f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, '', NULL, ?, ?, ?) "
+            f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, '', NULL, ?, ?, ?, NULL) "
             "ON CONFLICT DO NOTHING",
             (
                 message_id,
@@ -125,7 +163,7 @@ class Messages:
         row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,))
         if row is None:
             raise NotFound(f"message {message_id} not found")
-        return _message(row)
+        return await self._read(row)
 
     async def lock(self, message_id: str) -> Message:
         """Read a message and hold its row lock until the transaction ends (the Task's shared lock)."""
@@ -134,7 +172,7 @@ class Messages:
         )
         if row is None:
             raise NotFound(f"message {message_id} not found")
-        return _message(row)
+        return await self._read(row)
 
     async def lock_head(self, message_id: str) -> MessageHead:
         """`lock` without the content (nothing of a long answer is read or decoded): for a writer that keeps the
@@ -151,9 +189,25 @@ class Messages:
         `json_text`), if the stored revision is ``expected_revision``; the revision becomes one larger. A
         different stored revision is a ``Conflict``, as in `update`."""
         rows = await self._tx.fetch(
-            "UPDATE messages SET content = ?, revision = revision + 1, updated_at = ? WHERE id = ? AND revision = ? "
-            f"RETURNING {_HEAD_COLUMNS}",
+            "UPDATE messages SET content = ?, content_seq = NULL, revision = revision + 1, updated_at = ? "
+            f"WHERE id = ? AND revision = ? RETURNING {_HEAD_COLUMNS}",
             (text, time_text(self._tx.now()), message_id, expected_revision),
+        )
+        if not rows:
+            await self._conflict(message_id, expected_revision)
+        return _head(rows[0])
+
+    async def advance(self, message_id: str, *, expected_revision: int, content_seq: int) -> MessageHead:
+        """Events were stored without a new content snapshot: the revision becomes one larger (compare-and-set, as
+        in `update`), and the row remembers that its stored content folds the events up to ``content_seq`` (kept
+        when it already names an earlier one). Reads fold the events after it (the tail) until the next content
+        write. Only a row's small columns change: a long answer is not rewritten."""
+        if isinstance(content_seq, bool) or not isinstance(content_seq, int) or content_seq < 1:
+            raise InvalidRecord(f"content_seq must be a positive integer, not {content_seq!r}")
+        rows = await self._tx.fetch(
+            "UPDATE messages SET content_seq = COALESCE(content_seq, ?), revision = revision + 1, updated_at = ? "
+            f"WHERE id = ? AND revision = ? RETURNING {_HEAD_COLUMNS}",
+            (content_seq, time_text(self._tx.now()), message_id, expected_revision),
         )
         if not rows:
             await self._conflict(message_id, expected_revision)
@@ -172,7 +226,7 @@ class Messages:
             f"SELECT {_COLUMNS} FROM messages WHERE conversation_id = ? AND id > ? ORDER BY id LIMIT ?",
             (conversation_id, after or "", limit),
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def list_through(self, conversation_id: str, through_id: str, *, limit: int = 100) -> list[Message]:
         """The last ``limit`` messages of a conversation with id <= ``through_id``, in id order (history)."""
@@ -181,7 +235,7 @@ class Messages:
             f"SELECT {_COLUMNS} FROM messages WHERE conversation_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
             (conversation_id, through_id, limit),
         )
-        return [_message(row) for row in reversed(rows)]
+        return await self._read_all(rows[::-1])
 
     async def list_task(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
         """Every message of a task, in both its conversations, in id order."""
@@ -190,7 +244,7 @@ class Messages:
             f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND id > ? ORDER BY id LIMIT ?",
             (task_id, after or "", limit),
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def find_by_purpose(self, task_id: str, purpose: MessagePurpose, *, limit: int = 100) -> list[Message]:
         require_choice(purpose, MESSAGE_PURPOSES, "message purpose")
@@ -199,7 +253,7 @@ class Messages:
             f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND purpose = ? ORDER BY id LIMIT ?",
             (task_id, purpose, limit),
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def task_pair(self, task_id: str) -> tuple[Message, Message]:
         """The task's ``input`` and ``response`` messages: ``NotFound`` if either is missing (not committed yet),
@@ -227,7 +281,7 @@ class Messages:
             "AND task_id > ? AND delivery_state <> 'closed' ORDER BY task_id LIMIT ?",
             (kind, key, after or "", limit),
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def list_open_responses(
         self, *, created_before: datetime, after: str | None = None, limit: int = 100
@@ -240,7 +294,7 @@ class Messages:
             "AND task_id IS NOT NULL AND created_at < ? ORDER BY id LIMIT ?",
             (after or "", time_text(created_before), limit),
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def list_closing(self, *, limit: int = 100) -> list[Message]:
         """Messages whose delivery is ``closing``: completions to resume after a crash."""
@@ -248,7 +302,7 @@ class Messages:
         rows = await self._tx.fetch(
             f"SELECT {_COLUMNS} FROM messages WHERE delivery_state = 'closing' ORDER BY id LIMIT ?", (limit,)
         )
-        return [_message(row) for row in rows]
+        return await self._read_all(rows)
 
     async def update(
         self,
@@ -275,7 +329,7 @@ class Messages:
         written: dict[str, Any] | None = None
         if not isinstance(content, Unset):
             written = require_object(content, "message content")
-            sets.append("content = ?")
+            sets.append("content = ?, content_seq = NULL")  # a whole snapshot: no tail
             params.append(dumps(written))
         if not isinstance(delivery_state, Unset):
             sets.append("delivery_state = ?")
@@ -294,4 +348,4 @@ class Messages:
         if not rows:
             await self._conflict(message_id, expected_revision)
         # The written content is not read back: the caller's dict is the value (a long answer is not decoded again).
-        return _message(rows[0], written)
+        return _message(rows[0], written) if written is not None else await self._read(rows[0])

@@ -362,6 +362,12 @@ _CONVERSATION_MODE = Migration(
     ("ALTER TABLE conversations ADD COLUMN mode TEXT NOT NULL DEFAULT ''",),
 )
 
+_MESSAGE_TAILS = Migration(
+    11,
+    "message snapshots with a tail: the last event seq the stored content folds, when later events are not in it",
+    ("ALTER TABLE messages ADD COLUMN content_seq BIGINT",),
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _CHAT,
     _LEDGER,
@@ -373,6 +379,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     _CONVERSATION_FORKS,
     _LEDGER_SCOPE_INDEXES,
     _CONVERSATION_MODE,
+    _MESSAGE_TAILS,
 )
 """Every step this code knows, in order; ``MIGRATIONS[-1].version`` is the schema version it needs."""
 

@@ -89,6 +89,9 @@ class MessageHead:
     status: MessageStatus
     revision: int
     delivery_state: DeliveryState
+    content_seq: int | None = None
+    """The last event seq the stored content snapshot folds when later events are not folded into it yet (readers
+    of the message get them folded: `Messages`); None when the snapshot folds every stored event."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ wakes readers after a commit.
 
 from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus, Headers
 from loopd.server.streams._log import (
+    BLOCKS_PER_TAIL_EVENT,
     HUMAN_BLOCK_TYPES,
+    MAX_TAIL,
     TERMINAL_STATUSES,
     StreamStates,
     TerminalStatus,
@@ -21,8 +23,10 @@ from loopd.server.streams._log import (
 )
 
 __all__ = [
+    "BLOCKS_PER_TAIL_EVENT",
     "BUS_CHANNEL",
     "HUMAN_BLOCK_TYPES",
+    "MAX_TAIL",
     "TERMINAL_STATUSES",
     "ConversationBus",
     "Headers",

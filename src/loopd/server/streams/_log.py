@@ -4,8 +4,11 @@ Every writer of visible content (the chat flow, the Harness Engine's projection,
 emits) goes through these functions inside a transaction, so for every message:
 
 * its events are ``start`` (seq 1, the initial model), then ``set`` / ``append`` / ``error`` events, then ``end``;
-* ``messages.content`` always equals the fold of its stored events (the AgentUE reducer), and
-  ``messages.revision`` grows with every change;
+* a read of ``messages.content`` always gives the fold of its stored events (the AgentUE reducer), and
+  ``messages.revision`` grows with every change. A writer that keeps the stream's state (`emit_held`) stores a
+  long answer's content as a snapshot plus a tail of events (`Messages.advance`; reads fold the tail): a new
+  snapshot is written once the tail holds more than one event per ``BLOCKS_PER_TAIL_EVENT`` blocks of the
+  content (at most ``MAX_TAIL`` events), so an event costs about the same however long the answer has grown;
 * a terminal message (``end`` stored, status completed / failed / cancelled / expired) takes no more events.
 
 Readers follow a conversation by its cursor (``read_conversation_events``), which orders events of all its messages
@@ -41,6 +44,12 @@ from loopd.server.storage import (
     Transaction,
 )
 from loopd.server.streams._bus import ConversationBus
+
+MAX_TAIL: Final = 128
+"""The most events a stored snapshot is behind its message's last event (reads fold them)."""
+BLOCKS_PER_TAIL_EVENT: Final = 4
+"""A tail may hold one event per this many blocks of content: an answer of a few blocks is stored whole every time
+(its size is not known without encoding it, which is what a tail saves; blocks stand for it)."""
 
 TerminalStatus = Literal["completed", "failed", "cancelled", "expired"]
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "expired"})
@@ -128,7 +137,8 @@ class StreamStates:
             raise ValueError("limit must be at least 1")
         self._limit = limit
         self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
-        self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState, bool]] = OrderedDict()
+        # message id → (transaction, revision, state, content stored, the seq the stored content folds)
+        self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState, bool, int]] = OrderedDict()
 
     def get(self, message: Message | MessageHead, tx: Transaction | None = None) -> StreamState | None:
         """The state of ``message`` at its current revision, if this writer made it (in ``tx``, or committed)."""
@@ -142,12 +152,13 @@ class StreamStates:
         self._states.move_to_end(message.id)
         return found[1]
 
-    def unsaved(self, message_id: str, tx: Transaction) -> StreamState | None:
-        """The state ``tx`` holds for the message whose content it has not stored yet, if any."""
+    def unsaved(self, message_id: str, tx: Transaction) -> tuple[StreamState, int] | None:
+        """The state ``tx`` holds for the message whose content it has not stored yet, and the seq the stored
+        content folds; None when there is none."""
         pending = self._pending.get(message_id)
         if pending is None or pending[0]() is not tx or pending[3]:
             return None
-        return pending[2]
+        return pending[2], pending[4]
 
     def put(self, message: Message | MessageHead, state: StreamState) -> None:
         """``state`` is what ``message`` (at its revision) holds, committed."""
@@ -156,10 +167,19 @@ class StreamStates:
         while len(self._states) > self._limit:
             self._states.popitem(last=False)
 
-    def hold(self, tx: Transaction, message: Message | MessageHead, state: StreamState, *, stored: bool = True) -> None:
+    def hold(
+        self,
+        tx: Transaction,
+        message: Message | MessageHead,
+        state: StreamState,
+        *,
+        stored: bool = True,
+        base: int = 0,
+    ) -> None:
         """``state`` is what ``message`` holds at its revision inside ``tx``: it answers there at once, and (when
-        its content is ``stored``) for everyone once ``tx`` has surely committed."""
-        self._pending[message.id] = (weakref.ref(tx), message.revision, state, stored)
+        its content is ``stored``, as a snapshot or with a tail) for everyone once ``tx`` has surely committed.
+        ``base``: for a state not ``stored``, the last seq the stored content folds."""
+        self._pending[message.id] = (weakref.ref(tx), message.revision, state, stored, base)
         self._pending.move_to_end(message.id)
         while len(self._pending) > self._limit:
             self._pending.popitem(last=False)
@@ -272,30 +292,43 @@ async def emit_held(
     head, state = await locked_state(tx, message_id, states)
     if head.status in TERMINAL_STATUSES:
         raise Conflict(f"message {message_id} is {head.status}; its stream has ended")
+    unsaved = states.unsaved(message_id, tx)
+    # The last seq the stored content folds: the row's tail start, else (no tail) every event stored before this
+    # transaction's first unsaved emit.
+    base = head.content_seq if head.content_seq is not None else unsaved[1] if unsaved else (state.seq or 0)
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
     stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
     if stored:
         if bus is not None:
             _hand_over(tx, bus, head.conversation_id, stored)
         if store:
-            head = await _store(tx, head, state, states)
+            head = await _store(tx, head, state, states, base)
         else:
-            states.hold(tx, head, state, stored=False)
+            states.hold(tx, head, state, stored=False, base=base)
     return head, state, stored
 
 
 async def store_held(tx: Transaction, message_id: str, states: StreamStates) -> MessageHead | None:
     """Store the content of a message whose events ``tx`` emitted with ``store=False`` (see `emit_held`); None when
     there is nothing to store."""
-    state = states.unsaved(message_id, tx)
-    if state is None:
+    unsaved = states.unsaved(message_id, tx)
+    if unsaved is None:
         return None
-    return await _store(tx, await tx.messages.lock_head(message_id), state, states)
+    state, base = unsaved
+    return await _store(tx, await tx.messages.lock_head(message_id), state, states, base)
 
 
-async def _store(tx: Transaction, head: MessageHead, state: StreamState, states: StreamStates) -> MessageHead:
-    assert state.model is not None
-    head = await tx.messages.write_content(head.id, expected_revision=head.revision, text=state.model.json_text())
+async def _store(
+    tx: Transaction, head: MessageHead, state: StreamState, states: StreamStates, base: int
+) -> MessageHead:
+    """Store ``state`` (its events are stored): a new snapshot, or only the revision when the tail behind the
+    stored snapshot (at ``base``) is still short for the content's size (see the module docstring)."""
+    model = state.model
+    assert model is not None
+    if base > 0 and (state.seq or 0) - base <= min(MAX_TAIL, len(model.blocks) // BLOCKS_PER_TAIL_EVENT):
+        head = await tx.messages.advance(head.id, expected_revision=head.revision, content_seq=base)
+    else:
+        head = await tx.messages.write_content(head.id, expected_revision=head.revision, text=model.json_text())
     states.hold(tx, head, state)
     return head
 
