@@ -3,7 +3,8 @@ journal) whose turn makes ``--steps`` tool steps, with the full ledger ``on`` (e
 stored as redacted, content-addressed artifacts) or ``off`` (the trail's usage facts only, as before); prints the
 wall and CPU time per step of the whole call (from its start until the engine has applied its last update: the
 engine follows the harness asynchronously, so the ledger's cost shows there), the harness's own step time over the
-last ``--window`` steps (history near ``--steps``), and what the ledger stored, as JSON.
+last ``--window`` steps (history near ``--steps``), and what the ledger stored, as JSON. ``--tracing on`` installs
+the OpenTelemetry SDK with the in-memory exporter first (the server-side row of `benchmarks.tracing_overhead`).
 """
 
 from __future__ import annotations
@@ -99,8 +100,27 @@ def main() -> None:
     parser.add_argument("mode", choices=["on", "off"])
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--window", type=int, default=50)
+    parser.add_argument(
+        "--tracing",
+        choices=["on", "off"],
+        default="off",
+        help="on: the OpenTelemetry SDK's tracer provider with the in-memory exporter (`benchmarks.tracing_overhead`)",
+    )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.mode, args.steps, min(args.window, args.steps)))))
+    exporter = None
+    if args.tracing == "on":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+    result = asyncio.run(run(args.mode, args.steps, min(args.window, args.steps)))
+    spans = len(exporter.get_finished_spans()) if exporter is not None else 0
+    print(json.dumps({**result, "spans": spans}))
 
 
 if __name__ == "__main__":

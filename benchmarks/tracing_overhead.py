@@ -11,6 +11,11 @@ answers at once (the peers benchmark's workload). A second row, not judged, answ
 model (no request built): tracing's fixed cost over the cheapest step loopd can make. On and off alternate, and so
 do the two models, so drifting machine load hits all four alike; medians are reported, and the adapter row's
 ratio is checked against the target (≤ 1.2).
+
+A third row takes the step as loop-server runs it: one harness call through the Harness Engine
+(`benchmarks._ledger_main` with the full ledger off, ``--tracing on|off``), the call's wall time per step from its
+start until the engine applied its last update — the workload of `benchmarks.ledger_overhead`, where the engine's
+projection, trail and checkpoints share the step. It is judged too: both rows must meet the target.
 """
 
 from __future__ import annotations
@@ -22,6 +27,12 @@ from benchmarks._common import median, print_table, run_child, verdict
 
 TARGET_RATIO = 1.2
 MODELS = ("adapter", "scripted")
+ENGINE = "engine"
+LABELS = {
+    "adapter": "harness, real adapter",
+    "scripted": "harness, scripted model (not judged)",
+    ENGINE: "through the engine (loop-server)",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -32,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     steps, repeat = (60, 1) if args.quick else (args.steps, args.repeat)
     window = min(100, steps // 2)
-    per_step: dict[tuple[str, str], list[float]] = {(model, mode): [] for model in MODELS for mode in ("off", "on")}
+    per_step: dict[tuple[str, str], list[float]] = {
+        (model, mode): [] for model in (*MODELS, ENGINE) for mode in ("off", "on")
+    }
     spans = 0
     for index in range(repeat):
         for model in MODELS if index % 2 == 0 else MODELS[::-1]:
@@ -44,21 +57,28 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
                 per_step[model, mode].append(float(result["per_step_ms"]))
                 spans = max(spans, int(result["spans"]))
+        for mode in ("off", "on") if index % 2 == 0 else ("on", "off"):
+            result = run_child(
+                "benchmarks._ledger_main", ["off", "--steps", str(steps), "--tracing", mode], timeout=3600
+            )
+            per_step[ENGINE, mode].append(float(result["per_step_ms"]))
     rows: list[tuple[object, ...]] = []
-    for model in MODELS:
+    for model in (*MODELS, ENGINE):
         off, on = median(per_step[model, "off"]), median(per_step[model, "on"])
         ratio = on / off if off > 0 else float("nan")
-        judged = model == "adapter"
-        label = "real adapter" if judged else "scripted model (not judged)"
+        judged = model != "scripted"
+        label = LABELS[model]
         rows.append((label, "off", off, 1.0, ""))
         rows.append((label, "on", on, ratio, verdict(ratio <= TARGET_RATIO) if judged else ""))
     print_table(
         f"per-step cost at h={steps}, tracing on (in-memory exporter) vs off, median of {repeat}",
-        ["model", "tracing", "ms per step", "ratio to off", f"target ≤ {TARGET_RATIO}"],
+        ["step", "tracing", "ms per step", "ratio to off", f"target ≤ {TARGET_RATIO}"],
         rows,
         note=f"{spans} spans recorded in one traced run; mean over the last {window} steps of each run, entered "
         "after a full collection in both modes; the real adapter builds each request from the history and sends it "
-        "through an in-process OpenAI-compatible transport, the scripted model builds none",
+        "through an in-process OpenAI-compatible transport, the scripted model builds none; the engine row is the "
+        "whole call per step (start to the engine's last update, scripted model, full ledger off), as in "
+        "ledger_overhead",
     )
 
 

@@ -45,3 +45,26 @@ def test_each_step_is_timed_and_traced_only_when_on(model: str) -> None:
     assert on["spans"] == 2 * STEPS + 2  # a chat span per model call (steps + the final one), a tool span per step
     assert off["spans"] == 0
     assert on["per_step_ms"] > 0 and off["per_step_ms"] > 0
+
+
+def test_the_engine_row_traces_the_call_only_when_on() -> None:
+    """The server-side row (`benchmarks._ledger_main --tracing`): the drive's ``loopd.harness_call`` span and the
+    harness's spans under it with tracing on, none off."""
+
+    def child(mode: str) -> dict[str, float]:
+        command = ["off", "--steps", str(STEPS), "--window", "6", "--tracing", mode]
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks._ledger_main", *command],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        result: dict[str, float] = json.loads(done.stdout)
+        return result
+
+    on, off = child("on"), child("off")
+    assert on["spans"] == 2 * STEPS + 3  # the harness's spans, its turn's and the call's own
+    assert off["spans"] == 0
+    assert on["per_step_ms"] > 0 and off["per_step_ms"] > 0
