@@ -15,28 +15,16 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = 12
 
 
-def _child(mode: str, model: str) -> dict[str, float]:
+def _run(module: str, *args: str) -> dict[str, float]:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks._tracing_main",
-            mode,
-            "--steps",
-            str(STEPS),
-            "--window",
-            "6",
-            "--model",
-            model,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        [sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True
     )
     result: dict[str, float] = json.loads(done.stdout)
     return result
+
+
+def _child(mode: str, model: str) -> dict[str, float]:
+    return _run("benchmarks._tracing_main", mode, "--steps", str(STEPS), "--window", "6", "--model", model)
 
 
 @pytest.mark.parametrize("model", ["adapter", "scripted"])
@@ -52,17 +40,7 @@ def test_the_engine_row_traces_the_call_only_when_on() -> None:
     harness's spans under it with tracing on, none off."""
 
     def child(mode: str) -> dict[str, float]:
-        command = ["off", "--steps", str(STEPS), "--window", "6", "--tracing", mode]
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmarks._ledger_main", *command],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        result: dict[str, float] = json.loads(done.stdout)
-        return result
+        return _run("benchmarks._ledger_main", "off", "--steps", str(STEPS), "--window", "6", "--tracing", mode)
 
     on, off = child("on"), child("off")
     assert on["spans"] == 2 * STEPS + 3  # the harness's spans, its turn's and the call's own

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from loopd.agentue import fold
-from loopd.server.storage import Conflict, Database, InvalidRecord, NewMessage, open_database
+from loopd.server.storage import Conflict, Database, InvalidRecord, NewMessage
 from loopd.server.streams import ConversationBus, emit, empty_model, finish, open_message
-
-
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    async with open_database(tmp_path / "loopd.db") as database:
-        yield database
 
 
 async def _conversation(db: Database) -> str:

@@ -6,41 +6,20 @@ snapshot is written once it grows past them."""
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from loopd.agentue import fold
-from loopd.server.storage import Database, NewMessage, open_database
+from loopd.server.storage import Database
 from loopd.server.streams import (
     BLOCKS_PER_TAIL_EVENT,
     MAX_TAIL,
     StreamStates,
     emit,
     emit_held,
-    empty_model,
     finish,
-    open_message,
     store_held,
 )
-
-
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    async with open_database(tmp_path / "loopd.db") as database:
-        yield database
-
-
-async def _message(db: Database) -> str:
-    async with db.transaction() as tx:
-        cid = (await tx.conversations.create(actor_kind="user", actor_key="alice")).id
-        new = NewMessage(
-            conversation_id=cid, kind="harness", key="assistant", purpose="response", content=empty_model(),
-            task_id="t1", status="streaming",
-        )  # fmt: skip
-        return (await open_message(tx, new)).id
+from tests.server_streams.helpers import streaming_answer
 
 
 def _block(number: int) -> dict[str, Any]:
@@ -71,7 +50,7 @@ async def _check(db: Database, message_id: str) -> int:
 
 
 async def test_a_long_answer_keeps_a_bounded_tail_and_reads_whole(db: Database) -> None:
-    message_id = await _message(db)
+    message_id = await streaming_answer(db)
     states = StreamStates()
     tails: list[int] = []
     for number in range(300):
@@ -91,7 +70,7 @@ async def test_a_long_answer_keeps_a_bounded_tail_and_reads_whole(db: Database) 
 async def test_writers_taking_turns_always_read_the_fold_of_every_event(db: Database) -> None:
     rng = random.Random(20261202)
     for _ in range(4):
-        message_id = await _message(db)
+        message_id = await streaming_answer(db)
         states = StreamStates()
         async with db.transaction() as tx:
             await emit_held(tx, message_id, [_block(0)], states=states)

@@ -3,32 +3,15 @@ rebuild of the stored snapshot for a message it wrote last, and never a state fr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loopd.agentue import StreamState
 from loopd.server import streams as streams_module
-from loopd.server.storage import Database, NewMessage, open_database
-from loopd.server.streams import StreamStates, emit, emit_held, empty_model, open_message, store_held
-
-
-@pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    async with open_database(tmp_path / "loopd.db") as database:
-        yield database
-
-
-async def _message(db: Database) -> str:
-    async with db.transaction() as tx:
-        cid = (await tx.conversations.create(actor_kind="user", actor_key="alice")).id
-        new = NewMessage(
-            conversation_id=cid, kind="harness", key="assistant", purpose="response", content=empty_model(),
-            task_id="t1", status="streaming",
-        )  # fmt: skip
-        return (await open_message(tx, new)).id
+from loopd.server.storage import Database
+from loopd.server.streams import StreamStates, emit, emit_held, store_held
+from tests.server_streams.helpers import streaming_answer
 
 
 def _piece(text: str) -> dict[str, Any]:
@@ -54,7 +37,7 @@ def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 async def test_emits_through_the_cache_store_what_emits_without_it_store(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cached, plain = await _message(db), await _message(db)
+    cached, plain = await streaming_answer(db), await streaming_answer(db)
     states = StreamStates()
     rebuilt = _count_rebuilds(monkeypatch)
     for batch in ([SET], [_piece("Hel")], [_piece("lo")], [_piece(", "), _piece("world")]):
@@ -72,7 +55,7 @@ async def test_emits_through_the_cache_store_what_emits_without_it_store(
 
 
 async def test_a_rolled_back_or_foreign_write_never_answers_from_the_cache(db: Database) -> None:
-    message_id = await _message(db)
+    message_id = await streaming_answer(db)
     states = StreamStates()
     async with db.transaction() as tx:
         await emit(tx, message_id, [SET, _piece("a")], states=states)
@@ -107,7 +90,7 @@ async def test_emit_held_stores_what_emit_stores_and_reads_the_snapshot_once(
 ) -> None:
     # Several emits in one transaction and across transactions: the held state carries over inside the
     # transaction (before its commit) and after it, so only the very first emit rebuilds it from the stored snapshot.
-    held, plain = await _message(db), await _message(db)
+    held, plain = await streaming_answer(db), await streaming_answer(db)
     states = StreamStates()
     rebuilt = _count_rebuilds(monkeypatch)
     for batches in ([[SET], [_piece("Hel")]], [[_piece("lo")]], [[_piece(", ")], [], [_piece("world")]]):
@@ -129,7 +112,7 @@ async def test_emit_held_stores_what_emit_stores_and_reads_the_snapshot_once(
 
 
 async def test_a_state_held_in_a_rolled_back_transaction_answers_nowhere_else(db: Database) -> None:
-    message_id = await _message(db)
+    message_id = await streaming_answer(db)
     states = StreamStates()
     async with db.transaction() as tx:
         await emit_held(tx, message_id, [SET, _piece("a")], states=states)
@@ -182,7 +165,7 @@ def test_a_held_state_answers_its_own_transaction_then_everyone_once_surely_comm
 
 
 async def test_emits_that_defer_the_content_store_it_once_per_transaction(db: Database) -> None:
-    message_id = await _message(db)
+    message_id = await streaming_answer(db)
     states = StreamStates()
     async with db.transaction() as tx:
         before = (await tx.messages.get(message_id)).revision
@@ -202,7 +185,7 @@ async def test_emits_that_defer_the_content_store_it_once_per_transaction(db: Da
 
 
 async def test_a_state_whose_content_was_not_stored_never_answers_after_its_transaction(db: Database) -> None:
-    message_id = await _message(db)
+    message_id = await streaming_answer(db)
     states = StreamStates()
     async with db.transaction() as tx:
         await emit_held(tx, message_id, [SET, _piece("a")], states=states)
