@@ -131,6 +131,11 @@ def test_a_folded_models_text_and_block_index_agree_with_its_json(events: list[E
     assert model.index_of("no-such-block") is None
     rebuilt = Model.from_json(model.to_json())
     assert [rebuilt.index_of(block.id) for block in rebuilt.blocks] == list(range(len(rebuilt.blocks)))
+    stored = Model.from_stored(json.loads(model.json_text()))  # read back as the message store does
+    assert (
+        stored == model and stored.to_json() == model.to_json() and json.loads(stored.json_text()) == stored.to_json()
+    )
+    assert [stored.index_of(block.id) for block in stored.blocks] == list(range(len(stored.blocks)))
 
 
 @SETTINGS

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from loopd.agentue import AgentUEError, StreamState, event_from_json, reduce
+from loopd.agentue import AgentUEError, Model, StreamState, event_from_json, reduce
 
 from ._errors import Conflict, InvalidRecord, NotFound
 from ._records import (
@@ -92,8 +92,8 @@ def _message(row: tuple[Any, ...], content: dict[str, Any] | None = None) -> Mes
 
 def _folded(message_id: str, content: dict[str, Any], content_seq: int, tail: list[tuple[Any, ...]]) -> dict[str, Any]:
     """``content`` (the snapshot at ``content_seq``) with the ``tail`` rows (seq, event JSON) folded in."""
-    try:
-        state = StreamState.of(content, seq=content_seq)
+    try:  # the snapshot was written from a valid model (`write_content`), and its events were checked when stored
+        state = StreamState.of(Model.from_stored(content), seq=content_seq)
         for seq, body in tail:
             event = event_from_json(loads(body))
             if event.seq != int(seq):
