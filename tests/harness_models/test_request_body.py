@@ -17,7 +17,7 @@ from openai.resources.chat.completions import completions as sdk_completions
 from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Message, ToolCall
 from loopd.harness.models._anthropic import AnthropicModel, anthropic_messages
-from loopd.harness.models._openai import MessageEncoder, OpenAICompatibleModel, openai_messages
+from loopd.harness.models._openai import CLOSINGS_KEPT, MessageEncoder, OpenAICompatibleModel, openai_messages
 from loopd.harness.models._protocol import Model, ModelRequest, ReplyInfo, TextDelta, ToolSpec, UsageReport
 from tests.harness_models.helpers import LIST_DIR, READ_FILE
 
@@ -345,12 +345,21 @@ async def test_the_end_of_the_body_is_encoded_once_per_tool_set(endpoint: Endpoi
         )
 
     await _send(model, asking("one", tools))
-    kept = model._kept_closing
-    assert kept is not None and kept[0] is tools
+    assert len(model._closings) == 1
+    (kept,) = model._closings.values()
     await _send(model, asking("two", tools))
-    assert model._kept_closing is kept  # the same tools: the encoded end was reused
+    # another session's loop offers the same specs in a tuple of its own: the same entry answers
+    again = (*tools,)
+    assert again is not tools
+    await _send(model, asking("again", again))
+    (entry,) = model._closings.values()
+    assert entry[1] is kept[1]  # the encoded end was reused, not encoded again
     await _send(model, asking("three", (LIST_DIR,)))
-    assert model._kept_closing is not kept
-    assert [len(json.loads(b)["tools"]) for b in endpoint.bodies] == [2, 2, 1]
-    assert [json.loads(b)["messages"][-1]["content"] for b in endpoint.bodies] == ["one", "two", "three"]
+    assert len(model._closings) == 2
+    for limit in range(CLOSINGS_KEPT):  # bounded: the least recently used end goes first
+        model._closing(tools, None, limit)
+    assert len(model._closings) == CLOSINGS_KEPT
+    assert kept not in model._closings.values()
+    assert [len(json.loads(b)["tools"]) for b in endpoint.bodies] == [2, 2, 2, 1]
+    assert [json.loads(b)["messages"][-1]["content"] for b in endpoint.bodies] == ["one", "two", "again", "three"]
     await model.aclose()

@@ -135,3 +135,43 @@ async def test_racing_writers_of_one_seq_store_it_once(db: Database) -> None:
     assert len(stored) == 1 and stored[0].cursor == 1
     winner = stored[0].event["block"]["content"]
     assert all(r == "conflict" for r, t in zip(results, ["a", "a", "b", "c"], strict=True) if t != winner)
+
+
+async def test_appending_many_at_once_stores_what_appending_one_by_one_does(db: Database) -> None:
+    events = [(1, start(1)), *((seq, append(seq, f"p{seq}")) for seq in range(2, 301))]  # over one INSERT's rows
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        _, one_by_one = await question(tx, conversation, "t1")
+        _, together = await question(tx, conversation, "t2")
+    async with db.transaction() as tx:
+        singles = [await tx.message_events.append(one_by_one.id, seq, event) for seq, event in events]
+    async with db.transaction() as tx:
+        batch = await tx.message_events.append_many(together.id, events)
+    assert [(e.seq, e.event, appended) for e, appended in batch] == [(e.seq, e.event, a) for e, a in singles]
+    assert [e.cursor for e, _ in batch] == list(range(301, 601))  # after the first message's, without gaps
+    async with db.transaction(read_only=True) as tx:
+        stored = await tx.message_events.read(together.id, limit=1000)
+        assert [(e.seq, e.cursor, e.event) for e in stored] == [(e.seq, e.cursor, e.event) for e, _ in batch]
+        assert await tx.message_events.last_cursor(conversation.id) == 600
+
+
+async def test_a_batch_may_repeat_stored_events_and_is_refused_whole(db: Database) -> None:
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+        await tx.message_events.append_many(response.id, [(1, start(1)), (2, append(2, "a"))])
+    async with db.transaction() as tx:
+        # a retried write: the stored part comes back as stored, the rest is appended
+        repeated = await tx.message_events.append_many(response.id, [(2, append(2, "a")), (3, append(3, "b"))])
+        assert [(e.seq, appended) for e, appended in repeated] == [(2, False), (3, True)]
+        with pytest.raises(Conflict, match="different event at seq 3"):
+            await tx.message_events.append_many(response.id, [(3, append(3, "c")), (4, append(4, "d"))])
+        with pytest.raises(Conflict, match="next event must be 4"):
+            await tx.message_events.append_many(response.id, [(5, append(5, "e"))])
+        with pytest.raises(InvalidRecord, match="consecutive"):
+            await tx.message_events.append_many(response.id, [(4, append(4, "d")), (6, append(6, "f"))])
+        with pytest.raises(InvalidRecord, match="JSON object"):
+            await tx.message_events.append_many(response.id, [(4, append(4, "d")), (5, ["not", "an", "object"])])  # type: ignore[list-item]
+        assert await tx.message_events.append_many(response.id, []) == []
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.message_events.last_seq(response.id) == 3  # nothing of a refused batch was stored
+        assert await tx.message_events.last_cursor(response.conversation_id) == 3

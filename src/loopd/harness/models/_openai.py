@@ -97,6 +97,9 @@ __all__ = [
 
 Sleep = Callable[[float], Awaitable[None]]
 MaxTokensField = Literal["max_completion_tokens", "max_tokens"]
+_ClosingKey = tuple[tuple[int, ...], float | None, int | None]
+CLOSINGS_KEPT = 16
+"""Encoded request ends an adapter keeps (one per tool set, temperature and output limit in use)."""
 
 
 class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
@@ -154,7 +157,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
             http_client if client is None else None
         )  # a client built here sends fixed headers: see _DirectSender
         self._sender: _DirectSender | None = None
-        self._kept_closing: tuple[Sequence[ToolSpec], float | None, int | None, bytes] | None = None
+        self._closings: OrderedDict[_ClosingKey, tuple[Sequence[ToolSpec], bytes]] = OrderedDict()
         self.direct_sends = 0
         """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
@@ -241,10 +244,16 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         yield UsageReport(usage=self._priced(served_model, model, reported))
 
     def _closing(self, tools: Sequence[ToolSpec], temperature: float | None, limit: int | None) -> bytes:
-        """`request_closing` for this adapter, kept while the loop offers the same tools (the same tuple)."""
-        kept = self._kept_closing
-        if kept is not None and kept[0] is tools and kept[1] == temperature and kept[2] == limit:
-            return kept[3]
+        """`request_closing` for this adapter, kept per set of tool specs (by identity: the built-in tools' specs
+        are built once per class, so every session offering the same tools shares one entry, however its loop
+        tuples them). The entry holds the specs, so an id in its key cannot be reused while it is kept; at most
+        `CLOSINGS_KEPT` entries, least recently used dropped first."""
+        key = (tuple(map(id, tools)), temperature, limit)
+        closings = self._closings
+        kept = closings.get(key)
+        if kept is not None:
+            closings.move_to_end(key)
+            return kept[1]
         closing = request_closing(
             tools=tools,
             include_usage=self._include_usage,
@@ -252,7 +261,9 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
             max_tokens=limit,
             max_tokens_field=self._max_tokens_field,
         )
-        self._kept_closing = (tools, temperature, limit, closing)
+        closings[key] = (tuple(tools), closing)
+        if len(closings) > CLOSINGS_KEPT:
+            closings.popitem(last=False)
         return closing
 
 

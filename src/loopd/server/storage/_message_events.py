@@ -10,6 +10,7 @@ Must not do: interpret events (the AgentUE reducer does).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import Conflict, InvalidRecord, NotFound
@@ -18,6 +19,9 @@ from ._tx import TransactionCore
 from ._values import canonical_json, dumps, loads, page_limit, parse_time, require_object, time_text
 
 _COLUMNS = "message_id, seq, conversation_id, event_cursor, event, created_at"
+_ROW = "(?, ?, ?, ?, ?, ?)"
+_ROWS_PER_INSERT = 256
+"""Rows per multi-row INSERT of `MessageEvents.append_many` (6 parameters each, well under every driver's limit)."""
 
 
 def _event(row: tuple[Any, ...]) -> MessageEvent:
@@ -42,9 +46,28 @@ class MessageEvents:
         returns the stored event with ``appended=False``; with different content it is a ``Conflict``, as is any
         gap.
         """
-        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-            raise InvalidRecord(f"event seq must be a positive integer, not {seq!r}")
-        body = dumps(require_object(event, "message event"))
+        ((stored, appended),) = await self.append_many(message_id, ((seq, event),))
+        return stored, appended
+
+    async def append_many(
+        self, message_id: str, events: Sequence[tuple[int, Mapping[str, Any]]]
+    ) -> list[tuple[MessageEvent, bool]]:
+        """`append` for several events of one message at once, in order: the same results and errors as appending
+        them one by one (nothing stored when one is refused), in a handful of statements instead of six per event.
+
+        Each ``(seq, event)`` must continue the one before it (``seq`` = the previous one's + 1); a seq the message
+        already holds returns its stored event with ``appended=False`` (different content: ``Conflict``)."""
+        if not events:
+            return []
+        bodies: list[str] = []
+        expected = events[0][0]
+        for seq, event in events:
+            if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+                raise InvalidRecord(f"event seq must be a positive integer, not {seq!r}")
+            if seq != expected:
+                raise InvalidRecord(f"events appended together must have consecutive seqs: {seq} after {expected - 1}")
+            expected += 1
+            bodies.append(dumps(require_object(event, "message event")))
         row = await self._tx.fetch_one("SELECT conversation_id FROM messages WHERE id = ?", (message_id,))
         if row is None:
             raise NotFound(f"message {message_id} not found")
@@ -56,27 +79,44 @@ class MessageEvents:
         )
         if counter is None:
             raise NotFound(f"conversation {conversation_id} not found")
-        existing = await self._tx.fetch_one(
-            f"SELECT {_COLUMNS} FROM message_events WHERE message_id = ? AND seq = ?", (message_id, seq)
-        )
-        if existing is not None:
-            stored = _event(existing)
-            if canonical_json(stored.event) != canonical_json(event):
-                raise Conflict(f"message {message_id} already has a different event at seq {seq}")
-            return stored, False
         last = await self.last_seq(message_id)
-        if seq != last + 1:
-            raise Conflict(f"message {message_id} is at seq {last}; the next event must be {last + 1}, not {seq}")
-        cursor = int(counter[0]) + 1
+        results: list[tuple[MessageEvent, bool]] = []
+        first = events[0][0]
+        if first <= last:  # a repeat of stored events (a retried write): each must be what is stored
+            rows = await self._tx.fetch(
+                f"SELECT {_COLUMNS} FROM message_events WHERE message_id = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+                (message_id, first, min(last, expected - 1)),
+            )
+            for (seq, event), existing in zip(events, rows, strict=False):
+                stored = _event(existing)
+                if stored.seq != seq or canonical_json(stored.event) != canonical_json(event):
+                    raise Conflict(f"message {message_id} already has a different event at seq {seq}")
+                results.append((stored, False))
+        elif first != last + 1:
+            raise Conflict(f"message {message_id} is at seq {last}; the next event must be {last + 1}, not {first}")
+        fresh = len(events) - len(results)
+        if fresh == 0:
+            return results
+        cursor = int(counter[0])
         await self._tx.execute(
-            "UPDATE conversation_cursors SET last_cursor = ? WHERE conversation_id = ?", (cursor, conversation_id)
+            "UPDATE conversation_cursors SET last_cursor = ? WHERE conversation_id = ?",
+            (cursor + fresh, conversation_id),
         )
         now = self._tx.now()
-        await self._tx.execute(
-            f"INSERT INTO message_events ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)",
-            (message_id, seq, conversation_id, cursor, body, time_text(now)),
-        )
-        return MessageEvent(message_id, seq, conversation_id, cursor, loads(body), parse_time(time_text(now))), True
+        created = time_text(now)
+        at = parse_time(created)
+        rows_values: list[Any] = []
+        for (seq, _), body in zip(events[len(results) :], bodies[len(results) :], strict=True):
+            cursor += 1
+            rows_values.extend((message_id, seq, conversation_id, cursor, body, created))
+            results.append((MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at), True))
+        for start in range(0, fresh, _ROWS_PER_INSERT):
+            count = min(_ROWS_PER_INSERT, fresh - start)
+            await self._tx.execute(
+                f"INSERT INTO message_events ({_COLUMNS}) VALUES " + ", ".join([_ROW] * count),
+                rows_values[start * 6 : (start + count) * 6],
+            )
+        return results
 
     async def last_seq(self, message_id: str) -> int:
         """The highest stored seq of a message (0 when it has none)."""

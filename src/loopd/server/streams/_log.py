@@ -106,11 +106,10 @@ async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus
             id=new.id,
         )
     )
-    start, _ = await tx.message_events.append(message.id, 1, StartEvent(seq=1, model=Model.from_json(model)).to_json())
-    stored = [start]
+    opening = [(1, StartEvent(seq=1, model=Model.from_json(model)).to_json())]
     if message.status in TERMINAL_STATUSES:
-        end, _ = await tx.message_events.append(message.id, 2, EndEvent(seq=2).to_json())
-        stored.append(end)
+        opening.append((2, EndEvent(seq=2).to_json()))
+    stored = [event for event, _ in await tx.message_events.append_many(message.id, opening)]
     if bus is not None:
         _hand_over(tx, bus, message.conversation_id, stored, message)
     return message
@@ -257,7 +256,7 @@ async def emit(
         raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
     state = (states.get(message, tx) if states is not None else None) or await state_of(tx, message)
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
+    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended)]
     if stored:
         assert state.model is not None
         message = await tx.messages.update(
@@ -297,7 +296,7 @@ async def emit_held(
     # transaction's first unsaved emit.
     base = head.content_seq if head.content_seq is not None else unsaved[1] if unsaved else (state.seq or 0)
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [(await tx.message_events.append(message_id, seq, body))[0] for seq, body in appended]
+    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended)]
     if stored:
         if bus is not None:
             _hand_over(tx, bus, head.conversation_id, stored)
@@ -359,15 +358,16 @@ async def finish(
         return message
     state = await state_of(tx, message)
     seq = state.seq or 0
-    stored: list[MessageEvent] = []
+    closing: list[tuple[int, dict[str, Any]]] = []
     if error is not None and not (state.model is not None and state.model.to_json().get("meta", {}).get("error")):
         event = ErrorEvent.of(seq + 1, code=str(error.get("code", "error")), message=str(error.get("message", "")))
         state = reduce(state, event)
         seq += 1
-        stored.append((await tx.message_events.append(message_id, seq, event.to_json()))[0])
+        closing.append((seq, event.to_json()))
     end = EndEvent(seq=seq + 1)
     state = reduce(state, end)
-    stored.append((await tx.message_events.append(message_id, seq + 1, end.to_json()))[0])
+    closing.append((seq + 1, end.to_json()))
+    stored = [kept for kept, _ in await tx.message_events.append_many(message_id, closing)]
     assert state.model is not None
     message = await tx.messages.update(
         message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
