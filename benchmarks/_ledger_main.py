@@ -1,10 +1,11 @@
-"""Child of `benchmarks.ledger_overhead`: one harness call through the Harness Engine (SQLite server database, SQLite
-journal) whose turn makes ``--steps`` tool steps, with the full ledger ``on`` (every model call's request and reply
-stored as redacted, content-addressed artifacts) or ``off`` (the trail's usage facts only, as before); prints the
-wall and CPU time per step of the whole call (from its start until the engine has applied its last update: the
-engine follows the harness asynchronously, so the ledger's cost shows there), the harness's own step time over the
-last ``--window`` steps (history near ``--steps``), and what the ledger stored, as JSON. ``--tracing on`` installs
-the OpenTelemetry SDK with the in-memory exporter first (the server-side row of `benchmarks.tracing_overhead`).
+"""Child of `benchmarks.ledger_overhead`: ``--calls`` harness calls (default 1) through the Harness Engine, one after
+the other, each on fresh databases (SQLite server database, SQLite journal), whose turn makes ``--steps`` tool steps,
+with the full ledger ``on`` (every model call's request and reply stored as redacted, content-addressed artifacts) or
+``off`` (the trail's usage facts only, as before). Prints as JSON, each the mean over the calls: the wall and CPU time
+per step of the whole call (from its start until the engine has applied its last update: the engine follows the
+harness asynchronously, so the ledger's cost shows there) and the harness's own step time over the last ``--window``
+steps (history near ``--steps``); and what the ledger stored for one call. ``--tracing on`` installs the
+OpenTelemetry SDK with the in-memory exporter first (the server-side row of `benchmarks.tracing_overhead`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -106,6 +108,7 @@ def main() -> None:
         default="off",
         help="on: the OpenTelemetry SDK's tracer provider with the in-memory exporter (`benchmarks.tracing_overhead`)",
     )
+    parser.add_argument("--calls", type=int, default=1, help="calls run one after the other, each on fresh databases")
     args = parser.parse_args()
     exporter = None
     if args.tracing == "on":
@@ -118,9 +121,17 @@ def main() -> None:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
-    result = asyncio.run(run(args.mode, args.steps, min(args.window, args.steps)))
-    spans = len(exporter.get_finished_spans()) if exporter is not None else 0
-    print(json.dumps({**result, "spans": spans}))
+    calls: list[dict[str, Any]] = []
+    spans: list[int] = []
+    for _ in range(max(1, args.calls)):
+        calls.append(asyncio.run(run(args.mode, args.steps, min(args.window, args.steps))))
+        spans.append(len(exporter.get_finished_spans()) if exporter is not None else 0)
+        if exporter is not None:
+            exporter.clear()  # exported: a real exporter would have sent them on, not kept them
+    timed = ("per_step_ms", "cpu_per_step_ms", "harness_step_ms")
+    result = {**calls[-1], **{key: statistics.mean(call[key] for call in calls) for key in timed}}
+    result["per_call_ms"] = [call["per_step_ms"] for call in calls]
+    print(json.dumps({**result, "spans": spans[0], "spans_per_call": spans}))
 
 
 if __name__ == "__main__":
