@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -195,6 +196,25 @@ async def test_a_batch_with_one_bad_event_writes_nothing(ledger: LedgerStore) ->
     assert (await ledger.load_lane(w.lane.id))[-1].extensions == {"acme": True}
 
 
+async def test_an_event_id_is_used_once(ledger: LedgerStore) -> None:
+    w = await world(ledger)
+    first = started(w)
+    await ledger.append(w.lane.id, 0, "a1", [first])
+    again = NewEvent(EventType.ACTION_STARTED, w.action.id, w.actor.id, id=first.id)
+    with pytest.raises(Conflict, match="already used"):  # stored by an earlier batch
+        await ledger.append(w.lane.id, 1, "a2", [NewEvent(EventType.ACTION_STARTED, w.action.id, w.actor.id), again])
+    twin = NewEvent(EventType.ACTION_STARTED, w.action.id, w.actor.id)
+    with pytest.raises(Conflict, match="already used"):  # twice in one batch
+        await ledger.append(
+            w.lane.id, 1, "a3", [twin, dataclasses.replace(twin, event_type=EventType.ACTION_COMPLETED)]
+        )
+    many = [NewEvent("lane.acme.note", w.lane.id, w.actor.id) for _ in range(600)]  # over one id lookup's chunk
+    assert (await ledger.append(w.lane.id, 1, "a4", many)).last_seq == 601
+    with pytest.raises(Conflict, match=f"event id {many[550].id} is already used"):
+        await ledger.append(w.lane.id, 601, "a5", [NewEvent("lane.acme.note", w.lane.id, w.actor.id), many[550]])
+    assert (await ledger.get_lane(w.lane.id)).last_seq == 601
+
+
 async def test_causation_stays_inside_the_session(ledger: LedgerStore) -> None:
     w = await world(ledger)
     first = started(w)
@@ -384,18 +404,27 @@ async def test_a_batch_checks_each_subject_and_actor_once() -> None:
         async def event_session(self, event_id: str) -> str | None:
             return None
 
+        async def used_event_ids(self, event_ids: Sequence[str]) -> set[str]:
+            calls.append(f"used {len(event_ids)}")
+            return set()
+
         async def actor_exists(self, actor_id: str) -> bool:
             calls.append(f"actor {actor_id}")
             return True
 
         async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
+            calls.append(f"progress {attempt_id}")
             return (False, False)
 
     events = [
         NewEvent(EventType.ACTION_STARTED, "action-1", "actor-1"),
         NewEvent(EventType.ACTION_COMPLETED, "action-1", "actor-1"),
         NewEvent(EventType.ACTION_STARTED, "action-2", "actor-1"),
+        NewEvent(EventType.ATTEMPT_REQUESTED, "attempt-1", "actor-1"),
+        NewEvent(EventType.ATTEMPT_COMPLETED, "attempt-1", "actor-1"),
     ]
     await check_batch(lane, events, Counting())
     assert calls.count("entity action-1") == 1 and calls.count("entity action-2") == 1
     assert calls.count("actor actor-1") == 1
+    assert calls.count("used 5") == 1  # the batch's event ids are looked up together
+    assert calls.count("progress attempt-1") == 1  # an attempt's stored progress once, its batch events after

@@ -158,6 +158,10 @@ class Lookups(Protocol):
         """The session of a stored event's lane (None if no such event)."""
         ...
 
+    async def used_event_ids(self, event_ids: Sequence[str]) -> set[str]:
+        """Which of ``event_ids`` stored events already have."""
+        ...
+
     async def actor_exists(self, actor_id: str) -> bool: ...
 
     async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
@@ -175,16 +179,20 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
     subjects: set[tuple[SubjectKind, str]] = set()
     actors: set[str] = set()
     usages: list[Usage | None] = []
+    progress: dict[str, tuple[bool, bool]] = {}  # an attempt's stored progress, read once per batch
     for event in events:
         if not isinstance(event, NewEvent):
             raise InvalidRecord("append takes NewEvent values")
-        for name in ("id", "subject_id", "actor_id", "schema_version"):
+        require_text(event.id, "event id")
+    used = await lookups.used_event_ids([event.id for event in events])  # one read for the whole batch
+    for event in events:
+        for name in ("subject_id", "actor_id", "schema_version"):
             require_text(getattr(event, name), f"event {name}")
         kind = subject_kind(event.event_type)
         time_text(event.occurred_at)
         require_object(event.payload, "event payload")
         require_object(event.extensions, "event extensions")
-        if event.id in seen or await lookups.event_session(event.id) is not None:
+        if event.id in seen or event.id in used:
             raise Conflict(f"event id {event.id} is already used")
         if (kind, event.subject_id) not in subjects:  # a batch's events often share a subject: checked once
             await _check_subject(lane, kind, event, lookups)
@@ -200,7 +208,10 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
             if cause_session != lane.session_id:
                 raise InvalidRecord(f"causation event {event.causation_id} belongs to another session")
         if kind is SubjectKind.ATTEMPT:
-            stored_requested, stored_finished = await lookups.attempt_progress(event.subject_id)
+            stored = progress.get(event.subject_id)
+            if stored is None:
+                stored = progress[event.subject_id] = await lookups.attempt_progress(event.subject_id)
+            stored_requested, stored_finished = stored
             was_requested = stored_requested or event.subject_id in requested
             was_finished = stored_finished or event.subject_id in finished
             if event.event_type == EventType.ATTEMPT_REQUESTED:

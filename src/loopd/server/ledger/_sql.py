@@ -72,6 +72,12 @@ from ._rules import (
 from ._vocabulary import ActionType, EffectKind, EventType, Idempotency, SubjectKind
 
 _T = TypeVar("_T")
+_IDS_PER_QUERY = 500
+"""Ids per ``IN (…)`` lookup; with `_EVENT_ROWS_PER_INSERT` (rows of `_EVENT_FIELDS` parameters per multi-row
+``INSERT``), well under every driver's parameter limit."""
+_EVENT_ROWS_PER_INSERT = 256
+_EVENT_FIELDS = 16
+_EVENT_ROW = "(" + ", ".join(["?"] * _EVENT_FIELDS) + ")"
 
 _ACTOR = "id, actor_type, actor_key, framework, attributes, created_at"
 _LANE = (
@@ -205,6 +211,16 @@ class _LedgerSql:
             (event_id,),
         )
         return None if row is None else str(row[0])
+
+    async def used_event_ids(self, event_ids: Sequence[str]) -> set[str]:
+        used: set[str] = set()
+        for start in range(0, len(event_ids), _IDS_PER_QUERY):
+            chunk = event_ids[start : start + _IDS_PER_QUERY]
+            rows = await self._tx.fetch(
+                f"SELECT id FROM ledger_events WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk)
+            )
+            used.update(str(row[0]) for row in rows)
+        return used
 
     async def actor_exists(self, actor_id: str) -> bool:
         return await self._tx.fetch_one("SELECT 1 FROM ledger_actors WHERE id = ?", (actor_id,)) is not None
@@ -455,10 +471,9 @@ class _LedgerSql:
             raise LaneConflict(lane_id, expected_last_seq, lane.last_seq)
         usages = await check_batch(lane, events, self)
         now = time_text(self._tx.now())
+        values: list[Any] = []
         for offset, (event, usage) in enumerate(zip(events, usages, strict=True), start=1):
-            await self._tx.execute(
-                f"INSERT INTO ledger_events ({_EVENT}, input_tokens, output_tokens, cost_usd) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            values.extend(
                 (
                     event.id,
                     lane_id,
@@ -476,7 +491,14 @@ class _LedgerSql:
                     None if usage is None else usage.input_tokens,
                     None if usage is None else usage.output_tokens,
                     None if usage is None else usage.cost_usd,
-                ),
+                )
+            )
+        for start in range(0, len(events), _EVENT_ROWS_PER_INSERT):  # one statement per batch, not one per event
+            count = min(_EVENT_ROWS_PER_INSERT, len(events) - start)
+            await self._tx.execute(
+                f"INSERT INTO ledger_events ({_EVENT}, input_tokens, output_tokens, cost_usd) VALUES "
+                + ", ".join([_EVENT_ROW] * count),
+                values[start * _EVENT_FIELDS : (start + count) * _EVENT_FIELDS],
             )
         receipt = AppendReceipt(
             append_id=append_id,
