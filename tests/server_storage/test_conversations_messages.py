@@ -120,6 +120,16 @@ async def test_task_pair_finds_input_and_response_by_purpose(db: Database) -> No
     with pytest.raises(Conflict, match="more than one response"):
         async with db.transaction(read_only=True) as tx:
             await tx.messages.task_pair("t1")
+    async with db.transaction() as tx:
+        lone = await tx.messages.insert(NewMessage(conversation.id, "user", "alice", "input", {}, task_id="t2"))
+        assert lone == await tx.messages.get(lone.id)  # what insert returns is what a read returns
+        with pytest.raises(NotFound, match="no response"):
+            await tx.messages.task_pair("t2")
+        for _ in range(4):  # more inputs than one read takes of a purpose: still a conflict, not a missing response
+            await tx.messages.insert(NewMessage(conversation.id, "user", "alice", "input", {}, task_id="t2"))
+        await tx.messages.insert(NewMessage(conversation.id, "harness", "h", "response", {}, task_id="t2"))
+        with pytest.raises(Conflict, match="more than one input"):
+            await tx.messages.task_pair("t2")
 
 
 async def test_updates_compare_and_set_the_revision(db: Database) -> None:

@@ -47,6 +47,7 @@ async def test_phases_end_at_a_terminal_one(db: Database, clock: VirtualClock) -
         created, _ = await tx.harness_calls.get_or_create(call(clock))
         running = await tx.harness_calls.update(created.id, phase="running", execution_ref="exec-1")
         assert (running.phase, running.execution_ref) == ("running", "exec-1")
+        assert running == await tx.harness_calls.get(created.id)
         done = await tx.harness_calls.update(created.id, phase="succeeded", result={"text": "ok"})
         assert done.is_terminal and done.result == {"text": "ok"}
         with pytest.raises(Conflict, match="already succeeded"):
@@ -65,12 +66,14 @@ async def test_the_checkpoint_moves_forward_by_compare_and_set(db: Database, clo
             created.id, expected_checkpoint=0, checkpoint=1, replay_hash="h1"
         )
         assert (one.checkpoint, one.replay_hash) == (1, "h1")
+        assert one == await tx.harness_calls.get(created.id)  # the updated row, as a fresh read returns it
         with pytest.raises(Conflict, match="checkpoint 1"):
             await tx.harness_calls.advance_checkpoint(created.id, expected_checkpoint=0, checkpoint=1, replay_hash="x")
         with pytest.raises(InvalidRecord):
             await tx.harness_calls.advance_checkpoint(created.id, expected_checkpoint=1, checkpoint=1, replay_hash="x")
         cancelled = await tx.harness_calls.request_cancel(created.id)
         assert cancelled.cancel_requested and cancelled.phase == "pending"
+        assert cancelled == await tx.harness_calls.get(created.id)
 
 
 async def test_active_calls_are_counted_for_capacity(db: Database, clock: VirtualClock) -> None:

@@ -238,13 +238,14 @@ class HarnessCalls:
         terminal = ", ".join(f"'{phase}'" for phase in sorted(HARNESS_TERMINAL_PHASES))
         sets = [*sets, "updated_at = ?"]
         args = [*params, time_text(self._tx.now()), call_id, *(extra or [])]
-        changed = await self._tx.execute(
-            f"UPDATE harness_calls SET {', '.join(sets)} WHERE id = ? AND phase NOT IN ({terminal}){extra_where}",
+        rows = await self._tx.fetch(
+            f"UPDATE harness_calls SET {', '.join(sets)} WHERE id = ? AND phase NOT IN ({terminal}){extra_where} "
+            f"RETURNING {_COLUMNS}",
             args,
         )
-        if changed != 1:
+        if len(rows) != 1:
             current = await self.get(call_id)
             if current.is_terminal:
                 raise Conflict(f"harness call {call_id} is already {current.phase}")
             raise Conflict(f"harness call {call_id} is at checkpoint {current.checkpoint}: re-read it")
-        return await self.get(call_id)
+        return _call(rows[0])  # the row as updated, in the same statement

@@ -54,6 +54,7 @@ _COLUMNS = (
     "delivery_state, completion, human_due_at, created_at, updated_at, content_seq"
 )
 _CONTENT_SEQ = 15  # the index of ``content_seq`` in a row of `_COLUMNS`
+_PURPOSE = 6  # the index of ``purpose``
 
 _HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state, content_seq"
 
@@ -137,9 +138,9 @@ class Messages:
             await self.get(new.reply_to_message_id)
         message_id = self._tx.new_id() if new.id is None else require_text(new.id, "message id")
         now = time_text(self._tx.now())
-        inserted = await self._tx.execute(
+        inserted = await self._tx.fetch(
             f"INSERT INTO messages ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, '', NULL, ?, ?, ?, NULL) "
-            "ON CONFLICT DO NOTHING",
+            f"ON CONFLICT DO NOTHING RETURNING {_COLUMNS}",
             (
                 message_id,
                 new.conversation_id,
@@ -155,9 +156,9 @@ class Messages:
                 now,
             ),
         )
-        if inserted != 1:
+        if len(inserted) != 1:
             raise Conflict(f"message {message_id} already exists")
-        return await self.get(message_id)
+        return _message(inserted[0])  # the row as stored (no tail yet), without reading it again
 
     async def get(self, message_id: str) -> Message:
         row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM messages WHERE id = ?", (message_id,))
@@ -258,15 +259,20 @@ class Messages:
     async def task_pair(self, task_id: str) -> tuple[Message, Message]:
         """The task's ``input`` and ``response`` messages: ``NotFound`` if either is missing (not committed yet),
         ``Conflict`` if either is ambiguous."""
+        one = f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND purpose = ? ORDER BY id LIMIT 2"
+        rows = await self._tx.fetch(  # both purposes in one read (two of one: a conflict)
+            f"SELECT * FROM ({one}) AS inputs UNION ALL SELECT * FROM ({one}) AS responses",
+            (task_id, "input", task_id, "response"),
+        )
         found: list[Message] = []
         purposes: tuple[MessagePurpose, ...] = ("input", "response")
         for purpose in purposes:
-            rows = await self.find_by_purpose(task_id, purpose, limit=2)
-            if not rows:
+            matching = [row for row in rows if row[_PURPOSE] == purpose]
+            if not matching:
                 raise NotFound(f"task {task_id} has no {purpose} message")
-            if len(rows) > 1:
+            if len(matching) > 1:
                 raise Conflict(f"task {task_id} has more than one {purpose} message")
-            found.append(rows[0])
+            found.append(await self._read(matching[0]))
         return found[0], found[1]
 
     async def list_open_tasks(
