@@ -102,6 +102,13 @@ async def test_actors_are_immutable_and_keys_name_one_actor(ledger: LedgerStore)
 async def test_ownership_is_fixed_at_creation(ledger: LedgerStore) -> None:
     w = await world(ledger)
     assert await ledger.create_lane(dataclasses.replace(w.lane, last_seq=0, created_at=None)) == w.lane
+    # what a create returned (the inserted row) is what reading the stored one returns
+    assert await ledger.ensure_actor(Actor(type="harness", key="builtin", framework="loopd")) == w.actor
+    assert await ledger.get_actor(w.actor.id) == w.actor
+    assert await ledger.create_turn(dataclasses.replace(w.turn, created_at=None)) == w.turn
+    assert await ledger.create_action(dataclasses.replace(w.action, lane_id=None, created_at=None)) == w.action
+    attempt = await ledger.create_attempt(Attempt(w.action.id))
+    assert await ledger.get_attempt(attempt.id) == attempt and attempt.attempt_no == 1
     with pytest.raises(Conflict):
         await ledger.create_lane(Lane(session_id="s1", run_id="run-1", name="main"))  # name taken
     with pytest.raises(Conflict):

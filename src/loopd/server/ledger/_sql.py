@@ -267,12 +267,13 @@ class _LedgerSql:
             raise Conflict("ensure_actor needs an actor key")
         existing = await self.get_actor_by_key(actor.key)
         if existing is None:
-            inserted = await self._tx.execute(
-                f"INSERT INTO ledger_actors ({_ACTOR}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            inserted = await self._tx.fetch(
+                f"INSERT INTO ledger_actors ({_ACTOR}) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING "
+                f"RETURNING {_ACTOR}",
                 (actor.id, actor.type, actor.key, actor.framework, dumps(actor.attributes), time_text(self._tx.now())),
             )
-            if inserted == 1:
-                return await self.get_actor(actor.id)
+            if inserted:
+                return _actor(inserted[0])  # as stored, without reading it again
             existing = await self.get_actor_by_key(actor.key)
             if existing is None:
                 raise Conflict(f"actor id {actor.id} is already used by an actor with another key")
@@ -306,8 +307,9 @@ class _LedgerSql:
             parent = await self.get_lane(lane.parent_lane_id)
             if parent.session_id != lane.session_id:
                 raise Conflict(f"parent lane {parent.id} belongs to another session")
-        inserted = await self._tx.execute(
-            f"INSERT INTO ledger_lanes ({_LANE}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING",
+        inserted = await self._tx.fetch(
+            f"INSERT INTO ledger_lanes ({_LANE}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING "
+            f"RETURNING {_LANE}",
             (
                 lane.id,
                 lane.session_id,
@@ -321,8 +323,8 @@ class _LedgerSql:
                 time_text(self._tx.now()),
             ),
         )
-        if inserted == 1:
-            return await self.get_lane(lane.id)
+        if inserted:
+            return _lane(inserted[0])  # as stored, without reading it again
         row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?", (lane.id,))
         if row is None:
             raise Conflict(f"run {lane.run_id} of session {lane.session_id} already has a lane {lane.name!r}")
@@ -337,14 +339,13 @@ class _LedgerSql:
             same_identity(_turn(row), turn, "turn")
             return _turn(row)
         await self.get_lane(turn.lane_id)
-        await self._insert_or_compare(
+        return await self._insert_or_compare(
             "ledger_turns",
             _TURN,
             (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
             turn,
             _turn,
         )
-        return await self._get(_TURN, "ledger_turns", turn.id, _turn)
 
     async def create_action(self, action: Action) -> Action:
         action = normalize_action(action)
@@ -362,7 +363,7 @@ class _LedgerSql:
                 raise NotFound(f"parent action {action.parent_action_id} not found")
             if parent_lane != lane_id:
                 raise Conflict(f"parent action {action.parent_action_id} belongs to another lane")
-        await self._insert_or_compare(
+        return await self._insert_or_compare(
             "ledger_actions",
             _ACTION,
             (
@@ -380,7 +381,6 @@ class _LedgerSql:
             action,
             _action,
         )
-        return await self._get(_ACTION, "ledger_actions", action.id, _action)
 
     async def create_attempt(self, attempt: Attempt) -> Attempt:
         attempt = normalize_attempt(attempt)
@@ -399,16 +399,17 @@ class _LedgerSql:
                 "SELECT MAX(attempt_no) FROM ledger_attempts WHERE action_id = ?", (attempt.action_id,)
             )
             number = int(last[0] or 0) + 1 if last is not None else 1
-        inserted = await self._tx.execute(
-            f"INSERT INTO ledger_attempts ({_ATTEMPT}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        inserted = await self._tx.fetch(
+            f"INSERT INTO ledger_attempts ({_ATTEMPT}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING "
+            f"RETURNING {_ATTEMPT}",
             (attempt.id, attempt.action_id, number, str(action_row[0]), time_text(self._tx.now())),
         )
-        if inserted != 1:
+        if not inserted:
             row = await self._tx.fetch_one(f"SELECT {_ATTEMPT} FROM ledger_attempts WHERE id = ?", (attempt.id,))
             if row is None:
                 raise Conflict(f"action {attempt.action_id} already has attempt {number}")
             return self._same_attempt(_attempt(row), attempt)
-        return await self.get_attempt(attempt.id)
+        return _attempt(inserted[0])  # as stored, without reading it again
 
     @staticmethod
     def _same_attempt(existing: Attempt, proposed: Attempt) -> Attempt:
@@ -427,15 +428,19 @@ class _LedgerSql:
         return decode(row)
 
     async def _insert_or_compare(
-        self, table: str, columns: str, values: tuple[Any, ...], proposed: Any, decode: Callable[[Sequence[Any]], Any]
-    ) -> None:
+        self, table: str, columns: str, values: tuple[Any, ...], proposed: Any, decode: Callable[[Sequence[Any]], _T]
+    ) -> _T:
+        """Insert the entity and return it as stored (one statement: ``RETURNING``); when its id was created
+        concurrently, the stored one, which must have the same identity."""
         marks = ", ".join("?" for _ in values)
-        inserted = await self._tx.execute(
-            f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING", values
+        inserted = await self._tx.fetch(
+            f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING RETURNING {columns}", values
         )
-        if inserted != 1:  # created concurrently under the same id
-            what = table.removeprefix("ledger_").rstrip("s")
-            same_identity(await self._get(columns, table, proposed.id, decode), proposed, what)
+        if inserted:
+            return decode(inserted[0])
+        stored = await self._get(columns, table, proposed.id, decode)
+        same_identity(stored, proposed, table.removeprefix("ledger_").rstrip("s"))
+        return stored
 
     # -- events ----------------------------------------------------------------------------------------------
 
