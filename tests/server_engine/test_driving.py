@@ -283,7 +283,7 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     assert sum(1 for action in structure.actions if action.type == "model_call") == 1
 
 
-async def test_a_drive_ensures_its_ledger_actors_once_not_in_every_transaction(
+async def test_an_engine_ensures_its_ledger_actors_once_not_in_every_transaction(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from loopd.server.ledger import _sql
@@ -309,14 +309,19 @@ async def test_a_drive_ensures_its_ledger_actors_once_not_in_every_transaction(
         )
     )
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
-        call_id, _ = await start(sqlite_db, engine)
-        for applied in (1, 2, 3):  # one transaction per update: each waits for the last to be applied
+        for effect_key in ("respond", "again"):  # two calls: the second drive knows the actors the first ensured
+            call_id, _ = await start(sqlite_db, engine, key=effect_key)
+            for applied in (1, 2, 3):  # one transaction per update: each waits for the last to be applied
 
-            async def reached(at: int = applied) -> bool:
-                return (await engine.get(call_id)).checkpoint >= at
+                async def reached(at: int = applied, call_id: str = call_id) -> bool:
+                    return (await engine.get(call_id)).checkpoint >= at
 
-            await until(reached)
-            adapter.last_run(call_id).release()
-        call = await until_phase(engine, call_id, "succeeded")
-    assert call.checkpoint == 5
+                await until(reached)
+                adapter.last_run(call_id).release()
+            call = await until_phase(engine, call_id, "succeeded")
+            assert call.checkpoint == 5
     assert sorted(key or "" for key in ensured) == ["harness:scripted", "loopd:harness-engine"]
+    store = SqlLedgerStore(sqlite_db)
+    actors = [await store.get_actor_by_key(key) for key in ("loopd:harness-engine", "harness:scripted")]
+    (lane,) = await store.find_lanes(Scope(harness_call_id=call_id))  # the second call's trail: the same actors
+    assert {event.actor_id for event in await store.load_lane(lane.id)} == {a.id for a in actors if a is not None}

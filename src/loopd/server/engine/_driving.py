@@ -29,7 +29,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from loopd._infra.clock import Clock, wait_event
@@ -114,6 +114,9 @@ class DriveSettings:
     """Where drives record time to first text, completion, tokens and cost (None: nowhere)."""
     redactor: Redactor | None = None
     """Applied to what the trail stores of tool inputs and outputs (prompts are redacted by their recorder)."""
+    ledger_actors: dict[str, str] = field(default_factory=dict)
+    """Ledger actor key → id, as a committed transaction of any of this engine's drives ensured it (the engine's own
+    and one per harness target). Ledger actors are never removed: ensured once per engine, not per call."""
 
 
 class _End:
@@ -194,7 +197,7 @@ class Drive:
         self._stopping = False
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
-        self._actor_ids: dict[str, str] = {}  # ledger actor key → id, ensured by a committed transaction
+        self._actor_ids = settings.ledger_actors  # ledger actor key → id, ensured by a committed transaction
         self._states = streams.StreamStates()  # the call message's stream state this drive holds (see emit_held)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
@@ -221,7 +224,7 @@ class Drive:
             effect=self._effect,
             clock=self._s.clock,
             redactor=self._s.redactor,
-            actors=self._actor_ids,  # ledger actors are never removed: ensured once per drive, not per transaction
+            actors=self._actor_ids,  # ledger actors are never removed: ensured once per engine, not per transaction
         )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
