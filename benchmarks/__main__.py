@@ -63,6 +63,12 @@ def main() -> None:
     if args.compare is not None:
         compare_files(args.compare[0], args.compare[1])
         return
+    if args.out is not None and not args.modules:
+        # A file named for one benchmark would otherwise start every one of them (the peers' included, ~1 h).
+        parser.error(
+            "--out names the results file of the modules you list: add them (e.g. `--results --out FILE "
+            "tracing_overhead`), or drop --out to run every benchmark into benchmarks/results/<date>-<sha>.json"
+        )
     tables = Path(tempfile.mkstemp(prefix="loopd-bench-", suffix=".jsonl")[1]) if args.results else None
     if tables is not None:
         os.environ[RESULTS_ENV] = str(tables)

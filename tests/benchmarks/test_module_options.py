@@ -35,3 +35,11 @@ def test_a_single_modules_options_reach_its_parser() -> None:
     assert bad.returncode == 2
     assert "--rate: invalid float value" in bad.stderr
     assert "unrecognized arguments" not in bad.stderr
+
+
+def test_a_named_results_file_needs_the_modules_it_holds(tmp_path: Path) -> None:
+    out = tmp_path / "tracing.json"
+    refused = _run("--results", "--out", str(out))
+    assert refused.returncode == 2
+    assert "--out names the results file of the modules you list" in refused.stderr
+    assert "==" not in refused.stdout and not out.exists()  # nothing ran
