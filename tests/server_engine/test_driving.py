@@ -133,6 +133,53 @@ async def test_a_gate_waits_for_input_and_the_answer_reaches_the_harness(sqlite_
     assert gate is not None and (gate["status"], gate["value"]) == ("success", "always")
 
 
+async def test_the_watcher_reads_the_content_only_while_an_answer_may_be_there(
+    sqlite_db: Database, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopd.server.storage import _messages
+
+    reads: list[str] = []
+    original = _messages.Messages.get
+
+    async def counting(self: _messages.Messages, message_id: str) -> _messages.Message:
+        reads.append(message_id)
+        return await original(self, message_id)
+
+    monkeypatch.setattr(_messages.Messages, "get", counting)
+    adapter = ScriptedAdapter(
+        script=scripted(TextSet("working"), None, GateOpened("t/1", "- write a.txt"), None, Finished("ok"))
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock) as engine:  # a look every 0.05 s
+        call_id, response = await start(sqlite_db, engine)
+        await until(lambda: _checkpoint(engine, call_id, 1))
+        started = reads.count(response)  # the start's and the drive's own reads
+        looks = 0
+
+        async def look() -> None:
+            nonlocal looks
+            for _ in range(10):
+                await clock.advance(0.05)
+                await asyncio.sleep(0.01)  # the look's own storage work (real time)
+                looks += 1
+
+        await look()  # ~10 looks with nothing to answer: at most the first reads the content
+        assert reads.count(response) - started <= 1
+        before = reads.count(response)
+        adapter.last_run(call_id).release()
+        await until_phase(engine, call_id, "waiting_input")  # the gate is open: looks read the content again
+        await engine.answer_gate(call_id, "t/1", "approve", "user:alice")
+        run = adapter.last_run(call_id)
+        await until_true(lambda: bool(run.gates))
+        assert run.gates == [("t/1", "approve")] and reads.count(response) > before
+        await look()  # answered and forwarded: nothing pending, so no more content reads
+        settled = reads.count(response)
+        await look()
+        assert reads.count(response) == settled and looks == 30
+        run.release()
+        call = await engine.wait(call_id, 10)
+    assert call.phase == "succeeded"
+
+
 async def test_the_deadline_times_a_call_out(sqlite_db: Database, clock: VirtualClock) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
     async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock) as engine:

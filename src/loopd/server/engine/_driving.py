@@ -47,6 +47,7 @@ from loopd.server.storage import (
     HarnessCall,
     HarnessPhase,
     InvalidRecord,
+    Message,
     NotFound,
     StorageError,
     Transaction,
@@ -193,6 +194,12 @@ class Drive:
         self._interrupted: list[str] = []
         self._prompt_chars = 0
         self._forwarded: set[str] = set()
+        # The watcher reads the message's content only while a person may have answered something there: at the
+        # start (a resumed call may hold open asks), after a gate or question was opened (`_asked`), and until a
+        # look finds none pending — and then only when the message changed since its last full look.
+        self._awaiting_humans = True
+        self._asked_count = 0
+        self._looked_revision: int | None = None
         self._task_id: str | None = None
         self._stopping = False
         self.poke = asyncio.Event()
@@ -677,6 +684,7 @@ class Drive:
         )
         match update:
             case GateOpened() | QuestionAsked():
+                tx.after_commit(self._asked)
                 if call.phase in ("running", "starting"):
                     call = await tx.harness_calls.update(call.id, phase="waiting_input")
             case GateResolved() | QuestionClosed():
@@ -728,11 +736,21 @@ class Drive:
                 return reason
         return "lost"
 
+    def _asked(self) -> None:
+        """A gate or question was opened (its ask block committed): the watcher reads the content again."""
+        self._asked_count += 1
+        self._awaiting_humans = True
+
     async def _look(self, run: AdapterRun) -> str | None:
+        asked = self._asked_count  # an ask committed after this cannot be in what this look reads
+        message: Message | None = None
         async with self._s.db.transaction(read_only=True) as tx:
             call = await tx.harness_calls.get(self.call_id)
             lease = await tx.leases.get(self._resource)
-            message = await tx.messages.get(call.message_id) if call.message_id is not None else None
+            head = await tx.messages.head(call.message_id) if call.message_id is not None else None
+            if head is not None and self._awaiting_humans and head.revision != self._looked_revision:
+                # the content (its tail folded) only when it may hold an answer not forwarded yet
+                message = await tx.messages.get(head.id)
         if lease is None or lease.token != self.token:
             return "lost"
         if call.is_terminal:
@@ -741,10 +759,15 @@ class Drive:
             return "cancelled"
         if self._s.clock.now() >= call.deadline_at:
             return "timed_out"
+        if head is None:
+            return None
+        if head.status in streams.TERMINAL_STATUSES:
+            return "message_closed"
         if message is None:
             return None
-        if message.status in streams.TERMINAL_STATUSES:
-            return "message_closed"
+        self._looked_revision = message.revision
+        if asked == self._asked_count and not pending_asks(message.content):
+            self._awaiting_humans = False  # nothing a person could answer until the harness asks again
         for gate_id, answer in answered_gates(message.content):
             if gate_id in self._forwarded:
                 continue
@@ -769,6 +792,16 @@ class Drive:
                 except Exception as exc:  # answered already, or past its deadline: the harness's to refuse
                     _log.info("harness call %s: answer to %s not taken: %s", self.call_id, request_id, exc)
         return None
+
+
+def pending_asks(content: dict[str, Any]) -> bool:
+    """Whether a gate's or question's ask block is still waiting for its answer."""
+    for block in content.get("blocks") or ():
+        if isinstance(block, dict) and block.get("type") == "ask" and block.get("status") == "pending":
+            block_id = block.get("id")
+            if isinstance(block_id, str) and block_id.startswith(("gate/", "question/")):
+                return True
+    return False
 
 
 def answered_questions(content: dict[str, Any]) -> list[tuple[str, str]]:

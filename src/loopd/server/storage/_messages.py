@@ -178,9 +178,14 @@ class Messages:
     async def lock_head(self, message_id: str) -> MessageHead:
         """`lock` without the content (nothing of a long answer is read or decoded): for a writer that keeps the
         stream's state itself (`loopd.server.streams.StreamStates`)."""
-        row = await self._tx.fetch_one(
-            f"SELECT {_HEAD_COLUMNS} FROM messages WHERE id = ?{self._tx.for_update}", (message_id,)
-        )
+        return await self._head(message_id, self._tx.for_update)
+
+    async def head(self, message_id: str) -> MessageHead:
+        """A message's status and revision without its content, and without a lock (a watcher's cheap look)."""
+        return await self._head(message_id, "")
+
+    async def _head(self, message_id: str, lock: str) -> MessageHead:
+        row = await self._tx.fetch_one(f"SELECT {_HEAD_COLUMNS} FROM messages WHERE id = ?{lock}", (message_id,))
         if row is None:
             raise NotFound(f"message {message_id} not found")
         return _head(row)
