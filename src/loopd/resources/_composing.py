@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import copy
 import json
 import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
+
+from loopd._infra.jsoncopy import json_copy
 
 from ._crds import kind_specs_from_crd
 from ._errors import BadRequest, Cause, Conflict, ErrorDetails, Invalid, NotFound
@@ -133,7 +134,7 @@ def prepare_create(
 def compose_update(
     spec: KindSpec, existing: dict[str, Any], body: dict[str, Any], *, strict: bool, now: str
 ) -> dict[str, Any]:
-    new = copy.deepcopy(body)
+    new = json_copy(body)
     new["apiVersion"], new["kind"] = spec.api_version, spec.kind
     meta = new.setdefault("metadata", {})
     if not isinstance(meta, dict):
@@ -149,7 +150,7 @@ def compose_update(
     if spec.status_subresource:
         new.pop("status", None)
         if "status" in existing:
-            new["status"] = copy.deepcopy(existing["status"])
+            new["status"] = json_copy(existing["status"])
     new = validate_object(spec, new, strict=strict)
     new = apply_kind_rules(spec, new, now)
     new_meta = new["metadata"]
@@ -176,13 +177,13 @@ def compose_update(
 
 
 def compose_status(spec: KindSpec, existing: dict[str, Any], body: Mapping[str, Any]) -> dict[str, Any]:
-    new = copy.deepcopy(existing)
+    new = json_copy(existing)
     new["apiVersion"] = spec.api_version
     status = body.get("status")
     if status is None:
         new.pop("status", None)
     else:
-        new["status"] = copy.deepcopy(status)
+        new["status"] = json_copy(status)
     new = validate_object(spec, new, status_write=True)
     check_transition_rules(spec, existing, new)
     return new

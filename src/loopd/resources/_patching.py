@@ -6,11 +6,12 @@ Must not do: I/O, validation, or resourceVersion handling (the store engine appl
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import jsonpatch
+
+from loopd._infra.jsoncopy import json_copy
 
 from ._errors import BadRequest, Invalid, UnsupportedMediaType
 
@@ -28,7 +29,7 @@ PATCH_CONTENT_TYPES: dict[str, PatchType] = {
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
     if not isinstance(patch, Mapping):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     result: dict[str, Any] = dict(target) if isinstance(target, Mapping) else {}
     for key, value in patch.items():
         if value is None:
@@ -47,7 +48,7 @@ def json_patch(target: Any, operations: Any) -> Any:
     except (jsonpatch.InvalidJsonPatch, TypeError, AttributeError) as exc:
         raise BadRequest(f"invalid JSON patch: {exc}") from exc
     try:
-        return patch.apply(copy.deepcopy(target))
+        return patch.apply(json_copy(target))
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, KeyError, IndexError, TypeError) as exc:
         raise Invalid(f"the JSON patch could not be applied: {exc}") from exc
 

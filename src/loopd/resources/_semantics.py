@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import copy
 import json
 import logging
 import uuid
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Self, TypeVar
 
 from loopd._infra.errors import LoopdError
+from loopd._infra.jsoncopy import json_copy
 
 from . import _sql as sql
 from ._builtin_kinds import CRD_KIND, NAMESPACE_KIND, builtin_crds, builtin_kind_specs
@@ -442,7 +442,7 @@ class SemanticStore:
             raise AlreadyExists(f'{spec.qualified_resource} "{name}" already exists', details=spec.details(name))
         if spec.namespaced:
             await self._ensure_namespace(tx, key[2])
-        stored = copy.deepcopy(body)
+        stored = json_copy(body)
         meta = stored["metadata"]
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._now()
@@ -486,7 +486,7 @@ class SemanticStore:
                 await self._orphan_dependents(tx, str(meta.get("uid", "")))
             if meta.get("deletionTimestamp"):
                 return obj
-            new = copy.deepcopy(obj)
+            new = json_copy(obj)
             _mark_deleting(new, self._now())
             if spec.storage_key == NAMESPACE_STORAGE:
                 new = apply_kind_rules(spec, new, self._now())
@@ -501,7 +501,7 @@ class SemanticStore:
         """Foreground / Orphan as kube-apiserver and its garbage collector do them, in one write: the owner parked
         behind the ``foregroundDeletion`` / ``orphan`` finalizer (a MODIFIED event; what the caller gets back), its
         dependents deleted or orphaned, then the finalizer released, which removes the owner (DELETED)."""
-        parked = copy.deepcopy(obj)
+        parked = json_copy(obj)
         _mark_deleting(parked, self._now())
         meta = parked["metadata"]
         meta["finalizers"] = ["foregroundDeletion" if policy == "Foreground" else "orphan"]
@@ -517,7 +517,7 @@ class SemanticStore:
     async def _remove(
         self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
     ) -> dict[str, Any]:
-        final = copy.deepcopy(obj)
+        final = json_copy(obj)
         final["metadata"]["resourceVersion"] = str(tx.next_rv())
         await sql.delete_object(tx.conn, key)
         await tx.record(key, "DELETED", final, None)
@@ -560,7 +560,7 @@ class SemanticStore:
             if spec is None:
                 await sql.delete_object(tx.conn, key)
             elif others and await self._any_owner_alive(tx, key, others):
-                new = copy.deepcopy(dependent)
+                new = json_copy(dependent)
                 new["metadata"]["ownerReferences"] = others
                 await self._replace(tx, spec, key, dependent, new)
             else:
@@ -572,7 +572,7 @@ class SemanticStore:
             spec = self._storage_spec(key[0], key[1])
             if dependent is None or spec is None:
                 continue
-            new = copy.deepcopy(dependent)
+            new = json_copy(dependent)
             refs = [r for r in new["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
             if refs:
                 new["metadata"]["ownerReferences"] = refs

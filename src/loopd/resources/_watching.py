@@ -8,7 +8,6 @@ Must not do: write objects, or block: a slow watcher is ended with ``Gone``, nev
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -17,6 +16,7 @@ from typing import Any, Literal
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import wait_event
+from loopd._infra.jsoncopy import json_copy
 from loopd._infra.tasks import cancel_and_wait
 
 from ._errors import BadRequest, Gone, ResourceError
@@ -111,7 +111,7 @@ class _Watcher:
 def present(spec: KindSpec, body: dict[str, Any]) -> dict[str, Any]:
     """A caller-owned copy of a stored body at the requested version."""
     out: dict[str, Any] = {"apiVersion": spec.api_version, "kind": spec.kind, "metadata": {}}
-    out.update(copy.deepcopy(body))
+    out.update(json_copy(body))
     out["apiVersion"] = spec.api_version
     return out
 

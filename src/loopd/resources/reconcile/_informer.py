@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Literal
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.jsoncopy import json_copy
 from loopd.resources import Gone, ResourceError, WatchEvent
 from loopd.resources.client import JsonObject, ResourceClient, ResourceType, resource_version_of
 from loopd.resources.client import name_of as _name_of
@@ -142,11 +142,11 @@ class Informer:
         """A copy of the cached object, if any."""
         ns = namespace if self._resource.namespaced else None
         obj = self._cache.get((ns, name))
-        return copy.deepcopy(obj) if obj is not None else None
+        return json_copy(obj) if obj is not None else None
 
     def list(self) -> builtins.list[JsonObject]:
         """Copies of every cached object."""
-        return [copy.deepcopy(obj) for _, obj in sorted(self._cache.items(), key=lambda item: _sort_key(item[0]))]
+        return [json_copy(obj) for _, obj in sorted(self._cache.items(), key=lambda item: _sort_key(item[0]))]
 
     def cache_keys(self) -> builtins.list[CacheKey]:
         return sorted(self._cache, key=_sort_key)
