@@ -27,6 +27,7 @@ append ids from the update index, so a retried transaction is idempotent. Must n
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from collections.abc import Sequence
@@ -59,9 +60,19 @@ _NAMESPACE: Final = uuid.UUID("6f1d7c52-9a0e-4b7e-8f43-2c5b8e1a9d30")
 ENGINE_ACTOR_KEY: Final = "loopd:harness-engine"
 
 
+_NAMESPACE_BYTES: Final = _NAMESPACE.bytes
+
+
 def trail_id(call_id: str, *parts: str) -> str:
-    """A stable id for an entity of this call's trail."""
-    return str(uuid.uuid5(_NAMESPACE, "/".join((call_id, *parts))))
+    """A stable id for an entity of this call's trail: ``uuid.uuid5(_NAMESPACE, "call_id/part/…")`` as text,
+    computed without building a `uuid.UUID` (a drive names ~18 trail entities per step)."""
+    raw = bytearray(
+        hashlib.sha1(_NAMESPACE_BYTES + "/".join((call_id, *parts)).encode(), usedforsecurity=False).digest()
+    )
+    raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    text = raw[:16].hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 CHARS_PER_TOKEN: Final = 4
