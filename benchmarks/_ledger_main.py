@@ -1,11 +1,12 @@
 """Child of `benchmarks.ledger_overhead`: ``--calls`` harness calls (default 1) through the Harness Engine, one after
-the other, each on fresh databases (SQLite server database, SQLite journal), whose turn makes ``--steps`` tool steps,
-with the full ledger ``on`` (every model call's request and reply stored as redacted, content-addressed artifacts) or
-``off`` (the trail's usage facts only, as before). Prints as JSON, each the mean over the calls: the wall and CPU time
-per step of the whole call (from its start until the engine has applied its last update: the engine follows the
-harness asynchronously, so the ledger's cost shows there) and the harness's own step time over the last ``--window``
-steps (history near ``--steps``); and what the ledger stored for one call. ``--tracing on`` installs the
-OpenTelemetry SDK with the in-memory exporter first (the server-side row of `benchmarks.tracing_overhead`).
+the other, each on fresh databases (SQLite server database, SQLite journal; ``both``: that many of each mode, off
+and on alternating, reported per mode), whose turn makes ``--steps`` tool steps, with the full ledger ``on`` (every
+model call's request and reply stored as redacted, content-addressed artifacts) or ``off`` (the trail's usage facts
+only, as before). Prints as JSON, each the mean over the calls: the wall and CPU time per step of the whole call
+(from its start until the engine has applied its last update: the engine follows the harness asynchronously, so the
+ledger's cost shows there) and the harness's own step time over the last ``--window`` steps (history near
+``--steps``); and what the ledger stored for one call. ``--tracing on`` installs the OpenTelemetry SDK with the in-
+memory exporter first (the server-side row of `benchmarks.tracing_overhead`).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ async def run(mode: str, steps: int, window: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["on", "off"])
+    parser.add_argument("mode", choices=["on", "off", "both"], help="both: off and on calls alternate in this process")
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--window", type=int, default=50)
     parser.add_argument(
@@ -121,17 +122,28 @@ def main() -> None:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
-    calls: list[dict[str, Any]] = []
+    modes = ("off", "on") if args.mode == "both" else (args.mode,)
+    calls: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     spans: list[int] = []
-    for _ in range(max(1, args.calls)):
-        calls.append(asyncio.run(run(args.mode, args.steps, min(args.window, args.steps))))
-        spans.append(len(exporter.get_finished_spans()) if exporter is not None else 0)
-        if exporter is not None:
-            exporter.clear()  # exported: a real exporter would have sent them on, not kept them
+    for index in range(max(1, args.calls)):
+        for mode in modes if index % 2 == 0 else modes[::-1]:  # both: off/on, then on/off, …
+            calls[mode].append(asyncio.run(run(mode, args.steps, min(args.window, args.steps))))
+            spans.append(len(exporter.get_finished_spans()) if exporter is not None else 0)
+            if exporter is not None:
+                exporter.clear()  # exported: a real exporter would have sent them on, not kept them
+    results = {mode: _summary(done) for mode, done in calls.items()}
+    if args.mode == "both":
+        print(json.dumps({**results, "spans": spans[0]}))
+    else:
+        print(json.dumps({**results[args.mode], "spans": spans[0], "spans_per_call": spans}))
+
+
+def _summary(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """One mode's calls: the timings their means, what one call stored, and each call's wall time per step."""
     timed = ("per_step_ms", "cpu_per_step_ms", "harness_step_ms")
     result = {**calls[-1], **{key: statistics.mean(call[key] for call in calls) for key in timed}}
     result["per_call_ms"] = [call["per_step_ms"] for call in calls]
-    print(json.dumps({**result, "spans": spans[0], "spans_per_call": spans}))
+    return result
 
 
 if __name__ == "__main__":

@@ -36,3 +36,10 @@ def test_the_full_ledger_stores_artifacts_only_when_on_and_each_call_is_timed() 
     # one call's ledger (fresh databases per call): a request and a reply per model call, shared prefixes once
     assert on["artifacts"] > 0 and off["artifacts"] == 0
     assert on["events"] == off["events"] > 0
+
+
+def test_both_modes_alternate_in_one_run() -> None:
+    both = _child("both", 2)
+    assert set(both) >= {"off", "on"}
+    assert len(both["on"]["per_call_ms"]) == 2 and len(both["off"]["per_call_ms"]) == 2
+    assert both["on"]["artifacts"] > 0 and both["off"]["artifacts"] == 0  # each call on its own databases
