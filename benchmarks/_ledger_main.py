@@ -111,26 +111,18 @@ def main() -> None:
     )
     parser.add_argument("--calls", type=int, default=1, help="calls run one after the other, each on fresh databases")
     args = parser.parse_args()
-    exporter = None
+    recorded = None
     if args.tracing == "on":
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from benchmarks._spans import MemorySpans
 
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
+        recorded = MemorySpans()
     modes = ("off", "on") if args.mode == "both" else (args.mode,)
     calls: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     spans: list[int] = []
     for index in range(max(1, args.calls)):
         for mode in modes if index % 2 == 0 else modes[::-1]:  # both: off/on, then on/off, …
             calls[mode].append(asyncio.run(run(mode, args.steps, min(args.window, args.steps))))
-            spans.append(len(exporter.get_finished_spans()) if exporter is not None else 0)
-            if exporter is not None:
-                exporter.clear()  # exported: a real exporter would have sent them on, not kept them
+            spans.append(recorded.take() if recorded is not None else 0)
     results = {mode: _summary(done) for mode, done in calls.items()}
     if args.mode == "both":
         print(json.dumps({**results, "spans": spans[0]}))

@@ -116,26 +116,16 @@ def main() -> None:
     parser.add_argument("--model", choices=["adapter", "scripted"], default="adapter")
     parser.add_argument("--sessions", type=int, default=1, help="sessions run one after the other in this process")
     args = parser.parse_args()
-    exporter = None
+    recorded = None
     if args.mode == "on":
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from benchmarks._spans import MemorySpans
 
-        exporter = InMemorySpanExporter()
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        trace.set_tracer_provider(provider)
+        recorded = MemorySpans()
     per_session: list[float] = []
     spans: list[int] = []
     for _ in range(args.sessions):
         per_session.append(asyncio.run(run(args.steps, min(args.window, args.steps), args.model)))
-        if exporter is not None:
-            spans.append(len(exporter.get_finished_spans()))
-            exporter.clear()  # exported: a real exporter would have sent them on, not kept them
-        else:
-            spans.append(0)
+        spans.append(recorded.take() if recorded is not None else 0)
     result = {
         "per_step_ms": statistics.mean(per_session),
         "per_session_ms": per_session,
