@@ -138,7 +138,7 @@ async def test_racing_writers_of_one_seq_store_it_once(db: Database) -> None:
 
 
 async def test_appending_many_at_once_stores_what_appending_one_by_one_does(db: Database) -> None:
-    events = [(1, start(1)), *((seq, append(seq, f"p{seq}")) for seq in range(2, 301))]  # over one INSERT's rows
+    events = [(1, start(1)), *((seq, append(seq, f"p{seq}")) for seq in range(2, 801))]  # over one INSERT's rows
     async with db.transaction() as tx:
         conversation = await user_conversation(tx)
         _, one_by_one = await question(tx, conversation, "t1")
@@ -148,11 +148,11 @@ async def test_appending_many_at_once_stores_what_appending_one_by_one_does(db: 
     async with db.transaction() as tx:
         batch = await tx.message_events.append_many(together.id, events)
     assert [(e.seq, e.event, appended) for e, appended in batch] == [(e.seq, e.event, a) for e, a in singles]
-    assert [e.cursor for e, _ in batch] == list(range(301, 601))  # after the first message's, without gaps
+    assert [e.cursor for e, _ in batch] == list(range(801, 1601))  # after the first message's, without gaps
     async with db.transaction(read_only=True) as tx:
         stored = await tx.message_events.read(together.id, limit=1000)
         assert [(e.seq, e.cursor, e.event) for e in stored] == [(e.seq, e.cursor, e.event) for e, _ in batch]
-        assert await tx.message_events.last_cursor(conversation.id) == 600
+        assert await tx.message_events.last_cursor(conversation.id) == 1600
 
 
 async def test_a_batch_may_repeat_stored_events_and_is_refused_whole(db: Database) -> None:

@@ -73,11 +73,7 @@ from ._vocabulary import ActionType, EffectKind, EventType, Idempotency, Subject
 
 _T = TypeVar("_T")
 _IDS_PER_QUERY = 500
-"""Ids per ``IN (…)`` lookup; with `_EVENT_ROWS_PER_INSERT` (rows of `_EVENT_FIELDS` parameters per multi-row
-``INSERT``), well under every driver's parameter limit."""
-_EVENT_ROWS_PER_INSERT = 256
-_EVENT_FIELDS = 16
-_EVENT_ROW = "(" + ", ".join(["?"] * _EVENT_FIELDS) + ")"
+"""Ids per ``IN (…)`` lookup, well under every driver's parameter limit."""
 
 _ACTOR = "id, actor_type, actor_key, framework, attributes, created_at"
 _LANE = (
@@ -476,35 +472,29 @@ class _LedgerSql:
             raise LaneConflict(lane_id, expected_last_seq, lane.last_seq)
         usages = await check_batch(lane, events, self)
         now = time_text(self._tx.now())
-        values: list[Any] = []
-        for offset, (event, usage) in enumerate(zip(events, usages, strict=True), start=1):
-            values.extend(
-                (
-                    event.id,
-                    lane_id,
-                    lane.last_seq + offset,
-                    event.subject_id,
-                    event.event_type,
-                    event.actor_id,
-                    time_text(event.occurred_at),
-                    dumps(event.payload),
-                    dumps(event.extensions),
-                    event.causation_id,
-                    event.schema_version,
-                    append_id,
-                    now,
-                    None if usage is None else usage.input_tokens,
-                    None if usage is None else usage.output_tokens,
-                    None if usage is None else usage.cost_usd,
-                )
+        rows = [
+            (
+                event.id,
+                lane_id,
+                lane.last_seq + offset,
+                event.subject_id,
+                event.event_type,
+                event.actor_id,
+                time_text(event.occurred_at),
+                dumps(event.payload),
+                dumps(event.extensions),
+                event.causation_id,
+                event.schema_version,
+                append_id,
+                now,
+                None if usage is None else usage.input_tokens,
+                None if usage is None else usage.output_tokens,
+                None if usage is None else usage.cost_usd,
             )
-        for start in range(0, len(events), _EVENT_ROWS_PER_INSERT):  # one statement per batch, not one per event
-            count = min(_EVENT_ROWS_PER_INSERT, len(events) - start)
-            await self._tx.execute(
-                f"INSERT INTO ledger_events ({_EVENT}, input_tokens, output_tokens, cost_usd) VALUES "
-                + ", ".join([_EVENT_ROW] * count),
-                values[start * _EVENT_FIELDS : (start + count) * _EVENT_FIELDS],
-            )
+            for offset, (event, usage) in enumerate(zip(events, usages, strict=True), start=1)
+        ]
+        # one statement per batch, not one per event
+        await self._tx.insert_rows("ledger_events", f"{_EVENT}, input_tokens, output_tokens, cost_usd", rows)
         receipt = AppendReceipt(
             append_id=append_id,
             lane_id=lane_id,

@@ -19,9 +19,6 @@ from ._tx import TransactionCore
 from ._values import canonical_json, dumps, loads, page_limit, parse_time, require_object, time_text
 
 _COLUMNS = "message_id, seq, conversation_id, event_cursor, event, created_at"
-_ROW = "(?, ?, ?, ?, ?, ?)"
-_ROWS_PER_INSERT = 256
-"""Rows per multi-row INSERT of `MessageEvents.append_many` (6 parameters each, well under every driver's limit)."""
 
 
 def _event(row: tuple[Any, ...]) -> MessageEvent:
@@ -105,17 +102,12 @@ class MessageEvents:
         now = self._tx.now()
         created = time_text(now)
         at = parse_time(created)
-        rows_values: list[Any] = []
+        fresh_rows: list[tuple[Any, ...]] = []
         for (seq, _), body in zip(events[len(results) :], bodies[len(results) :], strict=True):
             cursor += 1
-            rows_values.extend((message_id, seq, conversation_id, cursor, body, created))
+            fresh_rows.append((message_id, seq, conversation_id, cursor, body, created))
             results.append((MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at), True))
-        for start in range(0, fresh, _ROWS_PER_INSERT):
-            count = min(_ROWS_PER_INSERT, fresh - start)
-            await self._tx.execute(
-                f"INSERT INTO message_events ({_COLUMNS}) VALUES " + ", ".join([_ROW] * count),
-                rows_values[start * 6 : (start + count) * 6],
-            )
+        await self._tx.insert_rows("message_events", _COLUMNS, fresh_rows)
         return results
 
     async def last_seq(self, message_id: str) -> int:

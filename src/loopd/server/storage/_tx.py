@@ -14,6 +14,9 @@ from loopd._infra.clock import Clock
 from loopd._infra.database import Connection, Dialect
 from loopd._infra.ids import new_id
 
+MAX_PARAMETERS = 4096
+"""Bound values per statement `TransactionCore.insert_rows` writes (SQLite allows 32,766, PostgreSQL 32,767)."""
+
 
 class TransactionCore:
     def __init__(
@@ -60,3 +63,18 @@ class TransactionCore:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a statement; returns how many rows it changed."""
         return await self._conn.execute(sql, params)
+
+    async def insert_rows(self, table: str, columns: str, rows: Sequence[Sequence[Any]]) -> None:
+        """INSERT ``rows`` (each the values of ``columns``, in order) with multi-row statements: one per
+        `MAX_PARAMETERS` values, well under every driver's limit, instead of one statement per row."""
+        if not rows:
+            return
+        width = len(rows[0])
+        per_statement = max(1, MAX_PARAMETERS // width)
+        row = "(" + ", ".join(["?"] * width) + ")"
+        for start in range(0, len(rows), per_statement):
+            chunk = rows[start : start + per_statement]
+            await self._conn.execute(
+                f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * len(chunk)),
+                [value for values in chunk for value in values],
+            )
