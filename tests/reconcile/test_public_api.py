@@ -11,6 +11,8 @@ def test_client_public_names() -> None:
         [
             "LEASES",
             "TASKS",
+            "TASK_TARGET_KEY_LABEL",
+            "TASK_TARGET_KIND_LABEL",
             "HttpResourceClient",
             "InMemoryClient",
             "JsonObject",
@@ -26,6 +28,8 @@ def test_client_public_names() -> None:
             "namespace_of",
             "open_http_client",
             "resource_version_of",
+            "task_target_labels",
+            "tasks_not_for",
         ]
     )
     for name in client.__all__:

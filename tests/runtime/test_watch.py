@@ -6,17 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.resources.client import TASKS, InMemoryClient, ResourceClient
+from loopd.resources import ObjectList, WatchEvent
+from loopd.resources.client import TASKS, InMemoryClient, ResourceClient, ResourceType, name_of, task_target_labels
 from loopd.resources.reconcile import ManagerStatistics
 from loopd.runtime import Conflict, Result, Runtime, Task, open_runtime
 from loopd.runtime._tasks import CLAIM_DELAY
 from loopd.server._composition import RunningServer
+from tests.reconcile.helpers import FaultyClient
 from tests.support.waiting import eventually
 
 from .conftest import User
@@ -271,3 +273,105 @@ async def test_an_operator_token_watches_over_tls_with_leader_election(server: R
         assert answer["status"] == "completed" and [t.id for t in echo.seen][:1] == [asked["task_id"]]
         leader = _stats(rt).leader
         assert leader is not None and leader.acquisitions == 1
+
+
+class _Delivered(FaultyClient):
+    """The runtime's client, recording the name of every Task its lists and watches delivered."""
+
+    def __init__(self, inner: ResourceClient) -> None:
+        super().__init__(inner)
+        self.names: set[str] = set()
+
+    async def list(
+        self, resource: ResourceType, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> ObjectList:
+        listing = await super().list(resource, namespace=namespace, label_selector=label_selector)
+        self.names.update(name_of(item) for item in listing.items)
+        return listing
+
+    @asynccontextmanager
+    async def _recorded(
+        self, opened: AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        async with opened as events:
+
+            async def recording() -> AsyncIterator[WatchEvent]:
+                async for event in events:
+                    if event.type != "BOOKMARK":
+                        self.names.add(name_of(event.object))
+                    yield event
+
+            yield recording()
+
+    def open_watch(
+        self,
+        resource: ResourceType,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        allow_bookmarks: bool = True,
+        timeout_seconds: float | None = None,
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        opened = super().open_watch(
+            resource,
+            namespace=namespace,
+            resource_version=resource_version,
+            label_selector=label_selector,
+            allow_bookmarks=allow_bookmarks,
+            timeout_seconds=timeout_seconds,
+        )
+        return self._recorded(opened)
+
+
+def _labelled(name: str, kind: str, key: str) -> dict[str, Any]:
+    body = _task_object(name, key)
+    body["spec"]["target"]["kind"] = kind
+    body["metadata"]["labels"] = task_target_labels(kind, key)
+    return body
+
+
+async def test_the_harnesses_tasks_are_never_sent_to_an_operators_watch(server: RunningServer) -> None:
+    """The watch selects on the server (``loopd.dev/target-kind!=harness``): a chat server's Tasks for its
+    harnesses are not listed, sent or cached by any operator; unlabelled Tasks (older ones) still arrive."""
+    memory = InMemoryClient()
+    delivered = _Delivered(memory)
+    seen: list[str] = []
+
+    async def record(task: Task) -> Result | None:
+        seen.append(task.id)
+        return None
+
+    await memory.create(TASKS, _labelled("chat-before", "harness", "assistant"), namespace="default")
+    async with open_runtime(data_dir=server.data_dir, resources=delivered) as rt:
+        rt.task.watch("echo", record)
+        async with _running(rt):
+            await memory.create(TASKS, _labelled("chat-after", "harness", "assistant"), namespace="default")
+            await memory.create(TASKS, _task_object("unlabelled"), namespace="default")
+            await memory.create(TASKS, _labelled("mine", "operator", "echo"), namespace="default")
+            await eventually(lambda: _true({"unlabelled", "mine"} <= set(seen)), what="both Tasks reconciled")
+    assert delivered.names == {"unlabelled", "mine"}
+    await memory.aclose()
+
+
+async def test_the_operators_tasks_are_never_sent_to_the_servers_harness_responder(
+    server: RunningServer, user: User
+) -> None:
+    """The other way round: the loop-server's responder watches ``loopd.dev/target-kind!=operator``. Questions to
+    an operator nobody serves yet are never reconciled by it; one question to a harness is."""
+    assert server.metrics is not None
+    async with open_runtime(data_dir=server.data_dir) as rt:
+        await rt.register("echo")  # known, but not watching
+    for i in range(6):
+        await user.ask(f"for an operator {i}")
+    harness_question = (await user.http.post("/v1/conversations", json={"name": "h"})).json()["id"]
+    asked = await user.http.post(
+        f"/v1/conversations/{harness_question}/messages",
+        json={"target": {"kind": "harness", "key": "assistant"}, "text": "hello"},
+    )
+    assert asked.status_code == 201, asked.text
+    answer = await _answered(user, asked.json())
+    assert answer["status"] == "completed"
+    labels = {"component": "server", "controller": "tasks.0"}
+    reconciles = server.metrics.registry.get_sample_value("loopd_reconcile_seconds_count", labels)
+    assert reconciles is not None and 1 <= reconciles < 6, reconciles

@@ -42,6 +42,8 @@ async def test_a_chat_request_stores_input_and_response_and_creates_the_task(rig
     assert task is not None
     assert task["metadata"]["namespace"] == "default"
     assert task["spec"] == {"target": {"kind": "operator", "key": "echo"}, "revision": 1}  # and nothing else
+    # Its target as labels too, so a watch selects its own Tasks on the server.
+    assert task["metadata"]["labels"] == {"loopd.dev/target-kind": "operator", "loopd.dev/target-key": "echo"}
     listed = (await user.get("/v1/conversations")).json()["data"]
     assert [c["id"] for c in listed] == [cid]
 

@@ -23,7 +23,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.metrics import Metrics
 from loopd._infra.tasks import TaskSet
 from loopd.resources import KubeObject
-from loopd.resources.client import TASKS, ResourceClient, open_http_client
+from loopd.resources.client import TASKS, ResourceClient, open_http_client, tasks_not_for
 from loopd.resources.reconcile import LeaderElection, Manager, Watch, owner_requests
 
 from ._chat import ChatVerbs
@@ -276,7 +276,9 @@ class Runtime:
             manager = Manager(resources, leader_election=election, clock=self._clock, on_reconciled=observer)
             for spec in specs:
                 if isinstance(spec, WatchSpec):
-                    informer = manager.informer(TASKS, namespace=self._namespace)
+                    # Selected on the server: the harnesses' Tasks (most of a chat server's) never reach us.
+                    selector = tasks_not_for("operator" if spec.kind == "harness" else "harness")
+                    informer = manager.informer(TASKS, namespace=self._namespace, label_selector=selector)
                     controller = TaskController(
                         spec, informer=informer, resources=resources, clock=self._clock, answered=self._answered
                     )
@@ -285,6 +287,7 @@ class Runtime:
                         controller.reconcile,
                         name=f"tasks:{spec.kind}:{spec.key}",
                         namespace=self._namespace,
+                        label_selector=selector,
                         workers=spec.workers,
                     )
                     continue

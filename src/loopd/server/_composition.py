@@ -73,7 +73,7 @@ from loopd.resources import (
     open_sqlite_store,
     write_endpoint,
 )
-from loopd.resources.client import TASKS, ResourceClient, StoreClient, open_http_client
+from loopd.resources.client import TASKS, ResourceClient, StoreClient, open_http_client, tasks_not_for
 from loopd.resources.reconcile import Manager, ignore_status_updates
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import Readiness, ServerContext, create_server_app
@@ -679,6 +679,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 responder,
                 workers=settings.task_workers,
                 namespace=watched,
+                label_selector=tasks_not_for("operator"),  # the operators' Tasks are not ours: not even sent
                 event_filter=ignore_status_updates,
             )
             metrics.add_collector(lambda: _live_gauges(engine, conversations))

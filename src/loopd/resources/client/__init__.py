@@ -23,6 +23,8 @@ from ._protocol import ResourceClient
 from ._store import StoreClient
 from ._types import (
     LEASES,
+    TASK_TARGET_KEY_LABEL,
+    TASK_TARGET_KIND_LABEL,
     TASKS,
     JsonObject,
     PatchType,
@@ -30,6 +32,8 @@ from ._types import (
     name_of,
     namespace_of,
     resource_version_of,
+    task_target_labels,
+    tasks_not_for,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +68,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "LEASES",
     "TASKS",
+    "TASK_TARGET_KEY_LABEL",
+    "TASK_TARGET_KIND_LABEL",
     "HttpResourceClient",
     "InMemoryClient",
     "JsonObject",
@@ -79,4 +85,6 @@ __all__ = [
     "namespace_of",
     "open_http_client",
     "resource_version_of",
+    "task_target_labels",
+    "tasks_not_for",
 ]

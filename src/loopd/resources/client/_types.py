@@ -10,9 +10,10 @@ the HTTP API and real clusters use; ``ObjectList`` and ``WatchEvent`` are the st
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from loopd.resources import KindRef
 
@@ -55,6 +56,33 @@ class ResourceType:
 
 TASKS = ResourceType("loopd.dev", "v1alpha1", "Task", "tasks")
 """Tasks: namespaced, with a status subresource (DESIGN §4)."""
+
+TASK_TARGET_KIND_LABEL: Final = "loopd.dev/target-kind"
+"""The label naming who a Task is for: ``harness`` or ``operator`` (its ``spec.target.kind``)."""
+
+TASK_TARGET_KEY_LABEL: Final = "loopd.dev/target-key"
+"""The label holding a Task's ``spec.target.key`` (absent when the key is not a valid label value)."""
+
+_LABEL_VALUE: Final = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def task_target_labels(kind: str, key: str) -> dict[str, str]:
+    """The labels a Task addressed to ``kind:key`` carries, so that a watch can select only its own Tasks on the
+    server (``loopd.dev/target-kind!=harness``: operators never receive the chats' Tasks). A part that is not a
+    valid Kubernetes label value (63 characters of ``[-A-Za-z0-9_.]``, alphanumeric at both ends) is left out."""
+    labels: dict[str, str] = {}
+    if kind and _LABEL_VALUE.fullmatch(kind):
+        labels[TASK_TARGET_KIND_LABEL] = kind
+    if key and _LABEL_VALUE.fullmatch(key):
+        labels[TASK_TARGET_KEY_LABEL] = key
+    return labels
+
+
+def tasks_not_for(kind: str) -> str:
+    """A label selector for every Task not addressed to ``kind``, including Tasks without the label (created
+    before Tasks carried it, or by hand): ``!=`` matches an absent label, in Kubernetes and the embedded API."""
+    return f"{TASK_TARGET_KIND_LABEL}!={kind}"
+
 
 LEASES = ResourceType("coordination.k8s.io", "v1", "Lease", "leases", status_subresource=False)
 """Leases used for leader election: namespaced, no status subresource."""

@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 from loopd._infra.telemetry import trace_annotations
 from loopd.resources import Conflict as ResourceConflict
 from loopd.resources import NotFound as ResourceNotFound
-from loopd.resources.client import TASKS, ResourceClient
+from loopd.resources.client import TASKS, ResourceClient, task_target_labels
 from loopd.server.storage import StorageUnavailable
 
 DEFAULT_NAMESPACE: Final = "default"
@@ -59,7 +59,11 @@ class ResourceTaskGateway:
         self._timeout = timeout
 
     async def create(self, task_id: str, target_kind: str, target_key: str) -> str:
-        metadata: dict[str, Any] = {"name": task_id, "namespace": self._namespace}
+        metadata: dict[str, Any] = {
+            "name": task_id,
+            "namespace": self._namespace,
+            "labels": task_target_labels(target_kind, target_key),  # watchers select their own Tasks by them
+        }
         annotations = trace_annotations()  # the question's trace context, for whoever answers (tracing on only)
         if annotations:
             metadata["annotations"] = annotations
