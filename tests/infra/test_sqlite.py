@@ -477,3 +477,30 @@ async def test_at_synchronous_full_the_commit_and_its_fsync_run_on_the_lane_thre
     commits = [inline for sql, inline in seen if sql == "COMMIT"]
     assert commits == [False, False, False], "each COMMIT (and its fsync) ran on the lane thread"
     assert any(inline for sql, inline in seen if sql.startswith("INSERT")), "other statements still run inline"
+
+
+async def test_waiting_for_a_busy_lane_is_bounded_and_a_newcomer_queues_behind_the_waiters(tmp_path: Path) -> None:
+    """A free lane is taken without a timer; a busy one is waited for at most ``timeout``, also by a newcomer that
+    looks the moment the lock was handed to a waiter that has not run yet (free for an instant, yet taken)."""
+    backend = await connect(tmp_path / "db.sqlite", 0.2)
+    lane = backend.writer
+    try:
+        await backend._acquire(lane)  # held here, as by a long transaction
+        with pytest.raises(StorageUnavailable, match="stayed busy"):
+            await backend._acquire(lane)
+        assert lane.lock_waiters == 0
+        first = asyncio.create_task(backend._acquire(lane))
+        await asyncio.sleep(0.05)
+        assert lane.lock_waiters == 1  # waiting, with its timer
+        newcomer = asyncio.create_task(backend._acquire(lane))
+        await asyncio.sleep(0)  # the newcomer yields once; it looks right after the release below
+        lane.lock.release()  # handed to `first`, which has not run yet: the lock looks free
+        await first  # `first` now holds the lane for good
+        with pytest.raises(StorageUnavailable, match="stayed busy"):
+            await asyncio.wait_for(newcomer, 5)  # an untimed wait would end here with TimeoutError instead
+        assert lane.lock_waiters == 0
+        lane.lock.release()
+        await backend._acquire(lane)  # free: taken at once
+        lane.lock.release()
+    finally:
+        await backend.aclose()

@@ -149,6 +149,8 @@ class SqliteLane:
         self._busy_ms = 0
         self._busy_waits = True  # the connection's busy timeout is the configured one (False: 0, for inline calls)
         self.lock = asyncio.Lock()
+        self.lock_waiters = 0
+        """Transactions waiting for ``lock`` (with a timeout): while any waits, a newcomer queues behind them too."""
         self.owner: object | None = None
         """The transaction open on the connection; read and written on the lane thread only."""
 
@@ -451,11 +453,18 @@ class SqliteDatabase:
         # A transaction on an idle lane may run start to end without a hop: yield once before it (where being
         # cancelled undoes nothing), so a task running transaction after transaction still lets others run.
         await asyncio.sleep(0)
+        lock = lane.lock
+        if not lock.locked() and not lane.lock_waiters:
+            await lock.acquire()  # free and nobody queued: taken without suspending, so no timer to arm
+            return
+        lane.lock_waiters += 1
         try:
             async with asyncio.timeout(options.timeout):
-                await lane.lock.acquire()
+                await lock.acquire()
         except TimeoutError as exc:
             raise options.errors.unavailable(f"{options.label} stayed busy for {options.timeout:g} s") from exc
+        finally:
+            lane.lock_waiters -= 1
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[Connection]:

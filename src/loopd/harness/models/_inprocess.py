@@ -74,12 +74,16 @@ class _Body(httpx2.AsyncByteStream):
         self._ended = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._chunks
         while True:
-            try:
-                async with asyncio.timeout(self._timeout):
-                    item = await self._chunks.get()
-            except TimeoutError as exc:
-                raise httpx2.ReadTimeout(f"no data within {self._timeout:g} s", request=self._request) from exc
+            if chunks.empty():
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        item = await chunks.get()
+                except TimeoutError as exc:
+                    raise httpx2.ReadTimeout(f"no data within {self._timeout:g} s", request=self._request) from exc
+            else:
+                item = chunks.get_nowait()  # already here: no wait, so no timer to arm
             if isinstance(item, _Failed):
                 raise httpx2.RemoteProtocolError(
                     f"the app failed while answering: {item.error!r}", request=self._request
