@@ -114,12 +114,14 @@ async def test_task_pair_finds_input_and_response_by_purpose(db: Database) -> No
             await tx.messages.task_pair("t-missing")  # not committed yet / never created: the reconcile retries
     async with db.transaction(read_only=True) as tx:
         assert await tx.messages.task_pair("t1") == (input_, response)
+        assert await tx.messages.task_pair_ids("t1") == (input_.id, response.id)
         assert response.reply_to_message_id == input_.id and response.revision == 1
     async with db.transaction() as tx:
         await tx.messages.insert(NewMessage(conversation.id, "operator", "router", "response", {}, task_id="t1"))
-    with pytest.raises(Conflict, match="more than one response"):
-        async with db.transaction(read_only=True) as tx:
-            await tx.messages.task_pair("t1")
+    for read in ("task_pair", "task_pair_ids"):  # the same refusals, with or without the content
+        with pytest.raises(Conflict, match="more than one response"):
+            async with db.transaction(read_only=True) as tx:
+                await getattr(tx.messages, read)("t1")
     async with db.transaction() as tx:
         lone = await tx.messages.insert(NewMessage(conversation.id, "user", "alice", "input", {}, task_id="t2"))
         assert lone == await tx.messages.get(lone.id)  # what insert returns is what a read returns
@@ -128,8 +130,15 @@ async def test_task_pair_finds_input_and_response_by_purpose(db: Database) -> No
         for _ in range(4):  # more inputs than one read takes of a purpose: still a conflict, not a missing response
             await tx.messages.insert(NewMessage(conversation.id, "user", "alice", "input", {}, task_id="t2"))
         await tx.messages.insert(NewMessage(conversation.id, "harness", "h", "response", {}, task_id="t2"))
-        with pytest.raises(Conflict, match="more than one input"):
-            await tx.messages.task_pair("t2")
+        for _ in range(3):  # responses only: the input is what is missing, however many responses there are
+            await tx.messages.insert(NewMessage(conversation.id, "harness", "h", "response", {}, task_id="t3"))
+        for read in ("task_pair", "task_pair_ids"):
+            with pytest.raises(Conflict, match="more than one input"):
+                await getattr(tx.messages, read)("t2")
+            with pytest.raises(NotFound, match="no input"):
+                await getattr(tx.messages, read)("t3")
+            with pytest.raises(NotFound):
+                await getattr(tx.messages, read)("t-missing")
 
 
 async def test_updates_compare_and_set_the_revision(db: Database) -> None:

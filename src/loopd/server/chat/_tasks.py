@@ -137,7 +137,7 @@ class TaskApi:
     async def task_messages(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
         """Every message of the Task in both of its conversations, in id order."""
         async with self._db.transaction(read_only=True) as tx:
-            await tx.messages.task_pair(task_id)
+            await tx.messages.task_pair_ids(task_id)  # NotFound / Conflict as for the pair
             return await tx.messages.list_task(task_id, after=after, limit=limit)
 
     async def followups(self, task_id: str, *, after: str | None = None, limit: int = 100) -> list[Message]:
@@ -199,8 +199,8 @@ class TaskApi:
         to act for the Task (`check_responder`).
         """
         async with self._db.transaction() as tx:
-            _, response = await tx.messages.task_pair(task_id)
-            response = await tx.messages.lock(response.id)
+            _, response_id = await tx.messages.task_pair_ids(task_id)
+            response = await tx.messages.lock(response_id)
             if actor is not None:
                 check_responder(actor, response)
             if response.delivery_state:
@@ -280,8 +280,8 @@ class TaskApi:
         transaction, end the Task's open outputs and its response; whether this call did all of it (False: a
         completion stored before is resumed or refused)."""
         async with self._db.transaction() as tx:
-            _, response = await tx.messages.task_pair(task_id)
-            response = await tx.messages.lock(response.id)
+            _, response_id = await tx.messages.task_pair_ids(task_id)
+            response = await tx.messages.lock(response_id)
             if actor is not None:
                 check_responder(actor, response)
             if response.delivery_state:
@@ -323,8 +323,8 @@ class TaskApi:
         response = ended
         if response is None:
             async with self._db.transaction() as tx:
-                _, response = await tx.messages.task_pair(task_id)
-                await tx.messages.lock(response.id)
+                _, response_id = await tx.messages.task_pair_ids(task_id)
+                response = await tx.messages.lock(response_id)
                 await self._end_messages(tx, task_id, response.id, intent)
         await self._delete_task(task_id)
         async with self._db.transaction() as tx:

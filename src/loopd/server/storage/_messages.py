@@ -264,20 +264,33 @@ class Messages:
     async def task_pair(self, task_id: str) -> tuple[Message, Message]:
         """The task's ``input`` and ``response`` messages: ``NotFound`` if either is missing (not committed yet),
         ``Conflict`` if either is ambiguous."""
-        one = f"SELECT {_COLUMNS} FROM messages WHERE task_id = ? AND purpose = ? ORDER BY id LIMIT 2"
-        rows = await self._tx.fetch(  # both purposes in one read (two of one: a conflict)
-            f"SELECT * FROM ({one}) AS inputs UNION ALL SELECT * FROM ({one}) AS responses",
-            (task_id, "input", task_id, "response"),
+        input_row, response_row = await self._task_rows(task_id, _COLUMNS)
+        return await self._read(input_row), await self._read(response_row)
+
+    async def task_pair_ids(self, task_id: str) -> tuple[str, str]:
+        """`task_pair`'s ids only, with the same errors: nothing of either message's content is read or folded
+        (for a writer that locks the response next)."""
+        input_row, response_row = await self._task_rows(task_id, "id, purpose")
+        return str(input_row[0]), str(response_row[0])
+
+    async def _task_rows(self, task_id: str, columns: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        # Both purposes in one index range, inputs first: three rows are enough to tell none, one or two of each
+        # (two inputs fill the first two rows; with one input, the next two rows are the responses).
+        rows = await self._tx.fetch(
+            f"SELECT {columns} FROM messages WHERE task_id = ? AND purpose IN ('input', 'response') "
+            "ORDER BY purpose, id LIMIT 3",
+            (task_id,),
         )
-        found: list[Message] = []
+        purpose_at = _PURPOSE if columns == _COLUMNS else 1
+        found: list[tuple[Any, ...]] = []
         purposes: tuple[MessagePurpose, ...] = ("input", "response")
         for purpose in purposes:
-            matching = [row for row in rows if row[_PURPOSE] == purpose]
+            matching = [row for row in rows if row[purpose_at] == purpose]
             if not matching:
                 raise NotFound(f"task {task_id} has no {purpose} message")
             if len(matching) > 1:
                 raise Conflict(f"task {task_id} has more than one {purpose} message")
-            found.append(await self._read(matching[0]))
+            found.append(matching[0])
         return found[0], found[1]
 
     async def list_open_tasks(
