@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.server.ledger import LedgerStore, SqlLedgerStore
+from loopd.server.ledger import LedgerFacts, LedgerStore, SqlLedgerStore
 from loopd.server.storage import MIGRATIONS, Database, DatabaseOptions, Migration
 from tests.support.postgres import PostgresServer, postgres_dsn, postgres_server
 
@@ -85,12 +85,16 @@ async def db(open_db: DatabaseFactory) -> Database:
     return await open_db()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=["sqlite", "sqlite+facts", pytest.param("postgres", marks=pytest.mark.postgres)],
+)
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path, clock: VirtualClock) -> AsyncIterator[LedgerStore]:
-    """The ledger contract on each backend of the one store (``SqlLedgerStore``)."""
-    url = database_url_for(str(request.param), tmp_path, request)
+    """The ledger contract on each backend of the one store (``SqlLedgerStore``); ``+facts``: with the committed
+    facts a writer remembers (`LedgerFacts`), which must change no outcome."""
+    backend, _, facts = str(request.param).partition("+")
+    url = database_url_for(backend, tmp_path, request)
     database = await Database.open(url, options=DatabaseOptions(clock=clock, operation_timeout=30.0))
     try:
-        yield SqlLedgerStore(database)
+        yield SqlLedgerStore(database, facts=LedgerFacts() if facts else None)
     finally:
         await database.aclose()

@@ -39,7 +39,7 @@ from loopd._infra.tasks import background, race
 from loopd._infra.telemetry import Context, SpanKind, tracer, tracing_enabled
 from loopd.agentue import Model
 from loopd.server import streams
-from loopd.server.ledger import EffectKind, Idempotency, Redactor
+from loopd.server.ledger import EffectKind, Idempotency, LedgerFacts, Redactor
 from loopd.server.storage import (
     Conflict,
     Database,
@@ -118,6 +118,9 @@ class DriveSettings:
     ledger_actors: dict[str, str] = field(default_factory=dict)
     """Ledger actor key → id, as a committed transaction of any of this engine's drives ensured it (the engine's own
     and one per harness target). Ledger actors are never removed: ensured once per engine, not per call."""
+    ledger_facts: LedgerFacts = field(default_factory=LedgerFacts)
+    """The ledger's immutable facts (an entity's lane, a lane's session, existing actors) this engine's drives saw
+    committed: the trail's checks read each once per engine, not once per append."""
 
 
 class _End:
@@ -232,6 +235,7 @@ class Drive:
             clock=self._s.clock,
             redactor=self._s.redactor,
             actors=self._actor_ids,  # ledger actors are never removed: ensured once per engine, not per transaction
+            facts=self._s.ledger_facts,
         )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:

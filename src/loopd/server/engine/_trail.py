@@ -43,6 +43,7 @@ from loopd.server.ledger import (
     EventType,
     Idempotency,
     Lane,
+    LedgerFacts,
     NewEvent,
     Redactor,
     Scope,
@@ -120,10 +121,11 @@ class Trail:
         clock: Clock,
         redactor: Redactor | None = None,
         actors: dict[str, str] | None = None,
+        facts: LedgerFacts | None = None,
     ) -> None:
         self._tx = tx
         self._known_actors = actors
-        self._store = SqlLedgerStore.within(tx)
+        self._store = SqlLedgerStore.within(tx, facts=facts)
         self._redactor = redactor
         self._call = call
         self._task_id = task_id

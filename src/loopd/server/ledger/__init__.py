@@ -35,6 +35,7 @@ from ._artifacts import (
     ref_payload,
 )
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
+from ._facts import LedgerFacts
 from ._recording import LaneRecorder, completed, failed, requested
 from ._records import (
     Action,
@@ -102,6 +103,7 @@ __all__ = [
     "Lane",
     "LaneConflict",
     "LaneRecorder",
+    "LedgerFacts",
     "LedgerStore",
     "LedgerStructure",
     "LedgerView",

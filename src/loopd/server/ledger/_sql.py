@@ -37,6 +37,7 @@ from loopd.server.storage import (
 
 from ._artifacts import URI_PREFIX, ArtifactBlob
 from ._errors import IdempotencyViolation, LaneConflict, RevisionConflict
+from ._facts import LedgerFacts, remember_after_commit
 from ._records import (
     Action,
     Actor,
@@ -187,19 +188,45 @@ def _scope_sql(scope: Scope, alias: str) -> tuple[str, list[Any]]:
 class _LedgerSql:
     """The ledger's SQL on one open transaction; also the ``Lookups`` the batch rules read through."""
 
-    def __init__(self, tx: TransactionCore) -> None:
+    def __init__(self, tx: TransactionCore, facts: LedgerFacts | None = None) -> None:
         self._tx = tx
+        self._facts = facts
+
+    # -- immutable facts, remembered once committed (`LedgerFacts`) ------------------------------------------
+
+    def _learn_entity(self, kind: SubjectKind, entity_id: str, lane_id: str) -> None:
+        facts = self._facts
+        if facts is not None:
+            remember_after_commit(self._tx, lambda: facts.add_entity(kind, entity_id, lane_id))
+
+    def _learn_lane(self, lane: Lane) -> Lane:
+        facts = self._facts
+        if facts is not None:
+            remember_after_commit(self._tx, lambda: facts.add_lane(lane.id, lane.session_id))
+        return lane
 
     # -- lookups ---------------------------------------------------------------------------------------------
 
     async def entity_lane(self, kind: SubjectKind, entity_id: str) -> str | None:
+        if self._facts is not None and (known := self._facts.entity_lane(kind, entity_id)) is not None:
+            return known
         table = {SubjectKind.TURN: "ledger_turns", SubjectKind.ACTION: "ledger_actions"}.get(kind, "ledger_attempts")
         row = await self._tx.fetch_one(f"SELECT lane_id FROM {table} WHERE id = ?", (entity_id,))
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        self._learn_entity(kind, entity_id, str(row[0]))
+        return str(row[0])
 
     async def lane_session(self, lane_id: str) -> str | None:
+        if self._facts is not None and (known := self._facts.lane_session(lane_id)) is not None:
+            return known
         row = await self._tx.fetch_one("SELECT session_id FROM ledger_lanes WHERE id = ?", (lane_id,))
-        return None if row is None else str(row[0])
+        if row is None:
+            return None
+        facts, session = self._facts, str(row[0])
+        if facts is not None:
+            remember_after_commit(self._tx, lambda: facts.add_lane(lane_id, session))
+        return session
 
     async def event_session(self, event_id: str) -> str | None:
         row = await self._tx.fetch_one(
@@ -219,7 +246,14 @@ class _LedgerSql:
         return used
 
     async def actor_exists(self, actor_id: str) -> bool:
-        return await self._tx.fetch_one("SELECT 1 FROM ledger_actors WHERE id = ?", (actor_id,)) is not None
+        facts = self._facts
+        if facts is not None and facts.actor_exists(actor_id):
+            return True
+        if await self._tx.fetch_one("SELECT 1 FROM ledger_actors WHERE id = ?", (actor_id,)) is None:
+            return False
+        if facts is not None:
+            remember_after_commit(self._tx, lambda: facts.add_actor(actor_id))
+        return True
 
     async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
         rows = await self._tx.fetch(
@@ -281,7 +315,12 @@ class _LedgerSql:
         row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?{suffix}", (lane_id,))
         if row is None:
             raise NotFound(f"lane {lane_id} not found")
-        return _lane(row)
+        return self._learn_lane(_lane(row))
+
+    async def _require_lane(self, lane_id: str) -> None:
+        """NotFound unless the lane exists (known from a committed transaction, or read)."""
+        if self._facts is None or self._facts.lane_session(lane_id) is None:
+            await self.get_lane(lane_id)
 
     async def find_lane(self, session_id: str, run_id: str, name: str) -> Lane | None:
         row = await self._tx.fetch_one(
@@ -320,46 +359,51 @@ class _LedgerSql:
             ),
         )
         if inserted:
-            return _lane(inserted[0])  # as stored, without reading it again
+            return self._learn_lane(_lane(inserted[0]))  # as stored, without reading it again
         row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?", (lane.id,))
         if row is None:
             raise Conflict(f"run {lane.run_id} of session {lane.session_id} already has a lane {lane.name!r}")
         existing = _lane(row)
         same_identity(existing, lane, "lane")
-        return existing
+        return self._learn_lane(existing)
 
     async def create_turn(self, turn: Turn) -> Turn:
         turn = normalize_turn(turn)
         row = await self._tx.fetch_one(f"SELECT {_TURN} FROM ledger_turns WHERE id = ?", (turn.id,))
         if row is not None:
             same_identity(_turn(row), turn, "turn")
-            return _turn(row)
-        await self.get_lane(turn.lane_id)
-        return await self._insert_or_compare(
-            "ledger_turns",
-            _TURN,
-            (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
-            turn,
-            _turn,
-        )
+            stored = _turn(row)
+        else:
+            await self._require_lane(turn.lane_id)
+            stored = await self._insert_or_compare(
+                "ledger_turns",
+                _TURN,
+                (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
+                turn,
+                _turn,
+            )
+        self._learn_entity(SubjectKind.TURN, stored.id, stored.lane_id)
+        return stored
 
     async def create_action(self, action: Action) -> Action:
         action = normalize_action(action)
         row = await self._tx.fetch_one(f"SELECT {_ACTION} FROM ledger_actions WHERE id = ?", (action.id,))
         if row is not None:
             same_identity(_action(row), action, "action")
-            return _action(row)
-        turn_row = await self._tx.fetch_one("SELECT lane_id FROM ledger_turns WHERE id = ?", (action.turn_id,))
-        if turn_row is None:
+            existing = _action(row)
+            if existing.lane_id is not None:
+                self._learn_entity(SubjectKind.ACTION, existing.id, existing.lane_id)
+            return existing
+        lane_id = await self.entity_lane(SubjectKind.TURN, action.turn_id)
+        if lane_id is None:
             raise NotFound(f"turn {action.turn_id} not found")
-        lane_id = str(turn_row[0])
         if action.parent_action_id is not None:
             parent_lane = await self.entity_lane(SubjectKind.ACTION, action.parent_action_id)
             if parent_lane is None:
                 raise NotFound(f"parent action {action.parent_action_id} not found")
             if parent_lane != lane_id:
                 raise Conflict(f"parent action {action.parent_action_id} belongs to another lane")
-        return await self._insert_or_compare(
+        stored = await self._insert_or_compare(
             "ledger_actions",
             _ACTION,
             (
@@ -377,6 +421,8 @@ class _LedgerSql:
             action,
             _action,
         )
+        self._learn_entity(SubjectKind.ACTION, stored.id, stored.lane_id or lane_id)
+        return stored
 
     async def create_attempt(self, attempt: Attempt) -> Attempt:
         attempt = normalize_attempt(attempt)
@@ -405,6 +451,7 @@ class _LedgerSql:
             if row is None:
                 raise Conflict(f"action {attempt.action_id} already has attempt {number}")
             return self._same_attempt(_attempt(row), attempt)
+        self._learn_entity(SubjectKind.ATTEMPT, attempt.id, str(action_row[0]))
         return _attempt(inserted[0])  # as stored, without reading it again
 
     @staticmethod
@@ -759,25 +806,33 @@ def _text_or_none(value: Any) -> str | None:
 class SqlLedgerStore:
     """A ``LedgerStore`` on the loop-server database."""
 
-    def __init__(self, database: Database | None = None, *, transaction: TransactionCore | None = None) -> None:
+    def __init__(
+        self,
+        database: Database | None = None,
+        *,
+        transaction: TransactionCore | None = None,
+        facts: LedgerFacts | None = None,
+    ) -> None:
         if (database is None) == (transaction is None):
             raise TypeError("SqlLedgerStore needs exactly one of a database or an open transaction")
         self._database = database
         self._bound = transaction
+        self._facts = facts
 
     @classmethod
-    def within(cls, transaction: TransactionCore) -> SqlLedgerStore:
-        """A store whose calls run inside ``transaction`` (committed or rolled back by its owner)."""
-        return cls(transaction=transaction)
+    def within(cls, transaction: TransactionCore, *, facts: LedgerFacts | None = None) -> SqlLedgerStore:
+        """A store whose calls run inside ``transaction`` (committed or rolled back by its owner). With ``facts``
+        (one per writer, see `LedgerFacts`), what earlier committed transactions established is not read again."""
+        return cls(transaction=transaction, facts=facts)
 
     @asynccontextmanager
     async def _sql(self, *, read_only: bool = False) -> AsyncIterator[_LedgerSql]:
         if self._bound is not None:
-            yield _LedgerSql(self._bound)
+            yield _LedgerSql(self._bound, self._facts)
             return
         assert self._database is not None  # guaranteed by __init__
         async with self._database.transaction(read_only=read_only) as tx:
-            yield _LedgerSql(tx)
+            yield _LedgerSql(tx, self._facts)
 
     async def create_actor(self, actor: Actor) -> Actor:
         async with self._sql() as sql:
