@@ -87,6 +87,19 @@ async def test_a_restore_under_changed_tool_schemas_or_limits_is_drift() -> None
         await adopted.shutdown()
 
 
+def test_a_rigs_fingerprint_is_computed_once_and_each_caller_gets_its_own_copy() -> None:
+    loop = LoopDefinition(name="main", model=ScriptedModel([], default=Reply(text="ok")), tools=(EchoTool(),))
+    rig = Rig(loops=[loop], journal=MemoryJournal())
+    first = rig.fingerprint()
+    first["loop:main:model"] = "changed by a caller"
+    assert rig.fingerprint()["loop:main:model"] != "changed by a caller"
+    assert rig.fingerprint() == rig.fingerprint() and rig.fingerprint() is not rig.fingerprint()
+    assert (
+        replace(rig, loops=[replace(loop, max_steps=3)]).fingerprint()["loop:main:limits"]
+        != (rig.fingerprint()["loop:main:limits"])
+    )
+
+
 # --- context pressure: once per crossing ---------------------------------------------------------------------------
 
 

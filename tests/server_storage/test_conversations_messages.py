@@ -54,6 +54,11 @@ async def test_rename_and_touch_update_the_conversation(db: Database, clock: Vir
         with pytest.raises(NotFound):
             await tx.conversations.touch("missing")
     assert renamed.name == "renamed" and renamed.updated_at > conversation.updated_at
+    await clock.advance(5)
+    async with db.transaction() as tx:
+        touched = await tx.conversations.touch(conversation.id)
+        assert touched == await tx.conversations.get(conversation.id)  # what it returns is what a read returns
+    assert touched.updated_at > renamed.updated_at and touched.name == "renamed"
 
 
 @pytest.mark.parametrize("kind", ["assistant", "tool", "system", "model", ""])

@@ -117,6 +117,7 @@ class Rig:
     """State snapshots (`loopd.harness.journal.restore_state`): a session saves its state after at least this many
     new records (more as it grows), so a restore folds only the records after the newest one; None: none are
     written or read (restore folds the whole journal)."""
+    _fingerprint: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.loops:
@@ -145,7 +146,15 @@ class Rig:
         return compose_prompt(definition.system_prompt, (texts[n] for n in definition.primers), None)
 
     def fingerprint(self) -> dict[str, str]:
-        """The configuration a session records at start and compares on restore: ``aspect → value``."""
+        """The configuration a session records at start and compares on restore: ``aspect → value``. A rig's
+        configuration does not change, so it is computed once (each caller gets its own copy)."""
+        cached = self._fingerprint
+        if cached is None:
+            cached = self._compute_fingerprint()
+            object.__setattr__(self, "_fingerprint", cached)  # frozen: a cache, not a field anyone sets
+        return dict(cached)
+
+    def _compute_fingerprint(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for kind, definitions in (("loop", self.loops), ("agent", self.agents)):
             for d in definitions:

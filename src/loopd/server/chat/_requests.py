@@ -242,8 +242,7 @@ class ChatRequests:
                     ),
                     bus=self._bus,
                 )
-                await tx.conversations.touch(conversation.id)
-                conversation = await tx.conversations.get(conversation.id)
+                conversation = await tx.conversations.touch(conversation.id)
                 # Last step before the commit: a Task that cannot be created rolls everything back.
                 self.questions.open(task_id)
                 await self._create_task(task_id, target_kind, target_key)

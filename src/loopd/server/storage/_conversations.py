@@ -156,10 +156,13 @@ class Conversations:
         )
         return [_conversation(row) for row in rows]
 
-    async def touch(self, conversation_id: str) -> None:
-        """Record activity (a new message) in ``updated_at``."""
-        changed = await self._tx.execute(
-            "UPDATE conversations SET updated_at = ? WHERE id = ?", (time_text(self._tx.now()), conversation_id)
+    async def touch(self, conversation_id: str) -> Conversation:
+        """Record activity (a new message) in ``updated_at``; returns the conversation as stored now (``RETURNING``:
+        no second read)."""
+        rows = await self._tx.fetch(
+            f"UPDATE conversations SET updated_at = ? WHERE id = ? RETURNING {_COLUMNS}",
+            (time_text(self._tx.now()), conversation_id),
         )
-        if changed != 1:
+        if len(rows) != 1:
             raise NotFound(f"conversation {conversation_id} not found")
+        return _conversation(rows[0])
