@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Literal
 
 from loopd.resources import ObjectList, WatchEvent
@@ -109,14 +109,22 @@ class FaultyClient:
         self._check(resource)
         if self.failing_watches:
             raise TransportError("injected watch failure")
-        return self.inner.open_watch(
-            resource,
-            namespace=namespace,
-            resource_version=resource_version,
-            label_selector=label_selector,
-            allow_bookmarks=allow_bookmarks,
-            timeout_seconds=timeout_seconds,
+        return self._opened(
+            self.inner.open_watch(
+                resource,
+                namespace=namespace,
+                resource_version=resource_version,
+                label_selector=label_selector,
+                allow_bookmarks=allow_bookmarks,
+                timeout_seconds=timeout_seconds,
+            )
         )
+
+    def _opened(
+        self, watch: AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        """The watch handed to the caller (a subclass may wrap it)."""
+        return watch
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -138,3 +146,37 @@ async def shut_down(clock: Any, manager: Any, runner: asyncio.Task[None]) -> Non
     manager.shutdown()
     await clock.run_until(runner.done)
     await runner
+
+
+class DeliveredClient(FaultyClient):
+    """Also records the name of every object its lists and watches delivered (``names``)."""
+
+    def __init__(self, inner: ResourceClient) -> None:
+        super().__init__(inner)
+        self.names: set[str] = set()
+
+    async def list(
+        self, resource: ResourceType, *, namespace: str | None = None, label_selector: str | None = None
+    ) -> ObjectList:
+        listing = await super().list(resource, namespace=namespace, label_selector=label_selector)
+        self.names.update(str(item["metadata"]["name"]) for item in listing.items)
+        return listing
+
+    @asynccontextmanager
+    async def _recorded(
+        self, opened: AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
+    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
+        async with opened as events:
+
+            async def recording() -> AsyncIterator[WatchEvent]:
+                async for event in events:
+                    if event.type != "BOOKMARK":
+                        self.names.add(str(event.object["metadata"]["name"]))
+                    yield event
+
+            yield recording()
+
+    def _opened(
+        self, watch: AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
+    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
+        return self._recorded(watch)

@@ -6,19 +6,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.resources import ObjectList, WatchEvent
-from loopd.resources.client import TASKS, InMemoryClient, ResourceClient, ResourceType, name_of, task_target_labels
+from loopd.resources.client import TASKS, InMemoryClient, ResourceClient, task_target_labels
 from loopd.resources.reconcile import ManagerStatistics
 from loopd.runtime import Conflict, Result, Runtime, Task, open_runtime
 from loopd.runtime._tasks import CLAIM_DELAY
 from loopd.server._composition import RunningServer
-from tests.reconcile.helpers import FaultyClient
+from tests.reconcile.helpers import DeliveredClient
 from tests.support.waiting import eventually
 
 from .conftest import User
@@ -275,55 +274,6 @@ async def test_an_operator_token_watches_over_tls_with_leader_election(server: R
         assert leader is not None and leader.acquisitions == 1
 
 
-class _Delivered(FaultyClient):
-    """The runtime's client, recording the name of every Task its lists and watches delivered."""
-
-    def __init__(self, inner: ResourceClient) -> None:
-        super().__init__(inner)
-        self.names: set[str] = set()
-
-    async def list(
-        self, resource: ResourceType, *, namespace: str | None = None, label_selector: str | None = None
-    ) -> ObjectList:
-        listing = await super().list(resource, namespace=namespace, label_selector=label_selector)
-        self.names.update(name_of(item) for item in listing.items)
-        return listing
-
-    @asynccontextmanager
-    async def _recorded(
-        self, opened: AbstractAsyncContextManager[AsyncIterator[WatchEvent]]
-    ) -> AsyncIterator[AsyncIterator[WatchEvent]]:
-        async with opened as events:
-
-            async def recording() -> AsyncIterator[WatchEvent]:
-                async for event in events:
-                    if event.type != "BOOKMARK":
-                        self.names.add(name_of(event.object))
-                    yield event
-
-            yield recording()
-
-    def open_watch(
-        self,
-        resource: ResourceType,
-        *,
-        namespace: str | None = None,
-        resource_version: str | None = None,
-        label_selector: str | None = None,
-        allow_bookmarks: bool = True,
-        timeout_seconds: float | None = None,
-    ) -> AbstractAsyncContextManager[AsyncIterator[WatchEvent]]:
-        opened = super().open_watch(
-            resource,
-            namespace=namespace,
-            resource_version=resource_version,
-            label_selector=label_selector,
-            allow_bookmarks=allow_bookmarks,
-            timeout_seconds=timeout_seconds,
-        )
-        return self._recorded(opened)
-
-
 def _labelled(name: str, kind: str, key: str) -> dict[str, Any]:
     body = _task_object(name, key)
     body["spec"]["target"]["kind"] = kind
@@ -335,7 +285,7 @@ async def test_the_harnesses_tasks_are_never_sent_to_an_operators_watch(server: 
     """The watch selects on the server (``loopd.dev/target-kind!=harness``): a chat server's Tasks for its
     harnesses are not listed, sent or cached by any operator; unlabelled Tasks (older ones) still arrive."""
     memory = InMemoryClient()
-    delivered = _Delivered(memory)
+    delivered = DeliveredClient(memory)
     seen: list[str] = []
 
     async def record(task: Task) -> Result | None:
