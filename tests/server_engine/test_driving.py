@@ -372,3 +372,29 @@ async def test_an_engine_ensures_its_ledger_actors_once_not_in_every_transaction
     actors = [await store.get_actor_by_key(key) for key in ("loopd:harness-engine", "harness:scripted")]
     (lane,) = await store.find_lanes(Scope(harness_call_id=call_id))  # the second call's trail: the same actors
     assert {event.actor_id for event in await store.load_lane(lane.id)} == {a.id for a in actors if a is not None}
+
+
+async def test_a_drive_that_opened_its_trail_does_not_create_it_again_at_the_end(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lane, turn and action are created once, in the drive's begin; the end's transaction only closes them. A call
+    ended before any drive began still gets its trail (opened at the end)."""
+    from loopd.server.ledger import _sql
+
+    lanes: list[str] = []
+    original = _sql._LedgerSql.create_lane
+
+    async def counting(self: _sql._LedgerSql, lane: _sql.Lane) -> _sql.Lane:
+        lanes.append(lane.run_id)
+        return await original(self, lane)
+
+    monkeypatch.setattr(_sql._LedgerSql, "create_lane", counting)
+    adapter = ScriptedAdapter(script=scripted(TextSet("done"), Finished("done")))
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "succeeded")
+        assert lanes == [call_id]
+    store = SqlLedgerStore(sqlite_db)
+    (lane,) = await store.find_lanes(Scope(harness_call_id=call_id))
+    types = [event.event_type for event in await store.load_lane(lane.id)]
+    assert types[:3] == ["run.started", "turn.started", "action.started"] and types[-1] == "run.completed"

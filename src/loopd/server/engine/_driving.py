@@ -208,6 +208,7 @@ class Drive:
         self.poke = asyncio.Event()
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
         self._actor_ids = settings.ledger_actors  # ledger actor key → id, ensured by a committed transaction
+        self._trail_opened = False  # this drive's trail lane, turn and action exist (a committed transaction made them)
         self._states = streams.StreamStates()  # the call message's stream state this drive holds (see emit_held)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
@@ -265,7 +266,8 @@ class Drive:
             if open_message:  # its end (and error) were stored and handed over now
                 self._handed.add(finished.conversation_id)
         trail = self._trail(tx, call)
-        await trail.open()
+        if not self._trail_opened:  # ended before (or without) this drive's begin: the trail may not exist yet
+            await trail.open()
         await trail.close(phase, error, self._attempt_id)
         if phase == "succeeded":
             ended = await tx.harness_calls.update(call.id, phase=phase, result=result, error=None)
@@ -403,12 +405,23 @@ class Drive:
                 return None
             trail = self._trail(tx, call)
             await trail.open()
+            self._opened_in(tx)
             if mode == "resume":  # drives that died before: settled once this one has caught up (_settle)
                 self._interrupted = await trail.unresolved_attempts()
             self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=self._s.replica_id)
             if call.phase == "pending":
                 call = await tx.harness_calls.update(call.id, phase="starting")
             return call, mode
+
+    def _opened_in(self, tx: Transaction) -> None:
+        """Once ``tx`` surely committed, the trail's lane, turn and action exist (the ledger never removes them):
+        the call's end need not create them again."""
+
+        def opened() -> None:
+            if not tx.outcome_unknown:
+                self._trail_opened = True
+
+        tx.after_commit(opened)
 
     async def _attempt_failed(self, error: dict[str, str]) -> None:
         if self._attempt_id is None:
