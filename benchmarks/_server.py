@@ -82,6 +82,30 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of ``pid`` and of every live process below it (a server that runs its work in child processes,
+    e.g. a reloader's worker, is counted whole). A process that ends meanwhile is skipped."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(text[text.rindex(")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            total += cpu_seconds(current)
+        except (OSError, ValueError):
+            continue
+        todo.extend(children.get(current, ()))
+    return total
+
+
 # --- the server process ------------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import re
 import statistics
@@ -63,6 +64,7 @@ from benchmarks._server import (
     raise_open_files,
     running_server,
     sampling,
+    tree_cpu_seconds,
 )
 from loopd.server._composition import UpSettings
 from loopd.server.responder import HarnessResponder
@@ -75,7 +77,17 @@ POLL: Final[float] = _RESPONDER["poll"].default
 CHAT_TIMEOUT: Final = 120.0
 THOUSAND_TIMEOUT: Final = 600.0
 """The 1,000-chat round's bound per chat: a chat still unanswered after it counts as lost."""
-COLUMNS: Final = ("chats", "completed", "chats/s", "TTFT p50 ms", "TTFT p95 ms", "done p50 ms", "done p95 ms", "wall s")
+COLUMNS: Final = (
+    "chats",
+    "completed",
+    "chats/s",
+    "TTFT p50 ms",
+    "TTFT p95 ms",
+    "done p50 ms",
+    "done p95 ms",
+    "wall s",
+    "server CPU ms/chat",
+)
 PEERS: Final = ("bare", "langgraph")
 PEER_NAMES: Final = {"bare": "bare FastAPI + SQLite", "langgraph": "LangGraph Agent Server"}
 
@@ -103,6 +115,9 @@ class ChatRun:
     ttft_p95_ms: float
     done_p50_ms: float
     done_p95_ms: float
+    cpu_ms_per_chat: float | None = None
+    """The server's CPU (its process and its children, user + system) from the round's start until it was idle
+    again, per chat: the work the round cost, including what trails it (None: not measured)."""
 
     @property
     def per_second(self) -> float:
@@ -329,6 +344,7 @@ def _median(runs: Sequence[ChatRun]) -> ChatRun:
     def med(name: str) -> float:
         return statistics.median(float(getattr(r, name)) for r in runs)
 
+    cpu = [r.cpu_ms_per_chat for r in runs if r.cpu_ms_per_chat is not None]
     return ChatRun(
         chats=runs[0].chats,
         ok=min(r.ok for r in runs),
@@ -337,6 +353,7 @@ def _median(runs: Sequence[ChatRun]) -> ChatRun:
         ttft_p95_ms=med("ttft_p95_ms"),
         done_p50_ms=med("done_p50_ms"),
         done_p95_ms=med("done_p95_ms"),
+        cpu_ms_per_chat=statistics.median(cpu) if cpu else None,
     )
 
 
@@ -351,6 +368,7 @@ def _row(m: ChatRun, *label: object) -> tuple[object, ...]:
         m.done_p50_ms,
         m.done_p95_ms,
         m.wall,
+        "n/a" if m.cpu_ms_per_chat is None else m.cpu_ms_per_chat,
     )
 
 
@@ -388,14 +406,19 @@ async def measure(
             for target in targets:
                 waited = await settle(pids)
                 t0 = time.perf_counter()
+                cpu0 = tree_cpu_seconds(target.pid)
                 spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
                 with sampling(target.pid, spy if target.who == "loopd" else None, 5.0):
                     got = await target.round(size, f"chats-{size}-{index}")
+                await settle([target.pid])  # its trailing work (e.g. loopd's conversation titles) counts too
+                cpu_ms = (tree_cpu_seconds(target.pid) - cpu0) * 1000 / size
+                got = dataclasses.replace(got, cpu_ms_per_chat=cpu_ms)
                 runs[target.who].setdefault(size, []).append(got)
                 print(
                     f"  {target.who}, {size} chats: {got.per_second:.1f}/s, TTFT p50 {got.ttft_p50_ms:.0f} ms, p95 "
-                    f"{got.ttft_p95_ms:.0f} ms, done p50 {got.done_p50_ms:.0f} ms, ok {got.ok}/{size} "
-                    f"({time.perf_counter() - t0:.1f} s, after {waited:.1f} s settling)",
+                    f"{got.ttft_p95_ms:.0f} ms, done p50 {got.done_p50_ms:.0f} ms, ok {got.ok}/{size}, "
+                    f"server CPU {cpu_ms:.1f} ms/chat ({time.perf_counter() - t0:.1f} s, after {waited:.1f} s "
+                    "settling)",
                     flush=True,
                 )
     return {who: {size: _median(r) for size, r in by_size.items()} for who, by_size in runs.items()}
@@ -497,7 +520,10 @@ def _print_tables(
         list(COLUMNS),
         [_row(m) for _, m in sorted(measured.get("loopd", {}).items())],
         note="TTFT: POST start → first append/set of the response's 'answer' block on the chat's own SSE response. "
-        "done: POST start → the response's end event. 'completed' is the worst run. Server defaults: "
+        "done: POST start → the response's end event. 'completed' is the worst run. server CPU: the server "
+        "process's (and its children's) user + system CPU from the round's start until it is idle again, per chat "
+        "(counted in clock ticks, so a 1-chat row is coarse; the load generator runs in another process). Server "
+        "defaults: "
         f"{CAPACITY} concurrent harness calls; the responder is woken by the engine when a call ends or a slot "
         f"frees (its {POLL:g} s poll and {CAPACITY_RETRY:g} s capacity retry are only safety nets).",
     )
