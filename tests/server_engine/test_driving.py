@@ -25,8 +25,8 @@ from loopd.server.engine import (
     Update,
 )
 from loopd.server.engine._driving import Drive
-from loopd.server.ledger import Scope, SqlLedgerStore
-from loopd.server.storage import Conflict, Database, NotFound
+from loopd.server.ledger import Actor, Lane, Scope, SqlLedgerStore, UnresolvedAttempt
+from loopd.server.storage import Conflict, Database, Message, NotFound
 
 from .conftest import (
     ScriptedAdapter,
@@ -141,7 +141,7 @@ async def test_the_watcher_reads_the_content_only_while_an_answer_may_be_there(
     reads: list[str] = []
     original = _messages.Messages.get
 
-    async def counting(self: _messages.Messages, message_id: str) -> _messages.Message:
+    async def counting(self: _messages.Messages, message_id: str) -> Message:
         reads.append(message_id)
         return await original(self, message_id)
 
@@ -338,7 +338,7 @@ async def test_an_engine_ensures_its_ledger_actors_once_not_in_every_transaction
     ensured: list[str | None] = []
     original = _sql._LedgerSql.ensure_actor
 
-    async def counting(self: _sql._LedgerSql, actor: _sql.Actor) -> _sql.Actor:
+    async def counting(self: _sql._LedgerSql, actor: Actor) -> Actor:
         ensured.append(actor.key)
         return await original(self, actor)
 
@@ -374,7 +374,7 @@ async def test_an_engine_ensures_its_ledger_actors_once_not_in_every_transaction
     assert {event.actor_id for event in await store.load_lane(lane.id)} == {a.id for a in actors if a is not None}
 
 
-async def test_a_drive_that_opened_its_trail_does_not_create_it_again_at_the_end(
+async def test_a_fresh_drive_opens_its_trail_in_one_append_and_does_not_open_it_or_look_for_earlier_attempts_again(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Lane, turn and action are created once, in the drive's begin; the end's transaction only closes them. A call
@@ -382,19 +382,34 @@ async def test_a_drive_that_opened_its_trail_does_not_create_it_again_at_the_end
     from loopd.server.ledger import _sql
 
     lanes: list[str] = []
+    looked_for_earlier: list[Scope] = []
     original = _sql._LedgerSql.create_lane
+    original_unresolved = _sql._LedgerSql.unresolved_attempts
 
-    async def counting(self: _sql._LedgerSql, lane: _sql.Lane) -> _sql.Lane:
+    async def counting(self: _sql._LedgerSql, lane: Lane) -> Lane:
         lanes.append(lane.run_id)
         return await original(self, lane)
 
+    async def unresolved(self: _sql._LedgerSql, scope: Scope) -> list[UnresolvedAttempt]:
+        looked_for_earlier.append(scope)
+        return await original_unresolved(self, scope)
+
     monkeypatch.setattr(_sql._LedgerSql, "create_lane", counting)
+    monkeypatch.setattr(_sql._LedgerSql, "unresolved_attempts", unresolved)
     adapter = ScriptedAdapter(script=scripted(TextSet("done"), Finished("done")))
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
         call_id, _ = await start(sqlite_db, engine)
         await until_phase(engine, call_id, "succeeded")
         assert lanes == [call_id]
+        # It took the call from pending: no earlier drive can have left an attempt, so none is looked for.
+        assert looked_for_earlier == []
     store = SqlLedgerStore(sqlite_db)
     (lane,) = await store.find_lanes(Scope(harness_call_id=call_id))
     types = [event.event_type for event in await store.load_lane(lane.id)]
-    assert types[:3] == ["run.started", "turn.started", "action.started"] and types[-1] == "run.completed"
+    assert types[:4] == ["run.started", "turn.started", "action.started", "attempt.requested"]
+    assert types[-1] == "run.completed"
+    async with sqlite_db.transaction(read_only=True) as tx:  # the opening and the attempt's request: one append
+        first = await tx.fetch(
+            "SELECT first_seq, last_seq FROM ledger_appends WHERE lane_id = ? ORDER BY first_seq", (lane.id,)
+        )
+    assert tuple(first[0]) == (1, 4)

@@ -209,6 +209,7 @@ class Drive:
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
         self._actor_ids = settings.ledger_actors  # ledger actor key → id, ensured by a committed transaction
         self._trail_opened = False  # this drive's trail lane, turn and action exist (a committed transaction made them)
+        self._began_fresh = False  # this drive's begin found the call pending: no earlier drive requested an attempt
         self._states = streams.StreamStates()  # the call message's stream state this drive holds (see emit_held)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
 
@@ -268,7 +269,7 @@ class Drive:
         trail = self._trail(tx, call)
         if not self._trail_opened:  # ended before (or without) this drive's begin: the trail may not exist yet
             await trail.open()
-        await trail.close(phase, error, self._attempt_id)
+        await trail.close(phase, error, self._attempt_id, earlier_attempts=not self._began_fresh)
         if phase == "succeeded":
             ended = await tx.harness_calls.update(call.id, phase=phase, result=result, error=None)
         else:
@@ -404,22 +405,28 @@ class Drive:
                 await self._end_in(tx, call, "unknown", _error("resume_unsupported", message))
                 return None
             trail = self._trail(tx, call)
-            await trail.open()
-            self._opened_in(tx)
-            if mode == "resume":  # drives that died before: settled once this one has caught up (_settle)
+            replica = self._s.replica_id
+            if mode == "start":  # a new lane: its opening events and the attempt's request in one append
+                self._attempt_id = await trail.open_with_attempt(str(self.token), mode=mode, replica=replica)
+            else:
+                await trail.open()
+                # Drives that died before: settled once this one has caught up (_settle).
                 self._interrupted = await trail.unresolved_attempts()
-            self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=self._s.replica_id)
+                self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=replica)
+            self._opened_in(tx, fresh=mode == "start")
             if call.phase == "pending":
                 call = await tx.harness_calls.update(call.id, phase="starting")
             return call, mode
 
-    def _opened_in(self, tx: Transaction) -> None:
+    def _opened_in(self, tx: Transaction, *, fresh: bool) -> None:
         """Once ``tx`` surely committed, the trail's lane, turn and action exist (the ledger never removes them):
-        the call's end need not create them again."""
+        the call's end need not create them again. ``fresh``: ``tx`` moved the call out of ``pending`` (attempts
+        are requested only in that move or by a resume), so no earlier drive left an attempt for the end to settle."""
 
         def opened() -> None:
             if not tx.outcome_unknown:
                 self._trail_opened = True
+                self._began_fresh = fresh
 
         tx.after_commit(opened)
 

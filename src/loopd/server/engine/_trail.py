@@ -173,7 +173,21 @@ class Trail:
 
     async def open(self) -> None:
         """Create lane, turn and execution action (idempotent) and their opening events once."""
-        engine, _ = await self._actors()
+        if (await self._entities()).last_seq == 0:
+            await self._append("opened", await self._opening())
+
+    async def open_with_attempt(self, key: str, *, mode: str, replica: str) -> str:
+        """`open`, then `request_attempt`: on a new lane the opening events and ``attempt.requested`` go in one
+        append (one batch checked and written instead of two); returns the attempt id."""
+        lane = await self._entities()
+        attempt_id, requested = await self._attempt_request(key, mode=mode, replica=replica)
+        if lane.last_seq == 0:
+            await self._append("opened", [*await self._opening(), requested])
+        else:
+            await self._append(f"attempt/{key}", [requested])
+        return attempt_id
+
+    async def _entities(self) -> Lane:
         call = self._call
         lane = await self._store.create_lane(
             Lane(
@@ -200,27 +214,31 @@ class Trail:
                 id=self.execution_id,
             )
         )
-        if lane.last_seq == 0:
-            await self._append(
-                "opened",
-                [
-                    self._event(EventType.RUN_STARTED, call.id, engine, {"effect_key": call.effect_key}),
-                    self._event(EventType.TURN_STARTED, self.turn_id, engine),
-                    self._event(EventType.ACTION_STARTED, self.execution_id, engine, {"target": call.target}),
-                ],
-            )
+        return lane
+
+    async def _opening(self) -> list[NewEvent]:
+        engine, _ = await self._actors()
+        call = self._call
+        return [
+            self._event(EventType.RUN_STARTED, call.id, engine, {"effect_key": call.effect_key}),
+            self._event(EventType.TURN_STARTED, self.turn_id, engine),
+            self._event(EventType.ACTION_STARTED, self.execution_id, engine, {"target": call.target}),
+        ]
 
     async def request_attempt(self, key: str, *, mode: str, replica: str) -> str:
         """Record ``attempt.requested`` for one adapter start / resume; returns the attempt id."""
+        attempt_id, requested = await self._attempt_request(key, mode=mode, replica=replica)
+        await self._append(f"attempt/{key}", [requested])
+        return attempt_id
+
+    async def _attempt_request(self, key: str, *, mode: str, replica: str) -> tuple[str, NewEvent]:
         engine, _ = await self._actors()
         attempt = await self._store.create_attempt(
             Attempt(action_id=self.execution_id, id=trail_id(self._call.id, "attempt", key))
         )
-        await self._append(
-            f"attempt/{key}",
-            [self._event(EventType.ATTEMPT_REQUESTED, attempt.id, engine, {"mode": mode, "replica": replica})],
+        return attempt.id, self._event(
+            EventType.ATTEMPT_REQUESTED, attempt.id, engine, {"mode": mode, "replica": replica}
         )
-        return attempt.id
 
     async def unresolved_attempts(self) -> list[str]:
         """The execution attempts of this call with no outcome (drives that died), oldest first."""
@@ -257,11 +275,15 @@ class Trail:
             [self._event(EventType.ATTEMPT_FAILED, attempt_id, engine, {"error": error})],
         )
 
-    async def close(self, phase: str, error: dict[str, Any] | None, attempt_id: str | None) -> None:
+    async def close(
+        self, phase: str, error: dict[str, Any] | None, attempt_id: str | None, *, earlier_attempts: bool = True
+    ) -> None:
         """The terminal facts: the attempt's outcome (if this drive requested one), action, turn and run. Attempts
-        of earlier drives still unresolved are closed as interrupted (usage unknown)."""
+        of earlier drives still unresolved are closed as interrupted (usage unknown); ``earlier_attempts=False``: the
+        caller knows there are none (its drive took the call from ``pending``), so they are not looked for."""
         engine, _ = await self._actors()
-        earlier = [found for found in await self.unresolved_attempts() if found != attempt_id]
+        found = await self.unresolved_attempts() if earlier_attempts else []
+        earlier = [attempt for attempt in found if attempt != attempt_id]
         if earlier:
             await self.interrupt_attempts(earlier, None, f"the call ended ({phase}) after this attempt was cut short")
         ok = phase == "succeeded"
