@@ -86,13 +86,18 @@ async def test_a_remembered_fact_saves_its_read(db: Database) -> None:
     await setup.append_next(lane.id, "warm", [requested(attempt, actor.id)])
     reads: list[str] = []
     async with db.transaction() as tx:
-        fetch_one = tx.fetch_one
+        fetch_one, fetch = tx.fetch_one, tx.fetch
 
         async def counted(sql: str, params: object = ()) -> object:
             reads.append(sql)
             return await fetch_one(sql, params)  # type: ignore[arg-type]
 
+        async def counted_rows(sql: str, params: object = ()) -> object:
+            reads.append(sql)
+            return await fetch(sql, params)  # type: ignore[arg-type]
+
         tx.fetch_one = counted  # type: ignore[assignment, method-assign]
+        tx.fetch = counted_rows  # type: ignore[assignment, method-assign]
         events = [
             NewEvent(str(EventType.TURN_STARTED), turn.id, actor.id),
             NewEvent(str(EventType.ACTION_STARTED), action.id, actor.id),
@@ -101,3 +106,7 @@ async def test_a_remembered_fact_saves_its_read(db: Database) -> None:
         await SqlLedgerStore.within(tx, facts=facts).append_next(lane.id, "second", events)
     looked_up = [sql for sql in reads if sql.startswith(("SELECT lane_id FROM", "SELECT 1 FROM ledger_actors"))]
     assert looked_up == []
+    # The append id and the batch's event ids are checked in one read.
+    assert [sql for sql in reads if "ledger_appends" in sql or "FROM ledger_events WHERE id IN" in sql] == [
+        next(sql for sql in reads if "ledger_appends" in sql)
+    ]

@@ -169,8 +169,11 @@ class Lookups(Protocol):
         ...
 
 
-async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) -> list[Usage | None]:
-    """Validate a proposed batch for ``lane``; returns the usage each event reports (for roll-ups)."""
+async def check_batch(
+    lane: Lane, events: Sequence[NewEvent], lookups: Lookups, *, used_ids: set[str] | None = None
+) -> list[Usage | None]:
+    """Validate a proposed batch for ``lane``; returns the usage each event reports (for roll-ups). ``used_ids``:
+    which of the batch's event ids are already stored, when the caller read that itself (else it is looked up)."""
     if not events:
         raise InvalidRecord("an append needs at least one event")
     seen: set[str] = set()
@@ -184,7 +187,7 @@ async def check_batch(lane: Lane, events: Sequence[NewEvent], lookups: Lookups) 
         if not isinstance(event, NewEvent):
             raise InvalidRecord("append takes NewEvent values")
         require_text(event.id, "event id")
-    used = await lookups.used_event_ids([event.id for event in events])  # one read for the whole batch
+    used = used_ids if used_ids is not None else await lookups.used_event_ids([event.id for event in events])
     for event in events:
         for name in ("subject_id", "actor_id", "schema_version"):
             require_text(getattr(event, name), f"event {name}")

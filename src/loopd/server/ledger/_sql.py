@@ -499,10 +499,7 @@ class _LedgerSql:
         lane = await self.get_lane(lane_id, lock=True)
         if expected_last_seq is None:
             expected_last_seq = lane.last_seq
-        row = await self._tx.fetch_one(
-            "SELECT id, lane_id, digest, first_seq, last_seq, event_ids, committed_at FROM ledger_appends WHERE id = ?",
-            (append_id,),
-        )
+        row, used_ids = await self._append_and_used_ids(append_id, events)
         if row is not None:
             if row[1] != lane_id or row[2] != digest:
                 raise IdempotencyViolation(f"append {append_id} was already used for different events")
@@ -517,7 +514,7 @@ class _LedgerSql:
             )
         if lane.last_seq != expected_last_seq:
             raise LaneConflict(lane_id, expected_last_seq, lane.last_seq)
-        usages = await check_batch(lane, events, self)
+        usages = await check_batch(lane, events, self, used_ids=used_ids)
         now = time_text(self._tx.now())
         rows = [
             (
@@ -558,6 +555,29 @@ class _LedgerSql:
         )
         await self._tx.execute("UPDATE ledger_lanes SET last_seq = ? WHERE id = ?", (receipt.last_seq, lane_id))
         return receipt
+
+    async def _append_and_used_ids(
+        self, append_id: str, events: Sequence[NewEvent]
+    ) -> tuple[tuple[Any, ...] | None, set[str] | None]:
+        """The stored append ``append_id`` (a repeat) and which of the batch's event ids are stored already, in one
+        read when the batch is small and its ids are plain text (None: left to `check_batch`, which checks them)."""
+        columns = "id, lane_id, digest, first_seq, last_seq, event_ids, committed_at"
+        ids = [event.id for event in events if isinstance(event, NewEvent)]
+        if (
+            len(ids) != len(events)
+            or not 0 < len(ids) <= _IDS_PER_QUERY
+            or not all(isinstance(i, str) and i for i in ids)
+        ):
+            row = await self._tx.fetch_one(f"SELECT {columns} FROM ledger_appends WHERE id = ?", (append_id,))
+            return row, None
+        rows = await self._tx.fetch(
+            f"SELECT 'append', {columns} FROM ledger_appends WHERE id = ? UNION ALL "
+            "SELECT 'event', id, NULL, NULL, NULL, NULL, NULL, NULL FROM ledger_events "
+            f"WHERE id IN ({', '.join('?' * len(ids))})",
+            (append_id, *ids),
+        )
+        stored = next((tuple(r[1:]) for r in rows if r[0] == "append"), None)
+        return stored, {str(r[1]) for r in rows if r[0] == "event"}
 
     async def load_lane(self, lane_id: str, after_seq: int = 0) -> list[Event]:
         check_expected_seq(after_seq, "after_seq")
