@@ -57,20 +57,24 @@ async def test_a_commit_that_times_out_then_succeeds_is_reported_as_committed(
         async with sqlite_db.transaction() as tx:
             conversation = await user_conversation(tx)
             tx.after_commit(lambda: woken.append("woken"))
+            tx.after_sure_commit(lambda: woken.append("learnt"))
     assert slow.timeouts == 1  # the COMMIT itself timed out; waiting for it to settle did not
     assert await _exists(sqlite_db, conversation.id)
-    assert woken == ["woken"]
+    assert woken == ["woken", "learnt"]  # settled as committed: both run
 
 
 async def test_a_commit_that_times_out_then_fails_is_unavailable(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    learnt: list[str] = []
     with (
         slow_commits(monkeypatch, SlowCommit(release_after_timeouts=1, fail=True)),
         pytest.raises(StorageUnavailable) as caught,
     ):
         async with sqlite_db.transaction() as tx:
             conversation = await user_conversation(tx)
+            tx.after_sure_commit(lambda: learnt.append("learnt"))
+    assert learnt == []  # rolled back: never
     assert not isinstance(caught.value, CommitOutcomeUnknown)
     assert not await _exists(sqlite_db, conversation.id)
 
@@ -84,9 +88,10 @@ async def test_a_commit_that_does_not_settle_is_outcome_unknown_and_reading_back
             async with sqlite_db.transaction() as tx:
                 conversation = await user_conversation(tx)
                 tx.after_commit(lambda: woken.append("woken"))
+                tx.after_sure_commit(lambda: woken.append("learnt"))
         assert isinstance(caught.value, StorageError) and not caught.value.retryable
         assert caught.value.type == "service_unavailable"
-        assert woken == ["woken"]  # it may have committed: waiters look
+        assert woken == ["woken"]  # it may have committed: waiters look, but nothing is learnt from it
         slow.release()  # the COMMIT goes through after all
         async with sqlite_db.transaction() as tx:  # a write transaction starts after the COMMIT settled
             assert (await tx.conversations.get(conversation.id)).id == conversation.id

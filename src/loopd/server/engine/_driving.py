@@ -424,11 +424,10 @@ class Drive:
         are requested only in that move or by a resume), so no earlier drive left an attempt for the end to settle."""
 
         def opened() -> None:
-            if not tx.outcome_unknown:
-                self._trail_opened = True
-                self._began_fresh = fresh
+            self._trail_opened = True
+            self._began_fresh = fresh
 
-        tx.after_commit(opened)
+        tx.after_sure_commit(opened)
 
     async def _attempt_failed(self, error: dict[str, str]) -> None:
         if self._attempt_id is None:

@@ -151,13 +151,8 @@ class Trail:
             self._engine_actor, self._harness_actor = engine.id, harness.id
             if known is not None:
                 ids = {ENGINE_ACTOR_KEY: engine.id, harness_key: harness.id}
-                tx = self._tx
-
-                def remember() -> None:  # only once surely stored: an actor a rolled-back write made does not exist
-                    if not tx.outcome_unknown:
-                        known.update(ids)
-
-                tx.after_commit(remember)
+                # Only once surely stored: an actor a rolled-back write made does not exist.
+                self._tx.after_sure_commit(lambda: known.update(ids))
         return self._engine_actor, self._harness_actor
 
     def _event(self, event_type: str, subject: str, actor: str, payload: dict[str, Any] | None = None) -> NewEvent:

@@ -84,11 +84,5 @@ class LedgerFacts:
 def remember_after_commit(tx: TransactionCore, learn: Callable[[], None]) -> None:
     """Run ``learn`` once ``tx`` surely committed. A transaction that cannot tell (a bare `TransactionCore`) teaches
     nothing: the fact is read again next time."""
-    if not isinstance(tx, Transaction):
-        return
-
-    def committed() -> None:
-        if not tx.outcome_unknown:
-            learn()
-
-    tx.after_commit(committed)
+    if isinstance(tx, Transaction):
+        tx.after_sure_commit(learn)

@@ -71,6 +71,16 @@ class Transaction(TransactionCore):
         """Run ``callback`` once this transaction has committed (never on rollback). For wake-ups, not writes."""
         self._after_commit.append(callback)
 
+    def after_sure_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once this transaction surely committed: never on rollback, nor when the ``COMMIT``'s
+        outcome is unknown. For learning what it wrote (a cache of stored facts), not for wake-ups."""
+
+        def committed() -> None:
+            if not self.outcome_unknown:
+                callback()
+
+        self._after_commit.append(committed)
+
     def run_after_commit(self) -> None:
         """Run the `after_commit` callbacks (the database calls this once the transaction committed, or may have)."""
         for callback in self._after_commit:
