@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 
 from tests.support.otlp import ReceivedSpan, otlp_receiver
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, wait_until
 
-from .conftest import start_up
+from .conftest import UpProcess, start_up
 
 
 async def test_loopd_server_exports_one_trace_per_question_over_otlp(tmp_path: Path) -> None:
@@ -55,3 +55,23 @@ async def test_loopd_server_exports_one_trace_per_question_over_otlp(tmp_path: P
     assert metrics.status_code == 200
     values: dict[str, Any] = dict(line.rsplit(" ", 1) for line in metrics.text.splitlines() if line[:1] != "#")
     assert float(values['loopd_chat_requests_total{target_kind="harness"}']) == 1.0
+    assert float(values["loopd_gc_frozen_objects"]) > 20_000  # what it built while starting (loopd._infra.heap)
+
+
+def _frozen(client: httpx.Client) -> float | None:
+    metrics = client.get("/metrics")
+    assert metrics.status_code == 200, metrics.text
+    for line in metrics.text.splitlines():
+        if line.startswith("loopd_gc_frozen_objects "):
+            value = float(line.split()[1])
+            return value if value > 0 else None
+    raise AssertionError("no loopd_gc_frozen_objects in /metrics")
+
+
+def test_loopd_up_freezes_what_it_built_while_starting(up: UpProcess) -> None:
+    # Its modules, schemas, app and operators: tens of thousands of objects full collections no longer walk.
+    with up.client() as client:
+        frozen = wait_until(lambda: _frozen(client), timeout=30, what="loopd up to freeze its startup heap")
+        assert frozen > 20_000
+        collections = client.get("/metrics").text
+    assert 'python_gc_collections_total{generation="2"}' in collections

@@ -16,6 +16,7 @@ model names, targets and controller names label a series).
 
 from __future__ import annotations
 
+import gc
 import hmac
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, MutableMapping
@@ -25,6 +26,7 @@ from typing import Any, Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -68,6 +70,11 @@ class _Callback(Collector):
                 family = families[name] = GaugeMetricFamily(name, documentation, labels=list(labels))
             family.add_metric(list(labels.values()), value)
         return list(families.values())
+
+
+def _heap_gauges() -> list[GaugeSample]:
+    help_text = "Objects the cyclic collector no longer walks (frozen once the process started)."
+    return [("loopd_gc_frozen_objects", help_text, {}, float(gc.get_freeze_count()))]
 
 
 class Metrics:
@@ -122,6 +129,10 @@ class Metrics:
         )  # fmt: skip
         self._reconcile_sources: dict[str, Callable[[], Iterable[ReconcileLoad]]] = {}
         self.add_collector(self._reconcile_gauges)
+        # The cyclic collector: collections and objects collected per generation (the library's own collector),
+        # and what `loopd._infra.heap.settle_startup_heap` froze.
+        GCCollector(registry=r)
+        self.add_collector(_heap_gauges)
 
     def reconcile_observer(self, component: str) -> Callable[[str, float], None]:
         """A reconcile manager's ``on_reconciled`` for ``component`` (``server``, an operator's key)."""

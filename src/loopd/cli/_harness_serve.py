@@ -8,6 +8,7 @@ from typing import Final
 
 import typer
 
+from loopd._infra.heap import settle_startup_heap
 from loopd._infra.locking import data_dir_lock
 from loopd._infra.serving import RunningServer
 from loopd._paths import ensure_private_dir, ensure_private_file
@@ -137,6 +138,7 @@ def serve_command(
             typer.echo(f"  {confinement.describe()}", err=True)
         typer.echo("  auth: bearer token required" if token else "  auth: none (loopback only)")
         typer.echo("Press Ctrl-C to stop.")
+        settle_startup_heap()
 
     require_free_ports(host, {"--port": port})
     ensure_private_dir(settings.data_dir)  # transcripts hold file contents: 0700 / 0600, like `loopd up`

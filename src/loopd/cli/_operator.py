@@ -32,6 +32,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from loopd._infra.heap import settle_startup_heap
 from loopd._infra.metrics import Metrics, MetricsExposureError, open_metrics_server
 from loopd._infra.tasks import cancel_and_wait
 from loopd._paths import default_data_dir
@@ -617,6 +618,7 @@ async def _standalone(
             ". Ctrl-C stops.",
             markup=True,
         )
+        settle_startup_heap()
 
     async with contextlib.AsyncExitStack() as stack:
         metrics: Metrics | None = None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import typer
 from rich.console import Console
 
+from loopd._infra.heap import settle_startup_heap
 from loopd._paths import default_data_dir
 from loopd.cli._errors import (
     EXIT_USAGE,
@@ -301,6 +302,7 @@ async def _serve(settings: UpSettings, console: Console) -> None:
             for actor in server.harnesses:
                 console.print(f"  harness:{actor.key:<13} {actor.display_name}", markup=False)
             console.print("  operators             none here: run `loopd operator router` (and others) beside it")
+            settle_startup_heap()
             await stop.wait()
             console.print("stopping…")
     except ServerSetupError as exc:

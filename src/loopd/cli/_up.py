@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 import typer
 from rich.console import Console
 
+from loopd._infra.heap import settle_startup_heap
 from loopd.cli._errors import (
     EXIT_USAGE,
     CliError,
@@ -234,6 +235,7 @@ async def _up(settings: UpSettings, console: Console, programs: list[OperatorPro
                 console.print(
                     '        [bold]loopd chat --to operator:longhorizon "Create hello.txt containing hello world"[/]'
                 )
+            settle_startup_heap()  # the server is ready (the operators' starts are frozen once they are too)
             if programs:
                 await _serve_operators(server, programs, stop, abort, console)
             else:
@@ -254,6 +256,7 @@ async def _serve_operators(
         waiting.discard(key)
         if not waiting:
             server.announce()
+            settle_startup_heap()  # every operator has started: what they built stays as long as they do
 
     async with asyncio.TaskGroup() as group:
         for program in programs:

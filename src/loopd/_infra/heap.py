@@ -1,0 +1,39 @@
+"""Keep the cyclic garbage collector off what a long-running command built while starting.
+
+A started server holds a few hundred thousand objects it keeps for its whole life: imported modules, pydantic and
+JSON schemas, the ASGI app and its routes, configuration. CPython's collector walks every tracked object on each
+full (generation 2) collection, and a busy server triggers one every few hundred requests — measured on
+``loopd up`` under 100 concurrent chats: ≈ 150 ms per full collection, ≈ 1 ms of CPU per chat (5–6 % of it).
+
+`settle_startup_heap` collects the garbage of starting once, then moves every object still alive into the
+collector's permanent generation (`gc.freeze`): full collections then walk only what the server allocated since.
+Frozen objects are still freed by reference counting as usual; only a reference cycle among them that becomes
+garbage later would stay, which for objects built to live as long as the process is the accepted trade (it is
+what `gc.freeze` was added for).
+
+Who calls it: the CLI's serving commands (``loopd up``, ``loopd server``, ``loopd operator``,
+``loopd harness serve``) once they are ready — a process-wide decision, so never a library function or a test
+helper. Calling it again freezes what was started since (``loopd up``'s operators start after its server).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+
+__all__ = ["HeapSettled", "settle_startup_heap"]
+
+
+@dataclass(frozen=True, slots=True)
+class HeapSettled:
+    collected: int
+    """Unreachable objects the collection before freezing found."""
+    frozen: int
+    """Objects in the permanent generation afterwards (every call's so far)."""
+
+
+def settle_startup_heap() -> HeapSettled:
+    """Collect the garbage of starting, then freeze what is alive (see the module docstring)."""
+    collected = gc.collect()
+    gc.freeze()
+    return HeapSettled(collected=collected, frozen=gc.get_freeze_count())
