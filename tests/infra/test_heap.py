@@ -51,7 +51,9 @@ def test_a_second_settle_also_freezes_what_started_since(thawed: None) -> None:
 
 
 def _samples(text: str) -> dict[str, float]:
-    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line[:1] != "#")}
+    return {
+        name: float(value) for name, value in (line.rsplit(" ", 1) for line in text.splitlines() if line[:1] != "#")
+    }
 
 
 def test_the_metrics_report_the_frozen_objects_and_the_collections(thawed: None) -> None:

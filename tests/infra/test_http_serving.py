@@ -13,8 +13,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
+from loopd._infra.http import RAW_SEND
 from loopd._infra.serving import open_http_server
+from tests.support.waiting import eventually
 
 
 async def _hello(_request: Request) -> PlainTextResponse:
@@ -30,6 +33,23 @@ async def test_it_serves_on_a_free_port_and_says_where() -> None:
         assert running.url == f"http://127.0.0.1:{running.port}" and running.port > 0
         async with httpx.AsyncClient(timeout=5.0) as client:
             assert (await client.get(running.url)).text == "hello"
+
+
+async def test_the_servers_send_is_in_the_scope_only_while_its_request_runs() -> None:
+    # Published for event streams' direct writes; left in the scope after the request, it would tie uvicorn's
+    # request cycle (which holds the scope) to itself: a reference cycle per request.
+    scopes: list[Scope] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        assert callable(scope["extensions"][RAW_SEND])
+        scopes.append(scope)
+        await PlainTextResponse("hello")(scope, receive, send)
+
+    async with open_http_server(app, lifespan="off") as running, httpx.AsyncClient(timeout=5.0) as client:
+        assert (await client.get(running.url)).text == "hello"
+        await eventually(lambda: RAW_SEND not in scopes[0]["extensions"] or None, what="the send withdrawn")
 
 
 async def test_a_port_in_use_is_refused_before_anything_starts() -> None:

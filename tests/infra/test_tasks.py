@@ -10,6 +10,7 @@ import warnings
 import pytest
 
 from loopd._infra.tasks import TaskSet, TaskSetClosed, background, cancel_and_wait, companions, finish_shielded, race
+from tests.support.cycles import Watch, collector_off
 
 
 async def test_a_finished_task_is_forgotten() -> None:
@@ -152,6 +153,30 @@ async def test_race_returns_an_error_in_its_outcome_and_cancels_the_other() -> N
     assert isinstance(failed.error, ValueError) and not failed.ok and other.cancelled
     with pytest.raises(ValueError, match="boom"):
         failed.result()
+
+
+class _Held:
+    """Something a raced coroutine's frame holds while it waits."""
+
+
+async def test_a_race_leaves_no_reference_cycle_behind() -> None:
+    # The loser's CancelledError holds its frames; the race's own frame held both tasks and that error again.
+    watch = Watch()
+
+    async def loser() -> None:
+        held = _Held()
+        watch.add("what the cancelled coroutine held", held)
+        await asyncio.Event().wait()
+
+    async def winner() -> str:
+        await asyncio.sleep(0)
+        return "won"
+
+    with collector_off():
+        first, second = await race(winner(), loser())
+        assert first.result() == "won" and second.cancelled
+        del first, second
+        assert watch.alive() == []
 
 
 async def test_race_closes_a_coroutine_cancelled_before_it_started() -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "peer_is_loopback",
     "publish_raw_send",
     "request_headers",
+    "withdraw_raw_send",
 ]
 
 WRITE_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -278,6 +279,13 @@ def publish_raw_send(scope: Scope, send: Send) -> None:
     if extensions is None:
         extensions = scope["extensions"] = {}
     extensions[RAW_SEND] = send
+
+
+def withdraw_raw_send(scope: Scope) -> None:
+    """Take `publish_raw_send`'s ``send`` out of ``scope`` again (its request is over)."""
+    extensions = scope.get("extensions")
+    if extensions is not None:
+        extensions.pop(RAW_SEND, None)
 
 
 class EventStreamResponse(StreamingResponse):

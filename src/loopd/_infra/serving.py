@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 import uvicorn
 
-from loopd._infra.http import publish_raw_send
+from loopd._infra.http import publish_raw_send, withdraw_raw_send
 from loopd._infra.logs import is_configured
 
 __all__ = ["BACKLOG", "RunningServer", "open_http_server"]
@@ -64,9 +64,16 @@ class _PublishRawSend:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            publish_raw_send(scope, send)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        publish_raw_send(scope, send)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            # uvicorn's request cycle holds the scope, and ``send`` is the cycle's own method: a reference cycle
+            # per request until the cyclic collector finds it. Taken out once the request is over.
+            withdraw_raw_send(scope)
 
 
 class _Server(uvicorn.Server):

@@ -69,6 +69,13 @@ class Outcome(Generic[T]):
 _CANCELLED: Outcome[Any] = Outcome(cancelled=True)
 
 
+def _cancel_others(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    current = asyncio.current_task()
+    for task in tasks:
+        if task is not current:
+            task.cancel()
+
+
 async def race(
     first: Coroutine[Any, Any, A],
     second: Coroutine[Any, Any, B],
@@ -92,9 +99,9 @@ async def race(
         except Exception as exc:  # the caller judges it (see the docstring)
             outcomes[index] = Outcome(error=exc)
         finally:
-            for task in tasks:
-                if task is not asyncio.current_task():
-                    task.cancel()
+            # In a function of its own: a loop variable here would keep the other task in this frame, which the
+            # loser's CancelledError holds (a reference cycle left to the cyclic collector).
+            _cancel_others(tasks)
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -102,7 +109,12 @@ async def race(
     finally:
         for coro in coros:
             coro.close()  # a no-op for a coroutine that ran; silences one cancelled before its first step
-    return outcomes[0], outcomes[1]
+        # The loser's CancelledError holds `run`'s frame, whose `tasks` and `outcomes` hold the tasks and that
+        # error again: emptied, they are freed now by reference counting, not later by the cyclic collector.
+        tasks.clear()
+    ended = outcomes[0], outcomes[1]
+    outcomes.clear()
+    return ended
 
 
 @contextlib.asynccontextmanager

@@ -336,8 +336,9 @@ class _Feed:
 
     def stop(self) -> None:
         self._feeds.forget(self)
-        if self._task is not None:
-            self._task.cancel()  # it holds nothing but its wait or a read: nothing to clean up after it
+        task, self._task = self._task, None  # (kept, the cancelled task's error would hold this feed, and it the task)
+        if task is not None:
+            task.cancel()  # it holds nothing but its wait or a read: nothing to clean up after it
 
     def committed(self, events: Sequence[MessageEvent] | None, headers: Headers) -> None:
         """The bus's follower (`ConversationBus.follow`): ``events`` a writer here stored, with the headers of the
