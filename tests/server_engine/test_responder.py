@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from loopd.resources.client import TASKS, StoreClient
 from loopd.resources.reconcile import ControllerStatistics, Manager
 from loopd.server.engine import Finished, HarnessEngine, TextSet
 from loopd.server.responder import ChatPort, HarnessResponder
-from loopd.server.storage import ConversationFork, Database, Message, NewMessage
+from loopd.server.storage import ConversationFork, Database, HarnessCall, Message, NewMessage
 from loopd.server.streams import ConversationBus, empty_model, finish, open_message
 
 from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until, until_true
@@ -201,7 +202,7 @@ async def test_operator_tasks_are_left_alone(world: World) -> None:
 
 async def test_an_orphan_task_whose_question_never_committed_is_deleted(world: World) -> None:
     """A crash between creating the Task and deleting it after a failed commit leaves a Task with no question."""
-    from datetime import UTC, datetime, timedelta
+    from datetime import datetime, timedelta
 
     from loopd._infra.clock import VirtualClock
     from loopd.resources.reconcile import Request
@@ -240,3 +241,76 @@ async def test_a_new_task_of_a_harness_that_takes_follow_ups_reads_its_context_o
     await until(lambda: _gone(world.client, "t-once"))
     assert await _status(world.db, response) == "completed"
     assert world.chat.contexts.count("t-once") == 1
+
+
+@contextlib.asynccontextmanager
+async def _responding(
+    db: Database, tmp_path: Path, adapter: ScriptedAdapter, **options: Any
+) -> AsyncIterator[tuple[StoreClient, list[tuple[str, dict[str, Any]]]]]:
+    """A responder with ``options`` on a store of its own; yields its client and the status writes it makes."""
+    bus = ConversationBus()
+    writes: list[tuple[str, dict[str, Any]]] = []
+    async with open_sqlite_store(tmp_path / "statuses.db") as store:
+        client = StoreClient(store)
+        original = client.patch
+
+        async def patch(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            if kwargs.get("subresource") == "status":
+                writes.append((args[1], dict(args[2]["status"])))
+            return await original(*args, **kwargs)
+
+        client.patch = patch  # type: ignore[method-assign]
+        chat = StorageChat(db, client, bus)
+        async with make_engine(db, {"assistant": adapter}, bus=bus) as engine:
+            responder = HarnessResponder(client=client, engine=engine, chat=chat, poll=0.05, **options)
+            manager = Manager(client)
+            manager.add_controller(TASKS, responder, workers=2)
+            running = asyncio.ensure_future(manager.run())
+            try:
+                yield client, writes
+            finally:
+                manager.shutdown()
+                await asyncio.wait_for(running, 10)
+
+
+async def test_a_task_answered_before_its_status_is_due_never_gets_one(sqlite_db: Database, tmp_path: Path) -> None:
+    # Completing deletes the Task: a status written just before that is a resource write (and watch events) that
+    # nobody could see. Quick answers (the call ends within report_after) get none.
+    adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as (client, writes):
+        conversation = await new_conversation(sqlite_db)
+        response = await _question(sqlite_db, conversation, "t-quick", "2+2?", "assistant")
+        await client.create(TASKS, _task("t-quick", "assistant"), namespace="default")
+        await until(lambda: _gone(client, "t-quick"))
+    assert await _status(sqlite_db, response) == "completed"
+    assert writes == []
+
+
+async def test_a_task_whose_call_runs_on_is_reported_running_once_its_status_is_due(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("working"), None, Finished("done")))  # parks after the text
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=0.3) as (client, writes):
+        conversation = await new_conversation(sqlite_db)
+        await _question(sqlite_db, conversation, "t-long", "take your time", "assistant")
+        await client.create(TASKS, _task("t-long", "assistant"), namespace="default")
+        await until_true(lambda: len(adapter.starts) == 1)
+        await asyncio.sleep(0.1)
+        assert writes == []  # running, but not yet held for report_after
+        await until_true(lambda: len(writes) == 1)
+        ((name, status),) = writes
+        assert name == "t-long" and status["phase"] == "Running" and status["responder"] == "harness:assistant"
+        (call_id,) = adapter.starts
+        call = await adapter_call(sqlite_db, call_id)
+        started = datetime.fromisoformat(status["startedAt"].replace("Z", "+00:00"))
+        assert abs((started - call.created_at).total_seconds()) < 1.0  # since when its call runs (whole seconds)
+        await asyncio.sleep(0.2)
+        assert len(writes) == 1  # unchanged since: not written again
+        adapter.last_run(call_id).release()
+        await until(lambda: _gone(client, "t-long"))
+    assert len(writes) == 1
+
+
+async def adapter_call(db: Database, call_id: str) -> HarnessCall:
+    async with db.transaction(read_only=True) as tx:
+        return await tx.harness_calls.get(call_id)

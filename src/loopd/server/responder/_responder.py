@@ -19,7 +19,11 @@ Status: the Task's status says who holds it — ``phase`` (``Pending`` while ref
 ``WaitingInput`` while the harness waits for a person), ``responder`` (``harness:<key>``) and ``startedAt`` (when
 its call started) — written through the status subresource only when one of them changes (one write per phase
 change; the reconcile compares with the status it just read). Never any content. A failed status write is logged
-and answering goes on.
+and answering goes on. The first one waits until this process has held the Task ``report_after`` (0.25 s, on its
+monotonic clock): a call that ends sooner completes its Task — which deletes it — before anyone could have seen
+the status, so it gets none (a resource write and its watch events saved per quick answer); a longer one is
+reported by the reconcile that runs when that time is up. A Task refused for capacity says ``Pending`` from the
+first wake or retry after it has waited as long.
 
 Wake-ups: a harness finishing does not change the Task, so the Task watch does not wake it. The responder listens
 to the engine's notices instead (`HarnessEngine.add_listener`) and, through its controller
@@ -76,6 +80,9 @@ EFFECT_KEY: Final = "respond"
 _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
 """Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
+DEFAULT_REPORT_AFTER: Final = 0.25
+"""A Task's status is written once its call has run (or it has waited for a slot) this long: one that completes
+sooner is deleted without ever having had one."""
 DEFAULT_CAPACITY_RETRY: Final = 2.0
 FOLLOWUP_ANSWER: Final = "Added to the answer in progress."
 """The answer of a follow-up handed to a running harness call (the earlier answer carries its effect)."""
@@ -204,6 +211,7 @@ class HarnessResponder:
         orphan_after: float = DEFAULT_ORPHAN_AFTER,
         followup_retry: float = DEFAULT_FOLLOWUP_RETRY,
         followup_wait: float = DEFAULT_FOLLOWUP_WAIT,
+        report_after: float = DEFAULT_REPORT_AFTER,
         clock: Clock | None = None,
         forks: ForkOrigins | None = None,
         modes: ConversationModes | None = None,
@@ -219,6 +227,7 @@ class HarnessResponder:
         self._orphan_after = orphan_after
         self._followup_retry = followup_retry
         self._followup_wait = followup_wait
+        self._report_after = report_after
         self._clock = clock or SystemClock()  # wall time, to judge a Task's age against its creationTimestamp
         self._forks = forks
         self._modes = modes
@@ -226,6 +235,7 @@ class HarnessResponder:
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
         self._waiting: dict[Request, None] = {}  # refused for capacity, oldest first
+        self._held_since: dict[Request, float] = {}  # monotonic time this process first held it (`_report_due`)
         self._woken = 0
         self._call_ended_wakes = 0
         self._remove_listener = engine.add_listener(self._on_notice)
@@ -285,6 +295,7 @@ class HarnessResponder:
 
     def _forget(self, request: Request) -> None:
         self._waiting.pop(request, None)
+        self._held_since.pop(request, None)
         uid = self._uid_of.pop(request, None)
         if uid is not None:
             self._request_of.pop(uid, None)
@@ -331,14 +342,27 @@ class HarnessResponder:
             with task_span("loopd.server", "loopd.task", metadata.get("annotations"), traced):  # joins the question
                 started = await self._start(request, uid, key, _created_at(metadata), context)
             if isinstance(started, Result):
-                if request in self._waiting:  # refused for capacity: queued, nobody runs it yet
+                # Refused for capacity (queued, nobody runs it yet): said once it has waited `report_after` — a
+                # later wake or retry writes it; a Task that gets a slot sooner never shows it.
+                if request in self._waiting and self._report_due(request) == 0.0:
                     await self._report(task, key, "Pending", None, "waiting for a free harness slot")
                 return started
             call = started
         if not call.is_terminal:
+            due = self._report_due(request)
+            if due > 0.0:  # the call's end, if it comes first, wakes this Task: completed, it gets no status
+                return Result(requeue_after=min(due, self._poll))
             await self._report(task, key, _TASK_PHASES.get(call.phase, "Running"), call.created_at, None)
             return Result(requeue_after=self._poll)
         return await self._complete(task_id, call_error(call))
+
+    def _report_due(self, request: Request) -> float:
+        """Seconds until the Task's status is to be written (0.0: now): ``report_after`` from the first reconcile
+        that found it running or waiting for a slot here (this process's monotonic clock: no other clock's skew)."""
+        if self._report_after <= 0.0:
+            return 0.0
+        now = self._clock.monotonic()
+        return max(0.0, self._report_after - (now - self._held_since.setdefault(request, now)))
 
     async def _report(
         self, task: Mapping[str, Any], key: str, phase: str, started: datetime | None, message: str | None
