@@ -19,7 +19,7 @@ Status: the Task's status says who holds it — ``phase`` (``Pending`` while ref
 ``WaitingInput`` while the harness waits for a person), ``responder`` (``harness:<key>``) and ``startedAt`` (when
 its call started) — written through the status subresource only when one of them changes (one write per phase
 change; the reconcile compares with the status it just read). Never any content. A failed status write is logged
-and answering goes on. The first one waits until this process has held the Task ``report_after`` (0.25 s, on its
+and answering goes on. The first one waits until this process has held the Task ``report_after`` (1 s, on its
 monotonic clock): a call that ends sooner completes its Task — which deletes it — before anyone could have seen
 the status, so it gets none (a resource write and its watch events saved per quick answer); a longer one is
 reported by the reconcile that runs when that time is up. A Task refused for capacity says ``Pending`` from the
@@ -80,7 +80,7 @@ EFFECT_KEY: Final = "respond"
 _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
 """Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
-DEFAULT_REPORT_AFTER: Final = 0.25
+DEFAULT_REPORT_AFTER: Final = 1.0
 """A Task's status is written once its call has run (or it has waited for a slot) this long: one that completes
 sooner is deleted without ever having had one."""
 DEFAULT_CAPACITY_RETRY: Final = 2.0
