@@ -336,7 +336,8 @@ class _Feed:
 
     def stop(self) -> None:
         self._feeds.forget(self)
-        task, self._task = self._task, None  # (kept, the cancelled task's error would hold this feed, and it the task)
+        # Let go of the task: its CancelledError holds this feed's `_run` frame, so keeping it makes a cycle.
+        task, self._task = self._task, None
         if task is not None:
             task.cancel()  # it holds nothing but its wait or a read: nothing to clean up after it
 
