@@ -243,31 +243,52 @@ async def test_a_new_task_of_a_harness_that_takes_follow_ups_reads_its_context_o
     assert world.chat.contexts.count("t-once") == 1
 
 
+@dataclass
+class Responding:
+    """A responder with a store of its own: its client, the status writes it made and the Task reads (names)."""
+
+    client: StoreClient
+    responder: HarnessResponder
+    manager: Manager
+    writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
+
+    def controller(self) -> ControllerStatistics:
+        (statistics,) = self.manager.statistics().controllers
+        return statistics
+
+
 @contextlib.asynccontextmanager
 async def _responding(
     db: Database, tmp_path: Path, adapter: ScriptedAdapter, **options: Any
-) -> AsyncIterator[tuple[StoreClient, list[tuple[str, dict[str, Any]]]]]:
-    """A responder with ``options`` on a store of its own; yields its client and the status writes it makes."""
+) -> AsyncIterator[Responding]:
+    """A responder with ``options``, wired as the server wires it (its event filter), on a store of its own."""
     bus = ConversationBus()
-    writes: list[tuple[str, dict[str, Any]]] = []
     async with open_sqlite_store(tmp_path / "statuses.db") as store:
         client = StoreClient(store)
-        original = client.patch
+        original_patch, original_get = client.patch, client.get
+        writes: list[tuple[str, dict[str, Any]]] = []
+        reads: list[str] = []
 
         async def patch(*args: Any, **kwargs: Any) -> dict[str, Any]:
             if kwargs.get("subresource") == "status":
                 writes.append((args[1], dict(args[2]["status"])))
-            return await original(*args, **kwargs)
+            return await original_patch(*args, **kwargs)
+
+        async def get(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            reads.append(args[1])
+            return await original_get(*args, **kwargs)
 
         client.patch = patch  # type: ignore[method-assign]
+        client.get = get  # type: ignore[method-assign]
         chat = StorageChat(db, client, bus)
         async with make_engine(db, {"assistant": adapter}, bus=bus) as engine:
             responder = HarnessResponder(client=client, engine=engine, chat=chat, poll=0.05, **options)
             manager = Manager(client)
-            manager.add_controller(TASKS, responder, workers=2)
+            manager.add_controller(TASKS, responder, workers=2, event_filter=responder.event_filter)
             running = asyncio.ensure_future(manager.run())
             try:
-                yield client, writes
+                yield Responding(client, responder, manager, writes, reads)
             finally:
                 manager.shutdown()
                 await asyncio.wait_for(running, 10)
@@ -277,20 +298,21 @@ async def test_a_task_answered_before_its_status_is_due_never_gets_one(sqlite_db
     # Completing deletes the Task: a status written just before that is a resource write (and watch events) that
     # nobody could see. Quick answers (the call ends within report_after) get none.
     adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
-    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as (client, writes):
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
         conversation = await new_conversation(sqlite_db)
         response = await _question(sqlite_db, conversation, "t-quick", "2+2?", "assistant")
-        await client.create(TASKS, _task("t-quick", "assistant"), namespace="default")
-        await until(lambda: _gone(client, "t-quick"))
+        await it.client.create(TASKS, _task("t-quick", "assistant"), namespace="default")
+        await until(lambda: _gone(it.client, "t-quick"))
     assert await _status(sqlite_db, response) == "completed"
-    assert writes == []
+    assert it.writes == []
 
 
 async def test_a_task_whose_call_runs_on_is_reported_running_once_its_status_is_due(
     sqlite_db: Database, tmp_path: Path
 ) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None, Finished("done")))  # parks after the text
-    async with _responding(sqlite_db, tmp_path, adapter, report_after=0.3) as (client, writes):
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=0.3) as it:
+        client, writes = it.client, it.writes
         conversation = await new_conversation(sqlite_db)
         await _question(sqlite_db, conversation, "t-long", "take your time", "assistant")
         await client.create(TASKS, _task("t-long", "assistant"), namespace="default")
@@ -309,6 +331,52 @@ async def test_a_task_whose_call_runs_on_is_reported_running_once_its_status_is_
         adapter.last_run(call_id).release()
         await until(lambda: _gone(client, "t-long"))
     assert len(writes) == 1
+
+
+async def test_a_task_completed_here_is_not_read_again_after_its_deletion(sqlite_db: Database, tmp_path: Path) -> None:
+    # Its deletion (a watch event) and the timer its call set (poll) used to reconcile it once more each, only to
+    # read that it is gone. Neither reads now: the deletion is filtered, the timer finds it completed here.
+    adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
+        conversation = await new_conversation(sqlite_db)
+        response = await _question(sqlite_db, conversation, "t-done", "2+2?", "assistant")
+        await it.client.create(TASKS, _task("t-done", "assistant"), namespace="default")
+        await until_true(lambda: it.responder.statistics().following == 0 and len(it.reads) >= 1)
+        await until(lambda: _gone(it.client, "t-done"))
+        reads_when_gone = it.reads.count("t-done") - 1  # the check above read it once more
+        await asyncio.sleep(0.3)  # the call's timer (0.05 s) and the deletion's event have come and gone
+        assert it.reads.count("t-done") - 1 == reads_when_gone
+        assert it.controller().filtered >= 1  # the deletion
+        assert it.responder.statistics().following == 0
+    assert await _status(sqlite_db, response) == "completed"
+
+
+async def test_a_task_created_again_under_a_completed_name_is_reconciled(sqlite_db: Database, tmp_path: Path) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
+        conversation = await new_conversation(sqlite_db)
+        await _question(sqlite_db, conversation, "t-again", "2+2?", "assistant")
+        await it.client.create(TASKS, _task("t-again", "assistant"), namespace="default")
+        await until(lambda: _gone(it.client, "t-again"))
+        await asyncio.sleep(0.1)
+        # A new Task of that name (its answer is stored already): reconciled, found answered, completed — deleted.
+        await it.client.create(TASKS, _task("t-again", "assistant"), namespace="default")
+        await until(lambda: _gone(it.client, "t-again"))
+    assert len(adapter.starts) == 1
+
+
+async def test_a_deleted_task_is_let_go_without_a_reconcile(sqlite_db: Database, tmp_path: Path) -> None:
+    adapter = ScriptedAdapter(script=scripted(TextSet("working"), None, Finished("done")))  # parks after the text
+    async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
+        conversation = await new_conversation(sqlite_db)
+        await _question(sqlite_db, conversation, "t-cancel", "take your time", "assistant")
+        await it.client.create(TASKS, _task("t-cancel", "assistant"), namespace="default")
+        await until_true(lambda: len(adapter.starts) == 1 and it.responder.statistics().following == 1)
+        await it.client.delete(TASKS, "t-cancel", namespace="default")
+        await until_true(lambda: it.responder.statistics().following == 0)  # dropped by the deletion's event
+        assert it.controller().filtered >= 1
+        (call_id,) = adapter.starts
+        adapter.last_run(call_id).release()
 
 
 async def adapter_call(db: Database, call_id: str) -> HarnessCall:

@@ -74,7 +74,7 @@ from loopd.resources import (
     write_endpoint,
 )
 from loopd.resources.client import TASKS, ResourceClient, StoreClient, open_http_client, tasks_not_for
-from loopd.resources.reconcile import Manager, ignore_status_updates
+from loopd.resources.reconcile import Manager
 from loopd.server._errors import ServerSetupError
 from loopd.server.app import Readiness, ServerContext, create_server_app
 from loopd.server.audit import ledger_router
@@ -680,7 +680,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 workers=settings.task_workers,
                 namespace=watched,
                 label_selector=tasks_not_for("operator"),  # the operators' Tasks are not ours: not even sent
-                event_filter=ignore_status_updates,
+                event_filter=responder.event_filter,  # no status-only changes, no deletions (see there)
             )
             metrics.add_collector(lambda: _live_gauges(engine, conversations))
             metrics.add_reconcile_source("server", manager.loads)

@@ -2,9 +2,10 @@
 
 Public face: `HarnessResponder` (a ``loopd.resources.reconcile`` reconciler for Tasks), the `ChatPort` /
 `TaskContextView` protocols it needs from the chat side, `FOLLOWUP_ANSWER` (what a follow-up handed to a running
-harness call is answered), and helpers. Register it on the Task resource::
+harness call is answered), and helpers. Register it on the Task resource, with its event filter::
 
-    manager.add_controller(TASKS, HarnessResponder(client=client, engine=engine, chat=task_api), workers=16)
+    responder = HarnessResponder(client=client, engine=engine, chat=task_api)
+    manager.add_controller(TASKS, responder, workers=16, event_filter=responder.event_filter)
 
 The controller binds itself to the responder (``bind_controller``), which then queues Tasks on engine notices.
 Must not import the chat service module (it talks to it through `ChatPort`).

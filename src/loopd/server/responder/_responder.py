@@ -30,7 +30,11 @@ to the engine's notices instead (`HarnessEngine.add_listener`) and, through its 
 (``bind_controller``, called by the reconcile runtime), queues the Task at once when its call ends, and queues
 the oldest Tasks refused for capacity when slots free. The maps behind that hold one entry per Task
 being answered and are emptied as Tasks complete or go away. ``poll`` (5 s) and ``capacity_retry`` (2 s) stay as
-the safety net: a call driven by another replica sends no notice here.
+the safety net: a call driven by another replica sends no notice here. What needs no reconcile gets none: the
+controller's event filter (`HarnessResponder.event_filter`) drops the Task's status-only changes and its deletion
+(what the responder holds for a deleted Task is dropped right there), and a timer or wake-up of a Task this
+responder completed — completing deletes it — returns at once (the last `COMPLETED_KEPT` are remembered; a Task
+created again under such a name is reconciled as usual).
 
 Follow-ups: a Task for a harness whose conversation holds an earlier answer of the same harness still streaming is
 a user adding context while that harness works. Before starting a call of its own, the responder hands the new
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,8 +62,8 @@ from loopd._infra.clock import Clock, SystemClock
 from loopd._infra.telemetry import task_span
 from loopd.resources import NotFound as ResourceNotFound
 from loopd.resources import ResourceError
-from loopd.resources.client import TASKS, ResourceClient
-from loopd.resources.reconcile import Controller, Request, Result
+from loopd.resources.client import TASKS, ResourceClient, name_of, namespace_of
+from loopd.resources.reconcile import Controller, InformerEvent, Request, Result, ignore_status_updates
 from loopd.server.engine import (
     DEFAULT_TIMEOUT,
     MODE_OPTION,
@@ -81,6 +86,9 @@ _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
 """Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
 DEFAULT_REPORT_AFTER: Final = 1.0
+COMPLETED_KEPT: Final = 4096
+"""Tasks this responder completed (and so deleted) that it remembers, newest last: a timer or wake-up of one of them
+needs no read (`HarnessResponder.reconcile`)."""
 """A Task's status is written once its call has run (or it has waited for a slot) this long: one that completes
 sooner is deleted without ever having had one."""
 DEFAULT_CAPACITY_RETRY: Final = 2.0
@@ -100,6 +108,8 @@ class ResponderStatistics:
     """Tasks queued by an engine notice (call ended, or a slot freed)."""
     call_ended_wakes: int
     """Of those, woken because their call ended."""
+    skipped: int = 0
+    """Reconciles that read nothing: the Task was completed (and deleted) here already."""
 
 
 class TaskContextView(Protocol):
@@ -150,7 +160,9 @@ class ChatPort(Protocol):
 
     async def task_context(self, task_id: str) -> TaskContextView: ...
 
-    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> object: ...
+    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> object:
+        """End the Task's answer and delete the Task (idempotent): once it returns, the Task is gone."""
+        ...
 
     async def emit(self, task_id: str, events: Sequence[Mapping[str, Any]]) -> object: ...
 
@@ -236,6 +248,8 @@ class HarnessResponder:
         self._uid_of: dict[Request, str] = {}
         self._waiting: dict[Request, None] = {}  # refused for capacity, oldest first
         self._held_since: dict[Request, float] = {}  # monotonic time this process first held it (`_report_due`)
+        self._completed: OrderedDict[Request, None] = OrderedDict()  # completed here, oldest first (`COMPLETED_KEPT`)
+        self._skipped = 0
         self._woken = 0
         self._call_ended_wakes = 0
         self._remove_listener = engine.add_listener(self._on_notice)
@@ -261,6 +275,7 @@ class HarnessResponder:
             waiting_for_capacity=len(self._waiting),
             woken=self._woken,
             call_ended_wakes=self._call_ended_wakes,
+            skipped=self._skipped,
         )
 
     def _on_notice(self, notice: EngineNotice) -> None:
@@ -302,7 +317,23 @@ class HarnessResponder:
 
     # --- reconcile -----------------------------------------------------------------------------------------------
 
+    def event_filter(self, event: InformerEvent) -> bool:
+        """Which Task events queue a reconcile (the controller's ``event_filter``): not a status-only change (the
+        responder's own writes, `ignore_status_updates`), and not a deletion — a reconcile of a deleted Task can only
+        read that it is gone, so what the responder holds for it is dropped here instead. A Task created or changed
+        under the name of one completed here is a new one: it is reconciled as usual."""
+        request = Request(name_of(event.object), namespace_of(event.object))
+        if event.type == "DELETED":
+            self._forget(request)
+            return False
+        self._completed.pop(request, None)
+        return ignore_status_updates(event)
+
     async def reconcile(self, request: Request) -> Result:
+        if request in self._completed:
+            # Completed and deleted here: what is left is a timer set while its call ran, or a late wake-up.
+            self._skipped += 1
+            return Result()
         result = await self._reconcile(request)
         if result == Result():
             self._forget(request)  # done with this Task (or it was never ours): hold nothing for it
@@ -354,7 +385,7 @@ class HarnessResponder:
                 return Result(requeue_after=min(due, self._poll))
             await self._report(task, key, _TASK_PHASES.get(call.phase, "Running"), call.created_at, None)
             return Result(requeue_after=self._poll)
-        return await self._complete(task_id, call_error(call))
+        return await self._complete(request, call_error(call))
 
     def _report_due(self, request: Request) -> float:
         """Seconds until the Task's status is to be written (0.0: now): ``report_after`` from the first reconcile
@@ -420,7 +451,7 @@ class HarnessResponder:
         if context.response.status != "streaming":
             # Answered before and the completion was interrupted: finish it with the outcome it recorded.
             recorded = (context.response.completion or {}).get("error")
-            return await self._complete(task_id, dict(recorded) if isinstance(recorded, Mapping) else None)
+            return await self._complete(request, dict(recorded) if isinstance(recorded, Mapping) else None)
         history = tuple(
             HistoryEntry(message.kind, message.key, text)
             for message in context.history
@@ -454,7 +485,7 @@ class HarnessResponder:
         except CapacityExceeded:
             return self._refused(request)
         except UnknownTarget as exc:
-            return await self._complete(task_id, {"code": "unknown_target", "message": exc.message})
+            return await self._complete(request, {"code": "unknown_target", "message": exc.message})
         except Conflict:
             # Started meanwhile with other parameters (the history changed between two reconciles): use that one.
             existing = await self._engine.find(uid, EFFECT_KEY)
@@ -531,9 +562,10 @@ class HarnessResponder:
         event = {"op": "set", "block": {"id": "answer", "type": "text", "content": FOLLOWUP_ANSWER}}
         with contextlib.suppress(Conflict):  # completing already (a second reconcile): completing is idempotent
             await self._chat.emit(request.name, [event])
-        return await self._complete(request.name, None)
+        return await self._complete(request, None)
 
-    async def _complete(self, task_id: str, error: dict[str, str] | None) -> Result:
+    async def _complete(self, request: Request, error: dict[str, str] | None) -> Result:
+        task_id = request.name
         try:
             await self._chat.complete(task_id, error=error)
         except Conflict as exc:
@@ -541,4 +573,9 @@ class HarnessResponder:
             return Result(requeue_after=self._poll)
         except StorageNotFound:
             return Result()  # its messages are gone: nothing left to finish
+        # Completing deleted the Task: remember that a while, so the timer its call set reads nothing.
+        self._completed[request] = None
+        self._completed.move_to_end(request)
+        if len(self._completed) > COMPLETED_KEPT:
+            self._completed.popitem(last=False)
         return Result()
