@@ -6,7 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopd._infra.redaction import REDACTED, RedactionPatternError, Redactor, is_secret_name
+from loopd._infra.redaction import (
+    _ANY_BUILTIN,
+    REDACTED,
+    RedactionPatternError,
+    Redactor,
+    _may_hold_builtin,
+    is_secret_name,
+)
 
 KEY = "sk-proj-0123456789abcdefghij"
 
@@ -61,6 +68,8 @@ _FRAGMENTS = st.sampled_from(
         "sk-", "abcdefghijklmnop1234", "AKIA", "ABCDEFGHIJKLMNOP", "ghp_", "xoxb-", "glpat-", "Bearer ", "basic ",
         "api_key", "API-KEY", "secret", "token", "password", "passwd", "=", ": ", '"', "'", " ", "\n", "x",
         "-----BEGIN ", "RSA PRIVATE KEY-----", "-----END ", "hello", "0123456789", "ſecret", "\u212aEY", "baſic ",
+        "Basic\t", "BEARER ", "gho_", "ghs_", "gh", "xoxs-", "xox", "api-key", "APIKEY", "Tokens", "pass", "word",
+        "sk", "-", "_", "right", "key points ", "s3cr3t", "\t",
     ]
 )  # fmt: skip
 
@@ -70,3 +79,49 @@ _FRAGMENTS = st.sampled_from(
 def test_text_that_no_rule_matches_skips_the_substitutions_and_nothing_else_changes(text: str) -> None:
     # A configured pattern that never matches sends every string through every substitution: the reference.
     assert Redactor().text(text) == Redactor(["(?!)"]).text(text)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=16).map("".join))
+def test_the_quick_check_never_passes_text_a_rule_matches(text: str) -> None:
+    # `_may_hold_builtin` decides from cues (a lower-cased copy of ASCII text) whether the rules need to run at all:
+    # it may say yes for nothing, never no for a secret.
+    if _ANY_BUILTIN.search(text) is not None:
+        assert _may_hold_builtin(text)
+
+
+_ONE_OF_EACH_RULE = [
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----",
+    "sk-" + "a1" * 10,
+    "AKIA" + "B2" * 8,
+    *(f"gh{kind}_" + "c3" * 10 for kind in "pousr"),
+    *(f"xox{kind}-" + "d4" * 5 for kind in "abprs"),
+    "glpat-" + "e5" * 10,
+    "Bearer abcdefgh12",
+    "BASIC   abcdefgh12==",
+    "API_KEY=abcdef12",
+    "x-Api-Key: 'abcdef12'",
+    'apikey"="abcdef12"',
+    "Secret = abcdefgh",
+    "PASSWORD:abcdefgh",
+    "my_token\t=  abcdef12",
+    "db-passwd='abcdefg'",
+    "auth_token-v2=abcdefgh12",
+]
+
+
+@pytest.mark.parametrize("secret", _ONE_OF_EACH_RULE)
+def test_the_quick_check_lets_every_rule_see_its_secrets(secret: str) -> None:
+    for text in (secret, f"some text {secret} and more", f"{secret.upper()} ", f"{secret.lower()} "):
+        if _ANY_BUILTIN.search(text) is not None:  # (upper/lower-casing may turn it into no secret at all)
+            assert _may_hold_builtin(text), text
+    assert Redactor().text(f"some text {secret} and more") != f"some text {secret} and more"
+
+
+def test_long_text_that_only_mentions_keys_and_tokens_is_not_scanned_by_the_rules() -> None:
+    # Real prompts say "key", "token", "basic" all the time; the cues look for what a secret needs around them.
+    text = "The key points: tokens are counted per request. A basic idea, though right. " * 500
+    assert not _may_hold_builtin(text)
+    assert Redactor().text(text) is text
+    assert _may_hold_builtin(text + " api_key=abcdef123456")
+    assert Redactor().text(text + " api_key=abcdef123456").endswith(f"api_key={REDACTED}")

@@ -41,23 +41,33 @@ _ANY_BUILTIN: Final = re.compile(
         [f"(?:{pattern})" for pattern in BUILTIN_PATTERNS] + [f"(?i:{_CREDENTIAL_TEXT})", f"(?i:{_ASSIGNMENT_TEXT})"]
     )
 )
-"""Whether any built-in rule can match: one scan that lets text holding no secret (nearly all of it) skip the
-rules' substitutions. A string no alternative matches anywhere is one no single rule matches, and so one the
-substitutions, in turn, leave as it is."""
-_MARKERS: Final = (
-    "-----begin", "sk-", "akia", "gh", "xox", "glpat-", "bearer", "basic", "key", "secret", "token", "passw",
+"""Whether any built-in rule can match: one scan that lets text holding no secret skip the rules' substitutions. A
+string no alternative matches anywhere is one no single rule matches, and so one the substitutions leave as it is.
+Used for text that is not ASCII; ASCII text takes `_may_hold_builtin`'s cheaper path."""
+_DISTINCT_MARKERS: Final = (
+    "-----begin", "sk-", "akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-",
+    "glpat-",
 )  # fmt: skip
-"""Every built-in rule's match contains one of these, lower-cased: ASCII text holding none of them skips even
-`_ANY_BUILTIN`'s scan (whose name-before-a-value rule backtracks over long words). Other text is always scanned:
-case-insensitive matching also pairs some non-ASCII letters with ASCII ones (``ſ`` with ``s``, ``K`` with ``k``)."""
+"""For each rule with a distinctive start (keys, tokens, private-key blocks): a lower-cased piece every match of it
+contains. Rare in ordinary text: ASCII text holding one is simply scanned by every rule."""
+_CREDENTIAL_CUE: Final = re.compile(r"(?:bearer|basic)\s+[a-z0-9._~+/\-]{8,}")
+_ASSIGNMENT_CUE: Final = re.compile(r"(?:api[_\-]?key|secret|token|passw(?:or)?d)[a-z0-9_\-]*\"?'?\s*[:=]")
+"""What every match of the two case-insensitive rules (`_CREDENTIAL`, `_ASSIGNMENT`) holds, lower-cased: for ASCII
+text, lowering is exact, so a match in the text is one of these in its lower-cased copy. Their words ("basic",
+"key", "token", …) are common; these cues skip the costly part of the rules (the assignment rule's leading name
+characters, which the engine tries at every word start and gives back one at a time)."""
 
 
 def _may_hold_builtin(value: str) -> bool:
-    if value.isascii():
-        lowered = value.lower()
-        if not any(marker in lowered for marker in _MARKERS):
-            return False
-    return _ANY_BUILTIN.search(value) is not None
+    """Whether a built-in rule may match ``value`` (False: none does, so the substitutions may be skipped)."""
+    if not value.isascii():
+        # Case-insensitive matching pairs some non-ASCII letters with ASCII ones (``ſ`` with ``s``, ``K`` with
+        # ``k``): no lower-cased shortcut, the full scan.
+        return _ANY_BUILTIN.search(value) is not None
+    lowered = value.lower()
+    if any(marker in lowered for marker in _DISTINCT_MARKERS):
+        return True
+    return _CREDENTIAL_CUE.search(lowered) is not None or _ASSIGNMENT_CUE.search(lowered) is not None
 
 
 _SECRET_NAME: Final = re.compile(
@@ -109,7 +119,7 @@ class Redactor:
                 value = value.replace(literal, REDACTED)
                 literal_found = True
         if not literal_found and not self._configured and not _may_hold_builtin(value):
-            return value  # no rule can match (see `_ANY_BUILTIN` and `_MARKERS`)
+            return value  # no rule can match (see `_may_hold_builtin`)
         for pattern in self._patterns:
             value = pattern.sub(REDACTED, value)
         value = _CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", value)
