@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -73,6 +74,7 @@ def main() -> None:
     if tables is not None:
         os.environ[RESULTS_ENV] = str(tables)
     load_before = os.getloadavg()
+    tree = tree_state()  # the code this run measures: the tree as it starts (edits during the run are noted apart)
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text("")
@@ -106,8 +108,8 @@ def main() -> None:
         print(f"(benchmarks.{name}: {time.perf_counter() - t0:.0f} s)", flush=True)
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     if tables is not None:
-        out = args.out or results_path(quick=args.quick)
-        written = write_results(tables, load_before, time.perf_counter() - started, out, quick=args.quick)
+        out = args.out or results_path(tree, quick=args.quick)
+        written = write_results(tables, load_before, time.perf_counter() - started, out, quick=args.quick, tree=tree)
         print(f"results: {written}")
         if args.docs and args.quick:
             print("docs: not regenerated from a --quick run (the docs quote full runs)")
@@ -146,11 +148,29 @@ def compare_files(before: Path, after: Path) -> None:
     )
 
 
-def results_path(*, quick: bool) -> Path:
-    """``benchmarks/results/<date>-<short sha>[-dirty][-quick].json`` for a run started now."""
-    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
-    name = f"{datetime.now(UTC):%Y-%m-%d}-{sha}{'-dirty' if dirty else ''}{'-quick' if quick else ''}.json"
+@dataclass(frozen=True)
+class TreeState:
+    """The checkout's commit and its uncommitted changes to tracked files (``git status --porcelain`` lines)."""
+
+    commit: str
+    changes: frozenset[str]
+
+
+def tree_state() -> TreeState:
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return TreeState(_git("rev-parse", "--short", "HEAD") or "unknown", frozenset(status.splitlines()))
+
+
+def changed_during_run(start: TreeState, end: TreeState) -> list[str]:
+    """What changed in the checkout while a run went on (a commit, or files edited): not what the run measured."""
+    changed = [f"commit {start.commit} → {end.commit}"] if end.commit != start.commit else []
+    return changed + sorted({line[3:] for line in start.changes ^ end.changes})
+
+
+def results_path(tree: TreeState, *, quick: bool) -> Path:
+    """``benchmarks/results/<date>-<short sha>[-dirty][-quick].json`` for a run started on ``tree``."""
+    dirty = bool(tree.changes)
+    name = f"{datetime.now(UTC):%Y-%m-%d}-{tree.commit}{'-dirty' if dirty else ''}{'-quick' if quick else ''}.json"
     return Path(__file__).resolve().parent / "results" / name
 
 
@@ -164,16 +184,24 @@ def machine_class() -> dict[str, str]:
 
 
 def write_results(
-    tables: Path, load_before: tuple[float, float, float], seconds: float, out: Path, *, quick: bool = False
+    tables: Path,
+    load_before: tuple[float, float, float],
+    seconds: float,
+    out: Path,
+    *,
+    quick: bool = False,
+    tree: TreeState | None = None,
 ) -> Path:
-    """The results document at ``out`` from the tables collected in ``tables`` (JSON lines)."""
-    sha = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    """The results document at ``out`` from the tables collected in ``tables`` (JSON lines); ``tree``: the checkout
+    when the run started (its commit and whether it had uncommitted changes are what the run measured)."""
+    now = tree_state()
+    start = tree or now
     stamp = datetime.now(UTC)
     document = {
         "date": stamp.isoformat(timespec="seconds"),
-        "commit": sha,
-        "dirty": dirty,
+        "commit": start.commit,
+        "dirty": bool(start.changes),
+        "changed_during_run": changed_during_run(start, now),
         "quick": quick,
         "machine_class": machine_class(),
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),

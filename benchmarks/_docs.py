@@ -64,6 +64,11 @@ def has_tables(document: Mapping[str, Any], name: str) -> bool:
     return any(t.get("module") == name for t in document.get("tables") or ())
 
 
+def _changed(document: Mapping[str, Any]) -> str:
+    changed = document.get("changed_during_run") or []
+    return f" (changed in the checkout during the run, not measured: {', '.join(changed)})" if changed else ""
+
+
 def render_section(document: Mapping[str, Any], name: str, file: str) -> str:
     """The body of section ``name`` from a results document (pure: the same document gives the same bytes)."""
     tables = [t for t in document.get("tables") or () if t.get("module") == name]
@@ -73,8 +78,8 @@ def render_section(document: Mapping[str, Any], name: str, file: str) -> str:
     header = (
         f"_Generated from `benchmarks/{file}` by `python -m benchmarks._docs` — run `{document.get('command')}` at "
         f"commit {document.get('commit')}{' (uncommitted changes)' if document.get('dirty') else ''}, "
-        f"{document.get('date')}, load average before {' / '.join(f'{x:g}' for x in load) or 'unknown'}. "
-        "Do not edit by hand._"
+        f"{document.get('date')}, load average before {' / '.join(f'{x:g}' for x in load) or 'unknown'}"
+        f"{_changed(document)}. Do not edit by hand._"
     )
     parts = [header]
     for table in tables:

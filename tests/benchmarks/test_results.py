@@ -71,3 +71,28 @@ def test_the_command_prints_the_changes_and_refuses_files_without_common_figures
     assert "+20.0 %" in done.stdout and "chats/s" in done.stdout
     none = subprocess.run([*run, str(a), str(c)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert none.returncode != 0 and "no figure in common" in none.stderr
+
+
+def test_a_results_file_records_the_tree_its_run_started_on_and_what_changed_meanwhile() -> None:
+    from benchmarks.__main__ import TreeState, changed_during_run
+
+    clean = TreeState("abc1234", frozenset())
+    # Edited while the run went on: the run measured the clean commit; the edit is named, not counted as measured.
+    edited = TreeState("abc1234", frozenset({" M docs/ARCHITECTURE.md"}))
+    assert changed_during_run(clean, edited) == ["docs/ARCHITECTURE.md"]
+    assert changed_during_run(clean, clean) == []
+    assert changed_during_run(edited, edited) == []  # dirty from the start: the file says so (dirty), nothing more
+    committed = TreeState("def5678", frozenset())
+    assert changed_during_run(edited, committed) == ["commit abc1234 → def5678", "docs/ARCHITECTURE.md"]
+
+
+def test_the_docs_header_names_what_changed_during_the_run() -> None:
+    from benchmarks._docs import render_section
+
+    document = _document("abc1234", [[1, "1/1", 10.0]])
+    document["changed_during_run"] = ["docs/ARCHITECTURE.md"]
+    header = render_section(document, "server_chats", "results/x.json").splitlines()[0]
+    assert "at commit abc1234," in header and "(uncommitted changes)" not in header
+    assert "changed in the checkout during the run, not measured: docs/ARCHITECTURE.md" in header
+    del document["changed_during_run"]
+    assert "changed in the checkout" not in render_section(document, "server_chats", "results/x.json")
