@@ -69,7 +69,7 @@ _FRAGMENTS = st.sampled_from(
         "api_key", "API-KEY", "secret", "token", "password", "passwd", "=", ": ", '"', "'", " ", "\n", "x",
         "-----BEGIN ", "RSA PRIVATE KEY-----", "-----END ", "hello", "0123456789", "ſecret", "\u212aEY", "baſic ",
         "Basic\t", "BEARER ", "gho_", "ghs_", "gh", "xoxs-", "xox", "api-key", "APIKEY", "Tokens", "pass", "word",
-        "sk", "-", "_", "right", "key points ", "s3cr3t", "\t",
+        "sk", "-", "_", "right", "key points ", "s3cr3t", "\t", "ap\u0130_", "\u0131", "PASSWORD", "“", "é",
     ]
 )  # fmt: skip
 
@@ -107,6 +107,11 @@ _ONE_OF_EACH_RULE = [
     "my_token\t=  abcdef12",
     "db-passwd='abcdefg'",
     "auth_token-v2=abcdefgh12",
+    "ap\u0130_KEY=abcdef12",  # İ: case-insensitively an i
+    "\u017fecret: abcdefgh",  # ſ: an s
+    "ba\u017fic abcdefgh12",
+    "api_\u212aey=abcdef12",  # the Kelvin sign: a k
+    "pa\u017f\u017fword = \u0131\u0131\u0131\u0131\u0131\u0131",
 ]
 
 
@@ -125,3 +130,6 @@ def test_long_text_that_only_mentions_keys_and_tokens_is_not_scanned_by_the_rule
     assert Redactor().text(text) is text
     assert _may_hold_builtin(text + " api_key=abcdef123456")
     assert Redactor().text(text + " api_key=abcdef123456").endswith(f"api_key={REDACTED}")
+    quoted = "Try “list files” to see the key tools. " * 500  # not ASCII: the same cues, after folding
+    assert not _may_hold_builtin(quoted)
+    assert Redactor().text(quoted + "ap\u0130_KEY=abcdef12").endswith(f"ap\u0130_KEY={REDACTED}")

@@ -41,29 +41,30 @@ _ANY_BUILTIN: Final = re.compile(
         [f"(?:{pattern})" for pattern in BUILTIN_PATTERNS] + [f"(?i:{_CREDENTIAL_TEXT})", f"(?i:{_ASSIGNMENT_TEXT})"]
     )
 )
-"""Whether any built-in rule can match: one scan that lets text holding no secret skip the rules' substitutions. A
-string no alternative matches anywhere is one no single rule matches, and so one the substitutions leave as it is.
-Used for text that is not ASCII; ASCII text takes `_may_hold_builtin`'s cheaper path."""
+"""Whether any built-in rule can match (what `_may_hold_builtin` must never contradict; its tests compare them)."""
+_FOLDED: Final = "\u0130\u0131\u017f\u212a"
+_FOLDS: Final = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+"""The only non-ASCII letters case-insensitive matching pairs with ASCII ones (İ and ı with i, ſ with s, the Kelvin
+sign with k), written as those: then a case-insensitive match in the text is a plain match in the lower-cased copy
+(translated first: ``"İ".lower()`` is two characters)."""
 _DISTINCT_MARKERS: Final = (
     "-----begin", "sk-", "akia", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xoxa-", "xoxb-", "xoxp-", "xoxr-", "xoxs-",
     "glpat-",
 )  # fmt: skip
 """For each rule with a distinctive start (keys, tokens, private-key blocks): a lower-cased piece every match of it
-contains. Rare in ordinary text: ASCII text holding one is simply scanned by every rule."""
+contains. Rare in ordinary text: text holding one is simply scanned by every rule."""
 _CREDENTIAL_CUE: Final = re.compile(r"(?:bearer|basic)\s+[a-z0-9._~+/\-]{8,}")
 _ASSIGNMENT_CUE: Final = re.compile(r"(?:api[_\-]?key|secret|token|passw(?:or)?d)[a-z0-9_\-]*\"?'?\s*[:=]")
-"""What every match of the two case-insensitive rules (`_CREDENTIAL`, `_ASSIGNMENT`) holds, lower-cased: for ASCII
-text, lowering is exact, so a match in the text is one of these in its lower-cased copy. Their words ("basic",
+"""What every match of the two case-insensitive rules (`_CREDENTIAL`, `_ASSIGNMENT`) holds, lower-cased: a match in
+the text is one of these in its lower-cased copy (`_FOLDS` first). Their words ("basic",
 "key", "token", …) are common; these cues skip the costly part of the rules (the assignment rule's leading name
 characters, which the engine tries at every word start and gives back one at a time)."""
 
 
 def _may_hold_builtin(value: str) -> bool:
     """Whether a built-in rule may match ``value`` (False: none does, so the substitutions may be skipped)."""
-    if not value.isascii():
-        # Case-insensitive matching pairs some non-ASCII letters with ASCII ones (``ſ`` with ``s``, ``K`` with
-        # ``k``): no lower-cased shortcut, the full scan.
-        return _ANY_BUILTIN.search(value) is not None
+    if not value.isascii() and any(letter in value for letter in _FOLDED):
+        value = value.translate(_FOLDS)  # (rare: `translate` is slow, a look for four letters is not)
     lowered = value.lower()
     if any(marker in lowered for marker in _DISTINCT_MARKERS):
         return True
