@@ -169,9 +169,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"cannot read the tolerances ({args.tolerances}): {exc}") from None
     current_path = args.current
     if current_path is None:
-        from benchmarks.__main__ import results_path
+        from benchmarks.__main__ import results_path, tree_state
 
-        current_path = results_path(quick=True)
+        current_path = results_path(tree_state(), quick=True)
         _run_quick(args.modules or DEFAULT_MODULES, current_path)
     try:
         current = json.loads(current_path.read_text(encoding="utf-8"))

@@ -99,3 +99,30 @@ def test_the_command_exits_1_on_a_regression_and_0_otherwise(tmp_path: Path) -> 
     assert "REGRESSED" in failed.stdout and "1 regressed" in failed.stdout
     passed = subprocess.run([*run, str(good)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert passed.returncode == 0, passed.stderr
+
+
+def test_without_a_current_file_it_runs_the_quick_benchmarks_into_a_results_file_of_this_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from benchmarks.__main__ import tree_state
+
+    from benchmarks import _check
+
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(_results(100, 100)))
+    ran: list[tuple[tuple[str, ...], Path]] = []
+
+    def quick_run(modules: tuple[str, ...], out: Path) -> None:  # the real one runs every quick benchmark
+        ran.append((tuple(modules), out))
+        out.write_text(json.dumps(_results(99, 100)))
+
+    monkeypatch.setattr(_check, "_run_quick", quick_run)
+    try:
+        _check.main(["server_chats", "--baseline", str(base)])
+        ((modules, out),) = ran
+        assert modules == ("server_chats",)
+        assert out.name.endswith("-quick.json") and f"-{tree_state().commit}" in out.name
+        assert "0 regressed" in capsys.readouterr().out
+    finally:
+        for _, out in ran:
+            out.unlink(missing_ok=True)
