@@ -294,14 +294,20 @@ async def _responding(
                 await asyncio.wait_for(running, 10)
 
 
+async def _ask(it: Responding, db: Database, task_id: str, text: str) -> str:
+    """A question in a new conversation and its Task, for the responder of ``it``; the response message's id."""
+    conversation = await new_conversation(db)
+    response = await _question(db, conversation, task_id, text, "assistant")
+    await it.client.create(TASKS, _task(task_id, "assistant"), namespace="default")
+    return response
+
+
 async def test_a_task_answered_before_its_status_is_due_never_gets_one(sqlite_db: Database, tmp_path: Path) -> None:
     # Completing deletes the Task: a status written just before that is a resource write (and watch events) that
     # nobody could see. Quick answers (the call ends within report_after) get none.
     adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
     async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
-        conversation = await new_conversation(sqlite_db)
-        response = await _question(sqlite_db, conversation, "t-quick", "2+2?", "assistant")
-        await it.client.create(TASKS, _task("t-quick", "assistant"), namespace="default")
+        response = await _ask(it, sqlite_db, "t-quick", "2+2?")
         await until(lambda: _gone(it.client, "t-quick"))
     assert await _status(sqlite_db, response) == "completed"
     assert it.writes == []
@@ -313,9 +319,7 @@ async def test_a_task_whose_call_runs_on_is_reported_running_once_its_status_is_
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None, Finished("done")))  # parks after the text
     async with _responding(sqlite_db, tmp_path, adapter, report_after=0.3) as it:
         client, writes = it.client, it.writes
-        conversation = await new_conversation(sqlite_db)
-        await _question(sqlite_db, conversation, "t-long", "take your time", "assistant")
-        await client.create(TASKS, _task("t-long", "assistant"), namespace="default")
+        await _ask(it, sqlite_db, "t-long", "take your time")
         await until_true(lambda: len(adapter.starts) == 1)
         await asyncio.sleep(0.1)
         assert writes == []  # running, but not yet held for report_after
@@ -338,9 +342,7 @@ async def test_a_task_completed_here_is_not_read_again_after_its_deletion(sqlite
     # read that it is gone. Neither reads now: the deletion is filtered, the timer finds it completed here.
     adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
     async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
-        conversation = await new_conversation(sqlite_db)
-        response = await _question(sqlite_db, conversation, "t-done", "2+2?", "assistant")
-        await it.client.create(TASKS, _task("t-done", "assistant"), namespace="default")
+        response = await _ask(it, sqlite_db, "t-done", "2+2?")
         await until_true(lambda: it.responder.statistics().following == 0 and len(it.reads) >= 1)
         await until(lambda: _gone(it.client, "t-done"))
         reads_when_gone = it.reads.count("t-done") - 1  # the check above read it once more
@@ -354,9 +356,7 @@ async def test_a_task_completed_here_is_not_read_again_after_its_deletion(sqlite
 async def test_a_task_created_again_under_a_completed_name_is_reconciled(sqlite_db: Database, tmp_path: Path) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("It is 4."), Finished("It is 4.")))
     async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
-        conversation = await new_conversation(sqlite_db)
-        await _question(sqlite_db, conversation, "t-again", "2+2?", "assistant")
-        await it.client.create(TASKS, _task("t-again", "assistant"), namespace="default")
+        await _ask(it, sqlite_db, "t-again", "2+2?")
         await until(lambda: _gone(it.client, "t-again"))
         await asyncio.sleep(0.1)
         # A new Task of that name (its answer is stored already): reconciled, found answered, completed — deleted.
@@ -368,9 +368,7 @@ async def test_a_task_created_again_under_a_completed_name_is_reconciled(sqlite_
 async def test_a_deleted_task_is_let_go_without_a_reconcile(sqlite_db: Database, tmp_path: Path) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None, Finished("done")))  # parks after the text
     async with _responding(sqlite_db, tmp_path, adapter, report_after=60.0) as it:
-        conversation = await new_conversation(sqlite_db)
-        await _question(sqlite_db, conversation, "t-cancel", "take your time", "assistant")
-        await it.client.create(TASKS, _task("t-cancel", "assistant"), namespace="default")
+        await _ask(it, sqlite_db, "t-cancel", "take your time")
         await until_true(lambda: len(adapter.starts) == 1 and it.responder.statistics().following == 1)
         await it.client.delete(TASKS, "t-cancel", namespace="default")
         await until_true(lambda: it.responder.statistics().following == 0)  # dropped by the deletion's event
