@@ -34,7 +34,7 @@ __all__ = ["Judged", "Rule", "judge", "load_rules", "machine_class", "pick_basel
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TOLERANCES = ROOT / "benchmarks" / "tolerances.toml"
-DEFAULT_MODULES = ("harness_core", "peers", "server_chats", "server_streams")
+DEFAULT_MODULES = ("harness_core", "long_conversation", "peers", "server_chats", "server_streams")
 
 
 @dataclass(frozen=True)
