@@ -39,16 +39,22 @@ DEFAULT_MODULES = ("harness_core", "long_conversation", "peers", "server_chats",
 
 @dataclass(frozen=True)
 class Rule:
-    """Figures of ``module`` whose column matches ``column`` may get worse (in direction ``better``) by ``percent``."""
+    """Figures of ``module`` whose column matches ``column`` (and row, ``row``) may get worse (in direction ``better``)
+    by ``percent``; ``better = "ignore"``: figures it matches are not judged (a peer's own figures, a coarse one)."""
 
     module: str
     column: str
-    better: Literal["lower", "higher"]
+    better: Literal["lower", "higher", "ignore"]
     percent: float
+    row: str = "*"
 
     def matches(self, change: Change) -> bool:
         """Whether this rule decides ``change``."""
-        return fnmatch.fnmatchcase(change.module, self.module) and fnmatch.fnmatchcase(change.column, self.column)
+        return (
+            fnmatch.fnmatchcase(change.module, self.module)
+            and fnmatch.fnmatchcase(change.column, self.column)
+            and fnmatch.fnmatchcase(change.row, self.row)
+        )
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,13 @@ def load_rules(text: str) -> tuple[Rule, ...]:
         raise ToleranceError(f"tolerances: {exc}") from None
     rules: list[Rule] = []
     for index, entry in enumerate(data.get("figure") or ()):
-        better, percent = entry.get("better"), entry.get("percent")
-        if better not in ("lower", "higher") or not isinstance(percent, (int, float)) or percent < 0:
-            raise ToleranceError(f"tolerances: figure #{index + 1} needs better = lower|higher and percent >= 0")
-        rules.append(Rule(str(entry.get("module", "*")), str(entry.get("column", "*")), better, float(percent)))
+        better, percent = entry.get("better"), entry.get("percent", 0 if entry.get("better") == "ignore" else None)
+        if better not in ("lower", "higher", "ignore") or not isinstance(percent, (int, float)) or percent < 0:
+            raise ToleranceError(
+                f"tolerances: figure #{index + 1} needs better = lower|higher and percent >= 0, or better = ignore"
+            )
+        module, column, row = (str(entry.get(key, "*")) for key in ("module", "column", "row"))
+        rules.append(Rule(module, column, better, float(percent), row))
     return tuple(rules)
 
 
@@ -89,7 +98,7 @@ def judge(changes: Iterable[Change], rules: Sequence[Rule]) -> list[Judged]:
     judged: list[Judged] = []
     for change in changes:
         rule = next((r for r in rules if r.matches(change)), None)
-        if rule is None:
+        if rule is None or rule.better == "ignore":
             continue
         if change.before == 0:
             worse = change.after > 0 if rule.better == "lower" else change.after < 0

@@ -126,3 +126,32 @@ def test_without_a_current_file_it_runs_the_quick_benchmarks_into_a_results_file
     finally:
         for _, out in ran:
             out.unlink(missing_ok=True)
+
+
+def test_a_rule_may_name_rows_and_leave_what_it_matches_unjudged() -> None:
+    rules = load_rules(
+        """
+[[figure]]
+row = "*LangGraph*"
+better = "ignore"
+
+[[figure]]
+module = "server_chats"
+column = "chats/s"
+better = "higher"
+percent = 30
+"""
+    )
+    assert rules[0].better == "ignore" and rules[0].row == "*LangGraph*" and rules[1].row == "*"
+    before, after = _results(100, 100), _results(50, 100)
+    peer = json.loads(json.dumps(before["tables"][0]))
+    peer["rows"] = [["LangGraph Agent Server", 20, 30.0, 100, 1.0]]
+    peer["columns"] = ["server", "chats", "chats/s", "TTFT p95 ms", "wall s"]
+    peer_after = json.loads(json.dumps(peer))
+    peer_after["rows"][0][2] = 5.0
+    before["tables"].append(peer)
+    after["tables"].append(peer_after)
+    judged = judge(compare(before, after), rules)
+    assert [(j.change.row, j.verdict) for j in judged] == [("20", "REGRESSED")]  # the peer's drop is not judged
+    with pytest.raises(ToleranceError):
+        load_rules('[[figure]]\nbetter = "sideways"\n')
