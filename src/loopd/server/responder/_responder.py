@@ -86,11 +86,11 @@ _TASK_PHASES: Final[Mapping[str, str]] = {"waiting_input": "WaitingInput"}
 """Task phase by harness call phase (any other running phase is ``Running``)."""
 DEFAULT_POLL: Final = 5.0
 DEFAULT_REPORT_AFTER: Final = 1.0
+"""A Task's status is written once its call has run (or it has waited for a slot) this long: one that completes
+sooner is deleted without ever having had one."""
 COMPLETED_KEPT: Final = 4096
 """Tasks this responder completed (and so deleted) that it remembers, newest last: a timer or wake-up of one of them
 needs no read (`HarnessResponder.reconcile`)."""
-"""A Task's status is written once its call has run (or it has waited for a slot) this long: one that completes
-sooner is deleted without ever having had one."""
 DEFAULT_CAPACITY_RETRY: Final = 2.0
 FOLLOWUP_ANSWER: Final = "Added to the answer in progress."
 """The answer of a follow-up handed to a running harness call (the earlier answer carries its effect)."""
