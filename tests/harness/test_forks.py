@@ -158,3 +158,48 @@ async def test_fork_points_out_of_range_or_unknown_sessions_are_typed_errors() -
         with pytest.raises(SessionNotFoundError):
             await rig.fork_session("nope", 1)
     assert [s.session_id for s in await journal.sessions()] == ["s"]  # nothing was created by the refusals
+
+
+async def test_a_chain_of_forks_each_at_its_parents_end_folds_only_what_follows_the_newest_snapshot() -> None:
+    """A conversation's sessions: each forked at the end of the one before. A fork whose restore folded
+    `RESTORE_FOLD_SNAPSHOT` records or more saves a snapshot at its first commit, so the next fork — and the check
+    that its point is settled — folds only the records after it, not the chain from its start."""
+    from loopd.harness.core.snapshot import state_schema
+    from loopd.harness.journal import RESTORE_FOLD_SNAPSHOT, restore_state
+
+    journal = MemoryJournal()
+    rig = rig_on(journal, [])
+    async with rig.open_session("s0") as first:
+        while first.last_seq < RESTORE_FOLD_SNAPSHOT:
+            assert isinstance(await first.ask("again", timeout=10), TurnDone)
+        end = first.last_seq
+    assert await journal.load_snapshot("s0", state_schema()) is None  # fewer records than `state_snapshots`
+
+    second = await rig.fork_session("s0", end, "s1")
+    try:
+        assert isinstance(await second.ask("go on", timeout=10), TurnDone)
+        assert second.log.snapshots is not None
+        await second.log.snapshots.wait()
+        end = second.last_seq
+    finally:
+        await second.shutdown()
+    saved = await journal.load_snapshot("s1", state_schema())
+    assert saved is not None and saved.seq > RESTORE_FOLD_SNAPSHOT  # taken right after it came up
+
+    at_end = await restore_state(journal, "s1", upto=end)
+    assert at_end.snapshot_seq == saved.seq and len(at_end.records) == end - saved.seq < RESTORE_FOLD_SNAPSHOT
+    whole = replay(await journal.read("s1", 1, end))
+    assert at_end.state.loops["main"].turns == whole.loops["main"].turns == first.state.loops["main"].turns + 1
+    assert at_end.state.loops["main"].history == whole.loops["main"].history
+    before = await restore_state(journal, "s1", upto=saved.seq - 1)  # a snapshot after ``upto`` is not used
+    assert before.snapshot_seq == 0 and before.state.last_seq == saved.seq - 1
+
+    third = await rig.fork_session("s1", end, "s2")
+    try:
+        assert third.state.loops["main"].history == whole.loops["main"].history
+        assert isinstance(await third.ask("and on", timeout=10), TurnDone)
+        assert third.log.snapshots is not None
+        await third.log.snapshots.wait()
+    finally:
+        await third.shutdown()
+    assert await journal.load_snapshot("s2", state_schema(), upto=end) == saved  # its own: none (a short fold)

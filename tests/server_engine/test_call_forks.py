@@ -177,3 +177,47 @@ async def test_a_call_with_a_mode_option_runs_its_turn_in_that_mode(sqlite_db: D
             unknown = replace(await ask(sqlite_db, engine, "uid-3", "?"), params={MODE_OPTION: "yolo"})
             failed = await until_done(engine, (await engine.start(unknown)).id)
             assert failed.phase == "failed" and "yolo" in str(failed.error)
+
+
+async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(sqlite_db: Database, tmp_path: Path) -> None:
+    """`HarnessEngine.continuation_point` (the responder's next question in a conversation): the earlier call's
+    session id and last seq, once it ended settled; a call started there sees that session's history, and an empty
+    `MODE_OPTION` puts its loop back in the harness's own mode rather than the one that session ended in."""
+    from loopd.harness.core.config import BUILD, PLAN
+    from loopd.harness.gate import AccessConfig
+    from loopd.harness.tools import Workspace, default_tools
+    from loopd.server.engine import MODE_OPTION
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    offered: list[set[str]] = []
+
+    def script(request: ModelRequest) -> Reply:
+        offered.append({tool.name for tool in request.tools})
+        return answer(request)
+
+    loop = LoopDefinition(
+        name="main",
+        model=ScriptedModel(script),
+        tools=tuple(default_tools(Workspace(ws))),
+        access=AccessConfig(),
+        modes=(BUILD, PLAN),
+    )
+    async with open_rig(tmp_path / "harness") as base:
+        rig = replace(base, loops=[loop], workspace=ws)
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
+            planned = replace(await ask(sqlite_db, engine, "uid-1", "apples"), params={MODE_OPTION: "plan"})
+            first = await until_done(engine, (await engine.start(planned)).id)
+            assert first.phase == "succeeded" and "write_file" not in offered[-1]
+            point = await engine.continuation_point(first)
+            assert point == (first.id, (await rig.journal.session(first.id)).last_seq)  # type: ignore[union-attr]
+
+            going_on = replace(await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""})
+            second = await until_done(engine, (await engine.start(going_on)).id)
+            assert second.result == {"format": "text", "content": "2 question(s); last: pears"}
+            assert "write_file" in offered[-1]  # back in the harness's own mode (build)
+            own = await rig.journal.read(second.id, point[1] + 1)
+            assert not any(b"apples" in record.data for record in own)  # the history is shared, not copied
+
+            assert await engine.continuation_point(replace(first, target="nobody")) is None
+            assert await engine.continuation_point(replace(first, execution_ref=None)) is None

@@ -269,3 +269,45 @@ async def test_sessions_of_one_engine_encode_the_same_tool_list_once(clock: Any)
     assert taken is not None
     [third] = [b for b in taken.blobs if b.ref.content_type == TOOLS_TYPE]
     assert third.ref.sha256 != blobs[0].ref.sha256
+
+
+def _asked(messages: tuple[Any, ...]) -> ModelCallRecord:
+    request = ModelRequest(model="m", messages=messages, tools=_tool_set("t"), system="s")
+    usage = Usage(input_tokens=3, output_tokens=1)
+    return ModelCallRecord(request, (ModelAttemptRecord(model="m", started_at=1.0, ended_at=2.0, usage=usage),))
+
+
+def _segments(taken: Any) -> list[dict[str, Any]]:
+    return [json.loads(b.body) for b in taken.blobs if b.ref.content_type == MESSAGES_TYPE]
+
+
+async def test_a_session_that_goes_on_from_another_stores_only_its_new_messages(clock: Any) -> None:
+    """A conversation's next session (a fork at the end of the last one) sends that session's last request again —
+    equal messages read back from the journal, not the same objects — then the answer and the new question: its log,
+    seeded with that session's last chain, stores a segment of the new messages only, over that chain."""
+    from loopd.harness.core import Message
+
+    def assistant_message(text: str) -> Message:
+        return Message(role="assistant", content=text)
+
+    prompts = PromptRecording(clock, Redactor())
+    earlier = (user_message("apples?"), assistant_message("red ones"), user_message("pears?"))
+    first = prompts.log("s1")
+    first.record(_asked(earlier))
+    taken = first.take(3, 1)
+    assert taken is not None
+    (head,) = _segments(taken)
+    assert head["parent"] is None and len(head["messages"]) == 3
+    head_sha = next(b.ref.sha256 for b in taken.blobs if b.ref.content_type == MESSAGES_TYPE)
+
+    copies = tuple(Message.model_validate(m.model_dump()) for m in earlier)  # as a restored session has them
+    assert copies == earlier and all(a is not b for a, b in zip(copies, earlier, strict=True))
+    going_on = (*copies, assistant_message("green ones"), user_message("plums?"))
+    for parent, expected in (("s1", (head_sha, 2)), ("unknown", (None, 5)), (None, (None, 5))):
+        log = prompts.log("s2", parent=parent)
+        log.record(_asked(going_on))
+        taken = log.take(3, 1)
+        assert taken is not None
+        (segment,) = _segments(taken)
+        assert (segment["parent"], len(segment["messages"])) == expected
+        assert segment["messages"][-1]["content"] == "plums?"

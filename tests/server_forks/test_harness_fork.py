@@ -70,11 +70,15 @@ async def test_a_forks_answer_comes_from_the_forked_harness_session(
     server: RunningServer, user: httpx.AsyncClient
 ) -> None:
     cid = (await user.post("/v1/conversations", json={"name": "fruit"})).json()["id"]
-    await _ask(user, cid, "apples?")
+    first = await _ask(user, cid, "apples?")
     second = await _ask(user, cid, "pears?")
     original = [(m["id"], m["status"], _text(m)) for m in await _messages(user, cid)]
     source = await server.engine.call_for_message(second["response"]["id"])
     assert source is not None and source.execution_ref is not None
+    first_call = await server.engine.call_for_message(first["response"]["id"])
+    assert first_call is not None and first_call.execution_ref is not None
+    # The second question went on from the first answer's session (the conversation's session chain).
+    assert source.params["fork"]["session"] == first_call.execution_ref
 
     journal = await SqliteJournal.open(server.data_dir / "harness" / "journal.db")
     try:
@@ -89,12 +93,14 @@ async def test_a_forks_answer_comes_from_the_forked_harness_session(
         assert call is not None and call.params["fork"]["session"] == source.execution_ref
         info = await journal.session(call.id)
         assert info is not None and info.parent_id == source.execution_ref
-        # The fork point is the settled seq just before the source call's turn: its history is the parent's
-        # session start, then the fork's own turn, whose input carries the source call's visible history.
+        # The fork point is the settled seq just before the source call's turn: its history is the session the
+        # source went on from (the first question's turn, settled), then the fork's own turn with the question.
         shared = replay(await journal.read(call.id, 1, info.parent_seq))
-        assert shared.loops and all(loop.turns == 0 and loop.turn is None for loop in shared.loops.values())
+        assert shared.loops and all(loop.turn is None for loop in shared.loops.values())
+        assert shared.loops["main"].turns == 1
+        assert any("apples?" in str(message.content) for message in shared.loops["main"].history)
         own = await journal.read(call.id, info.parent_seq + 1)
-        assert any(b"apples?" in r.data and b"pears?" in r.data for r in own)  # the model saw the earlier turn
+        assert any(b"pears?" in r.data for r in own) and not any(b"apples?" in r.data for r in own)
         assert (await journal.session(source.execution_ref)).last_seq == source_info.last_seq  # type: ignore[union-attr]
 
         # Edit and resend the first fork's question: a fork of a fork's session (the chain of parents).
@@ -107,10 +113,11 @@ async def test_a_forks_answer_comes_from_the_forked_harness_session(
         edit_info = await journal.session(edit_call.id)
         assert edit_info is not None and edit_info.parent_id == call.id
 
-        # A later question in the fork is an ordinary call (no fork).
+        # A later question in the fork goes on from the fork's own answer (its session), like any later question.
         later = await _ask(user, retried["conversation_id"], "and cherries?")
         later_call = await server.engine.call_for_message(later["response"]["id"])
-        assert later_call is not None and "fork" not in later_call.params
+        assert later_call is not None and later_call.params["fork"]["session"] == call.id
+        assert later_call.params.get("history", []) == []  # nothing was said since that answer
     finally:
         await journal.aclose()
     assert [(m["id"], m["status"], _text(m)) for m in await _messages(user, cid)] == original

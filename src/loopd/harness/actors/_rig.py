@@ -16,7 +16,6 @@ from loopd.harness._errors import (
     ForkPointError,
     ForkWorkspaceError,
     HarnessError,
-    SessionNotFoundError,
 )
 from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.actors._delegation import delegation_tools
@@ -48,13 +47,11 @@ from loopd.harness.journal import (
     DEFAULT_SNAPSHOT_EVERY,
     Journal,
     NewRecord,
-    Record,
     RestoredState,
     SessionInfo,
     StateSnapshots,
     collector_paused,
     last_settled_seq,
-    replay,
     restore_state,
     unsettled_loops,
 )
@@ -226,6 +223,7 @@ class Rig:
                 every=self.state_snapshots,
                 saved_seq=0 if restored is None else restored.snapshot_seq,
                 header=None if restored is None else restored.state,
+                folded=0 if restored is None else len(restored.records),
             )
         return session
 
@@ -352,17 +350,18 @@ class Rig:
         """
         if at_seq < 1:
             raise ForkPointError(f"cannot fork session {parent_id!r} at seq {at_seq}: seqs start at 1")
-        records = await self.journal.read(parent_id, 1, at_seq)
-        if not records:
-            raise SessionNotFoundError(parent_id)
-        if records[-1].seq < at_seq:
-            last = records[-1].seq
+        # The parent's state at the fork point: from its (or an ancestor's) snapshot at or before it, so forking a
+        # long chain of forks (a conversation's sessions) folds only the records after that snapshot.
+        at = await restore_state(self.journal, parent_id, snapshots=self.state_snapshots is not None, upto=at_seq)
+        if at.state.last_seq < at_seq:
+            records = await self.journal.read(parent_id, 1, at_seq)
+            last = at.state.last_seq
             raise ForkPointError(
                 f"session {parent_id!r} has seqs 1..{last}; cannot fork at {at_seq}", settled=last_settled_seq(records)
             )
-        with collector_paused():
-            busy = unsettled_loops(replay(records))
+        busy = unsettled_loops(at.state)
         if busy:
+            records = await self.journal.read(parent_id, 1, at_seq)
             settled = last_settled_seq(records)
             doing = ", ".join(f"loop {name!r} has {what}" for name, what in sorted(busy.items()))
             hint = f"; the last settled seq before it is {settled}" if settled else ""
@@ -371,7 +370,7 @@ class Rig:
             )
         sid = session_id or new_id()
         now = self.clock.time()
-        restoring = await self._fork_workspace(parent_id, at_seq, records, workspace, now)
+        restoring = await self._fork_workspace(parent_id, at_seq, workspace, now)
         meta = json.dumps({"rig": self.name, "parent": parent_id, "parent_seq": at_seq})
         writer = await self.journal.fork_session(parent_id, at_seq, sid, meta=meta, at=now)
         try:
@@ -384,12 +383,13 @@ class Rig:
         return await self.restore_session(sid)
 
     async def _fork_workspace(
-        self, parent_id: str, at_seq: int, records: Sequence[Record], mode: ForkWorkspace, now: float
+        self, parent_id: str, at_seq: int, mode: ForkWorkspace, now: float
     ) -> WorkspaceForked | None:
         """The `WorkspaceForked` a fork journals (None for ``keep``): the parent's checkpoint at ``at_seq`` and this
         rig's workspace (decided by `decide_fork_workspace`; the I/O is reading the records and the directory)."""
         if mode == "keep":
             return None
+        records = await self.journal.read(parent_id, 1, at_seq)
         after = await self.journal.read(parent_id, at_seq + 1, _FORK_LOOKAHEAD)
         with collector_paused():
             events = [(r.seq, codec.decode(r.kind, r.version, r.data)) for r in (*records, *after)]

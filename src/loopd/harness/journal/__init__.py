@@ -10,6 +10,7 @@ from loopd.harness.journal._protocol import Journal, JournalWriter, NewRecord, R
 from loopd.harness.journal._replay import last_settled_seq, replay, unsettled_loops
 from loopd.harness.journal._snapshots import (
     DEFAULT_SNAPSHOT_EVERY,
+    RESTORE_FOLD_SNAPSHOT,
     RestoredState,
     StateSnapshots,
     collector_paused,
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SNAPSHOT_EVERY",
+    "RESTORE_FOLD_SNAPSHOT",
     "Journal",
     "JournalWriter",
     "MemoryJournal",

@@ -35,6 +35,11 @@ DEFAULT_SNAPSHOT_EVERY = 500
 """Records committed after a session's newest snapshot before it writes the next one (at least)."""
 _GROWTH = 16  # ... and at least 1/16 of the records the newest one covers (see `snapshot_due`)
 _SAVE_TIMEOUT = 30.0
+RESTORE_FOLD_SNAPSHOT = 100
+"""A session brought up by folding at least this many records after its snapshot (or without one) saves a snapshot
+at its first commit, however few records are new since: a session that is restored again and again — each fork of a
+conversation's chain of sessions restores the state its parent ended in — would otherwise fold the same tail each
+time, up to `snapshot_due`'s spacing."""
 
 
 def snapshot_due(snapshot_seq: int, seq: int, every: int = DEFAULT_SNAPSHOT_EVERY) -> bool:
@@ -74,14 +79,17 @@ class RestoredState:
     ignored: str | None = None
 
 
-async def restore_state(journal: Journal, session_id: str, *, snapshots: bool = True) -> RestoredState:
+async def restore_state(
+    journal: Journal, session_id: str, *, snapshots: bool = True, upto: int | None = None
+) -> RestoredState:
     """The state of ``session_id``: its newest usable snapshot (when ``snapshots``) with the records after it
-    folded on, else the fold of its whole journal. Equal either way (a property test checks it).
+    folded on, else the fold of its whole journal. Equal either way (a property test checks it). ``upto``: the
+    state after that seq instead of the last one (a snapshot taken after it is not used; a fork point, say).
 
     Raises `SessionNotFoundError` for a session without records and `JournalCorruptError` for records that do not
     replay. A snapshot that does not decode, or that does not hold the seq it is stored under, is ignored.
     """
-    stored = await journal.load_snapshot(session_id, state_schema()) if snapshots else None
+    stored = await journal.load_snapshot(session_id, state_schema(), upto=upto) if snapshots else None
     base: SessionState | None = None
     ignored: str | None = None
     if stored is not None:
@@ -94,7 +102,9 @@ async def restore_state(journal: Journal, session_id: str, *, snapshots: bool = 
             ignored = f"state snapshot at seq {stored.seq} ignored: {exc}"
             _log.warning("session %s: %s; replaying its whole journal", session_id, ignored)
             base = None
-    records = await journal.read(session_id, 1 if base is None else base.last_seq + 1)
+    first = 1 if base is None else base.last_seq + 1
+    limit = None if upto is None else max(upto - first + 1, 0)
+    records = await journal.read(session_id, first, limit) if limit != 0 else []
     if base is None and not records:
         raise SessionNotFoundError(session_id)
     with collector_paused():
@@ -120,9 +130,11 @@ class StateSnapshots:
     an empty one for a new session), with the core's own `apply`.
 
     ``every`` is `snapshot_due`'s minimum spacing; ``saved_seq`` the seq the newest snapshot covers (the restored
-    one's at first). Nothing is saved before `release`: while a session is being brought up, its live state is not
-    yet the fold (a restore journals `SessionRestored` before it hands the open background runs back), so the rig
-    releases it once the session is up. `aclose` waits for the save in flight (bounded); `abort` cancels it.
+    one's at first); ``folded``: how many records the restore folded after it (`RESTORE_FOLD_SNAPSHOT` or more: the
+    first commit after `release` saves one). Nothing is saved before `release`: while a session is being brought
+    up, its live state is not yet the fold (a restore journals `SessionRestored` before it hands the open background
+    runs back), so the rig releases it once the session is up. `aclose` waits for the save in flight (bounded);
+    `abort` cancels it.
     """
 
     def __init__(
@@ -135,9 +147,11 @@ class StateSnapshots:
         every: int = DEFAULT_SNAPSHOT_EVERY,
         saved_seq: int = 0,
         header: SessionState | None = None,
+        folded: int = 0,
     ) -> None:
         if every < 1:
             raise ValueError("every must be at least 1")
+        self._soon = folded >= RESTORE_FOLD_SNAPSHOT
         self._header = _header_of(header or SessionState(session_id=""))
         self._journal = journal
         self._session_id = session_id
@@ -160,8 +174,9 @@ class StateSnapshots:
                 self._header = _header_of(apply(self._header, event, seq))
         if self._held or self._closed or (self._task is not None and not self._task.done()):
             return
-        if not snapshot_due(self.saved_seq, seqs[-1], self.every):
+        if not self._soon and not snapshot_due(self.saved_seq, seqs[-1], self.every):
             return
+        self._soon = False
         live = self._state()
         header = self._header
         state = replace(live, session_id=header.session_id, rig=header.rig, status=header.status)

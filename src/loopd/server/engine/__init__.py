@@ -58,7 +58,7 @@ from loopd.server.engine._openai import OpenAIModelAdapter
 from loopd.server.engine._projection import ANSWER_BLOCK, RESULT_BLOCK, gate_block_id, tool_block_id
 from loopd.server.engine._prompts import AttemptFacts, PromptLog, PromptRecording, RecordedCall
 from loopd.server.engine._remote import RemoteError, RemoteHarnessAdapter
-from loopd.server.engine._requests import DEFAULT_TIMEOUT, MAX_TIMEOUT, CallRequest, history_of
+from loopd.server.engine._requests import DEFAULT_TIMEOUT, MAX_TIMEOUT, CallRequest, history_of, workspace_of
 from loopd.server.engine._routes import engine_router
 
 __all__ = [
@@ -112,4 +112,5 @@ __all__ = [
     "history_of",
     "recording_rig",
     "tool_block_id",
+    "workspace_of",
 ]

@@ -310,6 +310,13 @@ class ForkPoints(Protocol):
     async def fork_point(self, request: AdapterRequest, session_id: str) -> int: ...
 
 
+@runtime_checkable
+class EndPoints(Protocol):
+    """An adapter that can say where an earlier call's session ended settled, so a new call can go on from it."""
+
+    async def end_point(self, request: AdapterRequest, session_id: str) -> int | None: ...
+
+
 def supports_forks(adapter: object) -> bool:
     """Whether ``adapter`` takes `AdapterRequest.fork`."""
     return isinstance(adapter, ForkCapable) and adapter.supports_forks

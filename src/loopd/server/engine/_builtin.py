@@ -55,8 +55,9 @@ from loopd.harness import (
     UserInput,
 )
 from loopd.harness.actors import Rig, Session, Subscription
+from loopd.harness.core import SessionState
 from loopd.harness.foreign import ForeignEngine
-from loopd.harness.journal import last_settled_seq, replay, unsettled_loops
+from loopd.harness.journal import last_settled_seq, replay, restore_state, unsettled_loops
 from loopd.harness.models import record_model_calls, recording
 from loopd.harness.standard import TOOLS_PROFILES, ToolsProfile, WorkspaceLocationError, WorkspaceRigs
 from loopd.server.ledger import EffectKind, Idempotency
@@ -72,7 +73,9 @@ _WIRE_ANSWER: Final[dict[str, str]] = {"approve": "approve", "always": "approve_
 MODE_OPTION: Final = "mode"
 """The call option (`AdapterRequest.options`) naming the mode the call's main loop runs in (e.g. ``plan``): set on
 its session before its input is submitted, so the call's turn starts in it (a loop's mode never changes mid-batch).
-loop-server's responder sets it from the conversation's mode."""
+The empty string names the loop's own default mode: a call that goes on from an earlier call's session (a fork at
+its end) would otherwise keep the mode that session ended in. loop-server's responder sets it from the
+conversation's mode."""
 _SHUTDOWN_TIMEOUT: Final = 10.0
 _INPUT_TIMEOUT: Final = 5.0
 
@@ -87,6 +90,8 @@ class BuiltinRun:
         """Model calls reported after this seq were made by this run: their recorded prompts belong to them."""
         main = loop or session.default_loop
         definition = next((d for d in rig.loops if d.name == main), rig.loops[0])
+        self.default_mode: str | None = definition.mode or (definition.modes[0].name if definition.modes else None)
+        """The main loop's own mode (what an empty `MODE_OPTION` asks for); None: it declares no modes."""
 
         def effects(name: str) -> tuple[EffectKind, Idempotency]:
             for tool in definition.tools:
@@ -284,14 +289,32 @@ class BuiltinHarnessAdapter:
         except (ForkPointError, SessionNotFoundError) as exc:
             raise AdapterError(f"cannot fork harness session {parent} at seq {seq}: {exc}") from exc
 
-    async def _skip_shared_history(self, rig: Rig, run: BuiltinRun, session_id: str) -> None:
-        """A session forked for this call (now or before a crash) answers after the history it shares."""
+    async def _skip_shared_history(
+        self, rig: Rig, run: BuiltinRun, session_id: str, forked: SessionState | None = None
+    ) -> None:
+        """A session forked for this call (now or before a crash) answers after the history it shares.
+        ``forked``: the state of a fork just made (its loops are the parent's at the fork point)."""
         info = await rig.journal.session(session_id)
         if info is None or info.parent_id is None:
             return
-        shared = replay(await rig.journal.read(session_id, 1, info.parent_seq))
-        main = shared.loops.get(run.main_loop)
+        if forked is None:
+            shared = await restore_state(
+                rig.journal, session_id, snapshots=rig.state_snapshots is not None, upto=info.parent_seq
+            )
+            forked = shared.state
+        main = forked.loops.get(run.main_loop)
         await run.start_after(info.parent_seq, main.turns if main is not None else 0)
+
+    async def end_point(self, request: AdapterRequest, session_id: str) -> int | None:
+        """The last seq of ``session_id`` (a call's session; ``request`` picks its rig) when the session is settled
+        there — its turn ended, nothing queued — so a new call can go on from it (a fork at that seq); None when it
+        is not, or has no records. Folds from the newest snapshot, so a long chain of such sessions stays cheap."""
+        rig = await self._rig_for(request)
+        try:
+            at = await restore_state(rig.journal, session_id, snapshots=rig.state_snapshots is not None)
+        except SessionNotFoundError:
+            return None
+        return None if unsettled_loops(at.state) else at.state.last_seq
 
     async def fork_point(self, request: AdapterRequest, session_id: str) -> int:
         """The settled seq of ``session_id`` (a call's session; ``request`` picks its rig) just before the call's
@@ -314,19 +337,24 @@ class BuiltinHarnessAdapter:
         rig = await self._rig_for(request)
         session: Session
         # The session's tasks are created inside this context: their model calls report to its prompt log.
-        log = self._prompts.log() if self._prompts is not None else None
+        parent = request.fork[0] if request.fork is not None else None
+        log = self._prompts.log(session_id, parent=parent) if self._prompts is not None else None
+        fresh: SessionState | None = None  # the state of a session made just now (not restored)
         with record_model_calls(log):
             if await rig.journal.session(session_id) is None:
                 try:
                     session = await self._start_or_fork(rig, request)
+                    fresh = session.state
                 except SessionBusyError:  # created concurrently: take it over
                     session = await rig.restore_session(session_id, mode="resume")
             else:
                 session = await rig.restore_session(session_id, mode="resume")
         run = BuiltinRun(session, rig, self._loop, log)
         try:
-            await self._skip_shared_history(rig, run, session_id)
+            await self._skip_shared_history(rig, run, session_id, fresh)
             mode = request.options.get(MODE_OPTION)
+            if mode == "":
+                mode = run.default_mode
             await run.submit_once(request.prompt(), mode=mode if isinstance(mode, str) and mode else None)
         except BaseException:
             session.abort()

@@ -62,7 +62,15 @@ from loopd.server.storage import (
 )
 from loopd.server.streams import ConversationBus
 
-from ._adapter import GATE_ANSWERS, AdapterRequest, ForkPoints, HarnessAdapter, supports_forks, supports_workspaces
+from ._adapter import (
+    GATE_ANSWERS,
+    AdapterRequest,
+    EndPoints,
+    ForkPoints,
+    HarnessAdapter,
+    supports_forks,
+    supports_workspaces,
+)
 from ._driver import CallDriver, CallSlots
 from ._driving import DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
@@ -426,25 +434,25 @@ class HarnessEngine:
         """Where a new call can start so that it answers ``call``'s input again from the same harness state: its
         session id and the settled seq just before its own first turn. None when its harness cannot fork (a
         remote one, say) or it never opened a session. A journal that cannot be read raises its error."""
+        adapter = self._forking_adapter(call)
+        if adapter is None or call.execution_ref is None or not isinstance(adapter, ForkPoints):
+            return None
+        return call.execution_ref, await adapter.fork_point(_request_of(call), call.execution_ref)
+
+    async def continuation_point(self, call: HarnessCall) -> tuple[str, int] | None:
+        """Where a new call can start so that it goes on from ``call``'s session as that call left it (the
+        conversation's next question to the same harness): its session id and its last seq, when the session is
+        settled there. None when its harness cannot fork, it never opened a session, or the session is not
+        settled. A journal that cannot be read raises its error."""
+        adapter = self._forking_adapter(call)
+        if adapter is None or call.execution_ref is None or not isinstance(adapter, EndPoints):
+            return None
+        end = await adapter.end_point(_request_of(call), call.execution_ref)
+        return None if end is None else (call.execution_ref, end)
+
+    def _forking_adapter(self, call: HarnessCall) -> HarnessAdapter | None:
         adapter = self._adapters.get(call.target)
-        if call.execution_ref is None or adapter is None or not supports_forks(adapter):
-            return None
-        if not isinstance(adapter, ForkPoints):
-            return None
-        workspace, tools = workspace_of(call.params)
-        request = AdapterRequest(
-            call_id=call.id,
-            target=call.target,
-            text=str(call.params.get("text", "")),
-            history=history_of(call.params),
-            options={},
-            deadline=call.deadline_at,
-            timeout=1.0,
-            workspace=workspace,
-            tools=tools,
-            fork=fork_of(call.params),
-        )
-        return call.execution_ref, await adapter.fork_point(request, call.execution_ref)
+        return adapter if adapter is not None and supports_forks(adapter) else None
 
     async def wait(self, call_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> HarnessCall:
         """The call once it is terminal, or as it is when ``timeout`` passes or ``stop`` is set (a server's
@@ -606,3 +614,20 @@ def _find_block(content: dict[str, Any], block_id: str) -> dict[str, Any] | None
         if isinstance(block, dict) and block.get("id") == block_id:
             return block
     return None
+
+
+def _request_of(call: HarnessCall) -> AdapterRequest:
+    """``call``'s parameters as an adapter request (for questions about its session, not to run it)."""
+    workspace, tools = workspace_of(call.params)
+    return AdapterRequest(
+        call_id=call.id,
+        target=call.target,
+        text=str(call.params.get("text", "")),
+        history=history_of(call.params),
+        options={},
+        deadline=call.deadline_at,
+        timeout=1.0,
+        workspace=workspace,
+        tools=tools,
+        fork=fork_of(call.params),
+    )

@@ -21,7 +21,7 @@ Every string is redacted before it is hashed (`loopd.server.ledger.Redactor`). P
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +47,8 @@ _CHAINS: Final = 8
 """Recent requests whose message chains a new request may extend (loops and subagents interleave)."""
 _TOOL_LISTS: Final = 8
 """Tool lists whose encoded artifact an engine keeps (harnesses and subagents offer a few different ones)."""
+SESSIONS_KEPT: Final = 128
+"""Sessions whose last message chain an engine keeps for the sessions that go on from them (`SessionChains`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,16 +104,57 @@ class ToolBlobs:
         return blob
 
 
-class PromptLog:
-    """One harness session's recorded model calls (a `loopd.harness.models.ModelCallLog`)."""
+_Chain = tuple[tuple["Message", ...], ArtifactRef]
 
-    def __init__(self, clock: Clock, redactor: Redactor, tool_blobs: ToolBlobs | None = None) -> None:
+
+class SessionChains:
+    """The last message chain of the engine's recent sessions, by session id (the last `SESSIONS_KEPT`).
+
+    A session that goes on from another one (a fork at its end: the conversation's next question) sends that
+    session's last request again with the answer and the new question after it; seeded with that request's chain,
+    its log stores only what is new. The fork's messages are equal to the parent's, not the same objects (they were
+    read back from the journal), so the first match compares values once; later ones are identity checks again.
+    Forgetting a session only costs storage: its child then stores its history once more."""
+
+    def __init__(self, kept: int = SESSIONS_KEPT) -> None:
+        self._kept = kept
+        self._chains: OrderedDict[str, _Chain] = OrderedDict()
+
+    def keep(self, session_id: str, chain: _Chain) -> None:
+        self._chains[session_id] = chain
+        self._chains.move_to_end(session_id)
+        while len(self._chains) > self._kept:
+            self._chains.popitem(last=False)
+
+    def of(self, session_id: str) -> _Chain | None:
+        return self._chains.get(session_id)
+
+
+class PromptLog:
+    """One harness session's recorded model calls (a `loopd.harness.models.ModelCallLog`). ``session_id`` and
+    ``sessions``: the session's last chain is kept there, and ``parent``'s (the session it went on from) seeds it."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        redactor: Redactor,
+        tool_blobs: ToolBlobs | None = None,
+        *,
+        session_id: str | None = None,
+        parent: str | None = None,
+        sessions: SessionChains | None = None,
+    ) -> None:
         self._clock = clock
         self._redactor = redactor
         self._pending: deque[ModelCallRecord] = deque(maxlen=MAX_PENDING)
-        self._chains: deque[tuple[tuple[Message, ...], ArtifactRef]] = deque(maxlen=_CHAINS)
+        self._chains: deque[_Chain] = deque(maxlen=_CHAINS)
         self._tool_blobs = tool_blobs if tool_blobs is not None else ToolBlobs()
         self._requests: dict[int, tuple[ModelRequest, ArtifactRef]] = {}
+        self._session_id = session_id
+        self._sessions = sessions
+        inherited = sessions.of(parent) if sessions is not None and parent is not None else None
+        if inherited is not None:
+            self._chains.append(inherited)
 
     # --- ModelCallLog ----------------------------------------------------------------------------------------
 
@@ -218,6 +261,8 @@ class PromptLog:
         )
         blobs.append(segment)
         self._chains.append((messages, segment.ref))
+        if self._sessions is not None and self._session_id is not None:
+            self._sessions.keep(self._session_id, (messages, segment.ref))
         return segment.ref
 
     def _tools_blob(self, tools: tuple[ToolSpec, ...]) -> ArtifactBlob:
@@ -281,7 +326,12 @@ class PromptRecording:
     redactor: Redactor
     tool_blobs: ToolBlobs = field(default_factory=ToolBlobs, compare=False, repr=False)
     """The encoded tool lists, shared by every session's log."""
+    sessions: SessionChains = field(default_factory=SessionChains, compare=False, repr=False)
+    """The recent sessions' last message chains, for the sessions that go on from them."""
 
-    def log(self) -> PromptLog:
-        """A new log for one harness session (sharing the encoded tool lists)."""
-        return PromptLog(self.clock, self.redactor, self.tool_blobs)
+    def log(self, session_id: str | None = None, *, parent: str | None = None) -> PromptLog:
+        """A new log for one harness session (sharing the encoded tool lists); ``parent``: the session it went on
+        from (forked from), whose last chain its first request may extend."""
+        return PromptLog(
+            self.clock, self.redactor, self.tool_blobs, session_id=session_id, parent=parent, sessions=self.sessions
+        )

@@ -75,6 +75,7 @@ from loopd.server.engine import (
     HistoryEntry,
     UnknownTarget,
     history_of,
+    workspace_of,
 )
 from loopd.server.storage import Conflict, ConversationFork, HarnessCall, Message
 from loopd.server.storage import NotFound as StorageNotFound
@@ -228,8 +229,10 @@ class HarnessResponder:
         forks: ForkOrigins | None = None,
         modes: ConversationModes | None = None,
         questions: QuestionWindowPort | None = None,
+        continue_sessions: bool = True,
     ) -> None:
         self._client = client
+        self._continue_sessions = continue_sessions
         self._engine = engine
         self._chat = chat
         self._timeout = timeout
@@ -459,8 +462,11 @@ class HarnessResponder:
         )
         fork: tuple[str, int] | None = None
         forked = await self._fork_start(context, key)
+        continued = None if forked is not None else await self._continuation(context, key)
         if forked is not None:
             fork, history = forked
+        elif continued is not None:
+            fork, history = continued
         if self._full():
             # No slot: a start would be refused inside its write transaction. Wait for one without reading or
             # writing more (the context was read for the hand-over already).
@@ -468,6 +474,8 @@ class HarnessResponder:
         # The conversation's mode (``PUT …/mode``), read with the context as the call starts: it applies from this
         # question on.
         mode = context.conversation_mode if self._modes else None
+        if continued is not None and mode is None:
+            mode = ""  # the harness's own mode, not the one the session it goes on from ended in (`MODE_OPTION`)
         call_request = CallRequest(
             owner_uid=uid,
             effect_key=EFFECT_KEY,
@@ -475,7 +483,7 @@ class HarnessResponder:
             text=message_text(context.input.content) or "(empty message)",
             message_id=context.response.id,
             history=history,
-            params={MODE_OPTION: mode} if mode else {},
+            params={MODE_OPTION: mode} if mode is not None else {},
             asker=f"{context.input.kind}:{context.input.key}",
             timeout=self._timeout,
             fork=fork,
@@ -519,6 +527,59 @@ class HarnessResponder:
             _log.warning("cannot fork the session of call %s (answering from the history instead): %s", source.id, exc)
             return None
         return None if point is None else (point, history_of(source.params))
+
+    async def _continuation(
+        self, context: TaskContextView, key: str
+    ) -> tuple[tuple[str, int], tuple[HistoryEntry, ...]] | None:
+        """For a later question to the same harness: go on from the session of that harness's last answer in the
+        conversation (a fork at its end), with only the messages after that answer as history — the session holds
+        everything before, its own tool calls and results included. None (start afresh from the visible history)
+        when ``continue_sessions`` is off, the harness has no answer in the visible history, that answer did not
+        end well, another answer of it is still streaming, or its harness cannot go on from a session."""
+        if not self._continue_sessions:
+            return None
+        own = (context.input.id, context.response.id)
+        history = [message for message in context.history if message.id not in own]
+        mine = [
+            index
+            for index, message in enumerate(history)
+            if message.purpose == "response"
+            and message.kind == "harness"
+            and message.key == key
+            and message.task_id is not None
+            and message_text(message.content) != FOLLOWUP_ANSWER
+        ]
+        if not mine:
+            return None
+        last = history[mine[-1]]
+        later = history[mine[-1] + 1 :]
+        if last.status != "completed" or any(
+            message.purpose == "response" and message.status == "streaming" for message in later
+        ):
+            return None
+        source = await self._engine.call_for_message(last.id)
+        if source is None or source.target != key or source.phase != "succeeded":
+            return None
+        if workspace_of(source.params) != (None, None):  # a call in its own workspace: its session stays its own
+            return None
+        try:
+            point = await self._engine.continuation_point(source)
+        except AdapterError as exc:
+            _log.warning(
+                "cannot go on from the session of call %s (answering from the history instead): %s", source.id, exc
+            )
+            return None
+        if point is None:
+            return None
+        # A follow-up handed to a running call went into that call's session (its response says so): not again.
+        handed = {message.task_id for message in later if message_text(message.content) == FOLLOWUP_ANSWER}
+        entries = tuple(
+            HistoryEntry(message.kind, message.key, text)
+            for message in later
+            if message.task_id is None or message.task_id not in handed
+            if (text := message_text(message.content))
+        )
+        return point, entries
 
     async def _hand_over(
         self, request: Request, key: str, created: datetime | None, context: TaskContextView | None
