@@ -123,7 +123,7 @@ def run(chats: int, window: int, size: int, repeat: int) -> None:
         rows,
         note="server CPU: the `loopd up` process, user + system. stored: growth of the pages in use of every database "
         "of the data directory (SQLite dbstat, as a reader sees them). text: the question and the streamed answer. "
-        "Each chat's harness call gets the conversation's last 100 messages.",
+        "Each later chat's harness call goes on from the previous answer's session (a fork at its end).",
     )
     _, tables = runs[-1]
     print_table(

@@ -11,7 +11,9 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
    one whose window this process did not see: requeue shortly), and start the call
    with the input text, the visible history before it, the response message as its destination and the
    asker as the only one who may answer its gates (`CapacityExceeded` → requeue later; an unknown target →
-   complete the Task with that error);
+   complete the Task with that error) — or, when the same harness answered earlier in the conversation and that
+   call succeeded, going on from that call's session (a fork at its settled end) with only the messages after
+   that answer as history (`continue_sessions`; see `_continuation`);
 4. while the call runs → ``Result(requeue_after=poll)``; once it is terminal → ``chat.complete(task_id,
    error=...)`` (idempotent; ``Conflict`` while Human questions are pending → requeue).
 
