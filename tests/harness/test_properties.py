@@ -34,7 +34,7 @@ from loopd.harness.core import codec, fold
 from loopd.harness.core import events as ev
 from loopd.harness.core.events import QueuedInput
 from loopd.harness.foreign import ForeignEngine
-from loopd.harness.journal import restore_state
+from loopd.harness.journal import replay, restore_state
 from loopd.harness.snapshots import SnapshotPolicy
 from loopd.harness.tools import AskUserTool
 
@@ -167,6 +167,10 @@ def test_live_state_equals_state_rebuilt_from_the_journal(script: list[Reply], c
             await session.shutdown()
             assert (await restore_state(journal, session.id)).state == await journal_state(journal, session.id)
             await assert_gap_free(journal, session.id)
+            # The state after any earlier record (a fork point): from the newest snapshot at or before it.
+            records = await journal.read(session.id)
+            for upto in sorted({1, len(records) // 3, len(records) // 2, len(records) - 1, len(records)} - {0}):
+                assert (await restore_state(journal, session.id, upto=upto)).state == replay(records[:upto])
             await journal.aclose()
 
     asyncio.run(scenario())
