@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loopd.harness import LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal
-from loopd.server.engine import BuiltinHarnessAdapter, CallRequest, HarnessEngine
+from loopd.server.engine import AdapterRequest, BuiltinHarnessAdapter, CallRequest, HarnessEngine
 from loopd.server.storage import Database, InvalidRecord
 
 from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response, until_done
@@ -179,7 +179,9 @@ async def test_a_call_with_a_mode_option_runs_its_turn_in_that_mode(sqlite_db: D
             assert failed.phase == "failed" and "yolo" in str(failed.error)
 
 
-async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(sqlite_db: Database, tmp_path: Path) -> None:
+async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
+    sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`HarnessEngine.continuation_point` (the responder's next question in a conversation): the earlier call's
     session id and last seq, once it ended settled; a call started there sees that session's history, and an empty
     `MODE_OPTION` puts its loop back in the harness's own mode rather than the one that session ended in."""
@@ -209,8 +211,15 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(sqlite_d
             planned = replace(await ask(sqlite_db, engine, "uid-1", "apples"), params={MODE_OPTION: "plan"})
             first = await until_done(engine, (await engine.start(planned)).id)
             assert first.phase == "succeeded" and "write_file" not in offered[-1]
+            end = (await rig.journal.session(first.id)).last_seq  # type: ignore[union-attr]
+            # Its run shut the session down settled here, in this process: known without folding its state.
+            import loopd.server.engine._builtin as builtin
+
+            folded = builtin.restore_state
+            monkeypatch.setattr(builtin, "restore_state", None)
             point = await engine.continuation_point(first)
-            assert point == (first.id, (await rig.journal.session(first.id)).last_seq)  # type: ignore[union-attr]
+            assert point == (first.id, end)
+            monkeypatch.setattr(builtin, "restore_state", folded)
 
             going_on = replace(await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""})
             second = await until_done(engine, (await engine.start(going_on)).id)
@@ -218,6 +227,12 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(sqlite_d
             assert "write_file" in offered[-1]  # back in the harness's own mode (build)
             own = await rig.journal.read(second.id, point[1] + 1)
             assert not any(b"apples" in record.data for record in own)  # the history is shared, not copied
+
+            # Another adapter (a restarted server) knows nothing: it folds the session's state to find its end.
+            other = BuiltinHarnessAdapter(rig)
+            asking = AdapterRequest(first.id, "builtin", "", (), {}, first.deadline_at, 1.0)
+            assert await other.end_point(asking, first.id) == end
+            assert await other.end_point(asking, "no-such-session") is None
 
             assert await engine.continuation_point(replace(first, target="nobody")) is None
             assert await engine.continuation_point(replace(first, execution_ref=None)) is None

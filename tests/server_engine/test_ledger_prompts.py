@@ -311,3 +311,4 @@ async def test_a_session_that_goes_on_from_another_stores_only_its_new_messages(
         (segment,) = _segments(taken)
         assert (segment["parent"], len(segment["messages"])) == expected
         assert segment["messages"][-1]["content"] == "plums?"
+        assert prompts.sessions.take("s1") is None  # handed over: a conversation keeps its latest session's only

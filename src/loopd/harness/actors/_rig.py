@@ -52,6 +52,7 @@ from loopd.harness.journal import (
     StateSnapshots,
     collector_paused,
     last_settled_seq,
+    replay,
     restore_state,
     unsettled_loops,
 )
@@ -249,16 +250,25 @@ class Rig:
             session.log.snapshots.release()
         return session
 
-    async def restore_session(self, session_id: str, *, mode: RecoveryMode = "interrupt") -> Session:
+    async def restore_session(
+        self, session_id: str, *, mode: RecoveryMode = "interrupt", _shared: RestoredState | None = None
+    ) -> Session:
         """Rebuild a session from its journal (fencing any earlier writer) and bring its loops up.
 
         An open turn is interrupted (``mode="interrupt"``) or resumed (``mode="resume"``) following the
-        recovery rule in `loopd.harness.core.decide.recover`.
+        recovery rule in `loopd.harness.core.decide.recover`. ``_shared`` (`fork_session`'s): the fork's parent
+        folded up to the fork point, as `restore_state` gave it — the fork's own records are folded onto it, which is
+        what `restore_state` of the fork would fold (the same snapshot, the same records), without doing it twice.
         """
         writer = await self.journal.open_writer(session_id)
         try:
-            # The newest state snapshot and the records after it (all of them without one).
-            restored = await restore_state(self.journal, session_id, snapshots=self.state_snapshots is not None)
+            if _shared is None:  # the newest state snapshot and the records after it (all of them without one)
+                restored = await restore_state(self.journal, session_id, snapshots=self.state_snapshots is not None)
+            else:
+                own = await self.journal.read(session_id, _shared.state.last_seq + 1)
+                with collector_paused():
+                    folded = replay(own, _shared.state)
+                restored = RestoredState(folded, [*_shared.records, *own], _shared.snapshot_seq, _shared.ignored)
         except BaseException:  # corrupt, unknown, or the journal failed: nothing was restored
             await writer.aclose()
             raise
@@ -379,8 +389,9 @@ class Rig:
             await writer.append([NewRecord(*codec.encode(event), at=now) for event in first])
         finally:
             await writer.aclose()
-        # From here the fork is an ordinary stored session: restore brings it up (fencing the writer above).
-        return await self.restore_session(sid)
+        # From here the fork is an ordinary stored session: restore brings it up (fencing the writer above), from
+        # the parent's state at the fork point folded above.
+        return await self.restore_session(sid, _shared=at)
 
     async def _fork_workspace(
         self, parent_id: str, at_seq: int, mode: ForkWorkspace, now: float

@@ -40,7 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any, Final, cast
 
@@ -76,6 +77,8 @@ its session before its input is submitted, so the call's turn starts in it (a lo
 The empty string names the loop's own default mode: a call that goes on from an earlier call's session (a fork at
 its end) would otherwise keep the mode that session ended in. loop-server's responder sets it from the
 conversation's mode."""
+ENDS_KEPT: Final = 1024
+"""Sessions whose settled end an adapter remembers (`BuiltinHarnessAdapter.end_point` then reads no state)."""
 _SHUTDOWN_TIMEOUT: Final = 10.0
 _INPUT_TIMEOUT: Final = 5.0
 
@@ -83,8 +86,17 @@ _INPUT_TIMEOUT: Final = 5.0
 class BuiltinRun:
     """One observed session of the built-in harness."""
 
-    def __init__(self, session: Session, rig: Rig, loop: str | None, prompts: PromptLog | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        rig: Rig,
+        loop: str | None,
+        prompts: PromptLog | None = None,
+        ended: Callable[[str, int], None] | None = None,
+    ) -> None:
         self._session = session
+        self._ended = ended
+        """Told (session id, last seq) when the session shut down settled after the call's turn."""
         self._prompts = prompts
         self._live_after = session.last_seq
         """Model calls reported after this seq were made by this run: their recorded prompts belong to them."""
@@ -208,6 +220,9 @@ class BuiltinRun:
                     await self._session.shutdown(drain_timeout=0, reason="harness call ended")
             except (TimeoutError, HarnessError):
                 self._session.abort()
+                return
+            if self._ended is not None and self._translator.finished and not unsettled_loops(self._session.state):
+                self._ended(self._session.id, self._session.last_seq)
         else:
             self._session.abort()
 
@@ -229,6 +244,8 @@ class BuiltinHarnessAdapter:
         self._workspaces = workspaces
         self._prompts = prompts
         self._forks = forks
+        self._ends: OrderedDict[str, int] = OrderedDict()
+        """Sessions of this adapter's runs that shut down settled, and their last seq (the last `ENDS_KEPT`)."""
 
     @property
     def supports_resume(self) -> bool:
@@ -305,11 +322,23 @@ class BuiltinHarnessAdapter:
         main = forked.loops.get(run.main_loop)
         await run.start_after(info.parent_seq, main.turns if main is not None else 0)
 
+    def _ended(self, session_id: str, seq: int) -> None:
+        self._ends[session_id] = seq
+        self._ends.move_to_end(session_id)
+        while len(self._ends) > ENDS_KEPT:
+            self._ends.popitem(last=False)
+
     async def end_point(self, request: AdapterRequest, session_id: str) -> int | None:
         """The last seq of ``session_id`` (a call's session; ``request`` picks its rig) when the session is settled
         there — its turn ended, nothing queued — so a new call can go on from it (a fork at that seq); None when it
-        is not, or has no records. Folds from the newest snapshot, so a long chain of such sessions stays cheap."""
+        is not, or has no records. A session this adapter's run shut down settled is known (its journal still ending
+        there); any other is folded from its newest snapshot, so a long chain of such sessions stays cheap."""
         rig = await self._rig_for(request)
+        known = self._ends.get(session_id) if rig is self._rig else None
+        if known is not None:
+            info = await rig.journal.session(session_id)
+            if info is not None and info.last_seq == known:
+                return known
         try:
             at = await restore_state(rig.journal, session_id, snapshots=rig.state_snapshots is not None)
         except SessionNotFoundError:
@@ -349,7 +378,7 @@ class BuiltinHarnessAdapter:
                     session = await rig.restore_session(session_id, mode="resume")
             else:
                 session = await rig.restore_session(session_id, mode="resume")
-        run = BuiltinRun(session, rig, self._loop, log)
+        run = BuiltinRun(session, rig, self._loop, log, self._ended if rig is self._rig else None)
         try:
             await self._skip_shared_history(rig, run, session_id, fresh)
             mode = request.options.get(MODE_OPTION)

@@ -126,8 +126,10 @@ class SessionChains:
         while len(self._chains) > self._kept:
             self._chains.popitem(last=False)
 
-    def of(self, session_id: str) -> _Chain | None:
-        return self._chains.get(session_id)
+    def take(self, session_id: str) -> _Chain | None:
+        """``session_id``'s last chain, handed to the session that goes on from it (which keeps its own from then
+        on): a conversation holds one entry, its latest session's, however long its chain of sessions."""
+        return self._chains.pop(session_id, None)
 
 
 class PromptLog:
@@ -152,7 +154,7 @@ class PromptLog:
         self._requests: dict[int, tuple[ModelRequest, ArtifactRef]] = {}
         self._session_id = session_id
         self._sessions = sessions
-        inherited = sessions.of(parent) if sessions is not None and parent is not None else None
+        inherited = sessions.take(parent) if sessions is not None and parent is not None else None
         if inherited is not None:
             self._chains.append(inherited)
 
