@@ -188,7 +188,8 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
     from loopd.harness.core.config import BUILD, PLAN
     from loopd.harness.gate import AccessConfig
     from loopd.harness.tools import Workspace, default_tools
-    from loopd.server.engine import MODE_OPTION
+    from loopd.server.engine import MODE_OPTION, HistoryEntry
+    from loopd.server.engine._adapter import CONVERSATION_SO_FAR, SINCE_LAST_ANSWER
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -221,12 +222,20 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
             assert point == (first.id, end)
             monkeypatch.setattr(builtin, "restore_state", folded)
 
-            going_on = replace(await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""})
+            said = (HistoryEntry("operator", "router", "the pears are on their way"),)
+            going_on = replace(
+                await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""}, history=said
+            )
             second = await until_done(engine, (await engine.start(going_on)).id)
-            assert second.result == {"format": "text", "content": "2 question(s); last: pears"}
+            assert str(second.result["content"]).startswith("2 question(s); last: ")  # the session's history
+            assert str(second.result["content"]).endswith("Current request:\npears")
             assert "write_file" in offered[-1]  # back in the harness's own mode (build)
             own = await rig.journal.read(second.id, point[1] + 1)
             assert not any(b"apples" in record.data for record in own)  # the history is shared, not copied
+            # What was said since is introduced as such: the session holds the conversation before it.
+            taken = [r for r in own if b"the pears are on their way" in r.data]
+            assert taken and all(SINCE_LAST_ANSWER.encode() in r.data for r in taken)
+            assert not any(CONVERSATION_SO_FAR.encode() in r.data for r in own)
 
             # Another adapter (a restarted server) knows nothing: it folds the session's state to find its end.
             other = BuiltinHarnessAdapter(rig)

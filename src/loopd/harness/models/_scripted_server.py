@@ -15,7 +15,8 @@ What it answers comes from its **script**:
   explains how to configure a real model, and on "list files" / "read <path>" calls the ``list_dir`` /
   ``read_file`` tools (names configurable in `DemoOptions`), then shows the tool result, so a demo
   exercises tools and the gate. It reacts to the current request only: the last user message, and of a
-  prompt that carries the conversation before it (loop-server's "Conversation so far: … Current request:"),
+  prompt that carries the conversation before it (loop-server's "Conversation so far: … Current request:", or
+  "Said in the conversation since your last answer: …" for a call that goes on from an earlier answer),
   only the part after the last "Current request:" line. Extra **demo rules** (`DemoRule`, in
   ``DemoOptions.rules``) are tried first on that text: a layer above the harness (the Router, which must not
   import the harness) teaches the demo its own prompts this way, through whoever builds the model.

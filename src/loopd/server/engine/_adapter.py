@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
 from loopd.server.ledger import EffectKind, Idempotency
 
@@ -47,6 +47,12 @@ class HistoryEntry:
         return {"kind": self.kind, "key": self.key, "text": self.text}
 
 
+CONVERSATION_SO_FAR: Final = "Conversation so far:"
+"""What introduces a prompt's history (`AdapterRequest.prompt`) for a session that starts with it."""
+SINCE_LAST_ANSWER: Final = "Said in the conversation since your last answer:"
+"""What introduces it for a session that holds the conversation up to its last answer."""
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterRequest:
     """What an adapter is asked to run. ``call_id`` doubles as the idempotency key of the execution."""
@@ -67,11 +73,13 @@ class AdapterRequest:
     """Start the execution as a fork of harness session ``fork[0]`` at its journal seq ``fork[1]`` (a settled
     point): it answers from that harness state instead of a fresh one (`ForkCapable` adapters only)."""
 
-    def prompt(self) -> str:
-        """The task text, preceded by the visible history when there is any."""
+    def prompt(self, *, since_last_answer: bool = False) -> str:
+        """The task text, preceded by the visible history when there is any. ``since_last_answer``: the session
+        that takes it already holds the conversation up to its last answer (a call that goes on from it), so the
+        history is what was said since, and is introduced as such."""
         if not self.history:
             return self.text
-        lines = ["Conversation so far:"]
+        lines = [SINCE_LAST_ANSWER if since_last_answer else CONVERSATION_SO_FAR]
         lines += [f"[{entry.kind} {entry.key}] {entry.text}" for entry in self.history]
         lines += ["", "Current request:", self.text]
         return "\n".join(lines)

@@ -131,6 +131,12 @@ class BuiltinRun:
     def replays(self) -> bool:
         return True
 
+    @property
+    def goes_on(self) -> bool:
+        """Whether the session already held answered turns of its main loop when the call's own began (a call that
+        goes on from an earlier answer's session)."""
+        return self._base_turns > 0
+
     async def start_after(self, seq: int, turns: int) -> None:
         """For a forked session: its history up to ``seq`` (``turns`` turns of the main loop) is the parent's, so
         the call's updates start after it and its input counts as submitted only once a later turn took it."""
@@ -384,7 +390,8 @@ class BuiltinHarnessAdapter:
             mode = request.options.get(MODE_OPTION)
             if mode == "":
                 mode = run.default_mode
-            await run.submit_once(request.prompt(), mode=mode if isinstance(mode, str) and mode else None)
+            prompt = request.prompt(since_last_answer=run.goes_on)
+            await run.submit_once(prompt, mode=mode if isinstance(mode, str) and mode else None)
         except BaseException:
             session.abort()
             raise
