@@ -121,3 +121,44 @@ async def test_a_forks_answer_comes_from_the_forked_harness_session(
     finally:
         await journal.aclose()
     assert [(m["id"], m["status"], _text(m)) for m in await _messages(user, cid)] == original
+
+
+async def test_a_later_question_goes_on_in_the_session_that_holds_the_earlier_tool_results(
+    server: RunningServer, user: httpx.AsyncClient
+) -> None:
+    """The conversation's second question is answered by a fork at the end of the first answer's session: the
+    harness still holds the first turn's tool call and its result (which the conversation's messages never
+    showed it as such), and the second session stores only its own turn."""
+    from loopd.harness.journal import restore_state
+
+    cid = (await user.post("/v1/conversations", json={"name": "files"})).json()["id"]
+    body = {"target": {"kind": "harness", "key": "assistant"}, "text": "list files"}
+    first = (await user.post(f"/v1/conversations/{cid}/messages", json=body)).json()
+
+    async def gate() -> dict[str, Any] | None:  # listing the workspace asks first
+        found = next(m for m in await _messages(user, cid) if m["id"] == first["response"]["id"])
+        blocks = found["content"]["blocks"]
+        return next((b for b in blocks if str(b.get("id", "")).startswith("gate/") and b["status"] == "pending"), None)
+
+    pending = await eventually(gate, timeout=30, what="the gate of the first answer")
+    gate_id = str(pending["id"]).removeprefix("gate/")
+    approved = await user.post(f"/v1/harness/calls/{pending['call_id']}/gates/{gate_id}", json={"answer": "approve"})
+    assert approved.status_code < 300, approved.text
+    await _answered(user, cid, first["response"]["id"])
+    second = await _ask(user, cid, "thanks")
+    first_call = await server.engine.call_for_message(first["response"]["id"])
+    second_call = await server.engine.call_for_message(second["response"]["id"])
+    assert first_call is not None and second_call is not None and first_call.execution_ref is not None
+    journal = await SqliteJournal.open(server.data_dir / "harness" / "journal.db")
+    try:
+        info = await journal.session(second_call.id)
+        assert info is not None and info.parent_id == first_call.execution_ref
+        assert info.parent_seq == (await journal.session(first_call.id)).last_seq  # type: ignore[union-attr]
+        history = (await restore_state(journal, second_call.id)).state.loops["main"].history
+        tools = [message for message in history if message.role == "tool"]
+        assert tools and tools[0].name == "list_dir"  # the first turn's tool result, still in the session
+        assert [m.content for m in history if m.role == "user"][-1] == "thanks"  # nothing said since: no preamble
+        own = await journal.read(second_call.id, info.parent_seq + 1)
+        assert not any(b"list_dir" in record.data for record in own)
+    finally:
+        await journal.aclose()
