@@ -448,6 +448,7 @@ async def _open_builtin(
         max_steps=target.max_steps or 50,
         mode=target.mode,
         snapshots=target.snapshots,  # a retry / edit fork restores the workspace the retried turn found
+        compact_at_tokens=target.compact_at_tokens or HarnessSettings.compact_at_tokens,
         mcp_servers=target.mcp_servers,  # a server that cannot start is one warning line in the log
         journal_dsn=settings.database_url,  # with PostgreSQL, any replica can resume a call
         sandbox=sandbox,
@@ -466,7 +467,10 @@ async def _open_builtin(
     # Calls that name their own workspace (an operator's Executor / Auditor) work under the same root,
     # in <root>/<caller kind>/<caller key>/<id>, beside the harnesses' own <root>/<key>.
     call_workspaces = workspace_rigs(rig, harness_settings, root)
-    return BuiltinHarnessAdapter(rig, workspaces=call_workspaces, prompts=prompts), workspace
+    adapter = BuiltinHarnessAdapter(
+        rig, workspaces=call_workspaces, prompts=prompts, continues=target.continue_conversations
+    )
+    return adapter, workspace
 
 
 async def _open_foreign(

@@ -513,6 +513,8 @@ def _harness(
         max_steps=item.get("max_steps"),
         mode=item.get("mode"),
         snapshots=item.get("snapshots") or "off",
+        compact_at_tokens=item.get("compact_at_tokens"),
+        continue_conversations=item.get("continue_conversations", True),
         mcp_servers=mcp_servers,
         **common,
     )

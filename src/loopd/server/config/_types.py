@@ -107,6 +107,12 @@ class BuiltinHarness:
     snapshots: SnapshotTrigger = "off"
     """When its sessions snapshot the workspace (``turn_done``, ``step_done``, ``idle``, ``off``): with snapshots, a
     retry / edit fork of a conversation puts the workspace back to the files the retried turn found."""
+    compact_at_tokens: int | None = None
+    """Past this estimated context (tokens) a session summarizes its oldest messages before the next model call
+    (None: the standard rig's 100,000); set it below the model's context window."""
+    continue_conversations: bool = True
+    """A later question in a conversation goes on from the session of this harness's last answer there (False: each
+    question starts a new session, given the conversation's last messages as text)."""
     kind: Literal["builtin"] = "builtin"
 
 

@@ -244,12 +244,15 @@ class BuiltinHarnessAdapter:
         workspaces: WorkspaceRigs | None = None,
         prompts: PromptRecording | None = None,
         forks: bool = True,
+        continues: bool = True,
     ) -> None:
         self._rig = rig
         self._loop = loop
         self._workspaces = workspaces
         self._prompts = prompts
         self._forks = forks
+        self._continues = continues
+        """Whether a new call may go on from an earlier call's session (`end_point`; False: it never says where)."""
         self._ends: OrderedDict[str, int] = OrderedDict()
         """Sessions of this adapter's runs that shut down settled, and their last seq (the last `ENDS_KEPT`)."""
 
@@ -339,6 +342,8 @@ class BuiltinHarnessAdapter:
         there — its turn ended, nothing queued — so a new call can go on from it (a fork at that seq); None when it
         is not, or has no records. A session this adapter's run shut down settled is known (its journal still ending
         there); any other is folded from its newest snapshot, so a long chain of such sessions stays cheap."""
+        if not self._continues:
+            return None
         rig = await self._rig_for(request)
         known = self._ends.get(session_id) if rig is self._rig else None
         if known is not None:
