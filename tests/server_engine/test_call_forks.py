@@ -4,7 +4,7 @@ fork is refused before anything is stored."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +32,26 @@ async def open_rig(folder: Path) -> AsyncIterator[Rig]:
         yield Rig(loops=[LoopDefinition(name="main", model=ScriptedModel(answer))], journal=journal)
     finally:
         await journal.aclose()
+
+
+@asynccontextmanager
+async def modal_rig(folder: Path, script: Callable[[ModelRequest], Reply]) -> AsyncIterator[Rig]:
+    """A rig whose main loop has the build and plan modes and the file tools, in ``folder``/ws."""
+    from loopd.harness.core.config import BUILD, PLAN
+    from loopd.harness.gate import AccessConfig
+    from loopd.harness.tools import Workspace, default_tools
+
+    ws = folder / "ws"
+    ws.mkdir()
+    loop = LoopDefinition(
+        name="main",
+        model=ScriptedModel(script),
+        tools=tuple(default_tools(Workspace(ws))),
+        access=AccessConfig(),
+        modes=(BUILD, PLAN),
+    )
+    async with open_rig(folder / "harness") as base:
+        yield replace(base, loops=[loop], workspace=ws)
 
 
 async def ask(
@@ -141,42 +161,31 @@ async def test_a_forked_call_on_a_rig_with_snapshots_finds_the_files_the_source_
 async def test_a_call_with_a_mode_option_runs_its_turn_in_that_mode(sqlite_db: Database, tmp_path: Path) -> None:
     """`MODE_OPTION` (loop-server's conversation mode): set on the session before its input, so the whole turn runs
     in it; a mode the harness does not declare fails the call."""
-    from loopd.harness.core.config import BUILD, PLAN
-    from loopd.harness.gate import AccessConfig
-    from loopd.harness.tools import Workspace, default_tools
     from loopd.server.engine import MODE_OPTION
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
     offered: list[set[str]] = []
 
     def script(request: ModelRequest) -> Reply:
         offered.append({tool.name for tool in request.tools})
         return Reply(text="ok")
 
-    loop = LoopDefinition(
-        name="main",
-        model=ScriptedModel(script),
-        tools=tuple(default_tools(Workspace(ws))),
-        access=AccessConfig(),
-        modes=(BUILD, PLAN),
-    )
-    async with open_rig(tmp_path / "harness") as base:
-        rig = replace(base, loops=[loop], workspace=ws)
-        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
-            planned = replace(await ask(sqlite_db, engine, "uid-1", "plan it"), params={MODE_OPTION: "plan"})
-            done = await until_done(engine, (await engine.start(planned)).id)
-            assert done.phase == "succeeded"
-            assert "write_file" not in offered[-1] and "read_file" in offered[-1]
-            kinds = [r.kind for r in await rig.journal.read(done.id)]
-            assert kinds.index("loop_mode_changed") < kinds.index("turn_started")  # before the turn, not in it
+    async with (
+        modal_rig(tmp_path, script) as rig,
+        make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine,
+    ):
+        planned = replace(await ask(sqlite_db, engine, "uid-1", "plan it"), params={MODE_OPTION: "plan"})
+        done = await until_done(engine, (await engine.start(planned)).id)
+        assert done.phase == "succeeded"
+        assert "write_file" not in offered[-1] and "read_file" in offered[-1]
+        kinds = [r.kind for r in await rig.journal.read(done.id)]
+        assert kinds.index("loop_mode_changed") < kinds.index("turn_started")  # before the turn, not in it
 
-            built = await until_done(engine, (await engine.start(await ask(sqlite_db, engine, "uid-2", "go"))).id)
-            assert built.phase == "succeeded" and "write_file" in offered[-1]  # no option: the harness's own mode
+        built = await until_done(engine, (await engine.start(await ask(sqlite_db, engine, "uid-2", "go"))).id)
+        assert built.phase == "succeeded" and "write_file" in offered[-1]  # no option: the harness's own mode
 
-            unknown = replace(await ask(sqlite_db, engine, "uid-3", "?"), params={MODE_OPTION: "yolo"})
-            failed = await until_done(engine, (await engine.start(unknown)).id)
-            assert failed.phase == "failed" and "yolo" in str(failed.error)
+        unknown = replace(await ask(sqlite_db, engine, "uid-3", "?"), params={MODE_OPTION: "yolo"})
+        failed = await until_done(engine, (await engine.start(unknown)).id)
+        assert failed.phase == "failed" and "yolo" in str(failed.error)
 
 
 async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
@@ -185,63 +194,52 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
     """`HarnessEngine.continuation_point` (the responder's next question in a conversation): the earlier call's
     session id and last seq, once it ended settled; a call started there sees that session's history, and an empty
     `MODE_OPTION` puts its loop back in the harness's own mode rather than the one that session ended in."""
-    from loopd.harness.core.config import BUILD, PLAN
-    from loopd.harness.gate import AccessConfig
-    from loopd.harness.tools import Workspace, default_tools
     from loopd.server.engine import MODE_OPTION, HistoryEntry
     from loopd.server.engine._adapter import CONVERSATION_SO_FAR, SINCE_LAST_ANSWER
 
-    ws = tmp_path / "ws"
-    ws.mkdir()
     offered: list[set[str]] = []
 
     def script(request: ModelRequest) -> Reply:
         offered.append({tool.name for tool in request.tools})
         return answer(request)
 
-    loop = LoopDefinition(
-        name="main",
-        model=ScriptedModel(script),
-        tools=tuple(default_tools(Workspace(ws))),
-        access=AccessConfig(),
-        modes=(BUILD, PLAN),
-    )
-    async with open_rig(tmp_path / "harness") as base:
-        rig = replace(base, loops=[loop], workspace=ws)
-        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
-            planned = replace(await ask(sqlite_db, engine, "uid-1", "apples"), params={MODE_OPTION: "plan"})
-            first = await until_done(engine, (await engine.start(planned)).id)
-            assert first.phase == "succeeded" and "write_file" not in offered[-1]
-            end = (await rig.journal.session(first.id)).last_seq  # type: ignore[union-attr]
-            # Its run shut the session down settled here, in this process: known without folding its state.
-            import loopd.server.engine._builtin as builtin
+    async with (
+        modal_rig(tmp_path, script) as rig,
+        make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine,
+    ):
+        planned = replace(await ask(sqlite_db, engine, "uid-1", "apples"), params={MODE_OPTION: "plan"})
+        first = await until_done(engine, (await engine.start(planned)).id)
+        assert first.phase == "succeeded" and "write_file" not in offered[-1]
+        end = (await rig.journal.session(first.id)).last_seq  # type: ignore[union-attr]
+        # Its run shut the session down settled here, in this process: known without folding its state.
+        import loopd.server.engine._builtin as builtin
 
-            folded = builtin.restore_state
-            monkeypatch.setattr(builtin, "restore_state", None)
-            point = await engine.continuation_point(first)
-            assert point == (first.id, end)
-            monkeypatch.setattr(builtin, "restore_state", folded)
+        folded = builtin.restore_state
+        monkeypatch.setattr(builtin, "restore_state", None)
+        point = await engine.continuation_point(first)
+        assert point == (first.id, end)
+        monkeypatch.setattr(builtin, "restore_state", folded)
 
-            said = (HistoryEntry("operator", "router", "the pears are on their way"),)
-            going_on = replace(
-                await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""}, history=said
-            )
-            second = await until_done(engine, (await engine.start(going_on)).id)
-            assert str(second.result["content"]).startswith("2 question(s); last: ")  # the session's history
-            assert str(second.result["content"]).endswith("Current request:\npears")
-            assert "write_file" in offered[-1]  # back in the harness's own mode (build)
-            own = await rig.journal.read(second.id, point[1] + 1)
-            assert not any(b"apples" in record.data for record in own)  # the history is shared, not copied
-            # What was said since is introduced as such: the session holds the conversation before it.
-            taken = [r for r in own if b"the pears are on their way" in r.data]
-            assert taken and all(SINCE_LAST_ANSWER.encode() in r.data for r in taken)
-            assert not any(CONVERSATION_SO_FAR.encode() in r.data for r in own)
+        said = (HistoryEntry("operator", "router", "the pears are on their way"),)
+        going_on = replace(
+            await ask(sqlite_db, engine, "uid-2", "pears", fork=point), params={MODE_OPTION: ""}, history=said
+        )
+        second = await until_done(engine, (await engine.start(going_on)).id)
+        assert str(second.result["content"]).startswith("2 question(s); last: ")  # the session's history
+        assert str(second.result["content"]).endswith("Current request:\npears")
+        assert "write_file" in offered[-1]  # back in the harness's own mode (build)
+        own = await rig.journal.read(second.id, point[1] + 1)
+        assert not any(b"apples" in record.data for record in own)  # the history is shared, not copied
+        # What was said since is introduced as such: the session holds the conversation before it.
+        taken = [r for r in own if b"the pears are on their way" in r.data]
+        assert taken and all(SINCE_LAST_ANSWER.encode() in r.data for r in taken)
+        assert not any(CONVERSATION_SO_FAR.encode() in r.data for r in own)
 
-            # Another adapter (a restarted server) knows nothing: it folds the session's state to find its end.
-            other = BuiltinHarnessAdapter(rig)
-            asking = AdapterRequest(first.id, "builtin", "", (), {}, first.deadline_at, 1.0)
-            assert await other.end_point(asking, first.id) == end
-            assert await other.end_point(asking, "no-such-session") is None
+        # Another adapter (a restarted server) knows nothing: it folds the session's state to find its end.
+        other = BuiltinHarnessAdapter(rig)
+        asking = AdapterRequest(first.id, "builtin", "", (), {}, first.deadline_at, 1.0)
+        assert await other.end_point(asking, first.id) == end
+        assert await other.end_point(asking, "no-such-session") is None
 
-            assert await engine.continuation_point(replace(first, target="nobody")) is None
-            assert await engine.continuation_point(replace(first, execution_ref=None)) is None
+        assert await engine.continuation_point(replace(first, target="nobody")) is None
+        assert await engine.continuation_point(replace(first, execution_ref=None)) is None

@@ -252,6 +252,7 @@ class Responding:
     manager: Manager
     writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
+    engine: HarnessEngine | None = None
 
     def controller(self) -> ControllerStatistics:
         (statistics,) = self.manager.statistics().controllers
@@ -288,7 +289,7 @@ async def _responding(
             manager.add_controller(TASKS, responder, workers=2, event_filter=responder.event_filter)
             running = asyncio.ensure_future(manager.run())
             try:
-                yield Responding(client, responder, manager, writes, reads)
+                yield Responding(client, responder, manager, writes, reads, engine)
             finally:
                 manager.shutdown()
                 await asyncio.wait_for(running, 10)

@@ -5,7 +5,6 @@ cannot fork, or continuing is off; a follow-up handed to the earlier call is not
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,16 +12,14 @@ from typing import Any
 
 import pytest
 
-from loopd.resources import open_sqlite_store
 from loopd.resources.client import TASKS, StoreClient
-from loopd.resources.reconcile import Manager
 from loopd.server.engine import MODE_OPTION, AdapterRequest, Failed, Finished, HarnessEngine, TextSet
-from loopd.server.responder import FOLLOWUP_ANSWER, HarnessResponder
+from loopd.server.responder import FOLLOWUP_ANSWER
 from loopd.server.storage import Database, NewMessage
-from loopd.server.streams import ConversationBus, empty_model, open_message
+from loopd.server.streams import empty_model, open_message
 
-from .conftest import ScriptedAdapter, make_engine, new_conversation, scripted, until
-from .test_responder import StorageChat, _gone, _question, _task
+from .conftest import ScriptedAdapter, new_conversation, scripted, until
+from .test_responder import _gone, _question, _responding, _task
 
 
 @dataclass
@@ -77,22 +74,9 @@ class Sessions:
 async def _sessions(
     sqlite_db: Database, tmp_path: Path, adapter: ForkingAdapter, **options: Any
 ) -> AsyncIterator[Sessions]:
-    bus = ConversationBus()
-    async with open_sqlite_store(tmp_path / "resources.db") as store:
-        client = StoreClient(store)
-        chat = StorageChat(sqlite_db, client, bus)
-        async with make_engine(sqlite_db, {"assistant": adapter}, bus=bus) as engine:
-            responder = HarnessResponder(
-                client=client, engine=engine, chat=chat, poll=0.05, context_retry=0.05, **options
-            )
-            manager = Manager(client)
-            manager.add_controller(TASKS, responder, workers=2)
-            running = asyncio.ensure_future(manager.run())
-            try:
-                yield Sessions(sqlite_db, client, engine, adapter, await new_conversation(sqlite_db))
-            finally:
-                manager.shutdown()
-                await asyncio.wait_for(running, 10)
+    async with _responding(sqlite_db, tmp_path, adapter, context_retry=0.05, **options) as it:
+        assert it.engine is not None
+        yield Sessions(sqlite_db, it.client, it.engine, adapter, await new_conversation(sqlite_db))
 
 
 def _answering() -> ForkingAdapter:
