@@ -462,6 +462,11 @@ class HarnessResponder:
             for message in context.history
             if message.id not in (context.input.id, context.response.id) and (text := message_text(message.content))
         )
+        if self._full():
+            # No slot: a start would be refused inside its write transaction. Wait for one without reading or
+            # writing more (the context was read for the hand-over already; where to fork from is found once a
+            # slot is free).
+            return self._refused(request)
         fork: tuple[str, int] | None = None
         forked = await self._fork_start(context, key)
         continued = None if forked is not None else await self._continuation(context, key)
@@ -469,10 +474,6 @@ class HarnessResponder:
             fork, history = forked
         elif continued is not None:
             fork, history = continued
-        if self._full():
-            # No slot: a start would be refused inside its write transaction. Wait for one without reading or
-            # writing more (the context was read for the hand-over already).
-            return self._refused(request)
         # The conversation's mode (``PUT …/mode``), read with the context as the call starts: it applies from this
         # question on.
         mode = context.conversation_mode if self._modes else None
