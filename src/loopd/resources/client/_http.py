@@ -192,7 +192,7 @@ class HttpResourceClient:
                 raise await self._error(response)
             yield _HttpWatchStream(response, f"GET {path}")
         finally:
-            response.close()
+            _discard(response)
 
     # -- plumbing --------------------------------------------------------------------------------------------
 
@@ -223,10 +223,15 @@ class HttpResourceClient:
         response = await self._send(method, path, query=query, body=body, content_type=content_type, timeout=timeout)
         try:
             if response.status >= 400:
-                raise await self._error(response)
-            data = await self._read(response, f"{method} {path}")
-        finally:
-            response.release()
+                error = await self._error(response)
+            else:
+                data = await self._read(response, f"{method} {path}")
+        except BaseException:  # the body was not read to its end (cancelled, or the connection broke)
+            _discard(response)
+            raise
+        response.release()
+        if response.status >= 400:
+            raise error
         return _decode(data)
 
     async def _send(
@@ -306,6 +311,19 @@ class HttpResourceClient:
             if subresource is not None:
                 path += f"/{subresource}"
         return path
+
+
+def _discard(response: aiohttp.ClientResponse) -> None:
+    """Let go of a response whose body may be unread: its connection is aborted, not shut down politely.
+
+    A polite TLS shutdown is a handshake nobody waits for; when the event loop ends first (a cancelled watch
+    at shutdown), the socket under it is left open and Python warns about it. The connection could not be
+    reused anyway.
+    """
+    connection = response.connection
+    if connection is not None and connection.protocol is not None:
+        connection.protocol.abort()
+    response.close()
 
 
 class _HttpWatchStream:

@@ -459,13 +459,14 @@ class HarnessEngine:
         shutdown). Wakes when the call ends (`call_channel`; every poll interval for a call another replica
         drives); ending a wait never cancels the call."""
         deadline = self._clock.monotonic() + max(timeout, 0.0)
-        while True:
-            call = await self.get(call_id)
-            remaining = deadline - self._clock.monotonic()
-            if call.is_terminal or remaining <= 0 or (stop is not None and stop.is_set()):
-                return call
-            # Its end wakes this at once (a call ending on another replica: the poll); other changes do not.
-            await self._bus.wait(call_channel(call_id), min(remaining, self._poll_interval), stop=stop)
+        # Its end wakes this at once, also when it comes while the call is read; other changes do not.
+        with self._bus.listen(call_channel(call_id)) as ends:
+            while True:
+                call = await self.get(call_id)
+                remaining = deadline - self._clock.monotonic()
+                if call.is_terminal or remaining <= 0 or (stop is not None and stop.is_set()):
+                    return call
+                await ends.wait(min(remaining, self._poll_interval), stop=stop)
 
     async def stream(self, call_id: str, *, after_seq: int = 0) -> AsyncGenerator[MessageEvent, None]:
         """The call's visible events (its message's stored AgentUE events) after ``after_seq``.
@@ -477,21 +478,26 @@ class HarnessEngine:
         if call.message_id is None:  # pragma: no cover - every call has a message
             return
         seq = max(after_seq, 0)
-        while True:
-            async with self._db.transaction(read_only=True) as tx:
-                events = await tx.message_events.read(call.message_id, after_seq=seq, limit=STREAM_PAGE)
-                call = await tx.harness_calls.get(call_id)
-            for event in events:
-                seq = event.seq
-                yield event
-                if event.event.get("op") == "end":
+        with contextlib.ExitStack() as stack:
+            # Listening from before each read: a commit that lands while it reads wakes the next wait.
+            commits = (
+                None if call.conversation_id is None else stack.enter_context(self._bus.listen(call.conversation_id))
+            )
+            while True:
+                async with self._db.transaction(read_only=True) as tx:
+                    events = await tx.message_events.read(call.message_id, after_seq=seq, limit=STREAM_PAGE)
+                    call = await tx.harness_calls.get(call_id)
+                for event in events:
+                    seq = event.seq
+                    yield event
+                    if event.event.get("op") == "end":
+                        return
+                if len(events) == STREAM_PAGE:
+                    continue
+                if call.is_terminal and not events:
                     return
-            if len(events) == STREAM_PAGE:
-                continue
-            if call.is_terminal and not events:
-                return
-            if not events and call.conversation_id is not None:
-                await self._bus.wait(call.conversation_id, self._poll_interval)
+                if not events and commits is not None:
+                    await commits.wait(self._poll_interval)
 
     async def read_events(self, call_id: str, *, after_seq: int = 0, limit: int = STREAM_PAGE) -> list[MessageEvent]:
         """One page of the call's visible events after ``after_seq`` (no waiting)."""

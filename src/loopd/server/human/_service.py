@@ -204,15 +204,17 @@ class HumanService:
         ``stop`` is set: a server's shutdown). Wakes on every change of its conversation, and at its deadline
         (where `get` times it out); polls every ``poll_interval`` for changes another replica made."""
         deadline = self._db.now() + timedelta(seconds=max(timeout, 0.0))  # the database's clock judges time here
-        while True:
-            question = await self.get(message_id, reader=reader)
-            now = self._db.now()
-            remaining = (deadline - now).total_seconds()
-            if question.request.outcome != "pending" or remaining <= 0 or (stop is not None and stop.is_set()):
-                return question
-            until_due = (question.request.due_at - now).total_seconds()
-            step = min(remaining, poll_interval, max(until_due, 0.0) + 0.001)
-            await self._bus.wait(question.request.conversation_id, step, stop=stop)
+        conversation_id = (await self.get(message_id, reader=reader)).request.conversation_id
+        with self._bus.listen(conversation_id) as notices:  # from before the read: a change during it wakes the wait
+            while True:
+                question = await self.get(message_id, reader=reader)
+                now = self._db.now()
+                remaining = (deadline - now).total_seconds()
+                if question.request.outcome != "pending" or remaining <= 0 or (stop is not None and stop.is_set()):
+                    return question
+                until_due = (question.request.due_at - now).total_seconds()
+                step = min(remaining, poll_interval, max(until_due, 0.0) + 0.001)
+                await notices.wait(step, stop=stop)
 
     # -- replying ------------------------------------------------------------------------------------------
 

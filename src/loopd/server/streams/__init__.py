@@ -4,7 +4,7 @@
 wakes readers after a commit.
 """
 
-from loopd.server.streams._bus import BUS_CHANNEL, ConversationBus, Headers
+from loopd.server.streams._bus import BUS_CHANNEL, BusListener, ConversationBus, Headers
 from loopd.server.streams._log import (
     BLOCKS_PER_TAIL_EVENT,
     HUMAN_BLOCK_TYPES,
@@ -28,6 +28,7 @@ __all__ = [
     "HUMAN_BLOCK_TYPES",
     "MAX_TAIL",
     "TERMINAL_STATUSES",
+    "BusListener",
     "ConversationBus",
     "Headers",
     "StreamStates",

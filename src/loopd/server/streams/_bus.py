@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -51,6 +51,38 @@ Follower = Callable[[Sequence[MessageEvent] | None, Headers], None]
 class _Slot:
     event: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: int = 0
+
+
+class BusListener:
+    """A reader's subscription to one key (`ConversationBus.listen`)."""
+
+    def __init__(self, clock: Clock, slot: _Slot) -> None:
+        self._clock = clock
+        self._slot = slot
+        self._event = slot.event  # set by the first notice after this point
+
+    async def wait(self, timeout: float, *, stop: asyncio.Event | None = None) -> bool:
+        """Wait for a notice since the previous wait returned, at most ``timeout`` seconds (``stop``, when set,
+        ends it early); whether one came."""
+        event = self._event
+        try:
+            if event.is_set():
+                return True
+            if stop is None:
+                return await wait_event(self._clock, event, timeout)
+            if stop.is_set():
+                return False
+            waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await wait_first(self._clock, waiters, timeout)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+                await asyncio.gather(*waiters, return_exceptions=True)
+            return event.is_set()
+        finally:
+            # Notices so far are covered by the caller's next read; the next wait is for later ones.
+            self._event = self._slot.event
 
 
 class ConversationBus:
@@ -136,24 +168,21 @@ class ConversationBus:
     async def wait(self, conversation_id: str, timeout: float, *, stop: asyncio.Event | None = None) -> bool:
         """Wait for the next notify of ``conversation_id``, at most ``timeout`` seconds; whether it came.
 
-        ``stop`` (e.g. a server's shutdown signal), when set, ends the wait early as well.
+        ``stop`` (e.g. a server's shutdown signal), when set, ends the wait early as well. A reader that reads
+        and then waits should `listen` instead: a notice that comes while it reads is not lost then.
         """
+        with self.listen(conversation_id) as listener:
+            return await listener.wait(timeout, stop=stop)
+
+    @contextlib.contextmanager
+    def listen(self, conversation_id: str) -> Iterator[BusListener]:
+        """Notices of ``conversation_id`` from now on, for a reader that reads and waits in turn: each
+        `BusListener.wait` returns at once when a notice came since the previous one returned (or since `listen`),
+        so one that arrives while the reader reads is not slept through."""
         slot = self._slots.setdefault(conversation_id, _Slot())
-        event = slot.event
         slot.waiters += 1
         try:
-            if stop is None:
-                return await wait_event(self._clock, event, timeout)
-            if stop.is_set():
-                return event.is_set()
-            waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stop.wait())]
-            try:
-                await wait_first(self._clock, waiters, timeout)
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-                await asyncio.gather(*waiters, return_exceptions=True)
-            return event.is_set()
+            yield BusListener(self._clock, slot)
         finally:
             slot.waiters -= 1
             if slot.waiters == 0 and self._slots.get(conversation_id) is slot:
