@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 
 from loopd.harness import LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal
+from loopd.harness.core.snapshot import state_schema
+from loopd.harness.journal import Record, last_settled_seq, replay, unsettled_loops
 from loopd.server.engine import AdapterRequest, BuiltinHarnessAdapter, CallRequest, HarnessEngine
-from loopd.server.storage import Database, InvalidRecord
+from loopd.server.storage import Database, HarnessCall, InvalidRecord
+from tests.support.waiting import eventually
 
 from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response, until_done
 
@@ -243,3 +246,58 @@ async def test_a_call_goes_on_from_where_an_earlier_calls_session_ended(
 
         assert await engine.continuation_point(replace(first, target="nobody")) is None
         assert await engine.continuation_point(replace(first, execution_ref=None)) is None
+
+
+def _fold_fork_point(records: list[Record], first_own: int) -> int:
+    """The fork point folded over a session's whole chain (what `BuiltinHarnessAdapter.fork_point` must equal)."""
+    state = replay(records[: first_own - 1])
+    for index in range(first_own - 1, len(records)):
+        state = replay([records[index]], state)
+        if unsettled_loops(state):
+            return max(last_settled_seq(records[:index]), 1)
+    return max(last_settled_seq(records), 1)
+
+
+async def test_a_retry_late_in_a_conversation_finds_its_fork_point_without_folding_the_chain(
+    sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each later question's session goes on from the one before (a chain of forks). Retrying an answer late in
+    the conversation asks for that call's fork point: the state it shares with its parents comes from their
+    newest snapshot at or before the fork, and only the call's own records are folded after it."""
+    async with modal_rig(tmp_path, answer) as base:
+        rig = replace(base, state_snapshots=1)
+        async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(rig)}) as engine:
+            calls: list[HarnessCall] = []
+            point: tuple[str, int] | None = None
+            for index in range(3):
+                started = await engine.start(await ask(sqlite_db, engine, f"uid-{index}", f"q{index}", fork=point))
+                calls.append(await until_done(engine, started.id))
+                point = await engine.continuation_point(calls[-1])
+                assert point is not None
+
+            for call in calls:
+                info = await rig.journal.session(call.id)
+                assert info is not None
+                first_own = info.parent_seq + 1 if info.parent_id is not None else 1
+                expected = _fold_fork_point(await rig.journal.read(call.id, 1), first_own)
+                assert await engine.fork_point(call) == (call.id, expected)
+
+            last = calls[-1]
+            info = await rig.journal.session(last.id)
+            assert info is not None and info.parent_id == calls[1].id
+
+            async def snapshot_before_the_fork() -> bool:
+                found = await rig.journal.load_snapshot(last.id, state_schema(), upto=info.parent_seq)
+                return found is not None
+
+            await eventually(snapshot_before_the_fork, timeout=10.0, what="a snapshot of the chain before the fork")
+            reads: list[int] = []
+            read = rig.journal.read
+
+            async def counted(session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
+                reads.append(from_seq)
+                return await read(session_id, from_seq, limit)
+
+            monkeypatch.setattr(rig.journal, "read", counted)
+            assert (await engine.fork_point(last))[1] > info.parent_seq
+            assert reads and 1 not in reads  # never the chain from its start

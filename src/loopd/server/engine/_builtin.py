@@ -363,14 +363,25 @@ class BuiltinHarnessAdapter:
         info = await rig.journal.session(session_id)
         if info is None:
             raise AdapterError(f"no harness session {session_id}")
-        records = await rig.journal.read(session_id, 1)
         first_own = info.parent_seq + 1 if info.parent_id is not None else 1
-        state = replay(records[: max(first_own - 1, 0)])
-        for index in range(first_own - 1, len(records)):
-            state = replay([records[index]], state)
+        state: SessionState | None = None
+        settled = 0  # the last seq so far after which every loop is settled
+        if first_own > 1:
+            # A fork (a later question going on from an earlier answer's session): what it shares with its
+            # parents is their state at the fork, from their newest snapshot at or before it — not the whole chain.
+            shared = await restore_state(
+                rig.journal, session_id, snapshots=rig.state_snapshots is not None, upto=first_own - 1
+            )
+            state = shared.state
+            if unsettled_loops(state):  # never made by this adapter (it forks at settled points): fold it all
+                return max(last_settled_seq(await rig.journal.read(session_id, 1)), 1)
+            settled = first_own - 1
+        for record in await rig.journal.read(session_id, first_own):
+            state = replay([record], state)
             if unsettled_loops(state):  # the call's input was taken here: fork just before
-                return max(last_settled_seq(records[:index]), 1)
-        return max(last_settled_seq(records), 1)
+                break
+            settled = record.seq
+        return max(settled, 1)
 
     async def _open(self, request: AdapterRequest) -> BuiltinRun:
         session_id = request.call_id
