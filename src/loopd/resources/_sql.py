@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from loopd._infra.database import Connection as Connection
 from loopd._infra.database import DatabaseErrors
+from loopd._infra.jsontext import loads as json_loads
 from loopd._infra.migrations import Migration, Schema
 
 from ._errors import StoreUnavailable
@@ -129,7 +130,7 @@ async def get_object(conn: Connection, key: ObjectKey) -> dict[str, Any] | None:
         "SELECT body FROM resource_objects WHERE api_group = ? AND resource = ? AND namespace = ? AND name = ?",
         key,
     )
-    return json.loads(rows[0][0]) if rows else None
+    return json_loads(rows[0][0]) if rows else None
 
 
 async def list_objects(
@@ -144,7 +145,7 @@ async def list_objects(
         sql += " AND (namespace > ? OR (namespace = ? AND name > ?))"
         params.extend([after[0], after[0], after[1]])
     sql += " ORDER BY namespace, name"
-    return [json.loads(row[0]) for row in await conn.fetch(sql, params)]
+    return [json_loads(row[0]) for row in await conn.fetch(sql, params)]
 
 
 async def keys_in_namespace(conn: Connection, namespace: str) -> list[ObjectKey]:
@@ -214,8 +215,8 @@ async def events_after(conn: Connection, rv: int, limit: int) -> list[Change]:
             rv=int(r[0]),
             key=(str(r[1]), str(r[2]), str(r[3]), str(r[4])),
             type=str(r[5]),
-            body=json.loads(r[6]),
-            prev=None if r[7] is None else json.loads(r[7]),
+            body=json_loads(r[6]),
+            prev=None if r[7] is None else json_loads(r[7]),
         )
         for r in rows
     ]

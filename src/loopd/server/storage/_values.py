@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from loopd._infra.ids import uuid7
+from loopd._infra.jsontext import loads as json_loads
 
 from ._errors import InvalidRecord
 
@@ -95,7 +96,7 @@ def dumps(value: Any) -> str:
 
 
 def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+    return None if text is None else json_loads(text)
 
 
 def _normalize(value: Any) -> Any:
