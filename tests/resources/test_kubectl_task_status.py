@@ -36,6 +36,7 @@ class _Context:
     history: Sequence[Message]
     fork: ConversationFork | None = None
     conversation_mode: str | None = None
+    has_earlier: bool = False
 
 
 @dataclass
@@ -46,7 +47,7 @@ class _Chat:
     client: StoreClient
     bus: ConversationBus
 
-    async def task_context(self, task_id: str) -> _Context:
+    async def task_context(self, task_id: str, *, history: int | None = None) -> _Context:
         async with self.db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
         return _Context(input_, response, [])

@@ -38,6 +38,7 @@ class Context:
     history: Sequence[Message]
     fork: ConversationFork | None = None
     conversation_mode: str | None = None
+    has_earlier: bool = False
 
 
 @dataclass
@@ -49,13 +50,17 @@ class StorageChat:
     bus: ConversationBus
     completed: list[tuple[str, Mapping[str, str] | None]] = field(default_factory=list)
     contexts: list[str] = field(default_factory=list)
+    history_limits: list[int | None] = field(default_factory=list)
 
-    async def task_context(self, task_id: str) -> Context:
+    async def task_context(self, task_id: str, *, history: int | None = None) -> Context:
         self.contexts.append(task_id)
+        self.history_limits.append(history)
         async with self.db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
             rows = await tx.messages.list_conversation(input_.conversation_id)
-        return Context(input_, response, [row for row in rows if row.id <= input_.id])
+        through = [row for row in rows if row.id <= input_.id]
+        kept = through if history is None else through[-history:]
+        return Context(input_, response, kept, has_earlier=len(kept) < len(through))
 
     async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> None:
         async with self.db.transaction() as tx:
@@ -253,6 +258,7 @@ class Responding:
     writes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     engine: HarnessEngine | None = None
+    chat: StorageChat | None = None
 
     def controller(self) -> ControllerStatistics:
         (statistics,) = self.manager.statistics().controllers
@@ -289,7 +295,7 @@ async def _responding(
             manager.add_controller(TASKS, responder, workers=2, event_filter=responder.event_filter)
             running = asyncio.ensure_future(manager.run())
             try:
-                yield Responding(client, responder, manager, writes, reads, engine)
+                yield Responding(client, responder, manager, writes, reads, engine, chat)
             finally:
                 manager.shutdown()
                 await asyncio.wait_for(running, 10)

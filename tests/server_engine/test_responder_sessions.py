@@ -15,11 +15,12 @@ import pytest
 from loopd.resources.client import TASKS, StoreClient
 from loopd.server.engine import MODE_OPTION, AdapterRequest, Failed, Finished, HarnessEngine, TextSet
 from loopd.server.responder import FOLLOWUP_ANSWER
+from loopd.server.responder._responder import HISTORY_PROBE
 from loopd.server.storage import Database, NewMessage
 from loopd.server.streams import empty_model, open_message
 
 from .conftest import ScriptedAdapter, new_conversation, scripted, until
-from .test_responder import _gone, _question, _responding, _task
+from .test_responder import StorageChat, _gone, _question, _responding, _task
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Sessions:
     client: StoreClient
     engine: HarnessEngine
     adapter: ForkingAdapter
+    chat: StorageChat
     conversation: str = ""
 
     async def answer(self, task_id: str, text: str) -> dict[str, Any]:
@@ -75,8 +77,8 @@ async def _sessions(
     sqlite_db: Database, tmp_path: Path, adapter: ForkingAdapter, **options: Any
 ) -> AsyncIterator[Sessions]:
     async with _responding(sqlite_db, tmp_path, adapter, context_retry=0.05, **options) as it:
-        assert it.engine is not None
-        yield Sessions(sqlite_db, it.client, it.engine, adapter, await new_conversation(sqlite_db))
+        assert it.engine is not None and it.chat is not None
+        yield Sessions(sqlite_db, it.client, it.engine, adapter, it.chat, await new_conversation(sqlite_db))
 
 
 def _answering() -> ForkingAdapter:
@@ -154,3 +156,35 @@ async def test_continuing_can_be_turned_off(sqlite_db: Database, tmp_path: Path)
         second = await world.answer("t-2", "pears?")
         assert "fork" not in second and _texts(second)[0] == "apples?"
         assert adapter.ends_asked == []
+
+
+async def test_in_a_long_conversation_only_the_newest_messages_are_read_when_the_harness_answered_among_them(
+    sessions: Sessions,
+) -> None:
+    for index in range(HISTORY_PROBE + 4):
+        await sessions.say("user", "bob", f"note {index}")
+    first = await sessions.answer("t-1", "apples?")
+    assert sessions.chat.history_limits == [HISTORY_PROBE, None]  # not answered among the newest: all of it
+    assert _texts(first)[0] == "note 0"
+    sessions.chat.history_limits.clear()
+    await sessions.say("operator", "router", "the pears are on their way")
+    second = await sessions.answer("t-2", "pears?")
+    assert sessions.chat.history_limits == [HISTORY_PROBE]  # the session of t-1's answer holds everything before
+    assert second["fork"]["session"] == f"scripted/{sessions.adapter.starts[0]}"
+    assert _texts(second) == ["the pears are on their way"]
+
+
+async def test_when_a_long_conversation_cannot_go_on_from_the_answer_its_whole_history_is_read(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    outcomes = iter([[Failed("turn_failed", "model exploded")], [TextSet("fine"), Finished("fine")]])
+    adapter = ForkingAdapter(script=lambda _call_id: next(outcomes))
+    async for world in _sessions(sqlite_db, tmp_path, adapter):
+        for index in range(HISTORY_PROBE + 4):
+            await world.say("user", "bob", f"note {index}")
+        await world.answer("t-1", "apples?")
+        world.chat.history_limits.clear()
+        second = await world.answer("t-2", "pears?")
+        assert world.chat.history_limits == [HISTORY_PROBE, None]  # its answer failed: afresh, from all of it
+        assert "fork" not in second
+        assert _texts(second) == [*(f"note {index}" for index in range(HISTORY_PROBE + 4)), "apples?"]

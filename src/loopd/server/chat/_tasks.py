@@ -108,26 +108,27 @@ class TaskApi:
         self.answered: Callable[[str], None] | None = None
         """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
 
-    async def task_context(self, task_id: str, *, messages: int = 0) -> TaskContext:
-        """Input, response, conversation (and where it was forked from) and bounded history — and, with ``messages``
-        > 0, the first ``messages`` of the Task's own messages, read in the same snapshot; ``NotFound`` in the
-        commit window (requeue)."""
+    async def task_context(self, task_id: str, *, messages: int = 0, history: int | None = None) -> TaskContext:
+        """Input, response, conversation (and where it was forked from) and bounded history — at most ``history``
+        messages when given (capped at the configured limit) — and, with ``messages`` > 0, the first ``messages`` of
+        the Task's own messages, read in the same snapshot; ``NotFound`` in the commit window (requeue)."""
+        limit = self._history_limit if history is None else max(1, min(history, self._history_limit))
         own: list[Message] | None = None
         async with self._db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
             conversation = await tx.conversations.get(input_.conversation_id)
-            rows = await tx.messages.list_through(conversation.id, input_.id, limit=self._history_limit + 1)
+            rows = await tx.messages.list_through(conversation.id, input_.id, limit=limit + 1)
             fork = await tx.conversation_forks.find(conversation.id)
             if messages > 0:
                 own = await tx.messages.list_task(task_id, after=None, limit=messages + 1)
-        has_earlier = len(rows) > self._history_limit
+        has_earlier = len(rows) > limit
         more = own is not None and len(own) > messages
         return TaskContext(
             task_id,
             conversation,
             input_,
             response,
-            rows[-self._history_limit :],
+            rows[-limit:],
             has_earlier,
             messages=None if own is None else own[:messages],
             more_messages=more,

@@ -99,6 +99,9 @@ FOLLOWUP_ANSWER: Final = "Added to the answer in progress."
 """The answer of a follow-up handed to a running harness call (the earlier answer carries its effect)."""
 DEFAULT_FOLLOWUP_RETRY: Final = 0.5
 DEFAULT_FOLLOWUP_WAIT: Final = 20.0
+HISTORY_PROBE: Final = 16
+"""Messages of a Task's history read first when answers go on from earlier sessions (`HarnessResponder._read_context`);
+the whole visible history only when the harness did not answer among them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,11 @@ class TaskContextView(Protocol):
 
     @property
     def history(self) -> Sequence[Message]: ...
+
+    @property
+    def has_earlier(self) -> bool:
+        """Whether the conversation holds older messages than ``history``."""
+        ...
 
     @property
     def fork(self) -> ConversationFork | None:
@@ -161,13 +169,41 @@ class QuestionWindowPort(Protocol):
 class ChatPort(Protocol):
     """The chat operations the responder needs (``loopd.server.chat.TaskApi`` has them)."""
 
-    async def task_context(self, task_id: str) -> TaskContextView: ...
+    async def task_context(self, task_id: str, *, history: int | None = None) -> TaskContextView:
+        """The Task's context; ``history``: at most that many of the newest messages (default: the whole visible
+        history, as many as the chat keeps in view)."""
+        ...
 
     async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> object:
         """End the Task's answer and delete the Task (idempotent): once it returns, the Task is gone."""
         ...
 
     async def emit(self, task_id: str, events: Sequence[Mapping[str, Any]]) -> object: ...
+
+
+def _history_of(context: TaskContextView) -> tuple[HistoryEntry, ...]:
+    """The call's history: the context's messages before its own input, as text."""
+    own = (context.input.id, context.response.id)
+    return tuple(
+        HistoryEntry(message.kind, message.key, text)
+        for message in context.history
+        if message.id not in own and (text := message_text(message.content))
+    )
+
+
+def _answered_in(context: TaskContextView, key: str) -> bool:
+    """Whether harness ``key`` answered a question of its own among the context's messages (what `_continuation`
+    goes on from: not a follow-up handed to a running call)."""
+    own = (context.input.id, context.response.id)
+    return any(
+        message.purpose == "response"
+        and message.kind == "harness"
+        and message.key == key
+        and message.task_id is not None
+        and message.id not in own
+        and message_text(message.content) != FOLLOWUP_ANSWER
+        for message in context.history
+    )
 
 
 def message_text(content: Mapping[str, Any]) -> str:
@@ -367,8 +403,10 @@ class HarnessResponder:
         self._follow(request, uid)
         call = await self._engine.find(uid, EFFECT_KEY)
         if call is None:
+            probed = False
             try:  # read once, for the hand-over and the start
-                context: TaskContextView | None = await self._chat.task_context(task_id)
+                context: TaskContextView | None
+                context, probed = await self._read_context(task_id, key)
             except StorageNotFound:
                 context = None  # the commit window (or an orphan): `_start` handles it
             handed = await self._hand_over(request, key, _created_at(metadata), context)
@@ -376,7 +414,7 @@ class HarnessResponder:
                 return handed
             traced = {"loopd.task.id": task_id, "loopd.target": key}
             with task_span("loopd.server", "loopd.task", metadata.get("annotations"), traced):  # joins the question
-                started = await self._start(request, uid, key, _created_at(metadata), context)
+                started = await self._start(request, uid, key, _created_at(metadata), context, probed)
             if isinstance(started, Result):
                 # Refused for capacity (queued, nobody runs it yet): said once it has waited `report_after` — a
                 # later wake or retry writes it; a Task that gets a slot sooner never shows it.
@@ -437,10 +475,32 @@ class HarnessResponder:
         self._waiting.setdefault(request, None)
         return Result(requeue_after=self._capacity_retry)
 
+    async def _read_context(self, task_id: str, key: str) -> tuple[TaskContextView, bool]:
+        """The Task's context, and whether its history is only the newest `HISTORY_PROBE` messages of a longer one.
+
+        When later questions go on from the harness's earlier answers (``continue_sessions``), the newest
+        `HISTORY_PROBE` messages are read first: if the harness answered among them, that answer's session holds
+        everything before it, and the older messages are never needed (in a long conversation, reading and decoding
+        them was the larger part of starting each answer). Otherwise the whole visible history is read."""
+        if self._continue_sessions:
+            probed = await self._chat.task_context(task_id, history=HISTORY_PROBE)
+            if not probed.has_earlier:
+                return probed, False
+            if _answered_in(probed, key):
+                return probed, True
+        return await self._chat.task_context(task_id), False
+
     async def _start(
-        self, request: Request, uid: str, key: str, created: datetime | None, context: TaskContextView | None
+        self,
+        request: Request,
+        uid: str,
+        key: str,
+        created: datetime | None,
+        context: TaskContextView | None,
+        probed: bool = False,
     ) -> HarnessCall | Result:
-        """Start the Task's call from its ``context`` (None: its question is not stored, or not yet)."""
+        """Start the Task's call from its ``context`` (None: its question is not stored, or not yet; ``probed``:
+        its history is only the newest messages, see `_read_context`)."""
         task_id = request.name
         if context is None:
             age = (self._clock.now() - created).total_seconds() if created is not None else 0.0
@@ -457,11 +517,7 @@ class HarnessResponder:
             # Answered before and the completion was interrupted: finish it with the outcome it recorded.
             recorded = (context.response.completion or {}).get("error")
             return await self._complete(request, dict(recorded) if isinstance(recorded, Mapping) else None)
-        history = tuple(
-            HistoryEntry(message.kind, message.key, text)
-            for message in context.history
-            if message.id not in (context.input.id, context.response.id) and (text := message_text(message.content))
-        )
+        history = _history_of(context)
         if self._full():
             # No slot: a start would be refused inside its write transaction. Wait for one without reading or
             # writing more (the context was read for the hand-over already; where to fork from is found once a
@@ -474,6 +530,9 @@ class HarnessResponder:
             fork, history = forked
         elif continued is not None:
             fork, history = continued
+        elif probed:  # it cannot go on from that answer's session after all: afresh, from the whole history
+            context = await self._chat.task_context(task_id)
+            history = _history_of(context)
         # The conversation's mode (``PUT …/mode``), read with the context as the call starts: it applies from this
         # question on.
         mode = context.conversation_mode if self._modes else None
