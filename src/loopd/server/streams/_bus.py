@@ -1,10 +1,10 @@
 """Wake-ups for readers of a conversation's durable event log.
 
 The log in the database is the truth; the bus only tells waiting readers "something was committed, read again".
-A reader that misses a wake-up (another replica wrote, or it was not waiting yet) still finds the events on its
-next read, because waits are bounded (`wait(..., timeout)`, on the bus's ``Clock``) and every wait is followed by
-a read. Memory is
-bounded by the number of conversations with a waiting reader.
+A reader that reads and waits in turn listens from before its read (`ConversationBus.listen`): a notice that comes
+while it reads ends its next wait at once. One that misses a wake-up anyway (a notice lost with a reconnecting
+listener) still finds the events on its next read, because waits are bounded (on the bus's ``Clock``) and every
+wait is followed by a read. Memory is bounded by the number of conversations with a listening or waiting reader.
 
 Across replicas: ``notify`` publishes the key on the bus's `Notifier` (channel `BUS_CHANNEL`), whose handler
 wakes the waiting readers — here at once, and on every other process sharing the notifier's backend (PostgreSQL
