@@ -478,11 +478,9 @@ class HarnessEngine:
         if call.message_id is None:  # pragma: no cover - every call has a message
             return
         seq = max(after_seq, 0)
-        with contextlib.ExitStack() as stack:
-            # Listening from before each read: a commit that lands while it reads wakes the next wait.
-            commits = (
-                None if call.conversation_id is None else stack.enter_context(self._bus.listen(call.conversation_id))
-            )
+        # Listening from before each read: a commit that lands while it reads wakes the next wait.
+        listening = contextlib.nullcontext() if call.conversation_id is None else self._bus.listen(call.conversation_id)
+        with listening as commits:
             while True:
                 async with self._db.transaction(read_only=True) as tx:
                     events = await tx.message_events.read(call.message_id, after_seq=seq, limit=STREAM_PAGE)

@@ -191,19 +191,22 @@ def _history_of(context: TaskContextView) -> tuple[HistoryEntry, ...]:
     )
 
 
-def _answered_in(context: TaskContextView, key: str) -> bool:
-    """Whether harness ``key`` answered a question of its own among the context's messages (what `_continuation`
-    goes on from: not a follow-up handed to a running call)."""
-    own = (context.input.id, context.response.id)
-    return any(
+def _is_answer_of(message: Message, key: str) -> bool:
+    """Whether ``message`` is harness ``key``'s answer to a question of its own (what `_continuation` goes on from:
+    not a follow-up handed to a running call)."""
+    return (
         message.purpose == "response"
         and message.kind == "harness"
         and message.key == key
         and message.task_id is not None
-        and message.id not in own
         and message_text(message.content) != FOLLOWUP_ANSWER
-        for message in context.history
     )
+
+
+def _answered_in(context: TaskContextView, key: str) -> bool:
+    """Whether harness ``key`` answered a question of its own among the context's messages."""
+    own = (context.input.id, context.response.id)
+    return any(message.id not in own and _is_answer_of(message, key) for message in context.history)
 
 
 def message_text(content: Mapping[str, Any]) -> str:
@@ -602,15 +605,7 @@ class HarnessResponder:
             return None
         own = (context.input.id, context.response.id)
         history = [message for message in context.history if message.id not in own]
-        mine = [
-            index
-            for index, message in enumerate(history)
-            if message.purpose == "response"
-            and message.kind == "harness"
-            and message.key == key
-            and message.task_id is not None
-            and message_text(message.content) != FOLLOWUP_ANSWER
-        ]
+        mine = [index for index, message in enumerate(history) if _is_answer_of(message, key)]
         if not mine:
             return None
         last = history[mine[-1]]
