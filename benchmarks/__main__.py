@@ -36,6 +36,7 @@ from benchmarks._common import (
     MARKDOWN_ENV,
     MODULE_ENV,
     RESULTS_ENV,
+    cpu_model,
     environment_rows,
     print_environment,
     print_table,
@@ -175,11 +176,13 @@ def results_path(tree: TreeState, *, quick: bool) -> Path:
 
 
 def machine_class() -> dict[str, str]:
-    """What makes two machines' figures comparable for `make bench-check`: CPUs, architecture, Python major.minor."""
+    """What makes two machines' figures comparable for `make bench-check`: CPUs, architecture, Python major.minor
+    and the processor model (two 2-CPU VMs of different processors differ by more than any tolerance)."""
     return {
         "cpus": str(os.cpu_count()),
         "arch": platform.machine(),
         "python": ".".join(platform.python_version_tuple()[:2]),
+        "cpu": cpu_model(),
     }
 
 

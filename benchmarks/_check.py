@@ -5,10 +5,11 @@ python -m benchmarks._check [--baseline FILE] [--current FILE] [--tolerances FIL
 Without ``--current`` it first runs ``python -m benchmarks --quick --results --out FILE`` (the modules given, or
 `DEFAULT_MODULES`); the new file is left in benchmarks/results/ (``…-quick.json``) so it can be committed as the next
 baseline. The baseline is the newest *committed* results file (``git ls-files benchmarks/results``) of the same
-machine class (`machine_class`: CPUs, architecture, Python major.minor) and of the same kind (quick or full: their
-tables differ in size). Every figure present in both and matched by a rule of benchmarks/tolerances.toml is judged:
-worse by more than the rule's percent → REGRESSED. Prints figure / baseline / now / change / verdict; exits 1 on any
-regression, 2 when there is nothing to compare against. Not part of ``make test``.
+machine class (`machine_class`: CPUs, architecture, Python major.minor, processor model) and of the same kind (quick
+or full: their tables differ in size). Every figure present in both and matched by a rule of
+benchmarks/tolerances.toml is judged: worse by more than the rule's percent → REGRESSED. Prints figure / baseline /
+now / change / verdict; exits 1 on any regression, 2 when there is nothing to compare against. Not part of
+``make test``.
 
 `judge` and `machine_class` are pure and tested (tests/benchmarks/test_check.py).
 """
@@ -111,16 +112,19 @@ def judge(changes: Iterable[Change], rules: Sequence[Rule]) -> list[Judged]:
     return judged
 
 
-def machine_class(document: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(CPUs, architecture, Python major.minor) of a results file: recorded, or read from its environment table."""
+def machine_class(document: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(CPUs, architecture, Python major.minor, processor model) of a results file: recorded, or read from its
+    environment table (files written before the processor model was recorded name it there)."""
+    environment = document.get("environment") or {}
+    cpu = str(environment.get("CPU", "?"))
     recorded = document.get("machine_class")
     if isinstance(recorded, Mapping):
-        return (str(recorded.get("cpus")), str(recorded.get("arch")), str(recorded.get("python")))
-    environment = document.get("environment") or {}
+        cpu = str(recorded.get("cpu", cpu))
+        return (str(recorded.get("cpus")), str(recorded.get("arch")), str(recorded.get("python")), cpu)
     cpus = str(environment.get("CPUs (os.cpu_count)", "?"))
     found = re.search(r"\b(x86_64|aarch64|arm64|i686|ppc64le|s390x)\b", str(environment.get("OS", "")))
     version = re.search(r"(\d+\.\d+)", str(environment.get("Python", "")))
-    return (cpus, found.group(1) if found else "?", version.group(1) if version else "?")
+    return (cpus, found.group(1) if found else "?", version.group(1) if version else "?", cpu)
 
 
 def is_quick(document: Mapping[str, Any]) -> bool:

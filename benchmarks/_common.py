@@ -131,7 +131,7 @@ def environment_rows() -> list[tuple[str, str]]:
     """The machine and the library versions, read now."""
     rows = [
         ("CPUs (os.cpu_count)", str(os.cpu_count())),
-        ("CPU", _cpu_model()),
+        ("CPU", cpu_model()),
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("OS", platform.platform()),
         ("SQLite", sqlite3.sqlite_version),
@@ -159,7 +159,8 @@ def print_environment() -> None:
     print_table("environment", ["what", "value"], environment_rows())
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), e.g. "AMD EPYC" or "Intel(R) Xeon(R) Processor"."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

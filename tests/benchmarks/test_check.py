@@ -29,12 +29,18 @@ percent = 40
 
 
 def _results(
-    chats_per_s: float, p95_ms: float, *, date: str = "2026-12-02T00:00:00+00:00", cpus: str = "2", quick: bool = True
+    chats_per_s: float,
+    p95_ms: float,
+    *,
+    date: str = "2026-12-02T00:00:00+00:00",
+    cpus: str = "2",
+    cpu: str = "AMD EPYC",
+    quick: bool = True,
 ) -> dict[str, Any]:
     return {
         "date": date,
         "quick": quick,
-        "machine_class": {"cpus": cpus, "arch": "x86_64", "python": "3.11"},
+        "machine_class": {"cpus": cpus, "arch": "x86_64", "python": "3.11", "cpu": cpu},
         "load_average_before": [1.0, 1.0, 1.0],
         "tables": [
             {
@@ -77,15 +83,20 @@ def test_the_baseline_is_the_newest_of_the_same_machine_class_and_kind() -> None
     older = ("old.json", _results(90, 100, date="2026-12-01T00:00:00+00:00"))
     newer = ("new.json", _results(95, 100, date="2026-12-01T12:00:00+00:00"))
     other_machine = ("4cpu.json", _results(1, 1, date="2026-12-01T23:00:00+00:00", cpus="4"))
+    other_processor = ("xeon.json", _results(1, 1, date="2026-12-01T23:00:00+00:00", cpu="Intel(R) Xeon(R)"))
     full_run = ("full.json", _results(1, 1, date="2026-12-01T23:00:00+00:00", quick=False))
-    picked = pick_baseline([older, other_machine, newer, full_run], current)
+    picked = pick_baseline([older, other_machine, other_processor, newer, full_run], current)
     assert picked is not None and picked[0] == "new.json"
-    assert pick_baseline([other_machine, full_run], current) is None
+    assert pick_baseline([other_machine, other_processor, full_run], current) is None
 
 
 def test_machine_class_of_an_older_file_is_read_from_its_environment_table() -> None:
-    old = {"environment": {"CPUs (os.cpu_count)": "2", "Python": "CPython 3.11.7", "OS": "Linux-6.1-x86_64-glibc"}}
-    assert machine_class(old) == ("2", "x86_64", "3.11")
+    environment = {"CPUs (os.cpu_count)": "2", "Python": "CPython 3.11.7", "OS": "Linux-6.1-x86_64-glibc"}
+    assert machine_class({"environment": {**environment, "CPU": "AMD EPYC"}}) == ("2", "x86_64", "3.11", "AMD EPYC")
+    # recorded before the processor model was part of the class: that comes from the environment table
+    recorded = {"machine_class": {"cpus": "2", "arch": "x86_64", "python": "3.11"}, "environment": {"CPU": "AMD EPYC"}}
+    assert machine_class(recorded) == ("2", "x86_64", "3.11", "AMD EPYC")
+    assert machine_class({"environment": environment}) == ("2", "x86_64", "3.11", "?")
 
 
 def test_the_command_exits_1_on_a_regression_and_0_otherwise(tmp_path: Path) -> None:
@@ -155,3 +166,17 @@ percent = 30
     assert [(j.change.row, j.verdict) for j in judged] == [("20", "REGRESSED")]  # the peer's drop is not judged
     with pytest.raises(ToleranceError):
         load_rules('[[figure]]\nbetter = "sideways"\n')
+
+
+def test_a_new_results_file_records_the_processor_in_its_machine_class() -> None:
+    from benchmarks.__main__ import machine_class as this_machine
+    from benchmarks._common import cpu_model
+
+    recorded = this_machine()
+    assert recorded["cpu"] == cpu_model() and recorded["cpu"]
+    assert machine_class({"machine_class": recorded}) == (
+        recorded["cpus"],
+        recorded["arch"],
+        recorded["python"],
+        recorded["cpu"],
+    )
