@@ -7,10 +7,10 @@ python -m benchmarks --compare BEFORE.json AFTER.json
 Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); the others run with their own
 defaults (``--quick`` shrinks the known ones). ``--markdown PATH`` also writes every table to PATH as Markdown.
 ``--results`` writes ``benchmarks/results/<date>-<short sha>.json``: the command line, the commit, the machine and
-the library versions, the load average before and after, the machine class (CPUs, architecture, Python major.minor:
-what `make bench-check` matches baselines by), and every table with its raw rows — the file docs quote (a quick run's
-file ends in ``-quick.json``; ``--out FILE`` writes elsewhere). ``--docs`` then regenerates the generated sections of
-docs/BENCHMARKS.md from it (`benchmarks._docs`: only the sections whose tables the file has).
+the library versions, the load average before and after, the machine class (CPUs, architecture, Python major.minor,
+processor model: what `make bench-check` matches baselines by), and every table with its raw rows — the file docs
+quote (a quick run's file ends in ``-quick.json``; ``--out FILE`` writes elsewhere). ``--docs`` then regenerates the
+generated sections of docs/BENCHMARKS.md from it (`benchmarks._docs`: only the sections whose tables the file has).
 ``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
 the row's labels) and runs nothing.
 """
