@@ -5,6 +5,7 @@ write — and the feed exists only while the conversation has streams."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
@@ -14,8 +15,9 @@ import pytest
 
 from loopd._infra.sse import parse_sse, split_sse
 from loopd.server.chat import ConversationReader, conversation_frames, text_content
+from loopd.server.chat._feeds import POLL_BACKOFF
 from loopd.server.http._identity import Identity
-from loopd.server.streams import emit
+from loopd.server.streams import ConversationBus, emit
 from tests.server_http.support import (
     Frame,
     Rig,
@@ -273,6 +275,59 @@ async def test_a_write_that_wakes_no_one_here_is_still_picked_up_by_the_feeds_po
         await rig.task_api.complete(asked.task_id)
         await reading
     assert _parsed(chunks) == await _log(rig, conversation.id)
+
+
+async def test_an_idle_feed_polls_less_and_less_yet_finds_a_write_nobody_announced(rig: Rig) -> None:
+    # The reader follows a bus of its own on virtual time, so the rig's writes reach it only through its polls.
+    # Idle, each poll that finds nothing doubles the next wait (1, 2, 4, then 8 s): forty idle seconds cost a
+    # handful of reads, not forty. A write nobody announces is still found within the longest wait, and a find
+    # brings the poll back to its interval.
+    clock = rig.clock
+    reader = ConversationReader(rig.db, ConversationBus(clock=clock), poll_interval=1.0)
+    try:
+        conversation = await rig.chat.create_conversation(ALICE)
+        asked = await rig.chat.ask(
+            ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+        )
+        chunks: list[bytes] = []
+        frames = conversation_frames(
+            reader, conversation.id, after=0, heartbeat=1e6, until_message_id=asked.response.id
+        )
+        reading = asyncio.ensure_future(_collect(frames, chunks))
+
+        def reads() -> int:
+            return reader.feeds.statistics().reads
+
+        async def idle(seconds: int) -> None:
+            for _ in range(seconds):
+                await clock.advance(1.0)
+                await asyncio.sleep(0.01)  # the poll's read (real I/O) ends and the next wait is armed
+
+        async def found(text: bytes, within: int) -> int:
+            for second in range(1, within + 1):
+                await clock.advance(1.0)
+                with contextlib.suppress(AssertionError):  # not yet: the next second
+                    await eventually(lambda: any(text in chunk for chunk in chunks), timeout=0.2)
+                    return second
+            raise AssertionError(f"{text!r} was not found within {within} s")
+
+        async with asyncio.timeout(30):
+            await _until(lambda: reader.feeds.statistics().feeds == 1 and len(chunks) >= 1)
+            before = reads()
+            await idle(40)
+            assert reads() - before <= 8  # polls at 1, 3, 7, 15, 23, 31 and 39 s (was: one a second)
+            async with rig.db.transaction() as tx:  # as another replica would: no notice reaches this reader
+                await emit(tx, asked.response.id, text_events("a", "unannounced"))
+            assert await found(b"unannounced", within=POLL_BACKOFF) <= POLL_BACKOFF
+            async with rig.db.transaction() as tx:
+                await emit(tx, asked.response.id, _append(" again"))
+            assert await found(b" again", within=2) == 1  # the find brought the poll back to one second
+            await rig.task_api.complete(asked.task_id)
+            await idle(POLL_BACKOFF)
+            await reading
+        assert _parsed(chunks) == await _log(rig, conversation.id)
+    finally:
+        await reader.feeds.aclose()
 
 
 async def test_shutting_down_ends_idle_streams_at_once(rig: Rig, reader_of: Callable[..., ConversationReader]) -> None:

@@ -121,6 +121,8 @@ async def _world(
     capacity: int,
     questions: QuestionWindow | None = None,
     context_retry: float = 0.05,
+    capacity_retry: float = NEVER,
+    report_after: float | None = None,
 ) -> AsyncIterator[tuple[World, HarnessResponder]]:
     bus = ConversationBus()
     async with open_sqlite_store(tmp_path / "resources.db") as store:
@@ -132,9 +134,10 @@ async def _world(
                 engine=engine,
                 chat=chat,
                 poll=NEVER,
-                capacity_retry=NEVER,
+                capacity_retry=capacity_retry,
                 context_retry=context_retry,
                 questions=questions,
+                **({} if report_after is None else {"report_after": report_after}),
             )
             manager = Manager(client)
             manager.add_controller(TASKS, responder, workers=4)
@@ -258,6 +261,84 @@ async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Databas
         statistics = responder.statistics()
         assert statistics.woken >= 2 + 3  # two slot wake-ups, three call ends
         assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
+
+
+async def test_retries_of_tasks_waiting_only_for_a_slot_read_nothing(sqlite_db: Database, tmp_path: Path) -> None:
+    # One slot, held by the first call; two more Tasks wait for it, each in a conversation of its own (no earlier
+    # answer there could take its input). Their capacity retries come every 20 ms: once a Task was said Pending,
+    # they neither read its context nor ask the engine again while the slot stays taken — under a burst of a
+    # thousand chats, that was most of the responder's work. The slot's notice still starts them, oldest first.
+    adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
+    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=0.0) as (
+        world,
+        responder,
+    ):
+        names = [f"t-{index}" for index in range(3)]
+        responses = [
+            await _question(world.db, await new_conversation(world.db), name, "hello", "assistant") for name in names
+        ]
+        await world.client.create(TASKS, _task(names[0], "assistant"), namespace="default")
+
+        async def first_running() -> bool:
+            return len(adapter.starts) == 1
+
+        await until(first_running)
+        for name in names[1:]:
+            await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
+        await until_true(lambda: responder.statistics().idle_retries >= 20)
+        assert [world.chat.contexts.count(name) for name in names[1:]] == [1, 1]  # read once, at their first refusal
+        for name in names[1:]:
+            task = await world.client.get(TASKS, name, namespace="default")
+            assert (task.get("status") or {}).get("phase") == "Pending"  # said before its retries went quiet
+        assert responder.statistics().waiting_for_capacity == 2
+
+        async def all_done() -> bool:
+            for runs in adapter.runs.values():
+                for run in runs:
+                    run.release()
+            return all([await _gone(world.client, name) for name in names])
+
+        await until(all_done)
+        assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
+        assert len(adapter.starts) == 3 and adapter.max_active == 1
+        statistics = responder.statistics()
+        assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
+
+
+async def test_a_waiting_follow_up_keeps_looking_for_the_earlier_answer_to_join(
+    sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A follow-up whose earlier answer in the conversation still streams may be handed to that answer's call once
+    # it runs — which a retry finds out, not a slot: its retries keep reading, while its conversation's first
+    # question (no earlier answer) waits quietly for the slot.
+    monkeypatch.setattr(ScriptedAdapter, "supports_inputs", True, raising=False)
+    adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))
+    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=0.0) as (
+        world,
+        responder,
+    ):
+        other, conversation = await new_conversation(world.db), await new_conversation(world.db)
+        responses = [await _question(world.db, other, "t-x", "hello", "assistant")]
+        await world.client.create(TASKS, _task("t-x", "assistant"), namespace="default")
+
+        async def first_running() -> bool:
+            return len(adapter.starts) == 1
+
+        await until(first_running)
+        for name in ("t-a", "t-b"):  # the question, then its follow-up, in one conversation
+            responses.append(await _question(world.db, conversation, name, "hello", "assistant"))
+            await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
+        await until_true(lambda: responder.statistics().idle_retries >= 10 and world.chat.contexts.count("t-b") >= 3)
+        assert world.chat.contexts.count("t-a") == 1
+
+        async def all_done() -> bool:
+            for runs in adapter.runs.values():
+                for run in runs:
+                    run.release()
+            return all([await _gone(world.client, name) for name in ("t-x", "t-a", "t-b")])
+
+        await until(all_done)
+        assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
 
 
 # --- the whole server ------------------------------------------------------------------------------------------

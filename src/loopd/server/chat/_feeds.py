@@ -2,12 +2,13 @@
 
 `ConversationFeeds` keeps one feed per conversation that has open streams. The feed is the only reader that
 follows the log live: it follows the conversation on the `ConversationBus` (waiting at most ``poll_interval``, so a
-write made on another replica is picked up too), encodes each SSE frame once and hands the same bytes to the
-bounded buffer of every attached stream. What this process's writers stored is handed to it after their commit
-(`ConversationBus.committed`: an operator's emit), so it goes out without being read back; the feed reads a page of
-the log instead after any other notice, when a hand-over does not continue its cursor (a write it was not told
-of), and at its poll. It starts with the conversation's first stream and stops when the last one leaves, so an
-idle conversation costs one bounded wait, not one per connection.
+write made on another replica is picked up even if its notice was lost; a poll that finds nothing doubles the next
+wait, up to `POLL_BACKOFF` times ``poll_interval``, and any notice or find resets it), encodes each SSE frame once
+and hands the same bytes to the bounded buffer of every attached stream. What this process's writers stored is
+handed to it after their commit (`ConversationBus.committed`: an operator's emit), so it goes out without being
+read back; the feed reads a page of the log instead after any other notice, when a hand-over does not continue its
+cursor (a write it was not told of), and at its poll. It starts with the conversation's first stream and stops
+when the last one leaves, so an idle conversation costs one bounded wait, not one per connection.
 
 The log stays the truth; a stream (`Subscription`) never depends on the feed for completeness:
 
@@ -55,6 +56,10 @@ _log = logging.getLogger(__name__)
 PAGE: Final = 500
 DEFAULT_BUFFER: Final = 256
 """Frames a stream may have waiting before the feed detaches it (it then reads the log by itself)."""
+POLL_BACKOFF: Final = 8
+"""The longest wait of an idle feed, in ``poll_interval``s: its polls only catch a notice that was lost (a reconnecting
+listener wakes every reader anyway), and a thousand open conversations waiting for their answers polled a thousand
+times a second."""
 HAND_OUT_SLICE: Final = 64
 """Streams woken per turn of the event loop: a large fan-out is spread over several turns, so database calls
 and requests (the next emit's own transaction) are served in between instead of waiting for every stream."""
@@ -381,6 +386,7 @@ class _Feed:
         source = self._feeds.source
         bus, clock = source.bus, source.bus.clock
         unfollow = bus.follow(self.conversation_id, self.committed)
+        wait = source.poll_interval  # doubled by each poll that finds nothing, up to `POLL_BACKOFF` times
         try:
             while not source.closing:
                 assert self.cursor is not None
@@ -391,6 +397,7 @@ class _Feed:
                     items = await source.read_stream(self.conversation_id, after=self.cursor, limit=PAGE)
                     self._tally.reads += 1
                     if items:
+                        wait = source.poll_interval
                         self._stale = self._stale or len(items) == PAGE  # a full page: read on
                         await self._hand_out([frame_of(item) for item in items])
                     continue
@@ -402,8 +409,11 @@ class _Feed:
                     await self._hand_out(frames)
                     continue
                 self._woken.clear()
-                if not await wait_event(clock, self._woken, source.poll_interval):
+                if await wait_event(clock, self._woken, wait):
+                    wait = source.poll_interval
+                else:
                     self._stale = True  # a bounded wait: a notice may have been lost (another replica's write)
+                    wait = min(wait * 2, source.poll_interval * POLL_BACKOFF)
         except StorageError as exc:
             _log.info("feed of conversation %s stopped; its streams read on their own: %s", self.conversation_id, exc)
         except Exception:  # a bug here must not leave streams waiting: they fall back to their own reads

@@ -32,7 +32,10 @@ to the engine's notices instead (`HarnessEngine.add_listener`) and, through its 
 (``bind_controller``, called by the reconcile runtime), queues the Task at once when its call ends, and queues
 the oldest Tasks refused for capacity when slots free. The maps behind that hold one entry per Task
 being answered and are emptied as Tasks complete or go away. ``poll`` (5 s) and ``capacity_retry`` (2 s) stay as
-the safety net: a call driven by another replica sends no notice here. What needs no reconcile gets none: the
+the safety net: a call driven by another replica sends no notice here. A Task refused for capacity that only a slot
+can move on — said ``Pending`` already, and no earlier answer streams in its conversation that could take its input
+— is not read again by its retries while every slot stays taken (``idle_retries``): under a burst, hundreds of Tasks
+wait, and re-reading each every 2 s was most of the responder's work. What needs no reconcile gets none: the
 controller's event filter (`HarnessResponder.event_filter`) drops the Task's status-only changes and its deletion
 (what the responder holds for a deleted Task is dropped right there), and a timer or wake-up of a Task this
 responder completed — completing deletes it — returns at once (the last `COMPLETED_KEPT` are remembered; a Task
@@ -116,6 +119,8 @@ class ResponderStatistics:
     """Of those, woken because their call ended."""
     skipped: int = 0
     """Reconciles that read nothing: the Task was completed (and deleted) here already."""
+    idle_retries: int = 0
+    """Capacity retries that read nothing: the Task waits for a slot only, and every slot was still taken."""
 
 
 class TaskContextView(Protocol):
@@ -290,10 +295,13 @@ class HarnessResponder:
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
-        self._waiting: dict[Request, None] = {}  # refused for capacity, oldest first
+        # Refused for capacity, oldest first; True once only a slot is missing: it was said Pending and no earlier
+        # answer could take its input, so its retries read nothing while every slot stays taken (`_reconcile`).
+        self._waiting: dict[Request, bool] = {}
         self._held_since: dict[Request, float] = {}  # monotonic time this process first held it (`_report_due`)
         self._completed: OrderedDict[Request, None] = OrderedDict()  # completed here, oldest first (`COMPLETED_KEPT`)
         self._skipped = 0
+        self._idle_retries = 0
         self._woken = 0
         self._call_ended_wakes = 0
         self._remove_listener = engine.add_listener(self._on_notice)
@@ -320,6 +328,7 @@ class HarnessResponder:
             woken=self._woken,
             call_ended_wakes=self._call_ended_wakes,
             skipped=self._skipped,
+            idle_retries=self._idle_retries,
         )
 
     def _on_notice(self, notice: EngineNotice) -> None:
@@ -389,6 +398,13 @@ class HarnessResponder:
             # (commit or rollback) queues it again — no polling, and no reads that can only find nothing.
             self._set_aside[request.name] = request
             return Result()
+        if self._waiting.get(request):
+            if self._full():
+                # The safety-net retry of a Task that waits for a slot only: reading it again could only find it
+                # refused again (a slot's notice wakes the oldest waiting Tasks). Under a burst, hundreds wait.
+                self._idle_retries += 1
+                return Result(requeue_after=self._capacity_retry)
+            self._waiting[request] = False  # a slot is free: read and start it as usual
         try:
             task = await self._client.get(TASKS, request.name, namespace=request.namespace)
         except ResourceNotFound:
@@ -412,7 +428,8 @@ class HarnessResponder:
                 context, probed = await self._read_context(task_id, key)
             except StorageNotFound:
                 context = None  # the commit window (or an orphan): `_start` handles it
-            handed = await self._hand_over(request, key, _created_at(metadata), context)
+            earlier = self._earlier_answer(request, key, context)
+            handed = await self._hand_over(request, key, _created_at(metadata), context, earlier)
             if handed is not None:
                 return handed
             traced = {"loopd.task.id": task_id, "loopd.target": key}
@@ -423,6 +440,9 @@ class HarnessResponder:
                 # later wake or retry writes it; a Task that gets a slot sooner never shows it.
                 if request in self._waiting and self._report_due(request) == 0.0:
                     await self._report(task, key, "Pending", None, "waiting for a free harness slot")
+                    # Said Pending, and no earlier answer streams that could take its input once its call runs:
+                    # from now on only a slot can change what a reconcile finds.
+                    self._waiting[request] = earlier is None
                 return started
             call = started
         if not call.is_terminal:
@@ -475,7 +495,7 @@ class HarnessResponder:
         if stats.slots_used < stats.capacity:  # one freed while we were refused: its notice came too early
             self._waiting.pop(request, None)
             return Result(requeue_after=0.0)
-        self._waiting.setdefault(request, None)
+        self._waiting.setdefault(request, False)
         return Result(requeue_after=self._capacity_retry)
 
     async def _read_context(self, task_id: str, key: str) -> tuple[TaskContextView, bool]:
@@ -638,16 +658,14 @@ class HarnessResponder:
         )
         return point, entries
 
-    async def _hand_over(
-        self, request: Request, key: str, created: datetime | None, context: TaskContextView | None
-    ) -> Result | None:
-        """Hand the Task's input to an earlier call of the same harness still answering in its conversation
-        (see the module docstring); None when there is none or it cannot take it: answer it as its own Task."""
+    def _earlier_answer(self, request: Request, key: str, context: TaskContextView | None) -> Message | None:
+        """The answer of the same harness still streaming in the Task's conversation, whose call may take the
+        Task's input (see `_hand_over`); None when there is none, or the harness takes no inputs."""
         if not self._engine.takes_inputs(key) or context is None:  # None: the commit window, `_start` handles it
             return None
         if context.response.status != "streaming":
             return None
-        earlier = next(
+        return next(
             (
                 message
                 for message in reversed(context.history)
@@ -659,7 +677,19 @@ class HarnessResponder:
             ),
             None,
         )
-        if earlier is None or earlier.task_id is None:
+
+    async def _hand_over(
+        self,
+        request: Request,
+        key: str,
+        created: datetime | None,
+        context: TaskContextView | None,
+        earlier: Message | None,
+    ) -> Result | None:
+        """Hand the Task's input to ``earlier`` (`_earlier_answer`), whose call of the same harness still answers
+        in its conversation (see the module docstring); None when there is none or it cannot take it: answer it as
+        its own Task."""
+        if context is None or earlier is None or earlier.task_id is None:
             return None
         try:
             task = await self._client.get(TASKS, earlier.task_id, namespace=request.namespace)
