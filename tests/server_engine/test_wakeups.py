@@ -218,6 +218,18 @@ def test_a_question_window_tells_its_listeners_once_per_close() -> None:
     assert heard == ["t-1"]
 
 
+async def _release_until_gone(world: World, adapter: ScriptedAdapter, names: list[str]) -> None:
+    """Release every parked run (again and again: calls start as slots free) until the Tasks ``names`` are gone."""
+
+    async def all_done() -> bool:
+        for runs in adapter.runs.values():
+            for run in runs:
+                run.release()
+        return all([await _gone(world.client, name) for name in names])
+
+    await until(all_done)
+
+
 async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Database, tmp_path: Path) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
     async with _world(sqlite_db, tmp_path, adapter, capacity=1) as (world, responder):
@@ -249,13 +261,7 @@ async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Databas
         # inside a write transaction).
         assert len(starts) == 1
 
-        async def all_done() -> bool:
-            for runs in adapter.runs.values():
-                for run in runs:
-                    run.release()
-            return all([await _gone(world.client, name) for name in names])
-
-        await until(all_done)
+        await _release_until_gone(world, adapter, names)
         assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
         assert len(adapter.starts) == 3 and adapter.max_active == 1
         statistics = responder.statistics()
@@ -292,13 +298,7 @@ async def test_retries_of_tasks_waiting_only_for_a_slot_read_nothing(sqlite_db: 
             assert (task.get("status") or {}).get("phase") == "Pending"  # said before its retries went quiet
         assert responder.statistics().waiting_for_capacity == 2
 
-        async def all_done() -> bool:
-            for runs in adapter.runs.values():
-                for run in runs:
-                    run.release()
-            return all([await _gone(world.client, name) for name in names])
-
-        await until(all_done)
+        await _release_until_gone(world, adapter, names)
         assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
         assert len(adapter.starts) == 3 and adapter.max_active == 1
         statistics = responder.statistics()
@@ -331,13 +331,7 @@ async def test_a_waiting_follow_up_keeps_looking_for_the_earlier_answer_to_join(
         await until_true(lambda: responder.statistics().idle_retries >= 10 and world.chat.contexts.count("t-b") >= 3)
         assert world.chat.contexts.count("t-a") == 1
 
-        async def all_done() -> bool:
-            for runs in adapter.runs.values():
-                for run in runs:
-                    run.release()
-            return all([await _gone(world.client, name) for name in ("t-x", "t-a", "t-b")])
-
-        await until(all_done)
+        await _release_until_gone(world, adapter, ["t-x", "t-a", "t-b"])
         assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
 
 
