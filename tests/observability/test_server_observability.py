@@ -138,6 +138,7 @@ async def test_metrics_count_a_question_and_its_harness_call(server: RunningServ
     assert input_tokens and input_tokens[0] > 0
     assert values["loopd_engine_capacity"] == 50.0
     assert values["loopd_engine_driving"] == 0.0
+    assert values["loopd_harness_tasks_waiting"] == 0.0  # one chat, 50 slots: it never waited
     assert values["loopd_journal_commit_seconds_count"] >= 3  # the harness call's turn: started, replied, done
     assert "loopd_sse_subscribers" in values
     assert any(k.startswith('loopd_reconcile_queue_depth{component="server"') for k in values)

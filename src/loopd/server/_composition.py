@@ -686,7 +686,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 label_selector=tasks_not_for("operator"),  # the operators' Tasks are not ours: not even sent
                 event_filter=responder.event_filter,  # no status-only changes, no deletions (see there)
             )
-            metrics.add_collector(lambda: _live_gauges(engine, conversations))
+            metrics.add_collector(lambda: _live_gauges(engine, conversations, responder))
             metrics.add_reconcile_source("server", manager.loads)
             background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
@@ -747,13 +747,22 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             )
 
 
-def _live_gauges(engine: HarnessEngine, conversations: ConversationReader) -> list[GaugeSample]:
-    """The gauges /metrics reads from live state at each scrape: engine capacity, SSE subscribers."""
+def _live_gauges(
+    engine: HarnessEngine, conversations: ConversationReader, responder: HarnessResponder
+) -> list[GaugeSample]:
+    """The gauges /metrics reads from live state at each scrape: engine capacity, the Tasks waiting for it, SSE
+    subscribers."""
     stats = engine.statistics()
     samples: list[GaugeSample] = [
         ("loopd_engine_capacity", "Harness call slots of this replica.", {}, stats.capacity),
         ("loopd_engine_slots_used", "Harness call slots in use (admitted or driven here).", {}, stats.slots_used),
         ("loopd_engine_driving", "Harness calls being driven by this replica.", {}, stats.driving),
+        (
+            "loopd_harness_tasks_waiting",
+            "Tasks for a harness refused for capacity by this replica, waiting for a free slot.",
+            {},
+            responder.statistics().waiting_for_capacity,
+        ),
         (
             "loopd_sse_subscribers",
             "Open conversation event streams (SSE) of this replica.",
