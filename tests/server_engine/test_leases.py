@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from loopd._infra.clock import VirtualClock
 from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet
 from loopd.server.engine._driving import lease_resource
 from loopd.server.ledger import Scope, SqlLedgerStore
-from loopd.server.storage import Database
+from loopd.server.storage import Database, Transaction
+from loopd.server.storage._leases import Leases
 
 from .conftest import (
     OpenDb,
@@ -76,6 +79,41 @@ async def test_two_replicas_never_drive_one_call_twice(open_db: OpenDb) -> None:
     assert adapter.resumes == []
     assert adapter.max_active == 1  # … and never observed twice at the same time
     assert a.statistics().claims + b.statistics().claims >= 6
+
+
+async def test_the_calls_one_scan_finds_are_claimed_together_within_capacity(
+    open_db: OpenDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Claimed one by one, each claim waited behind the writes of the drives already running: under a burst, calls
+    # began one after another. One transaction takes every lease a scan can, and never more slots than are free.
+    claims: list[tuple[Transaction, str]] = []
+    acquire = Leases.acquire
+
+    async def recorded(self: Leases, resource: str, holder: str, ttl_seconds: float) -> object:
+        claims.append((self._tx, resource))
+        return await acquire(self, resource, holder, ttl_seconds)
+
+    monkeypatch.setattr(Leases, "acquire", recorded)
+    first, second = await open_db(), await open_db()
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")))
+    engine = make_engine(first, {"scripted": adapter}, capacity=5)
+    elsewhere = make_engine(second, {"scripted": adapter}, replica_id="replica-b")  # admits, never drives
+    admitted = [(await _call(first, engine, key=f"here/{index}"))[0] for index in range(3)]
+    others = [(await _call(second, elsewhere, key=f"elsewhere/{index}"))[0] for index in range(3)]
+    async with engine:
+        await until_true(lambda: len(adapter.starts) == 5)
+        assert len({id(tx) for tx, _ in claims}) == 1  # one transaction took all five leases
+        assert set(admitted) <= set(adapter.starts)  # its own admissions first, then as many as slots are free
+        stats = engine.statistics()
+        assert (stats.slots_used, stats.capacity, stats.claims) == (5, 5, 5)
+        adapter.last_run(adapter.starts[0]).release()  # one ends: its slot goes to the call left waiting
+        await until_true(lambda: len(adapter.starts) == 6)
+        assert engine.statistics().slots_used == 5
+        for call_id in adapter.starts[1:]:
+            adapter.last_run(call_id).release()
+        finished = await asyncio.gather(*(engine.wait(call_id, 15) for call_id in admitted + others))
+    assert [call.phase for call in finished] == ["succeeded"] * 6
+    assert sorted(adapter.starts) == sorted(admitted + others)
 
 
 async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplicated(

@@ -3,7 +3,8 @@ them).
 
 Driving: one driver task per engine scans the active calls (every ``poll_interval``, or at once when woken),
 claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease: crashed, or
-another replica) while a slot is free, and runs a `Drive` for each (see ``_driving``). Calls that only need closing
+another replica) while a slot is free — all it found in one write transaction — and runs a `Drive` for each (see
+``_driving``). Calls that only need closing
 (cancel requested, deadline passed, no adapter) are claimed without a slot. A call is never driven twice at once:
 the lease is exclusive and every write checks its token.
 
@@ -32,6 +33,8 @@ from ._errors import CapacityExceeded, HarnessEngineError
 _log = logging.getLogger(__name__)
 
 PAGE: Final = 100
+CLAIM_BATCH: Final = 50
+"""Leases taken in one write transaction at most (a longer one would hold the SQLite write lock longer)."""
 _TRACE_PARENTS: Final = 1000
 
 Announce = Callable[[str, str | None, str | None, bool], None]
@@ -208,28 +211,52 @@ class CallDriver:
             del self._retry_after[stale]
         now = self._settings.clock.now()
         ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
+        free = self._slots.free
+        wanted: list[tuple[HarnessCall, bool]] = []
         for call in ordered:
-            if self._closed:
-                return
             if call.id in self._drives or self._retry_after.get(call.id, 0.0) > self._clock.monotonic():
                 continue
             closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
-            reserved = call.id in self._slots
-            if not closing_only and not reserved and self._slots.full:
-                continue
+            if not closing_only and call.id not in self._slots:
+                if free == 0:
+                    continue
+                free -= 1
+            wanted.append((call, closing_only))
+        for first in range(0, len(wanted), CLAIM_BATCH):
+            if self._closed:
+                return
+            await self._claim(wanted[first : first + CLAIM_BATCH])
+
+    async def _claim(self, batch: list[tuple[HarnessCall, bool]]) -> None:
+        """Take the leases of ``batch`` (call, whether it only needs closing) in one write transaction and drive each
+        call whose lease this replica got. Claiming call by call put every claim behind the writes of the drives
+        already running: under a burst, calls started one after another instead of together."""
+        held = [call.id for call, closing_only in batch if not closing_only and call.id not in self._slots]
+        for call_id in held:  # counted before the transaction: an admission meanwhile sees these slots taken
+            self._slots.hold(call_id)
+        settings = self._settings
+        try:
             async with self._db.transaction() as tx:
-                lease = await tx.leases.acquire(
-                    lease_resource(call.id), self._settings.replica_id, self._settings.lease_ttl
-                )
-            if lease is None:
+                # In call id order: replicas claiming the same calls at once lock their lease rows in one order.
+                leases = {
+                    call.id: await tx.leases.acquire(lease_resource(call.id), settings.replica_id, settings.lease_ttl)
+                    for call in sorted((call for call, _ in batch), key=lambda call: call.id)
+                }
+        except BaseException:
+            for call_id in held:
+                self._slots.release(call_id)
+            raise
+        for call, closing_only in batch:
+            lease = leases[call.id]
+            if lease is None:  # another holder drives it
                 if call.id in self._slots:
-                    self._slots.release(call.id)  # another holder drives it
+                    self._slots.release(call.id)
                     self._announce(call.id, call.owner_uid, call.effect_key, False)
                 continue
             if not closing_only:
                 self._slots.hold(call.id)
             drive = Drive(
-                self._settings,
+                settings,
                 call,
                 lease.token,
                 self._adapters.get(call.target),
