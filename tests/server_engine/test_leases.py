@@ -10,7 +10,7 @@ from loopd._infra.clock import VirtualClock
 from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet
 from loopd.server.engine._driving import lease_resource
 from loopd.server.ledger import Scope, SqlLedgerStore
-from loopd.server.storage import Database, Transaction
+from loopd.server.storage import Database
 from loopd.server.storage._leases import Leases
 
 from .conftest import (
@@ -86,7 +86,7 @@ async def test_the_calls_one_scan_finds_are_claimed_together_within_capacity(
 ) -> None:
     # Claimed one by one, each claim waited behind the writes of the drives already running: under a burst, calls
     # began one after another. One transaction takes every lease a scan can, and never more slots than are free.
-    claims: list[tuple[Transaction, str]] = []
+    claims: list[tuple[object, str]] = []  # (its transaction, the lease)
     acquire = Leases.acquire
 
     async def recorded(self: Leases, resource: str, holder: str, ttl_seconds: float) -> object:
