@@ -1,4 +1,5 @@
-"""`jsontext.loads` decodes what the standard library's ``json.loads`` decodes, to an equal value, and fails alike."""
+"""`jsontext.loads` decodes what the standard library's ``json.loads`` decodes, to an equal value, and fails alike;
+`jsontext.compact` writes what ``json.dumps`` with its options writes, byte for byte, and fails alike."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopd._infra.jsontext import loads
+from loopd._infra.jsontext import compact, loads
 
 _SCALARS = (
     st.none()
@@ -68,3 +69,42 @@ def test_big_integers_stay_exact_and_what_only_the_standard_library_reads_is_rea
         json.loads(too_deep)
     with pytest.raises(RecursionError):
         loads(too_deep)
+
+
+_KEYS = st.text(max_size=5) | st.integers() | st.floats() | st.booleans() | st.none()  # what json.dumps keys take
+_ANY = st.recursive(
+    _SCALARS | st.tuples(_SCALARS) | st.complex_numbers(max_magnitude=1),  # complex: not JSON
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=30,
+)
+
+
+def _outcome(write: Any, value: Any) -> tuple[str, str]:
+    try:
+        return "text", write(value)
+    except (TypeError, ValueError) as exc:
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=500)
+@given(_ANY, st.booleans())
+def test_compact_writes_what_json_dumps_writes_and_refuses_what_it_refuses(value: Any, sort_keys: bool) -> None:
+    # Mixed key types cannot be sorted: json.dumps raises TypeError for them, and so does compact.
+    expected = _outcome(
+        lambda v: json.dumps(v, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, allow_nan=False),
+        value,
+    )
+    assert _outcome(lambda v: compact(v, sort_keys=sort_keys), value) == expected
+
+
+def test_compact_keeps_the_standard_library_spelling_of_floats_and_refuses_what_json_cannot_hold() -> None:
+    assert compact({"b": 1e-07, "a": [1.0, 1e22, -0.0]}, sort_keys=True) == '{"a":[1.0,1e+22,-0.0],"b":1e-07}'
+    assert compact({"é": "\u2028\x00"}) == '{"é":"\u2028\\u0000"}'
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        compact([math.inf])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        compact({"a": object()})
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="too deeply"):
+        compact(looped)

@@ -36,10 +36,17 @@ def test_errors_form_one_tree() -> None:
 def test_storage_and_ledger_import_only_what_they_may() -> None:
     """Storage needs nothing of loopd but the floor (``loopd._infra``: ids, clock, databases, migrations, private
     files), the AgentUE reducer (a message read folds the tail of events behind its stored snapshot) and the
-    server's error root; the ledger adds only storage and the floor's redaction (never agentue, resources…)."""
+    server's error root; the ledger adds only storage and the floor's redaction and JSON text (never agentue,
+    resources…)."""
     allowed = {
         "storage": {"loopd._infra.", "loopd.agentue", "loopd.server._errors"},
-        "ledger": {"loopd._infra.ids", "loopd._infra.clock", "loopd._infra.redaction", "loopd.server.storage"},
+        "ledger": {
+            "loopd._infra.ids",
+            "loopd._infra.clock",
+            "loopd._infra.redaction",
+            "loopd._infra.jsontext",
+            "loopd.server.storage",
+        },
     }
     for package, permitted in allowed.items():
         for path in (SERVER / package).glob("*.py"):

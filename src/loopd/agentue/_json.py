@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loopd._infra.errors import LoopdError
+from loopd._infra.jsontext import compact
 from loopd.agentue._errors import MAX_DEPTH, AgentUETooDeepError, AgentUEValidationError
 
 JsonObject = dict[str, Any]
@@ -187,7 +188,7 @@ def set_path(obj: Mapping[str, Any], segments: Sequence[str], value: Any) -> Jso
 
 def dumps(value: Any) -> str:
     """Compact UTF-8 JSON text (no NaN/Infinity, no ASCII escaping)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return compact(value)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -15,12 +15,12 @@ Models and blocks are immutable values: inputs are copied on the way in and ever
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from loopd._infra.jsontext import compact
 from loopd.agentue._errors import AgentUEValidationError
 from loopd.agentue._json import (
     JsonObject,
@@ -246,7 +246,7 @@ Block = InlineBlock | RefBlock
 
 def compact_json(value: Any) -> str:
     """Checked JSON (what this package's parsers accept) as compact text: no whitespace, UTF-8 as is."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return compact(value)
 
 
 def parse_block(data: Any, path: str = "block") -> Block:

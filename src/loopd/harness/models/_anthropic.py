@@ -51,6 +51,7 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import TextDelta as AnthropicTextDelta
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.jsontext import compact
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
@@ -248,7 +249,7 @@ def usage_from_anthropic(uncached: int, cache_write: int, cache_read: int, outpu
 
 def _json(value: object) -> bytes:
     """``value`` as the SDK encodes a request body: compact, UTF-8, no NaN."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return compact(value).encode()
 
 
 def request_body(

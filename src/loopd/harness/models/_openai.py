@@ -68,6 +68,7 @@ from openai.types.chat import (
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.errors import LoopdError
+from loopd._infra.jsontext import compact
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
@@ -443,7 +444,7 @@ class _SseLines:
 
 def _json(value: object) -> bytes:
     """``value`` as the SDK encodes a request body: compact, UTF-8, no NaN."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    return compact(value).encode()
 
 
 class EncodedMessages:

@@ -12,11 +12,11 @@ patterns. Must not do: I/O.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from loopd._infra.jsontext import compact
 from loopd._infra.redaction import REDACTED, RedactionPatternError, Redactor
 from loopd.server.storage import InvalidRecord
 
@@ -42,7 +42,7 @@ class ArtifactBlob:
 
 def canonical_bytes(document: Any) -> bytes:
     """The canonical JSON encoding artifacts are hashed and stored in."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    return compact(document, sort_keys=True).encode()
 
 
 def artifact_blob(document: Any, content_type: str, redactor: Redactor | None = None) -> ArtifactBlob:

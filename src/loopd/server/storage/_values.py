@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import math
 import threading
 import uuid
@@ -17,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from loopd._infra.ids import uuid7
+from loopd._infra.jsontext import compact
 from loopd._infra.jsontext import loads as json_loads
 
 from ._errors import InvalidRecord
@@ -90,7 +90,7 @@ def seconds(value: float, what: str) -> timedelta:
 def dumps(value: Any) -> str:
     """Compact JSON text (UTF-8, no whitespace); ``InvalidRecord`` for values JSON cannot hold."""
     try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return compact(value)
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"value is not JSON: {exc}") from exc
 
@@ -100,6 +100,11 @@ def loads(text: str | None) -> Any:
 
 
 def _normalize(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # most leaves: nothing to do, decided fast
+        return value
+    if kind is dict:
+        return {key if type(key) is str else str(key): _normalize(item) for key, item in value.items()}
     if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     if isinstance(value, dict):
@@ -118,7 +123,7 @@ def canonical_json(value: Any) -> bytes:
     Digests are therefore stable within loopd but not guaranteed equal to another JCS implementation's.
     """
     try:
-        text = json.dumps(_normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = compact(_normalize(value), sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise InvalidRecord(f"value is not JSON: {exc}") from exc
     return text.encode("utf-8")
