@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import pytest
 
@@ -74,6 +76,30 @@ async def test_capacity_full_creates_nothing_and_a_replay_still_works(db: Databa
     replay = await engine.start(request(conversation, key="work/1"))  # an idempotent replay takes no slot
     assert replay.id == held.id
     assert engine.statistics().slots_used == 1
+
+
+async def test_a_full_engine_refuses_without_a_write_transaction(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under a burst, responders that saw a free slot a moment ago reach a full engine: each refusal used to take
+    # the write lock (queued behind every drive's writes) only to roll back. A read tells a replay from a new call.
+    engine = make_engine(db, {"scripted": ScriptedAdapter()}, capacity=1)
+    conversation = await new_conversation(db)
+    held = await engine.start(request(conversation, key="work/1"))
+    opened: list[bool] = []  # read_only of each transaction opened from here on
+    transaction = db.transaction
+
+    def recorded(*, read_only: bool = False) -> Any:
+        opened.append(read_only)
+        return transaction(read_only=read_only)
+
+    monkeypatch.setattr(db, "transaction", recorded)
+    with pytest.raises(CapacityExceeded):
+        await engine.start(request(conversation, key="work/2"))
+    with pytest.raises(UnknownTarget):  # what a new call would be refused for anyway is said first, as before
+        await engine.start(dataclasses.replace(request(conversation, key="work/3"), target="nobody"))
+    assert (await engine.start(request(conversation, key="work/1"))).id == held.id  # a replay still gets its call
+    with pytest.raises(Conflict):
+        await engine.start(request(conversation, key="work/1", timeout=61))
+    assert opened and all(opened)  # reads only
 
 
 async def test_concurrent_admission_never_exceeds_capacity(db: Database) -> None:

@@ -69,10 +69,14 @@ class CallSlots:
     def __contains__(self, key: object) -> bool:
         return key in self._held
 
-    def reserve(self) -> str:
-        """Take a slot for an admission in progress; its token (`CapacityExceeded` when none is free)."""
+    def refuse_if_full(self) -> None:
+        """`CapacityExceeded` when no slot is free."""
         if self.full:
             raise CapacityExceeded(f"all {self._capacity} harness call slots of this server are in use; retry later")
+
+    def reserve(self) -> str:
+        """Take a slot for an admission in progress; its token (`CapacityExceeded` when none is free)."""
+        self.refuse_if_full()
         token = f"reserved:{uuid.uuid4()}"
         self._held.add(token)
         return token

@@ -334,27 +334,22 @@ class HarnessEngine:
             inject_headers(carrier)
             if carrier:
                 params[HARNESS_CALL_TRACE_PARAM] = carrier
+        if self._slots.full:
+            # Refused unless it is a replay: found with a read, without waiting for the write lock (under a burst,
+            # responders that saw a free slot a moment ago queue here behind every drive's writes).
+            existing = await self.find(request.owner_uid, request.effect_key)
+            if existing is not None:
+                return self._replayed(request, existing, fingerprint)
+            self._check_target(request)
+            self._slots.refuse_if_full()  # else a slot freed during the read: admit it as usual
         reservation: str | None = None
         created = False
         try:
             async with self._db.transaction() as tx:
                 existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
                 if existing is not None:
-                    if existing.fingerprint != fingerprint:
-                        raise Conflict(
-                            f"harness call {request.effect_key!r} of {request.owner_uid} already exists with "
-                            "different parameters"
-                        )
-                    return existing
-                if request.target not in self._adapters:
-                    known = ", ".join(sorted(self._adapters)) or "none"
-                    raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
-                if request.fork is not None and not supports_forks(self._adapters[request.target]):
-                    raise InvalidRecord(f"the harness {request.target!r} cannot start a call as a fork of a session")
-                if request.profile is not None and not supports_workspaces(self._adapters[request.target]):
-                    raise InvalidRecord(
-                        f"the harness {request.target!r} takes no workspace or tools profile; leave them out"
-                    )
+                    return self._replayed(request, existing, fingerprint)
+                self._check_target(request)
                 reservation = self._slots.reserve()
                 message = await self._destination(tx, request)
                 call, created = await tx.harness_calls.get_or_create(
@@ -383,6 +378,23 @@ class HarnessEngine:
                 self._driver.remember_trace(call.id)
             self._driver.wake()
         return call
+
+    def _replayed(self, request: CallRequest, existing: HarnessCall, fingerprint: str) -> HarnessCall:
+        if existing.fingerprint != fingerprint:
+            raise Conflict(
+                f"harness call {request.effect_key!r} of {request.owner_uid} already exists with different parameters"
+            )
+        return existing
+
+    def _check_target(self, request: CallRequest) -> None:
+        """`UnknownTarget` / ``InvalidRecord`` when no adapter here can run ``request`` as asked."""
+        if request.target not in self._adapters:
+            known = ", ".join(sorted(self._adapters)) or "none"
+            raise UnknownTarget(f"no harness adapter is configured for {request.target!r} (known: {known})")
+        if request.fork is not None and not supports_forks(self._adapters[request.target]):
+            raise InvalidRecord(f"the harness {request.target!r} cannot start a call as a fork of a session")
+        if request.profile is not None and not supports_workspaces(self._adapters[request.target]):
+            raise InvalidRecord(f"the harness {request.target!r} takes no workspace or tools profile; leave them out")
 
     async def _destination(self, tx: Transaction, request: CallRequest) -> Message:
         if request.message_id is not None:
