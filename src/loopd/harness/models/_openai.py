@@ -68,7 +68,7 @@ from openai.types.chat import (
 
 from loopd._infra.backoff import Backoff
 from loopd._infra.errors import LoopdError
-from loopd._infra.jsontext import compact
+from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
 from loopd.harness.models._pricing import PriceTable
@@ -373,7 +373,7 @@ class _DirectStream:
                     continue
                 if event is not None and event.startswith("thread."):
                     continue  # the Assistants API's events: never part of a Chat Completions stream
-                parsed = json.loads(data)
+                parsed = loads(data)
                 if isinstance(parsed, dict) and parsed.get("error"):
                     error = parsed["error"]
                     message = error.get("message") if isinstance(error, dict) else None
