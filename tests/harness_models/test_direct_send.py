@@ -173,3 +173,25 @@ async def test_the_sse_parser_reads_what_the_sdks_decoder_reads(stream: bytes) -
     for size in range(1, len(stream) + 1):  # every split of the stream into chunks, CRLF halves included
         got = [pair async for pair in server_sent_events(_chunks(stream, size))]
         assert got == expected, size
+
+
+async def test_direct_sends_decode_their_chunks_with_the_shared_fast_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The streamed chunks of every direct send are decoded by `jsontext.loads` (msgspec; the standard library for
+    # what only it reads), not by `json.loads` per chunk.
+    from loopd._infra import jsontext
+    from loopd.harness.models import _openai
+
+    decoded: list[bytes] = []
+
+    def counted(text: str | bytes | bytearray) -> Any:
+        decoded.append(bytes(text) if not isinstance(text, str) else text.encode())
+        return jsontext.loads(text)
+
+    monkeypatch.setattr(_openai, "loads", counted)
+    endpoint = Recorder([_reply("one"), _reply("two")])
+    model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="sk-test", http_client=endpoint.http)
+    texts = [(await collect(model.stream(ask(f"q{i}")))).text for i in range(2)]
+    assert texts == ["one", "two"] and model.direct_sends == 1
+    assert len(decoded) == 1 and json.loads(decoded[0])["choices"][0]["delta"]["content"] == "two"
+    await model.aclose()
+    await endpoint.http.aclose()

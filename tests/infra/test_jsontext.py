@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -108,3 +109,34 @@ def test_compact_keeps_the_standard_library_spelling_of_floats_and_refuses_what_
     looped.append(looped)
     with pytest.raises(ValueError, match="too deeply"):
         compact(looped)
+
+
+def test_what_loopd_stores_digests_streams_and_sends_is_written_by_compact(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The writers share the reused encoders (not a json.dumps each, with its per-call set-up).
+    from loopd._infra import jsontext
+    from loopd.agentue._json import dumps as agentue_dumps
+    from loopd.agentue._model import compact_json
+    from loopd.harness.models._anthropic import _json as anthropic_body
+    from loopd.harness.models._openai import _json as openai_body
+    from loopd.server.ledger._artifacts import canonical_bytes as artifact_text
+    from loopd.server.storage import canonical_json
+    from loopd.server.storage._values import dumps as stored_text
+
+    written: list[bool] = []  # sort_keys of each value written
+
+    def counting(encoder: Callable[[Any], str], sort_keys: bool) -> Callable[[Any], str]:
+        def encode(value: Any) -> str:
+            written.append(sort_keys)
+            return encoder(value)
+
+        return encode
+
+    monkeypatch.setattr(jsontext, "_COMPACT", counting(jsontext._COMPACT, False))
+    monkeypatch.setattr(jsontext, "_SORTED", counting(jsontext._SORTED, True))
+    value = {"b": 1.0, "a": ["x"]}
+    assert stored_text(value) == '{"b":1.0,"a":["x"]}'
+    assert canonical_json(value) == b'{"a":["x"],"b":1}'
+    assert artifact_text(value) == b'{"a":["x"],"b":1.0}'
+    assert agentue_dumps(value) == compact_json(value) == '{"b":1.0,"a":["x"]}'
+    assert openai_body(value) == anthropic_body(value) == b'{"b":1.0,"a":["x"]}'
+    assert written == [False, True, True, False, False, False, False]
