@@ -305,6 +305,48 @@ async def test_retries_of_tasks_waiting_only_for_a_slot_read_nothing(sqlite_db: 
         assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
 
 
+async def test_a_task_waiting_only_for_a_slot_is_said_pending_later_from_the_task_alone(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    # Pending is said once a Task has waited `report_after` (one that gets a slot sooner never shows it). When only a
+    # slot can move it on, saying it later reads the Task, not its context again: under a burst of a thousand
+    # chats, each waiting Task's context was read twice.
+    adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
+    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=0.2) as (
+        world,
+        responder,
+    ):
+        names = [f"t-{index}" for index in range(3)]
+        responses = [
+            await _question(world.db, await new_conversation(world.db), name, "hello", "assistant") for name in names
+        ]
+        await world.client.create(TASKS, _task(names[0], "assistant"), namespace="default")
+
+        async def first_running() -> bool:
+            return len(adapter.starts) == 1
+
+        await until(first_running)
+        for name in names[1:]:
+            await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
+
+        async def said_pending() -> bool:
+            for name in names[1:]:
+                task = await world.client.get(TASKS, name, namespace="default")
+                if (task.get("status") or {}).get("phase") != "Pending":
+                    return False
+            return True
+
+        await until(said_pending)
+        idle = responder.statistics().idle_retries
+        await until_true(lambda: responder.statistics().idle_retries >= idle + 10)  # quiet from then on
+        assert [world.chat.contexts.count(name) for name in names[1:]] == [1, 1]  # read once, at their first refusal
+        assert responder.statistics().waiting_for_capacity == 2
+
+        await _release_until_gone(world, adapter, names)
+        assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
+        assert len(adapter.starts) == 3 and adapter.max_active == 1
+
+
 async def test_a_waiting_follow_up_keeps_looking_for_the_earlier_answer_to_join(
     sqlite_db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

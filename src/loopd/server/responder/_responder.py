@@ -56,6 +56,7 @@ implementation built on storage and streams.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -105,6 +106,20 @@ DEFAULT_FOLLOWUP_WAIT: Final = 20.0
 HISTORY_PROBE: Final = 16
 """Messages of a Task's history read first when answers go on from earlier sessions (`HarnessResponder._read_context`);
 the whole visible history only when the harness did not answer among them."""
+
+
+PENDING_MESSAGE: Final = "waiting for a free harness slot"
+
+
+class _Wait(enum.Enum):
+    """What the retry of a Task refused for capacity does while every slot stays taken."""
+
+    READ = "read"
+    """Reconcile it as usual (an earlier answer in its conversation may yet take its input)."""
+    SAY_PENDING = "say pending"
+    """Only a slot can move it on; once it has waited ``report_after``, say Pending from the Task alone."""
+    IDLE = "idle"
+    """Only a slot can move it on, and it was said Pending: read nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,9 +310,8 @@ class HarnessResponder:
         self._controller: Controller | None = None
         self._request_of: dict[str, Request] = {}  # owner uid → Task key
         self._uid_of: dict[Request, str] = {}
-        # Refused for capacity, oldest first; True once only a slot is missing: it was said Pending and no earlier
-        # answer could take its input, so its retries read nothing while every slot stays taken (`_reconcile`).
-        self._waiting: dict[Request, bool] = {}
+        # Refused for capacity, oldest first, with what a retry must do while every slot stays taken (`_Wait`).
+        self._waiting: dict[Request, _Wait] = {}
         self._held_since: dict[Request, float] = {}  # monotonic time this process first held it (`_report_due`)
         self._completed: OrderedDict[Request, None] = OrderedDict()  # completed here, oldest first (`COMPLETED_KEPT`)
         self._skipped = 0
@@ -398,13 +412,20 @@ class HarnessResponder:
             # (commit or rollback) queues it again — no polling, and no reads that can only find nothing.
             self._set_aside[request.name] = request
             return Result()
-        if self._waiting.get(request):
+        wait = self._waiting.get(request)
+        if wait is not None and wait is not _Wait.READ:
             if self._full():
-                # The safety-net retry of a Task that waits for a slot only: reading it again could only find it
-                # refused again (a slot's notice wakes the oldest waiting Tasks). Under a burst, hundreds wait.
-                self._idle_retries += 1
-                return Result(requeue_after=self._capacity_retry)
-            self._waiting[request] = False  # a slot is free: read and start it as usual
+                # The safety-net retry of a Task that waits for a slot only: reading its context again could only
+                # find it refused again (a slot's notice wakes the oldest waiting Tasks). Under a burst, hundreds
+                # wait. One that has waited `report_after` is said Pending from its Task alone.
+                if wait is _Wait.SAY_PENDING and self._report_due(request) == 0.0:
+                    said = await self._say_pending(request)
+                    if said is not None:
+                        return said
+                else:
+                    self._idle_retries += 1
+                    return Result(requeue_after=self._capacity_retry)
+            self._set_wait(request, _Wait.READ)  # a slot is free (or the Task changed): read and start it as usual
         try:
             task = await self._client.get(TASKS, request.name, namespace=request.namespace)
         except ResourceNotFound:
@@ -438,11 +459,15 @@ class HarnessResponder:
             if isinstance(started, Result):
                 # Refused for capacity (queued, nobody runs it yet): said once it has waited `report_after` — a
                 # later wake or retry writes it; a Task that gets a slot sooner never shows it.
-                if request in self._waiting and self._report_due(request) == 0.0:
-                    await self._report(task, key, "Pending", None, "waiting for a free harness slot")
-                    # Said Pending, and no earlier answer streams that could take its input once its call runs:
-                    # from now on only a slot can change what a reconcile finds.
-                    self._waiting[request] = earlier is None
+                if request in self._waiting:
+                    # No earlier answer streams that could take its input once its call runs: from now on only a
+                    # slot can change what a reconcile finds (an earlier answer can only end, never begin).
+                    alone = earlier is None
+                    if self._report_due(request) == 0.0:
+                        await self._report(task, key, "Pending", None, PENDING_MESSAGE)
+                        self._set_wait(request, _Wait.IDLE if alone else _Wait.READ)
+                    elif alone:
+                        self._set_wait(request, _Wait.SAY_PENDING)
                 return started
             call = started
         if not call.is_terminal:
@@ -452,6 +477,26 @@ class HarnessResponder:
             await self._report(task, key, _TASK_PHASES.get(call.phase, "Running"), call.created_at, None)
             return Result(requeue_after=self._poll)
         return await self._complete(request, call_error(call))
+
+    async def _say_pending(self, request: Request) -> Result | None:
+        """Say Pending for a Task that waits for a slot only, reading nothing but the Task; None when the Task is
+        not the one that was refused (recreated under its name, being deleted): then it is read as usual."""
+        try:
+            task = await self._client.get(TASKS, request.name, namespace=request.namespace)
+        except ResourceNotFound:
+            return Result()
+        metadata = task.get("metadata") or {}
+        target = (task.get("spec") or {}).get("target") or {}
+        if metadata.get("deletionTimestamp") or str(metadata.get("uid") or "") != self._uid_of.get(request):
+            return None
+        await self._report(task, str(target.get("key") or ""), "Pending", None, PENDING_MESSAGE)
+        self._set_wait(request, _Wait.IDLE)
+        return Result(requeue_after=self._capacity_retry)
+
+    def _set_wait(self, request: Request, wait: _Wait) -> None:
+        """Change what a waiting Task's retries do — unless a slot's notice woke it meanwhile (it left the queue)."""
+        if request in self._waiting:
+            self._waiting[request] = wait
 
     def _report_due(self, request: Request) -> float:
         """Seconds until the Task's status is to be written (0.0: now): ``report_after`` from the first reconcile
@@ -495,7 +540,7 @@ class HarnessResponder:
         if stats.slots_used < stats.capacity:  # one freed while we were refused: its notice came too early
             self._waiting.pop(request, None)
             return Result(requeue_after=0.0)
-        self._waiting.setdefault(request, False)
+        self._waiting.setdefault(request, _Wait.READ)
         return Result(requeue_after=self._capacity_retry)
 
     async def _read_context(self, task_id: str, key: str) -> tuple[TaskContextView, bool]:
