@@ -269,50 +269,17 @@ async def test_tasks_refused_for_capacity_start_as_slots_free(sqlite_db: Databas
         assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
 
 
-async def test_retries_of_tasks_waiting_only_for_a_slot_read_nothing(sqlite_db: Database, tmp_path: Path) -> None:
-    # One slot, held by the first call; two more Tasks wait for it, each in a conversation of its own (no earlier
-    # answer there could take its input). Their capacity retries come every 20 ms: once a Task was said Pending,
-    # they neither read its context nor ask the engine again while the slot stays taken — under a burst of a
-    # thousand chats, that was most of the responder's work. The slot's notice still starts them, oldest first.
-    adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
-    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=0.0) as (
-        world,
-        responder,
-    ):
-        names = [f"t-{index}" for index in range(3)]
-        responses = [
-            await _question(world.db, await new_conversation(world.db), name, "hello", "assistant") for name in names
-        ]
-        await world.client.create(TASKS, _task(names[0], "assistant"), namespace="default")
-
-        async def first_running() -> bool:
-            return len(adapter.starts) == 1
-
-        await until(first_running)
-        for name in names[1:]:
-            await world.client.create(TASKS, _task(name, "assistant"), namespace="default")
-        await until_true(lambda: responder.statistics().idle_retries >= 20)
-        assert [world.chat.contexts.count(name) for name in names[1:]] == [1, 1]  # read once, at their first refusal
-        for name in names[1:]:
-            task = await world.client.get(TASKS, name, namespace="default")
-            assert (task.get("status") or {}).get("phase") == "Pending"  # said before its retries went quiet
-        assert responder.statistics().waiting_for_capacity == 2
-
-        await _release_until_gone(world, adapter, names)
-        assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
-        assert len(adapter.starts) == 3 and adapter.max_active == 1
-        statistics = responder.statistics()
-        assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
-
-
-async def test_a_task_waiting_only_for_a_slot_is_said_pending_later_from_the_task_alone(
-    sqlite_db: Database, tmp_path: Path
+@pytest.mark.parametrize("report_after", [0.0, 0.2], ids=["pending-at-once", "pending-later"])
+async def test_retries_of_tasks_waiting_only_for_a_slot_read_nothing(
+    sqlite_db: Database, tmp_path: Path, report_after: float
 ) -> None:
-    # Pending is said once a Task has waited `report_after` (one that gets a slot sooner never shows it). When only a
-    # slot can move it on, saying it later reads the Task, not its context again: under a burst of a thousand
-    # chats, each waiting Task's context was read twice.
+    # One slot, held by the first call; two more Tasks wait for it, each in a conversation of its own (no earlier
+    # answer there could take its input). Their capacity retries come every 20 ms: they neither read its context
+    # again nor ask the engine while the slot stays taken — under a burst of a thousand chats, that was most of the
+    # responder's work. Pending is said once a Task has waited `report_after` (at its first refusal, or later from
+    # the Task alone: the context was read on every retry until then). The slot's notice still starts them.
     adapter = ScriptedAdapter(script=scripted(TextSet("ok"), None, Finished("ok")))  # each run waits for release
-    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=0.2) as (
+    async with _world(sqlite_db, tmp_path, adapter, capacity=1, capacity_retry=0.02, report_after=report_after) as (
         world,
         responder,
     ):
@@ -345,6 +312,8 @@ async def test_a_task_waiting_only_for_a_slot_is_said_pending_later_from_the_tas
         await _release_until_gone(world, adapter, names)
         assert [await _status(world.db, response) for response in responses] == ["completed"] * 3
         assert len(adapter.starts) == 3 and adapter.max_active == 1
+        statistics = responder.statistics()
+        assert (statistics.following, statistics.waiting_for_capacity) == (0, 0)
 
 
 async def test_a_waiting_follow_up_keeps_looking_for_the_earlier_answer_to_join(
