@@ -4,9 +4,8 @@ them).
 Driving: one driver task per engine scans the active calls (every ``poll_interval``, or at once when woken),
 claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease: crashed, or
 another replica) while a slot is free — all it found in one write transaction — and runs a `Drive` for each (see
-``_driving``). Calls that only need closing
-(cancel requested, deadline passed, no adapter) are claimed without a slot. A call is never driven twice at once:
-the lease is exclusive and every write checks its token.
+``_driving``). Calls that only need closing (cancel requested, deadline passed, no adapter) are claimed without a
+slot. A call is never driven twice at once: the lease is exclusive and every write checks its token.
 
 Must not do: admit calls or answer reads (``HarnessEngine`` does); it only claims what is stored.
 """
