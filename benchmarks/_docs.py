@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from benchmarks._common import markdown_table
 
@@ -125,12 +125,27 @@ def _loader(cache: dict[str, Mapping[str, Any]]) -> Callable[[str], Mapping[str,
     return load
 
 
+def results_name(source: Path) -> str:
+    """``source`` (a path from here, or relative to benchmarks/) as the results file's path under benchmarks/;
+    `DocsError` when there is no such file or it lies outside benchmarks/."""
+    found = next((path for path in (source, BENCHMARKS / source) if path.is_file()), None)
+    if found is None:
+        raise DocsError(f"no results file {source}: give one under benchmarks/results/, e.g. --from {_EXAMPLE}")
+    resolved = found.resolve()
+    if not resolved.is_relative_to(BENCHMARKS):
+        raise DocsError(f"{source} is not under benchmarks/: the docs name results files there, e.g. {_EXAMPLE}")
+    return resolved.relative_to(BENCHMARKS).as_posix()
+
+
+_EXAMPLE: Final = "benchmarks/results/<date>-<commit>-<name>.json"
+
+
 def regenerate(docs: Path, results: Path | None = None) -> list[str]:
     """Rewrite ``docs`` in place (optionally repointing sections at ``results``); the sections that changed."""
     cache: dict[str, Mapping[str, Any]] = {}
     repoint = None
     if results is not None:
-        relative = results.resolve().relative_to(BENCHMARKS).as_posix()
+        relative = results_name(results)
         repoint = (relative, _loader(cache)(relative))
     text, changed = update(docs.read_text(encoding="utf-8"), _loader(cache), repoint=repoint)
     docs.write_text(text, encoding="utf-8")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks._docs import BENCHMARKS, DOCS, DocsError, render_section, sections, update
+from benchmarks._docs import BENCHMARKS, DOCS, DocsError, main, render_section, results_name, sections, update
 
 
 def _document(rows: list[list[Any]]) -> dict[str, Any]:
@@ -91,3 +92,23 @@ def test_results_files_named_by_the_docs_are_tracked_by_git() -> None:
             check=False,
         )
         assert tracked.returncode == 0, f"benchmarks/{section.file} is quoted by docs/BENCHMARKS.md: commit it"
+
+
+def test_a_results_file_is_named_from_here_or_from_benchmarks_and_a_wrong_one_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    named = next(p for p in (BENCHMARKS / "results").glob("*.json"))
+    expected = f"results/{named.name}"
+    assert results_name(Path("benchmarks") / expected) == expected  # from the repository's root
+    assert results_name(Path(expected)) == expected  # relative to benchmarks/, as the markers write it
+    assert results_name(named) == expected
+    with pytest.raises(DocsError, match=r"no results file results/nope\.json: give one under benchmarks/results/"):
+        results_name(Path("results/nope.json"))
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text("{}")
+    with pytest.raises(DocsError, match="is not under benchmarks/"):
+        results_name(outside)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"^no results file") as stopped:
+        main(["--from", "missing.json", "--docs", str(tmp_path / "BENCHMARKS.md")])
+    assert "\n" not in str(stopped.value)
