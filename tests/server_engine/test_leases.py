@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet
+from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet, _driver
 from loopd.server.engine._driving import lease_resource
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database
@@ -114,6 +114,40 @@ async def test_the_calls_one_scan_finds_are_claimed_together_within_capacity(
         finished = await asyncio.gather(*(engine.wait(call_id, 15) for call_id in admitted + others))
     assert [call.phase for call in finished] == ["succeeded"] * 6
     assert sorted(adapter.starts) == sorted(admitted + others)
+
+
+async def test_a_claim_batch_counts_the_slots_that_are_free_when_it_starts(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An admission can take a slot while a batch's leases are being written: the next batch counts what is left
+    # then, never what was free when the scan began.
+    monkeypatch.setattr(_driver, "CLAIM_BATCH", 2)
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")))
+    engine = make_engine(sqlite_db, {"scripted": adapter}, capacity=4)
+    elsewhere = make_engine(sqlite_db, {"scripted": adapter}, replica_id="replica-b")  # admits, never drives
+    for index in range(5):
+        await _call(sqlite_db, elsewhere, key=f"elsewhere/{index}")
+    acquire = Leases.acquire
+    admitted: list[str] = []
+
+    async def admitting(self: Leases, resource: str, holder: str, ttl_seconds: float) -> object:
+        if not admitted:
+            admitted.append(engine._slots.reserve())  # an admission on this replica, mid-batch
+        return await acquire(self, resource, holder, ttl_seconds)
+
+    monkeypatch.setattr(Leases, "acquire", admitting)
+    async with engine:
+        await until_true(lambda: len(adapter.starts) == 3)  # two in the first batch, one left for the second
+        await asyncio.sleep(0.2)  # scans come and go: none claims a fourth while the admission holds its slot
+        assert len(adapter.starts) == 3 and engine.statistics().slots_used == 4
+        engine._slots.release(admitted[0])
+        engine._driver.wake()
+        await until_true(lambda: len(adapter.starts) == 4)
+        for call_id in adapter.starts:
+            adapter.last_run(call_id).release()
+        await until_true(lambda: len(adapter.starts) == 5)
+        adapter.last_run(adapter.starts[-1]).release()
+        await until_true(lambda: engine.statistics().driving == 0)
 
 
 async def test_a_crashed_replica_is_resumed_elsewhere_and_the_replay_is_deduplicated(

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -214,21 +214,23 @@ class CallDriver:
             del self._retry_after[stale]
         now = self._settings.clock.now()
         ordered = [c for c in active if c.id in self._slots] + [c for c in active if c.id not in self._slots]
-        free = self._slots.free
-        wanted: list[tuple[HarnessCall, bool]] = []
-        for call in ordered:
-            if call.id in self._drives or self._retry_after.get(call.id, 0.0) > self._clock.monotonic():
-                continue
-            closing_only = call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters
-            if not closing_only and call.id not in self._slots:
-                if free == 0:
-                    continue
-                free -= 1
-            wanted.append((call, closing_only))
-        for first in range(0, len(wanted), CLAIM_BATCH):
-            if self._closed:
-                return
-            await self._claim(wanted[first : first + CLAIM_BATCH])
+        waiting = deque(
+            (call, call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters)
+            for call in ordered
+            if call.id not in self._drives and self._retry_after.get(call.id, 0.0) <= self._clock.monotonic()
+        )
+        while waiting and not self._closed:
+            free = self._slots.free  # now: admissions may have taken slots while the previous batch was claimed
+            batch: list[tuple[HarnessCall, bool]] = []
+            while waiting and len(batch) < CLAIM_BATCH:
+                call, closing_only = waiting.popleft()
+                if not closing_only and call.id not in self._slots:
+                    if free == 0:
+                        continue  # no slot: a freed one wakes the next scan
+                    free -= 1
+                batch.append((call, closing_only))
+            if batch:
+                await self._claim(batch)
 
     async def _claim(self, batch: list[tuple[HarnessCall, bool]]) -> None:
         """Take the leases of ``batch`` (call, whether it only needs closing) in one write transaction and drive each
