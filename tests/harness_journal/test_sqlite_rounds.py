@@ -52,6 +52,29 @@ async def test_small_rounds_commit_on_the_event_loop_and_full_sync_never_does(tm
             await journal.aclose()
 
 
+@pytest.mark.parametrize("shape", ["one large record", "many records of one append", "many appends"])
+async def test_a_round_over_the_inline_bounds_commits_on_the_writer_thread(tmp_path: Path, shape: str) -> None:
+    """An inline round blocks the event loop for its commit, so rounds past INLINE_MAX_BYTES (or _RECORDS) go to the
+    writer thread — whether the bytes come in one record, one append of many or many appends."""
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(3)]
+        await asyncio.gather(*(w.append(records(1)) for w in writers))  # no solo streak: the next append leads
+        big = b"x" * (_sqlite.INLINE_MAX_BYTES // 2 + 1)
+        inline, commits = journal.commits_inline, journal.commits
+        if shape == "one large record":
+            await writers[0].append([NewRecord("blob", 1, big * 2, 0.0)])
+        elif shape == "many records of one append":
+            await writers[0].append([NewRecord("blob", 1, big, 0.0), NewRecord("blob", 1, big, 0.0)])
+        else:
+            await asyncio.gather(*(w.append([NewRecord("blob", 1, big, 0.0)]) for w in writers[:2]))
+        assert journal.commits == commits + 1 and journal.commits_inline == inline
+        await writers[2].append(records(1))  # the bound counts only what is queued now
+        assert journal.commits_inline == inline + 1
+    finally:
+        await journal.aclose()
+
+
 async def test_appends_ready_together_share_one_round(tmp_path: Path) -> None:
     journal = await SqliteJournal.open(tmp_path / "j.db")
     try:

@@ -312,6 +312,7 @@ class SqliteJournal:
         # gather the round) or the flusher task (rounds on the writer thread).
         self._pending: list[_Append] = []
         self._pending_size = 0
+        self._pending_bytes = 0  # the queued records' data, summed as they are queued (an inline round's bound)
         self._leader = False
         self._solo = False  # the last round had a single append
         self._unyielded = 0  # appends written since one last yielded to the event loop
@@ -528,6 +529,7 @@ class SqliteJournal:
         item = _Append(writer, writer.sid, writer.epoch, records, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self._pending_size += len(records)
+        self._pending_bytes += len(records[0].data) if len(records) == 1 else sum(len(r.data) for r in records)
         if not self._leader and self._flusher is None:
             if self._solo and self._unyielded < SOLO_STREAK:
                 # The last round had one append: most likely nobody else is writing, so gathering a round
@@ -563,7 +565,7 @@ class SqliteJournal:
         self._check_open()
 
     def _take_round(self) -> list[_Append]:
-        batch, self._pending, self._pending_size = self._pending, [], 0
+        batch, self._pending, self._pending_size, self._pending_bytes = self._pending, [], 0, 0
         self._room.set()
         self._solo = len(batch) == 1
         return [item for item in batch if not item.future.done()]
@@ -572,11 +574,12 @@ class SqliteJournal:
         """Write the pending appends now on the event-loop thread if that is cheap, else on the writer thread."""
         if not self._pending or self._flusher is not None:
             return
-        if not (self._inline and self._writer_idle() and self._pending_size <= INLINE_MAX_RECORDS):
-            self._start_flusher()
-            return
-        size = sum(len(r.data) for item in self._pending for r in item.records)
-        if size > INLINE_MAX_BYTES:
+        if not (
+            self._inline
+            and self._pending_size <= INLINE_MAX_RECORDS
+            and self._pending_bytes <= INLINE_MAX_BYTES
+            and self._writer_idle()
+        ):
             self._start_flusher()
             return
         batch = self._take_round()
@@ -588,6 +591,7 @@ class SqliteJournal:
             # Another connection is writing: wait for it on the writer thread, not on the event loop.
             self._pending[:0] = batch
             self._pending_size += sum(len(a.records) for a in batch)
+            self._pending_bytes += sum(len(r.data) for a in batch for r in a.records)
             self._start_flusher()
             return
         except Exception as exc:  # any storage failure fails every append of the round (fail-closed)
@@ -674,10 +678,10 @@ class SqliteJournal:
                 running.result(timeout=self._append_timeout)
         self._checkpoint(writer=True)
 
-    def _count_wal(self, estimate: int) -> None:
+    def _count_wal(self, estimate: Callable[[], int]) -> None:
         """Add the WAL frames the transaction just committed appended to ``_wal_pages`` (by whoever holds the write
         connection): the growth of the wal-index header's ``mxFrame`` (it starts again from 0 once a checkpoint
-        has copied every frame and a writer restarts the WAL), or ``estimate`` when it cannot be read."""
+        has copied every frame and a writer restarts the WAL), or what ``estimate`` says when it cannot be read."""
         fd = self._shm
         if fd is not None:
             try:
@@ -689,7 +693,7 @@ class SqliteJournal:
                 self._wal_pages += frames - self._wal_frames if frames >= self._wal_frames else frames
                 self._wal_frames = frames
                 return
-        self._wal_pages += estimate
+        self._wal_pages += estimate()
 
     def _checkpoint(self, writer: bool) -> None:
         """Copy the WAL back into the database file (on the reader's thread, or the writer's once the WAL must
@@ -724,7 +728,7 @@ class SqliteJournal:
         self.commits += 1
         self.commits_inline += inline
         self.records_written += len(rows)
-        self._count_wal(2 + len(heads) + sum(len(row[5]) for row in rows) // 3000)
+        self._count_wal(lambda: 2 + len(heads) + sum(len(row[5]) for row in rows) // 3000)
         return results
 
     def _stage(
@@ -881,7 +885,7 @@ class SqliteJournal:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 raise
-            self._count_wal(2 + len(data) // 3000)
+            self._count_wal(lambda: 2 + len(data) // 3000)
             return None
 
         last = await self._in_writer(save)
