@@ -5,6 +5,7 @@ conversation (issue 18: the transform re-walked the whole history on every step)
 from __future__ import annotations
 
 import json
+import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +18,14 @@ from openai.resources.chat.completions import completions as sdk_completions
 from loopd.harness._errors import ModelPermanentError
 from loopd.harness.core._values import Message, ToolCall
 from loopd.harness.models._anthropic import AnthropicModel, anthropic_messages
-from loopd.harness.models._openai import CLOSINGS_KEPT, MessageEncoder, OpenAICompatibleModel, openai_messages
+from loopd.harness.models._openai import (
+    CLOSINGS_KEPT,
+    MessageEncoder,
+    OpenAICompatibleModel,
+    openai_messages,
+    request_body_with,
+    request_closing,
+)
 from loopd.harness.models._protocol import Model, ModelRequest, ReplyInfo, TextDelta, ToolSpec, UsageReport
 from tests.harness_models.helpers import LIST_DIR, READ_FILE
 
@@ -327,6 +335,28 @@ async def test_a_growing_history_is_joined_into_one_buffer_once() -> None:
     fresh = encoder.encode(_request(messages=compacted))
     assert fresh._joined is not encoded[0]._joined
     assert json.loads(encoded[-1].array()) == openai_messages(_request(messages=tuple(history), system="s"))
+
+
+def test_a_long_history_is_copied_once_into_the_body() -> None:
+    """The history's bytes — nearly all of a long conversation's body — go straight into the body: building it
+    allocates about one body, not the array first and then the body around it."""
+    history = _history(3000)
+    messages = MessageEncoder().encode(_request(messages=tuple(history), system="s"))
+    closing = request_closing(
+        tools=(LIST_DIR,), include_usage=True, temperature=None, max_tokens=None, max_tokens_field="max_tokens"
+    )
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        body = request_body_with("m", messages, closing)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(body) > 500_000
+    assert peak - before < 1.2 * len(body)
+    expected = openai_messages(_request(messages=tuple(history), system="s"))
+    assert json.loads(body)["messages"] == expected and body.endswith(closing)
 
 
 async def test_the_end_of_the_body_is_encoded_once_per_tool_set(endpoint: Endpoint) -> None:

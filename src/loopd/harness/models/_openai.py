@@ -467,14 +467,15 @@ class EncodedMessages:
         """Each message's encoded element, system prompt first."""
         return ([self.system] if self.system is not None else []) + self._history[: self._count]
 
-    def array(self) -> bytes:
-        """The JSON array of the messages."""
+    def array(self, head: bytes = b"", tail: bytes = b"") -> bytes:
+        """The JSON array of the messages, between ``head`` and ``tail`` (a request body's other parts: the
+        history's bytes, the bulk of a long conversation's body, are copied once, straight into it)."""
         # The conversation's buffer only grows (a replaced history gets a new one), so its first ``_length`` bytes
         # are this request's history even if later requests appended to it; the view is released at once.
         with memoryview(self._joined) as view, view[: self._length] as history:
             if self.system is None:
-                return b"".join((b"[", history, b"]"))
-            return b"".join((b"[", self.system, b"," if self._length else b"", history, b"]"))
+                return b"".join((head, b"[", history, b"]", tail))
+            return b"".join((head, b"[", self.system, b"," if self._length else b"", history, b"]", tail))
 
 
 class _Conversation:
@@ -580,7 +581,7 @@ def request_body(
 
 def request_body_with(model: str, messages: EncodedMessages, closing: bytes) -> bytes:
     """`request_body` with its end (`request_closing`) already encoded."""
-    return b"".join((_json({"model": model, "stream": True})[:-1], b',"messages":', messages.array(), closing))
+    return messages.array(_json({"model": model, "stream": True})[:-1] + b',"messages":', closing)
 
 
 def request_closing(
