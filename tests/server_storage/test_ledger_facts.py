@@ -16,13 +16,14 @@ from loopd.server.ledger import (
     Lane,
     LedgerFacts,
     NewEvent,
+    Scope,
     SqlLedgerStore,
     SubjectKind,
     Turn,
     completed,
     requested,
 )
-from loopd.server.storage import Database
+from loopd.server.storage import Conflict, Database, InvalidRecord
 
 
 def test_facts_are_bounded_and_the_oldest_go_first() -> None:
@@ -110,3 +111,138 @@ async def test_a_remembered_fact_saves_its_read(db: Database) -> None:
     assert [sql for sql in reads if "ledger_appends" in sql or "FROM ledger_events WHERE id IN" in sql] == [
         next(sql for sql in reads if "ledger_appends" in sql)
     ]
+
+
+# --- what one transaction wrote, remembered while it lasts (a store `within` it) --------------------------------
+
+
+def _recorded_reads(tx: object) -> list[str]:
+    """Every SELECT the transaction runs from now on (its fetches are wrapped)."""
+    reads: list[str] = []
+    fetch_one, fetch = tx.fetch_one, tx.fetch  # type: ignore[attr-defined]
+
+    async def counted(sql: str, params: object = ()) -> object:
+        reads.append(sql)
+        return await fetch_one(sql, params)
+
+    async def counted_rows(sql: str, params: object = ()) -> object:
+        reads.append(sql)
+        return await fetch(sql, params)
+
+    tx.fetch_one = counted  # type: ignore[attr-defined]
+    tx.fetch = counted_rows  # type: ignore[attr-defined]
+    return reads
+
+
+async def _trail(store: SqlLedgerStore, actor: str, lane_id: str) -> tuple[Turn, Action, Attempt, Attempt]:
+    """The shape of a harness call's trail: a turn, an execution action with a store-numbered attempt, a child
+    model call with a numbered one, and their opening events."""
+    turn = await store.create_turn(Turn(lane_id=lane_id))
+    execution = await store.create_action(
+        Action(turn.id, ActionType.TOOL_CALL, effect_kind=EffectKind.WRITE, idempotency=Idempotency.NONE)
+    )
+    first = await store.create_attempt(Attempt(action_id=execution.id))
+    child = await store.create_action(
+        Action(
+            turn.id,
+            ActionType.MODEL_CALL,
+            effect_kind=EffectKind.READ,
+            idempotency=Idempotency.INHERENT,
+            parent_action_id=execution.id,
+        )
+    )
+    model = await store.create_attempt(Attempt(action_id=child.id, attempt_no=1))
+    await store.append_next(
+        lane_id,
+        "opened",
+        [
+            NewEvent(str(EventType.TURN_STARTED), turn.id, actor),
+            NewEvent(str(EventType.ACTION_STARTED), execution.id, actor),
+            requested(first, actor),
+            requested(model, actor),
+        ],
+    )
+    return turn, execution, first, model
+
+
+@pytest.mark.parametrize("facts", [None, LedgerFacts()], ids=["no-facts", "facts"])
+async def test_a_transaction_does_not_read_back_the_rows_it_wrote(db: Database, facts: LedgerFacts | None) -> None:
+    """A call's trail in one transaction: each new turn, action and attempt costs its insert alone, and the checks
+    of the appends about them read none of their rows (lane, numbering, progress) back."""
+    setup = SqlLedgerStore(db)
+    actor = await setup.ensure_actor(Actor(type="harness", key="builtin", framework="loopd"))
+    async with db.transaction() as tx:
+        store = SqlLedgerStore.within(tx, facts=facts)
+        lane = await store.create_lane(Lane(session_id="s1", run_id="r1", name="main"))
+        reads = _recorded_reads(tx)
+        _, _, first, model = await _trail(store, actor.id, lane.id)
+        await store.append_next(lane.id, "model", [completed(model, actor.id)])
+        await store.append_next(lane.id, "closed", [completed(first, actor.id)])
+    entity_reads = [
+        sql
+        for sql in reads
+        if sql.startswith("SELECT")
+        and any(table in sql for table in ("ledger_turns", "ledger_actions", "ledger_attempts", "DISTINCT event_type"))
+    ]
+    assert entity_reads == []
+    # what is left: per append the lane under its lock and the append id with the batch's event ids; the actor once
+    assert len([sql for sql in reads if sql.startswith("SELECT")]) == 3 * 2 + 1
+    assert len([sql for sql in reads if "ledger_actors" in sql]) == 1
+    stored = await setup.load_run("s1", "r1")
+    assert [e.event_type for e in stored.events][-2:] == ["attempt.completed", "attempt.completed"]
+    assert (await setup.get_attempt(first.id)).attempt_no == 1
+
+
+async def test_the_rules_hold_for_rows_written_earlier_in_the_same_transaction(db: Database) -> None:
+    setup = SqlLedgerStore(db)
+    actor = (await setup.ensure_actor(Actor(type="harness", key="builtin", framework="loopd"))).id
+    other = await setup.create_lane(Lane(session_id="s1", run_id="r0", name="other"))
+
+    async def refused(case: str) -> None:
+        async with db.transaction() as tx:
+            store = SqlLedgerStore.within(tx)
+            lane = await store.create_lane(Lane(session_id="s1", run_id=case, name="main"))
+            turn, execution, _, model = await _trail(store, actor, lane.id)
+            if case == "requested twice":
+                await store.append_next(lane.id, "again", [requested(model, actor)])
+            elif case == "completed twice":
+                await store.append_next(lane.id, "once", [completed(model, actor)])
+                await store.append_next(lane.id, "twice", [completed(model, actor)])
+            elif case == "completed before requested":
+                fresh = await store.create_attempt(Attempt(action_id=execution.id))
+                assert fresh.attempt_no == 2  # numbered after the one this transaction gave the action
+                await store.append_next(lane.id, "early", [completed(fresh, actor)])
+            elif case == "another lane's turn":
+                await store.append_next(other.id, "foreign", [NewEvent(str(EventType.TURN_COMPLETED), turn.id, actor)])
+
+    with pytest.raises(Conflict, match="already requested"):
+        await refused("requested twice")
+    with pytest.raises(Conflict, match="already has its terminal event"):
+        await refused("completed twice")
+    with pytest.raises(InvalidRecord, match=r"needs attempt\.requested"):
+        await refused("completed before requested")
+    with pytest.raises(InvalidRecord, match="belongs to another lane"):
+        await refused("another lane's turn")
+    assert await setup.find_lanes(Scope(session_id="s1")) == [other]  # each refusal rolled its transaction back
+
+
+async def test_attempts_of_an_action_this_transaction_created_are_numbered_without_reads(db: Database) -> None:
+    setup = SqlLedgerStore(db)
+    lane = await setup.create_lane(Lane(session_id="s1", run_id="r1", name="main"))
+    turn = await setup.create_turn(Turn(lane_id=lane.id))
+    async with db.transaction() as tx:
+        store = SqlLedgerStore.within(tx)
+        action = await store.create_action(
+            Action(turn.id, ActionType.TOOL_CALL, effect_kind=EffectKind.WRITE, idempotency=Idempotency.NONE)
+        )
+        reads = _recorded_reads(tx)
+        one = await store.create_attempt(Attempt(action_id=action.id, id="one"))
+        given = await store.create_attempt(Attempt(action_id=action.id, attempt_no=5, id="five"))
+        after = await store.create_attempt(Attempt(action_id=action.id, id="six"))
+        again = await store.create_attempt(Attempt(action_id=action.id, id="one"))  # a repeat: the stored one
+        assert [one.attempt_no, given.attempt_no, after.attempt_no, again.attempt_no] == [1, 5, 6, 1]
+        assert [sql for sql in reads if sql.startswith("SELECT") and "ledger_attempts WHERE id" not in sql] == []
+        with pytest.raises(Conflict, match="already has attempt 5"):
+            await store.create_attempt(Attempt(action_id=action.id, attempt_no=5, id="another five"))
+    # a later transaction did not create the action: it reads the numbers taken
+    assert (await setup.create_attempt(Attempt(action_id=action.id))).attempt_no == 7

@@ -11,7 +11,11 @@ cost_usd for roll-ups), ``ledger_appends`` (id, lane_id, digest, first/last seq,
 An append locks its lane row (PostgreSQL ``FOR UPDATE``; SQLite writers are serialized), then checks the append
 id, the expected seq and the batch, then writes events, receipt and head in the same transaction.
 ``SqlLedgerStore(db)`` runs each call in its own transaction; ``SqlLedgerStore.within(tx)`` joins a transaction
-the caller already opened (so ledger facts commit together with, say, a harness call checkpoint).
+the caller already opened (so ledger facts commit together with, say, a harness call checkpoint), and remembers
+what that transaction wrote and read through it — which lane each turn, action and attempt belongs to, each lane's
+session, the actors it found, and the progress and numbering of the attempts and actions it created — so that
+later calls in the same transaction do not read those rows back (the transaction's ledger writes must then all go
+through that store, as the engine's trail does).
 Must not do: decide what to record (callers and ``LaneRecorder`` do).
 """
 
@@ -70,7 +74,7 @@ from ._rules import (
     normalize_turn,
     same_identity,
 )
-from ._vocabulary import ActionType, EffectKind, EventType, Idempotency, SubjectKind
+from ._vocabulary import ATTEMPT_TERMINAL_EVENTS, ActionType, EffectKind, EventType, Idempotency, SubjectKind
 
 _T = TypeVar("_T")
 _IDS_PER_QUERY = 500
@@ -191,15 +195,27 @@ class _LedgerSql:
     def __init__(self, tx: TransactionCore, facts: LedgerFacts | None = None) -> None:
         self._tx = tx
         self._facts = facts
+        # What this transaction wrote or read (true until it ends; `_facts` learns it only once committed):
+        self._entity_lanes: dict[tuple[SubjectKind, str], str] = {}
+        self._lane_sessions: dict[str, str] = {}
+        self._actors: set[str] = set()
+        # The attempts this transaction created, with their progress since (requested, finished): no other
+        # transaction can have written events about them, and this one writes them through here.
+        self._fresh_attempts: dict[str, tuple[bool, bool]] = {}
+        # The actions this transaction created, with the highest attempt number it gave one of them (0: none):
+        # nobody else can have numbered their attempts.
+        self._fresh_actions: dict[str, int] = {}
 
     # -- immutable facts, remembered once committed (`LedgerFacts`) ------------------------------------------
 
     def _learn_entity(self, kind: SubjectKind, entity_id: str, lane_id: str) -> None:
+        self._entity_lanes[kind, entity_id] = lane_id
         facts = self._facts
         if facts is not None:
             remember_after_commit(self._tx, lambda: facts.add_entity(kind, entity_id, lane_id))
 
     def _learn_lane(self, lane: Lane) -> Lane:
+        self._lane_sessions[lane.id] = lane.session_id
         facts = self._facts
         if facts is not None:
             remember_after_commit(self._tx, lambda: facts.add_lane(lane.id, lane.session_id))
@@ -208,6 +224,8 @@ class _LedgerSql:
     # -- lookups ---------------------------------------------------------------------------------------------
 
     async def entity_lane(self, kind: SubjectKind, entity_id: str) -> str | None:
+        if (known := self._entity_lanes.get((kind, entity_id))) is not None:
+            return known
         if self._facts is not None and (known := self._facts.entity_lane(kind, entity_id)) is not None:
             return known
         table = {SubjectKind.TURN: "ledger_turns", SubjectKind.ACTION: "ledger_actions"}.get(kind, "ledger_attempts")
@@ -218,15 +236,21 @@ class _LedgerSql:
         return str(row[0])
 
     async def lane_session(self, lane_id: str) -> str | None:
-        if self._facts is not None and (known := self._facts.lane_session(lane_id)) is not None:
+        if (known := self._known_lane_session(lane_id)) is not None:
             return known
         row = await self._tx.fetch_one("SELECT session_id FROM ledger_lanes WHERE id = ?", (lane_id,))
         if row is None:
             return None
         facts, session = self._facts, str(row[0])
+        self._lane_sessions[lane_id] = session
         if facts is not None:
             remember_after_commit(self._tx, lambda: facts.add_lane(lane_id, session))
         return session
+
+    def _known_lane_session(self, lane_id: str) -> str | None:
+        if (known := self._lane_sessions.get(lane_id)) is not None:
+            return known
+        return None if self._facts is None else self._facts.lane_session(lane_id)
 
     async def event_session(self, event_id: str) -> str | None:
         row = await self._tx.fetch_one(
@@ -247,15 +271,18 @@ class _LedgerSql:
 
     async def actor_exists(self, actor_id: str) -> bool:
         facts = self._facts
-        if facts is not None and facts.actor_exists(actor_id):
+        if actor_id in self._actors or (facts is not None and facts.actor_exists(actor_id)):
             return True
         if await self._tx.fetch_one("SELECT 1 FROM ledger_actors WHERE id = ?", (actor_id,)) is None:
             return False
+        self._actors.add(actor_id)
         if facts is not None:
             remember_after_commit(self._tx, lambda: facts.add_actor(actor_id))
         return True
 
     async def attempt_progress(self, attempt_id: str) -> tuple[bool, bool]:
+        if (fresh := self._fresh_attempts.get(attempt_id)) is not None:
+            return fresh
         rows = await self._tx.fetch(
             "SELECT DISTINCT event_type FROM ledger_events WHERE subject_id = ? AND event_type IN "
             "('attempt.requested', 'attempt.completed', 'attempt.failed')",
@@ -318,8 +345,8 @@ class _LedgerSql:
         return self._learn_lane(_lane(row))
 
     async def _require_lane(self, lane_id: str) -> None:
-        """NotFound unless the lane exists (known from a committed transaction, or read)."""
-        if self._facts is None or self._facts.lane_session(lane_id) is None:
+        """NotFound unless the lane exists (known from a committed transaction or this one, or read)."""
+        if self._known_lane_session(lane_id) is None:
             await self.get_lane(lane_id)
 
     async def find_lane(self, session_id: str, run_id: str, name: str) -> Lane | None:
@@ -367,43 +394,57 @@ class _LedgerSql:
         same_identity(existing, lane, "lane")
         return self._learn_lane(existing)
 
+    # An entity is inserted first (a new one — the common case — costs one statement) once what it refers to is
+    # known to exist; when that check fails, the entity's own row decides first, as a repeat of a stored entity
+    # is judged by its identity alone.
+
     async def create_turn(self, turn: Turn) -> Turn:
         turn = normalize_turn(turn)
-        row = await self._tx.fetch_one(f"SELECT {_TURN} FROM ledger_turns WHERE id = ?", (turn.id,))
-        if row is not None:
-            same_identity(_turn(row), turn, "turn")
-            stored = _turn(row)
-        else:
+        try:
             await self._require_lane(turn.lane_id)
-            stored = await self._insert_or_compare(
-                "ledger_turns",
-                _TURN,
-                (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
-                turn,
-                _turn,
-            )
+        except NotFound:
+            await self._stored_same(_TURN, "ledger_turns", turn, _turn)
+            raise
+        stored, _ = await self._insert_or_compare(
+            "ledger_turns",
+            _TURN,
+            (turn.id, turn.lane_id, dumps(turn.attributes), time_text(self._tx.now())),
+            turn,
+            _turn,
+        )
         self._learn_entity(SubjectKind.TURN, stored.id, stored.lane_id)
         return stored
 
+    async def _stored_same(
+        self, columns: str, table: str, proposed: Any, decode: Callable[[Sequence[Any]], Any]
+    ) -> None:
+        """If ``proposed``'s id is stored, the stored entity must have its identity (else the identity error)."""
+        row = await self._tx.fetch_one(f"SELECT {columns} FROM {table} WHERE id = ?", (proposed.id,))
+        if row is not None:
+            same_identity(decode(row), proposed, table.removeprefix("ledger_").rstrip("s"))
+
     async def create_action(self, action: Action) -> Action:
         action = normalize_action(action)
-        row = await self._tx.fetch_one(f"SELECT {_ACTION} FROM ledger_actions WHERE id = ?", (action.id,))
-        if row is not None:
-            same_identity(_action(row), action, "action")
+        lane_id = await self.entity_lane(SubjectKind.TURN, action.turn_id)
+        problem: Exception | None = None
+        if lane_id is None:
+            problem = NotFound(f"turn {action.turn_id} not found")
+        elif action.parent_action_id is not None:
+            parent_lane = await self.entity_lane(SubjectKind.ACTION, action.parent_action_id)
+            if parent_lane is None:
+                problem = NotFound(f"parent action {action.parent_action_id} not found")
+            elif parent_lane != lane_id:
+                problem = Conflict(f"parent action {action.parent_action_id} belongs to another lane")
+        if problem is not None or lane_id is None:
+            row = await self._tx.fetch_one(f"SELECT {_ACTION} FROM ledger_actions WHERE id = ?", (action.id,))
+            if row is None:
+                raise problem or NotFound(f"turn {action.turn_id} not found")
             existing = _action(row)
+            same_identity(existing, action, "action")
             if existing.lane_id is not None:
                 self._learn_entity(SubjectKind.ACTION, existing.id, existing.lane_id)
             return existing
-        lane_id = await self.entity_lane(SubjectKind.TURN, action.turn_id)
-        if lane_id is None:
-            raise NotFound(f"turn {action.turn_id} not found")
-        if action.parent_action_id is not None:
-            parent_lane = await self.entity_lane(SubjectKind.ACTION, action.parent_action_id)
-            if parent_lane is None:
-                raise NotFound(f"parent action {action.parent_action_id} not found")
-            if parent_lane != lane_id:
-                raise Conflict(f"parent action {action.parent_action_id} belongs to another lane")
-        stored = await self._insert_or_compare(
+        stored, inserted = await self._insert_or_compare(
             "ledger_actions",
             _ACTION,
             (
@@ -422,10 +463,23 @@ class _LedgerSql:
             _action,
         )
         self._learn_entity(SubjectKind.ACTION, stored.id, stored.lane_id or lane_id)
+        if inserted:
+            self._fresh_actions[stored.id] = 0
         return stored
 
     async def create_attempt(self, attempt: Attempt) -> Attempt:
         attempt = normalize_attempt(attempt)
+        if attempt.attempt_no is not None:
+            # Numbered by the caller: no number to pick under the action's lock (the unique (action, number)
+            # refuses a taken one), and a new attempt costs its insert alone.
+            lane_id = await self.entity_lane(SubjectKind.ACTION, attempt.action_id)
+            if lane_id is not None:
+                return await self._insert_attempt(attempt, attempt.attempt_no, lane_id)
+        elif (numbered := self._fresh_actions.get(attempt.action_id)) is not None:
+            # An action this transaction created: its attempts are the ones numbered here, so far.
+            return await self._insert_attempt(
+                attempt, numbered + 1, self._entity_lanes[SubjectKind.ACTION, attempt.action_id]
+            )
         row = await self._tx.fetch_one(f"SELECT {_ATTEMPT} FROM ledger_attempts WHERE id = ?", (attempt.id,))
         if row is not None:
             return self._same_attempt(_attempt(row), attempt)
@@ -435,23 +489,27 @@ class _LedgerSql:
         )
         if action_row is None:
             raise NotFound(f"action {attempt.action_id} not found")
-        number = attempt.attempt_no
-        if number is None:
-            last = await self._tx.fetch_one(
-                "SELECT MAX(attempt_no) FROM ledger_attempts WHERE action_id = ?", (attempt.action_id,)
-            )
-            number = int(last[0] or 0) + 1 if last is not None else 1
+        last = await self._tx.fetch_one(
+            "SELECT MAX(attempt_no) FROM ledger_attempts WHERE action_id = ?", (attempt.action_id,)
+        )
+        number = int(last[0] or 0) + 1 if last is not None else 1
+        return await self._insert_attempt(attempt, number, str(action_row[0]))
+
+    async def _insert_attempt(self, attempt: Attempt, number: int, lane_id: str) -> Attempt:
         inserted = await self._tx.fetch(
             f"INSERT INTO ledger_attempts ({_ATTEMPT}) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING "
             f"RETURNING {_ATTEMPT}",
-            (attempt.id, attempt.action_id, number, str(action_row[0]), time_text(self._tx.now())),
+            (attempt.id, attempt.action_id, number, lane_id, time_text(self._tx.now())),
         )
         if not inserted:
             row = await self._tx.fetch_one(f"SELECT {_ATTEMPT} FROM ledger_attempts WHERE id = ?", (attempt.id,))
             if row is None:
                 raise Conflict(f"action {attempt.action_id} already has attempt {number}")
             return self._same_attempt(_attempt(row), attempt)
-        self._learn_entity(SubjectKind.ATTEMPT, attempt.id, str(action_row[0]))
+        self._learn_entity(SubjectKind.ATTEMPT, attempt.id, lane_id)
+        self._fresh_attempts[attempt.id] = (False, False)
+        if attempt.action_id in self._fresh_actions:
+            self._fresh_actions[attempt.action_id] = max(self._fresh_actions[attempt.action_id], number)
         return _attempt(inserted[0])  # as stored, without reading it again
 
     @staticmethod
@@ -472,18 +530,18 @@ class _LedgerSql:
 
     async def _insert_or_compare(
         self, table: str, columns: str, values: tuple[Any, ...], proposed: Any, decode: Callable[[Sequence[Any]], _T]
-    ) -> _T:
-        """Insert the entity and return it as stored (one statement: ``RETURNING``); when its id was created
-        concurrently, the stored one, which must have the same identity."""
+    ) -> tuple[_T, bool]:
+        """Insert the entity and return it as stored (one statement: ``RETURNING``) and True; when its id is stored
+        already, the stored one, which must have the same identity, and False."""
         marks = ", ".join("?" for _ in values)
         inserted = await self._tx.fetch(
             f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING RETURNING {columns}", values
         )
         if inserted:
-            return decode(inserted[0])
+            return decode(inserted[0]), True
         stored = await self._get(columns, table, proposed.id, decode)
         same_identity(stored, proposed, table.removeprefix("ledger_").rstrip("s"))
-        return stored
+        return stored, False
 
     # -- events ----------------------------------------------------------------------------------------------
 
@@ -554,6 +612,14 @@ class _LedgerSql:
             (append_id, lane_id, digest, receipt.first_seq, receipt.last_seq, dumps(list(receipt.event_ids)), now),
         )
         await self._tx.execute("UPDATE ledger_lanes SET last_seq = ? WHERE id = ?", (receipt.last_seq, lane_id))
+        fresh = self._fresh_attempts
+        if fresh:
+            for event in events:
+                if (progress := fresh.get(event.subject_id)) is not None:
+                    if event.event_type == EventType.ATTEMPT_REQUESTED:
+                        fresh[event.subject_id] = (True, progress[1])
+                    elif event.event_type in ATTEMPT_TERMINAL_EVENTS:
+                        fresh[event.subject_id] = (progress[0], True)
         return receipt
 
     async def _append_and_used_ids(
@@ -836,8 +902,9 @@ class SqlLedgerStore:
         if (database is None) == (transaction is None):
             raise TypeError("SqlLedgerStore needs exactly one of a database or an open transaction")
         self._database = database
-        self._bound = transaction
         self._facts = facts
+        # Bound to a transaction: one `_LedgerSql` for the store's life, which remembers what the transaction did.
+        self._bound = None if transaction is None else _LedgerSql(transaction, facts)
 
     @classmethod
     def within(cls, transaction: TransactionCore, *, facts: LedgerFacts | None = None) -> SqlLedgerStore:
@@ -848,7 +915,7 @@ class SqlLedgerStore:
     @asynccontextmanager
     async def _sql(self, *, read_only: bool = False) -> AsyncIterator[_LedgerSql]:
         if self._bound is not None:
-            yield _LedgerSql(self._bound, self._facts)
+            yield self._bound
             return
         assert self._database is not None  # guaranteed by __init__
         async with self._database.transaction(read_only=read_only) as tx:
