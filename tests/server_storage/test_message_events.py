@@ -73,8 +73,12 @@ async def test_the_conversation_cursor_spans_every_message_in_commit_order(db: D
     assert [(e.message_id, e.seq) for e in resumed] == [(first.id, 2)]
 
 
-async def test_concurrent_appends_give_a_gap_free_cursor_that_readers_never_skip(db: Database) -> None:
-    """Writers on many messages of one conversation, and a reader resuming by cursor while they run."""
+@pytest.mark.parametrize("writers_lock", [False, True], ids=["unlocked", "message-locked"])
+async def test_concurrent_appends_give_a_gap_free_cursor_that_readers_never_skip(
+    db: Database, writers_lock: bool
+) -> None:
+    """Writers on many messages of one conversation, and a reader resuming by cursor while they run (writers that
+    hold their message's lock let the append lock the conversation's counter as it advances it)."""
     writers, per_writer = 6, 8
     async with db.transaction() as tx:
         conversation = await user_conversation(tx)
@@ -88,7 +92,12 @@ async def test_concurrent_appends_give_a_gap_free_cursor_that_readers_never_skip
     async def write(message: Message) -> None:
         for seq in range(1, per_writer + 1):
             async with db.transaction() as tx:
-                await tx.message_events.append(message.id, seq, append(seq, f"{message.key}:{seq}"))
+                if writers_lock:
+                    locked = await tx.messages.lock(message.id)
+                    events = [(seq, append(seq, f"{message.key}:{seq}"))]
+                    await tx.message_events.append_many(message.id, events, locked=locked, last_seq=seq - 1)
+                else:
+                    await tx.message_events.append(message.id, seq, append(seq, f"{message.key}:{seq}"))
 
     async def read() -> list[int]:
         seen: list[int] = []
@@ -175,3 +184,45 @@ async def test_a_batch_may_repeat_stored_events_and_is_refused_whole(db: Databas
     async with db.transaction(read_only=True) as tx:
         assert await tx.message_events.last_seq(response.id) == 3  # nothing of a refused batch was stored
         assert await tx.message_events.last_cursor(response.conversation_id) == 3
+
+
+async def test_a_writer_holding_the_message_lock_reads_neither_its_conversation_nor_its_counter_first(
+    db: Database,
+) -> None:
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        _, response = await question(tx, conversation, "t1")
+        _, other = await question(tx, conversation, "t2")
+        await tx.message_events.append_many(other.id, [(1, start(1))])
+    async with db.transaction() as tx:
+        head = await tx.messages.lock_head(response.id)
+        statements: list[str] = []
+        fetch_one, fetch, execute = tx.fetch_one, tx.fetch, tx.execute
+
+        async def one(sql: str, params: object = ()) -> object:
+            statements.append(sql)
+            return await fetch_one(sql, params)  # type: ignore[arg-type]
+
+        async def rows(sql: str, params: object = ()) -> object:
+            statements.append(sql)
+            return await fetch(sql, params)  # type: ignore[arg-type]
+
+        async def run(sql: str, params: object = ()) -> object:
+            statements.append(sql)
+            return await execute(sql, params)  # type: ignore[arg-type]
+
+        tx.fetch_one, tx.fetch, tx.execute = one, rows, run  # type: ignore[assignment, method-assign]
+        stored = await tx.message_events.append_many(
+            response.id, [(1, start(1)), (2, append(2, "a"))], locked=head, last_seq=0
+        )
+        assert [(e.seq, e.cursor, appended) for e, appended in stored] == [(1, 2, True), (2, 3, True)]
+        assert len(statements) == 1 and statements[0].startswith("UPDATE conversation_cursors")  # + the insert
+        statements.clear()
+        repeated = await tx.message_events.append_many(response.id, [(2, append(2, "a"))], locked=head)
+        assert [appended for _, appended in repeated] == [False]  # a repeat is still recognised (seq read)
+        assert not any(sql.startswith("UPDATE") for sql in statements)
+        with pytest.raises(InvalidRecord, match="is not message"):
+            await tx.message_events.append_many(other.id, [(2, append(2, "b"))], locked=head)
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.message_events.last_cursor(conversation.id) == 3
+        assert [e.cursor for e in await tx.message_events.read(response.id)] == [2, 3]

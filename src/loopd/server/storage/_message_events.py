@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._errors import Conflict, InvalidRecord, NotFound
-from ._records import MessageEvent
+from ._records import Message, MessageEvent, MessageHead
 from ._tx import TransactionCore
 from ._values import canonical_json, dumps, loads, page_limit, parse_time, require_object, time_text
 
@@ -47,13 +47,23 @@ class MessageEvents:
         return stored, appended
 
     async def append_many(
-        self, message_id: str, events: Sequence[tuple[int, Mapping[str, Any]]]
+        self,
+        message_id: str,
+        events: Sequence[tuple[int, Mapping[str, Any]]],
+        *,
+        locked: Message | MessageHead | None = None,
+        last_seq: int | None = None,
     ) -> list[tuple[MessageEvent, bool]]:
         """`append` for several events of one message at once, in order: the same results and errors as appending
         them one by one (nothing stored when one is refused), in a handful of statements instead of six per event.
 
         Each ``(seq, event)`` must continue the one before it (``seq`` = the previous one's + 1); a seq the message
-        already holds returns its stored event with ``appended=False`` (different content: ``Conflict``)."""
+        already holds returns its stored event with ``appended=False`` (different content: ``Conflict``).
+
+        A caller that holds the message's row lock in this transaction (it read it with `Messages.lock` or
+        `Messages.lock_head`, or inserted it) gives the row as ``locked`` — its conversation is then not read
+        again, and the conversation's counter is locked by the statement that advances it — and may give the
+        ``last_seq`` it read under that lock (not read again either)."""
         if not events:
             return []
         bodies: list[str] = []
@@ -65,18 +75,25 @@ class MessageEvents:
                 raise InvalidRecord(f"events appended together must have consecutive seqs: {seq} after {expected - 1}")
             expected += 1
             bodies.append(dumps(require_object(event, "message event")))
-        row = await self._tx.fetch_one("SELECT conversation_id FROM messages WHERE id = ?", (message_id,))
-        if row is None:
-            raise NotFound(f"message {message_id} not found")
-        conversation_id = str(row[0])
-        # Lock the conversation's counter first: appends to one conversation run one at a time from here on.
-        counter = await self._tx.fetch_one(
-            f"SELECT last_cursor FROM conversation_cursors WHERE conversation_id = ?{self._tx.for_update}",
-            (conversation_id,),
-        )
-        if counter is None:
-            raise NotFound(f"conversation {conversation_id} not found")
-        last = await self.last_seq(message_id)
+        counter: tuple[Any, ...] | None = None
+        if locked is not None:
+            if locked.id != message_id:
+                raise InvalidRecord(f"the locked message {locked.id} is not message {message_id}")
+            conversation_id = locked.conversation_id
+        else:
+            row = await self._tx.fetch_one("SELECT conversation_id FROM messages WHERE id = ?", (message_id,))
+            if row is None:
+                raise NotFound(f"message {message_id} not found")
+            conversation_id = str(row[0])
+            # Lock the conversation's counter first: appends to one conversation run one at a time from here on
+            # (with the message locked by the caller, they already do for this message).
+            counter = await self._tx.fetch_one(
+                f"SELECT last_cursor FROM conversation_cursors WHERE conversation_id = ?{self._tx.for_update}",
+                (conversation_id,),
+            )
+            if counter is None:
+                raise NotFound(f"conversation {conversation_id} not found")
+        last = await self.last_seq(message_id) if last_seq is None else last_seq
         results: list[tuple[MessageEvent, bool]] = []
         first = events[0][0]
         if first <= last:  # a repeat of stored events (a retried write): each must be what is stored
@@ -94,11 +111,21 @@ class MessageEvents:
         fresh = len(events) - len(results)
         if fresh == 0:
             return results
-        cursor = int(counter[0])
-        await self._tx.execute(
-            "UPDATE conversation_cursors SET last_cursor = ? WHERE conversation_id = ?",
-            (cursor + fresh, conversation_id),
-        )
+        if counter is not None:
+            cursor = int(counter[0])
+            await self._tx.execute(
+                "UPDATE conversation_cursors SET last_cursor = ? WHERE conversation_id = ?",
+                (cursor + fresh, conversation_id),
+            )
+        else:  # lock and advance the counter in one statement
+            advanced = await self._tx.fetch(
+                "UPDATE conversation_cursors SET last_cursor = last_cursor + ? WHERE conversation_id = ? "
+                "RETURNING last_cursor",
+                (fresh, conversation_id),
+            )
+            if not advanced:
+                raise NotFound(f"conversation {conversation_id} not found")
+            cursor = int(advanced[0][0]) - fresh
         now = self._tx.now()
         created = time_text(now)
         at = parse_time(created)

@@ -109,7 +109,9 @@ async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus
     opening = [(1, StartEvent(seq=1, model=Model.from_json(model)).to_json())]
     if message.status in TERMINAL_STATUSES:
         opening.append((2, EndEvent(seq=2).to_json()))
-    stored = [event for event, _ in await tx.message_events.append_many(message.id, opening)]
+    stored = [
+        event for event, _ in await tx.message_events.append_many(message.id, opening, locked=message, last_seq=0)
+    ]
     if bus is not None:
         _hand_over(tx, bus, message.conversation_id, stored, message)
     return message
@@ -256,7 +258,7 @@ async def emit(
         raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
     state = (states.get(message, tx) if states is not None else None) or await state_of(tx, message)
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended)]
+    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended, locked=message)]
     if stored:
         assert state.model is not None
         message = await tx.messages.update(
@@ -296,7 +298,7 @@ async def emit_held(
     # transaction's first unsaved emit.
     base = head.content_seq if head.content_seq is not None else unsaved[1] if unsaved else (state.seq or 0)
     state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended)]
+    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended, locked=head)]
     if stored:
         if bus is not None:
             _hand_over(tx, bus, head.conversation_id, stored)
@@ -357,7 +359,7 @@ async def finish(
     if message.status in TERMINAL_STATUSES:
         return message
     state = await state_of(tx, message)
-    seq = state.seq or 0
+    stored_seq = seq = state.seq or 0  # read under the message's lock
     closing: list[tuple[int, dict[str, Any]]] = []
     if error is not None and not (state.model is not None and state.model.to_json().get("meta", {}).get("error")):
         event = ErrorEvent.of(seq + 1, code=str(error.get("code", "error")), message=str(error.get("message", "")))
@@ -367,7 +369,10 @@ async def finish(
     end = EndEvent(seq=seq + 1)
     state = reduce(state, end)
     closing.append((seq + 1, end.to_json()))
-    stored = [kept for kept, _ in await tx.message_events.append_many(message_id, closing)]
+    stored = [
+        kept
+        for kept, _ in await tx.message_events.append_many(message_id, closing, locked=message, last_seq=stored_seq)
+    ]
     assert state.model is not None
     message = await tx.messages.update(
         message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
