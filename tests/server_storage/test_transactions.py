@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import pytest
@@ -120,3 +122,31 @@ async def test_a_closed_database_is_unavailable(open_db: DatabaseFactory) -> Non
 async def test_an_unreachable_database_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(StorageUnavailable):
         await Database.open(tmp_path / "missing-folder" / "loopd.db")
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_transaction_is_entered_without_an_async_generator(db: Database) -> None:
+    """A server opens tens of transactions per request: entering and leaving one creates no async generator (a
+    generator context manager costs each an object, its registration with the event loop and more frames) — on
+    the SQLite backend, a write that commits, one that rolls back and a read."""
+    started: list[object] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def first_iteration(generator: AsyncGenerator[object, None]) -> None:
+        started.append(generator)
+        if hooks.firstiter is not None:
+            hooks.firstiter(generator)
+
+    sys.set_asyncgen_hooks(firstiter=first_iteration, finalizer=hooks.finalizer)
+    try:
+        async with db.transaction() as tx:
+            conversation = await user_conversation(tx)
+        with pytest.raises(Boom):
+            async with db.transaction() as tx:
+                await tx.conversations.touch(conversation.id)
+                raise Boom
+        async with db.transaction(read_only=True) as tx:
+            assert (await tx.conversations.get(conversation.id)).id == conversation.id
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert started == []

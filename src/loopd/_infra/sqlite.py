@@ -33,11 +33,12 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from loopd._infra.database import Connection, DatabaseErrors, Dialect
@@ -466,43 +467,35 @@ class SqliteDatabase:
         finally:
             lane.lock_waiters -= 1
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[Connection]:
-        lane = self._writer
-        await self._acquire(lane)
+    async def _leave_read(self, lane: SqliteLane, tx: _SqliteTransaction) -> None:
+        """The end of a read transaction (its block ended, however) — `_Transaction.__aexit__`."""
         try:
-            tx = _SqliteTransaction(lane, "BEGIN IMMEDIATE")
-            committed = False
-            try:
-                yield tx
-                if tx.used:
-                    await self._commit(lane, tx)
-                committed = True
-            finally:
-                if not committed and tx.used:
-                    await finish_shielded(self._rollback(lane, tx))
+            if tx.used:
+                # Ending a read changes nothing, so nobody waits for it: here when the lane thread is idle,
+                # else queued there (it runs its calls in order: the next transaction's first statement
+                # starts after it).
+                end = tx.end("COMMIT")
+                if lane.can_run_inline:
+                    with contextlib.suppress(Exception):  # like a queued end: nothing to report
+                        lane.run_inline(end)
+                else:
+                    lane.submit_and_forget(end)
         finally:
             lane.lock.release()
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[Connection]:
-        lane = self.reader
-        await self._acquire(lane)
+    async def _leave_write(self, lane: SqliteLane, tx: _SqliteTransaction, failed: bool) -> None:
+        """The end of a write transaction — `_Transaction.__aexit__`: commit it if its block ended normally (and it
+        ran a statement), else roll it back (shielded: a cancelled caller still waits for the rollback)."""
         try:
-            tx = _SqliteTransaction(lane, "BEGIN")
+            committed = False
             try:
-                yield tx
+                if not failed:
+                    if tx.used:
+                        await self._commit(lane, tx)
+                    committed = True
             finally:
-                if tx.used:
-                    # Ending a read changes nothing, so nobody waits for it: here when the lane thread is idle,
-                    # else queued there (it runs its calls in order: the next transaction's first statement
-                    # starts after it).
-                    end = tx.end("COMMIT")
-                    if lane.can_run_inline:
-                        with contextlib.suppress(Exception):  # like a queued end: nothing to report
-                            lane.run_inline(end)
-                    else:
-                        lane.submit_and_forget(end)
+                if not committed and tx.used:
+                    await finish_shielded(self._rollback(lane, tx))
         finally:
             lane.lock.release()
 
@@ -563,7 +556,7 @@ class SqliteDatabase:
             await lane.call(tx.end("ROLLBACK"))
 
     def transaction(self, *, read_only: bool) -> AbstractAsyncContextManager[Connection]:
-        return self._read() if read_only else self._write()
+        return _Transaction(self, read_only)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -579,3 +572,38 @@ class SqliteDatabase:
             else:
                 lane.lock.release()
             await lane.close()
+
+
+class _Transaction:
+    """`SqliteDatabase.transaction`: the lane's lock for the block, ``BEGIN`` with its first statement, the end
+    when it leaves (`SqliteDatabase._leave_read`, `SqliteDatabase._leave_write`). A class rather than a generator
+    context manager: a server opens tens of transactions per request, and a generator costs each of them an async
+    generator object, its registration with the event loop and two more frames."""
+
+    __slots__ = ("_database", "_lane", "_read_only", "_tx")
+
+    def __init__(self, database: SqliteDatabase, read_only: bool) -> None:
+        self._database = database
+        self._read_only = read_only
+        self._lane: SqliteLane | None = None
+        self._tx: _SqliteTransaction | None = None
+
+    async def __aenter__(self) -> Connection:
+        if self._lane is not None:
+            raise RuntimeError("a transaction context is entered once")
+        database = self._database
+        lane = database.reader if self._read_only else database.writer
+        await database._acquire(lane)
+        self._lane = lane
+        self._tx = _SqliteTransaction(lane, "BEGIN" if self._read_only else "BEGIN IMMEDIATE")
+        return self._tx
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        lane, tx = self._lane, self._tx
+        assert lane is not None and tx is not None  # entered
+        if self._read_only:
+            await self._database._leave_read(lane, tx)
+        else:
+            await self._database._leave_write(lane, tx, failed=exc_type is not None)

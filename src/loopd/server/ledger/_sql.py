@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -889,6 +889,21 @@ def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+class _Joined:
+    """The SQL of a transaction a store joined, for one call (nothing to begin or end)."""
+
+    __slots__ = ("_sql",)
+
+    def __init__(self, sql: _LedgerSql) -> None:
+        self._sql = sql
+
+    async def __aenter__(self) -> _LedgerSql:
+        return self._sql
+
+    async def __aexit__(self, *_exc: object) -> None:
+        return None
+
+
 class SqlLedgerStore:
     """A ``LedgerStore`` on the loop-server database."""
 
@@ -912,11 +927,13 @@ class SqlLedgerStore:
         (one per writer, see `LedgerFacts`), what earlier committed transactions established is not read again."""
         return cls(transaction=transaction, facts=facts)
 
-    @asynccontextmanager
-    async def _sql(self, *, read_only: bool = False) -> AsyncIterator[_LedgerSql]:
+    def _sql(self, *, read_only: bool = False) -> AbstractAsyncContextManager[_LedgerSql]:
         if self._bound is not None:
-            yield self._bound
-            return
+            return _Joined(self._bound)  # (no generator context manager per call: the trail makes ~15 a chat)
+        return self._own_transaction(read_only)
+
+    @asynccontextmanager
+    async def _own_transaction(self, read_only: bool) -> AsyncIterator[_LedgerSql]:
         assert self._database is not None  # guaranteed by __init__
         async with self._database.transaction(read_only=read_only) as tx:
             yield _LedgerSql(tx, self._facts)

@@ -9,16 +9,17 @@ together. Must not do: SQL of any table (repositories) or driver details (the fl
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from pathlib import Path
+from types import TracebackType
 from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock
+from loopd._infra.database import Connection, DatabaseErrors, Dialect
 from loopd._infra.database import Database as Backend
-from loopd._infra.database import DatabaseErrors, Dialect
 from loopd._infra.migrations import migrate, schema_version
 
 from ._actor_leases import ActorLeases
@@ -216,27 +217,9 @@ class Database:
         """Wall time on the database's clock."""
         return self._options.clock.now()
 
-    @asynccontextmanager
-    async def transaction(self, *, read_only: bool = False) -> AsyncIterator[Transaction]:
+    def transaction(self, *, read_only: bool = False) -> AbstractAsyncContextManager[Transaction]:
         """A transaction with every repository bound to it; ``read_only`` reads one consistent snapshot."""
-        tx: Transaction | None = None
-        try:
-            try:
-                async with self._backend.transaction(read_only=read_only) as conn:
-                    tx = Transaction(
-                        conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids
-                    )
-                    yield tx
-            except CommitOutcomeUnknown:
-                # It may have committed: wake whoever waits for its writes (a wake-up that finds nothing is harmless).
-                if tx is not None:
-                    tx.outcome_unknown = True
-                    tx.run_after_commit()
-                raise
-            tx.run_after_commit()
-        finally:
-            if tx is not None:
-                tx.release()
+        return _TransactionContext(self, read_only)
 
     async def schema_version(self) -> int:
         return await schema_version(self._backend, schema())
@@ -259,3 +242,53 @@ async def open_database(
         yield database
     finally:
         await database.aclose()
+
+
+class _TransactionContext:
+    """`Database.transaction`: the backend's transaction for the block, its `after_commit` callbacks run once it
+    committed — or may have (`CommitOutcomeUnknown`: whoever waits for its writes is woken; a wake-up that finds
+    nothing is harmless) — and the transaction released when it leaves. A class, not a generator context manager:
+    see `loopd._infra.sqlite`'s transaction context."""
+
+    __slots__ = ("_database", "_inner", "_read_only", "_tx")
+
+    def __init__(self, database: Database, read_only: bool) -> None:
+        self._database = database
+        self._read_only = read_only
+        self._inner: AbstractAsyncContextManager[Connection] | None = None
+        self._tx: Transaction | None = None
+
+    async def __aenter__(self) -> Transaction:
+        if self._inner is not None:
+            raise RuntimeError("a transaction context is entered once")
+        database = self._database
+        backend = database._backend
+        inner = self._inner = backend.transaction(read_only=self._read_only)
+        conn = await inner.__aenter__()
+        try:
+            options = database._options
+            self._tx = Transaction(conn, backend.dialect, options.clock, read_only=self._read_only, ids=database._ids)
+        except BaseException as exc:
+            await inner.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self._tx
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        inner, tx = self._inner, self._tx
+        assert inner is not None and tx is not None  # entered
+        try:
+            try:
+                await inner.__aexit__(exc_type, exc, tb)  # commits, or rolls back when the block raised
+            except CommitOutcomeUnknown:
+                tx.outcome_unknown = True
+                tx.run_after_commit()
+                raise
+            if isinstance(exc, CommitOutcomeUnknown):  # from inside the block: treated as the commit's own
+                tx.outcome_unknown = True
+                tx.run_after_commit()
+            elif exc_type is None:
+                tx.run_after_commit()
+        finally:
+            tx.release()
