@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopd._infra.jsontext import compact, loads
+from loopd._infra.jsontext import compact, compact_lenient, loads
 
 _SCALARS = (
     st.none()
@@ -98,6 +98,13 @@ def test_compact_writes_what_json_dumps_writes_and_refuses_what_it_refuses(value
     assert _outcome(lambda v: compact(v, sort_keys=sort_keys), value) == expected
 
 
+@settings(max_examples=300)
+@given(_ANY)
+def test_compact_lenient_writes_what_json_dumps_writes_by_default(value: Any) -> None:
+    expected = _outcome(lambda v: json.dumps(v, separators=(",", ":"), ensure_ascii=False), value)
+    assert _outcome(compact_lenient, value) == expected
+
+
 def test_compact_keeps_the_standard_library_spelling_of_floats_and_refuses_what_json_cannot_hold() -> None:
     assert compact({"b": 1e-07, "a": [1.0, 1e22, -0.0]}, sort_keys=True) == '{"a":[1.0,1e+22,-0.0],"b":1e-07}'
     assert compact({"é": "\u2028\x00"}) == '{"é":"\u2028\\u0000"}'
@@ -140,3 +147,19 @@ def test_what_loopd_stores_digests_streams_and_sends_is_written_by_compact(monke
     assert agentue_dumps(value) == compact_json(value) == '{"b":1.0,"a":["x"]}'
     assert openai_body(value) == anthropic_body(value) == b'{"b":1.0,"a":["x"]}'
     assert written == [False, True, True, False, False, False, False]
+
+    # Frames and resource bodies were written with json.dumps' defaults (NaN allowed): the lenient encoder.
+    from loopd.resources._sql import _dumps as resource_text
+    from loopd.server.http import sse_frame
+
+    lenient: list[Any] = []
+    encoder = jsontext._LENIENT
+
+    def counted(value: Any) -> str:
+        lenient.append(value)
+        return encoder(value)
+
+    monkeypatch.setattr(jsontext, "_LENIENT", counted)
+    assert sse_frame({"a": math.nan}, id=3) == b'id: 3\ndata: {"a":NaN}\n\n'
+    assert resource_text({"b": 1.0}) == '{"b":1.0}'
+    assert len(lenient) == 2

@@ -13,7 +13,8 @@ what writers and stored digests rely on (msgspec writes NaN as ``null`` and ``1e
 keeps one C encoder per key order instead of building a `json.JSONEncoder` and its C encoder on every call, as
 ``json.dumps`` with options does (≈ 2.0 → 0.6 µs for a two-key object, ≈ 5.9 → 3.9 µs for a 1 kB event). The text is
 the C encoder's, byte for byte what ``json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``
-gives; it skips only the circular-reference bookkeeping (a value that contains itself fails as too deep instead).
+gives (`compact_lenient`: the same with ``allow_nan=True``, the default); it skips only the circular-reference
+bookkeeping (a value that contains itself fails as too deep instead).
 Must not do: decode anything that is not JSON text (bytes are UTF-8, as the standard library's ``json.loads`` takes).
 """
 
@@ -26,19 +27,19 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["compact", "loads"]
+__all__ = ["compact", "compact_lenient", "loads"]
 
 _DECODER: Final = msgspec.json.Decoder()
 
 
-def _encoder(sort_keys: bool) -> Callable[[Any], str]:
+def _encoder(sort_keys: bool, allow_nan: bool = False) -> Callable[[Any], str]:
     if c_make_encoder is None:  # a Python without the C accelerator: the standard library's own path
         return lambda value: json.dumps(
-            value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            value, sort_keys=sort_keys, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan
         )
     # The arguments `json.JSONEncoder.iterencode` passes; no markers: no circular-reference bookkeeping to reset.
     encode = c_make_encoder(
-        None, json.JSONEncoder().default, encode_basestring, None, ":", ",", sort_keys, False, False
+        None, json.JSONEncoder().default, encode_basestring, None, ":", ",", sort_keys, False, allow_nan
     )
 
     def compact(value: Any) -> str:
@@ -52,12 +53,19 @@ def _encoder(sort_keys: bool) -> Callable[[Any], str]:
 
 _COMPACT: Final = _encoder(sort_keys=False)
 _SORTED: Final = _encoder(sort_keys=True)
+_LENIENT: Final = _encoder(sort_keys=False, allow_nan=True)
 
 
 def compact(value: Any, *, sort_keys: bool = False) -> str:
     """``value`` as compact JSON text: no whitespace, UTF-8 as is, NaN and Infinity refused (``ValueError``), and
     ``TypeError`` for what JSON cannot hold — what ``json.dumps`` with those options gives (module docstring)."""
     return _SORTED(value) if sort_keys else _COMPACT(value)
+
+
+def compact_lenient(value: Any) -> str:
+    """`compact` that writes NaN and Infinity as ``NaN`` / ``Infinity``, as ``json.dumps`` does by default: for text
+    that was written that way before (frames, resource bodies), where refusing them now would break a reader."""
+    return _LENIENT(value)
 
 
 def loads(text: str | bytes | bytearray) -> Any:

@@ -13,13 +13,13 @@ resourceVersions commit in increasing order and a reader of the event log always
 
 from __future__ import annotations
 
-import json
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loopd._infra.database import Connection as Connection
 from loopd._infra.database import DatabaseErrors
+from loopd._infra.jsontext import compact_lenient
 from loopd._infra.jsontext import loads as json_loads
 from loopd._infra.migrations import Migration, Schema
 
@@ -113,7 +113,7 @@ class Change:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return compact_lenient(obj)
 
 
 async def read_counter(conn: Connection, key: str) -> int:

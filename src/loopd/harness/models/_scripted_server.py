@@ -55,6 +55,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from loopd._infra.jsontext import compact_lenient
 from loopd._infra.serving import open_http_server
 from loopd._infra.sse import sse_message
 from loopd._infra.tasks import race
@@ -446,7 +447,7 @@ def stream_frames(
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return compact_lenient(value)
 
 
 def _piece_of(delta: dict[str, Any] | None) -> tuple[str | None, str]:
@@ -498,7 +499,7 @@ def completion_body(
 
 def encode_sse(data: dict[str, Any] | str) -> bytes:
     """One SSE event carrying ``data`` (JSON-encoded unless it is already a string such as ``[DONE]``)."""
-    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    text = data if isinstance(data, str) else compact_lenient(data)
     return sse_message(text)
 
 

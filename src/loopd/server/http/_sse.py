@@ -8,10 +8,10 @@ A stream only observes: when the client goes away its frame generator is closed 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 from loopd._infra.http import EventStreamResponse
+from loopd._infra.jsontext import compact_lenient
 from loopd._infra.sse import SSE_PING, sse_message
 
 __all__ = ["HEARTBEAT", "EventStreamResponse", "sse_frame"]
@@ -21,4 +21,4 @@ HEARTBEAT: Final = SSE_PING
 
 def sse_frame(data: Any, *, id: str | int | None = None, event: str | None = None) -> bytes:
     """One SSE message: optional ``id:`` and ``event:`` lines, then ``data:`` with compact JSON."""
-    return sse_message(json.dumps(data, separators=(",", ":"), ensure_ascii=False), id=id, event=event)
+    return sse_message(compact_lenient(data), id=id, event=event)
