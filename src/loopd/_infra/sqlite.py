@@ -33,7 +33,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
@@ -467,7 +467,17 @@ class SqliteDatabase:
         finally:
             lane.lock_waiters -= 1
 
-    async def _leave_read(self, lane: SqliteLane, tx: _SqliteTransaction) -> None:
+    async def _begin_read(self) -> tuple[SqliteLane, _SqliteTransaction]:
+        lane = self.reader
+        await self._acquire(lane)
+        return lane, _SqliteTransaction(lane, "BEGIN")
+
+    async def _begin_write(self) -> tuple[SqliteLane, _SqliteTransaction]:
+        lane = self._writer
+        await self._acquire(lane)
+        return lane, _SqliteTransaction(lane, "BEGIN IMMEDIATE")
+
+    async def _leave_read(self, lane: SqliteLane, tx: _SqliteTransaction, failed: bool) -> None:
         """The end of a read transaction (its block ended, however) — `_Transaction.__aexit__`."""
         try:
             if tx.used:
@@ -556,7 +566,9 @@ class SqliteDatabase:
             await lane.call(tx.end("ROLLBACK"))
 
     def transaction(self, *, read_only: bool) -> AbstractAsyncContextManager[Connection]:
-        return _Transaction(self, read_only)
+        if read_only:
+            return _Transaction(self._begin_read, self._leave_read)
+        return _Transaction(self._begin_write, self._leave_write)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -580,22 +592,22 @@ class _Transaction:
     context manager: a server opens tens of transactions per request, and a generator costs each of them an async
     generator object, its registration with the event loop and two more frames."""
 
-    __slots__ = ("_database", "_lane", "_read_only", "_tx")
+    __slots__ = ("_begin", "_lane", "_leave", "_tx")
 
-    def __init__(self, database: SqliteDatabase, read_only: bool) -> None:
-        self._database = database
-        self._read_only = read_only
+    def __init__(
+        self,
+        begin: Callable[[], Awaitable[tuple[SqliteLane, _SqliteTransaction]]],
+        leave: Callable[[SqliteLane, _SqliteTransaction, bool], Awaitable[None]],
+    ) -> None:
+        self._begin = begin
+        self._leave = leave
         self._lane: SqliteLane | None = None
         self._tx: _SqliteTransaction | None = None
 
     async def __aenter__(self) -> Connection:
         if self._lane is not None:
             raise RuntimeError("a transaction context is entered once")
-        database = self._database
-        lane = database.reader if self._read_only else database.writer
-        await database._acquire(lane)
-        self._lane = lane
-        self._tx = _SqliteTransaction(lane, "BEGIN" if self._read_only else "BEGIN IMMEDIATE")
+        self._lane, self._tx = await self._begin()
         return self._tx
 
     async def __aexit__(
@@ -603,7 +615,4 @@ class _Transaction:
     ) -> None:
         lane, tx = self._lane, self._tx
         assert lane is not None and tx is not None  # entered
-        if self._read_only:
-            await self._database._leave_read(lane, tx)
-        else:
-            await self._database._leave_write(lane, tx, failed=exc_type is not None)
+        await self._leave(lane, tx, exc_type is not None)

@@ -219,7 +219,10 @@ class Database:
 
     def transaction(self, *, read_only: bool = False) -> AbstractAsyncContextManager[Transaction]:
         """A transaction with every repository bound to it; ``read_only`` reads one consistent snapshot."""
-        return _TransactionContext(self, read_only)
+        return _TransactionContext(self._backend.transaction(read_only=read_only), self._bind, read_only)
+
+    def _bind(self, conn: Connection, read_only: bool) -> Transaction:
+        return Transaction(conn, self._backend.dialect, self._options.clock, read_only=read_only, ids=self._ids)
 
     async def schema_version(self) -> int:
         return await schema_version(self._backend, schema())
@@ -250,37 +253,40 @@ class _TransactionContext:
     nothing is harmless) — and the transaction released when it leaves. A class, not a generator context manager:
     see `loopd._infra.sqlite`'s transaction context."""
 
-    __slots__ = ("_database", "_inner", "_read_only", "_tx")
+    __slots__ = ("_bind", "_entered", "_inner", "_read_only", "_tx")
 
-    def __init__(self, database: Database, read_only: bool) -> None:
-        self._database = database
+    def __init__(
+        self,
+        inner: AbstractAsyncContextManager[Connection],
+        bind: Callable[[Connection, bool], Transaction],
+        read_only: bool,
+    ) -> None:
+        self._inner = inner
+        self._bind = bind
         self._read_only = read_only
-        self._inner: AbstractAsyncContextManager[Connection] | None = None
+        self._entered = False
         self._tx: Transaction | None = None
 
     async def __aenter__(self) -> Transaction:
-        if self._inner is not None:
+        if self._entered:
             raise RuntimeError("a transaction context is entered once")
-        database = self._database
-        backend = database._backend
-        inner = self._inner = backend.transaction(read_only=self._read_only)
-        conn = await inner.__aenter__()
+        self._entered = True
+        conn = await self._inner.__aenter__()
         try:
-            options = database._options
-            self._tx = Transaction(conn, backend.dialect, options.clock, read_only=self._read_only, ids=database._ids)
+            self._tx = self._bind(conn, self._read_only)
         except BaseException as exc:
-            await inner.__aexit__(type(exc), exc, exc.__traceback__)
+            await self._inner.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return self._tx
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        inner, tx = self._inner, self._tx
-        assert inner is not None and tx is not None  # entered
+        tx = self._tx
+        assert tx is not None  # entered
         try:
             try:
-                await inner.__aexit__(exc_type, exc, tb)  # commits, or rolls back when the block raised
+                await self._inner.__aexit__(exc_type, exc, tb)  # commits, or rolls back when the block raised
             except CommitOutcomeUnknown:
                 tx.outcome_unknown = True
                 tx.run_after_commit()
