@@ -24,6 +24,7 @@ from loopd.server.ledger import (
     requested,
 )
 from loopd.server.storage import Conflict, Database, InvalidRecord
+from tests.server_storage.helpers import record_statements
 
 
 def test_facts_are_bounded_and_the_oldest_go_first() -> None:
@@ -85,20 +86,8 @@ async def test_a_remembered_fact_saves_its_read(db: Database) -> None:
     )
     attempt = await setup.create_attempt(Attempt(action_id=action.id, attempt_no=1))
     await setup.append_next(lane.id, "warm", [requested(attempt, actor.id)])
-    reads: list[str] = []
     async with db.transaction() as tx:
-        fetch_one, fetch = tx.fetch_one, tx.fetch
-
-        async def counted(sql: str, params: object = ()) -> object:
-            reads.append(sql)
-            return await fetch_one(sql, params)  # type: ignore[arg-type]
-
-        async def counted_rows(sql: str, params: object = ()) -> object:
-            reads.append(sql)
-            return await fetch(sql, params)  # type: ignore[arg-type]
-
-        tx.fetch_one = counted  # type: ignore[assignment, method-assign]
-        tx.fetch = counted_rows  # type: ignore[assignment, method-assign]
+        reads = record_statements(tx)
         events = [
             NewEvent(str(EventType.TURN_STARTED), turn.id, actor.id),
             NewEvent(str(EventType.ACTION_STARTED), action.id, actor.id),
@@ -114,24 +103,6 @@ async def test_a_remembered_fact_saves_its_read(db: Database) -> None:
 
 
 # --- what one transaction wrote, remembered while it lasts (a store `within` it) --------------------------------
-
-
-def _recorded_reads(tx: object) -> list[str]:
-    """Every SELECT the transaction runs from now on (its fetches are wrapped)."""
-    reads: list[str] = []
-    fetch_one, fetch = tx.fetch_one, tx.fetch  # type: ignore[attr-defined]
-
-    async def counted(sql: str, params: object = ()) -> object:
-        reads.append(sql)
-        return await fetch_one(sql, params)
-
-    async def counted_rows(sql: str, params: object = ()) -> object:
-        reads.append(sql)
-        return await fetch(sql, params)
-
-    tx.fetch_one = counted  # type: ignore[attr-defined]
-    tx.fetch = counted_rows  # type: ignore[attr-defined]
-    return reads
 
 
 async def _trail(store: SqlLedgerStore, actor: str, lane_id: str) -> tuple[Turn, Action, Attempt, Attempt]:
@@ -174,7 +145,7 @@ async def test_a_transaction_does_not_read_back_the_rows_it_wrote(db: Database, 
     async with db.transaction() as tx:
         store = SqlLedgerStore.within(tx, facts=facts)
         lane = await store.create_lane(Lane(session_id="s1", run_id="r1", name="main"))
-        reads = _recorded_reads(tx)
+        reads = record_statements(tx)
         _, _, first, model = await _trail(store, actor.id, lane.id)
         await store.append_next(lane.id, "model", [completed(model, actor.id)])
         await store.append_next(lane.id, "closed", [completed(first, actor.id)])
@@ -235,7 +206,7 @@ async def test_attempts_of_an_action_this_transaction_created_are_numbered_witho
         action = await store.create_action(
             Action(turn.id, ActionType.TOOL_CALL, effect_kind=EffectKind.WRITE, idempotency=Idempotency.NONE)
         )
-        reads = _recorded_reads(tx)
+        reads = record_statements(tx)
         one = await store.create_attempt(Attempt(action_id=action.id, id="one"))
         given = await store.create_attempt(Attempt(action_id=action.id, attempt_no=5, id="five"))
         after = await store.create_attempt(Attempt(action_id=action.id, id="six"))

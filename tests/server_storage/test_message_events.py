@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from loopd.server.storage import Conflict, Database, InvalidRecord, Message, NewMessage, NotFound
-from tests.server_storage.helpers import question, user_conversation
+from tests.server_storage.helpers import question, record_statements, user_conversation
 
 
 def start(seq: int) -> dict[str, object]:
@@ -196,22 +196,7 @@ async def test_a_writer_holding_the_message_lock_reads_neither_its_conversation_
         await tx.message_events.append_many(other.id, [(1, start(1))])
     async with db.transaction() as tx:
         head = await tx.messages.lock_head(response.id)
-        statements: list[str] = []
-        fetch_one, fetch, execute = tx.fetch_one, tx.fetch, tx.execute
-
-        async def one(sql: str, params: object = ()) -> object:
-            statements.append(sql)
-            return await fetch_one(sql, params)  # type: ignore[arg-type]
-
-        async def rows(sql: str, params: object = ()) -> object:
-            statements.append(sql)
-            return await fetch(sql, params)  # type: ignore[arg-type]
-
-        async def run(sql: str, params: object = ()) -> object:
-            statements.append(sql)
-            return await execute(sql, params)  # type: ignore[arg-type]
-
-        tx.fetch_one, tx.fetch, tx.execute = one, rows, run  # type: ignore[assignment, method-assign]
+        statements = record_statements(tx, writes=True)
         stored = await tx.message_events.append_many(
             response.id, [(1, start(1)), (2, append(2, "a"))], locked=head, last_seq=0
         )
