@@ -93,6 +93,23 @@ async def test_owner_reference_cascade(store: ResourceStore) -> None:
     assert rv(survivor) > rv(shared)
 
 
+async def test_the_owner_index_follows_every_update_of_an_objects_owners(store: ResourceStore) -> None:
+    """Owners added, kept through unrelated updates (their index rows are not rewritten), and removed: the cascade
+    follows what the object says now."""
+    first = await store.create(TASK_KIND, task("first"))
+    second = await store.create(TASK_KIND, task("second"))
+    await store.create(LEASE_KIND, lease("child"))
+    await store.patch(LEASE_KIND, "child", {"metadata": {"ownerReferences": [owner_ref(first)]}})
+    await store.patch(LEASE_KIND, "child", {"metadata": {"labels": {"unrelated": "change"}}})  # owners unchanged
+    await store.patch(LEASE_KIND, "child", {"metadata": {"ownerReferences": [owner_ref(second)]}})
+    await store.delete(TASK_KIND, "first")
+    assert await store.get(LEASE_KIND, "child")  # no longer its owner
+    await store.patch(LEASE_KIND, "child", {"metadata": {"annotations": {"still": "owned"}}})  # owners unchanged
+    await store.delete(TASK_KIND, "second")
+    with pytest.raises(NotFound):
+        await store.get(LEASE_KIND, "child")
+
+
 async def test_orphan_propagation_keeps_dependents(store: ResourceStore) -> None:
     owner = await store.create(TASK_KIND, task("owner"))
     await store.create(LEASE_KIND, lease("child", ownerReferences=[owner_ref(owner)]))

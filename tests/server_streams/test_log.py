@@ -9,6 +9,7 @@ import pytest
 from loopd.agentue import fold
 from loopd.server.storage import Conflict, Database, InvalidRecord, NewMessage
 from loopd.server.streams import ConversationBus, emit, empty_model, finish, open_message
+from tests.server_storage.helpers import record_statements
 
 
 async def _conversation(db: Database) -> str:
@@ -114,3 +115,24 @@ async def test_readers_are_woken_after_commit_and_not_on_rollback(db: Database) 
         await open_message(tx, _streaming(cid), bus=bus)
     assert await waiter is True
     assert bus.watched == 0
+
+
+async def test_finishing_a_message_this_transaction_locked_reads_its_row_once(db: Database) -> None:
+    """A writer that locked (or just wrote) the message hands the row to `finish`, which neither locks nor reads it
+    again; the stream ends as it would otherwise."""
+    cid = await _conversation(db)
+    async with db.transaction() as tx:
+        message = await open_message(tx, _streaming(cid))
+        other = await open_message(tx, _streaming(cid))
+        await emit(tx, message.id, [{"op": "set", "block": {"id": "answer", "type": "text", "text": "hi"}}])
+    async with db.transaction() as tx:
+        locked = await tx.messages.lock(message.id)
+        with pytest.raises(InvalidRecord, match="is not message"):
+            await finish(tx, other.id, "completed", locked=locked)
+        statements = record_statements(tx)
+        ended = await finish(tx, message.id, "completed", locked=locked)
+        assert not any(sql.startswith("SELECT") and "FROM messages WHERE id" in sql for sql in statements)
+        events = await tx.message_events.read(message.id)
+    assert [e.event["op"] for e in events] == ["start", "set", "end"]
+    folded = fold([e.event for e in events])
+    assert ended.status == "completed" and folded.model is not None and folded.model.to_json() == ended.content

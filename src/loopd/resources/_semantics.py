@@ -448,7 +448,7 @@ class SemanticStore:
         meta["creationTimestamp"] = self._now()
         meta["generation"] = 1
         meta["resourceVersion"] = str(tx.next_rv())
-        await sql.put_object(tx.conn, key, stored, tx.rv, owner_uids(stored))
+        await sql.put_object(tx.conn, key, stored, tx.rv, owner_uids(stored), previous_owners=[])
         await tx.record(key, "ADDED", stored, None)
         return stored
 
@@ -473,7 +473,7 @@ class SemanticStore:
             new["metadata"]["resourceVersion"] = removed["metadata"]["resourceVersion"]
             return new
         meta["resourceVersion"] = str(tx.next_rv())
-        await sql.put_object(tx.conn, key, new, tx.rv, owner_uids(new))
+        await sql.put_object(tx.conn, key, new, tx.rv, owner_uids(new), previous_owners=owner_uids(existing))
         await tx.record(key, "MODIFIED", new, existing)
         return new
 

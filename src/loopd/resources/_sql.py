@@ -157,7 +157,18 @@ async def keys_in_namespace(conn: Connection, namespace: str) -> list[ObjectKey]
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
 
-async def put_object(conn: Connection, key: ObjectKey, body: dict[str, Any], rv: int, owner_uids: list[str]) -> None:
+async def put_object(
+    conn: Connection,
+    key: ObjectKey,
+    body: dict[str, Any],
+    rv: int,
+    owner_uids: list[str],
+    *,
+    previous_owners: list[str] | None = None,
+) -> None:
+    """Store ``body`` under ``key`` with its owner index rows. ``previous_owners``: the owners the stored object had
+    (``[]`` when it did not exist), when the caller read it in this transaction — unchanged owners then keep their
+    rows instead of being deleted and inserted again."""
     uid = str(body.get("metadata", {}).get("uid", ""))
     await conn.execute(
         "INSERT INTO resource_objects (api_group, resource, namespace, name, uid, resource_version, body) "
@@ -165,10 +176,14 @@ async def put_object(conn: Connection, key: ObjectKey, body: dict[str, Any], rv:
         "uid = excluded.uid, resource_version = excluded.resource_version, body = excluded.body",
         (*key, uid, rv, _dumps(body)),
     )
-    await conn.execute(
-        "DELETE FROM resource_owners WHERE api_group = ? AND resource = ? AND namespace = ? AND name = ?", key
-    )
-    for owner_uid in dict.fromkeys(owner_uids):
+    owners = list(dict.fromkeys(owner_uids))
+    if previous_owners is not None and owners == list(dict.fromkeys(previous_owners)):
+        return
+    if previous_owners is None or previous_owners:
+        await conn.execute(
+            "DELETE FROM resource_owners WHERE api_group = ? AND resource = ? AND namespace = ? AND name = ?", key
+        )
+    for owner_uid in owners:
         await conn.execute(
             "INSERT INTO resource_owners (owner_uid, api_group, resource, namespace, name) VALUES (?, ?, ?, ?, ?)",
             (owner_uid, *key),

@@ -353,9 +353,13 @@ async def finish(
     *,
     error: Mapping[str, str] | None = None,
     bus: ConversationBus | None = None,
+    locked: Message | None = None,
 ) -> Message:
-    """End a message's stream (an ``error`` event first when ``error`` is given). Idempotent once terminal."""
-    message = await tx.messages.lock(message_id)
+    """End a message's stream (an ``error`` event first when ``error`` is given). Idempotent once terminal.
+    ``locked``: the message as this transaction locked (or last wrote) it, not read again."""
+    if locked is not None and locked.id != message_id:
+        raise InvalidRecord(f"the locked message {locked.id} is not message {message_id}")
+    message = locked if locked is not None else await tx.messages.lock(message_id)
     if message.status in TERMINAL_STATUSES:
         return message
     state = await state_of(tx, message)
