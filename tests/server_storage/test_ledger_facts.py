@@ -217,3 +217,21 @@ async def test_attempts_of_an_action_this_transaction_created_are_numbered_witho
             await store.create_attempt(Attempt(action_id=action.id, attempt_no=5, id="another five"))
     # a later transaction did not create the action: it reads the numbers taken
     assert (await setup.create_attempt(Attempt(action_id=action.id))).attempt_no == 7
+
+
+async def test_stores_joined_to_one_transaction_share_what_it_did(db: Database) -> None:
+    """The engine records a transaction's updates through several stores (a trail per update): what one store
+    wrote is what the others know, so an attempt one store created and another requested cannot be requested again."""
+    setup = SqlLedgerStore(db)
+    actor = (await setup.ensure_actor(Actor(type="harness", key="builtin", framework="loopd"))).id
+    with pytest.raises(Conflict, match="already requested"):
+        async with db.transaction() as tx:
+            first, second = SqlLedgerStore.within(tx), SqlLedgerStore.within(tx)
+            lane = await first.create_lane(Lane(session_id="s1", run_id="r1", name="main"))
+            turn = await first.create_turn(Turn(lane_id=lane.id))
+            action = await first.create_action(
+                Action(turn.id, ActionType.MODEL_CALL, effect_kind=EffectKind.READ, idempotency=Idempotency.INHERENT)
+            )
+            attempt = await first.create_attempt(Attempt(action_id=action.id, attempt_no=1))
+            await second.append_next(lane.id, "requested", [requested(attempt, actor)])
+            await first.append_next(lane.id, "again", [requested(attempt, actor)])

@@ -11,11 +11,11 @@ cost_usd for roll-ups), ``ledger_appends`` (id, lane_id, digest, first/last seq,
 An append locks its lane row (PostgreSQL ``FOR UPDATE``; SQLite writers are serialized), then checks the append
 id, the expected seq and the batch, then writes events, receipt and head in the same transaction.
 ``SqlLedgerStore(db)`` runs each call in its own transaction; ``SqlLedgerStore.within(tx)`` joins a transaction
-the caller already opened (so ledger facts commit together with, say, a harness call checkpoint), and remembers
-what that transaction wrote and read through it — which lane each turn, action and attempt belongs to, each lane's
-session, the actors it found, and the progress and numbering of the attempts and actions it created — so that
-later calls in the same transaction do not read those rows back (the transaction's ledger writes must then all go
-through that store, as the engine's trail does).
+the caller already opened (so ledger facts commit together with, say, a harness call checkpoint); the stores joined
+to one transaction share a memory of what it wrote and read through them (`_Done`) — which lane each turn, action
+and attempt belongs to, each lane's session, the actors found, and the progress and numbering of the attempts and
+actions it created — so that later calls in the same transaction do not read those rows back (its ledger writes
+must then go through such stores, as the engine's trails' do, not through bare SQL).
 Must not do: decide what to record (callers and ``LaneRecorder`` do).
 """
 
@@ -189,22 +189,37 @@ def _scope_sql(scope: Scope, alias: str) -> tuple[str, list[Any]]:
     return " AND ".join(f"{alias}.{column} = ?" for column in filters), list(filters.values())
 
 
+class _Done:
+    """What one transaction wrote and read through the ledger, true until it ends (`LedgerFacts` learns the
+    immutable part only once it committed). One per transaction (`TransactionCore.memo`), shared by every store
+    joined to it, so that no store's memory misses another's writes."""
+
+    __slots__ = ("actors", "entity_lanes", "fresh_actions", "fresh_attempts", "lane_sessions")
+
+    def __init__(self) -> None:
+        self.entity_lanes: dict[tuple[SubjectKind, str], str] = {}
+        self.lane_sessions: dict[str, str] = {}
+        self.actors: set[str] = set()
+        # The attempts this transaction created, with their progress since (requested, finished): no other
+        # transaction can have written events about them, and this one writes them through a store sharing this.
+        self.fresh_attempts: dict[str, tuple[bool, bool]] = {}
+        # The actions this transaction created, with the highest attempt number it gave one of them (0: none):
+        # nobody else can have numbered their attempts.
+        self.fresh_actions: dict[str, int] = {}
+
+
 class _LedgerSql:
     """The ledger's SQL on one open transaction; also the ``Lookups`` the batch rules read through."""
 
-    def __init__(self, tx: TransactionCore, facts: LedgerFacts | None = None) -> None:
+    def __init__(self, tx: TransactionCore, facts: LedgerFacts | None = None, done: _Done | None = None) -> None:
         self._tx = tx
         self._facts = facts
-        # What this transaction wrote or read (true until it ends; `_facts` learns it only once committed):
-        self._entity_lanes: dict[tuple[SubjectKind, str], str] = {}
-        self._lane_sessions: dict[str, str] = {}
-        self._actors: set[str] = set()
-        # The attempts this transaction created, with their progress since (requested, finished): no other
-        # transaction can have written events about them, and this one writes them through here.
-        self._fresh_attempts: dict[str, tuple[bool, bool]] = {}
-        # The actions this transaction created, with the highest attempt number it gave one of them (0: none):
-        # nobody else can have numbered their attempts.
-        self._fresh_actions: dict[str, int] = {}
+        done = done or _Done()
+        self._entity_lanes = done.entity_lanes
+        self._lane_sessions = done.lane_sessions
+        self._actors = done.actors
+        self._fresh_attempts = done.fresh_attempts
+        self._fresh_actions = done.fresh_actions
 
     # -- immutable facts, remembered once committed (`LedgerFacts`) ------------------------------------------
 
@@ -919,7 +934,7 @@ class SqlLedgerStore:
         self._database = database
         self._facts = facts
         # Bound to a transaction: one `_LedgerSql` for the store's life, which remembers what the transaction did.
-        self._bound = None if transaction is None else _LedgerSql(transaction, facts)
+        self._bound = None if transaction is None else _LedgerSql(transaction, facts, transaction.memo(_Done, _Done))
 
     @classmethod
     def within(cls, transaction: TransactionCore, *, facts: LedgerFacts | None = None) -> SqlLedgerStore:

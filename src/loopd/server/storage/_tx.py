@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from loopd._infra.clock import Clock
 from loopd._infra.database import Connection, Dialect
 from loopd._infra.ids import new_id
+
+_M = TypeVar("_M")
 
 MAX_PARAMETERS = 4096
 """Bound values per statement `TransactionCore.insert_rows` writes (SQLite allows 32,766, PostgreSQL 32,767)."""
@@ -34,6 +36,15 @@ class TransactionCore:
         self._ids = ids
         self.read_only = read_only
         self._after_commit: list[Callable[[], None]] = []
+        self._memos: dict[object, Any] = {}
+
+    def memo(self, key: type[_M], make: Callable[[], _M]) -> _M:
+        """The value kept under ``key`` for this transaction's life (``make()`` the first time): what a layer
+        remembers of what it did in this transaction, shared by everything that joins it."""
+        found = self._memos.get(key)
+        if found is None:
+            found = self._memos[key] = make()
+        return found
 
     def new_id(self) -> str:
         """A new UUIDv7, larger than every id this database handle made before (ids are paging cursors)."""
