@@ -223,3 +223,39 @@ async def test_an_adapter_that_cannot_resume_leaves_the_outcome_unknown(
         call = await until_phase(survivor, call_id, "unknown")
     assert call.error is not None and call.error["code"] == "resume_unsupported"
     assert adapter.starts == [call_id] and adapter.resumes == []
+
+
+async def test_the_transaction_that_ends_a_call_gives_its_lease_up(
+    db: Database, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No transaction of its own to release the lease after the end: the end releases it, and the driver does not
+    try again; the watcher seeing the call ended (its own end) still makes the outcome ``done``."""
+    released_by: list[str] = []
+    driver_releases: list[str] = []
+    release, driver_release = Leases.release, _driver.CallDriver.release
+
+    async def recorded(self: Leases, resource: str, token: int) -> bool:
+        ended = await self._tx.fetch_one("SELECT phase FROM harness_calls WHERE id = ?", (resource.split("/")[-1],))
+        released_by.append(str(ended[0]) if ended else "?")
+        return await release(self, resource, token)
+
+    async def by_driver(self: _driver.CallDriver, call_id: str, token: int) -> None:
+        driver_releases.append(call_id)
+        await driver_release(self, call_id, token)
+
+    monkeypatch.setattr(Leases, "release", recorded)
+    monkeypatch.setattr(_driver.CallDriver, "release", by_driver)
+    adapter = ScriptedAdapter(script=scripted(TextSet("one"), Finished("one")))
+    engine = make_engine(db, {"scripted": adapter}, clock=clock)
+    notices: list[tuple[str, bool]] = []
+    engine.add_listener(lambda notice: notices.append((notice.call_id, notice.ended)))
+    async with engine:
+        call_id, _ = await _call(db, engine)
+        assert (await until_done(engine, call_id)).phase == "succeeded"
+        await until_true(lambda: (call_id, True) in notices)
+        async with db.transaction(read_only=True) as tx:
+            lease = await tx.leases.get(lease_resource(call_id))
+    assert lease is not None and lease.holder == ""
+    assert released_by == ["succeeded"]  # in the transaction that ended it, after the end
+    assert driver_releases == []
+    assert engine.statistics().drives_lost == 0

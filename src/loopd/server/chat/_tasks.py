@@ -14,6 +14,7 @@ or write message content except through ``loopd.server.streams``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -330,7 +331,13 @@ class TaskApi:
                 await self._end_messages(tx, task_id, response, intent)
         await self._delete_task(task_id)
         async with self._db.transaction() as tx:
-            response = await tx.messages.lock(response.id)
+            if response.delivery_state == "closing":
+                # As this completion left it (the usual case): closed by one compare-and-set, nothing read first.
+                with contextlib.suppress(Conflict):
+                    return await tx.messages.update(
+                        response.id, expected_revision=response.revision, delivery_state="closed"
+                    )
+            response = await tx.messages.lock(response.id)  # changed since (another completion of it ran too)
             if response.delivery_state == "closing":
                 response = await tx.messages.update(
                     response.id, expected_revision=response.revision, delivery_state="closed"

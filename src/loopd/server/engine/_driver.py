@@ -290,6 +290,8 @@ class CallDriver:
         if outcome == "retry":
             self.retried += 1
             self._retry_after[drive.call_id] = self._clock.monotonic() + self._retry_delay
+        if drive.released:  # given up by the transaction that ended the call
+            return
         with contextlib.suppress(StorageError, TimeoutError):
             async with asyncio.timeout(self._db.options.operation_timeout):
                 await self.release(drive.call_id, drive.token)

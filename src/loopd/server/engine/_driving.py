@@ -19,7 +19,9 @@ Two tasks work side by side:
 
 A drive ends in one of four ways (`Outcome`): ``done`` (the call is terminal), ``lost`` (the lease is gone:
 someone else drives the call now), ``retry`` (the adapter lost sight of the execution: resume later) or it is
-cancelled (the engine stops or crashes: nothing more is written; the execution stays resumable).
+cancelled (the engine stops or crashes: nothing more is written; the execution stays resumable). The transaction
+that makes the call terminal also gives the lease up (`Drive.released`); otherwise the driver releases it after the
+drive (not after ``lost``).
 """
 
 from __future__ import annotations
@@ -188,6 +190,9 @@ class Drive:
         self._started = 0.0
         self._texted = False
         self.token = token
+        self.released = False
+        """A transaction of this drive ended the call and gave its lease up with it (committed): the driver has
+        nothing left to release, and however the drive's tasks end, its outcome is ``done``."""
         self._resource = lease_resource(call.id)
         self._adapter = adapter
         self._effect: tuple[EffectKind, Idempotency] = (
@@ -274,8 +279,15 @@ class Drive:
             ended = await tx.harness_calls.update(call.id, phase=phase, result=result, error=None)
         else:
             ended = await tx.harness_calls.update(call.id, phase=phase, error=error)
+        # Nothing is left to drive: the lease goes with the end (the lease row was checked first in this
+        # transaction, so the lock order lease → call → message holds), not in a transaction of its own after it.
+        if await tx.leases.release(self._resource, self.token):
+            tx.after_sure_commit(self._released)
         self._notify(tx, ended)
         return ended
+
+    def _released(self) -> None:
+        self.released = True
 
     async def _close_gates(self, tx: Transaction, call: HarnessCall, phase: HarnessPhase) -> bool:
         """Close the gates still open in the call's message; whether that message is still open (not terminal)."""
@@ -321,11 +333,14 @@ class Drive:
 
     async def _outcome(self) -> Outcome:
         try:
-            return await self._run()
+            outcome = await self._run()
         except Fenced:
-            return "lost"
+            outcome = "lost"
         except _Stop as stop:
-            return stop.outcome
+            outcome = stop.outcome
+        # The call ended here: the watcher may have seen it terminal (or its lease given up) before the consumer
+        # returned — that is this drive's own end, not another holder's.
+        return "done" if self.released else outcome
 
     def _first_text(self) -> None:
         """The answer shows text for the first time in this drive."""
@@ -387,7 +402,7 @@ class Drive:
             message_task = None
             if call.message_id is not None:
                 with contextlib.suppress(NotFound):
-                    message_task = (await tx.messages.get(call.message_id)).task_id
+                    message_task = (await tx.messages.head(call.message_id)).task_id  # no content read
             self._task_id = message_task
             if call.cancel_requested:
                 await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))

@@ -53,6 +53,7 @@ from loopd.server.storage import (
     InvalidRecord,
     Message,
     MessageEvent,
+    MessageHead,
     NewHarnessCall,
     NewMessage,
     NotFound,
@@ -396,9 +397,9 @@ class HarnessEngine:
         if request.profile is not None and not supports_workspaces(self._adapters[request.target]):
             raise InvalidRecord(f"the harness {request.target!r} takes no workspace or tools profile; leave them out")
 
-    async def _destination(self, tx: Transaction, request: CallRequest) -> Message:
+    async def _destination(self, tx: Transaction, request: CallRequest) -> Message | MessageHead:
         if request.message_id is not None:
-            message = await tx.messages.get(request.message_id)
+            message = await tx.messages.head(request.message_id)  # where it lives and whether it streams: no content
             if request.conversation_id is not None and message.conversation_id != request.conversation_id:
                 raise InvalidRecord(f"message {message.id} is not in conversation {request.conversation_id}")
             if message.status in streams.TERMINAL_STATUSES:

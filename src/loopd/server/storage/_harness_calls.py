@@ -95,10 +95,10 @@ class HarnessCalls:
         print_ = fingerprint(new.target, new.params)
         now = time_text(self._tx.now())
         call_id = self._tx.new_id()
-        inserted = await self._tx.execute(
+        inserted = await self._tx.fetch(
             f"INSERT INTO harness_calls ({_COLUMNS}) VALUES "
             "(?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, NULL, ?, 0, '', NULL, FALSE, ?, ?) "
-            "ON CONFLICT (owner_uid, effect_key) DO NOTHING",
+            f"ON CONFLICT (owner_uid, effect_key) DO NOTHING RETURNING {_COLUMNS}",
             (
                 call_id,
                 new.owner_uid,
@@ -113,8 +113,8 @@ class HarnessCalls:
                 now,
             ),
         )
-        if inserted == 1:
-            return await self.get(call_id), True
+        if inserted:  # the new row as stored, in the same statement
+            return _call(inserted[0]), True
         existing = await self.find(new.owner_uid, new.effect_key)
         if existing is None:  # pragma: no cover - the conflicting row cannot vanish inside this transaction
             raise Conflict(f"harness call {new.owner_uid}/{new.effect_key} could not be created")

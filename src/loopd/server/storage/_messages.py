@@ -56,7 +56,7 @@ _COLUMNS = (
 _CONTENT_SEQ = 15  # the index of ``content_seq`` in a row of `_COLUMNS`
 _PURPOSE = 6  # the index of ``purpose``
 
-_HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state, content_seq"
+_HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state, content_seq, task_id"
 
 
 def _head(row: tuple[Any, ...]) -> MessageHead:
@@ -67,6 +67,7 @@ def _head(row: tuple[Any, ...]) -> MessageHead:
         revision=int(row[3]),
         delivery_state=cast(DeliveryState, row[4]),
         content_seq=None if row[5] is None else int(row[5]),
+        task_id=None if row[6] is None else str(row[6]),
     )
 
 

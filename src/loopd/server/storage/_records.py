@@ -92,6 +92,8 @@ class MessageHead:
     content_seq: int | None = None
     """The last event seq the stored content snapshot folds when later events are not folded into it yet (readers
     of the message get them folded: `Messages`); None when the snapshot folds every stored event."""
+    task_id: str | None = None
+    """The Task the message belongs to (a question's input and response, a Task's outputs); None for others."""
 
 
 @dataclass(frozen=True, slots=True)
