@@ -6,7 +6,7 @@ import pytest
 
 from loopd._infra.clock import VirtualClock
 from loopd.server.storage import Conflict, Database, InvalidRecord, Message, NewMessage, NotFound
-from tests.server_storage.helpers import question, text_content, user_conversation
+from tests.server_storage.helpers import question, record_statements, text_content, user_conversation
 
 
 async def test_user_conversations_are_listed_per_owner_with_paging(db: Database) -> None:
@@ -285,3 +285,29 @@ async def test_a_snapshot_with_a_tail_reads_as_the_fold_of_every_event(db: Datab
     async with db.transaction(read_only=True) as tx:
         stored = await tx.messages.get(response.id)
     assert stored.content["blocks"] == folded and stored.revision == rewritten.revision
+
+
+async def test_a_question_checks_its_conversation_and_reply_once_per_transaction(db: Database) -> None:
+    """A conversation read (or a message written) in the transaction is known to exist: inserting the question's
+    input and its response looks neither up again. Rows that were never seen are still checked."""
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        await tx.conversations.get(conversation.id)
+        input_, response = await question(tx, conversation, "t1")
+    assert response.reply_to_message_id == input_.id
+    assert [s for s in statements if "FROM conversations" in s] == [statements[0]]  # the read itself
+    assert not [s for s in statements if "FROM messages" in s and not s.startswith("INSERT")]
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        await question(tx, conversation, "t2")
+    assert sum("SELECT 1 FROM conversations" in s for s in statements) == 1
+    with pytest.raises(NotFound, match="conversation"):
+        async with db.transaction() as tx:
+            await tx.messages.insert(NewMessage("nope", "user", "alice", "input", text_content("x")))
+    with pytest.raises(NotFound, match="message"):
+        async with db.transaction() as tx:
+            await tx.messages.insert(
+                NewMessage(conversation.id, "user", "alice", "input", text_content("x"), reply_to_message_id="nope")
+            )

@@ -5,7 +5,8 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
 0. its question is being stored by this process right now (``questions``, the chat's `QuestionWindow`: the Task
    is created inside the question's transaction, and its watch event usually arrives before the commit) → set it
    aside, read nothing; the window's close queues it again;
-1. the Task is gone, being deleted, or not for a harness → nothing to do;
+1. the Task (as the controller's informer caches it; from the API when it is not cached) is gone, being deleted, or
+   not for a harness → nothing to do;
 2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4;
 3. read the Task's context (a storage ``NotFound`` is the commit window of a question another process stores, or
    one whose window this process did not see: requeue shortly), and start the call
@@ -426,9 +427,8 @@ class HarnessResponder:
                     self._idle_retries += 1
                     return Result(requeue_after=self._capacity_retry)
             self._set_wait(request, _Wait.READ)  # a slot is free (or the Task changed): read and start it as usual
-        try:
-            task = await self._client.get(TASKS, request.name, namespace=request.namespace)
-        except ResourceNotFound:
+        task = await self._read_task(request.name, request.namespace)
+        if task is None:
             return Result()
         spec = task.get("spec") or {}
         target = spec.get("target") or {}
@@ -481,9 +481,8 @@ class HarnessResponder:
     async def _say_pending(self, request: Request) -> Result | None:
         """Say Pending for a Task that waits for a slot only, reading nothing but the Task; None when the Task is
         not the one that was refused (recreated under its name, being deleted): then it is read as usual."""
-        try:
-            task = await self._client.get(TASKS, request.name, namespace=request.namespace)
-        except ResourceNotFound:
+        task = await self._read_task(request.name, request.namespace)
+        if task is None:
             return Result()
         metadata = task.get("metadata") or {}
         target = (task.get("spec") or {}).get("target") or {}
@@ -492,6 +491,20 @@ class HarnessResponder:
         await self._report(task, str(target.get("key") or ""), "Pending", None, PENDING_MESSAGE)
         self._set_wait(request, _Wait.IDLE)
         return Result(requeue_after=self._capacity_retry)
+
+    async def _read_task(self, name: str, namespace: str | None) -> dict[str, Any] | None:
+        """The Task as the controller's informer holds it — kept current by the watch, and the event that queued
+        this reconcile was applied to it before the reconcile was queued — or, when it is not cached (not seen yet,
+        or gone), as the API has it now; None when it does not exist."""
+        controller = self._controller
+        if controller is not None:
+            cached = controller.cache.get(name, namespace)
+            if cached is not None:
+                return cached
+        try:
+            return await self._client.get(TASKS, name, namespace=namespace)
+        except ResourceNotFound:
+            return None
 
     def _set_wait(self, request: Request, wait: _Wait) -> None:
         """Change what a waiting Task's retries do — unless a slot's notice woke it meanwhile (it left the queue)."""
@@ -736,9 +749,8 @@ class HarnessResponder:
         its own Task."""
         if context is None or earlier is None or earlier.task_id is None:
             return None
-        try:
-            task = await self._client.get(TASKS, earlier.task_id, namespace=request.namespace)
-        except ResourceNotFound:
+        task = await self._read_task(earlier.task_id, request.namespace)
+        if task is None:
             return None
         running = await self._engine.find(str((task.get("metadata") or {}).get("uid") or ""), EFFECT_KEY)
         text = message_text(context.input.content)

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from ._errors import Conflict, InvalidRecord, NotFound
 from ._records import CONVERSATION_ACTOR_KINDS, Conversation, ConversationActorKind
-from ._tx import TransactionCore
+from ._tx import SeenRows, TransactionCore
 from ._values import page_limit, parse_time, require_choice, require_text, time_text
 
 _COLUMNS = (
@@ -84,6 +84,7 @@ class Conversations:
         row = await self._tx.fetch_one(f"SELECT {_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,))
         if row is None:
             raise NotFound(f"conversation {conversation_id} not found")
+        self._tx.memo(SeenRows, SeenRows).conversations.add(conversation_id)
         return _conversation(row)
 
     async def find_work(self, task_id: str) -> Conversation | None:

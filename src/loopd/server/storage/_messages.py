@@ -34,7 +34,7 @@ from ._records import (
     MessageStatus,
     NewMessage,
 )
-from ._tx import TransactionCore
+from ._tx import SeenRows, TransactionCore
 from ._values import (
     UNSET,
     Unset,
@@ -133,10 +133,16 @@ class Messages:
         require_object(new.content, "message content")
         if new.task_id is not None:
             require_text(new.task_id, "message task_id")
-        if await self._tx.fetch_one("SELECT 1 FROM conversations WHERE id = ?", (new.conversation_id,)) is None:
-            raise NotFound(f"conversation {new.conversation_id} not found")
-        if new.reply_to_message_id is not None:
-            await self.get(new.reply_to_message_id)
+        seen = self._tx.memo(SeenRows, SeenRows)
+        if new.conversation_id not in seen.conversations:
+            if await self._tx.fetch_one("SELECT 1 FROM conversations WHERE id = ?", (new.conversation_id,)) is None:
+                raise NotFound(f"conversation {new.conversation_id} not found")
+            seen.conversations.add(new.conversation_id)
+        replied = new.reply_to_message_id
+        if replied is not None and replied not in seen.messages:
+            if await self._tx.fetch_one("SELECT 1 FROM messages WHERE id = ?", (replied,)) is None:
+                raise NotFound(f"message {replied} not found")
+            seen.messages.add(replied)
         message_id = self._tx.new_id() if new.id is None else require_text(new.id, "message id")
         now = time_text(self._tx.now())
         inserted = await self._tx.fetch(
@@ -159,6 +165,7 @@ class Messages:
         )
         if len(inserted) != 1:
             raise Conflict(f"message {message_id} already exists")
+        seen.messages.add(message_id)
         return _message(inserted[0])  # the row as stored (no tail yet), without reading it again
 
     async def get(self, message_id: str) -> Message:

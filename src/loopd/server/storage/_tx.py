@@ -20,6 +20,18 @@ MAX_PARAMETERS = 4096
 """Bound values per statement `TransactionCore.insert_rows` writes (SQLite allows 32,766, PostgreSQL 32,767)."""
 
 
+class SeenRows:
+    """Ids of rows this transaction found or wrote that nothing ever deletes (conversations, messages): a later
+    existence check of one of them in the same transaction needs no statement (kept with `TransactionCore.memo`).
+    Gone with the transaction, whatever its outcome."""
+
+    __slots__ = ("conversations", "messages")
+
+    def __init__(self) -> None:
+        self.conversations: set[str] = set()
+        self.messages: set[str] = set()
+
+
 class TransactionCore:
     def __init__(
         self,
