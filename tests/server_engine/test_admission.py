@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from loopd.server.engine import CallRequest, CapacityExceeded, HistoryEntry, UnknownTarget
-from loopd.server.storage import Conflict, Database, InvalidRecord, NotFound
+from loopd.server.engine import CallRequest, CapacityExceeded, Finished, HistoryEntry, TextSet, UnknownTarget, _driver
+from loopd.server.engine._driving import lease_resource
+from loopd.server.storage import Conflict, Database, HarnessCall, InvalidRecord, NotFound
 
-from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response
+from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response, scripted, until_done
 
 
 def request(
@@ -148,3 +149,36 @@ async def test_unknown_target_and_missing_destination_are_refused(db: Database) 
         await engine.start(CallRequest("uid", "k", "scripted", "hi"))
     with pytest.raises(InvalidRecord, match="text"):
         await engine.start(CallRequest("uid", "k", "scripted", "  ", conversation_id=conversation))
+
+
+async def test_a_call_admitted_while_the_engine_runs_is_begun_by_its_admission(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The admitting transaction takes the lease and records the start: the drive runs at once, with no scan
+    claiming it and no transaction of its own to begin. An engine not yet driving admits a pending call, which
+    its driver claims once it runs."""
+    claimed: list[str] = []
+    claim = _driver.CallDriver._claim
+
+    async def recorded(self: _driver.CallDriver, batch: list[tuple[HarnessCall, bool]]) -> None:
+        claimed.extend(call.id for call, _ in batch)
+        await claim(self, batch)
+
+    monkeypatch.setattr(_driver.CallDriver, "_claim", recorded)
+    adapter = ScriptedAdapter(script=scripted(TextSet("one"), Finished("one")))
+    async with make_engine(db, {"scripted": adapter}) as engine:
+        conversation = await new_conversation(db)
+        call = await engine.start(request(conversation))
+        assert call.phase == "starting"  # begun in the admission's transaction
+        async with db.transaction(read_only=True) as tx:
+            lease = await tx.leases.get(lease_resource(call.id))
+        assert lease is not None and lease.holder == engine.replica_id
+        assert (await until_done(engine, call.id)).phase == "succeeded"
+        assert claimed == [] and adapter.starts == [call.id]
+        assert engine.statistics().claims == 1
+    idle = make_engine(db, {"scripted": ScriptedAdapter(script=scripted(Finished("two")))})
+    later = await idle.start(request(await new_conversation(db), key="work/2"))
+    assert later.phase == "pending"
+    async with idle:
+        assert (await until_done(idle, later.id)).phase == "succeeded"
+    assert claimed == [later.id]

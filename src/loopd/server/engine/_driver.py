@@ -5,7 +5,9 @@ Driving: one driver task per engine scans the active calls (every ``poll_interva
 claims runnable ones with a fenced lease (pending calls, and calls whose earlier driver lost its lease: crashed, or
 another replica) while a slot is free — all it found in one write transaction — and runs a `Drive` for each (see
 ``_driving``). Calls that only need closing (cancel requested, deadline passed, no adapter) are claimed without a
-slot. A call is never driven twice at once: the lease is exclusive and every write checks its token.
+slot. A call is never driven twice at once: the lease is exclusive and every write checks its token. A call the
+engine admits while the driver runs needs no scan: the admitting transaction takes its lease and begins it
+(`CallDriver.begin_admitted`), and the drive starts as that transaction commits (`CallDriver.adopt`).
 
 Must not do: admit calls or answer reads (``HarnessEngine`` does); it only claims what is stored.
 """
@@ -23,7 +25,7 @@ from typing import Final
 from loopd._infra.clock import wait_event
 from loopd._infra.tasks import TaskSet
 from loopd._infra.telemetry import Context, current_context, extract_context, tracing_enabled
-from loopd.server.storage import HARNESS_CALL_TRACE_PARAM, HarnessCall, StorageError
+from loopd.server.storage import HARNESS_CALL_TRACE_PARAM, HarnessCall, StorageError, Transaction
 
 from ._adapter import HarnessAdapter
 from ._driving import Drive, DriveSettings, Outcome, lease_resource
@@ -114,6 +116,7 @@ class CallDriver:
         self._retry_delay = retry_delay
         self._scan_limit = scan_limit
         self._drives: dict[str, Drive] = {}
+        self._admitting: set[str] = set()  # begun by an admission whose transaction has not ended: not claimed
         self._trace_parents: OrderedDict[str, Context] = OrderedDict()  # while tracing: who started a call here
         self._retry_after: dict[str, float] = {}
         self._wake = asyncio.Event()
@@ -136,6 +139,40 @@ class CallDriver:
         if not self._started:
             self._started = True
             self._tasks.start(self._drive_forever(), name="loopd-harness-driver")
+
+    @property
+    def running(self) -> bool:
+        """Started and not stopped: a drive handed over now (`adopt`) runs."""
+        return self._started and not self._closed
+
+    async def begin_admitted(self, tx: Transaction, call: HarnessCall) -> tuple[Drive, HarnessCall] | None:
+        """In the transaction that admits ``call`` (created in it; its slot held by the admission): take its lease
+        and begin it, so that it is driven the moment that transaction commits (`adopt`) — no scan, no claim and
+        no transaction of its own to begin. The drive and the call as begun; None when its lease is taken (a scan
+        finds it as usual). From now until `adopt` or `abandon`, scans here leave the call alone."""
+        settings = self._settings
+        self._admitting.add(call.id)
+        lease = await tx.leases.acquire(lease_resource(call.id), settings.replica_id, settings.lease_ttl)
+        if lease is None:
+            return None
+        trace_parent = current_context() if tracing_enabled() else None
+        drive = Drive(settings, call, lease.token, self._adapters.get(call.target), trace_parent=trace_parent)
+        return drive, await drive.begin_in(tx, call) or call
+
+    def adopt(self, drive: Drive, call: HarnessCall) -> None:
+        """Drive what `begin_admitted` began, now that its transaction committed (its slot is held already). A
+        driver that stopped meanwhile leaves it: the lease expires and a scan (here after a restart, or another
+        replica) takes the call over."""
+        self._admitting.discard(call.id)
+        if not self.running:
+            return
+        self.claims += 1
+        self._drives[call.id] = drive
+        self._tasks.start(self._run_drive(drive, call), name=f"loopd-drive-{call.id}")
+
+    def abandon(self, call_id: str) -> None:
+        """The admission's transaction did not commit (or may not have): scans may take the call again."""
+        self._admitting.discard(call_id)
 
     def remember_trace(self, call_id: str) -> None:
         """Make the current trace context the parent of the call's drive (if it is driven here; bounded)."""
@@ -217,7 +254,9 @@ class CallDriver:
         waiting = deque(
             (call, call.cancel_requested or now >= call.deadline_at or call.target not in self._adapters)
             for call in ordered
-            if call.id not in self._drives and self._retry_after.get(call.id, 0.0) <= self._clock.monotonic()
+            if call.id not in self._drives
+            and call.id not in self._admitting
+            and self._retry_after.get(call.id, 0.0) <= self._clock.monotonic()
         )
         while waiting and not self._closed:
             free = self._slots.free  # now: admissions may have taken slots while the previous batch was claimed

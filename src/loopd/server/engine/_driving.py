@@ -191,6 +191,7 @@ class Drive:
         self._texted = False
         self.token = token
         self.released = False
+        self._begun: tuple[HarnessCall, Literal["start", "resume"]] | None = None
         """A transaction of this drive ended the call and gave its lease up with it (committed): the driver has
         nothing left to release, and however the drive's tasks end, its outcome is ``done``."""
         self._resource = lease_resource(call.id)
@@ -395,43 +396,59 @@ class Drive:
                     await run.aclose()
 
     async def _begin(self) -> tuple[HarnessCall, Literal["start", "resume"]] | None:
-        """Check the call, record the attempt and move pending → starting; None when the call ended here."""
+        """Check the call, record the attempt and move pending → starting; None when the call ended here. A drive
+        begun by the transaction that admitted its call (`begin_in`) has nothing left to do here."""
+        if self._begun is not None:
+            begun, self._begun = self._begun, None
+            return begun
         async with self._fenced() as (tx, call):
-            if call.is_terminal:
-                return None
-            message_task = None
-            if call.message_id is not None:
-                with contextlib.suppress(NotFound):
-                    message_task = (await tx.messages.head(call.message_id)).task_id  # no content read
-            self._task_id = message_task
-            if call.cancel_requested:
-                await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))
-                return None
-            if self._s.clock.now() >= call.deadline_at:
-                await self._end_in(tx, call, "timed_out", _error("timed_out", "the call passed its deadline"))
-                return None
-            if self._adapter is None:
-                message = f"no adapter is configured for target {call.target!r} on this server"
-                await self._end_in(tx, call, "unknown", _error("unknown_target", message))
-                return None
-            mode: Literal["start", "resume"] = "start" if call.phase == "pending" else "resume"
-            if mode == "resume" and not self._adapter.supports_resume:
-                message = f"the {call.target!r} adapter cannot resume; the outcome of the earlier attempt is unknown"
-                await self._end_in(tx, call, "unknown", _error("resume_unsupported", message))
-                return None
-            trail = self._trail(tx, call)
-            replica = self._s.replica_id
-            if mode == "start":  # a new lane: its opening events and the attempt's request in one append
-                self._attempt_id = await trail.open_with_attempt(str(self.token), mode=mode, replica=replica)
-            else:
-                await trail.open()
-                # Drives that died before: settled once this one has caught up (_settle).
-                self._interrupted = await trail.unresolved_attempts()
-                self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=replica)
-            self._opened_in(tx, fresh=mode == "start")
-            if call.phase == "pending":
-                call = await tx.harness_calls.update(call.id, phase="starting")
-            return call, mode
+            return await self._begin_with(tx, call)
+
+    async def begin_in(self, tx: Transaction, call: HarnessCall) -> HarnessCall | None:
+        """Begin a call in the transaction that created it and took its lease for this drive (``token``): once
+        that commits, the drive starts with the adapter, without a transaction of its own to begin. The call as
+        begun (None: it ended in ``tx``; the drive then finds it ended)."""
+        self._begun = await self._begin_with(tx, call)
+        return None if self._begun is None else self._begun[0]
+
+    async def _begin_with(
+        self, tx: Transaction, call: HarnessCall
+    ) -> tuple[HarnessCall, Literal["start", "resume"]] | None:
+        if call.is_terminal:
+            return None
+        message_task = None
+        if call.message_id is not None:
+            with contextlib.suppress(NotFound):
+                message_task = (await tx.messages.head(call.message_id)).task_id  # no content read
+        self._task_id = message_task
+        if call.cancel_requested:
+            await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))
+            return None
+        if self._s.clock.now() >= call.deadline_at:
+            await self._end_in(tx, call, "timed_out", _error("timed_out", "the call passed its deadline"))
+            return None
+        if self._adapter is None:
+            message = f"no adapter is configured for target {call.target!r} on this server"
+            await self._end_in(tx, call, "unknown", _error("unknown_target", message))
+            return None
+        mode: Literal["start", "resume"] = "start" if call.phase == "pending" else "resume"
+        if mode == "resume" and not self._adapter.supports_resume:
+            message = f"the {call.target!r} adapter cannot resume; the outcome of the earlier attempt is unknown"
+            await self._end_in(tx, call, "unknown", _error("resume_unsupported", message))
+            return None
+        trail = self._trail(tx, call)
+        replica = self._s.replica_id
+        if mode == "start":  # a new lane: its opening events and the attempt's request in one append
+            self._attempt_id = await trail.open_with_attempt(str(self.token), mode=mode, replica=replica)
+        else:
+            await trail.open()
+            # Drives that died before: settled once this one has caught up (_settle).
+            self._interrupted = await trail.unresolved_attempts()
+            self._attempt_id = await trail.request_attempt(str(self.token), mode=mode, replica=replica)
+        self._opened_in(tx, fresh=mode == "start")
+        if call.phase == "pending":
+            call = await tx.harness_calls.update(call.id, phase="starting")
+        return call, mode
 
     def _opened_in(self, tx: Transaction, *, fresh: bool) -> None:
         """Once ``tx`` surely committed, the trail's lane, turn and action exist (the ledger never removes them):

@@ -73,7 +73,7 @@ from ._adapter import (
     supports_workspaces,
 )
 from ._driver import CallDriver, CallSlots
-from ._driving import DriveSettings, call_channel, lease_resource
+from ._driving import Drive, DriveSettings, call_channel, lease_resource
 from ._errors import EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id, question_block_id
 from ._requests import MAX_TIMEOUT, CallRequest, fork_of, history_of, workspace_of
@@ -345,6 +345,9 @@ class HarnessEngine:
             self._slots.refuse_if_full()  # else a slot freed during the read: admit it as usual
         reservation: str | None = None
         created = False
+        drive: Drive | None = None
+        admitted: HarnessCall | None = None  # as created, for the drive's notices
+        admitting: str | None = None
         try:
             async with self._db.transaction() as tx:
                 existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
@@ -366,8 +369,17 @@ class HarnessEngine:
                 )
                 if not created:
                     raise _Replayed(call)
+                if self._driver.running:  # driven the moment this commits (see `CallDriver.begin_admitted`)
+                    admitted, admitting = call, call.id
+                    begun = await self._driver.begin_admitted(tx, call)
+                    if begun is not None:
+                        drive, call = begun
         except _Replayed as replayed:
             call = replayed.call
+        except BaseException:
+            if admitting is not None:  # not committed (or not surely): a scan takes it over if it exists
+                self._driver.abandon(admitting)
+            raise
         finally:
             if reservation is not None:
                 self._slots.release(reservation)
@@ -375,9 +387,14 @@ class HarnessEngine:
                     self._announce(reservation, None, None, False)
         if created:
             self._slots.hold(call.id)
-            if tracing_enabled():
-                self._driver.remember_trace(call.id)
-            self._driver.wake()
+            if drive is not None and admitted is not None:
+                self._driver.adopt(drive, admitted)
+            else:
+                if admitting is not None:
+                    self._driver.abandon(admitting)
+                if tracing_enabled():
+                    self._driver.remember_trace(call.id)
+                self._driver.wake()
         return call
 
     def _replayed(self, request: CallRequest, existing: HarnessCall, fingerprint: str) -> HarnessCall:
