@@ -195,3 +195,45 @@ async def test_direct_sends_decode_their_chunks_with_the_shared_fast_decoder(mon
     assert len(decoded) == 1 and json.loads(decoded[0])["choices"][0]["delta"]["content"] == "two"
     await model.aclose()
     await endpoint.http.aclose()
+
+
+def _pieces(*texts: str) -> list[dict[str, Any]]:
+    last = len(texts) - 1
+    return [
+        {"choices": [{"index": 0, "delta": {"content": t}, "finish_reason": "stop" if i == last else None}]}
+        for i, t in enumerate(texts)
+    ]
+
+
+async def test_the_text_of_the_chunks_one_read_brings_goes_on_as_one_delta() -> None:
+    """Pieces that arrived together (one read of the reply) reach the caller as one text delta, a tool call delta
+    between them keeps its place; pieces of separate reads stay separate. The text is the same either way."""
+    call = {"index": 0, "id": "t1", "function": {"name": "f", "arguments": "{}"}}
+    together = _sse(
+        *_pieces("Hel", "lo"),
+        {"choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}]},
+        *_pieces(" wor", "ld"),
+        "[DONE]",
+    )
+    endpoint = Recorder([_reply("warm"), together])
+    model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="k", http_client=endpoint.http)
+    await collect(model.stream(ask("warm")))
+    got = await collect(model.stream(ask("hi")))  # a direct send: the mock transport's body is one read
+    kinds = [type(chunk).__name__ for chunk in got.chunks]
+    assert kinds[:3] == ["TextDelta", "ToolCallDelta", "TextDelta"] and kinds.count("TextDelta") == 2
+    assert got.text == "Hello world" and [c.name for c in got.tool_calls] == ["f"]
+    await endpoint.http.aclose()
+
+    async def apart(request: httpx2.Request) -> httpx2.Response:
+        async def reads() -> AsyncIterator[bytes]:
+            for piece in [*_pieces("a", "b", "c"), "[DONE]"]:
+                yield _sse(piece)
+
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=reads())
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(apart), timeout=10.0)
+    model = OpenAICompatibleModel("m", base_url="http://model.invalid/v1", api_key="k", http_client=http)
+    await collect(model.stream(ask("warm")))
+    got = await collect(model.stream(ask("hi")))
+    assert [c.text for c in got.chunks if type(c).__name__ == "TextDelta"] == ["a", "b", "c"]
+    await http.aclose()

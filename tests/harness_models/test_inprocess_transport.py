@@ -115,3 +115,23 @@ async def test_the_demo_model_answers_in_process_through_the_adapter(monkeypatch
         got = await collect(model.stream(ask("hello there")))
     assert got.error is None
     assert got.text.startswith("You said: “hello there”")
+
+
+async def test_a_read_returns_everything_the_app_sent_since_the_last_one() -> None:
+    """Like a socket read: chunks sent in a burst arrive together, a failure after them still ends the body."""
+
+    async def burst(scope: Scope, receive: Any, send: Any) -> None:
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for piece in (b"a", b"b", b"c"):
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+        raise RuntimeError("gone")
+
+    async with (
+        httpx2.AsyncClient(transport=StreamingAsgiTransport(burst), timeout=5.0) as client,
+        client.stream("GET", "http://app.invalid/") as response,
+    ):
+        pieces = response.aiter_raw()
+        assert await anext(pieces) == b"abc"
+        with pytest.raises(httpx2.RemoteProtocolError):
+            await anext(pieces)

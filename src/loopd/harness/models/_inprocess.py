@@ -6,8 +6,9 @@ answer (the whole provider path), but no socket, HTTP/1.1 parser or connection p
 under 100 concurrent chats those were about a tenth of the server's CPU.
 
 httpx2's own ``ASGITransport`` hands a response over only once the app has finished it; this one hands it over at
-the app's ``http.response.start`` and streams each body chunk as the app sends it, through a bounded buffer (the app
-waits while the client reads slowly), so a paced answer still arrives piece by piece.
+the app's ``http.response.start`` and streams the body as the app sends it, through a bounded buffer (the app waits
+while the client reads slowly): each read returns every chunk sent since the previous read, as a socket read returns
+what has arrived, so a paced answer still arrives piece by piece and a burst in one read.
 
 How it stays equivalent to a socket:
 - **Isolation**: the app runs in a task of its own (its context variables stay there). The task belongs to the
@@ -75,8 +76,11 @@ class _Body(httpx2.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         chunks = self._chunks
+        held: bytes | _Failed | None = None  # what ended the last read: handled before waiting again
         while True:
-            if chunks.empty():
+            if held is not None:
+                item, held = held, None
+            elif chunks.empty():
                 try:
                     async with asyncio.timeout(self._timeout):
                         item = await chunks.get()
@@ -91,7 +95,15 @@ class _Body(httpx2.AsyncByteStream):
             if item == _END:
                 self._ended = True
                 return
-            yield item
+            # Everything the app has sent since the last read, as one read of a socket returns what has arrived.
+            parts = [item]
+            while not chunks.empty():
+                following = chunks.get_nowait()
+                if isinstance(following, _Failed) or following == _END:
+                    held = following
+                    break
+                parts.append(following)
+            yield item if len(parts) == 1 else b"".join(parts)
 
     async def aclose(self) -> None:
         if self._ended and not self._task.done():  # answered in full: let the app finish what follows, briefly

@@ -216,18 +216,30 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         completion_id: str | None = None
         async with stream:
             try:
-                async for chunk in stream:
-                    if not isinstance(chunk, dict):
-                        raise _Malformed(f"a stream chunk is a {type(chunk).__name__}, not an object")
-                    served_model = _text(chunk.get("model")) or served_model
-                    completion_id = completion_id or _text(chunk.get("id")) or None
-                    reported_usage = chunk.get("usage")
-                    if isinstance(reported_usage, dict):
-                        usage = reported_usage
-                    deltas, finish_reason = translate_chunk(chunk)
-                    finished = finished or finish_reason
-                    for delta in deltas:
-                        yield delta
+                async for batch in stream.batches() if isinstance(stream, _DirectStream) else _one_by_one(stream):
+                    # The text of the chunks one read brought goes on as one delta (what already arrived together
+                    # is handed on together: under load, a burst of pieces costs the layers above one piece).
+                    text: list[str] = []
+                    for chunk in batch:
+                        if not isinstance(chunk, dict):
+                            raise _Malformed(f"a stream chunk is a {type(chunk).__name__}, not an object")
+                        served_model = _text(chunk.get("model")) or served_model
+                        completion_id = completion_id or _text(chunk.get("id")) or None
+                        reported_usage = chunk.get("usage")
+                        if isinstance(reported_usage, dict):
+                            usage = reported_usage
+                        deltas, finish_reason = translate_chunk(chunk)
+                        finished = finished or finish_reason
+                        for delta in deltas:
+                            if isinstance(delta, TextDelta):
+                                text.append(delta.text)
+                                continue
+                            if text:
+                                yield TextDelta(text="".join(text))
+                                text = []
+                            yield delta
+                    if text:
+                        yield TextDelta(text="".join(text))
             except openai.OpenAIError as exc:
                 raise model_error(exc, model) from exc
             except _Malformed as exc:
@@ -322,6 +334,12 @@ class _DirectSender:
         return _DirectStream(response)
 
 
+async def _one_by_one(stream: AsyncIterator[object]) -> AsyncIterator[list[object]]:
+    """The SDK's stream as batches of one chunk (it does not say which chunks arrived together)."""
+    async for chunk in stream:
+        yield [chunk]
+
+
 def _status_error(response: httpx2.Response) -> openai.APIStatusError:
     """The error the SDK raises for a 4xx/5xx reply (same message and body; `model_error` reads no more)."""
     message = f"Error code: {response.status_code}"
@@ -360,27 +378,41 @@ class _DirectStream:
         return self._chunks()
 
     async def _chunks(self) -> AsyncIterator[object]:
+        async for batch in self.batches():
+            for chunk in batch:
+                yield chunk
+
+    async def batches(self) -> AsyncIterator[list[object]]:
+        """The chunks each read of the response brought, together (never an empty list)."""
         response = self.response
         done = False
         try:
-            async for event, data in server_sent_events(response.aiter_bytes()):
-                if done:
-                    continue  # HTTP/1.1: read the rest so the connection can be reused (as the SDK does)
-                if data.startswith(b"[DONE]"):
-                    if response.http_version != "HTTP/1.1":
-                        break
-                    done = True
-                    continue
-                if event is not None and event.startswith("thread."):
-                    continue  # the Assistants API's events: never part of a Chat Completions stream
-                parsed = loads(data)
-                if isinstance(parsed, dict) and parsed.get("error"):
-                    error = parsed["error"]
-                    message = error.get("message") if isinstance(error, dict) else None
-                    if not message or not isinstance(message, str):
-                        message = "An error occurred during streaming"
-                    raise openai.APIError(message, response.request, body=error)
-                yield parsed
+            async for events in server_sent_event_batches(response.aiter_bytes()):
+                batch: list[object] = []
+                for event, data in events:
+                    if done:
+                        continue  # HTTP/1.1: read the rest so the connection can be reused (as the SDK does)
+                    if data.startswith(b"[DONE]"):
+                        if response.http_version != "HTTP/1.1":
+                            if batch:
+                                yield batch
+                            return
+                        done = True
+                        continue
+                    if event is not None and event.startswith("thread."):
+                        continue  # the Assistants API's events: never part of a Chat Completions stream
+                    parsed = loads(data)
+                    if isinstance(parsed, dict) and parsed.get("error"):
+                        error = parsed["error"]
+                        message = error.get("message") if isinstance(error, dict) else None
+                        if not message or not isinstance(message, str):
+                            message = "An error occurred during streaming"
+                        if batch:
+                            yield batch  # what came before the error, as a stream of single chunks shows it
+                        raise openai.APIError(message, response.request, body=error)
+                    batch.append(parsed)
+                if batch:
+                    yield batch
         except httpx2.TimeoutException as exc:
             raise openai.APITimeoutError(request=response.request) from exc
         except _REQUEST_ERRORS as exc:
@@ -391,11 +423,20 @@ async def server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tupl
     """``(event name, data)`` of each server-sent event in a byte stream (lines end in LF, CRLF or CR; ``data``
     lines joined by LF; comments and other fields skipped); an event still open when the stream ends is dropped,
     like the SDK's decoder does."""
+    async for events in server_sent_event_batches(chunks):
+        for found in events:
+            yield found
+
+
+async def server_sent_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[str | None, bytes]]]:
+    """`server_sent_events`, as the events each chunk of bytes completed (lists, never empty)."""
     parser = _SseLines()
     async for chunk in chunks:
-        for found in parser.feed(chunk):
+        found = parser.feed(chunk)
+        if found:
             yield found
-    for found in parser.end():
+    found = parser.end()
+    if found:
         yield found
 
 
