@@ -183,6 +183,14 @@ async def test_a_task_whose_question_is_being_stored_waits_for_the_commit_withou
             return await get(kind, name, **options)
 
         world.client.get = counted  # type: ignore[method-assign,assignment]
+        finds: list[str] = []
+        find = world.engine.find
+
+        async def found(owner_uid: str, effect_key: str) -> Any:
+            finds.append(owner_uid)
+            return await find(owner_uid, effect_key)
+
+        world.engine.find = found  # type: ignore[method-assign]
         conversation = await new_conversation(world.db)
         window.open("t-1")
         await world.client.create(TASKS, _task("t-1", "assistant"), namespace="default")
@@ -197,6 +205,9 @@ async def test_a_task_whose_question_is_being_stored_waits_for_the_commit_withou
         await until(lambda: _gone(world.client, "t-1"))
         assert await _status(world.db, response) == "completed"
         assert world.chat.contexts == ["t-1"]  # read once, after the commit
+        # Asked a moment ago, it can have no call yet: the start after the close looks for none (its admission
+        # would find one); only the completion, woken by the call's end, reads the call.
+        assert len(finds) == 1
         window.close("t-1")  # closing again tells nobody
         assert responder.statistics().following == 0
 

@@ -7,7 +7,9 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
    aside, read nothing; the window's close queues it again;
 1. the Task (as the controller's informer caches it; from the API when it is not cached) is gone, being deleted, or
    not for a harness → nothing to do;
-2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4;
+2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4 (not looked for by the reconcile
+   that the question's window closing queued: asked a moment ago, the Task has no call unless a responder started
+   one since, which the start then finds);
 3. read the Task's context (a storage ``NotFound`` is the commit window of a question another process stores, or
    one whose window this process did not see: requeue shortly), and start the call
    with the input text, the visible history before it, the response message as its destination and the
@@ -322,6 +324,9 @@ class HarnessResponder:
         self._remove_listener = engine.add_listener(self._on_notice)
         self._questions = questions
         self._set_aside: dict[str, Request] = {}  # Task name → key, while its question's commit window is open
+        # Tasks woken as their question's window closed, until their next reconcile: asked here a moment ago, so no
+        # call of theirs can exist unless a responder started it since, which a start finds (replayed or Conflict).
+        self._fresh: set[str] = set()
         self._stop_window = questions.listen(self._on_window_closed) if questions is not None else None
 
     # --- wake-ups ------------------------------------------------------------------------------------------------
@@ -359,8 +364,10 @@ class HarnessResponder:
 
     def _on_window_closed(self, task_id: str) -> None:
         request = self._set_aside.pop(task_id, None)
-        if request is not None:
-            self._wake(request)
+        if request is not None and self._wake(request):
+            if len(self._fresh) >= COMPLETED_KEPT:
+                self._fresh.clear()  # only a read saved per entry: never more than this many kept
+            self._fresh.add(task_id)
 
     def _wake(self, request: Request) -> bool:
         controller = self._controller
@@ -413,6 +420,9 @@ class HarnessResponder:
             # (commit or rollback) queues it again — no polling, and no reads that can only find nothing.
             self._set_aside[request.name] = request
             return Result()
+        fresh = request.name in self._fresh
+        if fresh:
+            self._fresh.discard(request.name)
         wait = self._waiting.get(request)
         if wait is not None and wait is not _Wait.READ:
             if self._full():
@@ -441,7 +451,7 @@ class HarnessResponder:
             return Result()
         # Before looking at the call: an end from here on queues this Task again, so none is missed.
         self._follow(request, uid)
-        call = await self._engine.find(uid, EFFECT_KEY)
+        call = None if fresh else await self._engine.find(uid, EFFECT_KEY)
         if call is None:
             probed = False
             try:  # read once, for the hand-over and the start
