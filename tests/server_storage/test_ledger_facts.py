@@ -146,7 +146,7 @@ async def test_a_transaction_does_not_read_back_the_rows_it_wrote(db: Database, 
         store = SqlLedgerStore.within(tx, facts=facts)
         lane = await store.create_lane(Lane(session_id="s1", run_id="r1", name="main"))
         reads = record_statements(tx)
-        _, _, first, model = await _trail(store, actor.id, lane.id)
+        turn, execution, first, model = await _trail(store, actor.id, lane.id)
         await store.append_next(lane.id, "model", [completed(model, actor.id)])
         await store.append_next(lane.id, "closed", [completed(first, actor.id)])
     entity_reads = [
@@ -156,11 +156,23 @@ async def test_a_transaction_does_not_read_back_the_rows_it_wrote(db: Database, 
         and any(table in sql for table in ("ledger_turns", "ledger_actions", "ledger_attempts", "DISTINCT event_type"))
     ]
     assert entity_reads == []
-    # what is left: per append the lane under its lock and the append id with the batch's event ids; the actor once
-    assert len([sql for sql in reads if sql.startswith("SELECT")]) == 3 * 2 + 1
+    # what is left: per append the append id with the batch's event ids; the actor once. The lane this transaction
+    # created is not read back for its appends (its last seq is what its own appends left)
+    assert len([sql for sql in reads if sql.startswith("SELECT")]) == 3 + 1
+    assert not [sql for sql in reads if sql.startswith("SELECT") and "ledger_lanes" in sql]
     assert len([sql for sql in reads if "ledger_actors" in sql]) == 1
     stored = await setup.load_run("s1", "r1")
     assert [e.event_type for e in stored.events][-2:] == ["attempt.completed", "attempt.completed"]
+    assert [e.seq for e in stored.events] == list(range(1, len(stored.events) + 1))
+    async with db.transaction() as tx:  # a later transaction locks the lane once, then appends after its own
+        store = SqlLedgerStore.within(tx, facts=facts)
+        reads = record_statements(tx)
+        await store.append_next(lane.id, "later/1", [NewEvent(str(EventType.ACTION_COMPLETED), execution.id, actor.id)])
+        await store.append_next(lane.id, "later/2", [NewEvent(str(EventType.TURN_COMPLETED), turn.id, actor.id)])
+    assert len([sql for sql in reads if sql.startswith("SELECT") and "FROM ledger_lanes" in sql]) == 1
+    stored = await setup.load_run("s1", "r1")
+    assert [e.seq for e in stored.events] == list(range(1, len(stored.events) + 1))
+    assert (await setup.get_lane(lane.id)).last_seq == len(stored.events)
     assert (await setup.get_attempt(first.id)).attempt_no == 1
 
 

@@ -194,9 +194,12 @@ class _Done:
     immutable part only once it committed). One per transaction (`TransactionCore.memo`), shared by every store
     joined to it, so that no store's memory misses another's writes."""
 
-    __slots__ = ("actors", "entity_lanes", "fresh_actions", "fresh_attempts", "lane_sessions")
+    __slots__ = ("actors", "entity_lanes", "fresh_actions", "fresh_attempts", "held_lanes", "lane_sessions")
 
     def __init__(self) -> None:
+        # The lanes this transaction created or read under their row lock, as it left them (``last_seq`` after its
+        # own appends): nobody else can append to them before it ends, so a later append reads none again.
+        self.held_lanes: dict[str, Lane] = {}
         self.entity_lanes: dict[tuple[SubjectKind, str], str] = {}
         self.lane_sessions: dict[str, str] = {}
         self.actors: set[str] = set()
@@ -220,6 +223,7 @@ class _LedgerSql:
         self._actors = done.actors
         self._fresh_attempts = done.fresh_attempts
         self._fresh_actions = done.fresh_actions
+        self._held_lanes = done.held_lanes
 
     # -- immutable facts, remembered once committed (`LedgerFacts`) ------------------------------------------
 
@@ -357,7 +361,10 @@ class _LedgerSql:
         row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?{suffix}", (lane_id,))
         if row is None:
             raise NotFound(f"lane {lane_id} not found")
-        return self._learn_lane(_lane(row))
+        lane = self._learn_lane(_lane(row))
+        if lock:
+            self._held_lanes[lane_id] = lane
+        return lane
 
     async def _require_lane(self, lane_id: str) -> None:
         """NotFound unless the lane exists (known from a committed transaction or this one, or read)."""
@@ -401,7 +408,8 @@ class _LedgerSql:
             ),
         )
         if inserted:
-            return self._learn_lane(_lane(inserted[0]))  # as stored, without reading it again
+            created = self._held_lanes[lane.id] = self._learn_lane(_lane(inserted[0]))  # as stored, not read again
+            return created
         row = await self._tx.fetch_one(f"SELECT {_LANE} FROM ledger_lanes WHERE id = ?", (lane.id,))
         if row is None:
             raise Conflict(f"run {lane.run_id} of session {lane.session_id} already has a lane {lane.name!r}")
@@ -569,7 +577,7 @@ class _LedgerSql:
             check_expected_seq(expected_last_seq)
         events = list(events)
         digest = batch_digest(events)
-        lane = await self.get_lane(lane_id, lock=True)
+        lane = self._held_lanes.get(lane_id) or await self.get_lane(lane_id, lock=True)
         if expected_last_seq is None:
             expected_last_seq = lane.last_seq
         row, used_ids = await self._append_and_used_ids(append_id, events)
@@ -627,6 +635,7 @@ class _LedgerSql:
             (append_id, lane_id, digest, receipt.first_seq, receipt.last_seq, dumps(list(receipt.event_ids)), now),
         )
         await self._tx.execute("UPDATE ledger_lanes SET last_seq = ? WHERE id = ?", (receipt.last_seq, lane_id))
+        self._held_lanes[lane_id] = dataclasses.replace(lane, last_seq=receipt.last_seq)
         fresh = self._fresh_attempts
         if fresh:
             for event in events:
