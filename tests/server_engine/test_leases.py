@@ -10,7 +10,7 @@ from loopd._infra.clock import VirtualClock
 from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet, _driver
 from loopd.server.engine._driving import lease_resource
 from loopd.server.ledger import Scope, SqlLedgerStore
-from loopd.server.storage import Database
+from loopd.server.storage import Database, HarnessCall
 from loopd.server.storage._leases import Leases
 
 from .conftest import (
@@ -259,3 +259,40 @@ async def test_the_transaction_that_ends_a_call_gives_its_lease_up(
     assert released_by == ["succeeded"]  # in the transaction that ended it, after the end
     assert driver_releases == []
     assert engine.statistics().drives_lost == 0
+
+
+async def test_a_freed_slot_scans_again_only_while_a_call_waits_for_one(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls this engine admitted run without scans, and their ends scan nothing; a call the last scan left for
+    want of a slot is claimed as soon as a drive ends (not at the next poll, an hour away here)."""
+    scans: list[int] = []
+    active = _driver.CallDriver._active
+
+    async def counted(self: _driver.CallDriver) -> list[HarnessCall]:
+        found = await active(self)
+        scans.append(len(found))
+        return found
+
+    monkeypatch.setattr(_driver.CallDriver, "_active", counted)
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), None, Finished("a")))
+    idle = make_engine(sqlite_db, {"scripted": adapter}, replica_id="replica-b", capacity=5)  # admits, never drives
+    waiting = [(await _call(sqlite_db, idle, key=f"waiting/{index}"))[0] for index in range(2)]
+    engine = make_engine(sqlite_db, {"scripted": adapter}, capacity=1, poll_interval=3600.0)
+    async with engine:
+        await until_true(lambda: len(adapter.starts) == 1)  # the first scan: one slot, two calls
+        before = len(scans)
+        adapter.last_run(adapter.starts[0]).release()
+        await until_true(lambda: len(adapter.starts) == 2)  # the drive's end scanned and claimed the other
+        assert len(scans) > before
+        adapter.last_run(adapter.starts[1]).release()
+        done = await asyncio.gather(*(engine.wait(call_id, 15) for call_id in waiting))
+        assert [call.phase for call in done] == ["succeeded"] * 2
+        await until_true(lambda: engine.statistics().slots_used == 0)
+        settled = len(scans)
+        own, _ = await _call(sqlite_db, engine, key="own")  # admitted here: driven at once
+        await until_true(lambda: own in adapter.starts)
+        adapter.last_run(own).release()
+        assert (await engine.wait(own, 15)).phase == "succeeded"
+        await asyncio.sleep(0.1)
+        assert len(scans) == settled  # nothing waited for a slot: the ends scanned nothing

@@ -117,6 +117,7 @@ class CallDriver:
         self._scan_limit = scan_limit
         self._drives: dict[str, Drive] = {}
         self._admitting: set[str] = set()  # begun by an admission whose transaction has not ended: not claimed
+        self._starved = False  # the last scan left a runnable call for want of a slot: a freed slot scans again
         self._trace_parents: OrderedDict[str, Context] = OrderedDict()  # while tracing: who started a call here
         self._retry_after: dict[str, float] = {}
         self._wake = asyncio.Event()
@@ -258,6 +259,7 @@ class CallDriver:
             and call.id not in self._admitting
             and self._retry_after.get(call.id, 0.0) <= self._clock.monotonic()
         )
+        starved = False
         while waiting and not self._closed:
             free = self._slots.free  # now: admissions may have taken slots while the previous batch was claimed
             batch: list[tuple[HarnessCall, bool]] = []
@@ -265,11 +267,13 @@ class CallDriver:
                 call, closing_only = waiting.popleft()
                 if not closing_only and call.id not in self._slots:
                     if free == 0:
-                        continue  # no slot: a freed one wakes the next scan
+                        starved = True  # no slot: a freed one wakes the next scan
+                        continue
                     free -= 1
                 batch.append((call, closing_only))
             if batch:
                 await self._claim(batch)
+        self._starved = starved
 
     async def _claim(self, batch: list[tuple[HarnessCall, bool]]) -> None:
         """Take the leases of ``batch`` (call, whether it only needs closing) in one write transaction and drive each
@@ -321,7 +325,8 @@ class CallDriver:
         finally:
             self._drives.pop(drive.call_id, None)
             self._slots.release(drive.call_id)
-            self._wake.set()
+            if self._starved:  # a call waits here for a slot (admissions take theirs before they create the call)
+                self._wake.set()
         self._announce(call.id, call.owner_uid, call.effect_key, outcome == "done")
         if outcome == "lost":
             self.lost += 1

@@ -7,9 +7,9 @@ Per reconcile of Task ``default/<task id>`` (it always re-reads; it may run any 
    aside, read nothing; the window's close queues it again;
 1. the Task (as the controller's informer caches it; from the API when it is not cached) is gone, being deleted, or
    not for a harness → nothing to do;
-2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4 (not looked for by the reconcile
-   that the question's window closing queued: asked a moment ago, the Task has no call unless a responder started
-   one since, which the start then finds);
+2. the call (owner = the Task's UID, effect key ``respond``) exists → go to 4 (not looked for by the first
+   reconcile after this process stored the Task's question: the Task has no call unless a responder started one
+   since, which the start then finds);
 3. read the Task's context (a storage ``NotFound`` is the commit window of a question another process stores, or
    one whose window this process did not see: requeue shortly), and start the call
    with the input text, the visible history before it, the response message as its destination and the
@@ -324,8 +324,9 @@ class HarnessResponder:
         self._remove_listener = engine.add_listener(self._on_notice)
         self._questions = questions
         self._set_aside: dict[str, Request] = {}  # Task name → key, while its question's commit window is open
-        # Tasks woken as their question's window closed, until their next reconcile: asked here a moment ago, so no
-        # call of theirs can exist unless a responder started it since, which a start finds (replayed or Conflict).
+        # Tasks whose question this process stored (its window closed), until their first reconcile after that:
+        # asked here, so no call of theirs can exist unless a responder started one since, which a start finds
+        # (replayed, or a Conflict that reads it).
         self._fresh: set[str] = set()
         self._stop_window = questions.listen(self._on_window_closed) if questions is not None else None
 
@@ -363,11 +364,12 @@ class HarnessResponder:
             del self._waiting[request]
 
     def _on_window_closed(self, task_id: str) -> None:
+        if len(self._fresh) >= COMPLETED_KEPT:
+            self._fresh.clear()  # only a read saved per entry (Tasks of other responders are never reconciled here)
+        self._fresh.add(task_id)
         request = self._set_aside.pop(task_id, None)
-        if request is not None and self._wake(request):
-            if len(self._fresh) >= COMPLETED_KEPT:
-                self._fresh.clear()  # only a read saved per entry: never more than this many kept
-            self._fresh.add(task_id)
+        if request is not None:
+            self._wake(request)
 
     def _wake(self, request: Request) -> bool:
         controller = self._controller
