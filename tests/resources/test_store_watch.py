@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from loopd.resources import LEASE_KIND, TASK_KIND, Gone, ResourceStore
+from loopd.resources._semantics import SemanticStore
 from tests.resources.helpers import events, lease, next_event, no_event, rv, task
 from tests.support.waiting import eventually
 
@@ -152,3 +153,32 @@ async def test_watch_events_are_private_copies(store: ResourceStore) -> None:
         first = await next_event(one)
         first.object["spec"]["target"]["key"] = "mutated"
         assert (await next_event(two)).object["spec"]["target"]["key"] == "router"
+
+
+async def test_a_store_hands_its_own_writes_to_its_watches_without_reading_them_back(
+    open_store: Any, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a store commits reaches its open watches at once, with no read of the event log; once another writer
+    committed in between, the log is read (in order: the other's change first)."""
+    if backend == "memory":
+        pytest.skip("the in-memory store dispatches every commit by reading its log at once")
+    reads: list[int] = []
+    original = SemanticStore._read_changes
+
+    async def counted(self: SemanticStore, after: int, limit: int) -> Any:
+        reads.append(after)
+        return await original(self, after, limit)
+
+    monkeypatch.setattr(SemanticStore, "_read_changes", counted)
+    here: ResourceStore = await open_store(poll_interval=3600.0)
+    other: ResourceStore = await open_store(poll_interval=3600.0)
+    async with here.watch(TASK_KIND, resource_version=await here.current_resource_version()) as stream:
+        await asyncio.sleep(0.05)  # whatever the stores' starts woke has been read
+        reads.clear()
+        await here.create(TASK_KIND, task("t1"))
+        assert (await next_event(stream)).object["metadata"]["name"] == "t1"
+        assert reads == []
+        await other.create(TASK_KIND, task("t2"))
+        await here.create(TASK_KIND, task("t3"))  # it does not follow what `here` handed out: the log is read
+        names = [(await next_event(stream)).object["metadata"]["name"] for _ in range(2)]
+        assert names == ["t2", "t3"] and reads

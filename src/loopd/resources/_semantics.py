@@ -411,12 +411,14 @@ class SemanticStore:
         for change in tx.changes:
             self._apply_registry_change(change)
         if tx.changes:
-            await self._committed()
+            await self._committed(tx.start_rv, tx.changes)
         return result
 
-    async def _committed(self) -> None:
-        """Changes were committed: wake the watch pump (the in-memory store dispatches them at once instead)."""
-        self._hub.notify()
+    async def _committed(self, start_rv: int, changes: builtins.list[Change]) -> None:
+        """Changes were committed: the watches get them at once when they follow what the watches have (no read of
+        the log); otherwise the pump is woken to read it (the in-memory store always pumps at once)."""
+        if not await self._hub.dispatch_committed(start_rv, changes):
+            self._hub.notify()
 
     async def _read_changes(self, after: int, limit: int) -> tuple[builtins.list[Change], int]:
         async with self._backend.read() as conn:

@@ -40,7 +40,7 @@ class MemoryResourceStore(SemanticStore):
         await super()._start()
         await self._hub.pump_once()  # the built-in CRDs and the default namespace seeded by the start
 
-    async def _committed(self) -> None:
+    async def _committed(self, start_rv: int, changes: list[sql.Change]) -> None:
         # No pump task: dispatch to the open watches before the write returns, and compact beyond the window.
         await self._hub.pump_once()
 

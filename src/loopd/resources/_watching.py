@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -227,14 +227,34 @@ class WatchHub:
                     self._dispatched = compacted
                     continue
                 for change in changes:
-                    self._on_change(change)
-                    for watcher in list(self._watchers):
-                        watcher.offer(change)
-                        if watcher.state != "open":
-                            self._watchers.discard(watcher)
-                    self._dispatched = change.rv
+                    self._dispatch(change)
                 if len(changes) < _BATCH:
                     return
+
+    async def dispatch_committed(self, start_rv: int, changes: Sequence[Change]) -> bool:
+        """Hand out the changes a writer of this store just committed, in order, without reading the log — when
+        they follow what was dispatched (nothing committed after ``start_rv`` before them is still undispatched).
+        False when they do not (another process wrote meanwhile, the pump is behind, or read them already): then
+        the pump reads the log as usual. The pump is still woken when the log is due for compaction."""
+        if self._closed or not changes:
+            return False
+        async with self._lock:
+            if self._dispatched != start_rv:
+                return False
+            for change in changes:
+                self._dispatch(change)
+        window = self._options.event_window
+        if self._dispatched - self._compacted > window + max(1, window // 10):
+            self.notify()
+        return True
+
+    def _dispatch(self, change: Change) -> None:
+        self._on_change(change)
+        for watcher in list(self._watchers):
+            watcher.offer(change)
+            if watcher.state != "open":
+                self._watchers.discard(watcher)
+        self._dispatched = change.rv
 
     async def _maybe_compact(self) -> None:
         window = self._options.event_window
