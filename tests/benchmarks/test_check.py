@@ -180,3 +180,23 @@ def test_a_new_results_file_records_the_processor_in_its_machine_class() -> None
         recorded["python"],
         recorded["cpu"],
     )
+
+
+def test_the_shipped_rules_judge_times_lower_and_rates_higher() -> None:
+    """The committed tolerances file: a time per step is judged lower-is-better even where a rate rule's pattern
+    ("*/s*") also matches its column name ("ms/step" holds "/s")."""
+    rules = load_rules((ROOT / "benchmarks" / "tolerances.toml").read_text())
+
+    def loop(steps_per_s: float, ms_per_step: float) -> dict[str, Any]:
+        table = {
+            "module": "harness_core",
+            "title": "loop steps/s",
+            "columns": ["", "steps/s", "ms/step"],
+            "rows": [["100 concurrent sessions, 12 steps each", steps_per_s, ms_per_step]],
+        }
+        return {**_results(100, 100), "tables": [table]}
+
+    verdicts = {j.change.column: j.verdict for j in judge(compare(loop(3000, 0.357), loop(4400, 0.227)), rules)}
+    assert verdicts == {"steps/s": "improved", "ms/step": "improved"}
+    verdicts = {j.change.column: j.verdict for j in judge(compare(loop(4400, 0.227), loop(3000, 0.357)), rules)}
+    assert verdicts == {"steps/s": "REGRESSED", "ms/step": "REGRESSED"}
