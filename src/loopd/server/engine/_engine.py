@@ -346,8 +346,7 @@ class HarnessEngine:
         reservation: str | None = None
         created = False
         drive: Drive | None = None
-        admitted: HarnessCall | None = None  # as created, for the drive's notices
-        admitting: str | None = None
+        admitted: HarnessCall | None = None  # as created, handed to the driver to begin (`begin_admitted`)
         try:
             async with self._db.transaction() as tx:
                 existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
@@ -370,15 +369,15 @@ class HarnessEngine:
                 if not created:
                     raise _Replayed(call)
                 if self._driver.running:  # driven the moment this commits (see `CallDriver.begin_admitted`)
-                    admitted, admitting = call, call.id
+                    admitted = call
                     begun = await self._driver.begin_admitted(tx, call)
                     if begun is not None:
                         drive, call = begun
         except _Replayed as replayed:
             call = replayed.call
         except BaseException:
-            if admitting is not None:  # not committed (or not surely): a scan takes it over if it exists
-                self._driver.abandon(admitting)
+            if admitted is not None:  # not committed (or not surely): a scan takes it over if it exists
+                self._driver.abandon(admitted.id)
             raise
         finally:
             if reservation is not None:
@@ -390,8 +389,8 @@ class HarnessEngine:
             if drive is not None and admitted is not None:
                 self._driver.adopt(drive, admitted)
             else:
-                if admitting is not None:
-                    self._driver.abandon(admitting)
+                if admitted is not None:
+                    self._driver.abandon(admitted.id)
                 if tracing_enabled():
                     self._driver.remember_trace(call.id)
                 self._driver.wake()
