@@ -504,3 +504,54 @@ async def test_a_file_of_layout_3_gets_state_snapshots_and_keeps_its_records(tmp
         assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,) == (4,)
     finally:
         db.close()
+
+
+# --- state snapshots -----------------------------------------------------------------------------------------
+
+
+async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_full_one_on_the_writer_thread(
+    tmp_path: Path,
+) -> None:
+    """A snapshot handed to the writer thread sends the session's next rounds there too (they commit inline only
+    while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES, or at FULL, it is not."""
+    normal = await SqliteJournal.open(tmp_path / "normal.db")
+    full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
+    try:
+        for journal in (normal, full):
+            writer = await journal.create_session("s", at=0.0)
+            await writer.append(records(3))
+            await journal.save_snapshot("s", 1, "v1", b"small", at=1.0)
+        assert normal.snapshots_inline == 1 and full.snapshots_inline == 0
+        big = b"x" * (_sqlite.INLINE_MAX_BYTES + 1)
+        await normal.save_snapshot("s", 2, "v1", big, at=2.0)
+        assert normal.snapshots_inline == 1
+        for journal, data in ((normal, big), (full, b"small")):
+            got = await journal.load_snapshot("s", "v1")
+            assert got is not None and got.data == data
+    finally:
+        for journal in (normal, full):
+            await journal.aclose()
+
+
+async def test_a_snapshot_waits_for_a_lock_another_connection_holds_on_the_writer_thread(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    journal = await SqliteJournal.open(path, busy_timeout=10.0)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(2))
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        other.execute("CREATE TABLE elsewhere (x)")
+        save = asyncio.create_task(journal.save_snapshot("s", 2, "v1", b"state@2", at=1.0))
+        for _ in range(20):  # the event loop keeps turning while the save waits for the lock
+            await asyncio.sleep(0.005)
+        assert not save.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(save, 10)
+        assert journal.snapshots_inline == 0
+        got = await journal.load_snapshot("s", "v1")
+        assert got is not None and (got.seq, got.data) == (2, b"state@2")
+        assert await writer.append(records(1)) == [3]  # and rounds go on
+    finally:
+        other.close()
+        await journal.aclose()

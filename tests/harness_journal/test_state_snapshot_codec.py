@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.harness.core import codec, snapshot
+from loopd.harness.core import codec, snapshot, user_message
+from loopd.harness.core._history import History
 from loopd.harness.core.events import SessionStarted
 from loopd.harness.core.snapshot import FOLD_VERSION, SnapshotDecodeError, decode_state, encode_state, state_schema
-from loopd.harness.core.state import SessionState
+from loopd.harness.core.state import LoopState, SessionState
 from loopd.harness.journal import MemoryJournal, NewRecord, StateSnapshots
+from loopd.harness.journal._snapshots import INLINE_ENCODE_MESSAGES
 
 
 @dataclass(frozen=True)
@@ -85,3 +88,52 @@ async def test_a_session_saves_no_snapshot_before_it_is_released() -> None:
     stored = await journal.load_snapshot("s", state_schema())
     assert stored is not None and decode_state(stored.data) == live
     await snapshots.aclose()
+
+
+async def test_a_snapshot_of_few_new_messages_is_encoded_on_the_event_loop_and_a_large_one_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Handing a small encode to a worker thread costs the running session more than the encode (its steps wait for
+    the interpreter lock while the thread holds it); a large one still goes to a thread, off the event loop."""
+    threads: list[int] = []
+    encode = snapshot.StateEncoder.encode
+
+    def recording(self: snapshot.StateEncoder, state: SessionState) -> bytes:
+        threads.append(threading.get_ident())
+        return encode(self, state)
+
+    monkeypatch.setattr(snapshot.StateEncoder, "encode", recording)
+    journal = MemoryJournal()
+    writer = await journal.create_session("s", at=0.0)
+    started = SessionStarted(session_id="s", rig="r", loops=("main",), at=0.0)
+    await writer.append([NewRecord(*codec.encode(started), at=0.0)] * 3)
+
+    def state(messages: int, seq: int) -> SessionState:
+        history = History(user_message(f"m{i}") for i in range(messages))
+        loop = LoopState(name="main", history=history)
+        return SessionState(session_id="s", rig="r", status="active", loops={"main": loop}, last_seq=seq)
+
+    for messages, seq in ((3, 1), (INLINE_ENCODE_MESSAGES + 1, 2)):
+        live = state(messages, seq)  # a history built apart: every message is new to the encoder
+        snapshots = StateSnapshots(journal, "s", lambda live=live: live, VirtualClock(), every=1)  # type: ignore[misc]
+        snapshots.release()
+        snapshots.committed([seq], [started])
+        await snapshots.wait()
+        assert snapshots.saves == 1
+        stored = await journal.load_snapshot("s", state_schema())
+        assert stored is not None and decode_state(stored.data) == live
+        await snapshots.aclose()
+    assert threads[0] == threading.get_ident() != threads[1]
+
+
+def test_the_encoder_counts_only_the_messages_it_has_not_encoded() -> None:
+    encoder = snapshot.StateEncoder()
+    history = History(user_message(f"m{i}") for i in range(5))
+    state = SessionState(session_id="s", rig="r", status="active", loops={"main": LoopState("main", history)})
+    assert encoder.new_messages(state) == 5
+    encoder.encode(state)
+    assert encoder.new_messages(state) == 0
+    longer = replace(state, loops={"main": LoopState("main", history.appended(user_message("more")))})
+    assert encoder.new_messages(longer) == 1
+    apart = replace(state, loops={"main": LoopState("main", History(history))})  # equal, but not built on it
+    assert encoder.new_messages(apart) == 5

@@ -298,6 +298,17 @@ class StateEncoder:
     def __init__(self) -> None:
         self._histories: dict[str, _Encoded] = {}
 
+    def new_messages(self, state: SessionState) -> int:
+        """How many messages `encode` would turn into MessagePack for ``state`` (those its histories added since the
+        last encode; all of them for a history it does not build on): what an encode costs, in proportion."""
+        previous = self._histories
+        count = 0
+        for key, loop in state.loops.items():
+            known = previous.get(key)
+            start = len(known.history) if known is not None and loop.history.extends(known.history) else 0
+            count += len(loop.history) - start
+        return count
+
     def encode(self, state: SessionState) -> bytes:
         """The stored form of ``state`` (see the module's docstring)."""
         check_layouts()

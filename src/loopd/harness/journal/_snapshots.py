@@ -6,7 +6,8 @@ Owns: `restore_state` (what restore folds), `snapshot_due` (when a live session 
 snapshot only saves folding the records it covers (`loopd.harness.core.snapshot` says what it holds and when it
 is stale), and one that is missing, of another schema or unreadable is ignored — restore then folds the whole
 journal, and the session writes a new snapshot once it is due. Must not do: decide or apply events (the pure
-core does), or run on a session's commit path (a snapshot is written by a task of its own, encoded in a thread).
+core does), or run on a session's commit path (a snapshot is written by a task of its own; a large one is encoded in a
+thread).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ _log = logging.getLogger(__name__)
 DEFAULT_SNAPSHOT_EVERY = 500
 """Records committed after a session's newest snapshot before it writes the next one (at least)."""
 _GROWTH = 16  # ... and at least 1/16 of the records the newest one covers (see `snapshot_due`)
+INLINE_ENCODE_MESSAGES = 1000
+"""A snapshot that turns at most this many new messages into MessagePack (well under a millisecond) is encoded on
+the event loop; a larger one in a worker thread. Handing a small one to a thread costs the session more than the
+encode: its steps then wait for the interpreter lock while the thread holds it."""
 _SAVE_TIMEOUT = 30.0
 RESTORE_FOLD_SNAPSHOT = 100
 """A session brought up by folding at least this many records after its snapshot (or without one) saves a snapshot
@@ -119,9 +124,10 @@ def _header_of(state: SessionState) -> SessionState:
 
 class StateSnapshots:
     """Writes a live session's state snapshots: after a commit (`committed`), when one is due (`snapshot_due`),
-    it takes the state then (an immutable value, so it needs no lock) and a task of its own encodes it in a worker
-    thread and saves it; one at a time, a failure only logged (the next due commit tries again). Its `StateEncoder`
-    keeps the compressed histories of the previous snapshot, so each one encodes only the messages added since.
+    it takes the state then (an immutable value, so it needs no lock) and a task of its own encodes it (in a worker
+    thread when it has more than `INLINE_ENCODE_MESSAGES` new messages) and saves it; one at a time, a failure only
+    logged (the next due commit tries again). Its `StateEncoder` keeps the compressed histories of the previous
+    snapshot, so each one encodes only the messages added since.
 
     The live state's loops, agents, workspace, hustles and settings are the fold's (a property test holds them
     to it); its header (``session_id``, ``rig``, ``status``) is the running session's view, which may differ from
@@ -189,7 +195,10 @@ class StateSnapshots:
     async def _save(self, state: SessionState) -> None:
         try:
             async with asyncio.timeout(_SAVE_TIMEOUT):
-                data = await asyncio.to_thread(self._encoder.encode, state)
+                if self._encoder.new_messages(state) <= INLINE_ENCODE_MESSAGES:
+                    data = self._encoder.encode(state)
+                else:
+                    data = await asyncio.to_thread(self._encoder.encode, state)
                 await self._journal.save_snapshot(
                     self._session_id, state.last_seq, state_schema(), data, at=self._clock.time()
                 )

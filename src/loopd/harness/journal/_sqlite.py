@@ -59,8 +59,11 @@ transaction (step 2) when it is first opened; a build from before that migration
 ``last_seq`` column it expects is gone) rather than numbering records wrongly. Step 3 adds ``parent_sid`` and
 ``parent_seq`` to the session row: a fork (``fork_session``) stores only its own records, numbered from
 ``parent_seq + 1``; reading it reads its ancestors' ranges first (`_segments`), and its head before its first
-record is ``parent_seq``. Step 4 adds ``journal_snapshots``: one state snapshot per session (the newest), written
-on the writer thread (never inline: a snapshot is large and never on an append's path).
+record is ``parent_seq``. Step 4 adds ``journal_snapshots``: one state snapshot per session (the newest), saved by
+a transaction of its own, never inside a round: inline under an inline round's rule (``NORMAL``, at most
+`INLINE_MAX_BYTES`, the writer thread idle), else on the writer thread. A session's snapshots
+are written while it runs (`loopd.harness.journal.StateSnapshots`); handing a small one to the writer thread would
+send the session's next rounds there too, each waiting for the thread and the interpreter lock.
 """
 
 from __future__ import annotations
@@ -327,6 +330,7 @@ class SqliteJournal:
         self.commits = 0
         self.commits_inline = 0
         self.records_written = 0
+        self.snapshots_inline = 0  # state snapshots saved on the event-loop thread
 
     @classmethod
     async def open(cls, path: Path | str, **options: object) -> SqliteJournal:
@@ -870,9 +874,15 @@ class SqliteJournal:
         if sid is None:
             raise SessionNotFoundError(session_id)
 
-        def save() -> int | None:
+        def save(inline: bool) -> int | None:
             conn = self._wc
-            conn.execute("BEGIN IMMEDIATE")
+            self._set_busy_wait(not inline)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if inline and _is_busy(exc):
+                    raise _WriterBusy from exc
+                raise
             try:
                 row = conn.execute(_HEAD, (sid,)).fetchone()
                 last = int(row[1])
@@ -881,16 +891,36 @@ class SqliteJournal:
                     return last
                 conn.execute(_SAVE_SNAPSHOT, (sid, seq, schema, at, data))
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
+                if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                    raise _WriterBusy from exc
                 raise
             self._count_wal(lambda: 2 + len(data) // 3000)
             return None
 
-        last = await self._in_writer(save)
+        last: int | None
+        if self._snapshot_inline(data):
+            try:
+                last = save(True)
+                self.snapshots_inline += 1
+            except _WriterBusy:  # another connection is writing: wait for it on the writer thread
+                last = await self._in_writer(save, False)
+        else:
+            last = await self._in_writer(save, False)
         if last is not None:
             raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
+
+    def _snapshot_inline(self, data: bytes) -> bool:
+        """Whether a snapshot of ``data`` is saved on the event-loop thread: under the same rule as an inline round
+        (``NORMAL``, no larger than one, the writer thread idle), and no flusher between rounds."""
+        return (
+            self._inline
+            and len(data) <= INLINE_MAX_BYTES
+            and self._flusher is None
+            and self._writer_idle()
+        )
 
     async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
         self._check_open()
