@@ -915,12 +915,7 @@ class SqliteJournal:
     def _snapshot_inline(self, data: bytes) -> bool:
         """Whether a snapshot of ``data`` is saved on the event-loop thread: under the same rule as an inline round
         (``NORMAL``, no larger than one, the writer thread idle), and no flusher between rounds."""
-        return (
-            self._inline
-            and len(data) <= INLINE_MAX_BYTES
-            and self._flusher is None
-            and self._writer_idle()
-        )
+        return self._inline and len(data) <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
 
     async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
         self._check_open()
