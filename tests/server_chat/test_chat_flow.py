@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from tests.server_http.support import (
     task_object,
     text_events,
 )
+from tests.server_storage.helpers import record_statements
 
 
 async def _count_messages(rig: Rig, conversation_id: str) -> int:
@@ -270,6 +273,30 @@ async def test_completion_events_are_not_applied_when_the_completion_is_refused(
         response = (await tx.messages.task_pair(task_id))[1]
         ops = [e.event["op"] for e in await tx.message_events.read(response.id)]
     assert ops == ["start", "error", "end"]
+
+
+async def test_a_completion_closes_its_delivery_by_one_compare_and_set(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The response as the completion's first transaction left it (ended: its revision moved) is what the closing
+    compare-and-set expects, so the last transaction is that one UPDATE: no conflict, no read and lock again."""
+    user = rig.client()
+    cid = await new_conversation(user)
+    task_id = (await ask(user, cid))["task_id"]
+    transactions: list[list[str]] = []
+    opened = rig.db.transaction
+
+    @contextlib.asynccontextmanager
+    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
+        async with opened(**kwargs) as tx:
+            transactions.append(record_statements(tx, writes=True))
+            yield tx
+
+    monkeypatch.setattr(rig.db, "transaction", recorded)
+    done = await rig.task_api.complete(task_id)
+    assert done.delivery_state == "closed" and done.status == "completed"
+    closing = transactions[-1]
+    assert len(closing) == 1 and closing[0].startswith("UPDATE messages SET delivery_state"), closing
 
 
 async def test_a_crash_between_closing_and_closed_is_finished_by_the_sweeper(rig: Rig) -> None:

@@ -305,18 +305,20 @@ class TaskApi:
             response = await tx.messages.update(
                 response.id, expected_revision=response.revision, delivery_state="closing", completion=intent
             )
-            await self._end_messages(tx, task_id, response, intent)
-            return response, True
+            return await self._end_messages(tx, task_id, response, intent), True
 
-    async def _end_messages(self, tx: Transaction, task_id: str, response: Message, intent: Mapping[str, Any]) -> None:
+    async def _end_messages(
+        self, tx: Transaction, task_id: str, response: Message, intent: Mapping[str, Any]
+    ) -> Message:
         """End the Task's outputs still open, then its response (``failed`` with the intent's error); ``response`` is
-        the row as this transaction locked it."""
+        the row as this transaction locked it. Returns the response as its end left it (the revision the closing
+        compare-and-set of `_finish_delivery` expects)."""
         error = intent.get("error")
         status = "failed" if error else "completed"
         for output in await tx.messages.find_by_purpose(task_id, "output", limit=MAX_PAGE):
             if output.status not in TERMINAL_STATUSES:
                 await finish(tx, output.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
-        await finish(tx, response.id, status, error=error, bus=self._bus, locked=response)  # type: ignore[arg-type]
+        return await finish(tx, response.id, status, error=error, bus=self._bus, locked=response)  # type: ignore[arg-type]
 
     async def _finish_delivery(
         self, task_id: str, intent: Mapping[str, Any], *, ended: Message | None = None
@@ -327,8 +329,7 @@ class TaskApi:
         if response is None:
             async with self._db.transaction() as tx:
                 _, response_id = await tx.messages.task_pair_ids(task_id)
-                response = await tx.messages.lock(response_id)
-                await self._end_messages(tx, task_id, response, intent)
+                response = await self._end_messages(tx, task_id, await tx.messages.lock(response_id), intent)
         await self._delete_task(task_id)
         async with self._db.transaction() as tx:
             if response.delivery_state == "closing":
