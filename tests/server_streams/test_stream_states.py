@@ -11,6 +11,7 @@ from loopd.agentue import StreamState
 from loopd.server import streams as streams_module
 from loopd.server.storage import Database
 from loopd.server.streams import StreamStates, emit, emit_held, store_held
+from tests.server_storage.helpers import record_statements
 from tests.server_streams.helpers import streaming_answer
 
 
@@ -198,3 +199,24 @@ async def test_a_state_whose_content_was_not_stored_never_answers_after_its_tran
     async with db.transaction() as tx:
         head = await tx.messages.lock_head(message_id)
         assert states.get(head, tx) is not state and states.unsaved(message_id, tx) is None
+
+
+async def test_an_emit_numbers_its_events_from_the_state_it_holds_without_reading_the_last_seq(db: Database) -> None:
+    """A state is made for one revision of its message and that message's every event is in it, so once held its
+    seq is what the message holds: an emit (held or not) numbers its events from it, with no MAX(seq) read. The
+    first emit of a message whose state nobody holds reads it once, to rebuild the state."""
+    held, plain = await streaming_answer(db), await streaming_answer(db)
+    states = StreamStates()
+    for message, write in ((held, "held"), (plain, "plain")):
+        for batch in ([SET], [_piece("Hel")], [_piece("lo")]):
+            async with db.transaction() as tx:
+                statements = record_statements(tx)
+                if write == "held":
+                    await emit_held(tx, message, batch, states=states)
+                else:
+                    await emit(tx, message, batch, states=states)
+            reads = [s for s in statements if "MAX(seq)" in s]
+            assert len(reads) == (1 if batch == [SET] else 0), (write, batch, statements)
+    async with db.transaction(read_only=True) as tx:
+        for message in (held, plain):
+            assert [e.seq for e in await tx.message_events.read(message)] == [1, 2, 3, 4]

@@ -257,8 +257,11 @@ async def emit(
     if message.status in TERMINAL_STATUSES:
         raise Conflict(f"message {message_id} is {message.status}; its stream has ended")
     state = (states.get(message, tx) if states is not None else None) or await state_of(tx, message)
-    state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended, locked=message)]
+    last = state.seq or 0  # what the message holds under its lock: a state is made for its revision only
+    state, appended = _append(state, last, events, allow_human_blocks)
+    stored = [
+        event for event, _ in await tx.message_events.append_many(message_id, appended, locked=message, last_seq=last)
+    ]
     if stored:
         assert state.model is not None
         message = await tx.messages.update(
@@ -297,8 +300,11 @@ async def emit_held(
     # The last seq the stored content folds: the row's tail start, else (no tail) every event stored before this
     # transaction's first unsaved emit.
     base = head.content_seq if head.content_seq is not None else unsaved[1] if unsaved else (state.seq or 0)
-    state, appended = _append(state, state.seq or 0, events, allow_human_blocks)
-    stored = [event for event, _ in await tx.message_events.append_many(message_id, appended, locked=head)]
+    last = state.seq or 0  # what the message holds under its lock (see `emit`)
+    state, appended = _append(state, last, events, allow_human_blocks)
+    stored = [
+        event for event, _ in await tx.message_events.append_many(message_id, appended, locked=head, last_seq=last)
+    ]
     if stored:
         if bus is not None:
             _hand_over(tx, bus, head.conversation_id, stored)
