@@ -248,7 +248,7 @@ class ScriptedRun:
 
     @property
     def execution_ref(self) -> str | None:
-        return f"scripted/{self.call_id}"
+        return self.call_id if self.adapter.names_runs_by_call else f"scripted/{self.call_id}"
 
     async def updates(self) -> AsyncIterator[Update]:
         self.adapter.active[self.call_id] = self.adapter.active.get(self.call_id, 0) + 1
@@ -295,6 +295,8 @@ class ScriptedAdapter:
     active: dict[str, int] = field(default_factory=dict)
     max_active: int = 0
     closed: int = 0
+    names_runs_by_call: bool = False
+    """Each run's execution ref is its call's id (as the built-in harness names its sessions), not one of its own."""
 
     @property
     def effect(self) -> tuple[EffectKind, Idempotency]:

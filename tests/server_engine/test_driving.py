@@ -197,6 +197,32 @@ async def _checkpoint(engine: object, call_id: str, at_least: int) -> bool:
     return (await engine.get(call_id)).checkpoint >= at_least  # type: ignore[attr-defined, no-any-return]
 
 
+async def test_a_run_named_by_its_call_goes_running_with_its_first_write(
+    sqlite_db: Database, clock: VirtualClock
+) -> None:
+    """A run whose execution ref is the call's own id tells a resume nothing new: no transaction stores it before
+    the run says something; its first live text moves the call to running (with the ref), in the same write. A run
+    with a ref of its own has it stored at once (the other tests here wait for running while their run is parked)."""
+    adapter = ScriptedAdapter(
+        script=scripted(None, TextPreview("Hel"), None, TextSet("Hello"), Finished("Hello")), names_runs_by_call=True
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}, clock=clock) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        await until(lambda: _active(adapter, call_id))  # the run started and waits before its first update
+        parked = await engine.get(call_id)
+        assert (parked.phase, parked.execution_ref) == ("starting", None)
+        adapter.last_run(call_id).release()
+        running = await until_phase(engine, call_id, "running")
+        assert running.execution_ref == call_id
+        adapter.last_run(call_id).release()
+        done = await until_phase(engine, call_id, "succeeded")
+    assert done.execution_ref == call_id
+
+
+async def _active(adapter: ScriptedAdapter, call_id: str) -> bool:
+    return adapter.active.get(call_id, 0) == 1
+
+
 async def test_cancel_stops_the_execution_and_a_wait_never_cancels(sqlite_db: Database, clock: VirtualClock) -> None:
     adapter = ScriptedAdapter(script=scripted(TextSet("working"), None))
     async with make_engine(sqlite_db, {"scripted": adapter}) as engine:

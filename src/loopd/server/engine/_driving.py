@@ -218,6 +218,9 @@ class Drive:
         self._began_fresh = False  # this drive's begin found the call pending: no earlier drive requested an attempt
         self._states = streams.StreamStates()  # the call message's stream state this drive holds (see emit_held)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
+        # The run's execution ref, while the call still says ``starting``: the drive's next write moves it to
+        # ``running`` with that ref (see `_follow_run`); a tuple so that a None ref is distinct from "nothing due".
+        self._running_due: tuple[str | None] | None = None
 
     def stop(self) -> None:
         """The engine is stopping: the watcher ends the drive at its next look (cancellation does the rest)."""
@@ -232,7 +235,11 @@ class Drive:
         async with self._s.db.transaction() as tx:
             await tx.leases.check_token(self._resource, self.token)
             call = await tx.harness_calls.lock(self.call_id)
+            due = self._running_due
+            if due is not None and call.phase == "starting":
+                call = await tx.harness_calls.update(call.id, phase="running", execution_ref=due[0])
             yield tx, call
+        self._running_due = None  # committed (a drive whose write failed ends; the next one begins again)
 
     def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
         return Trail(
@@ -389,7 +396,7 @@ class Drive:
             await self._end("failed", _error("adapter_error", f"{type(exc).__name__}: {exc}"))
             return "done"
         try:
-            return await self._follow(run, mode)
+            return await self._follow(run, mode, call)
         finally:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self._s.adapter_timeout):
@@ -476,21 +483,32 @@ class Drive:
             return False
         return await run.add_input(text, key=key)
 
-    async def _follow(self, run: AdapterRun, mode: str) -> Outcome:
+    async def _follow(self, run: AdapterRun, mode: str, call: HarnessCall) -> Outcome:
         self._followed = run
         try:
-            return await self._follow_run(run, mode)
+            return await self._follow_run(run, mode, call)
         finally:
             self._followed = None
 
-    async def _follow_run(self, run: AdapterRun, mode: str) -> Outcome:
-        async with self._fenced() as (tx, call):
-            if call.is_terminal:
-                return "done"
-            if call.phase == "starting":
-                call = await tx.harness_calls.update(call.id, phase="running", execution_ref=run.execution_ref)
-            elif run.execution_ref is not None and call.execution_ref != run.execution_ref:
-                call = await tx.harness_calls.update(call.id, execution_ref=run.execution_ref)
+    async def _follow_run(self, run: AdapterRun, mode: str, call: HarnessCall) -> Outcome:
+        """Follow ``run``'s updates; ``call`` is the call as this drive's begin left it (the lease keeps anyone else
+        from moving its checkpoint; a cancellation or an end meanwhile is found by the watcher and every write).
+
+        The run's execution ref is stored at once when a resume needs it to find the execution; one that tells a
+        resume nothing the call does not (none, or the call's own id: the built-in harness names its session so)
+        moves the call to ``running`` with the drive's next write instead — its first live text or durable update —
+        which saves a transaction on the way to the first token."""
+        ref = run.execution_ref
+        if call.phase == "starting" and ref in (None, call.id):
+            self._running_due = (ref,)
+        elif call.phase == "starting" or (ref is not None and call.execution_ref != ref):
+            async with self._fenced() as (tx, call):
+                if call.is_terminal:
+                    return "done"
+                if call.phase == "starting":
+                    call = await tx.harness_calls.update(call.id, phase="running", execution_ref=ref)
+                elif ref is not None and call.execution_ref != ref:
+                    call = await tx.harness_calls.update(call.id, execution_ref=ref)
         replaying = mode == "resume" and run.replays
         # The first of the two to end decides; the other is cancelled (one TaskGroup, see `race`).
         consumed, watched = await race(
