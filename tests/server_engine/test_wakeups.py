@@ -68,6 +68,8 @@ async def test_a_finished_call_is_announced_after_it_is_terminal(sqlite_db: Data
         ended = next(n for n in notices if n.ended)
         assert (ended.call_id, ended.owner_uid, ended.effect_key) == (call.id, "uid-1", "work/1")
         assert ended.free_slots == 2  # its slot is free again
+        assert ended.call is not None and (ended.call.id, ended.call.phase) == (call.id, "succeeded")
+        assert all(n.call is None for n in notices if not n.ended)  # only an end carries the call
         (read,) = reads
         assert (await read).phase == "succeeded"  # committed before the notice went out
         remove()
@@ -206,8 +208,8 @@ async def test_a_task_whose_question_is_being_stored_waits_for_the_commit_withou
         assert await _status(world.db, response) == "completed"
         assert world.chat.contexts == ["t-1"]  # read once, after the commit
         # Asked a moment ago, it can have no call yet: the start after the close looks for none (its admission
-        # would find one); only the completion, woken by the call's end, reads the call.
-        assert len(finds) == 1
+        # would find one); the completion, woken by the call's end, takes the ended call from the notice.
+        assert finds == []
         window.close("t-1")  # closing again tells nobody
         assert responder.statistics().following == 0
 

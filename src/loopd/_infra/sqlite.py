@@ -350,6 +350,24 @@ class _SqliteTransaction:
 
     async def _statement(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         self.used = True
+        lane = self._lane
+        if self._begun and lane.owner is self and lane.can_run_inline:
+            # A later statement of a transaction that runs here (most of them): straight on the connection, the
+            # checks of `_inline` already made by its first statement — the same errors, the same busy fallback.
+            conn = lane.conn
+            if conn.in_transaction:
+                lane.busy_waits(conn, False)
+                errors = lane.options.errors
+                try:
+                    return fn(conn)
+                except sqlite3.IntegrityError as exc:
+                    raise errors.conflict(f"constraint violated: {exc}") from exc
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc):
+                        raise errors.unavailable(f"SQLite error: {exc}") from exc
+                    # it would wait for a lock: the lane thread waits instead (below)
+                except sqlite3.Error as exc:
+                    raise errors.unavailable(f"SQLite error: {exc}") from exc
         done, result = self._inline(fn)
         if done:
             return result  # type: ignore[return-value]

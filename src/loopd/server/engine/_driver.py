@@ -38,7 +38,7 @@ CLAIM_BATCH: Final = 50
 """Leases taken in one write transaction at most (a longer one would hold the SQLite write lock longer)."""
 _TRACE_PARENTS: Final = 1000
 
-Announce = Callable[[str, str | None, str | None, bool], None]
+Announce = Callable[[str, str | None, str | None, bool, HarnessCall | None], None]
 """``(call_id, owner_uid, effect_key, ended)``: a drive ended or a slot freed (the engine tells its listeners)."""
 
 
@@ -299,7 +299,7 @@ class CallDriver:
             if lease is None:  # another holder drives it
                 if call.id in self._slots:
                     self._slots.release(call.id)
-                    self._announce(call.id, call.owner_uid, call.effect_key, False)
+                    self._announce(call.id, call.owner_uid, call.effect_key, False, None)
                 continue
             if not closing_only:
                 self._slots.hold(call.id)
@@ -327,7 +327,7 @@ class CallDriver:
             self._slots.release(drive.call_id)
             if self._starved:  # a call waits here for a slot (admissions take theirs before they create the call)
                 self._wake.set()
-        self._announce(call.id, call.owner_uid, call.effect_key, outcome == "done")
+        self._announce(call.id, call.owner_uid, call.effect_key, outcome == "done", drive.ended_call)
         if outcome == "lost":
             self.lost += 1
             return

@@ -191,6 +191,8 @@ class Drive:
         self._texted = False
         self.token = token
         self.released = False
+        self.ended_call: HarnessCall | None = None
+        """The call as this drive's transaction that ended it left it (once surely committed)."""
         self._begun: tuple[HarnessCall, Literal["start", "resume"]] | None = None
         """A transaction of this drive ended the call and gave its lease up with it (committed): the driver has
         nothing left to release, and however the drive's tasks end, its outcome is ``done``."""
@@ -291,6 +293,11 @@ class Drive:
         # transaction, so the lock order lease → call → message holds), not in a transaction of its own after it.
         if await tx.leases.release(self._resource, self.token):
             tx.after_sure_commit(self._released)
+
+        def ended_here() -> None:
+            self.ended_call = ended
+
+        tx.after_sure_commit(ended_here)
         self._notify(tx, ended)
         return ended
 

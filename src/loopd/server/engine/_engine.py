@@ -101,6 +101,9 @@ class EngineNotice:
     """The call is terminal now (committed before this notice)."""
     free_slots: int
     """Capacity slots of this engine free right after the change."""
+    call: HarnessCall | None = None
+    """The call as the transaction that ended it left it, when a drive of this process ended it (terminal: it never
+    changes again); None otherwise (read it)."""
 
 
 EngineListener = Callable[[EngineNotice], None]
@@ -265,10 +268,12 @@ class HarnessEngine:
 
         return remove
 
-    def _announce(self, call_id: str, owner_uid: str | None, effect_key: str | None, ended: bool) -> None:
+    def _announce(
+        self, call_id: str, owner_uid: str | None, effect_key: str | None, ended: bool, call: HarnessCall | None
+    ) -> None:
         if ended and not self._closed:  # the other replicas' listeners (a responder following the Task) too
             self._publish({"k": "end", "r": self._replica_id, "c": call_id, "o": owner_uid, "e": effect_key})
-        self._tell(EngineNotice(call_id, owner_uid, effect_key, ended, self._slots.free))
+        self._tell(EngineNotice(call_id, owner_uid, effect_key, ended, self._slots.free, call if ended else None))
 
     def _tell(self, notice: EngineNotice) -> None:
         if not self._listeners or self._closed:
@@ -383,7 +388,7 @@ class HarnessEngine:
             if reservation is not None:
                 self._slots.release(reservation)
                 if not created:  # the slot was held for a moment only: someone refused meanwhile may retry now
-                    self._announce(reservation, None, None, False)
+                    self._announce(reservation, None, None, False, None)
         if created:
             self._slots.hold(call.id)
             if drive is not None and admitted is not None:

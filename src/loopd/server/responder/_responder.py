@@ -328,6 +328,9 @@ class HarnessResponder:
         # asked here, so no call of theirs can exist unless a responder started one since, which a start finds
         # (replayed, or a Conflict that reads it).
         self._fresh: set[str] = set()
+        # Calls a drive of this process ended, by owner uid, until the reconcile their end queues takes them: the
+        # terminal call as its end committed it, so that reconcile completes the Task without reading the call.
+        self._ended: dict[str, HarnessCall] = {}
         self._stop_window = questions.listen(self._on_window_closed) if questions is not None else None
 
     # --- wake-ups ------------------------------------------------------------------------------------------------
@@ -357,6 +360,10 @@ class HarnessResponder:
             request = self._request_of.get(notice.owner_uid)
             if request is not None and self._wake(request):
                 self._call_ended_wakes += 1
+                if notice.call is not None and notice.call.is_terminal:
+                    if len(self._ended) >= COMPLETED_KEPT:
+                        self._ended.clear()  # only a read saved per entry
+                    self._ended[notice.owner_uid] = notice.call
         for _ in range(min(notice.free_slots, len(self._waiting))):
             request = next(iter(self._waiting))
             if not self._wake(request):
@@ -391,6 +398,7 @@ class HarnessResponder:
         uid = self._uid_of.pop(request, None)
         if uid is not None:
             self._request_of.pop(uid, None)
+            self._ended.pop(uid, None)
 
     # --- reconcile -----------------------------------------------------------------------------------------------
 
@@ -453,7 +461,7 @@ class HarnessResponder:
             return Result()
         # Before looking at the call: an end from here on queues this Task again, so none is missed.
         self._follow(request, uid)
-        call = None if fresh else await self._engine.find(uid, EFFECT_KEY)
+        call = None if fresh else self._ended.pop(uid, None) or await self._engine.find(uid, EFFECT_KEY)
         if call is None:
             probed = False
             try:  # read once, for the hand-over and the start
