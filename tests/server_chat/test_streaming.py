@@ -336,3 +336,40 @@ async def test_a_question_asked_now_does_not_look_up_whether_its_answer_ended_be
         ):
             assert [frame async for frame in frames_of(again)]
         assert len(looked_up) == 1
+
+
+async def test_a_question_streams_its_own_events_without_reading_them_back(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The question's transaction knows the events it stored right after its cursor (its input's start and end, its
+    response's start, each with its header as that commit left it): the stream opens with them, read from nowhere,
+    and reads the log only for what comes after. What it sends is the log, in order, nothing missing or repeated."""
+    pages: list[int] = []
+    original = ConversationReader.read_stream_page
+
+    async def counting(self: ConversationReader, conversation_id: str, *, after: int, limit: int = 500) -> Any:
+        pages.append(after)
+        return await original(self, conversation_id, after=after, limit=limit)
+
+    monkeypatch.setattr(ConversationReader, "read_stream_page", counting)
+    async with served(rig) as url:
+        user = real_client(rig, url)
+        operator = real_client(rig, url, actor="operator:echo")
+        cid = await new_conversation(user)
+        frames: list[Frame] = []
+        body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
+        async with (
+            asyncio.timeout(10),
+            user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
+        ):
+            task_id = response.headers["X-Loopd-Task-ID"]
+            async for frame in frames_of(response):
+                frames.append(frame)
+                if frame.event == "ack":
+                    await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
+                    await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+    entries = _entries(frames[1:])
+    assert entries == await _log(rig, cid)
+    assert 0 not in pages  # the question's own events were not read back
+    starts = [f.data for f in frames if f.data is not None and f.data.get("event", {}).get("op") == "start"]
+    assert [s["message"]["status"] for s in starts] == ["completed", "streaming"]  # as the question stored them

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -27,6 +29,7 @@ from loopd.server.engine import (
 from loopd.server.engine._driving import Drive
 from loopd.server.ledger import Actor, Lane, Scope, SqlLedgerStore, UnresolvedAttempt
 from loopd.server.storage import Conflict, Database, Message, NotFound
+from loopd.server.storage._harness_calls import HarnessCalls
 
 from .conftest import (
     ScriptedAdapter,
@@ -312,8 +315,17 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fast harness's updates that are already queued share one transaction (not one each), in order: the
-    message, the checkpoint (one step per update) and the ledger end as if each had been applied alone."""
+    message, the checkpoint and the ledger end as if each had been applied alone — the checkpoint moved once per
+    transaction, to its last update (the steps in between are seen by nobody)."""
     batches: list[int] = []
+    moves: list[tuple[int, int]] = []
+    advance = HarnessCalls.advance_checkpoint
+
+    async def counted_advance(self: HarnessCalls, call_id: str, **kwargs: Any) -> Any:
+        moves.append((kwargs["expected_checkpoint"], kwargs["checkpoint"]))
+        return await advance(self, call_id, **kwargs)
+
+    monkeypatch.setattr(HarnessCalls, "advance_checkpoint", counted_advance)
     shown: list[list[str]] = []
     alone: list[int] = []
     original, original_previews = Drive._apply, Drive._apply_previews
@@ -347,6 +359,8 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     # The preview was queued in front of a durable update: shown in that update's transaction, not in one of its own.
     assert alone == [] and shown[0] == ["Hel"]
     assert call.checkpoint == 4
+    assert len(moves) == len(batches) and moves[0][0] == 0 and moves[-1][1] == 4, (moves, batches)
+    assert all(before[1] == after[0] for before, after in itertools.pairwise(moves))
     assert block(await content_of(sqlite_db, response), "answer") == {
         "id": "answer",
         "type": "text",

@@ -42,6 +42,10 @@ class ChatRequest:
     response: Message
     cursor: int
     """The conversation cursor just before the question's first event: stream from here to see all of it."""
+    opened: tuple[StreamItem, ...] = ()
+    """The question's own events as its transaction stored them (its input's start and end, its response's start,
+    each with its message's header as that commit left it): the events right after ``cursor``, so a stream from
+    there starts with them without reading them back. Empty when not known (`ChatRequests.observe`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from loopd._infra.telemetry import tracer, tracing_enabled
 from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._reader import readable_conversation
-from loopd.server.chat._records import ChatRequest
+from loopd.server.chat._records import ChatRequest, StreamItem
 from loopd.server.chat._window import QuestionWindow
 from loopd.server.http import Identity
 from loopd.server.storage import (
@@ -34,6 +34,7 @@ from loopd.server.storage import (
     Conversation,
     Database,
     InvalidRecord,
+    MessageEvent,
     NewMessage,
     NotFound,
     StorageError,
@@ -210,6 +211,7 @@ class ChatRequests:
             raise InvalidRecord(f"unknown target {target_kind}:{target_key} (see GET /v1/actors)")
         task_id: str | None = None
         task_created = False
+        asked: list[MessageEvent] = []  # the input's events, then the response's
         try:
             async with self._db.transaction() as tx:
                 conversation = await _owned(tx, asker, conversation_id)
@@ -227,6 +229,7 @@ class ChatRequests:
                         status="completed",
                     ),
                     bus=self._bus,
+                    events=asked,
                 )
                 response = await open_message(
                     tx,
@@ -241,6 +244,7 @@ class ChatRequests:
                         status="streaming",
                     ),
                     bus=self._bus,
+                    events=asked,
                 )
                 conversation = await tx.conversations.touch(conversation.id)
                 # Last step before the commit: a Task that cannot be created rolls everything back.
@@ -264,7 +268,9 @@ class ChatRequests:
             if task_created and task_id is not None:
                 await self._compensate(task_id)
             raise
-        return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor)
+        headers = {input_.id: input_, response.id: response}
+        opened = tuple(StreamItem(event, headers[event.message_id]) for event in asked)  # every one a start or end
+        return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor, opened)
 
     async def _input_stored(self, input_id: str) -> bool:
         """Whether a question whose commit had an unknown outcome did commit, read back by its input's id. A write

@@ -15,7 +15,7 @@ from fastapi import Path as PathParam
 from loopd._infra.http import DirectChannel
 from loopd._infra.http_errors import ApiError
 from loopd.server.chat._reader import ConversationReader
-from loopd.server.chat._records import ChatRequest
+from loopd.server.chat._records import ChatRequest, StreamPage
 from loopd.server.chat._requests import ChatRequests, text_content
 from loopd.server.chat._stream import conversation_frames
 from loopd.server.chat._tasks import OutputSpec, TaskApi, check_responder
@@ -214,6 +214,9 @@ def chat_router(conversations: ConversationReader, chat: ChatRequests, *, heartb
             until_message_id=asked.response.id,
             ack=ack,
             may_have_ended=status == 200 or resume is not None,  # a question asked now ends after its own cursor
+            first=None
+            if resume is not None or not asked.opened
+            else StreamPage(list(asked.opened), asked.opened[-1].event.cursor),
         )
         return EventStreamResponse(frames, headers=headers)
 

@@ -26,6 +26,7 @@ from typing import Any
 from loopd._infra.http import DirectChannel
 from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
 from loopd.server.chat._reader import ConversationReader
+from loopd.server.chat._records import StreamPage
 from loopd.server.http import HEARTBEAT, api_error_of, error_body, sse_frame
 from loopd.server.storage import StorageError
 
@@ -55,11 +56,14 @@ async def conversation_frames(
     ack: dict[str, Any] | None = None,
     direct: DirectChannel | None = None,
     may_have_ended: bool = True,
+    first: StreamPage | None = None,
 ) -> AsyncGenerator[bytes, None]:
     """SSE frames of the conversation after cursor ``after``; forever, or until ``until_message_id`` ends. With
     ``direct`` (the response's channel; ignored with ``until_message_id``) the feed may write frames itself.
     ``may_have_ended=False``: the message cannot have ended at or before ``after`` (a question asked just now,
-    with ``after`` the cursor taken in its transaction), so that is not looked up."""
+    with ``after`` the cursor taken in its transaction), so that is not looked up. ``first``: the page of the log
+    right after ``after``, known without reading it (the events a question's own transaction stored, its ``end``
+    their last cursor); the first catch-up takes it instead of a read."""
     clock = conversations.feeds.clock  # heartbeats are measured on the server's clock
     if ack is not None:
         yield sse_frame(ack, event="ack")
@@ -79,8 +83,12 @@ async def conversation_frames(
                         if not stream.is_attached():
                             return  # the feeds are closed: shutting down
                     cursor = stream.cursor
+                    known, first = first, None
                     try:
-                        page = await conversations.read_stream_page(conversation_id, after=cursor, limit=PAGE)
+                        if known is not None and known.items and known.items[0].event.cursor == cursor + 1:
+                            page = known
+                        else:
+                            page = await conversations.read_stream_page(conversation_id, after=cursor, limit=PAGE)
                     except StorageError as exc:
                         # The database went away under an open stream: say so and end; the client resumes later.
                         error = api_error_of(exc)  # internal details stay in the server log

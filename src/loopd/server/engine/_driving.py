@@ -9,7 +9,8 @@ Two tasks work side by side:
 - the consumer reads the adapter's updates (through a bounded queue, which coalesces previews) and applies
   each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
   transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
-  committed whole or not at all, as if each had its own transaction); live-text previews already queued in front
+  committed whole or not at all, as if each had its own transaction, and moves the checkpoint once, to its last
+  update); live-text previews already queued in front
   of a durable update go in that update's transaction (shown first), else in their own; an update at or below the
   stored checkpoint
   is a replay and is skipped (at the checkpoint the hash must match, or the call fails with ``replay_differs``);
@@ -738,10 +739,15 @@ class Drive:
             content = await self._locked_message(tx, call)
             if merged:
                 content = await self._show_previews(tx, call, content, merged)
+            stored = batch[0][0] - 1  # the checkpoint the call holds: the batch's one compare-and-set expects it
             for index, chain, update in batch:
-                call, content, ended = await self._apply_one(tx, call, content, index, chain, update)
+                call, content, ended = await self._apply_one(tx, call, content, index, chain, update, stored)
                 if ended:
                     return True
+            last, chain, _ = batch[-1]
+            call = await tx.harness_calls.advance_checkpoint(
+                call.id, expected_checkpoint=stored, checkpoint=last, replay_hash=chain
+            )
             await self._store(tx, call)
             return False
 
@@ -753,15 +759,20 @@ class Drive:
         index: int,
         chain: str,
         update: Update,
+        stored: int,
     ) -> tuple[HarnessCall, Model | None, bool]:
-        """One durable update of `_apply`'s transaction: the call, the message's content and whether it ended."""
+        """One durable update of `_apply`'s transaction: the call, the message's content and whether it ended.
+        The checkpoint moves once per transaction, from ``stored`` (the one the call holds) to the last update
+        applied: here for an update that ends the call (before the end: a terminal call takes no more writes),
+        else by `_apply` after the batch — the steps in between are seen by nobody outside the transaction."""
         if content is not None:
             content = await self._emit(tx, call, project(update, content, call_id=call.id)) or content
         trail = self._trail(tx, call)
         await trail.record(index, update)
-        call = await tx.harness_calls.advance_checkpoint(
-            call.id, expected_checkpoint=index - 1, checkpoint=index, replay_hash=chain
-        )
+        if isinstance(update, Finished | Failed):
+            call = await tx.harness_calls.advance_checkpoint(
+                call.id, expected_checkpoint=stored, checkpoint=index, replay_hash=chain
+            )
         match update:
             case GateOpened() | QuestionAsked():
                 tx.after_commit(self._asked)

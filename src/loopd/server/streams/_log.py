@@ -89,8 +89,15 @@ def _hand_over(
     tx.after_commit(after)
 
 
-async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus | None = None) -> Message:
-    """Insert a message and its ``start`` event (seq 1). A message created as ``completed`` also gets ``end``."""
+async def open_message(
+    tx: Transaction,
+    new: NewMessage,
+    *,
+    bus: ConversationBus | None = None,
+    events: list[MessageEvent] | None = None,
+) -> Message:
+    """Insert a message and its ``start`` event (seq 1). A message created as ``completed`` also gets ``end``.
+    ``events``: the stored events are added to it (a caller that shows them without reading them back)."""
     model = _checked_model(new.content)
     message = await tx.messages.insert(
         NewMessage(
@@ -114,6 +121,8 @@ async def open_message(tx: Transaction, new: NewMessage, *, bus: ConversationBus
     ]
     if bus is not None:
         _hand_over(tx, bus, message.conversation_id, stored, message)
+    if events is not None:
+        events.extend(stored)
     return message
 
 
