@@ -8,18 +8,27 @@ from collections.abc import Iterator
 
 import pytest
 
-from loopd._infra.heap import settle_startup_heap
+from loopd._infra.heap import SERVING_THRESHOLDS, settle_startup_heap
 from loopd._infra.metrics import Metrics
 
 
 @pytest.fixture
 def thawed() -> Iterator[None]:
-    """Leave the test process's collector as it found it (freezing is process-wide)."""
+    """Leave the test process's collector as it found it (freezing and thresholds are process-wide)."""
+    thresholds = gc.get_threshold()
     gc.unfreeze()
     try:
         yield
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+def test_settling_sets_the_serving_thresholds(thawed: None) -> None:
+    gc.set_threshold(700, 10, 10)  # CPython's default
+    settle_startup_heap()
+    assert gc.get_threshold() == SERVING_THRESHOLDS
+    assert SERVING_THRESHOLDS[0] > 700  # young collections far apart: a request's short-lived objects die by refcount
 
 
 class _Node:
