@@ -555,3 +555,36 @@ async def test_a_snapshot_waits_for_a_lock_another_connection_holds_on_the_write
     finally:
         other.close()
         await journal.aclose()
+
+
+async def test_a_session_is_created_on_the_event_loop_unless_full_or_another_connection_writes(
+    tmp_path: Path,
+) -> None:
+    """A new session is one small row: inserted like a small round when the writer thread is idle (handing it to the
+    thread would also send the rounds gathered meanwhile there); at FULL, or when another connection holds the write
+    lock, the writer thread does it — the event loop never waits for that lock."""
+    path = tmp_path / "j.db"
+    normal = await SqliteJournal.open(path, busy_timeout=10.0)
+    full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        await normal.create_session("a", at=0.0)
+        await full.create_session("a", at=0.0)
+        assert (normal.sessions_inline, full.sessions_inline) == (1, 0)
+        with pytest.raises(SessionBusyError):
+            await normal.create_session("a", at=0.0)  # refused inline as on the thread
+        other.execute("BEGIN IMMEDIATE")  # another process is writing
+        other.execute("CREATE TABLE elsewhere (x)")
+        created = asyncio.create_task(normal.create_session("b", at=0.0))
+        for _ in range(20):  # the event loop keeps turning while the create waits for the lock
+            await asyncio.sleep(0.005)
+        assert not created.done()
+        other.execute("COMMIT")
+        writer = await asyncio.wait_for(created, 10)
+        assert normal.sessions_inline == 1
+        assert await writer.append(records(2)) == [1, 2]
+        assert await normal.session("b") is not None
+    finally:
+        other.close()
+        await normal.aclose()
+        await full.aclose()

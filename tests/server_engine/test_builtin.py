@@ -66,6 +66,15 @@ async def _run_clean(folder: Path, clock: VirtualClock) -> dict[str, Any]:
 
 async def test_a_builtin_call_runs_the_harness_through_its_gate(sqlite_db: Database, tmp_path: Path) -> None:
     async with open_rig(tmp_path / "harness") as harness:
+        journal = harness.rig.journal
+        looked_up: list[str] = []
+        session = journal.session
+
+        async def counted(session_id: str) -> Any:
+            looked_up.append(session_id)
+            return await session(session_id)
+
+        journal.session = counted  # type: ignore[method-assign]
         async with make_engine(sqlite_db, {"builtin": BuiltinHarnessAdapter(harness.rig)}) as engine:
             call_id, response = await _start(sqlite_db, engine)
             await _answer_gate(engine, call_id, sqlite_db, response)
@@ -74,6 +83,7 @@ async def test_a_builtin_call_runs_the_harness_through_its_gate(sqlite_db: Datab
     assert call.phase == "succeeded" and call.result == {"format": "text", "content": FINAL_TEXT}
     assert call.execution_ref == call_id
     assert [info.session_id for info in sessions] == [call_id]  # the harness session id is the call id
+    assert looked_up == []  # a new session of its own is created, not looked for first (nor its parent after)
     assert harness.tool.ran == ["a.txt"]
     prompt = harness.script.requests[0].messages[-1].content
     assert "earlier question" in prompt and prompt.endswith("please write a.txt")

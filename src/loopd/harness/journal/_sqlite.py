@@ -26,6 +26,7 @@ Where a transaction runs:
   that runs beside commits cannot let the WAL start over (frames keep arriving after the ones it copied), so
   once the WAL holds `WAL_RESTART_FRAMES` frames, the checkpoint runs on the writer thread instead, rounds
   waiting behind it as before, and the next round starts the WAL file from its beginning again.
+  A new session's row (`create_session`) is inserted the same way when the writer thread is idle.
 * **On the writer thread** otherwise (larger rounds, ``synchronous="FULL"``, ``inline_commits=False``, a busy
   file, or while the thread is still working), with SQLite's busy timeout; the event loop gathers the next round
   meanwhile.
@@ -331,6 +332,7 @@ class SqliteJournal:
         self.commits_inline = 0
         self.records_written = 0
         self.snapshots_inline = 0  # state snapshots saved on the event-loop thread
+        self.sessions_inline = 0  # sessions created on the event-loop thread
 
     @classmethod
     async def open(cls, path: Path | str, **options: object) -> SqliteJournal:
@@ -391,7 +393,8 @@ class SqliteJournal:
     # --- sessions ------------------------------------------------------------------------------------------
 
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
-        def create() -> int:
+        def create(inline: bool = False) -> int:
+            self._set_busy_wait(not inline)
             try:
                 cur = self._wc.execute(
                     "INSERT INTO journal_sessions (id, created_at, epoch, meta) VALUES (?, ?, 1, ?) RETURNING sid",
@@ -400,11 +403,23 @@ class SqliteJournal:
                 (sid,) = cur.fetchone()
             except sqlite3.IntegrityError:
                 return -1
+            except sqlite3.OperationalError as exc:
+                if inline and _is_busy(exc):
+                    raise _WriterBusy from exc
+                raise
             self._heads[int(sid)] = (1, 0)
             return int(sid)
 
         self._check_open()
-        sid = await self._in_writer(create)
+        sid: int | None = None
+        if self._inline and self._flusher is None and self._writer_idle():
+            # One small row: committed here like a small round, not handed to the writer thread (which would
+            # also send the rounds gathered meanwhile there).
+            with contextlib.suppress(_WriterBusy):  # another connection is writing: the writer thread waits
+                sid = create(True)
+                self.sessions_inline += sid >= 0
+        if sid is None:
+            sid = await self._in_writer(create)
         if sid < 0:
             raise SessionBusyError(session_id)
         self._sids[session_id] = sid

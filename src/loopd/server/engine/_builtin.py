@@ -316,20 +316,28 @@ class BuiltinHarnessAdapter:
             raise AdapterError(f"cannot fork harness session {parent} at seq {seq}: {exc}") from exc
 
     async def _skip_shared_history(
-        self, rig: Rig, run: BuiltinRun, session_id: str, forked: SessionState | None = None
+        self,
+        rig: Rig,
+        run: BuiltinRun,
+        session_id: str,
+        forked: SessionState | None = None,
+        parent_seq: int | None = None,
     ) -> None:
         """A session forked for this call (now or before a crash) answers after the history it shares.
-        ``forked``: the state of a fork just made (its loops are the parent's at the fork point)."""
-        info = await rig.journal.session(session_id)
-        if info is None or info.parent_id is None:
-            return
+        ``forked``: the state of a fork just made (its loops are the parent's at the fork point) and ``parent_seq``
+        the seq it was made at — both known, so the journal is not asked."""
+        if forked is None or parent_seq is None:
+            info = await rig.journal.session(session_id)
+            if info is None or info.parent_id is None:
+                return
+            parent_seq = info.parent_seq
         if forked is None:
             shared = await restore_state(
-                rig.journal, session_id, snapshots=rig.state_snapshots is not None, upto=info.parent_seq
+                rig.journal, session_id, snapshots=rig.state_snapshots is not None, upto=parent_seq
             )
             forked = shared.state
         main = forked.loops.get(run.main_loop)
-        await run.start_after(info.parent_seq, main.turns if main is not None else 0)
+        await run.start_after(parent_seq, main.turns if main is not None else 0)
 
     def _ended(self, session_id: str, seq: int) -> None:
         self._ends[session_id] = seq
@@ -392,17 +400,23 @@ class BuiltinHarnessAdapter:
         log = self._prompts.log(session_id, parent=parent) if self._prompts is not None else None
         fresh: SessionState | None = None  # the state of a session made just now (not restored)
         with record_model_calls(log):
-            if await rig.journal.session(session_id) is None:
+            # A session of its own is simply created: the journal refuses one that exists (a crash after its start,
+            # or a start running concurrently), which is then taken over. A fork is looked for first: making one
+            # sets up its workspace before the journal would refuse it.
+            if request.fork is None or await rig.journal.session(session_id) is None:
                 try:
                     session = await self._start_or_fork(rig, request)
                     fresh = session.state
-                except SessionBusyError:  # created concurrently: take it over
+                except SessionBusyError:  # made before or concurrently: take it over
                     session = await rig.restore_session(session_id, mode="resume")
             else:
                 session = await rig.restore_session(session_id, mode="resume")
         run = BuiltinRun(session, rig, self._loop, log, self._ended if rig is self._rig else None)
         try:
-            await self._skip_shared_history(rig, run, session_id, fresh)
+            if fresh is None:  # restored: whether (and where) it was forked is in the journal
+                await self._skip_shared_history(rig, run, session_id)
+            elif request.fork is not None:  # forked just now, at the seq the request names
+                await self._skip_shared_history(rig, run, session_id, fresh, request.fork[1])
             mode = request.options.get(MODE_OPTION)
             if mode == "":
                 mode = run.default_mode
