@@ -269,8 +269,8 @@ class ChatRequests:
                 await self._compensate(task_id)
             raise
         headers = {input_.id: input_, response.id: response}
-        opened = tuple(StreamItem(event, headers[event.message_id]) for event in asked)  # every one a start or end
-        return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor, opened)
+        own = tuple(StreamItem(event, headers[event.message_id]) for event in asked)  # every one a start or end
+        return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor, own)
 
     async def _input_stored(self, input_id: str) -> bool:
         """Whether a question whose commit had an unknown outcome did commit, read back by its input's id. A write
