@@ -370,6 +370,37 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     assert sum(1 for action in structure.actions if action.type == "model_call") == 1
 
 
+async def test_live_text_waits_a_moment_for_what_the_harness_says_next(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Live text is written once nothing more is queued for `PREVIEW_GATHER` seconds: text and the durable update a
+    harness sends right behind it (each handed over a loop turn apart here) share one write; text followed by
+    silence is still shown on its own, that moment later."""
+    alone: list[list[str]] = []
+    original = Drive._apply_previews
+
+    async def previews_alone(self: Drive, previews: list[TextPreview]) -> None:
+        alone.append([preview.text for preview in previews])
+        await original(self, previews)
+
+    monkeypatch.setattr(Drive, "_apply_previews", previews_alone)
+    adapter = ScriptedAdapter(
+        script=scripted(TextPreview("Hel"), TextPreview("lo"), TextSet("Hello"), TextPreview(", w"), None)
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        await until(lambda: _shows(sqlite_db, response, "Hello, w"))
+        assert alone == [[", w"]]  # the first two went with "Hello"'s write; the last waited, then went alone
+        adapter.last_run(call_id).release()
+        await engine.cancel(call_id)
+        await until_phase(engine, call_id, "cancelled")
+
+
+async def _shows(db: Database, response: str, text: str) -> bool:
+    answer = block(await content_of(db, response), "answer")
+    return answer is not None and answer.get("content") == text
+
+
 async def test_an_engine_ensures_its_ledger_actors_once_not_in_every_transaction(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,7 +10,7 @@ Two tasks work side by side:
   each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
   transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
   committed whole or not at all, as if each had its own transaction, and moves the checkpoint once, to its last
-  update); live-text previews already queued in front
+  update); live text waits up to ``PREVIEW_GATHER`` for what follows it; live-text previews already queued in front
   of a durable update go in that update's transaction (shown first), else in their own; an update at or below the
   stored checkpoint
   is a replay and is skipped (at the checkpoint the hash must match, or the call fails with ``replay_differs``);
@@ -89,6 +89,8 @@ Outcome = Literal["done", "lost", "retry"]
 QUEUE_SIZE: Final = 256
 MAX_PREVIEW_BATCH: Final = 64
 MAX_DURABLE_BATCH: Final = 32
+PREVIEW_GATHER: Final = 0.016
+"""Seconds live text waits for what the harness says next before it is written (see `Drive._gather_previews`)."""
 """Durable updates already queued that one transaction applies together (each still advances the checkpoint)."""
 
 
@@ -607,13 +609,7 @@ class Drive:
                 if index < checkpoint:
                     continue  # still replaying what was applied before
                 previews = [item] if isinstance(item, TextPreview) else []
-                while len(previews) < MAX_PREVIEW_BATCH and not queue.empty():
-                    following = queue.get_nowait()
-                    if isinstance(following, TextPreview):
-                        previews.append(following)
-                    else:
-                        held = following
-                        break
+                held = await self._gather_previews(queue, previews)
                 if isinstance(held, Update) and held.durable:
                     # Already queued behind them: the durable update's transaction shows them too (one write, not
                     # two; the same content as two, committed together). It is past the checkpoint (these
@@ -648,6 +644,32 @@ class Drive:
             shown, waiting = waiting, []
             if await self._apply(batch, shown):
                 return "done"
+
+    @staticmethod
+    async def _gather_previews(
+        queue: asyncio.Queue[Update | _End | _Raised], previews: list[TextPreview]
+    ) -> Update | _End | _Raised | None:
+        """Add the live text queued behind ``previews`` to them, waiting up to `PREVIEW_GATHER` seconds for more when
+        none is queued yet; the first item that is not live text (held: the caller applies it next), or None.
+
+        What a harness says right after its text — more text, or the durable update a fast one sends straight after
+        it — then goes into the same write instead of one each; text that trickles in is shown that much later."""
+        gathered = False
+        while len(previews) < MAX_PREVIEW_BATCH:
+            if queue.empty():
+                if gathered:
+                    return None
+                gathered = True
+                try:
+                    following = await asyncio.wait_for(queue.get(), PREVIEW_GATHER)
+                except TimeoutError:
+                    return None
+            else:
+                following = queue.get_nowait()
+            if not isinstance(following, TextPreview):
+                return following
+            previews.append(following)
+        return None
 
     async def _settle(self, replayed: _Replayed, checkpoint: int) -> None:
         """Close the attempts of drives that died (see ``_trail``): the resumed run has caught up with what they
