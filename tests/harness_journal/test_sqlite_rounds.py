@@ -12,7 +12,9 @@ import asyncio
 import json
 import sqlite3
 import threading
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -22,6 +24,8 @@ from loopd.harness.journal._sqlite import SCHEMA_VERSION, SOLO_STREAK
 
 from .conftest import records
 
+_T = TypeVar("_T")
+
 
 async def seqs_of(journal: SqliteJournal, session_id: str) -> list[int]:
     return [r.seq for r in await journal.read(session_id)]
@@ -29,6 +33,24 @@ async def seqs_of(journal: SqliteJournal, session_id: str) -> list[int]:
 
 def tags_of(rows: list[bytes]) -> list[str]:
     return [json.loads(d)["tag"] for d in rows]
+
+
+async def while_another_connection_writes(path: Path, write: Awaitable[_T]) -> _T:
+    """Run ``write`` while another connection (another process) holds ``path``'s write lock: the event loop keeps
+    turning while it waits (a wait on the loop itself would end it before these sleeps do), and it completes once
+    that connection commits. Its result."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("CREATE TABLE IF NOT EXISTS elsewhere (x)")
+        task = asyncio.ensure_future(write)
+        for _ in range(20):
+            await asyncio.sleep(0.005)
+        assert not task.done()
+        other.execute("COMMIT")  # the other connection's commit also invalidates the cached session heads
+        return await asyncio.wait_for(task, 10)
+    finally:
+        other.close()
 
 
 # --- where rounds commit -------------------------------------------------------------------------------------
@@ -120,24 +142,15 @@ async def test_a_writer_appending_in_a_tight_loop_still_lets_other_tasks_run(tmp
 async def test_a_lock_held_by_another_connection_never_blocks_the_event_loop(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     journal = await SqliteJournal.open(path, busy_timeout=10.0)
-    other = sqlite3.connect(path, isolation_level=None)
     try:
         writer = await journal.create_session("s", at=0.0)
         assert await writer.append(records(1, tag="first")) == [1]
-        other.execute("BEGIN IMMEDIATE")  # another process is writing
-        other.execute("CREATE TABLE elsewhere (x)")
-        append = asyncio.create_task(writer.append(records(2, tag="waited")))
-        for _ in range(20):  # the event loop keeps turning while the append waits for the lock (10 s busy timeout):
-            await asyncio.sleep(0.005)  # a wait on the loop itself would have ended the append before these did
-        assert not append.done()
-        other.execute("COMMIT")  # the other connection's commit also invalidates the cached session heads
-        assert await asyncio.wait_for(append, 10) == [2, 3]
+        assert await while_another_connection_writes(path, writer.append(records(2, tag="waited"))) == [2, 3]
         assert await writer.append(records(1, tag="after")) == [4]
         stored = await journal.read("s")
         assert [r.seq for r in stored] == [1, 2, 3, 4]
         assert tags_of([r.data for r in stored]) == ["first", "waited", "waited", "after"]
     finally:
-        other.close()
         await journal.aclose()
 
 
@@ -536,24 +549,15 @@ async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_full_o
 async def test_a_snapshot_waits_for_a_lock_another_connection_holds_on_the_writer_thread(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     journal = await SqliteJournal.open(path, busy_timeout=10.0)
-    other = sqlite3.connect(path, isolation_level=None)
     try:
         writer = await journal.create_session("s", at=0.0)
         await writer.append(records(2))
-        other.execute("BEGIN IMMEDIATE")  # another process is writing
-        other.execute("CREATE TABLE elsewhere (x)")
-        save = asyncio.create_task(journal.save_snapshot("s", 2, "v1", b"state@2", at=1.0))
-        for _ in range(20):  # the event loop keeps turning while the save waits for the lock
-            await asyncio.sleep(0.005)
-        assert not save.done()
-        other.execute("COMMIT")
-        await asyncio.wait_for(save, 10)
+        await while_another_connection_writes(path, journal.save_snapshot("s", 2, "v1", b"state@2", at=1.0))
         assert journal.snapshots_inline == 0
         got = await journal.load_snapshot("s", "v1")
         assert got is not None and (got.seq, got.data) == (2, b"state@2")
         assert await writer.append(records(1)) == [3]  # and rounds go on
     finally:
-        other.close()
         await journal.aclose()
 
 
@@ -566,25 +570,16 @@ async def test_a_session_is_created_on_the_event_loop_unless_full_or_another_con
     path = tmp_path / "j.db"
     normal = await SqliteJournal.open(path, busy_timeout=10.0)
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
-    other = sqlite3.connect(path, isolation_level=None)
     try:
         await normal.create_session("a", at=0.0)
         await full.create_session("a", at=0.0)
         assert (normal.sessions_inline, full.sessions_inline) == (1, 0)
         with pytest.raises(SessionBusyError):
             await normal.create_session("a", at=0.0)  # refused inline as on the thread
-        other.execute("BEGIN IMMEDIATE")  # another process is writing
-        other.execute("CREATE TABLE elsewhere (x)")
-        created = asyncio.create_task(normal.create_session("b", at=0.0))
-        for _ in range(20):  # the event loop keeps turning while the create waits for the lock
-            await asyncio.sleep(0.005)
-        assert not created.done()
-        other.execute("COMMIT")
-        writer = await asyncio.wait_for(created, 10)
+        writer = await while_another_connection_writes(path, normal.create_session("b", at=0.0))
         assert normal.sessions_inline == 1
         assert await writer.append(records(2)) == [1, 2]
         assert await normal.session("b") is not None
     finally:
-        other.close()
         await normal.aclose()
         await full.aclose()

@@ -42,6 +42,23 @@ def _entries(frames: list[Frame]) -> list[tuple[int, str, int, dict[str, Any]]]:
     return out
 
 
+async def _ask_answered(user: httpx.AsyncClient, operator: httpx.AsyncClient, cid: str, frames: list[Frame]) -> str:
+    """Ask the echo operator over a streamed request; once acked, answer "ok" and complete. Every frame the stream
+    sent goes into ``frames``; returns the task id."""
+    body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
+    async with (
+        asyncio.timeout(10),
+        user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
+    ):
+        task_id = response.headers["X-Loopd-Task-ID"]
+        async for frame in frames_of(response):
+            frames.append(frame)
+            if frame.event == "ack":
+                await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
+                await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+    return str(task_id)
+
+
 async def test_a_streamed_chat_request_acks_then_streams_the_answer_until_it_ends(rig: Rig) -> None:
     async with served(rig) as url:
         user = real_client(rig, url)
@@ -317,18 +334,8 @@ async def test_a_question_asked_now_does_not_look_up_whether_its_answer_ended_be
     monkeypatch.setattr(ConversationReader, "end_cursor", counting)
     async with served(rig) as url:
         user = real_client(rig, url)
-        operator = real_client(rig, url, actor="operator:echo")
         cid = await new_conversation(user)
-        body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
-        async with (
-            asyncio.timeout(10),
-            user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
-        ):
-            task_id = response.headers["X-Loopd-Task-ID"]
-            async for frame in frames_of(response):
-                if frame.event == "ack":
-                    await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
-                    await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+        task_id = await _ask_answered(user, real_client(rig, url, actor="operator:echo"), cid, [])
         assert looked_up == []
         async with (
             asyncio.timeout(10),
@@ -354,20 +361,9 @@ async def test_a_question_streams_its_own_events_without_reading_them_back(
     monkeypatch.setattr(ConversationReader, "read_stream_page", counting)
     async with served(rig) as url:
         user = real_client(rig, url)
-        operator = real_client(rig, url, actor="operator:echo")
         cid = await new_conversation(user)
         frames: list[Frame] = []
-        body = {"target": {"kind": "operator", "key": "echo"}, "text": "hi"}
-        async with (
-            asyncio.timeout(10),
-            user.stream("POST", f"/v1/conversations/{cid}/messages", json=body, headers=SSE) as response,
-        ):
-            task_id = response.headers["X-Loopd-Task-ID"]
-            async for frame in frames_of(response):
-                frames.append(frame)
-                if frame.event == "ack":
-                    await operator.post(f"/v1/tasks/{task_id}/events", json={"events": text_events("a", "ok")})
-                    await operator.post(f"/v1/tasks/{task_id}/complete", json={})
+        await _ask_answered(user, real_client(rig, url, actor="operator:echo"), cid, frames)
     entries = _entries(frames[1:])
     assert entries == await _log(rig, cid)
     assert 0 not in pages  # the question's own events were not read back

@@ -722,8 +722,9 @@ class SqliteJournal:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    def _write_batch(self, plan: _Plan, inline: bool) -> _Results:
-        """One transaction for the whole round, on whichever thread holds the write connection."""
+    def _begin_immediate(self, inline: bool) -> sqlite3.Connection:
+        """``BEGIN IMMEDIATE`` on the write connection, by whoever holds it: the writer thread (SQLite's busy timeout)
+        or an inline write (no wait: `_WriterBusy` when another connection holds the write lock)."""
         conn = self._wc
         self._set_busy_wait(not inline)
         try:
@@ -732,6 +733,11 @@ class SqliteJournal:
             if inline and _is_busy(exc):
                 raise _WriterBusy from exc
             raise
+        return conn
+
+    def _write_batch(self, plan: _Plan, inline: bool) -> _Results:
+        """One transaction for the whole round, on whichever thread holds the write connection."""
+        conn = self._begin_immediate(inline)
         try:
             results, heads, rows = self._stage(conn, plan)
             conn.execute("COMMIT")
@@ -890,14 +896,7 @@ class SqliteJournal:
             raise SessionNotFoundError(session_id)
 
         def save(inline: bool) -> int | None:
-            conn = self._wc
-            self._set_busy_wait(not inline)
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if inline and _is_busy(exc):
-                    raise _WriterBusy from exc
-                raise
+            conn = self._begin_immediate(inline)
             try:
                 row = conn.execute(_HEAD, (sid,)).fetchone()
                 last = int(row[1])
