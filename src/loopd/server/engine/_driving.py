@@ -89,9 +89,9 @@ Outcome = Literal["done", "lost", "retry"]
 QUEUE_SIZE: Final = 256
 MAX_PREVIEW_BATCH: Final = 64
 MAX_DURABLE_BATCH: Final = 32
+"""Durable updates already queued that one transaction applies together (the checkpoint moves once, to the last)."""
 PREVIEW_GATHER: Final = 0.016
 """Seconds live text waits for what the harness says next before it is written (see `Drive._gather_previews`)."""
-"""Durable updates already queued that one transaction applies together (each still advances the checkpoint)."""
 
 
 def call_channel(call_id: str) -> str:
