@@ -484,3 +484,16 @@ async def test_a_fresh_drive_opens_its_trail_in_one_append_and_does_not_open_it_
             "SELECT first_seq, last_seq FROM ledger_appends WHERE lane_id = ? ORDER BY first_seq", (lane.id,)
         )
     assert tuple(first[0]) == (1, 4)
+
+
+async def test_gathering_live_text_never_swallows_a_cancellation() -> None:
+    """The drive is cancelled (its watcher stopped it) just as the harness hands over its next update: the gather
+    ends cancelled, taking nothing — it must not return the update and carry on waiting for a run that was stopped."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    task = asyncio.ensure_future(Drive._gather_previews(queue, [TextPreview("Hel")]))
+    await asyncio.sleep(0)  # it waits for what follows
+    queue.put_nowait(TextSet("Hello"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert queue.qsize() == 1  # still there for whoever reads on

@@ -661,7 +661,11 @@ class Drive:
                     return None
                 gathered = True
                 try:
-                    following = await asyncio.wait_for(queue.get(), PREVIEW_GATHER)
+                    # `asyncio.timeout`, not `wait_for`: when the drive is cancelled just as an update arrives,
+                    # `wait_for` (3.11) returns the update and swallows the cancellation, and the consumer then
+                    # waits forever for a run that was stopped.
+                    async with asyncio.timeout(PREVIEW_GATHER):
+                        following = await queue.get()
                 except TimeoutError:
                     return None
             else:
