@@ -649,22 +649,21 @@ class Drive:
     async def _gather_previews(
         queue: asyncio.Queue[Update | _End | _Raised], previews: list[TextPreview]
     ) -> Update | _End | _Raised | None:
-        """Add the live text queued behind ``previews`` to them, waiting up to `PREVIEW_GATHER` seconds for more when
-        none is queued yet; the first item that is not live text (held: the caller applies it next), or None.
+        """Add the live text queued behind ``previews`` to them, and what arrives within `PREVIEW_GATHER` seconds;
+        the first item that is not live text (held: the caller applies it next), or None.
 
         What a harness says right after its text — more text, or the durable update a fast one sends straight after
         it — then goes into the same write instead of one each; text that trickles in is shown that much later."""
-        gathered = False
+        deadline: float | None = None
         while len(previews) < MAX_PREVIEW_BATCH:
             if queue.empty():
-                if gathered:
-                    return None
-                gathered = True
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + PREVIEW_GATHER
                 try:
-                    # `asyncio.timeout`, not `wait_for`: when the drive is cancelled just as an update arrives,
+                    # `asyncio.timeout_at`, not `wait_for`: when the drive is cancelled just as an update arrives,
                     # `wait_for` (3.11) returns the update and swallows the cancellation, and the consumer then
                     # waits forever for a run that was stopped.
-                    async with asyncio.timeout(PREVIEW_GATHER):
+                    async with asyncio.timeout_at(deadline):
                         following = await queue.get()
                 except TimeoutError:
                     return None
