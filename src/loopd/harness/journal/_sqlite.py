@@ -393,7 +393,7 @@ class SqliteJournal:
     # --- sessions ------------------------------------------------------------------------------------------
 
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
-        def create(inline: bool = False) -> int:
+        def create(inline: bool) -> int:
             self._set_busy_wait(not inline)
             try:
                 cur = self._wc.execute(
@@ -411,15 +411,10 @@ class SqliteJournal:
             return int(sid)
 
         self._check_open()
-        sid: int | None = None
-        if self._inline and self._flusher is None and self._writer_idle():
-            # One small row: committed here like a small round, not handed to the writer thread (which would
-            # also send the rounds gathered meanwhile there).
-            with contextlib.suppress(_WriterBusy):  # another connection is writing: the writer thread waits
-                sid = create(True)
-                self.sessions_inline += sid >= 0
-        if sid is None:
-            sid = await self._in_writer(create)
+        # One small row: committed here like a small round when it may be, not handed to the writer thread (which
+        # would also send the rounds gathered meanwhile there).
+        sid, inline = await self._write_inline_or_on_thread(create)
+        self.sessions_inline += inline and sid >= 0
         if sid < 0:
             raise SessionBusyError(session_id)
         self._sids[session_id] = sid
@@ -593,12 +588,7 @@ class SqliteJournal:
         """Write the pending appends now on the event-loop thread if that is cheap, else on the writer thread."""
         if not self._pending or self._flusher is not None:
             return
-        if not (
-            self._inline
-            and self._pending_size <= INLINE_MAX_RECORDS
-            and self._pending_bytes <= INLINE_MAX_BYTES
-            and self._writer_idle()
-        ):
+        if not (self._pending_size <= INLINE_MAX_RECORDS and self._may_write_inline(self._pending_bytes)):
             self._start_flusher()
             return
         batch = self._take_round()
@@ -914,22 +904,25 @@ class SqliteJournal:
             self._count_wal(lambda: 2 + len(data) // 3000)
             return None
 
-        last: int | None
-        if self._snapshot_inline(data):
-            try:
-                last = save(True)
-                self.snapshots_inline += 1
-            except _WriterBusy:  # another connection is writing: wait for it on the writer thread
-                last = await self._in_writer(save, False)
-        else:
-            last = await self._in_writer(save, False)
+        last, inline = await self._write_inline_or_on_thread(save, len(data))
+        self.snapshots_inline += inline
         if last is not None:
             raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
 
-    def _snapshot_inline(self, data: bytes) -> bool:
-        """Whether a snapshot of ``data`` is saved on the event-loop thread: under the same rule as an inline round
-        (``NORMAL``, no larger than one, the writer thread idle), and no flusher between rounds."""
-        return self._inline and len(data) <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
+    def _may_write_inline(self, size: int = 0) -> bool:
+        """Whether a write of ``size`` bytes may run on the event-loop thread now: ``NORMAL``, no larger than an
+        inline round, the writer thread idle and no flusher between its rounds (see the module docstring)."""
+        return self._inline and size <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
+
+    async def _write_inline_or_on_thread(self, fn: Callable[[bool], _T], size: int = 0) -> tuple[_T, bool]:
+        """``fn(inline)`` on the event-loop thread when `_may_write_inline`, else — or when another connection holds
+        the write lock (`_WriterBusy`) — on the writer thread; its result and whether it ran inline."""
+        if self._may_write_inline(size):
+            try:
+                return fn(True), True
+            except _WriterBusy:
+                pass  # another connection is writing: the writer thread waits for it
+        return await self._in_writer(fn, False), False
 
     async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
         self._check_open()
