@@ -12,6 +12,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import TypeVar
@@ -583,3 +584,31 @@ async def test_a_session_is_created_on_the_event_loop_unless_full_or_another_con
     finally:
         await normal.aclose()
         await full.aclose()
+
+
+# --- cancellation -----------------------------------------------------------------------------------------------
+
+
+async def test_a_wait_on_the_writer_thread_cancelled_as_its_job_finishes_ends_cancelled(tmp_path: Path) -> None:
+    """A caller cancelled in the same loop turn as its writer-thread job's result arrives ends cancelled (3.11's
+    `asyncio.wait_for` returned the result then and dropped the cancellation: a shutdown waited forever)."""
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    release, finished = threading.Event(), threading.Event()
+
+    def job() -> str:
+        release.wait(10)
+        finished.set()
+        return "written"
+
+    try:
+        task = asyncio.ensure_future(journal._in_writer(job))
+        await asyncio.sleep(0.01)  # the job runs on the writer thread, the task waits for it
+        release.set()
+        assert finished.wait(10)  # the loop is blocked from here to the cancel: the result and the cancellation
+        time.sleep(0.05)  # (the thread hands the result over meanwhile) arrive in the same loop turn
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+    finally:
+        await journal.aclose()

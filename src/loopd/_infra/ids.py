@@ -7,12 +7,7 @@ import time
 import uuid
 
 
-def uuid7() -> uuid.UUID:
-    """A UUIDv7 (RFC 9562): 48-bit millisecond timestamp, 12 bits of sub-millisecond time, then random bits.
-
-    The sub-millisecond field (RFC 9562 §6.2, method 3) keeps ids made in the same millisecond in creation order
-    (to ~250 ns) without any process-wide counter.
-    """
+def _uuid7_int() -> int:
     now = time.time_ns()
     ms, sub_ns = divmod(now, 1_000_000)
     rand = int.from_bytes(os.urandom(8), "big")
@@ -21,9 +16,20 @@ def uuid7() -> uuid.UUID:
     value |= ((sub_ns * 4096) // 1_000_000) << 64
     value |= 0b10 << 62  # variant
     value |= rand & ((1 << 62) - 1)
-    return uuid.UUID(int=value)
+    return value
+
+
+def uuid7() -> uuid.UUID:
+    """A UUIDv7 (RFC 9562): 48-bit millisecond timestamp, 12 bits of sub-millisecond time, then random bits.
+
+    The sub-millisecond field (RFC 9562 §6.2, method 3) keeps ids made in the same millisecond in creation order
+    (to ~250 ns) without any process-wide counter.
+    """
+    return uuid.UUID(int=_uuid7_int())
 
 
 def new_id() -> str:
-    """A new time-ordered identifier as a canonical UUID string."""
-    return str(uuid7())
+    """A new time-ordered identifier as a canonical UUID string (``str(uuid7())``, formatted without building a
+    `uuid.UUID`: servers make dozens per request)."""
+    text = f"{_uuid7_int():032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

@@ -325,7 +325,8 @@ class LoopActor:
         with contextlib.suppress(Exception):
             self.mailbox.put_priority(_Stop())
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), 5.0)
+            async with asyncio.timeout(5.0):
+                await asyncio.shield(self._task)
         except TimeoutError:
             self._task.cancel()
         await wait_ended(self._task)  # the caller's own cancellation is passed on
@@ -723,7 +724,8 @@ class LoopActor:
             call_id=call_id, tool=request.tool, arguments=request.arguments, requirements=(requirement,)
         )
         try:
-            stored = await asyncio.wait_for(self._rules.load(), 10.0)
+            async with asyncio.timeout(10.0):
+                stored = await self._rules.load()
         except (RuleStoreError, TimeoutError) as exc:
             return False, f"permission rules unreadable: {exc}"
         decision = evaluate([call], access=self.definition.access, stored=stored)
@@ -1011,9 +1013,10 @@ class LoopActor:
 
     async def _resolve_gate(self, effect: ResolveGate) -> None:
         try:
-            resolution = await asyncio.wait_for(
-                resolve_answer(GatePrompt.model_validate(effect.prompt), GateAnswer(effect.answer), self._rules), 30.0
-            )
+            async with asyncio.timeout(30.0):
+                resolution = await resolve_answer(
+                    GatePrompt.model_validate(effect.prompt), GateAnswer(effect.answer), self._rules
+                )
             granted, reason = resolution.granted, resolution.error or effect.answer
         except Exception as exc:  # nothing is granted unless the grant was stored
             granted, reason = False, f"the grant could not be stored: {exc}"

@@ -247,7 +247,8 @@ async def _terminate(process: asyncio.subprocess.Process, grace: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), wait)
+            async with asyncio.timeout(wait):
+                await process.wait()
             return
 
 
@@ -296,7 +297,8 @@ async def run_foreign_turn(
             if process.stdin is not None and not process.stdin.is_closing():
                 process.stdin.close()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(process.wait(), engine.kill_grace)
+                async with asyncio.timeout(engine.kill_grace):
+                    await process.wait()
             await _terminate(process, engine.kill_grace)  # a CLI that lingers after its answer
         if finished is None:
             tail = stderr.decode(errors="replace").strip()[-500:]
@@ -323,7 +325,8 @@ async def _read_turn(
     assert stdin is not None
     stdin.write(engine.stdin_text(prompt).encode())
     with contextlib.suppress(ConnectionError):  # a CLI that is gone already: its exit code and stderr say why
-        await asyncio.wait_for(stdin.drain(), 30.0)
+        async with asyncio.timeout(30.0):
+            await stdin.drain()
     if engine.kind == "codex":
         stdin.close()  # codex reads its prompt to the end of stdin; it asks nothing back
     while True:
@@ -340,7 +343,8 @@ async def _read_turn(
                 if not stdin.is_closing():
                     stdin.write(claude_permission_reply(event, allow=allowed, message=reason).encode())
                     with contextlib.suppress(ConnectionError):
-                        await asyncio.wait_for(stdin.drain(), 30.0)
+                        async with asyncio.timeout(30.0):
+                            await stdin.drain()
                 continue
             on_event(event)
             if isinstance(event, Finished):

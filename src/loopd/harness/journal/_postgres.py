@@ -753,7 +753,8 @@ class PostgresJournal:
         self._closed = True
         if self._flusher is not None and not self._flusher.done():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._flusher), self._timeout)
+                async with asyncio.timeout(self._timeout):
+                    await asyncio.shield(self._flusher)
             if not self._flusher.done():
                 await cancel_and_wait(self._flusher)
         if self._listener is not None:

@@ -379,7 +379,8 @@ class SqliteJournal:
         return not jobs or all(job.done() for job in jobs)
 
     async def _in_writer(self, fn: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.wait_for(asyncio.wrap_future(self._submit(fn, *args)), self._append_timeout)
+        async with asyncio.timeout(self._append_timeout):
+            return await asyncio.wrap_future(self._submit(fn, *args))
 
     async def _in_reader(self, fn: Callable[[], _T]) -> _T:
         return await self._reader.call(fn)
@@ -622,12 +623,16 @@ class SqliteJournal:
                 plan = [(a.sid, a.epoch, a.records) for a in batch]
                 job = asyncio.wrap_future(self._submit(self._write_batch, plan, False))
                 try:
-                    results = await asyncio.wait_for(job, self._append_timeout)
+                    async with asyncio.timeout(self._append_timeout):
+                        results = await job
                 except TimeoutError:
                     self._fail(batch, TimeoutError(f"no commit within {self._append_timeout:g} s"))
                     continue
                 except asyncio.CancelledError:
-                    self._fail(batch, JournalError("journal closed during append"))
+                    if job.done() and not job.cancelled() and job.exception() is None:
+                        self._resolve(batch, job.result())  # committed as the cancellation came: say so
+                    else:
+                        self._fail(batch, JournalError("journal closed during append"))
                     raise
                 except Exception as exc:
                     self._fail(batch, exc)
@@ -951,7 +956,8 @@ class SqliteJournal:
         self._start_flusher()
         if self._flusher is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._flusher), 2 * self._append_timeout)
+                async with asyncio.timeout(2 * self._append_timeout):
+                    await asyncio.shield(self._flusher)
         self._wconn = self._rconn = None
         try:
             await self._writer.close()  # each bounded by append_timeout
