@@ -136,7 +136,7 @@ async def test_metrics_count_a_question_and_its_harness_call(server: RunningServ
     assert values['loopd_completion_seconds_count{outcome="done",target="assistant"}'] == 1.0
     input_tokens = [v for k, v in values.items() if k.startswith("loopd_model_tokens_total{") and 'type="input"' in k]
     assert input_tokens and input_tokens[0] > 0
-    assert values["loopd_engine_capacity"] == 50.0
+    assert values["loopd_engine_capacity"] == 200.0
     assert values["loopd_engine_driving"] == 0.0
     assert values["loopd_harness_tasks_waiting"] == 0.0  # one chat, 50 slots: it never waited
     assert values["loopd_journal_commit_seconds_count"] >= 3  # the harness call's turn: started, replied, done

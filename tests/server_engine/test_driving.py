@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from loopd.server.engine._driving import Drive
 from loopd.server.ledger import Actor, Lane, Scope, SqlLedgerStore, UnresolvedAttempt
 from loopd.server.storage import Conflict, Database, Message, NotFound
 from loopd.server.storage._harness_calls import HarnessCalls
+from loopd.server.streams import ConversationBus
 
 from .conftest import (
     ScriptedAdapter,
@@ -368,6 +370,52 @@ async def test_durable_updates_queued_together_are_applied_in_one_transaction(
     }
     structure = await SqlLedgerStore(sqlite_db).structure(Scope(harness_call_id=call_id))
     assert sum(1 for action in structure.actions if action.type == "model_call") == 1
+
+
+async def test_a_first_text_goes_out_alone_while_another_answer_is_blank(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another answer shows nothing yet, a fast harness's first text is written on its own and the rest of its
+    turn waits (at most `FIRST_OUTPUT_YIELD`) for that answer to show something: under a burst the event loop goes
+    to the answers nobody has seen a word of first (see `FirstOutputs`)."""
+    from loopd.server.streams._bus import FIRST_OUTPUT_YIELD
+
+    written: list[tuple[str, float]] = []
+    original, original_previews = Drive._apply, Drive._apply_previews
+
+    async def apply(
+        self: Drive, batch: Sequence[tuple[int, str, Update]], previews: Sequence[TextPreview] = ()
+    ) -> bool:
+        written.append(("durable", time.monotonic()))
+        return await original(self, batch, previews)
+
+    async def previews_alone(self: Drive, previews: list[TextPreview]) -> None:
+        written.append(("text", time.monotonic()))
+        await original_previews(self, previews)
+
+    monkeypatch.setattr(Drive, "_apply", apply)
+    monkeypatch.setattr(Drive, "_apply_previews", previews_alone)
+    adapter = _BurstAdapter(script=scripted(TextPreview("Hel"), TextSet("Hello"), Finished("Hello")))
+    bus = ConversationBus()
+    bus.first_outputs.started("another-answer")  # started here, shows nothing during the test
+    async with make_engine(sqlite_db, {"scripted": adapter}, bus=bus) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "succeeded")
+    assert [what for what, _ in written][:2] == ["text", "durable"]
+    assert written[1][1] - written[0][1] >= FIRST_OUTPUT_YIELD * 0.9
+    assert block(await content_of(sqlite_db, response), "answer") == {
+        "id": "answer",
+        "type": "text",
+        "content": "Hello",
+    }
+
+    # Alone (no other answer blank): the text goes with the durable update, at once.
+    written.clear()
+    bus.first_outputs.shown("another-answer")
+    async with make_engine(sqlite_db, {"scripted": adapter}, bus=bus) as engine:
+        call_id, _ = await start(sqlite_db, engine, key="respond-again")
+        await until_phase(engine, call_id, "succeeded")
+    assert written[0][0] == "durable"
 
 
 async def test_live_text_waits_a_moment_for_what_the_harness_says_next(

@@ -140,7 +140,9 @@ class UpSettings:
     database_url: str | None = None
     """PostgreSQL DSN for the server state (default: SQLite in the data directory)."""
     lease_ttl: float = 30.0
-    engine_capacity: int = 50
+    engine_capacity: int = 200
+    """Harness calls at once (`CallSlots`): cheap while a call waits for its model; a chat beyond them waits for a
+    whole answer of another before it starts."""
     public: bool = False
     """Allow a non-loopback ``host`` (`check_exposure`): the operator's explicit opt-in to serve the network."""
     workspaces: Path | None = None

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -126,6 +126,9 @@ class DriveSettings:
     ledger_facts: LedgerFacts = field(default_factory=LedgerFacts)
     """The ledger's immutable facts (an entity's lane, a lane's session, existing actors) this engine's drives saw
     committed: the trail's checks read each once per engine, not once per append."""
+    slots_full: Callable[[], bool] = lambda: False
+    """Whether every call slot of the engine is taken: then a drive does not hold its own back for others (see
+    `FirstOutputs`): the answers still blank may be waiting for the very slot it holds."""
 
 
 class _End:
@@ -610,6 +613,12 @@ class Drive:
                     continue  # still replaying what was applied before
                 previews = [item] if isinstance(item, TextPreview) else []
                 held = await self._gather_previews(queue, previews)
+                if isinstance(held, Update) and held.durable and self._first_of_many(call, previews):
+                    # The answer's first text, with the rest of the turn right behind it, while other answers
+                    # show nothing yet: the text now, the rest once they do (bounded; see `FirstOutputs`).
+                    await self._apply_previews(previews)
+                    await self._s.bus.first_outputs.yield_to_blank()
+                    continue  # ``held`` is applied next
                 if isinstance(held, Update) and held.durable:
                     # Already queued behind them: the durable update's transaction shows them too (one write, not
                     # two; the same content as two, committed together). It is past the checkpoint (these
@@ -726,6 +735,12 @@ class Drive:
         """Store the message content this transaction's emits left (they store only events; see `_emit`)."""
         if call.message_id is not None:
             await streams.store_held(tx, call.message_id, self._states)
+
+    def _first_of_many(self, call: HarnessCall, previews: Sequence[TextPreview]) -> bool:
+        """Whether ``previews`` would be this drive's first text while other answers show nothing yet."""
+        if self._texted or call.message_id is None or not any(preview.text for preview in previews):
+            return False
+        return self._s.bus.first_outputs.others_blank(call.message_id) and not self._s.slots_full()
 
     async def _apply_previews(self, previews: list[TextPreview]) -> None:
         """Show live text: each preview is compared with what the message shows now (see ``_projection``)."""

@@ -144,7 +144,7 @@ class HarnessEngine:
         bus: ConversationBus,
         replica_id: str,
         clock: Clock | None = None,
-        capacity: int = 50,
+        capacity: int = 200,
         lease_ttl: float = 30.0,
         poll_interval: float = 1.0,
         adapter_timeout: float = 30.0,
@@ -180,6 +180,7 @@ class HarnessEngine:
             adapter_timeout=adapter_timeout,
             metrics=metrics,
             redactor=redactor,
+            slots_full=lambda: self._slots.full,
         )
         self._driver = CallDriver(
             settings,

@@ -1,0 +1,100 @@
+"""The bus learns from the commits it is handed which answers show nothing yet (`FirstOutputs`): a writer that has
+just shown an answer's first text lets those go first, for a bounded time, before it writes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from loopd._infra.clock import VirtualClock
+from loopd.server.storage import Database, NewMessage, open_database
+from loopd.server.streams import ConversationBus, emit, empty_model, finish, open_message
+from loopd.server.streams._bus import FIRST_OUTPUT_HORIZON, FIRST_OUTPUT_YIELD, FirstOutputs
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    async with open_database(tmp_path / "loopd.db") as database:
+        yield database
+
+
+async def _open(db: Database, bus: ConversationBus, purpose: str = "response") -> str:
+    async with db.transaction() as tx:
+        conversation = await tx.conversations.create(actor_kind="user", actor_key="alice")
+        message = await open_message(
+            tx,
+            NewMessage(
+                conversation_id=conversation.id,
+                kind="harness",
+                key="assistant",
+                purpose=purpose,  # type: ignore[arg-type]
+                content=empty_model(),
+                task_id=f"t-{purpose}-{conversation.id}",
+                status="streaming",
+            ),
+            bus=bus,
+        )
+    return message.id
+
+
+async def _say(db: Database, bus: ConversationBus, message_id: str, text: str) -> None:
+    async with db.transaction() as tx:
+        await emit(tx, message_id, [{"op": "set", "block": {"id": "a", "type": "text", "content": text}}], bus=bus)
+
+
+async def test_a_started_answer_is_blank_until_it_shows_something(db: Database) -> None:
+    bus = ConversationBus()
+    first, second = await _open(db, bus), await _open(db, bus)
+    blank = bus.first_outputs
+    assert len(blank) == 2
+    assert blank.others_blank(first) and blank.others_blank(second)
+    await _say(db, bus, first, "hel")
+    assert len(blank) == 1
+    assert blank.others_blank(first) and not blank.others_blank(second)
+    async with db.transaction() as tx:  # an end shows something too (an answer that fails before any text)
+        await finish(tx, second, "failed", error={"code": "x", "message": "x"}, bus=bus)
+    assert len(blank) == 0 and not blank.others_blank(first)
+
+
+async def test_only_responses_count(db: Database) -> None:
+    bus = ConversationBus()
+    await _open(db, bus, purpose="input")
+    await _open(db, bus, purpose="output")
+    assert len(bus.first_outputs) == 0
+
+
+async def test_a_yield_ends_when_no_answer_is_blank_or_after_its_bound() -> None:
+    clock = VirtualClock()
+    blank = FirstOutputs(clock)
+    blank.started("a")
+    blank.started("b")
+    waiter = asyncio.ensure_future(blank.yield_to_blank())
+    await clock.advance(FIRST_OUTPUT_YIELD / 2)
+    assert not waiter.done()
+    blank.shown("a")
+    await clock.advance(0)
+    assert not waiter.done()
+    blank.shown("b")
+    await clock.advance(0)
+    assert waiter.done() and clock.monotonic() == FIRST_OUTPUT_YIELD / 2
+
+    blank.started("c")  # never shows anything here (another replica writes it): the yield is bounded
+    start = clock.monotonic()
+    waiter = asyncio.ensure_future(blank.yield_to_blank())
+    await clock.run_until(waiter.done)
+    assert clock.monotonic() - start == pytest.approx(FIRST_OUTPUT_YIELD)
+
+
+async def test_an_answer_blank_past_the_horizon_is_forgotten() -> None:
+    clock = VirtualClock()
+    blank = FirstOutputs(clock)
+    blank.started("elsewhere")
+    await clock.advance(FIRST_OUTPUT_HORIZON + 1)
+    blank.started("here")
+    assert len(blank) == 1 and not blank.others_blank("here")
+    await clock.advance(FIRST_OUTPUT_HORIZON + 1)
+    assert len(blank) == 0
+    await asyncio.wait_for(blank.yield_to_blank(), 1)  # nothing blank: no wait at all
