@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.server.storage import Database, NewMessage, open_database
-from loopd.server.streams import ConversationBus, emit, empty_model, finish, open_message
+from loopd._infra.ids import new_id
+from loopd.server.storage import Database, MessagePurpose, open_database
+from loopd.server.streams import ConversationBus, emit, finish
 from loopd.server.streams._bus import FIRST_OUTPUT_HORIZON, FIRST_OUTPUT_YIELD, FirstOutputs
+
+from .helpers import streaming_answer
 
 
 @pytest.fixture
@@ -21,23 +24,8 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
         yield database
 
 
-async def _open(db: Database, bus: ConversationBus, purpose: str = "response") -> str:
-    async with db.transaction() as tx:
-        conversation = await tx.conversations.create(actor_kind="user", actor_key="alice")
-        message = await open_message(
-            tx,
-            NewMessage(
-                conversation_id=conversation.id,
-                kind="harness",
-                key="assistant",
-                purpose=purpose,  # type: ignore[arg-type]
-                content=empty_model(),
-                task_id=f"t-{purpose}-{conversation.id}",
-                status="streaming",
-            ),
-            bus=bus,
-        )
-    return message.id
+async def _open(db: Database, bus: ConversationBus, purpose: MessagePurpose = "response") -> str:
+    return await streaming_answer(db, bus=bus, purpose=purpose, task_id=f"t-{purpose}-{new_id()}")
 
 
 async def _say(db: Database, bus: ConversationBus, message_id: str, text: str) -> None:
