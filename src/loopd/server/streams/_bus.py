@@ -158,13 +158,10 @@ class FirstOutputs:
             message_id = event.message_id
             if event.event.get("op") == "start":
                 header = headers.get(message_id)
-                if header is not None and header.purpose == "response" and header.status not in _ENDED:
+                if header is not None and header.purpose == "response" and header.status == "streaming":
                     self.started(message_id)
             elif blank and message_id in blank:
                 self.shown(message_id)
-
-
-_ENDED: Final = frozenset({"completed", "failed", "cancelled", "expired"})
 
 
 class ConversationBus:
