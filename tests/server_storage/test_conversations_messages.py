@@ -311,3 +311,42 @@ async def test_a_question_checks_its_conversation_and_reply_once_per_transaction
             await tx.messages.insert(
                 NewMessage(conversation.id, "user", "alice", "input", text_content("x"), reply_to_message_id="nope")
             )
+
+
+async def test_a_locked_head_is_read_once_per_transaction_and_follows_its_writes(db: Database) -> None:
+    """A writer locks a message's head for its lock, its emit and its store of one batch: the row this transaction
+    locked or wrote is read once, and every write through `Messages` leaves the held head current (what a fresh
+    read in the same transaction returns). A look without the lock (`head`) holds nothing; the next transaction
+    reads again."""
+    async with db.transaction() as tx:
+        _, response = await question(tx, await user_conversation(tx), "t1")
+
+    def reads(statements: list[str]) -> int:
+        return sum(s.startswith("SELECT") and "FROM messages" in s for s in statements)
+
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        first = await tx.messages.head(response.id)  # no lock: not held
+        locked = await tx.messages.lock_head(response.id)
+        assert first == locked and await tx.messages.lock_head(response.id) == locked
+        assert await tx.messages.head(response.id) == locked
+        assert reads(statements) == 2
+        written = await tx.messages.write_content(
+            response.id, expected_revision=locked.revision, text='{"version":"1.1","biz":"x","meta":{},"blocks":[]}'
+        )
+        assert await tx.messages.lock_head(response.id) == written
+        advanced = await tx.messages.advance(response.id, expected_revision=written.revision, content_seq=1)
+        assert await tx.messages.lock_head(response.id) == advanced
+        updated = await tx.messages.update(response.id, expected_revision=advanced.revision, delivery_state="closing")
+        held = await tx.messages.lock_head(response.id)
+        assert (held.revision, held.delivery_state, held.content_seq) == (updated.revision, "closing", 1)
+        assert reads(statements) == 2
+        fresh = await tx.messages._head(response.id, "")  # what a read returns, bypassing what is held
+        assert held == fresh
+        with pytest.raises(Conflict):  # a stale expected revision is still refused by the row itself
+            await tx.messages.write_content(response.id, expected_revision=locked.revision, text="{}")
+        assert await tx.messages.lock_head(response.id) == held
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        assert await tx.messages.lock_head(response.id) == held
+        assert reads(statements) == 1

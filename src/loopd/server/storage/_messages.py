@@ -56,6 +56,17 @@ _COLUMNS = (
 _CONTENT_SEQ = 15  # the index of ``content_seq`` in a row of `_COLUMNS`
 _PURPOSE = 6  # the index of ``purpose``
 
+
+class LockedHeads(dict[str, MessageHead]):
+    """The heads of the message rows this transaction holds the lock of (`Messages.lock`, `Messages.lock_head`) or
+    wrote (a write takes the row's lock too), as it left them: no other transaction can change such a row before
+    this one ends, and every write of a message row goes through `Messages`, which keeps the entry current — so a
+    second `lock_head` of the row in the same transaction (a writer's lock, emit and store of one batch) needs no
+    statement. Kept with `TransactionCore.memo`; gone with the transaction, whatever its outcome."""
+
+    __slots__ = ()
+
+
 _HEAD_COLUMNS = "id, conversation_id, status, revision, delivery_state, content_seq, task_id"
 
 
@@ -68,6 +79,19 @@ def _head(row: tuple[Any, ...]) -> MessageHead:
         delivery_state=cast(DeliveryState, row[4]),
         content_seq=None if row[5] is None else int(row[5]),
         task_id=None if row[6] is None else str(row[6]),
+    )
+
+
+def _head_of_row(row: tuple[Any, ...]) -> MessageHead:
+    """The head of a row of `_COLUMNS`."""
+    return MessageHead(
+        id=str(row[0]),
+        conversation_id=str(row[1]),
+        status=cast(MessageStatus, row[7]),
+        revision=int(row[8]),
+        delivery_state=cast(DeliveryState, row[10]),
+        content_seq=None if row[_CONTENT_SEQ] is None else int(row[_CONTENT_SEQ]),
+        task_id=None if row[2] is None else str(row[2]),
     )
 
 
@@ -110,6 +134,13 @@ def _folded(message_id: str, content: dict[str, Any], content_seq: int, tail: li
 class Messages:
     def __init__(self, tx: TransactionCore) -> None:
         self._tx = tx
+
+    def _locked(self) -> LockedHeads:
+        return self._tx.memo(LockedHeads, LockedHeads)
+
+    def _hold(self, head: MessageHead) -> MessageHead:
+        self._tx.memo(LockedHeads, LockedHeads)[head.id] = head
+        return head
 
     async def _read(self, row: tuple[Any, ...]) -> Message:
         """A row of `_COLUMNS` as a `Message` whose content folds every stored event (its tail, when it has one)."""
@@ -166,6 +197,7 @@ class Messages:
         if len(inserted) != 1:
             raise Conflict(f"message {message_id} already exists")
         seen.messages.add(message_id)
+        self._hold(_head_of_row(inserted[0]))
         return _message(inserted[0])  # the row as stored (no tail yet), without reading it again
 
     async def get(self, message_id: str) -> Message:
@@ -181,16 +213,22 @@ class Messages:
         )
         if row is None:
             raise NotFound(f"message {message_id} not found")
+        self._hold(_head_of_row(row))
         return await self._read(row)
 
     async def lock_head(self, message_id: str) -> MessageHead:
         """`lock` without the content (nothing of a long answer is read or decoded): for a writer that keeps the
-        stream's state itself (`loopd.server.streams.StreamStates`)."""
-        return await self._head(message_id, self._tx.for_update)
+        stream's state itself (`loopd.server.streams.StreamStates`). A row this transaction locked or wrote
+        before is not read again (`LockedHeads`)."""
+        held = self._locked().get(message_id)
+        if held is not None:
+            return held
+        return self._hold(await self._head(message_id, self._tx.for_update))
 
     async def head(self, message_id: str) -> MessageHead:
         """A message's status and revision without its content, and without a lock (a watcher's cheap look)."""
-        return await self._head(message_id, "")
+        held = self._locked().get(message_id)
+        return held if held is not None else await self._head(message_id, "")
 
     async def _head(self, message_id: str, lock: str) -> MessageHead:
         row = await self._tx.fetch_one(f"SELECT {_HEAD_COLUMNS} FROM messages WHERE id = ?{lock}", (message_id,))
@@ -209,7 +247,7 @@ class Messages:
         )
         if not rows:
             await self._conflict(message_id, expected_revision)
-        return _head(rows[0])
+        return self._hold(_head(rows[0]))
 
     async def advance(self, message_id: str, *, expected_revision: int, content_seq: int) -> MessageHead:
         """Events were stored without a new content snapshot: the revision becomes one larger (compare-and-set, as
@@ -225,7 +263,7 @@ class Messages:
         )
         if not rows:
             await self._conflict(message_id, expected_revision)
-        return _head(rows[0])
+        return self._hold(_head(rows[0]))
 
     async def _conflict(self, message_id: str, expected_revision: int) -> None:
         current = await self.get(message_id)
@@ -379,5 +417,6 @@ class Messages:
         )
         if not rows:
             await self._conflict(message_id, expected_revision)
+        self._hold(_head_of_row(rows[0]))
         # The written content is not read back: the caller's dict is the value (a long answer is not decoded again).
         return _message(rows[0], written) if written is not None else await self._read(rows[0])
