@@ -299,6 +299,36 @@ async def test_a_completion_closes_its_delivery_by_one_compare_and_set(
     assert len(closing) == 1 and closing[0].startswith("UPDATE messages SET delivery_state"), closing
 
 
+async def test_a_question_knows_the_cursor_before_it_without_reading_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cursor a question returns is the stream position just before its input's start (a stream from it shows
+    the question and its answer), taken from the events the question stored — its transaction reads no counter."""
+    user = rig.client()
+    cid = await new_conversation(user)
+    first = await ask(user, cid, "one")
+    async with rig.db.transaction(read_only=True) as tx:
+        before = await tx.message_events.last_cursor(cid)
+    transactions: list[list[str]] = []
+    opened = rig.db.transaction
+
+    @contextlib.asynccontextmanager
+    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
+        async with opened(**kwargs) as tx:
+            transactions.append(record_statements(tx, writes=True))
+            yield tx
+
+    monkeypatch.setattr(rig.db, "transaction", recorded)
+    second = await ask(user, cid, "two")
+    monkeypatch.undo()
+    assert first["cursor"] == 0 and second["cursor"] == before > 0
+    assert not [s for t in transactions for s in t if s.startswith("SELECT last_cursor")]
+    async with rig.db.transaction(read_only=True) as tx:
+        events = await tx.message_events.read_conversation_events(cid, after_cursor=second["cursor"])
+    assert events[0].message_id == second["input"]["id"] and events[0].event["op"] == "start"
+    assert {e.message_id for e in events} == {second["input"]["id"], second["response"]["id"]}
+
+
 async def test_a_crash_between_closing_and_closed_is_finished_by_the_sweeper(rig: Rig) -> None:
     user = rig.client()
     operator = rig.operator()

@@ -350,3 +350,21 @@ async def test_a_locked_head_is_read_once_per_transaction_and_follows_its_writes
         statements = record_statements(tx)
         assert await tx.messages.lock_head(response.id) == held
         assert reads(statements) == 1
+
+
+async def test_a_message_task_is_known_once_the_transaction_saw_the_row(db: Database) -> None:
+    """A message's Task is fixed when it is stored: once this transaction inserted, read or locked the row, asking
+    for it again needs no statement (a call's start reads its message, then its drive asks for the Task)."""
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        input_, response = await question(tx, await user_conversation(tx), "t1")
+        assert await tx.messages.task_id_of(response.id) == "t1"
+        assert not [s for s in statements if s.startswith("SELECT") and "FROM messages" in s]
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        assert (await tx.messages.head(input_.id)).task_id == await tx.messages.task_id_of(input_.id) == "t1"
+        assert await tx.messages.task_id_of(response.id) == "t1"  # not seen yet in this transaction: read
+        assert await tx.messages.task_id_of(response.id) == "t1"
+        assert sum(s.startswith("SELECT") and "FROM messages" in s for s in statements) == 2
+        with pytest.raises(NotFound):
+            await tx.messages.task_id_of("missing")

@@ -215,7 +215,6 @@ class ChatRequests:
         try:
             async with self._db.transaction() as tx:
                 conversation = await _owned(tx, asker, conversation_id)
-                cursor = await tx.message_events.last_cursor(conversation.id)
                 task_id = tx.new_id()
                 input_ = await open_message(
                     tx,
@@ -270,6 +269,9 @@ class ChatRequests:
             raise
         headers = {input_.id: input_, response.id: response}
         own = tuple(StreamItem(event, headers[event.message_id]) for event in asked)  # every one a start or end
+        # The stream position just before the question: its input's start is the first event it stored (numbered
+        # under the conversation's cursor row, locked by that append until the commit), so no read of it first.
+        cursor = asked[0].cursor - 1
         return ChatRequest(input_.task_id or task_id, conversation, input_, response, cursor, own)
 
     async def _input_stored(self, input_id: str) -> bool:

@@ -439,7 +439,7 @@ class Drive:
         message_task = None
         if call.message_id is not None:
             with contextlib.suppress(NotFound):
-                message_task = (await tx.messages.head(call.message_id)).task_id  # no content read
+                message_task = await tx.messages.task_id_of(call.message_id)  # known when the start read it
         self._task_id = message_task
         if call.cancel_requested:
             await self._end_in(tx, call, "cancelled", _error("cancelled", "the call was cancelled"))

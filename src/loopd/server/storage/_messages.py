@@ -140,7 +140,16 @@ class Messages:
 
     def _hold(self, head: MessageHead) -> MessageHead:
         self._tx.memo(LockedHeads, LockedHeads)[head.id] = head
+        self._tx.memo(SeenRows, SeenRows).message_tasks[head.id] = head.task_id
         return head
+
+    async def task_id_of(self, message_id: str) -> str | None:
+        """The Task ``message_id`` belongs to (None: none), fixed when it was stored: known without a statement when
+        this transaction read or wrote its row before. ``NotFound`` when there is no such message."""
+        tasks = self._tx.memo(SeenRows, SeenRows).message_tasks
+        if message_id in tasks:
+            return tasks[message_id]
+        return (await self.head(message_id)).task_id
 
     async def _read(self, row: tuple[Any, ...]) -> Message:
         """A row of `_COLUMNS` as a `Message` whose content folds every stored event (its tail, when it has one)."""
@@ -197,6 +206,7 @@ class Messages:
         if len(inserted) != 1:
             raise Conflict(f"message {message_id} already exists")
         seen.messages.add(message_id)
+        seen.message_tasks[message_id] = new.task_id
         self._hold(_head_of_row(inserted[0]))
         return _message(inserted[0])  # the row as stored (no tail yet), without reading it again
 
@@ -234,7 +244,9 @@ class Messages:
         row = await self._tx.fetch_one(f"SELECT {_HEAD_COLUMNS} FROM messages WHERE id = ?{lock}", (message_id,))
         if row is None:
             raise NotFound(f"message {message_id} not found")
-        return _head(row)
+        head = _head(row)
+        self._tx.memo(SeenRows, SeenRows).message_tasks[message_id] = head.task_id
+        return head
 
     async def write_content(self, message_id: str, *, expected_revision: int, text: str) -> MessageHead:
         """Store ``text``, content the caller has already encoded as compact JSON of an object (an AgentUE model's

@@ -22,14 +22,16 @@ MAX_PARAMETERS = 4096
 
 class SeenRows:
     """Ids of rows this transaction found or wrote that nothing ever deletes (conversations, messages): a later
-    existence check of one of them in the same transaction needs no statement (kept with `TransactionCore.memo`).
-    Gone with the transaction, whatever its outcome."""
+    existence check of one of them in the same transaction needs no statement (kept with `TransactionCore.memo`);
+    and the Task of each message it read or wrote (fixed when the message is stored), which a later look needs no
+    statement for either. Gone with the transaction, whatever its outcome."""
 
-    __slots__ = ("conversations", "messages")
+    __slots__ = ("conversations", "message_tasks", "messages")
 
     def __init__(self) -> None:
         self.conversations: set[str] = set()
         self.messages: set[str] = set()
+        self.message_tasks: dict[str, str | None] = {}
 
 
 class TransactionCore:
