@@ -303,7 +303,8 @@ async def test_a_question_knows_the_cursor_before_it_without_reading_it(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cursor a question returns is the stream position just before its input's start (a stream from it shows
-    the question and its answer), taken from the events the question stored — its transaction reads no counter."""
+    the question and its answer), taken from the events the question stored — its transaction reads no counter, and
+    advances it once for the opening events of both its messages."""
     user = rig.client()
     cid = await new_conversation(user)
     first = await ask(user, cid, "one")
@@ -323,6 +324,8 @@ async def test_a_question_knows_the_cursor_before_it_without_reading_it(
     monkeypatch.undo()
     assert first["cursor"] == 0 and second["cursor"] == before > 0
     assert not [s for t in transactions for s in t if s.startswith("SELECT last_cursor")]
+    # its input's and its response's opening events advance the conversation's counter once
+    assert sum(s.startswith("UPDATE conversation_cursors") for t in transactions for s in t) == 1
     async with rig.db.transaction(read_only=True) as tx:
         events = await tx.message_events.read_conversation_events(cid, after_cursor=second["cursor"])
     assert events[0].message_id == second["input"]["id"] and events[0].event["op"] == "start"

@@ -211,3 +211,36 @@ async def test_a_writer_holding_the_message_lock_reads_neither_its_conversation_
     async with db.transaction(read_only=True) as tx:
         assert await tx.message_events.last_cursor(conversation.id) == 3
         assert [e.cursor for e in await tx.message_events.read(response.id)] == [2, 3]
+
+
+async def test_messages_opened_together_share_one_counter_advance_and_one_insert(db: Database) -> None:
+    """A question's input and response, inserted in one transaction, store their opening events with one advance of
+    the conversation's counter and one insert: numbered from 1 per message, cursors in the order given, and the
+    same rows as appending them one message at a time."""
+    async with db.transaction() as tx:
+        conversation = await user_conversation(tx)
+        input_, response = await question(tx, conversation, "t1")
+        statements = record_statements(tx, writes=True)
+        stored = await tx.message_events.append_openings(
+            [(input_, [(1, start(1)), (2, {"op": "end", "seq": 2})]), (response, [(1, start(1))])]
+        )
+        assert len(statements) == 1 and statements[0].startswith("UPDATE conversation_cursors")  # (+ insert_rows)
+    assert [(e.message_id, e.seq, e.cursor) for e in stored] == [
+        (input_.id, 1, 1), (input_.id, 2, 2), (response.id, 1, 3),
+    ]  # fmt: skip
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.message_events.read_conversation_events(conversation.id) == stored
+        assert await tx.message_events.last_cursor(conversation.id) == 3
+    async with db.transaction() as tx:
+        other = await user_conversation(tx, "bob")
+        _, elsewhere = await question(tx, other, "t2")
+        with pytest.raises(InvalidRecord, match="one conversation"):
+            await tx.message_events.append_openings([(elsewhere, [(1, start(1))]), (input_, [(1, start(1))])])
+        with pytest.raises(InvalidRecord, match="numbered from 1"):
+            await tx.message_events.append_openings([(elsewhere, [(2, start(2))])])
+        assert await tx.message_events.append_openings([]) == []
+    with pytest.raises(Conflict):  # not a new message: its seq 1 is taken
+        async with db.transaction() as tx:
+            await tx.message_events.append_openings([(response, [(1, start(1))])])
+    async with db.transaction(read_only=True) as tx:
+        assert await tx.message_events.last_cursor(conversation.id) == 3  # the refused one left nothing

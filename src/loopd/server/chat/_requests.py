@@ -45,7 +45,7 @@ from loopd.server.streams import (
     HUMAN_BLOCK_TYPES,
     ConversationBus,
     empty_model,
-    open_message,
+    open_messages,
 )
 
 _log = logging.getLogger(__name__)
@@ -216,31 +216,32 @@ class ChatRequests:
             async with self._db.transaction() as tx:
                 conversation = await _owned(tx, asker, conversation_id)
                 task_id = tx.new_id()
-                input_ = await open_message(
+                # The input, then the response (replying to it, so its id is made here): stored together, their
+                # opening events in one append.
+                input_id = tx.new_id()
+                input_, response = await open_messages(
                     tx,
-                    NewMessage(
-                        conversation_id=conversation.id,
-                        kind="user",
-                        key=asker.key,
-                        purpose="input",
-                        content=model,
-                        task_id=task_id,
-                        status="completed",
-                    ),
-                    bus=self._bus,
-                    events=asked,
-                )
-                response = await open_message(
-                    tx,
-                    NewMessage(
-                        conversation_id=conversation.id,
-                        kind=target_kind,  # type: ignore[arg-type]  # checked against TARGET_KINDS above
-                        key=target_key,
-                        purpose="response",
-                        content=empty_model(model["biz"]),
-                        task_id=task_id,
-                        reply_to_message_id=input_.id,
-                        status="streaming",
+                    (
+                        NewMessage(
+                            conversation_id=conversation.id,
+                            kind="user",
+                            key=asker.key,
+                            purpose="input",
+                            content=model,
+                            task_id=task_id,
+                            status="completed",
+                            id=input_id,
+                        ),
+                        NewMessage(
+                            conversation_id=conversation.id,
+                            kind=target_kind,  # type: ignore[arg-type]  # checked against TARGET_KINDS above
+                            key=target_key,
+                            purpose="response",
+                            content=empty_model(model["biz"]),
+                            task_id=task_id,
+                            reply_to_message_id=input_id,
+                            status="streaming",
+                        ),
                     ),
                     bus=self._bus,
                     events=asked,

@@ -137,6 +137,45 @@ class MessageEvents:
         await self._tx.insert_rows("message_events", _COLUMNS, fresh_rows)
         return results
 
+    async def append_openings(
+        self, opened: Sequence[tuple[Message | MessageHead, Sequence[tuple[int, Mapping[str, Any]]]]]
+    ) -> list[MessageEvent]:
+        """The first events of messages this transaction has just inserted (each message's seqs from 1), all of one
+        conversation, in the order given: one advance of the conversation's counter and one insert for all of them
+        (`append_many` takes that per message). The stored events, in cursor order. A message that already had
+        events (it was not inserted in this transaction) makes the insert fail with ``Conflict`` (seq taken)."""
+        if not opened:
+            return []
+        conversation_id = opened[0][0].conversation_id
+        rows: list[tuple[str, int, str]] = []  # (message id, seq, body)
+        for message, events in opened:
+            if message.conversation_id != conversation_id:
+                raise InvalidRecord("messages opened together must be of one conversation")
+            for expected, (seq, event) in enumerate(events, start=1):
+                if isinstance(seq, bool) or seq != expected:
+                    raise InvalidRecord(f"a new message's events are numbered from 1 without gaps, not {seq!r}")
+                rows.append((message.id, seq, dumps(require_object(event, "message event"))))
+        if not rows:
+            return []
+        advanced = await self._tx.fetch(
+            "UPDATE conversation_cursors SET last_cursor = last_cursor + ? WHERE conversation_id = ? "
+            "RETURNING last_cursor",
+            (len(rows), conversation_id),
+        )
+        if not advanced:
+            raise NotFound(f"conversation {conversation_id} not found")
+        cursor = int(advanced[0][0]) - len(rows)
+        created = time_text(self._tx.now())
+        at = parse_time(created)
+        stored: list[MessageEvent] = []
+        fresh_rows: list[tuple[Any, ...]] = []
+        for message_id, seq, body in rows:
+            cursor += 1
+            fresh_rows.append((message_id, seq, conversation_id, cursor, body, created))
+            stored.append(MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at))
+        await self._tx.insert_rows("message_events", _COLUMNS, fresh_rows)
+        return stored
+
     async def last_seq(self, message_id: str) -> int:
         """The highest stored seq of a message (0 when it has none)."""
         row = await self._tx.fetch_one("SELECT MAX(seq) FROM message_events WHERE message_id = ?", (message_id,))

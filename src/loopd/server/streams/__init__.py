@@ -1,7 +1,7 @@
 """Visible message streams: the durable AgentUE event log of each message and wake-ups for its readers.
 
-`open_message`, `emit` and `finish` are the only writers of message content (see ``_log``); `ConversationBus`
-wakes readers after a commit.
+`open_message` (`open_messages`), `emit` and `finish` are the only writers of message content (see ``_log``);
+`ConversationBus` wakes readers after a commit.
 """
 
 from loopd.server.streams._bus import BUS_CHANNEL, BusListener, ConversationBus, FirstOutputs, Headers
@@ -18,6 +18,7 @@ from loopd.server.streams._log import (
     finish,
     locked_state,
     open_message,
+    open_messages,
     state_of,
     store_held,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "finish",
     "locked_state",
     "open_message",
+    "open_messages",
     "state_of",
     "store_held",
 ]

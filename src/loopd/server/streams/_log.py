@@ -72,13 +72,13 @@ def _hand_over(
     bus: ConversationBus,
     conversation_id: str,
     stored: Sequence[MessageEvent],
-    header: Message | None = None,
+    *headers_of: Message,
 ) -> None:
     """After the commit: wake the readers and hand ``stored`` to this process's live feed (no read-back), with
-    ``header``, the message as this commit left it, for its ``start`` / ``end`` events. Only once it surely
+    ``headers_of``, the messages as this commit left them, for their ``start`` / ``end`` events. Only once it surely
     committed: when its outcome is unknown the readers are only woken (they read the log)."""
     handed = tuple(stored)
-    headers = {header.id: header} if header is not None else {}
+    headers = {header.id: header for header in headers_of}
 
     def after() -> None:
         if tx.outcome_unknown:
@@ -98,32 +98,48 @@ async def open_message(
 ) -> Message:
     """Insert a message and its ``start`` event (seq 1). A message created as ``completed`` also gets ``end``.
     ``events``: the stored events are added to it (a caller that shows them without reading them back)."""
-    model = _checked_model(new.content)
-    message = await tx.messages.insert(
-        NewMessage(
-            conversation_id=new.conversation_id,
-            kind=new.kind,
-            key=new.key,
-            purpose=new.purpose,
-            content=model,
-            task_id=new.task_id,
-            reply_to_message_id=new.reply_to_message_id,
-            status=new.status,
-            human_due_at=new.human_due_at,
-            id=new.id,
+    (message,) = await open_messages(tx, (new,), bus=bus, events=events)
+    return message
+
+
+async def open_messages(
+    tx: Transaction,
+    news: Sequence[NewMessage],
+    *,
+    bus: ConversationBus | None = None,
+    events: list[MessageEvent] | None = None,
+) -> list[Message]:
+    """`open_message` for messages of one conversation stored together (a question's input and its response), in
+    order: their opening events take one advance of the conversation's cursor and one insert."""
+    messages: list[Message] = []
+    opened: list[tuple[Message, list[tuple[int, dict[str, Any]]]]] = []
+    for new in news:
+        model = _checked_model(new.content)
+        message = await tx.messages.insert(
+            NewMessage(
+                conversation_id=new.conversation_id,
+                kind=new.kind,
+                key=new.key,
+                purpose=new.purpose,
+                content=model,
+                task_id=new.task_id,
+                reply_to_message_id=new.reply_to_message_id,
+                status=new.status,
+                human_due_at=new.human_due_at,
+                id=new.id,
+            )
         )
-    )
-    opening = [(1, StartEvent(seq=1, model=Model.from_json(model)).to_json())]
-    if message.status in TERMINAL_STATUSES:
-        opening.append((2, EndEvent(seq=2).to_json()))
-    stored = [
-        event for event, _ in await tx.message_events.append_many(message.id, opening, locked=message, last_seq=0)
-    ]
-    if bus is not None:
-        _hand_over(tx, bus, message.conversation_id, stored, message)
+        opening = [(1, StartEvent(seq=1, model=Model.from_json(model)).to_json())]
+        if message.status in TERMINAL_STATUSES:
+            opening.append((2, EndEvent(seq=2).to_json()))
+        messages.append(message)
+        opened.append((message, opening))
+    stored = await tx.message_events.append_openings(opened)
+    if bus is not None and messages:
+        _hand_over(tx, bus, messages[0].conversation_id, stored, *messages)
     if events is not None:
         events.extend(stored)
-    return message
+    return messages
 
 
 async def state_of(tx: Transaction, message: Message) -> StreamState:
