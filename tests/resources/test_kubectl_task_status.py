@@ -52,7 +52,9 @@ class _Chat:
             input_, response = await tx.messages.task_pair(task_id)
         return _Context(input_, response, [])
 
-    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> None:
+    async def complete(
+        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+    ) -> None:
         async with self.db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)
             await finish(tx, response.id, "failed" if error else "completed", error=error, bus=self.bus)

@@ -332,6 +332,38 @@ async def test_a_question_knows_the_cursor_before_it_without_reading_it(
     assert {e.message_id for e in events} == {second["input"]["id"], second["response"]["id"]}
 
 
+async def test_a_completion_given_its_response_does_not_look_it_up_and_checks_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A responder that knows the Task's response (its call's message) names it: the completion locks it without
+    looking the Task's messages up first. A message that is not that Task's response is not trusted: the Task's
+    own response is found and completed as usual."""
+    user = rig.client()
+    cid = await new_conversation(user)
+    first = await ask(user, cid, "one")
+    second = await ask(user, cid, "two")
+    transactions: list[list[str]] = []
+    opened = rig.db.transaction
+
+    @contextlib.asynccontextmanager
+    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
+        async with opened(**kwargs) as tx:
+            transactions.append(record_statements(tx, writes=True))
+            yield tx
+
+    monkeypatch.setattr(rig.db, "transaction", recorded)
+    done = await rig.task_api.complete(first["task_id"], response_id=first["response"]["id"])
+    assert done.id == first["response"]["id"] and done.delivery_state == "closed" and done.status == "completed"
+    assert not [s for t in transactions for s in t if "purpose IN ('input', 'response')" in s]
+    transactions.clear()
+    # the other question's response (or its input) named for the second Task: not its own, so looked up
+    done = await rig.task_api.complete(second["task_id"], response_id=first["response"]["id"])
+    assert done.id == second["response"]["id"] and done.status == "completed"
+    assert [s for t in transactions for s in t if "purpose IN ('input', 'response')" in s]
+    monkeypatch.undo()
+    assert (await rig.task_api.response_of(first["task_id"])).status == "completed"
+
+
 async def test_a_crash_between_closing_and_closed_is_finished_by_the_sweeper(rig: Rig) -> None:
     user = rig.client()
     operator = rig.operator()

@@ -49,6 +49,7 @@ class StorageChat:
     client: StoreClient
     bus: ConversationBus
     completed: list[tuple[str, Mapping[str, str] | None]] = field(default_factory=list)
+    named: list[str | None] = field(default_factory=list)  # the response each completion was given
     contexts: list[str] = field(default_factory=list)
     history_limits: list[int | None] = field(default_factory=list)
 
@@ -62,13 +63,16 @@ class StorageChat:
         kept = through if history is None else through[-history:]
         return Context(input_, response, kept, has_earlier=len(kept) < len(through))
 
-    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> None:
+    async def complete(
+        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+    ) -> None:
         async with self.db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)
             await finish(tx, response.id, "failed" if error else "completed", error=error, bus=self.bus)
         with contextlib.suppress(ResourceNotFound):
             await self.client.delete(TASKS, task_id, namespace="default")
         self.completed.append((task_id, error))
+        self.named.append(response_id)
 
 
 @dataclass
@@ -164,6 +168,7 @@ async def test_a_harness_task_is_answered_and_completed(world: World) -> None:
     await until(lambda: _gone(world.client, "t-1"))
     assert await _status(world.db, response) == "completed"
     assert world.chat.completed == [("t-1", None)]
+    assert world.chat.named == [response]  # the call's message: the completion needs no lookup of it
     async with world.db.transaction(read_only=True) as tx:
         content = (await tx.messages.get(response)).content
     assert {b["id"] for b in content["blocks"]} == {"answer", "result"}

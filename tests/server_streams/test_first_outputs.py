@@ -12,8 +12,9 @@ import pytest
 from loopd._infra.clock import VirtualClock
 from loopd._infra.ids import new_id
 from loopd.server.storage import Database, MessagePurpose, open_database
-from loopd.server.streams import ConversationBus, emit, finish
+from loopd.server.streams import ConversationBus, StreamStates, emit, finish, locked_state, state_of
 from loopd.server.streams._bus import FIRST_OUTPUT_HORIZON, FIRST_OUTPUT_YIELD, FirstOutputs
+from tests.server_storage.helpers import record_statements
 
 from .helpers import streaming_answer
 
@@ -105,3 +106,24 @@ async def test_an_answer_blank_past_the_horizon_is_forgotten() -> None:
     await clock.advance(FIRST_OUTPUT_HORIZON + 1)
     assert len(blank) == 0
     await asyncio.wait_for(blank.yield_to_blank(), 1)  # nothing blank: no wait at all
+
+
+async def test_a_blank_answer_s_first_writer_starts_from_its_opening_without_reading_it(db: Database) -> None:
+    """A writer's first lock of an answer this process opened takes the state its opening commit left (the same
+    content and seq a read gives) instead of reading the row and its last seq; once the answer was written (its
+    revision moved) or shows something, it is read as usual."""
+    bus = ConversationBus()
+    answer = await _open(db, bus)
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        head, state = await locked_state(tx, answer, StreamStates(seed=bus.first_outputs.opened_state))
+        made = list(statements)
+        assert state == await state_of(tx, await tx.messages.get(answer)) and state.seq == 1
+    assert made == [s for s in made if s.startswith("SELECT id, conversation_id, status, revision")]  # the head only
+    assert bus.first_outputs.opened_state(answer, head.revision + 1) is None  # another revision: not known
+    await _say(db, bus, answer, "hel")
+    assert bus.first_outputs.opened_state(answer, head.revision) is None  # shown: forgotten
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        _, state = await locked_state(tx, answer, StreamStates(seed=bus.first_outputs.opened_state))
+    assert state.model is not None and state.seq == 2 and [s for s in statements if "MAX(seq)" in s]

@@ -250,6 +250,7 @@ class TaskApi:
         error: Mapping[str, str] | None = None,
         events: Sequence[Mapping[str, Any]] | None = None,
         actor: Identity | None = None,
+        response_id: str | None = None,
     ) -> Message:
         """Finish the Task's answer (idempotent, resumable); returns the final response message.
 
@@ -262,7 +263,7 @@ class TaskApi:
         intent = _intent(error)
         if events and any(event.get("op") == "error" for event in events):
             raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
-        response, finished = await self._begin_completion(task_id, intent, actor, events or ())
+        response, finished = await self._begin_completion(task_id, intent, actor, events or (), response_id)
         if finished and self._metrics is not None:
             self._metrics.chats_in_flight.dec()
             seconds = (self._db.clock.now() - response.created_at).total_seconds()
@@ -276,14 +277,27 @@ class TaskApi:
                 self.answered(response.conversation_id)
 
     async def _begin_completion(
-        self, task_id: str, intent: dict[str, Any], actor: Identity | None, events: Sequence[Mapping[str, Any]]
+        self,
+        task_id: str,
+        intent: dict[str, Any],
+        actor: Identity | None,
+        events: Sequence[Mapping[str, Any]],
+        response_id: str | None = None,
     ) -> tuple[Message, bool]:
         """Append ``events`` to the response, store the completion intent (``closing``) and, in the same
         transaction, end the Task's open outputs and its response; whether this call did all of it (False: a
-        completion stored before is resumed or refused)."""
+        completion stored before is resumed or refused). ``response_id``: the response as the caller knows it (no
+        lookup by the Task; checked against it once locked, and looked up after all when it is not the Task's)."""
         async with self._db.transaction() as tx:
-            _, response_id = await tx.messages.task_pair_ids(task_id)
-            response = await tx.messages.lock(response_id)
+            response = None
+            if response_id is not None:
+                with contextlib.suppress(NotFound):
+                    response = await tx.messages.lock(response_id)
+                if response is not None and (response.task_id != task_id or response.purpose != "response"):
+                    response = None
+            if response is None:
+                _, found = await tx.messages.task_pair_ids(task_id)
+                response = await tx.messages.lock(found)
             if actor is not None:
                 check_responder(actor, response)
             if response.delivery_state:

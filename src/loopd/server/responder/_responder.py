@@ -197,8 +197,11 @@ class ChatPort(Protocol):
         history, as many as the chat keeps in view)."""
         ...
 
-    async def complete(self, task_id: str, *, error: Mapping[str, str] | None = None) -> object:
-        """End the Task's answer and delete the Task (idempotent): once it returns, the Task is gone."""
+    async def complete(
+        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+    ) -> object:
+        """End the Task's answer and delete the Task (idempotent): once it returns, the Task is gone.
+        ``response_id``: its response message, when the caller knows it (the call's message)."""
         ...
 
     async def emit(self, task_id: str, events: Sequence[Mapping[str, Any]]) -> object: ...
@@ -496,7 +499,7 @@ class HarnessResponder:
                 return Result(requeue_after=min(due, self._poll))
             await self._report(task, key, _TASK_PHASES.get(call.phase, "Running"), call.created_at, None)
             return Result(requeue_after=self._poll)
-        return await self._complete(request, call_error(call))
+        return await self._complete(request, call_error(call), call.message_id)
 
     async def _say_pending(self, request: Request) -> Result | None:
         """Say Pending for a Task that waits for a slot only, reading nothing but the Task; None when the Task is
@@ -789,10 +792,10 @@ class HarnessResponder:
             await self._chat.emit(request.name, [event])
         return await self._complete(request, None)
 
-    async def _complete(self, request: Request, error: dict[str, str] | None) -> Result:
+    async def _complete(self, request: Request, error: dict[str, str] | None, response_id: str | None = None) -> Result:
         task_id = request.name
         try:
-            await self._chat.complete(task_id, error=error)
+            await self._chat.complete(task_id, error=error, response_id=response_id)
         except Conflict as exc:
             _log.info("task %s cannot complete yet: %s", task_id, exc.message)
             return Result(requeue_after=self._poll)

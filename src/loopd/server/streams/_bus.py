@@ -35,6 +35,7 @@ from typing import Final
 
 from loopd._infra.clock import Clock, SystemClock, wait_event, wait_first
 from loopd._infra.notify import MemoryNotifier, Notifier
+from loopd.agentue import AgentUEError, StreamState
 from loopd.server.storage import Message, MessageEvent
 
 _log = logging.getLogger(__name__)
@@ -110,11 +111,13 @@ class FirstOutputs:
     ``start`` adds it, any later event of it (text, a tool call, a question, its end) removes it. Bounded in size
     and age (`FIRST_OUTPUT_LIMIT`, `FIRST_OUTPUT_HORIZON`): an answer written by another replica is forgotten."""
 
-    __slots__ = ("_blank", "_clock", "_none")
+    __slots__ = ("_blank", "_clock", "_none", "_opened")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._blank: OrderedDict[str, float] = OrderedDict()  # message id → when its start was committed
+        # message id → its revision and stream state as its opening commit left them (blank answers only)
+        self._opened: dict[str, tuple[int, StreamState]] = {}
         self._none = asyncio.Event()
         self._none.set()
 
@@ -122,14 +125,30 @@ class FirstOutputs:
         self._expire()
         return len(self._blank)
 
-    def started(self, message_id: str) -> None:
+    def started(self, message_id: str, opened: Message | None = None, seq: int = 1) -> None:
+        """``message_id`` shows nothing yet; ``opened``: the message as the commit of its ``start`` (number ``seq``)
+        left it, which `opened_state` answers for while it stays blank."""
         self._expire()
         if len(self._blank) >= FIRST_OUTPUT_LIMIT:
-            self._blank.popitem(last=False)
+            forgotten, _ = self._blank.popitem(last=False)
+            self._opened.pop(forgotten, None)
         self._blank[message_id] = self._clock.monotonic()
+        if opened is not None:
+            try:
+                self._opened[message_id] = (opened.revision, StreamState.of(opened.content, seq=seq))
+            except AgentUEError:  # stored checked, so never; its writer reads the row as usual then
+                _log.warning("answer %s: its opening content does not parse", message_id, exc_info=True)
         self._none.clear()
 
+    def opened_state(self, message_id: str, revision: int) -> StreamState | None:
+        """The stream state of a blank answer at ``revision`` as its opening commit left it (its content, the seq of
+        its ``start``), or None: not known here, or written since (every write moves the revision). Its first
+        writer then folds onto it without reading the row and its last seq back."""
+        opened = self._opened.get(message_id)
+        return opened[1] if opened is not None and opened[0] == revision else None
+
     def shown(self, message_id: str) -> None:
+        self._opened.pop(message_id, None)
         if self._blank.pop(message_id, None) is not None and not self._blank:
             self._none.set()
 
@@ -148,7 +167,8 @@ class FirstOutputs:
             return
         horizon = self._clock.monotonic() - FIRST_OUTPUT_HORIZON
         while blank and next(iter(blank.values())) < horizon:
-            blank.popitem(last=False)
+            forgotten, _ = blank.popitem(last=False)
+            self._opened.pop(forgotten, None)
         if not blank:
             self._none.set()
 
@@ -160,7 +180,7 @@ class FirstOutputs:
             if event.event.get("op") == "start":
                 header = headers.get(message_id)
                 if header is not None and header.purpose == "response" and header.status == "streaming":
-                    self.started(message_id)
+                    self.started(message_id, header, event.seq)
             elif blank and message_id in blank:
                 self.shown(message_id)
 

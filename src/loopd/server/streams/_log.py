@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from loopd.agentue import (
@@ -158,10 +158,11 @@ class StreamStates:
     content is not stored yet (`emit_held` with ``store=False``, before `store_held`) answers inside its
     transaction only, and never after it. The newest ``limit`` messages are kept."""
 
-    def __init__(self, limit: int = 16) -> None:
+    def __init__(self, limit: int = 16, *, seed: Callable[[str, int], StreamState | None] | None = None) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self._limit = limit
+        self._seed = seed  # the state of a message this writer has not written yet, at a revision (or None)
         self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
         # message id → (transaction, revision, state, content stored, the seq the stored content folds)
         self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState, bool, int]] = OrderedDict()
@@ -174,7 +175,7 @@ class StreamStates:
                 return pending[2]
         found = self._states.get(message.id)
         if found is None or found[0] != message.revision:
-            return None
+            return None if self._seed is None else self._seed(message.id, message.revision)
         self._states.move_to_end(message.id)
         return found[1]
 
