@@ -29,6 +29,21 @@ async def _count_messages(rig: Rig, conversation_id: str) -> int:
         return len(await tx.messages.list_conversation(conversation_id))
 
 
+def _record_transactions(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The statements of every transaction the rig's database runs from now on (until ``monkeypatch.undo``)."""
+    transactions: list[list[str]] = []
+    opened = rig.db.transaction
+
+    @contextlib.asynccontextmanager
+    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
+        async with opened(**kwargs) as tx:
+            transactions.append(record_statements(tx, writes=True))
+            yield tx
+
+    monkeypatch.setattr(rig.db, "transaction", recorded)
+    return transactions
+
+
 async def test_a_chat_request_stores_input_and_response_and_creates_the_task(rig: Rig) -> None:
     user = rig.client()
     cid = await new_conversation(user, "first")
@@ -283,16 +298,7 @@ async def test_a_completion_closes_its_delivery_by_one_compare_and_set(
     user = rig.client()
     cid = await new_conversation(user)
     task_id = (await ask(user, cid))["task_id"]
-    transactions: list[list[str]] = []
-    opened = rig.db.transaction
-
-    @contextlib.asynccontextmanager
-    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
-        async with opened(**kwargs) as tx:
-            transactions.append(record_statements(tx, writes=True))
-            yield tx
-
-    monkeypatch.setattr(rig.db, "transaction", recorded)
+    transactions = _record_transactions(rig, monkeypatch)
     done = await rig.task_api.complete(task_id)
     assert done.delivery_state == "closed" and done.status == "completed"
     closing = transactions[-1]
@@ -310,16 +316,7 @@ async def test_a_question_knows_the_cursor_before_it_without_reading_it(
     first = await ask(user, cid, "one")
     async with rig.db.transaction(read_only=True) as tx:
         before = await tx.message_events.last_cursor(cid)
-    transactions: list[list[str]] = []
-    opened = rig.db.transaction
-
-    @contextlib.asynccontextmanager
-    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
-        async with opened(**kwargs) as tx:
-            transactions.append(record_statements(tx, writes=True))
-            yield tx
-
-    monkeypatch.setattr(rig.db, "transaction", recorded)
+    transactions = _record_transactions(rig, monkeypatch)
     second = await ask(user, cid, "two")
     monkeypatch.undo()
     assert first["cursor"] == 0 and second["cursor"] == before > 0
@@ -342,16 +339,7 @@ async def test_a_completion_given_its_response_does_not_look_it_up_and_checks_it
     cid = await new_conversation(user)
     first = await ask(user, cid, "one")
     second = await ask(user, cid, "two")
-    transactions: list[list[str]] = []
-    opened = rig.db.transaction
-
-    @contextlib.asynccontextmanager
-    async def recorded(**kwargs: Any) -> AsyncIterator[Any]:
-        async with opened(**kwargs) as tx:
-            transactions.append(record_statements(tx, writes=True))
-            yield tx
-
-    monkeypatch.setattr(rig.db, "transaction", recorded)
+    transactions = _record_transactions(rig, monkeypatch)
     done = await rig.task_api.complete(first["task_id"], response_id=first["response"]["id"])
     assert done.id == first["response"]["id"] and done.delivery_state == "closed" and done.status == "completed"
     assert not [s for t in transactions for s in t if "purpose IN ('input', 'response')" in s]
