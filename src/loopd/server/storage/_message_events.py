@@ -117,25 +117,40 @@ class MessageEvents:
                 "UPDATE conversation_cursors SET last_cursor = ? WHERE conversation_id = ?",
                 (cursor + fresh, conversation_id),
             )
-        else:  # lock and advance the counter in one statement
-            advanced = await self._tx.fetch(
-                "UPDATE conversation_cursors SET last_cursor = last_cursor + ? WHERE conversation_id = ? "
-                "RETURNING last_cursor",
-                (fresh, conversation_id),
-            )
-            if not advanced:
-                raise NotFound(f"conversation {conversation_id} not found")
-            cursor = int(advanced[0][0]) - fresh
-        now = self._tx.now()
-        created = time_text(now)
-        at = parse_time(created)
-        fresh_rows: list[tuple[Any, ...]] = []
-        for (seq, _), body in zip(events[len(results) :], bodies[len(results) :], strict=True):
-            cursor += 1
-            fresh_rows.append((message_id, seq, conversation_id, cursor, body, created))
-            results.append((MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at), True))
-        await self._tx.insert_rows("message_events", _COLUMNS, fresh_rows)
+        else:
+            cursor = await self._advance(conversation_id, fresh)
+        numbered = [
+            (message_id, seq, body)
+            for (seq, _), body in zip(events[len(results) :], bodies[len(results) :], strict=True)
+        ]
+        results.extend((event, True) for event in await self._insert(conversation_id, cursor, numbered))
         return results
+
+    async def _advance(self, conversation_id: str, count: int) -> int:
+        """Lock and advance the conversation's counter by ``count`` in one statement; the cursor before them."""
+        advanced = await self._tx.fetch(
+            "UPDATE conversation_cursors SET last_cursor = last_cursor + ? WHERE conversation_id = ? "
+            "RETURNING last_cursor",
+            (count, conversation_id),
+        )
+        if not advanced:
+            raise NotFound(f"conversation {conversation_id} not found")
+        return int(advanced[0][0]) - count
+
+    async def _insert(
+        self, conversation_id: str, cursor: int, numbered: Sequence[tuple[str, int, str]]
+    ) -> list[MessageEvent]:
+        """Store ``(message id, seq, event JSON)`` rows under the cursors after ``cursor``, in one insert."""
+        created = time_text(self._tx.now())
+        at = parse_time(created)
+        stored: list[MessageEvent] = []
+        rows: list[tuple[Any, ...]] = []
+        for message_id, seq, body in numbered:
+            cursor += 1
+            rows.append((message_id, seq, conversation_id, cursor, body, created))
+            stored.append(MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at))
+        await self._tx.insert_rows("message_events", _COLUMNS, rows)
+        return stored
 
     async def append_openings(
         self, opened: Sequence[tuple[Message | MessageHead, Sequence[tuple[int, Mapping[str, Any]]]]]
@@ -157,24 +172,7 @@ class MessageEvents:
                 rows.append((message.id, seq, dumps(require_object(event, "message event"))))
         if not rows:
             return []
-        advanced = await self._tx.fetch(
-            "UPDATE conversation_cursors SET last_cursor = last_cursor + ? WHERE conversation_id = ? "
-            "RETURNING last_cursor",
-            (len(rows), conversation_id),
-        )
-        if not advanced:
-            raise NotFound(f"conversation {conversation_id} not found")
-        cursor = int(advanced[0][0]) - len(rows)
-        created = time_text(self._tx.now())
-        at = parse_time(created)
-        stored: list[MessageEvent] = []
-        fresh_rows: list[tuple[Any, ...]] = []
-        for message_id, seq, body in rows:
-            cursor += 1
-            fresh_rows.append((message_id, seq, conversation_id, cursor, body, created))
-            stored.append(MessageEvent(message_id, seq, conversation_id, cursor, loads(body), at))
-        await self._tx.insert_rows("message_events", _COLUMNS, fresh_rows)
-        return stored
+        return await self._insert(conversation_id, await self._advance(conversation_id, len(rows)), rows)
 
     async def last_seq(self, message_id: str) -> int:
         """The highest stored seq of a message (0 when it has none)."""
