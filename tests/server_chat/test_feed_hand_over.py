@@ -81,8 +81,11 @@ async def test_events_emitted_here_reach_every_stream_without_the_feed_reading_t
     ]
     async with asyncio.timeout(20):
         await _until(lambda: all(into for into in chunks) and reader.feeds.statistics().feeds == 1)
-        await _until(lambda: reader.feeds.statistics().reads >= 1)  # the feed's first read, from where it began
+        # The feed starts where the streams' catch-up ended, and the bus knows nothing committed after that: no
+        # first read (`ConversationBus.head`).
+        await _until(lambda: reader.feeds.statistics().skipped_reads == 1)
         reads = reader.feeds.statistics().reads
+        assert reads == 0
         await rig.task_api.emit(asked.task_id, text_events("a"))
         for index in range(10):
             await rig.task_api.emit(asked.task_id, _append(str(index)))
@@ -123,3 +126,41 @@ async def test_a_hand_over_that_skips_an_event_makes_the_feed_read_the_log(
         await stream
     log = await _log(rig, conversation.id)
     assert _parsed(chunks) == log  # "unheard" too, before "heard": read from the log, not lost
+
+
+async def test_a_feed_skips_its_first_read_only_while_nothing_came_after_its_start_that_was_not_handed_here(
+    rig: Rig, reader: ConversationReader
+) -> None:
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
+    bus = rig.ctx.bus
+    head = bus.head(conversation.id)
+    assert head is not None  # the question's own commit told the bus
+
+    async def started(cursor: int, between: Callable[[], object] = lambda: None) -> tuple[int, int]:
+        """A feed begun at ``cursor`` (``between`` runs before its task does): its (reads, skipped reads)."""
+        before = reader.feeds.statistics()
+        feed = reader.feeds.live_feed(conversation.id)
+        assert feed is not None
+        feed.begin(cursor)
+        between()
+        done = before.reads + before.skipped_reads
+        await _until(lambda: reader.feeds.statistics().reads + reader.feeds.statistics().skipped_reads > done)
+        after = reader.feeds.statistics()
+        feed.stop()
+        return after.reads - before.reads, after.skipped_reads - before.skipped_reads
+
+    async with asyncio.timeout(20):
+        assert await started(head) == (0, 1)
+        # A notice without events (another replica's commit, a writer that only notifies) lands after the feed
+        # began but before its task follows the bus: what it announced may lie after the start, so it reads.
+        assert await started(head, lambda: bus.notify(conversation.id)) == (1, 0)
+        # Not known at all (forgotten by that notice): it reads.
+        assert bus.head(conversation.id) is None
+        assert await started(head) == (1, 0)
+        # Known, but further on than where the feed starts: it reads.
+        await rig.task_api.emit(asked.task_id, text_events("a"))
+        assert bus.head(conversation.id) == head + 1
+        assert await started(head) == (1, 0)

@@ -37,6 +37,7 @@ async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Da
     async with db.transaction() as tx:
         first = await tx.leases.acquire("harness-call/1", "replica-a", 30)
         assert first is not None and first.token == 1
+        assert first == await tx.leases.get("harness-call/1")  # what acquire returns is what it stored
         assert await tx.leases.acquire("harness-call/1", "replica-b", 30) is None
         renewed = await tx.leases.renew("harness-call/1", first.token, 30)
         assert renewed.token == 1 and renewed.expires_at == clock.now() + timedelta(seconds=30)
@@ -44,6 +45,7 @@ async def test_a_lease_is_exclusive_until_it_expires_and_tokens_only_grow(db: Da
     async with db.transaction() as tx:
         second = await tx.leases.acquire("harness-call/1", "replica-b", 30)
         assert second is not None and (second.holder, second.token) == ("replica-b", 2)
+        assert second == await tx.leases.get("harness-call/1")  # taken over: the stored row, as returned
         assert await tx.leases.release("harness-call/1", second.token)
         third = await tx.leases.acquire("harness-call/1", "replica-a", 30)
         assert third is not None and third.token == 3

@@ -108,6 +108,9 @@ class FeedStatistics:
     handed: int = 0
     """Batches the feeds handed out as this process's writers stored them (`ConversationBus.committed`), without
     reading them back from the log."""
+    skipped_reads: int = 0
+    """Feeds that started without a first read: the bus knew nothing committed after their start
+    (`ConversationBus.head`)."""
 
 
 def item_data(item: StreamItem) -> dict[str, Any]:
@@ -386,6 +389,11 @@ class _Feed:
         source = self._feeds.source
         bus, clock = source.bus, source.bus.clock
         unfollow = bus.follow(self.conversation_id, self.committed)
+        if self.cursor is not None and bus.head(self.conversation_id) == self.cursor:
+            # Nothing this process was told of committed after our start: every later commit is handed to us or
+            # comes as a notice (read then), so the first read would find nothing.
+            self._stale = False
+            self._tally.skipped_reads += 1
         wait = source.poll_interval  # doubled by each poll that finds nothing, up to `POLL_BACKOFF` times
         try:
             while not source.closing:
@@ -463,6 +471,7 @@ class _Tally:
     written: int = 0
     refused: int = 0
     handed: int = 0
+    skipped_reads: int = 0
 
 
 class ConversationFeeds:
@@ -516,6 +525,7 @@ class ConversationFeeds:
             written=self._tally.written,
             refused=self._tally.refused,
             handed=self._tally.handed,
+            skipped_reads=self._tally.skipped_reads,
         )
 
     # --- for the subscriptions and feeds -------------------------------------------------------------------------

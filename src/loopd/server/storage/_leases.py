@@ -55,15 +55,18 @@ class Leases:
             f"INSERT INTO leases ({_COLUMNS}, updated_at) VALUES (?, ?, 1, ?, ?, ?) ON CONFLICT DO NOTHING",
             (resource, holder, expires, now_text, now_text),
         )
-        if inserted != 1:
-            inserted = await self._tx.execute(
+        if inserted == 1:
+            token = 1  # the row is new: what it holds is what was just written (no read back)
+        else:
+            row = await self._tx.fetch_one(
                 "UPDATE leases SET holder = ?, token = token + 1, expires_at = ?, acquired_at = ?, updated_at = ? "
-                "WHERE resource = ? AND (holder = '' OR expires_at <= ?)",
+                "WHERE resource = ? AND (holder = '' OR expires_at <= ?) RETURNING token",
                 (holder, expires, now_text, now_text, resource, now_text),
             )
-        if inserted != 1:
-            return None
-        return await self.get(resource)
+            if row is None:
+                return None
+            token = int(row[0])
+        return Lease(resource, holder, token, parse_time(expires), parse_time(now_text))
 
     async def expire_others(self, holder: str) -> int:
         """End every live lease not held by ``holder``; how many. Only for a process that knows it is the sole

@@ -90,6 +90,8 @@ class BusListener:
             self._event = self._slot.event
 
 
+HEADS_LIMIT: Final = 10_000
+"""At most this many conversations' last cursors are remembered (`ConversationBus.head`; the oldest go first)."""
 FIRST_OUTPUT_YIELD: Final = 0.5
 """How long a writer that has just shown an answer's first output lets the answers that show nothing yet go first:
 long enough for a burst of 100 chats to all show text (≈ 400 ms here); a shorter one ends mid-burst."""
@@ -192,6 +194,8 @@ class ConversationBus:
         self._slots: dict[str, _Slot] = {}
         self._followers: dict[str, list[Follower]] = {}
         self._handing: tuple[str, Sequence[MessageEvent], Headers] | None = None  # only while `committed` publishes
+        # conversation id → the last cursor its notices told of, while every notice of it since came with its events
+        self._heads: OrderedDict[str, int] = OrderedDict()
         self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
         self.first_outputs = FirstOutputs(self._clock)
         self._notifier: Notifier = notifier if notifier is not None else MemoryNotifier()
@@ -227,18 +231,42 @@ class ConversationBus:
 
         return stop
 
+    def head(self, conversation_id: str) -> int | None:
+        """The conversation's last committed cursor as far as this process can tell without reading: set by the
+        hand-overs of its own commits, forgotten at any notice that came without events (another replica's or
+        another writer's commit, a reconnect), so a feed that starts at this very cursor and follows from now on
+        misses nothing by not reading first. None: not known here."""
+        return self._heads.get(conversation_id)
+
+    def _note_head(self, key: str, events: Sequence[MessageEvent] | None) -> None:
+        heads = self._heads
+        if not events:
+            heads.pop(key, None)
+            return
+        last = events[-1].cursor
+        known = heads.get(key)
+        if known is not None and known >= last:
+            return  # a commit's hand-over that runs after a later one's: the later cursor stands
+        heads[key] = last
+        heads.move_to_end(key)
+        if len(heads) > HEADS_LIMIT:
+            heads.popitem(last=False)
+
     def _on_notice(self, key: str | None) -> None:
         if key is None:  # anything may have changed: every reader reads again
+            self._heads.clear()
             for each in tuple(self._slots.values()):
                 self._set(each)
             for followers in tuple(self._followers.values()):
                 self._tell(followers, None, _NO_HEADERS)
             return
+        handing = self._handing
+        handed = handing[1] if handing is not None and handing[0] == key else None
+        self._note_head(key, handed)
         following = self._followers.get(key)
         if following:
-            handing = self._handing
-            if handing is not None and handing[0] == key:
-                self._tell(following, handing[1], handing[2])
+            if handing is not None and handed is not None:
+                self._tell(following, handed, handing[2])
             else:
                 self._tell(following, None, _NO_HEADERS)
         found = self._slots.get(key)
