@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -303,3 +305,55 @@ async def test_a_closed_store_refuses_work_with_a_typed_error(open_store: Any) -
     with pytest.raises(StoreUnavailable) as closed:
         await store.get(TASK_KIND, "t1")
     assert closed.value.retryable and closed.value.code == 503
+
+
+def _record_writes(store: ResourceStore) -> list[str]:
+    """The SQL of every statement the store's write transactions run from now on."""
+    statements: list[str] = []
+    backend = store._backend  # type: ignore[attr-defined]
+    write = backend.write
+
+    @contextlib.asynccontextmanager
+    async def recorded() -> AsyncIterator[Any]:
+        async with write() as conn:
+            fetch, execute = conn.fetch, conn.execute
+
+            async def rows(sql: str, params: Any = ()) -> Any:
+                statements.append(sql)
+                return await fetch(sql, params)
+
+            async def run(sql: str, params: Any = ()) -> Any:
+                statements.append(sql)
+                return await execute(sql, params)
+
+            conn.fetch, conn.execute = rows, run
+            try:
+                yield conn
+            finally:
+                conn.fetch, conn.execute = fetch, execute
+
+    backend.write = recorded
+    return statements
+
+
+async def test_a_write_takes_its_versions_from_the_counter_it_advances_in_one_statement(store: ResourceStore) -> None:
+    """One change: the version counter is advanced and read in one statement, not read first and written after;
+    two changes in one transaction (an object and the namespace it needs): consecutive versions, the counter set
+    once to the last; a write that changes nothing leaves the counter alone."""
+    first = rv(await store.create(TASK_KIND, task("t1")))
+    statements = _record_writes(store)
+    second = rv(await store.create(TASK_KIND, task("t2")))
+    counters = [s for s in statements if "resource_counters" in s]
+    assert second == first + 1
+    assert len(counters) == 1 and counters[0].startswith("UPDATE") and "RETURNING" in counters[0]
+    statements.clear()
+    in_new_namespace = await store.create(TASK_KIND, task("t3", namespace="elsewhere"))
+    namespace = await store.get(NAMESPACE_KIND, "elsewhere")
+    assert (rv(namespace), rv(in_new_namespace)) == (second + 1, second + 2)
+    assert len([s for s in statements if "resource_counters" in s]) == 2  # taken, then set to the last
+    assert int(await store.current_resource_version()) == second + 2
+    statements.clear()
+    unchanged = await store.patch(TASK_KIND, "t1", {"spec": {"revision": 1}})
+    assert rv(unchanged) == first
+    assert not [s for s in statements if "resource_counters" in s]
+    assert rv(await store.create(TASK_KIND, task("t4"))) == second + 3

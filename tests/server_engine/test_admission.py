@@ -11,6 +11,8 @@ import pytest
 from loopd.server.engine import CallRequest, CapacityExceeded, Finished, HistoryEntry, TextSet, UnknownTarget, _driver
 from loopd.server.engine._driving import lease_resource
 from loopd.server.storage import Conflict, Database, HarnessCall, InvalidRecord, NotFound
+from loopd.server.storage._harness_calls import HarnessCalls
+from loopd.server.streams import finish
 
 from .conftest import ScriptedAdapter, make_engine, new_conversation, new_response, scripted, until_done
 
@@ -182,3 +184,38 @@ async def test_a_call_admitted_while_the_engine_runs_is_begun_by_its_admission(
     async with idle:
         assert (await until_done(idle, later.id)).phase == "succeeded"
     assert claimed == [later.id]
+
+
+async def test_a_call_into_a_given_message_is_not_looked_for_first_yet_every_replay_finds_it(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation = await new_conversation(db)
+    response = await new_response(db, conversation)
+    ask = CallRequest(owner_uid="task-uid", effect_key="respond", target="scripted", text="q", message_id=response)
+    looked_for: list[str] = []
+    find = HarnessCalls.find
+
+    async def counted(self: HarnessCalls, owner_uid: str, effect_key: str) -> HarnessCall | None:
+        looked_for.append(effect_key)
+        return await find(self, owner_uid, effect_key)
+
+    monkeypatch.setattr(HarnessCalls, "find", counted)
+    adapter = ScriptedAdapter(script=scripted(TextSet("one"), Finished("one")))
+    async with make_engine(db, {"scripted": adapter}) as engine:
+        call = await engine.start(ask)
+        assert looked_for == []  # a new call: its insert alone admits it
+        assert (await engine.start(ask)).id == call.id  # a replay while the message streams: the insert finds it
+        with pytest.raises(Conflict, match="different parameters"):
+            await engine.start(dataclasses.replace(ask, text="something else"))
+        assert (await until_done(engine, call.id)).phase == "succeeded"
+        async with db.transaction() as tx:  # its Task's responder ends the answer once the call has
+            assert (await finish(tx, response, "completed")).status == "completed"
+        # The message has ended, so a new call into it is refused — but a replay of the stored one still gets it,
+        # and so does one on a replica that no longer runs its target.
+        assert (await engine.start(ask)).id == call.id
+        with pytest.raises(Conflict, match="streaming message"):
+            await engine.start(dataclasses.replace(ask, effect_key="again"))
+    elsewhere = make_engine(db, {"other": ScriptedAdapter()}, replica_id="replica-b")
+    assert (await elsewhere.start(ask)).id == call.id
+    with pytest.raises(UnknownTarget):
+        await elsewhere.start(dataclasses.replace(ask, effect_key="again"))

@@ -368,3 +368,24 @@ async def test_a_message_task_is_known_once_the_transaction_saw_the_row(db: Data
         assert sum(s.startswith("SELECT") and "FROM messages" in s for s in statements) == 2
         with pytest.raises(NotFound):
             await tx.messages.task_id_of("missing")
+
+
+async def test_a_conversation_and_where_it_was_forked_from_come_in_one_read(db: Database) -> None:
+    async with db.transaction() as tx:
+        parent = await user_conversation(tx, "alice", "parent")
+        asked, _ = await question(tx, parent, "t1")
+        fork = await user_conversation(tx, "alice", "fork")
+        origin = await tx.conversation_forks.insert(
+            fork.id,
+            parent_conversation_id=parent.id,
+            parent_message_id=asked.id,
+            source_message_id=asked.id,
+            mode="retry",
+        )
+    async with db.transaction(read_only=True) as tx:
+        statements = record_statements(tx)
+        assert await tx.conversations.get_with_fork(fork.id) == (await tx.conversations.get(fork.id), origin)
+        assert await tx.conversations.get_with_fork(parent.id) == (parent, None)
+        assert len(statements) == 3  # the fork's and the parent's reads, one each; and the plain get
+        with pytest.raises(NotFound):
+            await tx.conversations.get_with_fork("missing")

@@ -73,12 +73,24 @@ class _Rollback(LoopdError):
 @dataclass
 class _WriteTx:
     conn: sql.Connection
-    rv: int
-    start_rv: int
+    rv: int = 0
+    """The last resource version this transaction took (0: none yet)."""
+    start_rv: int = 0
+    """The version before this transaction's first change (known once it took one)."""
+    taken: int = 0
     changes: list[Change] = field(default_factory=list)
 
-    def next_rv(self) -> int:
-        self.rv += 1
+    async def next_rv(self) -> int:
+        """The next resource version: the first advances the stored counter in the same statement that reads it
+        (the write lock is held, so nobody takes one in between); later ones count on from it, and the counter is
+        set to the last at the end (`SemanticStore._transact`). A transaction that changes nothing touches no
+        counter."""
+        if self.taken:
+            self.rv += 1
+        else:
+            self.rv = await sql.take_counter(self.conn, "rv")
+            self.start_rv = self.rv - 1
+        self.taken += 1
         return self.rv
 
     async def record(self, key: ObjectKey, kind: str, body: dict[str, Any], prev: dict[str, Any] | None) -> None:
@@ -398,13 +410,13 @@ class SemanticStore:
         tx: _WriteTx | None = None
         try:
             async with self._backend.write() as conn:
-                rv = await sql.read_counter(conn, "rv")
-                tx = _WriteTx(conn=conn, rv=rv, start_rv=rv)
+                tx = _WriteTx(conn=conn)
                 result = await op(tx)
                 if dry_run:
                     raise _Rollback(result)
-                if tx.rv != tx.start_rv:
-                    await sql.write_counter(conn, "rv", tx.rv)
+                if tx.taken:
+                    if tx.taken > 1:
+                        await sql.write_counter(conn, "rv", tx.rv)
                     await self._backend.announce(conn)
         except _Rollback as rollback:
             return rollback.result  # type: ignore[return-value]
@@ -449,7 +461,7 @@ class SemanticStore:
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = self._now()
         meta["generation"] = 1
-        meta["resourceVersion"] = str(tx.next_rv())
+        meta["resourceVersion"] = str(await tx.next_rv())
         await sql.put_object(tx.conn, key, stored, tx.rv, owner_uids(stored), previous_owners=[])
         await tx.record(key, "ADDED", stored, None)
         return stored
@@ -474,7 +486,7 @@ class SemanticStore:
             removed = await self._remove(tx, spec, key, existing, "Background")
             new["metadata"]["resourceVersion"] = removed["metadata"]["resourceVersion"]
             return new
-        meta["resourceVersion"] = str(tx.next_rv())
+        meta["resourceVersion"] = str(await tx.next_rv())
         await sql.put_object(tx.conn, key, new, tx.rv, owner_uids(new), previous_owners=owner_uids(existing))
         await tx.record(key, "MODIFIED", new, existing)
         return new
@@ -520,7 +532,7 @@ class SemanticStore:
         self, tx: _WriteTx, spec: KindSpec, key: ObjectKey, obj: dict[str, Any], policy: PropagationPolicy
     ) -> dict[str, Any]:
         final = json_copy(obj)
-        final["metadata"]["resourceVersion"] = str(tx.next_rv())
+        final["metadata"]["resourceVersion"] = str(await tx.next_rv())
         await sql.delete_object(tx.conn, key)
         await tx.record(key, "DELETED", final, None)
         uid = str(final["metadata"].get("uid", ""))

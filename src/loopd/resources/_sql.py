@@ -121,6 +121,14 @@ async def read_counter(conn: Connection, key: str) -> int:
     return int(rows[0][0]) if rows else 0
 
 
+async def take_counter(conn: Connection, key: str) -> int:
+    """Advance counter ``key`` by one and return its new value (in a write transaction: one statement)."""
+    rows = await conn.fetch("UPDATE resource_counters SET value = value + 1 WHERE key = ? RETURNING value", (key,))
+    if not rows:
+        raise RuntimeError(f"the resource counter {key!r} is missing: the schema was not set up")
+    return int(rows[0][0])
+
+
 async def write_counter(conn: Connection, key: str, value: int) -> None:
     await conn.execute("UPDATE resource_counters SET value = ? WHERE key = ?", (value, key))
 

@@ -117,9 +117,8 @@ class TaskApi:
         own: list[Message] | None = None
         async with self._db.transaction(read_only=True) as tx:
             input_, response = await tx.messages.task_pair(task_id)
-            conversation = await tx.conversations.get(input_.conversation_id)
+            conversation, fork = await tx.conversations.get_with_fork(input_.conversation_id)
             rows = await tx.messages.list_through(conversation.id, input_.id, limit=limit + 1)
-            fork = await tx.conversation_forks.find(conversation.id)
             if messages > 0:
                 own = await tx.messages.list_task(task_id, after=None, limit=messages + 1)
         has_earlier = len(rows) > limit

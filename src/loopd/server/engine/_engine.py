@@ -3,7 +3,9 @@
 Admission (`start`): inside one transaction, a call with the same identity is returned as it is (same
 fingerprint) or refused (``Conflict``); otherwise a capacity slot is reserved *before* anything is written,
 so a full engine answers `CapacityExceeded` with no call row and no message event, and an idempotent replay
-never takes a slot. The slot is kept by the call while this engine holds it.
+never keeps a slot. The slot is kept by the call while this engine holds it. A call into a given message (a Task's
+answer: new nearly always) is not looked up first: its insert finds a replay, and so does a lookup after a refusal
+(the message has ended, the target is not here, no slot is free).
 
 Driving is the engine's `CallDriver` (``_driver``): it claims runnable calls with fenced leases while one of the
 engine's `CallSlots` is free and runs a `Drive` for each. The engine admits and reads; the driver claims and
@@ -74,7 +76,7 @@ from ._adapter import (
 )
 from ._driver import CallDriver, CallSlots
 from ._driving import Drive, DriveSettings, call_channel, lease_resource
-from ._errors import EngineClosed, GateForbidden, UnknownTarget
+from ._errors import CapacityExceeded, EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id, question_block_id
 from ._requests import MAX_TIMEOUT, CallRequest, fork_of, history_of, workspace_of
 
@@ -355,12 +357,22 @@ class HarnessEngine:
         admitted: HarnessCall | None = None  # as created, handed to the driver to begin (`begin_admitted`)
         try:
             async with self._db.transaction() as tx:
-                existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
-                if existing is not None:
-                    return self._replayed(request, existing, fingerprint)
-                self._check_target(request)
-                reservation = self._slots.reserve()
-                message = await self._destination(tx, request)
+                if request.message_id is None:  # its message is made below: a replay is looked for first
+                    existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
+                    if existing is not None:
+                        return self._replayed(request, existing, fingerprint)
+                try:
+                    self._check_target(request)
+                    reservation = self._slots.reserve()
+                    message = await self._destination(tx, request)
+                except (UnknownTarget, InvalidRecord, Conflict, NotFound, CapacityExceeded):
+                    # Refused as a new call; a replay of a stored one is answered all the same. Not looked up
+                    # before: a call into a given message is new nearly always, and the insert below finds a
+                    # replay too (`get_or_create`).
+                    existing = await tx.harness_calls.find(request.owner_uid, request.effect_key)
+                    if existing is not None:
+                        return self._replayed(request, existing, fingerprint)
+                    raise
                 call, created = await tx.harness_calls.get_or_create(
                     NewHarnessCall(
                         owner_uid=request.owner_uid,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from ._errors import Conflict, InvalidRecord, NotFound
+from ._forks import FORK_COLUMNS, ConversationFork, fork_of_row
 from ._records import CONVERSATION_ACTOR_KINDS, Conversation, ConversationActorKind
 from ._tx import SeenRows, TransactionCore
 from ._values import page_limit, parse_time, require_choice, require_text, time_text
@@ -19,6 +20,7 @@ from ._values import page_limit, parse_time, require_choice, require_text, time_
 _COLUMNS = (
     "id, name, actor_kind, actor_key, task_id, created_at, updated_at, title, summary, title_state, title_run, mode"
 )
+_COLUMN_COUNT = len(_COLUMNS.split(","))
 _INSERT_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
 TITLE_STATES = frozenset({"", "running", "done", "failed"})
 
@@ -86,6 +88,21 @@ class Conversations:
             raise NotFound(f"conversation {conversation_id} not found")
         self._tx.memo(SeenRows, SeenRows).conversations.add(conversation_id)
         return _conversation(row)
+
+    async def get_with_fork(self, conversation_id: str) -> tuple[Conversation, ConversationFork | None]:
+        """`get`, and where the conversation was forked from (`ConversationForks.find`), in one read."""
+        conversation_columns = ", ".join(f"c.{column.strip()}" for column in _COLUMNS.split(","))
+        fork_columns = ", ".join(f"f.{column.strip()}" for column in FORK_COLUMNS.split(","))
+        row = await self._tx.fetch_one(
+            f"SELECT {conversation_columns}, {fork_columns} FROM conversations c "
+            "LEFT JOIN conversation_forks f ON f.conversation_id = c.id WHERE c.id = ?",
+            (conversation_id,),
+        )
+        if row is None:
+            raise NotFound(f"conversation {conversation_id} not found")
+        self._tx.memo(SeenRows, SeenRows).conversations.add(conversation_id)
+        split = _COLUMN_COUNT
+        return _conversation(row[:split]), None if row[split] is None else fork_of_row(row[split:])
 
     async def find_work(self, task_id: str) -> Conversation | None:
         """The work conversation of a Task, if it was created."""

@@ -36,6 +36,13 @@ class ConversationFork:
 
 
 _COLUMNS = "conversation_id, parent_conversation_id, parent_message_id, source_message_id, mode, created_at"
+FORK_COLUMNS: Final = _COLUMNS
+"""The columns `fork_of_row` reads, in order (for a read that joins the table)."""
+
+
+def fork_of_row(row: Sequence[Any]) -> ConversationFork:
+    """A fork from a row of `FORK_COLUMNS`."""
+    return _fork(tuple(row))
 
 
 def _fork(row: tuple[Any, ...]) -> ConversationFork:
