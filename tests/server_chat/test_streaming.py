@@ -4,12 +4,16 @@ duplicates), snapshot == fold of the events, heartbeats, observing a question, d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import httpx
 import pytest
 
-from loopd.server.chat import ConversationReader
+from loopd._infra.sse import parse_sse, split_sse
+from loopd.server.chat import ConversationReader, conversation_frames, text_content
+from loopd.server.chat._records import StreamPage
+from loopd.server.http._identity import Identity
 from tests.server_http.support import (
     Frame,
     Rig,
@@ -25,6 +29,9 @@ from tests.server_http.support import (
 from tests.support.waiting import eventually
 
 SSE = {"Accept": "text/event-stream"}
+
+
+ALICE = Identity("user", "alice")
 
 
 async def _log(rig: Rig, conversation_id: str) -> list[tuple[int, str, int, dict[str, Any]]]:
@@ -369,3 +376,34 @@ async def test_a_question_streams_its_own_events_without_reading_them_back(
     assert 0 not in pages  # the question's own events were not read back
     starts = [f.data for f in frames if f.data is not None and f.data.get("event", {}).get("op") == "start"]
     assert [s["message"]["status"] for s in starts] == ["completed", "streaming"]  # as the question stored them
+
+
+async def test_the_ack_and_the_questions_own_events_go_out_as_one_chunk(rig: Rig) -> None:
+    """What a question's transaction stored is known without a read, so the ack does not go out alone: one write
+    carries it and those events (then the stream goes on as usual). Without that page, the ack goes out at once."""
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
+    known = StreamPage(list(asked.opened), asked.opened[-1].event.cursor)
+    ack = {"response_message_id": asked.response.id}
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0)
+    try:
+        for first, expected in ((known, ["ack", *[str(o.event.cursor) for o in asked.opened]]), (None, ["ack"])):
+            frames = conversation_frames(
+                reader,
+                conversation.id,
+                after=asked.cursor,
+                heartbeat=30.0,
+                until_message_id=asked.response.id,
+                ack=ack,
+                may_have_ended=False,
+                first=first,
+            )
+            async with contextlib.aclosing(frames):
+                chunk = await asyncio.wait_for(anext(frames), 10)
+            found, rest = split_sse(chunk.decode())
+            assert rest == ""
+            assert [parse_sse(text).event or parse_sse(text).id for text in found] == expected
+    finally:
+        await reader.feeds.aclose()

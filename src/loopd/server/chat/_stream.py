@@ -65,8 +65,11 @@ async def conversation_frames(
     right after ``after``, known without reading it (the events a question's own transaction stored, its ``end``
     their last cursor); the first catch-up takes it instead of a read."""
     clock = conversations.feeds.clock  # heartbeats are measured on the server's clock
-    if ack is not None:
-        yield sse_frame(ack, event="ack")
+    # The ack goes out with the first chunk when that is known without reading (one write for both), else at once.
+    pending = b"" if ack is None else sse_frame(ack, event="ack")
+    if pending and (first is None or may_have_ended):
+        yield pending
+        pending = b""
     if until_message_id is not None and may_have_ended:
         ended_at = await conversations.end_cursor(until_message_id)
         if ended_at is not None and ended_at <= after:
@@ -81,6 +84,8 @@ async def conversation_frames(
                     if not stream.is_attached():  # first, or it fell behind again while catching up
                         stream.attach()
                         if not stream.is_attached():
+                            if pending:
+                                yield pending
                             return  # the feeds are closed: shutting down
                     cursor = stream.cursor
                     known, first = first, None
@@ -88,6 +93,9 @@ async def conversation_frames(
                         if known is not None and known.items and known.items[0].event.cursor == cursor + 1:
                             page = known
                         else:
+                            if pending:
+                                yield pending
+                                pending = b""
                             page = await conversations.read_stream_page(conversation_id, after=cursor, limit=PAGE)
                     except StorageError as exc:
                         # The database went away under an open stream: say so and end; the client resumes later.
@@ -98,6 +106,8 @@ async def conversation_frames(
                         return
                     chunk, cursor, ended = _chunk(map(frame_of, page.items), cursor, until_message_id)
                     stream.cursor = cursor
+                    if pending:
+                        chunk, pending = pending + chunk, b""
                     if chunk:
                         yield chunk
                         quiet_since = clock.monotonic()
@@ -124,3 +134,5 @@ async def conversation_frames(
                 quiet_since = clock.monotonic()
                 continue
             await stream.wait(quiet_since + heartbeat)
+    if pending:  # shutting down before the first chunk
+        yield pending
