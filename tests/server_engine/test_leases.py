@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
-from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet, _driver
+from loopd.server.engine import CallRequest, Finished, HarnessEngine, TextSet, _driver, _driving
 from loopd.server.engine._driving import lease_resource
+from loopd.server.engine._trail import trail_id
 from loopd.server.ledger import Scope, SqlLedgerStore
 from loopd.server.storage import Database, HarnessCall
 from loopd.server.storage._leases import Leases
@@ -296,3 +298,42 @@ async def test_a_freed_slot_scans_again_only_while_a_call_waits_for_one(
         assert (await engine.wait(own, 15)).phase == "succeeded"
         await asyncio.sleep(0.1)
         assert len(scans) == settled  # nothing waited for a slot: the ends scanned nothing
+
+
+async def test_a_call_begun_under_uuid5_trail_ids_is_resumed_on_its_own_lane(
+    open_db: OpenDb, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server from before ordered trail ids began the call (its lane, turn, attempts under uuid5 ids) and crashed;
+    this one resumes it on that lane — no second lane for the call — while a call it begins itself gets ordered ids."""
+    first, second = await open_db(), await open_db()
+    adapter = ScriptedAdapter(script=scripted(TextSet("a"), TextSet("ab"), None, Finished("ab")))
+
+    async def older(tx: object, call: object) -> bool:
+        return False
+
+    monkeypatch.setattr(_driving, "trail_ordering", older)
+    crashed = make_engine(first, {"scripted": adapter}, replica_id="a", clock=clock)
+    await crashed.open()
+    call_id, _ = await _call(first, crashed)
+    await until(lambda: _at(crashed, call_id, 2))
+    await crashed.abort()
+    monkeypatch.undo()
+
+    survivor = make_engine(second, {"scripted": adapter}, replica_id="b", clock=clock)
+    async with survivor:
+        await clock.advance(31)
+        await until_true(lambda: adapter.resumes == [call_id] and len(adapter.runs[call_id]) == 2)
+        adapter.last_run(call_id).release()
+        assert (await until_done(survivor, call_id, timeout=10)).phase == "succeeded"
+        fresh, _ = await _call(second, survivor, key="again")
+        await until_true(lambda: fresh in adapter.runs)
+        adapter.last_run(fresh).release()
+        assert (await until_done(survivor, fresh, timeout=10)).phase == "succeeded"
+    store = SqlLedgerStore(second)
+    lanes = await store.find_lanes(Scope(harness_call_id=call_id))
+    assert [lane.id for lane in lanes] == [trail_id(call_id, "lane", ordered=False)]
+    view = await survivor.trail(call_id)
+    assert [e.event_type for e in view.events][-1] == "run.completed"  # ended on the lane it began on
+    assert {e.lane_id for e in view.events} == {lanes[0].id}
+    [fresh_lane] = await store.find_lanes(Scope(harness_call_id=fresh))
+    assert fresh_lane.id == trail_id(fresh, "lane") and uuid.UUID(fresh_lane.id).version == 8

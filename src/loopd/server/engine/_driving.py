@@ -79,7 +79,7 @@ from ._adapter import (
 from ._errors import HarnessEngineError, ObservationLost, ResumeUnsupported
 from ._projection import closed_gates, merge_previews, next_hash, project, shown_answer
 from ._requests import fork_of, history_of, workspace_of
-from ._trail import Trail, interrupted_usage
+from ._trail import Trail, interrupted_usage, trail_ordering
 
 _log = logging.getLogger(__name__)
 _MESSAGE_STATUS: Final[Mapping[str, streams.TerminalStatus]] = {"succeeded": "completed", "cancelled": "cancelled"}
@@ -223,6 +223,7 @@ class Drive:
         self._followed: AdapterRun | None = None  # while updates are followed: where follow-ups go
         self._actor_ids = settings.ledger_actors  # ledger actor key → id, ensured by a committed transaction
         self._trail_opened = False  # this drive's trail lane, turn and action exist (a committed transaction made them)
+        self._ordered_trail: bool | None = None  # which ids the call's trail takes (`trail_ordering`), once known
         self._began_fresh = False  # this drive's begin found the call pending: no earlier drive requested an attempt
         # The call message's stream state this drive holds (see emit_held); before its first write, the state an
         # answer this process opened was stored with (`FirstOutputs.opened_state`: no read of the row for it).
@@ -251,7 +252,10 @@ class Drive:
             yield tx, call
         self._running_due = None  # committed (a drive whose write failed ends; the next one begins again)
 
-    def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
+    async def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
+        ordered = self._ordered_trail
+        if ordered is None:  # the drive's first: a call begun by an older server keeps its trail's ids
+            ordered = self._ordered_trail = await trail_ordering(tx, call)
         return Trail(
             tx,
             call,
@@ -261,6 +265,7 @@ class Drive:
             redactor=self._s.redactor,
             actors=self._actor_ids,  # ledger actors are never removed: ensured once per engine, not per transaction
             facts=self._s.ledger_facts,
+            ordered=ordered,
         )
 
     def _notify(self, tx: Transaction, call: HarnessCall) -> None:
@@ -289,7 +294,7 @@ class Drive:
             finished = await streams.finish(tx, call.message_id, status, error=shown, bus=self._s.bus)
             if open_message:  # its end (and error) were stored and handed over now
                 self._handed.add(finished.conversation_id)
-        trail = self._trail(tx, call)
+        trail = await self._trail(tx, call)
         if not self._trail_opened:  # ended before (or without) this drive's begin: the trail may not exist yet
             await trail.open()
         await trail.close(phase, error, self._attempt_id, earlier_attempts=not self._began_fresh)
@@ -458,7 +463,7 @@ class Drive:
             message = f"the {call.target!r} adapter cannot resume; the outcome of the earlier attempt is unknown"
             await self._end_in(tx, call, "unknown", _error("resume_unsupported", message))
             return None
-        trail = self._trail(tx, call)
+        trail = await self._trail(tx, call)
         replica = self._s.replica_id
         if mode == "start":  # a new lane: its opening events and the attempt's request in one append
             self._attempt_id = await trail.open_with_attempt(str(self.token), mode=mode, replica=replica)
@@ -488,7 +493,7 @@ class Drive:
             return
         async with self._fenced() as (tx, call):
             if not call.is_terminal:
-                await self._trail(tx, call).fail_attempt(self._attempt_id, error)
+                await (await self._trail(tx, call)).fail_attempt(self._attempt_id, error)
 
     async def add_input(self, text: str, *, key: str) -> bool:
         """Queue a user's follow-up into the run being followed (`InputCapable`); False when there is none, it
@@ -704,7 +709,7 @@ class Drive:
                 prompt_chars=self._prompt_chars,
             )
             why = "the drive of this attempt ended without an outcome (a crash or a lost lease); a later one resumed"
-            await self._trail(tx, call).interrupt_attempts(attempts, usage, why)
+            await (await self._trail(tx, call)).interrupt_attempts(attempts, usage, why)
 
     async def _locked_message(self, tx: Transaction, call: HarnessCall) -> Model | None:
         """Lock the call's message; the content it shows, as the model this drive holds (see `StreamStates`)."""
@@ -809,7 +814,7 @@ class Drive:
         else by `_apply` after the batch — the steps in between are seen by nobody outside the transaction."""
         if content is not None:
             content = await self._emit(tx, call, project(update, content, call_id=call.id)) or content
-        trail = self._trail(tx, call)
+        trail = await self._trail(tx, call)
         await trail.record(index, update)
         if isinstance(update, Finished | Failed):
             call = await tx.harness_calls.advance_checkpoint(
