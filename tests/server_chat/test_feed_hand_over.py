@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from loopd._infra.sse import parse_sse, split_sse
-from loopd.server.chat import ConversationReader, conversation_frames, text_content
+from loopd.server.chat import ChatRequest, ConversationReader, conversation_frames, text_content
 from loopd.server.http._identity import Identity
+from loopd.server.storage import Conversation
 from loopd.server.streams import emit
 from tests.server_http.support import Rig, text_events
 from tests.support.waiting import eventually
@@ -56,6 +57,15 @@ async def _collect(frames: AsyncGenerator[bytes, None], into: list[bytes]) -> No
         into.append(chunk)
 
 
+async def _asked(rig: Rig) -> tuple[Conversation, ChatRequest]:
+    """A new conversation of Alice's with a question to the echo operator in it."""
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
+    return conversation, asked
+
+
 async def _until(predicate: Callable[[], bool]) -> None:
     await eventually(predicate, timeout=10.0)
 
@@ -63,10 +73,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
 async def test_events_emitted_here_reach_every_stream_without_the_feed_reading_them_back(
     rig: Rig, reader: ConversationReader
 ) -> None:
-    conversation = await rig.chat.create_conversation(ALICE)
-    asked = await rig.chat.ask(
-        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
-    )
+    conversation, asked = await _asked(rig)
     chunks: list[list[bytes]] = [[] for _ in range(5)]
     streams = [
         asyncio.ensure_future(
@@ -103,10 +110,7 @@ async def test_events_emitted_here_reach_every_stream_without_the_feed_reading_t
 async def test_a_hand_over_that_skips_an_event_makes_the_feed_read_the_log(
     rig: Rig, reader: ConversationReader
 ) -> None:
-    conversation = await rig.chat.create_conversation(ALICE)
-    asked = await rig.chat.ask(
-        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
-    )
+    conversation, asked = await _asked(rig)
     chunks: list[bytes] = []
     stream = asyncio.ensure_future(
         _collect(
@@ -131,10 +135,7 @@ async def test_a_hand_over_that_skips_an_event_makes_the_feed_read_the_log(
 async def test_a_feed_skips_its_first_read_only_while_nothing_came_after_its_start_that_was_not_handed_here(
     rig: Rig, reader: ConversationReader
 ) -> None:
-    conversation = await rig.chat.create_conversation(ALICE)
-    asked = await rig.chat.ask(
-        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
-    )
+    conversation, asked = await _asked(rig)
     bus = rig.ctx.bus
     head = bus.head(conversation.id)
     assert head is not None  # the question's own commit told the bus
