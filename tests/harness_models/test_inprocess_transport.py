@@ -50,6 +50,7 @@ async def test_the_body_streams_as_the_app_sends_it() -> None:
     url = "http://app.invalid/v1/x?a=1"
     async with client, client.stream("POST", url, content=b"hello", headers={"X-Y": "z"}) as r:
         assert r.status_code == 201 and r.headers["x-app"] == "paced"
+        assert r.extensions["http_version"] == b"HTTP/1.1"  # as a server's response says (the adapter reads it)
         pieces = r.aiter_raw()
         assert await anext(pieces) == b"first "  # before the app goes on
         assert not app.finished.is_set()

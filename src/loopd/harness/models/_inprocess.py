@@ -183,7 +183,12 @@ class StreamingAsgiTransport(httpx2.AsyncBaseTransport):
         except Exception:
             await cancel_and_wait(task)
             return httpx2.Response(500, headers=[(b"content-type", b"text/plain")], content=b"Internal Server Error")
-        return httpx2.Response(status, headers=headers, stream=_Body(chunks, task, left, timeout, request))
+        return httpx2.Response(
+            status,
+            headers=headers,
+            stream=_Body(chunks, task, left, timeout, request),
+            extensions={"http_version": b"HTTP/1.1"},  # read at every stream's end (else httpx raises and catches)
+        )
 
 
 def _scope(request: httpx2.Request) -> dict[str, Any]:
