@@ -33,3 +33,8 @@ def new_id() -> str:
     `uuid.UUID`: servers make dozens per request)."""
     text = f"{_uuid7_int():032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def is_uuid7_text(text: str) -> bool:
+    """Whether ``text`` has the canonical form of a UUIDv7 (as `new_id` makes): its first 48 bits are a time."""
+    return len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-" and text[14] == "7"

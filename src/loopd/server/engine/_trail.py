@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from loopd._infra.clock import Clock
+from loopd._infra.ids import is_uuid7_text
 from loopd.server.ledger import (
     Action,
     ActionType,
@@ -64,10 +65,6 @@ ENGINE_ACTOR_KEY: Final = "loopd:harness-engine"
 _NAMESPACE_BYTES: Final = _NAMESPACE.bytes
 
 
-def _is_uuid7(text: str) -> bool:
-    return len(text) == 36 and text[8] == text[13] == text[18] == text[23] == "-" and text[14] == "7"
-
-
 def trail_id(call_id: str, *parts: str, ordered: bool = True) -> str:
     """A stable id for an entity of this call's trail, from SHA-1 over a namespace and ``"call_id/part/…"``.
 
@@ -81,7 +78,7 @@ def trail_id(call_id: str, *parts: str, ordered: bool = True) -> str:
         hashlib.sha1(_NAMESPACE_BYTES + "/".join((call_id, *parts)).encode(), usedforsecurity=False).digest()
     )
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    if ordered and _is_uuid7(call_id):
+    if ordered and is_uuid7_text(call_id):
         raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
         text = call_id[:8] + call_id[9:13] + raw[6:16].hex()
     else:
@@ -94,7 +91,7 @@ async def trail_ordering(tx: Transaction, call: HarnessCall) -> bool:
     """Whether ``call``'s trail takes ordered ids (`trail_id`): yes unless its lane was opened under the uuid5 ids
     (by a server from before them: a call begun then and resumed now stays on its lane). A pending call has never
     been begun, so it has no lane yet and needs no read."""
-    if call.phase == "pending" or not _is_uuid7(call.id):
+    if call.phase == "pending" or not is_uuid7_text(call.id):
         return True
     try:
         await SqlLedgerStore.within(tx).get_lane(trail_id(call.id, "lane", ordered=False))

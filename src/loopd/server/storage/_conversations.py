@@ -21,6 +21,14 @@ _COLUMNS = (
     "id, name, actor_kind, actor_key, task_id, created_at, updated_at, title, summary, title_state, title_run, mode"
 )
 _COLUMN_COUNT = len(_COLUMNS.split(","))
+_WITH_FORK = (
+    "SELECT "
+    + ", ".join(
+        [*(f"c.{c.strip()}" for c in _COLUMNS.split(",")), *(f"f.{c.strip()}" for c in FORK_COLUMNS.split(","))]
+    )
+    + " FROM conversations c LEFT JOIN conversation_forks f ON f.conversation_id = c.id WHERE c.id = ?"
+)
+"""A conversation and where it was forked from (`Conversations.get_with_fork`)."""
 _INSERT_COLUMNS = "id, name, actor_kind, actor_key, task_id, created_at, updated_at"
 TITLE_STATES = frozenset({"", "running", "done", "failed"})
 
@@ -91,13 +99,7 @@ class Conversations:
 
     async def get_with_fork(self, conversation_id: str) -> tuple[Conversation, ConversationFork | None]:
         """`get`, and where the conversation was forked from (`ConversationForks.find`), in one read."""
-        conversation_columns = ", ".join(f"c.{column.strip()}" for column in _COLUMNS.split(","))
-        fork_columns = ", ".join(f"f.{column.strip()}" for column in FORK_COLUMNS.split(","))
-        row = await self._tx.fetch_one(
-            f"SELECT {conversation_columns}, {fork_columns} FROM conversations c "
-            "LEFT JOIN conversation_forks f ON f.conversation_id = c.id WHERE c.id = ?",
-            (conversation_id,),
-        )
+        row = await self._tx.fetch_one(_WITH_FORK, (conversation_id,))
         if row is None:
             raise NotFound(f"conversation {conversation_id} not found")
         self._tx.memo(SeenRows, SeenRows).conversations.add(conversation_id)

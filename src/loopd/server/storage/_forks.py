@@ -42,10 +42,6 @@ FORK_COLUMNS: Final = _COLUMNS
 
 def fork_of_row(row: Sequence[Any]) -> ConversationFork:
     """A fork from a row of `FORK_COLUMNS`."""
-    return _fork(tuple(row))
-
-
-def _fork(row: tuple[Any, ...]) -> ConversationFork:
     return ConversationFork(
         conversation_id=str(row[0]),
         parent_conversation_id=str(row[1]),
@@ -106,7 +102,7 @@ class ConversationForks:
         row = await self._tx.fetch_one(
             f"SELECT {_COLUMNS} FROM conversation_forks WHERE conversation_id = ?", (conversation_id,)
         )
-        return None if row is None else _fork(row)
+        return None if row is None else fork_of_row(row)
 
     async def find_many(self, conversation_ids: Sequence[str]) -> dict[str, ConversationFork]:
         """The fork origins of those of ``conversation_ids`` that are forks (one query per 500 ids)."""
@@ -118,5 +114,5 @@ class ConversationForks:
             rows = await self._tx.fetch(
                 f"SELECT {_COLUMNS} FROM conversation_forks WHERE conversation_id IN ({marks})", tuple(chunk)
             )
-            found.update((origin.conversation_id, origin) for origin in map(_fork, rows))
+            found.update((origin.conversation_id, origin) for origin in map(fork_of_row, rows))
         return found
