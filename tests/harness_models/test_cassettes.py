@@ -209,7 +209,8 @@ async def test_secrets_never_reach_the_cassette_file(tmp_path: Path) -> None:
 
 async def test_a_stream_the_client_closed_early_is_kept_as_truncated(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
-    async with recorded(path, [ServerReply(text="x" * 200, chunk_size=10)]) as (server, m):
+    # A reply that trickles (a zero-latency one is written whole at once: nothing would be left to cut off).
+    async with recorded(path, [ServerReply(text="x" * 200, chunk_size=10, chunk_delay=0.005)]) as (server, m):
         stream = m.stream(ask("long"))
         async for chunk in stream:
             if isinstance(chunk, TextDelta):

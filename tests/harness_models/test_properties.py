@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletionChunk
 
 from loopd._infra.backoff import Backoff
 from loopd.harness.core._values import ToolCall, Usage
-from loopd.harness.models._openai import retry_delay, translate_chunk, usage_from_openai
+from loopd.harness.models._openai import _Malformed, plain_text, retry_delay, translate_chunk, usage_from_openai
 from loopd.harness.models._protocol import TextDelta, ToolCallDelta, tool_calls_from_deltas
 from loopd.harness.models._scripted_server import ServerReply, ServerToolCall, encode_sse, stream_chunks
 
@@ -67,6 +67,45 @@ def test_a_streamed_reply_round_trips_through_the_openai_chunk_model(reply: Serv
     assert tool_calls_from_deltas(deltas) == expected
     assert finishes == ["tool_calls" if reply.tool_calls else "stop"]
     assert usage_from_openai(usage) == reply.usage.model_copy(update={"calls": 1})
+
+
+chunk_fields = st.none() | st.text(max_size=6) | st.integers(0, 3) | st.lists(st.none(), max_size=1) | json_values
+deltas_of_chunks = st.dictionaries(st.sampled_from(["content", "refusal", "tool_calls", "role"]), chunk_fields)
+choices_of_chunks = st.dictionaries(
+    st.sampled_from(["delta", "finish_reason", "index"]), deltas_of_chunks | chunk_fields | st.sampled_from(["stop"])
+)
+chunks_of_any_shape = st.dictionaries(
+    st.sampled_from(["choices", "model", "id"]), st.lists(choices_of_chunks, max_size=2) | chunk_fields
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunk=chunks_of_any_shape | replies.map(lambda r: stream_chunks(r, completion_id="c", model="m", created=0)[1]))
+def test_the_plain_text_shortcut_reads_what_translate_chunk_reads(chunk: dict[str, Any]) -> None:
+    plain = plain_text(chunk)
+    if plain is None:
+        return  # translate_chunk reads it (and refuses what is malformed)
+    try:
+        translated = translate_chunk(chunk)
+    except _Malformed:
+        raise AssertionError(f"the shortcut read a chunk translate_chunk refuses: {chunk!r}") from None
+    assert translated == ((TextDelta(text=plain),), None)
+
+
+def test_the_plain_text_shortcut_leaves_every_other_chunk_to_translate_chunk() -> None:
+    text = {"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+    assert plain_text(text) == "hi"
+    others: tuple[dict[str, Any], ...] = (
+        {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}]},
+        {"choices": [{"delta": {"content": "hi", "refusal": "no"}}]},
+        {"choices": [{"delta": {"content": "hi", "tool_calls": [{"index": 0}]}}]},
+        {"choices": [{"delta": {"content": ""}}]},
+        {"choices": []},
+        {"choices": "x"},
+        {},
+    )
+    for other in others:
+        assert plain_text(other) is None, other
 
 
 @settings(max_examples=100, deadline=None)

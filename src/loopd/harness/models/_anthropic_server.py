@@ -370,6 +370,10 @@ async def _produce(reply: ServerReply, request: AnthropicRequest, message_id: st
         b"text/event-stream; charset=utf-8",
         [(b"cache-control", b"no-cache"), (b"request-id", f"req_{message_id}".encode())],
     )
+    if drop_after is None and not reply.chunk_delay:  # zero latency: one write (see the OpenAI-compatible one)
+        body = b"".join(sse_message(json.dumps(data, separators=(",", ":")), event=event) for event, data in events)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        return "completed"
     for index, (event, data) in enumerate(events):
         if drop_after is not None and index >= drop_after:
             return "dropped"

@@ -228,6 +228,10 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
                         reported_usage = chunk.get("usage")
                         if isinstance(reported_usage, dict):
                             usage = reported_usage
+                        plain = plain_text(chunk)
+                        if plain is not None:
+                            text.append(plain)
+                            continue
                         deltas, finish_reason = translate_chunk(chunk)
                         finished = finished or finish_reason
                         for delta in deltas:
@@ -702,6 +706,23 @@ def _object(value: object, what: str) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise _Malformed(f"{what} is a {type(value).__name__}, not an object")
     return value
+
+
+def plain_text(chunk: Mapping[str, Any]) -> str | None:
+    """The text of a chunk that carries only text (most of a streamed reply): content in its first choice's delta,
+    no refusal, tool calls or finish reason; None for any other chunk (`translate_chunk` reads those). Reads what
+    `translate_chunk` would make a single `TextDelta` of, without making it."""
+    choices = chunk.get("choices")
+    if type(choices) is not list or not choices:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict or delta.get("tool_calls") or delta.get("refusal"):
+        return None
+    content = delta.get("content")
+    return content if type(content) is str and content else None
 
 
 def translate_chunk(chunk: Mapping[str, Any]) -> tuple[tuple[ModelChunk, ...], str | None]:
