@@ -236,6 +236,44 @@ async def test_restore_of_an_unknown_session_is_a_typed_error(journal: Journal) 
         await rig.restore_session("nope")
 
 
+async def test_a_session_started_with_its_first_input_journals_its_start_with_that_input() -> None:
+    appends: list[list[str]] = []
+    journal = MemoryJournal(fail_append=lambda _sid, records: appends.append([r.kind for r in records]))
+    rig = tool_rig(journal, ScriptedModel([], default=Reply(text="hi")))
+    session = await rig.start_session(with_first_input=True)
+    assert appends == [] and await journal.read(session.id) == []  # nothing stored (nor shown) before the input
+    sub = session.subscribe(from_seq=1)
+    result = await session.ask("hello", timeout=30)
+    assert isinstance(result, TurnDone)
+    assert appends[0] == ["session_started", "turn_started"]  # one append, not one each
+    seen = [(e.seq, e.event.kind) for e in [await anext(sub), await anext(sub)]]
+    assert seen == [(1, "session_started"), (2, "turn_started")]
+    assert session.state.fingerprint == rig.fingerprint()
+    await session.shutdown()
+    await assert_gap_free(journal, session.id)
+
+
+async def test_a_held_start_that_no_input_follows_is_stored_when_the_session_ends(journal: Journal) -> None:
+    rig = tool_rig(journal, ScriptedModel([]))
+    session = await rig.start_session(with_first_input=True)
+    await session.shutdown()
+    assert [r.kind for r in await journal.read(session.id)] == ["session_started", "session_stopped"]
+
+
+async def test_a_session_created_but_never_started_is_started_by_its_restore(journal: Journal) -> None:
+    # A crash between the session's creation and its first append (a held start) leaves it without records.
+    writer = await journal.create_session("s-cut", at=1.0)
+    await writer.aclose()
+    rig = tool_rig(journal, ScriptedModel([], default=Reply(text="answered")))
+    session = await rig.restore_session("s-cut", mode="resume")
+    result = await session.ask("hello", timeout=30)
+    assert isinstance(result, TurnDone)
+    kinds = [r.kind for r in await journal.read("s-cut")]
+    assert kinds[:2] == ["session_started", "turn_started"]
+    await session.shutdown()
+    await assert_gap_free(journal, "s-cut")
+
+
 # --- concurrency ---------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from loopd.harness._errors import (
     ForkPointError,
     ForkWorkspaceError,
     HarnessError,
+    SessionNotFoundError,
 )
 from loopd.harness.actors._budget import UNLIMITED, BudgetPolicy
 from loopd.harness.actors._delegation import delegation_tools
@@ -46,6 +47,7 @@ from loopd.harness.gate import MemoryRuleStore, RuleStore
 from loopd.harness.journal import (
     DEFAULT_SNAPSHOT_EVERY,
     Journal,
+    JournalWriter,
     NewRecord,
     RestoredState,
     SessionInfo,
@@ -228,23 +230,29 @@ class Rig:
             )
         return session
 
-    async def start_session(self, session_id: str | None = None) -> Session:
-        """Create a new session (journal first), start its loops and return it."""
+    async def start_session(self, session_id: str | None = None, *, with_first_input: bool = False) -> Session:
+        """Create a new session (journal first), start its loops and return it.
+
+        ``with_first_input``: the caller submits the session's first input at once (the Harness Engine's built-in
+        adapter does): ``session_started`` is then journaled in the same append as what that input starts, instead
+        of in one of its own before it (`Session.hold_session_event`; closing the session first stores it alone).
+        A crash in between leaves the session created without records, which `restore_session` starts afresh."""
         sid = session_id or new_id()
         now = self.clock.time()
         writer = await self.journal.create_session(sid, meta=json.dumps({"rig": self.name}), at=now)
+        return await self._begin_session(sid, writer, now, hold=with_first_input)
+
+    async def _begin_session(self, sid: str, writer: JournalWriter, now: float, *, hold: bool) -> Session:
+        """A session whose journal holds no record yet, on its writer: its loops, its ``session_started``."""
         session = self._session(sid, writer)
         for definition in self.loops:
             session.add_actor(self._actor(session, definition, LoopState(name=definition.name), definition.name, 0))
-        await session.commit_session(
-            SessionStarted(
-                session_id=sid,
-                rig=self.name,
-                loops=tuple(d.name for d in self.loops),
-                at=now,
-                fingerprint=self.fingerprint(),
-            )
-        )
+        loops = tuple(d.name for d in self.loops)
+        started = SessionStarted(session_id=sid, rig=self.name, loops=loops, at=now, fingerprint=self.fingerprint())
+        if hold:
+            session.hold_session_event(started)
+        else:
+            await session.commit_session(started)
         session.start_actors()
         if session.log.snapshots is not None:  # up: its live state is the fold from here on
             session.log.snapshots.release()
@@ -263,7 +271,12 @@ class Rig:
         writer = await self.journal.open_writer(session_id)
         try:
             if _shared is None:  # the newest state snapshot and the records after it (all of them without one)
-                restored = await restore_state(self.journal, session_id, snapshots=self.state_snapshots is not None)
+                try:
+                    restored = await restore_state(self.journal, session_id, snapshots=self.state_snapshots is not None)
+                except SessionNotFoundError:
+                    # Created, but its start never stored (a crash right after `start_session`): nothing happened
+                    # in it, so it starts now, on the writer just taken over.
+                    return await self._begin_session(session_id, writer, self.clock.time(), hold=False)
             else:
                 own = await self.journal.read(session_id, _shared.state.last_seq + 1)
                 with collector_paused():

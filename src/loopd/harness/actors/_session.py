@@ -532,7 +532,15 @@ class Session:
 
     async def commit_session(self, event: SessionEvent) -> int:
         """Journal and publish a session event; its seq."""
+        (seq,) = await self.log.commit((event,), self._session_apply(event))
+        return seq
 
+    def hold_session_event(self, event: SessionEvent) -> None:
+        """Journal and publish a session event (its opening) with the session's next commit, in the same append
+        (`SessionLog.hold`); until then it is neither stored nor applied."""
+        self.log.hold((event,), self._session_apply(event))
+
+    def _session_apply(self, event: SessionEvent) -> Callable[[list[int]], None]:
         def apply(seqs: list[int]) -> None:
             if isinstance(event, AgentStarted | AgentStopped):
                 self.subagents.apply(event)
@@ -546,8 +554,7 @@ class Session:
                 self.hustles.apply(event)
             self.log.publish(seqs[0], event)
 
-        (seq,) = await self.log.commit((event,), apply)
-        return seq
+        return apply
 
     # --- sub-agents ----------------------------------------------------------------------------------------
 

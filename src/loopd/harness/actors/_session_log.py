@@ -46,6 +46,7 @@ class SessionLog:
         self._lock = asyncio.Lock()
         self._last_seq = writer.last_seq
         self._fault: SessionFaultError | None = None
+        self._held: tuple[tuple[Committed, ...], Callable[[list[int]], None]] | None = None
         self.snapshots: StateSnapshots | None = None
         """The session's state snapshot writer (None: the rig takes none), told of every applied commit."""
 
@@ -94,16 +95,48 @@ class SessionLog:
 
     async def commit(self, events: Sequence[Committed], apply: Callable[[list[int]], None]) -> list[int]:
         """Journal ``events``, then ``apply(seqs)``, under the commit lock; their seqs. Raises the fault once the
-        log is faulted (this append failing faults it)."""
+        log is faulted (this append failing faults it). Events `hold` kept go first, in the same append."""
         async with self._lock:
             if self._fault is not None:
                 raise self._fault
-            seqs = await self._append(events)
+            held, self._held = self._held, None
+            if held is None:
+                if not events:
+                    return []  # a `flush` whose opening a commit took meanwhile
+                seqs = await self._append(events)
+                self._last_seq = seqs[-1]
+                apply(seqs)
+                if self.snapshots is not None:
+                    self.snapshots.committed(seqs, events)  # at most starts a task: the snapshot is written aside
+                return seqs
+            opening, apply_opening = held
+            written = [*opening, *events]
+            seqs = await self._append(written)
             self._last_seq = seqs[-1]
-            apply(seqs)
+            apply_opening(seqs[: len(opening)])
+            if events:
+                apply(seqs[len(opening) :])
             if self.snapshots is not None:
-                self.snapshots.committed(seqs, events)  # at most starts a task: the snapshot is written off this path
-            return seqs
+                self.snapshots.committed(seqs, written)
+            return seqs[len(opening) :]
+
+    def hold(self, events: Sequence[Committed], apply: Callable[[list[int]], None]) -> None:
+        """Keep ``events`` (a session's opening) to be journaled first in the next `commit`, with ``apply`` run for
+        their seqs before that commit's own: one append instead of two when the opening is followed at once by a
+        first input. Nothing is stored or published until then (`flush` commits them alone)."""
+        if self._held is not None:
+            raise RuntimeError(f"session {self.session_id} already holds its opening")
+        self._held = (tuple(events), apply)
+
+    @property
+    def holding(self) -> bool:
+        """Whether an opening kept by `hold` waits for the next commit."""
+        return self._held is not None
+
+    async def flush(self) -> None:
+        """Commit what `hold` kept, alone, unless a commit took it already."""
+        if self._held is not None:
+            await self.commit((), lambda _seqs: None)
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
@@ -120,8 +153,11 @@ class SessionLog:
         self._hub.close(self._fault)
 
     async def aclose(self) -> None:
-        """Let a state snapshot being saved finish, then `close`, and close the writer (a failure to close it is
-        ignored: the log is done either way)."""
+        """Commit an opening `hold` still keeps, let a state snapshot being saved finish, then `close`, and close the
+        writer (a failure to close it is ignored: the log is done either way)."""
+        if self._held is not None and self._fault is None:
+            with contextlib.suppress(Exception):  # an opening nothing followed: stored now (a failure faults the log)
+                await self.flush()
         if self.snapshots is not None:
             await self.snapshots.aclose()
         with contextlib.suppress(Exception):

@@ -302,8 +302,8 @@ class BuiltinHarnessAdapter:
 
     async def _start_or_fork(self, rig: Rig, request: AdapterRequest) -> Session:
         """The call's new session: a fork of ``request.fork`` (session id, seq) when given, else a fresh one."""
-        if request.fork is None:
-            return await rig.start_session(request.call_id)
+        if request.fork is None:  # its opening is journaled with what the call's input starts (`_open` submits it)
+            return await rig.start_session(request.call_id, with_first_input=True)
         parent, seq = request.fork
         try:
             if rig.snapshots is not None and rig.workspace is not None:
