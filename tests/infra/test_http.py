@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
 from starlette.types import Message
 
-from loopd._infra.http import EventStreamResponse, buffer_json_body
+from loopd._infra.http import EventStreamResponse, LastChunk, buffer_json_body
 from loopd._infra.http_errors import ApiError, install_error_handlers
 from loopd._infra.serving import open_http_server
 from loopd._infra.sse import iter_sse, sse_message
@@ -187,3 +188,33 @@ async def test_an_event_stream_can_wait_for_its_first_frame_before_answering() -
             assert _parse_sse(await anext(response.aiter_bytes())) == [{"id": "1", "data": "one"}]
         finally:
             await response.aclose()
+
+
+@pytest.mark.parametrize("wait", [False, True])
+async def test_a_last_chunk_goes_out_with_the_end_of_the_response(wait: bool) -> None:
+    closed = asyncio.Event()
+
+    async def frames() -> AsyncGenerator[bytes, None]:
+        try:
+            if not wait:
+                yield b"data: a\n\n"
+            yield LastChunk(b"data: b\n\n")
+            yield b"data: never\n\n"
+        finally:
+            closed.set()
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> MutableMapping[str, Any]:
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    response = EventStreamResponse(frames(), wait_for_first_frame=wait)
+    await asyncio.wait_for(response({"type": "http"}, receive, send), 5)
+    bodies = [(m["body"], m["more_body"]) for m in sent if m["type"] == "http.response.body"]
+    expected = [(b"data: b\n\n", False)] if wait else [(b"data: a\n\n", True), (b"data: b\n\n", False)]
+    assert bodies == expected  # the end rides with the last chunk: no empty write after it
+    assert closed.is_set()

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from loopd._infra.http import LastChunk
 from loopd._infra.sse import parse_sse, split_sse
 from loopd.server.chat import ConversationReader, conversation_frames, text_content
 from loopd.server.chat._records import StreamPage
@@ -407,3 +408,24 @@ async def test_the_ack_and_the_questions_own_events_go_out_as_one_chunk(rig: Rig
             assert [parse_sse(text).event or parse_sse(text).id for text in found] == expected
     finally:
         await reader.feeds.aclose()
+
+
+async def test_the_chunk_that_ends_a_chat_requests_stream_is_its_last_chunk(rig: Rig) -> None:
+    """The response's ``end`` goes out as a `LastChunk`: written with the HTTP response's own end, in one write."""
+    conversation = await rig.chat.create_conversation(ALICE)
+    asked = await rig.chat.ask(
+        ALICE, conversation.id, target_kind="operator", target_key="echo", content=text_content("x")
+    )
+    await rig.task_api.complete(asked.task_id)
+    reader = ConversationReader(rig.db, rig.ctx.bus, poll_interval=5.0)
+    try:
+        frames = conversation_frames(
+            reader, conversation.id, after=asked.cursor, heartbeat=30.0, until_message_id=asked.response.id
+        )
+        chunks = [chunk async for chunk in frames]
+    finally:
+        await reader.feeds.aclose()
+    assert chunks and all(type(chunk) is bytes for chunk in chunks[:-1])
+    assert type(chunks[-1]) is LastChunk
+    found, _ = split_sse(chunks[-1].decode())
+    assert '"op":"end"' in found[-1] and asked.response.id in found[-1]

@@ -40,6 +40,7 @@ __all__ = [
     "WRITE_METHODS",
     "DirectChannel",
     "EventStreamResponse",
+    "LastChunk",
     "buffer_json_body",
     "host_name",
     "is_loopback",
@@ -288,6 +289,13 @@ def withdraw_raw_send(scope: Scope) -> None:
         extensions.pop(RAW_SEND, None)
 
 
+class LastChunk(bytes):
+    """A frame generator's last chunk for `EventStreamResponse`: it goes out with the response's end, in one write
+    (otherwise the end is a write of its own after it — a packet and a wake-up of the client for 5 bytes)."""
+
+    __slots__ = ()
+
+
 class EventStreamResponse(StreamingResponse):
     """``text/event-stream`` that closes its frame generator as soon as the client leaves, not at its next write.
 
@@ -295,7 +303,8 @@ class EventStreamResponse(StreamingResponse):
     ``wait_for_first_frame`` the headers go out only once the generator has yielded its first frame, so a client
     that sees the response start knows the stream is attached. A write that fails because the client is gone
     (``OSError``) ends the response quietly; any other error is raised. With ``direct``, the channel is open
-    (`DirectChannel`) from the moment the headers went out until the response ends.
+    (`DirectChannel`) from the moment the headers went out until the response ends. A `LastChunk` ends the response:
+    it goes out with the end in one write, and the generator is closed after it.
     """
 
     media_type = "text/event-stream"
@@ -333,13 +342,20 @@ class EventStreamResponse(StreamingResponse):
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             if self._direct is not None:
                 self._direct.open(scope)
-            if first:
-                await send({"type": "http.response.body", "body": first, "more_body": True})
-            async for chunk in frames:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            last = b""
+            if type(first) is LastChunk:
+                last = bytes(first)
+            else:
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                async for chunk in frames:
+                    if type(chunk) is LastChunk:
+                        last = bytes(chunk)
+                        break  # the generator is closed by `aclosing`
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
             if self._direct is not None:
                 self._direct.close()  # nothing may be written after the last chunk
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": last, "more_body": False})
 
     @staticmethod
     async def _client_left(receive: Receive) -> None:

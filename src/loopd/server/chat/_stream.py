@@ -12,7 +12,8 @@ Reading: the stream subscribes to its conversation's feed (``_feeds``: one share
 reads each new page once and encodes each frame once), catches up from its own cursor by reading the log itself,
 then sends what the feed buffers for it, skipping by cursor what it already sent. A stream that falls behind is
 detached by the feed and catches up from the log again, so a slow client loses nothing and slows no one.
-Several frames that are ready together go out as one chunk. A live conversation stream (no ``until_message_id``)
+Several frames that are ready together go out as one chunk; the one that ends a chat request's stream is a
+`LastChunk`, written with the response's end. A live conversation stream (no ``until_message_id``)
 given a `DirectChannel` lets the feed write frames to its connection itself while it is parked (see ``_feeds``):
 its cursor is the subscription's, and a heartbeat goes out only after ``heartbeat`` seconds without either.
 Must not do: change anything (a stream only observes; a disconnect closes this generator and nothing else).
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
-from loopd._infra.http import DirectChannel
+from loopd._infra.http import DirectChannel, LastChunk
 from loopd.server.chat._feeds import PAGE, Frame, frame_of, item_data
 from loopd.server.chat._reader import ConversationReader
 from loopd.server.chat._records import StreamPage
@@ -108,22 +109,26 @@ async def conversation_frames(
                     stream.cursor = cursor
                     if pending:
                         chunk, pending = pending + chunk, b""
+                    if ended:
+                        if chunk:
+                            yield LastChunk(chunk)
+                        return
                     if chunk:
                         yield chunk
                         quiet_since = clock.monotonic()
-                    if ended:
-                        return
                     if len(page.items) < PAGE and stream.covers(cursor, page.end):
                         break
                 continue
             frames = stream.take()
             if frames:
                 chunk, stream.cursor, ended = _chunk(frames, stream.cursor, until_message_id)
+                if ended:
+                    if chunk:
+                        yield LastChunk(chunk)  # with the response's end, in one write
+                    return
                 if chunk:
                     yield chunk
                     quiet_since = clock.monotonic()
-                if ended:
-                    return
                 continue
             if not stream.is_attached():
                 continue  # fell behind: read the log from our own cursor
