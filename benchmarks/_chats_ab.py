@@ -100,15 +100,30 @@ def report(pairs: Sequence[tuple[Round, Round]], chats: int, base: Path, head: P
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def comparison_arguments(
+    argv: Sequence[str] | None, description: str | None, *, repeat: tuple[str, int, str], chats: tuple[int, str]
+) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The arguments of a comparison of two source trees: ``--base`` (required), ``--head`` (default: this
+    repository), how often to repeat (``repeat``: option name, default, help) and ``--chats`` (default, help)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=_tree, required=True, help="the source tree to compare against")
     parser.add_argument("--head", type=_tree, default=ROOT, help="the source tree measured (default: this one)")
-    parser.add_argument("--pairs", type=int, default=8, help="pairs of rounds (default 8)")
-    parser.add_argument("--chats", type=int, default=100, help="concurrent chats per round (default 100)")
+    name, default, text = repeat
+    parser.add_argument(f"--{name}", type=int, default=default, help=text)
+    parser.add_argument("--chats", type=int, default=chats[0], help=chats[1])
     args = parser.parse_args(argv)
-    if args.pairs < 1 or args.chats < 1:
-        parser.error("--pairs and --chats must be at least 1")
+    if getattr(args, name) < 1 or args.chats < 1:
+        parser.error(f"--{name} and --chats must be at least 1")
+    return parser, args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    _, args = comparison_arguments(
+        argv,
+        __doc__,
+        repeat=("pairs", 8, "pairs of rounds (default 8)"),
+        chats=(100, "concurrent chats per round (default 100)"),
+    )
     saved = os.environ.get("PYTHONPATH")
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
         servers: list[ServerProcess] = []

@@ -14,7 +14,6 @@ more often — a cost both trees share. Needs valgrind (``callgrind_control``); 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -31,7 +30,7 @@ from statistics import median
 from typing import Final
 from urllib.parse import urlsplit
 
-from benchmarks._chats_ab import ROOT, _tree
+from benchmarks._chats_ab import comparison_arguments
 from benchmarks._common import print_table
 from benchmarks._server import _LAUNCH, ServerProcess
 from benchmarks.server_chats import run_chats
@@ -143,14 +142,12 @@ async def _measure(base: Path, head: Path, chats: int, runs: int) -> tuple[list[
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=_tree, required=True, help="the source tree to compare against")
-    parser.add_argument("--head", type=_tree, default=ROOT, help="the source tree measured (default: this one)")
-    parser.add_argument("--chats", type=int, default=20, help="concurrent chats in the counted round (default 20)")
-    parser.add_argument("--runs", type=int, default=2, help="runs of each tree, alternating (default 2)")
-    args = parser.parse_args(argv)
-    if args.runs < 1 or args.chats < 1:
-        parser.error("--runs and --chats must be at least 1")
+    parser, args = comparison_arguments(
+        argv,
+        __doc__,
+        repeat=("runs", 2, "runs of each tree, alternating (default 2)"),
+        chats=(20, "concurrent chats in the counted round (default 20)"),
+    )
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         parser.error(
             "valgrind is not installed (it brings callgrind_control): install it, e.g. apt-get install valgrind"
