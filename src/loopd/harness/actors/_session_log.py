@@ -100,25 +100,20 @@ class SessionLog:
             if self._fault is not None:
                 raise self._fault
             held, self._held = self._held, None
-            if held is None:
-                if not events:
-                    return []  # a `flush` whose opening a commit took meanwhile
-                seqs = await self._append(events)
-                self._last_seq = seqs[-1]
-                apply(seqs)
-                if self.snapshots is not None:
-                    self.snapshots.committed(seqs, events)  # at most starts a task: the snapshot is written aside
-                return seqs
-            opening, apply_opening = held
-            written = [*opening, *events]
+            opening, apply_opening = held if held is not None else ((), None)
+            written = [*opening, *events] if opening else events
+            if not written:
+                return []  # a `flush` whose opening a commit took meanwhile
             seqs = await self._append(written)
             self._last_seq = seqs[-1]
-            apply_opening(seqs[: len(opening)])
+            if apply_opening is not None:
+                apply_opening(seqs[: len(opening)])
+            own = seqs[len(opening) :]
             if events:
-                apply(seqs[len(opening) :])
+                apply(own)
             if self.snapshots is not None:
-                self.snapshots.committed(seqs, written)
-            return seqs[len(opening) :]
+                self.snapshots.committed(seqs, written)  # at most starts a task: the snapshot is written aside
+            return own
 
     def hold(self, events: Sequence[Committed], apply: Callable[[list[int]], None]) -> None:
         """Keep ``events`` (a session's opening) to be journaled first in the next `commit`, with ``apply`` run for
@@ -127,11 +122,6 @@ class SessionLog:
         if self._held is not None:
             raise RuntimeError(f"session {self.session_id} already holds its opening")
         self._held = (tuple(events), apply)
-
-    @property
-    def holding(self) -> bool:
-        """Whether an opening kept by `hold` waits for the next commit."""
-        return self._held is not None
 
     async def flush(self) -> None:
         """Commit what `hold` kept, alone, unless a commit took it already."""
