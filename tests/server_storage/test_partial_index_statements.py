@@ -47,7 +47,7 @@ def _sql_strings() -> list[tuple[Path, int, str]]:
     for path in sorted(SOURCE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.JoinedStr):
-                text = "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+                text = "".join(str(part.value) if isinstance(part, ast.Constant) else "{}" for part in node.values)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 text = node.value
             else:
