@@ -5,11 +5,13 @@ answer it names); one cut off by a crash is resumed at start-up; a model failure
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from contextlib import AbstractAsyncContextManager
+from typing import Any, cast
 
 from loopd.harness import ModelPermanentError, ModelRequest, Reply, ScriptedModel
 from loopd.server.chat import ConversationTitles, demo_title_reply
 from loopd.server.chat._titles import parse_title
+from loopd.server.storage import Database, Transaction
 from tests.server_http.support import Rig, ask, new_conversation
 
 
@@ -140,3 +142,52 @@ async def test_a_completed_answer_starts_the_title_at_once(rig: Rig) -> None:
         assert model.requests == []
         await rig.task_api.complete(task_id)  # the answer ended (the delay is an hour of virtual time away)
         await _until(lambda: _title_state(rig, cid, "done"))
+
+
+class _CountingDatabase:
+    """The rig's database, counting the transactions the title runs open (read-only and writing)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.reads = 0
+        self.writes = 0
+
+    def transaction(self, *, read_only: bool = False) -> AbstractAsyncContextManager[Transaction]:
+        if read_only:
+            self.reads += 1
+        else:
+            self.writes += 1
+        return self._db.transaction(read_only=read_only)
+
+
+async def test_a_first_questions_title_reads_nothing_and_ends_in_the_write_of_its_title(rig: Rig) -> None:
+    counting = _CountingDatabase(rig.db)
+    model = _model('{"title": "Kites", "summary": "How kites fly."}')
+    async with ConversationTitles(cast(Database, counting), model, clock=rig.clock, delay=0) as titles:
+        rig.chat.asked = titles.note
+        user = rig.client()
+        cid = await new_conversation(user, "")
+        await ask(user, cid, "why do kites fly?")
+        await _until(lambda: _title_state(rig, cid, "done"))
+        await _until(lambda: _idle(titles))
+    assert model.requests[0].messages[0].content == "why do kites fly?"
+    # running (with the run's id), then title + summary + done in one transaction; the question was kept, not read
+    assert (counting.reads, counting.writes) == (0, 2)
+    async with rig.db.transaction(read_only=True) as tx:
+        conversation = await tx.conversations.get(cid)
+    assert (conversation.title, conversation.summary, conversation.title_state) == ("Kites", "How kites fly.", "done")
+
+
+async def test_a_later_question_titles_the_conversation_by_its_first_one(rig: Rig) -> None:
+    user = rig.client()
+    cid = await new_conversation(user, "")
+    await ask(user, cid, "first: a bread recipe")  # no titles yet (as when the queue was full)
+    counting = _CountingDatabase(rig.db)
+    model = _model('{"title": "Bread", "summary": "A recipe."}')
+    async with ConversationTitles(cast(Database, counting), model, clock=rig.clock, delay=0) as titles:
+        rig.chat.asked = titles.note
+        await ask(user, cid, "second: with rye?")
+        await _until(lambda: _title_state(rig, cid, "done"))
+        await _until(lambda: _idle(titles))
+    assert model.requests[0].messages[0].content == "first: a bread recipe"
+    assert (counting.reads, counting.writes) == (1, 2)

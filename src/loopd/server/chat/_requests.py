@@ -104,7 +104,7 @@ class ChatRequests:
         self._tasks = tasks
         self._targets = targets
         self._metrics = metrics
-        self.asked: Callable[[Conversation], None] | None = None
+        self.asked: Callable[[ChatRequest], None] | None = None
         """Told after each stored question (loop-server's conversation titles start there); must not block."""
         self.questions = QuestionWindow()
         """The questions being stored right now (see `QuestionWindow`): a responder in this process waits on it."""
@@ -189,7 +189,7 @@ class ChatRequests:
             self._metrics.chat_requests.labels(target_kind).inc()
             self._metrics.chats_in_flight.inc()
         if self.asked is not None:
-            self.asked(asked.conversation)
+            self.asked(asked)
         return asked
 
     async def _ask(

@@ -1,16 +1,19 @@
 """Conversation titles and summaries, written by a background inference run after a conversation's first question.
 
-`ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run
-at a time, a bounded queue) so no chat request ever waits for it. A title starts once the conversation's first
-answer has ended (`answered`) or `TITLE_DELAY` seconds after the question, whichever comes first, so its model call
-never competes with the answer it names for the server's time; a question still waiting for its title when the
-server stops gets one at the conversation's next question. The run's facts are recorded on the conversation
-row (the hustle record of this owner): ``title_state`` ``running`` with the run's id when it starts, then ``done``
-(with ``title`` and ``summary``) or ``failed``. A run cut off by a stop or a crash stays ``running``; `resume`
+`ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run at a
+time, a bounded queue) so no chat request ever waits for it. A title starts once the conversation's first answer has
+ended (`answered`) or `TITLE_DELAY` seconds after the question, whichever comes first, so its model call never competes
+with the answer it names for the server's time; a question still waiting for its title when the server stops gets one
+at the conversation's next question. The run's facts are recorded on the conversation row (the hustle record of this
+owner): ``title_state`` ``running`` with the run's id when it starts, then ``done`` (written with ``title`` and
+``summary`` in the run's one transaction) or ``failed``. A run cut off by a stop or a crash stays ``running``; `resume`
 (at start-up) runs those again under the same id. A full queue skips the title (the next question asks again).
 
-The model sees only the conversation's first question, and answers with ``{"title", "summary"}`` JSON (a plain
-text answer is taken as the title). Must not do: decide who may read a conversation (the reader does).
+The model sees only the conversation's first question, and answers with ``{"title", "summary"}`` JSON (a plain text
+answer is taken as the title). When the question noted is the conversation's first (nothing came before it), its text
+is kept with the waiting title, so the run reads nothing; otherwise (an earlier question's title was skipped, or a
+resumed run) the run reads the conversation's first question. Must not do: decide who may read a conversation (the
+reader does).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from loopd.harness.core import ZERO_USAGE, user_message
 from loopd.harness.core.events import HustleCompleted, HustleFailed, HustleRefused, HustleStarted
 from loopd.harness.core.hustles import LaneLimits
 from loopd.harness.models import TextDelta, UsageReport
-from loopd.server.storage import Conversation, Database, StorageError
+from loopd.server.chat._records import ChatRequest
+from loopd.server.storage import Database, StorageError
 
 _log = logging.getLogger(__name__)
 
@@ -81,6 +85,7 @@ class ConversationTitles:
         self._delay = delay
         self._runs: dict[str, str] = {}  # run (hustle) id -> conversation id, while it runs
         self._deferred: dict[str, float] = {}  # conversation id -> when its title starts at the latest (monotonic)
+        self._questions: dict[str, str] = {}  # conversation id -> its first question's text, while its title waits
         self._deferred_changed = asyncio.Event()
         self._stack = AsyncExitStack()
         self.lanes = HustleLanes(
@@ -97,9 +102,10 @@ class ConversationTitles:
         finally:
             await self.lanes.aclose()
 
-    def note(self, conversation: Conversation) -> None:
-        """A question was asked in ``conversation``: its title run starts when its answer ends (`answered`) or after
-        the delay — unless it has (or had) one, or is already waiting for it."""
+    def note(self, request: ChatRequest) -> None:
+        """A question was asked (``request``): its conversation's title run starts when its answer ends (`answered`)
+        or after the delay — unless it has (or had) one, or is already waiting for it."""
+        conversation = request.conversation
         if conversation.actor_kind != "user" or conversation.title or conversation.title_state:
             return
         if conversation.id in self._deferred or conversation.id in self._runs.values():
@@ -108,6 +114,9 @@ class ConversationTitles:
             _log.info("conversation %s: no title for now: %d titles are waiting", conversation.id, self._queue)
             return
         self._deferred[conversation.id] = self._clock.monotonic() + self._delay
+        question = request.input
+        if request.cursor == 0 and question.kind == "user" and question.purpose == "input":  # the first question
+            self._questions[conversation.id] = question_text(question.content)
         self._deferred_changed.set()
 
     def answered(self, conversation_id: str) -> None:
@@ -128,13 +137,14 @@ class ConversationTitles:
             await wait_event(self._clock, self._deferred_changed, None if soonest is None else soonest - now)
 
     def _start(self, conversation_id: str, *, resume: str | None = None) -> None:
+        question = self._questions.pop(conversation_id, None)
         if conversation_id in self._runs.values():
             return
         try:
             run = self.lanes.submit(
                 HUSTLE_NAME,
                 "background",
-                lambda: self._title(conversation_id),
+                lambda: self._title(conversation_id, question),
                 on_end=self._ended,
                 params={"conversation_id": conversation_id},
                 resume=resume,
@@ -156,28 +166,30 @@ class ConversationTitles:
         self._runs.pop(run, None)
 
     async def _record(self, event: HustleStarted | HustleCompleted | HustleFailed | HustleRefused) -> None:
-        if isinstance(event, HustleRefused):  # nothing started: the title stays as it was (the caller logs why)
-            return
+        if isinstance(event, (HustleRefused, HustleCompleted)):
+            return  # nothing started: the title stays as it was (the caller logs why); or the run's end wrote it
         conversation_id = self._runs.get(event.hustle_id)
         if isinstance(event, HustleStarted):
             conversation_id = str(event.params.get("conversation_id", ""))
         if not conversation_id:
             return
-        state = {HustleStarted: "running", HustleCompleted: "done", HustleFailed: "failed"}[type(event)]
+        state = "running" if isinstance(event, HustleStarted) else "failed"
         async with self._db.transaction() as tx:
             await tx.conversations.set_title_state(
                 conversation_id, state, run=event.hustle_id if isinstance(event, HustleStarted) else None
             )
 
-    async def _title(self, conversation_id: str) -> HustleResult:
-        async with self._db.transaction(read_only=True) as tx:
-            messages = await tx.messages.list_conversation(conversation_id, limit=10)
-        first = next((m for m in messages if m.kind == "user" and m.purpose == "input"), None)
-        if first is None:
-            raise StorageError(f"conversation {conversation_id} has no question yet")
+    async def _title(self, conversation_id: str, question: str | None) -> HustleResult:
+        if question is None:
+            async with self._db.transaction(read_only=True) as tx:
+                messages = await tx.messages.list_conversation(conversation_id, limit=10)
+            first = next((m for m in messages if m.kind == "user" and m.purpose == "input"), None)
+            if first is None:
+                raise StorageError(f"conversation {conversation_id} has no question yet")
+            question = question_text(first.content)
         request = ModelRequest(
             model=self._model.name,
-            messages=(user_message(question_text(first.content) or "(no text)"),),
+            messages=(user_message(question or "(no text)"),),
             tools=(),
             system=TITLE_PROMPT,
             temperature=0.0,
@@ -194,7 +206,7 @@ class ConversationTitles:
         title, summary = parse_title("".join(text))
         if not title:
             raise ValueError("the model gave no title")
-        async with self._db.transaction() as tx:
+        async with self._db.transaction() as tx:  # the title, and the run's end (``done``)
             await tx.conversations.set_title(conversation_id, title, summary)
         return HustleResult(value=title, usage=usage)
 

@@ -161,9 +161,11 @@ class Conversations:
             raise NotFound(f"conversation {conversation_id} not found")
 
     async def set_title(self, conversation_id: str, title: str, summary: str) -> None:
-        """Store a generated title and summary (``updated_at`` is left alone: it is not the users' activity)."""
+        """Store a generated title and summary, and the run that made them as ``done`` (one statement: the title
+        run's end; ``updated_at`` is left alone: it is not the users' activity)."""
         changed = await self._tx.execute(
-            "UPDATE conversations SET title = ?, summary = ? WHERE id = ?", (title, summary, conversation_id)
+            "UPDATE conversations SET title = ?, summary = ?, title_state = 'done' WHERE id = ?",
+            (title, summary, conversation_id),
         )
         if changed != 1:
             raise NotFound(f"conversation {conversation_id} not found")
