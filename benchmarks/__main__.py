@@ -38,6 +38,7 @@ from benchmarks._common import (
     RESULTS_ENV,
     cpu_model,
     environment_rows,
+    machine_pace,
     print_environment,
     print_table,
 )
@@ -75,6 +76,7 @@ def main() -> None:
     if tables is not None:
         os.environ[RESULTS_ENV] = str(tables)
     load_before = os.getloadavg()
+    pace = machine_pace() if tables is not None else None  # before the run loads the machine
     tree = tree_state()  # the code this run measures: the tree as it starts (edits during the run are noted apart)
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +112,9 @@ def main() -> None:
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     if tables is not None:
         out = args.out or results_path(tree, quick=args.quick)
-        written = write_results(tables, load_before, time.perf_counter() - started, out, quick=args.quick, tree=tree)
+        written = write_results(
+            tables, load_before, time.perf_counter() - started, out, quick=args.quick, tree=tree, pace_ms=pace
+        )
         print(f"results: {written}")
         if args.docs and args.quick:
             print("docs: not regenerated from a --quick run (the docs quote full runs)")
@@ -194,9 +198,11 @@ def write_results(
     *,
     quick: bool = False,
     tree: TreeState | None = None,
+    pace_ms: float | None = None,
 ) -> Path:
     """The results document at ``out`` from the tables collected in ``tables`` (JSON lines); ``tree``: the checkout
-    when the run started (its commit and whether it had uncommitted changes are what the run measured)."""
+    when the run started (its commit and whether it had uncommitted changes are what the run measured); ``pace_ms``:
+    `machine_pace` measured before the run (how fast this machine ran plain Python then)."""
     now = tree_state()
     start = tree or now
     stamp = datetime.now(UTC)
@@ -207,6 +213,7 @@ def write_results(
         "changed_during_run": changed_during_run(start, now),
         "quick": quick,
         "machine_class": machine_class(),
+        "pace_ms": pace_ms,
         "command": " ".join(["python -m benchmarks", *sys.argv[1:]]),
         "seconds": round(seconds, 1),
         "load_average_before": [round(x, 2) for x in load_before],

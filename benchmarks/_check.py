@@ -6,7 +6,10 @@ Without ``--current`` it first runs ``python -m benchmarks --quick --results --o
 `DEFAULT_MODULES`); the new file is left in benchmarks/results/ (``…-quick.json``) so it can be committed as the next
 baseline. The baseline is the newest *committed* results file (``git ls-files benchmarks/results``) of the same
 machine class (`machine_class`: CPUs, architecture, Python major.minor, processor model) and of the same kind (quick
-or full: their tables differ in size). Every figure present in both and matched by a rule of
+or full: their tables differ in size), and of about the same pace: two VMs sold under one processor name ran plain
+Python ×4 apart, so a file records `machine_pace` (ms for a fixed piece of Python, before its run) and only a
+baseline within ``PACE_TOLERANCE`` of the current run's pace is taken (a file without one only when no file with
+one matches). Every figure present in both and matched by a rule of
 benchmarks/tolerances.toml is judged: worse by more than the rule's percent → REGRESSED. Prints figure / baseline /
 now / change / verdict; exits 1 on any regression, 2 when there is nothing to compare against. Not part of
 ``make test``.
@@ -30,7 +33,10 @@ from typing import Any, Literal
 
 from benchmarks._results import Change, compare
 
-__all__ = ["Judged", "Rule", "judge", "load_rules", "machine_class", "pick_baseline"]
+__all__ = ["PACE_TOLERANCE", "Judged", "Rule", "judge", "load_rules", "machine_class", "pace_of", "pick_baseline"]
+
+PACE_TOLERANCE = 0.25
+"""How far a baseline's pace may be from the current run's (as a fraction of the current one) to be compared."""
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -127,21 +133,44 @@ def machine_class(document: Mapping[str, Any]) -> tuple[str, str, str, str]:
     return (cpus, found.group(1) if found else "?", version.group(1) if version else "?", cpu)
 
 
+def _pace_text(document: Mapping[str, Any]) -> str:
+    pace = pace_of(document)
+    return "" if pace is None else f" at about its pace ({pace:g} ms ± {PACE_TOLERANCE:.0%})"
+
+
 def is_quick(document: Mapping[str, Any]) -> bool:
     """Whether a results file comes from a ``--quick`` run."""
     return bool(document.get("quick", "--quick" in str(document.get("command", "")).split()))
 
 
+def pace_of(document: Mapping[str, Any]) -> float | None:
+    """The `machine_pace` a results file recorded before its run (ms; None for a file from before it was)."""
+    pace = document.get("pace_ms")
+    return float(pace) if isinstance(pace, int | float) and not isinstance(pace, bool) and pace > 0 else None
+
+
 def pick_baseline(
-    candidates: Iterable[tuple[str, Mapping[str, Any]]], current: Mapping[str, Any]
+    candidates: Iterable[tuple[str, Mapping[str, Any]]],
+    current: Mapping[str, Any],
+    *,
+    pace_tolerance: float | None = PACE_TOLERANCE,
 ) -> tuple[str, Mapping[str, Any]] | None:
-    """The newest candidate (by its ``date``) of ``current``'s machine class and kind, with a figure in common."""
+    """The newest candidate (by its ``date``) of ``current``'s machine class and kind, with a figure in common, and
+    of about its pace (within ``pace_tolerance``); one that recorded no pace only when none that did matches. A
+    current run without a pace, or ``pace_tolerance=None`` (a baseline named by hand), takes the newest of its
+    class and kind."""
     wanted = (machine_class(current), is_quick(current))
     usable = [
         (name, doc)
         for name, doc in candidates
         if (machine_class(doc), is_quick(doc)) == wanted and compare(doc, current) and doc.get("date")
     ]
+    pace = pace_of(current)
+    if pace is not None and pace_tolerance is not None:
+        paces = [(item, pace_of(item[1])) for item in usable]
+        limit = pace_tolerance * pace
+        matching = [item for item, theirs in paces if theirs is not None and abs(theirs - pace) <= limit]
+        usable = matching or [item for item, theirs in paces if theirs is None]
     return max(usable, key=lambda item: str(item[1].get("date")), default=None)
 
 
@@ -195,11 +224,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         )
     except (OSError, ValueError) as exc:
         raise SystemExit(f"cannot read a results file: {exc}") from None
-    picked = pick_baseline(candidates, current)
+    picked = pick_baseline(candidates, current, pace_tolerance=None if args.baseline else PACE_TOLERANCE)
     if picked is None:
         print(
             f"no committed {'quick ' if is_quick(current) else ''}results file of machine class "
-            f"{'/'.join(machine_class(current))} shares a figure with {current_path}: commit it as the baseline "
+            f"{'/'.join(machine_class(current))}{_pace_text(current)} shares a figure with {current_path}: "
+            "commit it as the baseline "
             f"(git add {current_path.relative_to(ROOT) if current_path.is_relative_to(ROOT) else current_path})",
             file=sys.stderr,
         )
@@ -220,7 +250,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"bench-check: {current_path.name} against {Path(name).name}",
         ["figure", "baseline", "now", "change", "verdict"],
         rows,
-        note=f"machine class {'/'.join(machine_class(current))}; load average before: baseline "
+        note=f"machine class {'/'.join(machine_class(current))}; pace (ms of plain Python, lower is faster): "
+        f"baseline {pace_of(baseline) or 'not recorded'}, now {pace_of(current) or 'not recorded'}; "
+        "load average before: baseline "
         f"{baseline.get('load_average_before')}, now {current.get('load_average_before')} (a busy machine "
         "explains a regression; re-run on a quiet one before believing it). Tolerances: benchmarks/tolerances.toml.",
     )

@@ -14,6 +14,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
@@ -168,6 +169,38 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def machine_pace(runs: int = 5) -> float:
+    """Milliseconds this machine takes, now, for a fixed piece of plain Python (the best of ``runs``; lower is
+    faster): calls, dict and list operations, string formatting, small objects — the kind of work a loopd server
+    does between its I/O. Two VMs of one processor name can differ by ×4 in it, and `make bench-check` compares
+    only results of about the same pace. Deterministic work, so it varies only with the machine and its load."""
+
+    class Item:
+        __slots__ = ("key", "value")
+
+        def __init__(self, key: str, value: int) -> None:
+            self.key, self.value = key, value
+
+    def work() -> int:
+        table: dict[str, Item] = {}
+        total = 0
+        for i in range(20_000):
+            key = f"k{i % 997}:{i & 7}"
+            item = table.get(key)
+            if item is None:
+                item = table[key] = Item(key, i)
+            item.value += i
+            total += len(key) + sum([item.value & 15, i % 13])
+        return total + len(sorted(table, key=lambda k: table[k].value))
+
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 3)
 
 
 def verdict(met: bool | None) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks._check import ToleranceError, judge, load_rules, machine_class, pick_baseline
+from benchmarks._check import ToleranceError, judge, load_rules, machine_class, pace_of, pick_baseline
 from benchmarks._results import compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,9 +36,11 @@ def _results(
     cpus: str = "2",
     cpu: str = "AMD EPYC",
     quick: bool = True,
+    pace: float | None = None,
 ) -> dict[str, Any]:
     return {
         "date": date,
+        **({} if pace is None else {"pace_ms": pace}),
         "quick": quick,
         "machine_class": {"cpus": cpus, "arch": "x86_64", "python": "3.11", "cpu": cpu},
         "load_average_before": [1.0, 1.0, 1.0],
@@ -88,6 +90,33 @@ def test_the_baseline_is_the_newest_of_the_same_machine_class_and_kind() -> None
     picked = pick_baseline([older, other_machine, other_processor, newer, full_run], current)
     assert picked is not None and picked[0] == "new.json"
     assert pick_baseline([other_machine, other_processor, full_run], current) is None
+
+
+def test_the_baseline_ran_at_about_the_current_pace() -> None:
+    current = _results(100, 100, pace=40.0)
+    near = ("near.json", _results(90, 100, date="2026-12-01T00:00:00+00:00", pace=46.0))  # +15 %
+    far_newer = ("far.json", _results(99, 100, date="2026-12-02T00:00:00+00:00", pace=11.0))  # a ×4 faster VM
+    unpaced_newest = ("old-kind.json", _results(99, 100, date="2026-12-03T00:00:00+00:00"))
+    assert pick_baseline([near, far_newer, unpaced_newest], current) == near
+    # none of about this pace: a file from before paces were recorded, never one of another pace
+    assert pick_baseline([far_newer, unpaced_newest], current) == unpaced_newest
+    assert pick_baseline([far_newer], current) is None
+    # a current file without a pace, or a baseline named by hand: the newest of the class, whatever its pace
+    assert pick_baseline([near, far_newer], _results(100, 100)) == far_newer
+    assert pick_baseline([far_newer], current, pace_tolerance=None) == far_newer
+    assert pace_of({"pace_ms": True}) is None and pace_of({"pace_ms": -1}) is None and pace_of({}) is None
+
+
+def test_a_results_file_records_the_pace_measured_before_its_run(tmp_path: Path) -> None:
+    from benchmarks.__main__ import write_results
+    from benchmarks._common import machine_pace
+
+    pace = machine_pace(runs=1)
+    assert pace > 0
+    tables = tmp_path / "tables.jsonl"
+    tables.write_text(json.dumps({"module": "m", "title": "t", "columns": ["a"], "rows": [[1]]}) + "\n")
+    written = write_results(tables, (0.0, 0.0, 0.0), 1.0, tmp_path / "r.json", quick=True, pace_ms=pace)
+    assert pace_of(json.loads(written.read_text())) == pace
 
 
 def test_machine_class_of_an_older_file_is_read_from_its_environment_table() -> None:
