@@ -8,7 +8,8 @@ Modules whose ``main`` takes an ``argv`` get ``--repeat N`` (and ``--quick``); t
 defaults (``--quick`` shrinks the known ones). ``--markdown PATH`` also writes every table to PATH as Markdown.
 ``--results`` writes ``benchmarks/results/<date>-<short sha>.json``: the command line, the commit, the machine and
 the library versions, the load average before and after, the machine class (CPUs, architecture, Python major.minor,
-processor model: what `make bench-check` matches baselines by), and every table with its raw rows — the file docs
+processor model) and the machine's pace before the run (``pace_ms``: what `make bench-check` matches baselines by,
+with the class), and every table with its raw rows — the file docs
 quote (a quick run's file ends in ``-quick.json``; ``--out FILE`` writes elsewhere). ``--docs`` then regenerates the
 generated sections of docs/BENCHMARKS.md from it (`benchmarks._docs`: only the sections whose tables the file has).
 ``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
@@ -39,6 +40,7 @@ from benchmarks._common import (
     cpu_model,
     environment_rows,
     machine_pace,
+    positive_int,
     print_environment,
     print_table,
 )
@@ -52,7 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("modules", nargs="*", help="run only these benchmark modules")
     parser.add_argument("--quick", action="store_true", help="one repetition and smaller sizes (a smoke run)")
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported (default 3)")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="repetitions; medians are reported (default 3)")
     parser.add_argument("--markdown", type=Path, default=None, help="also append every table to this file")
     parser.add_argument("--results", action="store_true", help="write benchmarks/results/<date>-<sha>.json")
     parser.add_argument("--out", type=Path, default=None, help="with --results: write the results file here")

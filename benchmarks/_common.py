@@ -7,6 +7,7 @@ docs/BENCHMARKS.md quotes.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -169,6 +170,47 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a size, a count, repetitions), or a one-line usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is too small: give at least 1")
+    return value
+
+
+def count_or_zero(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (where 0 skips something), or a one-line usage error."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 or more")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number above 0 (a rate, seconds), or a one-line usage error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give a number above 0")
+    return value
+
+
+def positive_ints(text: str) -> list[int]:
+    """An argparse type: comma-separated whole numbers of at least 1 (e.g. subscriber counts ``100,1000``)."""
+    values = [positive_int(part.strip()) for part in text.split(",") if part.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one number (comma-separated)")
+    return values
 
 
 def machine_pace(runs: int = 5) -> float:

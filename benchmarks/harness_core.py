@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._common import median, print_table, run_child
+from benchmarks._common import median, positive_int, print_table, run_child
 from benchmarks._goals import print_goals
 from loopd._infra import eventloop
 from loopd.harness import EchoTool, LoopDefinition, ModelRequest, Reply, Rig, ScriptedModel, SqliteJournal, Usage
@@ -420,7 +420,7 @@ async def run(repeat: int, quick: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 repetition, smaller counts, no 100k restore")
     args = parser.parse_args(argv)
     eventloop.run(run(1 if args.quick else max(1, args.repeat), args.quick))

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import yaml
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from benchmarks._server import percentile, running_server
 from loopd.resources.client import TASKS, ResourceClient, open_http_client
 
@@ -157,9 +157,9 @@ def embedded_api(directory: Path) -> Iterator[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=500, help="Tasks per series")
+    parser.add_argument("--tasks", type=positive_int, default=500, help="Tasks per series")
     parser.add_argument("--concurrency", default="1,10,50", help="Tasks in flight at once (comma-separated)")
-    parser.add_argument("--repeat", type=int, default=3, help="series per setting; the median series is shown")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="series per setting; the median series is shown")
     parser.add_argument("--quick", action="store_true", help="100 Tasks, concurrency 1 and 10, one series")
     args = parser.parse_args(argv)
     tasks = 100 if args.quick else max(1, args.tasks)

@@ -19,17 +19,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from benchmarks._common import median, print_table, run_child, verdict
+from benchmarks._common import median, positive_int, print_table, run_child, verdict
 
 TARGET_RATIO = 1.2
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=3, help="calls per run (each timed alone)")
+    parser.add_argument("--repeat", type=positive_int, default=3)
+    parser.add_argument("--calls", type=positive_int, default=3, help="calls per run (each timed alone)")
     parser.add_argument("--quick", action="store_true", help="one repetition of 60 steps (a smoke run)")
-    parser.add_argument("--steps", type=int, default=500, help="history length H in steps (default 500)")
+    parser.add_argument("--steps", type=positive_int, default=500, help="history length H in steps (default 500)")
     args = parser.parse_args(argv)
     steps, repeat, calls = (60, 1, 1) if args.quick else (args.steps, args.repeat, args.calls)
     window = min(50, steps)

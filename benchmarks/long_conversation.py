@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from benchmarks._server import Api, cpu_seconds, running_server
 from benchmarks.server_chats import one_chat
 from loopd._infra import eventloop
@@ -136,10 +136,10 @@ def run(chats: int, window: int, size: int, repeat: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chats", type=int, default=100)
-    parser.add_argument("--window", type=int, default=25)
-    parser.add_argument("--question-bytes", type=int, default=600)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chats", type=positive_int, default=100)
+    parser.add_argument("--window", type=positive_int, default=25)
+    parser.add_argument("--question-bytes", type=positive_int, default=600)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run of 40 chats")
     args = parser.parse_args(argv)
     if args.chats < 1 or args.window < 1 or args.chats % args.window:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import print_table, run_child, verdict
+from benchmarks._common import positive_int, print_table, run_child, verdict
 from benchmarks._server import Api, EventStream, now, open_event_stream, raise_open_files, rss_kb
 from benchmarks._server import running_server as start_server
 from loopd.harness.actors import Rig, Session
@@ -107,7 +107,7 @@ def _short(filename: str) -> str:
 def _child_main(argv: Sequence[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--journal", choices=("sqlite", "memory"), required=True)
-    parser.add_argument("--sessions", type=int, required=True)
+    parser.add_argument("--sessions", type=positive_int, required=True)
     parser.add_argument("--frames", type=int, default=0, help="tracemalloc frames (0: RSS only; >1: also sites)")
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(_idle_sessions(args.journal, args.sessions, args.frames))), flush=True)
@@ -177,9 +177,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         _child_main(argv[1:])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, default=200, help="idle harness sessions")
-    parser.add_argument("--streams", type=int, default=1000, help="idle SSE streams at the last step")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sessions", type=positive_int, default=200, help="idle harness sessions")
+    parser.add_argument("--streams", type=positive_int, default=1000, help="idle SSE streams at the last step")
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run, 50 sessions, 200 streams")
     args = parser.parse_args(argv)
     repeat = 1 if args.quick else max(1, args.repeat)

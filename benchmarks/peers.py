@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from benchmarks._common import median, print_environment, print_table, run_child
+from benchmarks._common import median, positive_int, print_environment, print_table, run_child
 from benchmarks._goals import print_goals
 from benchmarks._workload import WINDOW, PeerRun, raw_message_bytes
 
@@ -263,10 +263,12 @@ def peer_goals(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3, help="timed runs per peer and length (median reported)")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=3, help="timed runs per peer and length (median reported)"
+    )
     parser.add_argument("--quick", action="store_true", help="1 repetition, 100/200 steps, 3 peers")
-    parser.add_argument("--steps", type=int, default=None, help="steps of the overhead run (default 200)")
-    parser.add_argument("--long", type=int, default=None, help="steps of the history run (default 500)")
+    parser.add_argument("--steps", type=positive_int, default=None, help="steps of the overhead run (default 200)")
+    parser.add_argument("--long", type=positive_int, default=None, help="steps of the history run (default 500)")
     parser.add_argument("--peers", default=None, help=f"comma-separated subset of {','.join(ALL_PEERS)}")
     parser.add_argument(
         "--durability", default=",".join(DURABILITIES), help="SQLite synchronous levels to run: FULL,NORMAL (both)"

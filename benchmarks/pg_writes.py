@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from benchmarks._server import ServerProcess, running_server
 from benchmarks.server_chats import run_chats
 
@@ -75,9 +75,9 @@ async def _series(server: ServerProcess, dsn: str, chats: int, at_once: int, lab
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chats", type=int, default=50, help="chats per series")
-    parser.add_argument("--concurrent", type=int, default=10, help="chats at once in the second series")
-    parser.add_argument("--repeat", type=int, default=1, help="ignored: counts do not vary between runs")
+    parser.add_argument("--chats", type=positive_int, default=50, help="chats per series")
+    parser.add_argument("--concurrent", type=positive_int, default=10, help="chats at once in the second series")
+    parser.add_argument("--repeat", type=positive_int, default=1, help="ignored: counts do not vary between runs")
     parser.add_argument("--quick", action="store_true", help="10 chats per series")
     args = parser.parse_args(argv)
     chats = 10 if args.quick else max(1, args.chats)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, render_kubeconfig
 from loopd.resources.client import TASKS, InMemoryClient, ResourceClient, StoreClient, open_http_client
 from loopd.resources.reconcile import Manager, Request, Result
@@ -132,9 +132,9 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 30.0) -> No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=200, help="Tasks created one at a time")
-    parser.add_argument("--burst", type=int, default=200, help="Tasks created at once")
-    parser.add_argument("--workers", type=int, default=4, help="concurrent reconciles")
+    parser.add_argument("--count", type=positive_int, default=200, help="Tasks created one at a time")
+    parser.add_argument("--burst", type=positive_int, default=200, help="Tasks created at once")
+    parser.add_argument("--workers", type=positive_int, default=4, help="concurrent reconciles")
     parser.add_argument("--clients", default="memory,store,http")
     args = parser.parse_args()
 

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_float, positive_int, print_table
 from benchmarks._server import (
     _LAUNCH,
     START_TIMEOUT,
@@ -138,10 +138,12 @@ def _ms(values: Sequence[float], q: float) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--rate", type=float, default=20.0, help="events per second")
+    parser.add_argument("--events", type=positive_int, default=200)
+    parser.add_argument("--rate", type=positive_float, default=20.0, help="events per second")
     parser.add_argument("--dsn", default=None, help="an existing PostgreSQL database (default: a throwaway server)")
-    parser.add_argument("--repeat", type=int, default=1, help="accepted for `python -m benchmarks`; one series runs")
+    parser.add_argument(
+        "--repeat", type=positive_int, default=1, help="accepted for `python -m benchmarks`; one series runs"
+    )
     parser.add_argument("--quick", action="store_true", help="50 events")
     args = parser.parse_args(argv)
     if args.quick:

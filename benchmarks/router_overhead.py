@@ -36,7 +36,7 @@ from typing import Any, Final
 
 import httpx
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from benchmarks._server import (
     STOP_TIMEOUT,
     ServerProcess,
@@ -208,8 +208,8 @@ def standalone_router(server: ServerProcess, directory: Path) -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", type=int, default=50, help="questions per round, asked one at a time")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds; the table shows each and their median")
+    parser.add_argument("--questions", type=positive_int, default=50, help="questions per round, asked one at a time")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="rounds; the table shows each and their median")
     parser.add_argument("--quick", action="store_true", help="1 round of 10 questions")
     parser.add_argument("--standalone", action="store_true", help="the Router in its own process")
     args = parser.parse_args(argv)

@@ -49,7 +49,7 @@ import httpx
 from benchmarks._chat_peer_bare import running_bare_server
 from benchmarks._chat_peer_langgraph import GRAPH_ID, GRAPH_SOURCE, expected_text
 from benchmarks._chat_peer_langgraph import one_chat as langgraph_chat
-from benchmarks._common import print_table
+from benchmarks._common import count_or_zero, positive_int, print_table
 from benchmarks._goals import print_goals
 from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command, peer_versions, running_graph
 from benchmarks._server import (
@@ -442,18 +442,24 @@ def _langgraph(quick: bool) -> tuple[Path | None, str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chats", type=int, default=100, help="concurrent chats")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--chats", type=positive_int, default=100, help="concurrent chats")
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run of 20 chats, no 1,000-chat round")
     parser.add_argument("--profile", type=Path, default=None, help="sample the server with py-spy in the first burst")
     parser.add_argument(
         "--peers", default=",".join(PEERS), help="peers measured in the same run: bare, langgraph (or none)"
     )
     parser.add_argument(
-        "--thousand", type=int, default=None, help="chats in the lost-chats round (default 1000; 0 skips; quick: 0)"
+        "--thousand",
+        type=count_or_zero,
+        default=None,
+        help="chats in the lost-chats round (default 1000; 0 skips; quick: 0)",
     )
     parser.add_argument(
-        "--langgraph-jobs", type=int, default=None, help="langgraph dev --n-jobs-per-worker (default: its own, 10)"
+        "--langgraph-jobs",
+        type=positive_int,
+        default=None,
+        help="langgraph dev --n-jobs-per-worker (default: its own, 10)",
     )
     args = parser.parse_args(argv)
     count = 20 if args.quick else args.chats

@@ -33,7 +33,7 @@ from unittest import mock
 import httpx
 
 import loopd.server._composition as composition
-from benchmarks._common import print_table, verdict
+from benchmarks._common import positive_int, print_table, verdict
 from benchmarks._server import now, percentile
 from loopd.harness.models import ModelConfig
 from loopd.resources.reconcile import Request, Result
@@ -213,10 +213,10 @@ def _median_rows(runs: Sequence[Sequence[Row]]) -> list[Row]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--count", type=int, default=100, help="chats sent one at a time")
-    parser.add_argument("--burst", type=int, default=50, help="chats sent at once")
+    parser.add_argument("--count", type=positive_int, default=100, help="chats sent one at a time")
+    parser.add_argument("--burst", type=positive_int, default=50, help="chats sent at once")
     parser.add_argument("--gap", type=float, default=0.05, help="pause between sequential chats (s)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run, 20 sequential, burst of 20")
     parser.add_argument("--profile", type=Path, default=None, help="pyinstrument the first run's burst into this file")
     args = parser.parse_args(argv)

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
-from benchmarks._common import print_table, verdict
+from benchmarks._common import positive_float, positive_int, positive_ints, print_table, verdict
 from benchmarks._goals import GOALS, Goal, print_goals
 from benchmarks._server import (
     Api,
@@ -444,20 +444,22 @@ def measure_langgraph(command: Path, subscribers: int, rate: float, seconds: flo
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--subscribers", default="100,1000", help="comma-separated subscriber counts")
-    parser.add_argument("--rate", type=float, default=20.0, help="events per second")
-    parser.add_argument("--seconds", type=float, default=10.0, help="how long to publish")
-    parser.add_argument("--workers", type=int, default=2, help="subscriber worker processes")
+    parser.add_argument(
+        "--subscribers", type=positive_ints, default="100,1000", help="comma-separated subscriber counts"
+    )
+    parser.add_argument("--rate", type=positive_float, default=20.0, help="events per second")
+    parser.add_argument("--seconds", type=positive_float, default=10.0, help="how long to publish")
+    parser.add_argument("--workers", type=positive_int, default=2, help="subscriber worker processes")
     parser.add_argument(
         "--no-peer", action="store_true", help="skip LangGraph's Agent Server (run at 1,000 subscribers when installed)"
     )
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run, 200 subscribers, 5 s")
     parser.add_argument(
         "--profile", type=Path, default=None, help="sample the server with py-spy in the largest count's first run"
     )
     args = parser.parse_args(argv)
-    counts = [200] if args.quick else [int(c) for c in args.subscribers.split(",") if c.strip()]
+    counts = [200] if args.quick else list(args.subscribers)
     seconds = 5.0 if args.quick else args.seconds
     repeat = 1 if args.quick else max(1, args.repeat)
     raise_open_files(max(counts) + 1024)

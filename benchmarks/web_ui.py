@@ -32,7 +32,7 @@ import httpx
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 from tests.web.browser import launch, tid, web_server
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from loopd.harness.models import ServerReply
 from loopd.harness.models._scripted_server import IncomingRequest
 
@@ -210,9 +210,9 @@ def run(repeat: int, questions: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3, help="page loads (default 3)")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="page loads (default 3)")
     parser.add_argument("--quick", action="store_true", help="one page load")
-    parser.add_argument("--messages", type=int, default=MESSAGES, help="messages in the conversation (even)")
+    parser.add_argument("--messages", type=positive_int, default=MESSAGES, help="messages in the conversation (even)")
     args = parser.parse_args(argv)
     run(1 if args.quick else max(1, args.repeat), max(1, args.messages // 2))
 

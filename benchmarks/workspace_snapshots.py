@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import print_table
+from benchmarks._common import positive_int, print_table
 from loopd.harness.snapshots import SnapshotStore
 
 _OLD = 10**9  # files get an mtime far in the past, as a workspace's untouched files have (not "racy")
@@ -92,9 +92,9 @@ def run(files: int, change: int, repeat: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", type=int, default=10_000)
-    parser.add_argument("--change", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--files", type=positive_int, default=10_000)
+    parser.add_argument("--change", type=positive_int, default=10)
+    parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="one repetition")
     args = parser.parse_args(argv)
     run(args.files, args.change, 1 if args.quick else max(1, args.repeat))

@@ -33,7 +33,7 @@ def test_a_single_modules_options_reach_its_parser() -> None:
     # The module's own parser sees the option: a bad value is its error, not the runner's "unrecognized".
     bad = _run("server_streams", "--rate", "not-a-number")
     assert bad.returncode == 2
-    assert "--rate: invalid float value" in bad.stderr
+    assert "--rate: 'not-a-number' is not a number" in bad.stderr
     assert "unrecognized arguments" not in bad.stderr
 
 
