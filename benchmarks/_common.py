@@ -172,26 +172,24 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a size, a count, repetitions), or a one-line usage error."""
+def _whole_number(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is too small: give at least 1")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} is too small: give at least {least}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a size, a count, repetitions), or a one-line usage error."""
+    return _whole_number(text, 1)
 
 
 def count_or_zero(text: str) -> int:
     """An argparse type: a whole number of at least 0 (where 0 skips something), or a one-line usage error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative: give 0 or more")
-    return value
+    return _whole_number(text, 0)
 
 
 def positive_float(text: str) -> float:

@@ -34,7 +34,7 @@ def test_the_argument_types_take_what_they_name_and_refuse_the_rest() -> None:
     ("main", "argv", "named"),
     [
         (server_chats.main, ["--chats", "0"], "--chats: 0 is too small"),
-        (server_chats.main, ["--thousand", "-1"], "--thousand: -1 is negative"),
+        (server_chats.main, ["--thousand", "-1"], "--thousand: -1 is too small: give at least 0"),
         (server_streams.main, ["--subscribers", "1000,0"], "--subscribers: 0 is too small"),
         (server_streams.main, ["--rate", "0"], "--rate: 0 is out of range"),
     ],
