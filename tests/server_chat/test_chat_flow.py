@@ -12,6 +12,7 @@ from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
 from loopd.server.chat import TaskUnavailable
 from loopd.server.storage import NotFound
+from loopd.server.streams import finish
 from tests.server_http.support import (
     CommitFailingDatabase,
     Rig,
@@ -303,6 +304,27 @@ async def test_a_completion_closes_its_delivery_by_one_compare_and_set(
     assert done.delivery_state == "closed" and done.status == "completed"
     closing = transactions[-1]
     assert len(closing) == 1 and closing[0].startswith("UPDATE messages SET delivery_state"), closing
+
+
+async def test_a_completion_ends_its_response_and_stores_its_intent_in_one_write_of_the_row(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The completion's first transaction writes the response row once: its end (status and content) with the
+    intent (``closing`` and the completion) — also for a failure, and when the response had ended before."""
+    user = rig.client()
+    cid = await new_conversation(user)
+    asked = [await ask(user, cid, text) for text in ("one", "two", "three")]
+    ok, failed, ended = (a["task_id"] for a in asked)
+    error = {"code": "boom", "message": "it broke"}
+    async with rig.db.transaction() as tx:  # the third's stream ended before its completion
+        await finish(tx, asked[2]["response"]["id"], "completed")
+    for task_id, intent, status in ((ok, None, "completed"), (failed, error, "failed"), (ended, None, "completed")):
+        transactions = _record_transactions(rig, monkeypatch)
+        done = await rig.task_api.complete(task_id, error=intent)
+        monkeypatch.undo()
+        assert (done.status, done.delivery_state, done.completion) == (status, "closed", {"error": intent})
+        first = next(t for t in transactions if any(s.startswith("UPDATE messages") for s in t))
+        assert sum(s.startswith("UPDATE messages") for s in first) == 1, first
 
 
 async def test_a_question_knows_the_cursor_before_it_without_reading_it(

@@ -315,23 +315,33 @@ class TaskApi:
                     await resolve_question(tx, request, "failure", reason="task_ended", bus=self._bus)
             if events:
                 response, _ = await emit(tx, response.id, events, bus=self._bus)
-            response = await tx.messages.update(
-                response.id, expected_revision=response.revision, delivery_state="closing", completion=intent
-            )
-            return await self._end_messages(tx, task_id, response, intent), True
+            return await self._end_messages(tx, task_id, response, intent, closing=True), True
 
     async def _end_messages(
-        self, tx: Transaction, task_id: str, response: Message, intent: Mapping[str, Any]
+        self, tx: Transaction, task_id: str, response: Message, intent: Mapping[str, Any], *, closing: bool = False
     ) -> Message:
         """End the Task's outputs still open, then its response (``failed`` with the intent's error); ``response`` is
-        the row as this transaction locked it. Returns the response as its end left it (the revision the closing
-        compare-and-set of `_finish_delivery` expects)."""
+        the row as this transaction locked it. ``closing``: also store the completion intent on the response
+        (``delivery_state`` ``closing``), in the same write that ends it. Returns the response as its end left it
+        (the revision the closing compare-and-set of `_finish_delivery` expects)."""
         error = intent.get("error")
         status = "failed" if error else "completed"
         for output in await tx.messages.find_by_purpose(task_id, "output", limit=MAX_PAGE):
             if output.status not in TERMINAL_STATUSES:
                 await finish(tx, output.id, status, error=error, bus=self._bus)  # type: ignore[arg-type]
-        return await finish(tx, response.id, status, error=error, bus=self._bus, locked=response)  # type: ignore[arg-type]
+        if closing and response.status in TERMINAL_STATUSES:  # ended before (no write of its end to share)
+            return await tx.messages.update(
+                response.id, expected_revision=response.revision, delivery_state="closing", completion=dict(intent)
+            )
+        return await finish(
+            tx,
+            response.id,
+            status,  # type: ignore[arg-type]
+            error=error,
+            bus=self._bus,
+            locked=response,
+            completion=intent if closing else None,
+        )
 
     async def _finish_delivery(
         self, task_id: str, intent: Mapping[str, Any], *, ended: Message | None = None

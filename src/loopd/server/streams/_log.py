@@ -386,9 +386,12 @@ async def finish(
     error: Mapping[str, str] | None = None,
     bus: ConversationBus | None = None,
     locked: Message | None = None,
+    completion: Mapping[str, Any] | None = None,
 ) -> Message:
     """End a message's stream (an ``error`` event first when ``error`` is given). Idempotent once terminal.
-    ``locked``: the message as this transaction locked (or last wrote) it, not read again."""
+    ``locked``: the message as this transaction locked (or last wrote) it, not read again. ``completion``: a Task
+    response's completion intent, stored (``delivery_state`` ``closing``) by the same write that ends it — only
+    when this call ends it (a message already terminal is returned as it is)."""
     if locked is not None and locked.id != message_id:
         raise InvalidRecord(f"the locked message {locked.id} is not message {message_id}")
     message = locked if locked is not None else await tx.messages.lock(message_id)
@@ -410,9 +413,19 @@ async def finish(
         for kept, _ in await tx.message_events.append_many(message_id, closing, locked=message, last_seq=stored_seq)
     ]
     assert state.model is not None
-    message = await tx.messages.update(
-        message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
-    )
+    if completion is None:
+        message = await tx.messages.update(
+            message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
+        )
+    else:
+        message = await tx.messages.update(
+            message_id,
+            expected_revision=message.revision,
+            content=state.model.to_json(),
+            status=status,
+            delivery_state="closing",
+            completion=dict(completion),
+        )
     if bus is not None:
         _hand_over(tx, bus, message.conversation_id, stored, message)
     return message
