@@ -8,10 +8,9 @@ from typing import Any
 
 import jsonschema
 import pytest
-import typer
 import yaml
 
-from loopd.cli import app as cli_app
+from loopd.cli._app import command_tree
 from loopd.server.config import config_schema
 from tests.deploy.chart import CHART, NAMESPACE, Objects, render, run_helm, template, value_sets
 
@@ -342,7 +341,7 @@ def value_sets_named(name: str) -> Path:
 
 def _cli_options(*path: str) -> set[str]:
     """The option names of ``loopd <path...>`` (from the CLI's own definition)."""
-    command: Any = typer.main.get_command(cli_app)
+    command: Any = command_tree()
     for name in path:
         command = command.commands[name]
     return {option for param in command.params for option in getattr(param, "opts", [])}

@@ -25,7 +25,7 @@ import typer
 import typer.core
 import typer.main
 
-from loopd.cli._app import app
+from loopd.cli._app import app, command_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_FILES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -215,7 +215,7 @@ def _missing_path(exc: Any) -> bool:
 
 def every_command() -> Iterator[tuple[list[str], Any]]:
     """Every command of the CLI tree with its path (``[]`` is the top)."""
-    top: Any = typer.main.get_command(app)
+    top: Any = command_tree()
     stack: list[tuple[list[str], Any]] = [([], top)]
     while stack:
         path, command = stack.pop()

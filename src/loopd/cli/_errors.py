@@ -17,19 +17,17 @@ import socket
 import sys
 import traceback
 from collections.abc import Coroutine, Mapping
-from typing import Any, Final, TextIO, TypeVar
-
-import httpx
-from pydantic import ValidationError
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, Final, TextIO, TypeVar
 
 from loopd._infra import eventloop
 from loopd._infra.errors import LoopdError
 from loopd._infra.locking import DataDirBusyError
 from loopd._infra.telemetry import TracingUnavailable, open_tracing
-from loopd.harness import HarnessError, ModelError
-from loopd.harness.gate import GatePolicyError
-from loopd.harness.models import CassetteError, ModelConfig, PriceTableError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from loopd.harness.models import ModelConfig
 
 EXIT_RUNTIME: Final = 1
 EXIT_USAGE: Final = 2
@@ -68,6 +66,8 @@ def debug_enabled(env: Mapping[str, str] | None = None) -> bool:
 
 def cli_console(*, stderr: bool = True, file: TextIO | None = None, **options: Any) -> Console:
     """A Rich console for command output that never inserts line breaks of its own (see the module doc)."""
+    from rich.console import Console
+
     return Console(stderr=stderr, file=file, soft_wrap=True, highlight=False, **options)
 
 
@@ -88,6 +88,10 @@ def run_async(main: Coroutine[Any, Any, _T]) -> _T:
 
 def model_config(model: str | None, base_url: str | None = None) -> ModelConfig:
     """The model configuration of the flags and environment, checked before anything starts (`CliError`, exit 2)."""
+    from pydantic import ValidationError
+
+    from loopd.harness.models import CassetteError, ModelConfig, PriceTableError
+
     try:
         config = ModelConfig.from_env(model=model, base_url=base_url)
         config.price_table()
@@ -172,6 +176,13 @@ def describe(exc: BaseException) -> CliError:
     """The one-line form of ``exc``: itself for a `CliError`, a known family's line, else an internal error."""
     if isinstance(exc, CliError):
         return exc
+    # imported here: `loopd --help` and the commands that never touch the harness or httpx do not pay for them
+    import httpx
+
+    from loopd.harness import HarnessError, ModelError
+    from loopd.harness.gate import GatePolicyError
+    from loopd.harness.models import PriceTableError
+
     if isinstance(exc, DataDirBusyError):
         return CliError(str(exc), "stop it first, or pass another --data-dir")
     if isinstance(exc, GatePolicyError | PriceTableError):
@@ -195,7 +206,7 @@ def describe(exc: BaseException) -> CliError:
     )
 
 
-def _has_request(exc: httpx.TransportError) -> bool:
+def _has_request(exc: Any) -> bool:  # an httpx.TransportError
     try:
         exc.request  # noqa: B018  # raises RuntimeError when the error carries no request
     except RuntimeError:

@@ -1,0 +1,76 @@
+"""`loopd` imports only the command it runs: `loopd --help` lists every command from `LAZY_COMMANDS` without
+importing them, and that list says what the commands themselves say."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from loopd.cli._app import LAZY_COMMANDS, app, command_tree
+from tests.cli.conftest import child_env, loopd
+
+# What a command that needs none of them must not import (each costs a few hundred ms on a small machine).
+HEAVY = ("fastapi", "starlette", "uvicorn", "httpx", "loopd.harness", "loopd.server", "loopd.resources")
+
+
+def _imported_by(args: list[str]) -> set[str]:
+    """The heavy modules a fresh interpreter has imported after running ``loopd ARGS``."""
+    script = (
+        "import json, sys\n"
+        "from loopd.cli._app import run_app\n"
+        f"code = run_app({args!r})\n"
+        f"heavy = {HEAVY!r}\n"
+        "print(json.dumps([m for m in sys.modules if m.startswith(heavy) and m.split('.')[0] in "
+        "{h.split('.')[0] for h in heavy}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL
+    )
+    found: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return {name for name in found if any(name == h or name.startswith(h + ".") for h in HEAVY)}
+
+
+@pytest.mark.parametrize("args", [["--help"], ["version"], ["--version"]])
+def test_the_top_level_imports_no_command(args: list[str]) -> None:
+    assert _imported_by(args) == set()
+
+
+def test_a_command_imports_its_own_module_only() -> None:
+    imported = _imported_by(["chat", "--help"])
+    assert "httpx" in imported  # the chat client's own
+    assert not {name for name in imported if name.startswith(("fastapi", "loopd.server", "loopd.harness"))}
+
+
+def _first_paragraph(command: object) -> str:
+    text = getattr(command, "short_help", None) or getattr(command, "help", None) or ""
+    return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())
+
+
+def test_the_listed_summaries_are_the_commands_own() -> None:
+    tree = command_tree()
+    assert list(tree.commands)[1:] == list(LAZY_COMMANDS)  # `version`, then the lazy ones in their order
+    for name, lazy in LAZY_COMMANDS.items():
+        assert _first_paragraph(tree.commands[name]) == lazy.summary, name
+
+
+def test_help_lists_every_command_and_the_one_asked_for_loads() -> None:
+    runner = CliRunner()
+    listing = runner.invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert listing.exit_code == 0
+    for name, lazy in LAZY_COMMANDS.items():
+        assert any(line.split("│")[1:2] and line.split()[1:2] == [name] for line in listing.output.splitlines()), name
+        assert lazy.summary[:40] in listing.output
+    own = runner.invoke(app, ["token", "--help"], env={"COLUMNS": "200"})
+    assert own.exit_code == 0 and "create" in own.output and "revoke" in own.output
+
+
+def test_a_mistyped_command_still_gets_a_suggestion(tmp_path: Path) -> None:
+    result = loopd(["chta", "hi"], env=child_env(tmp_path / "home"))
+    line = result.one_line_error(2)
+    assert "No such command 'chta'" in line and "'chat'" in line
