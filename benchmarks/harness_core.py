@@ -345,14 +345,14 @@ async def run(repeat: int, quick: bool) -> None:
         for n in sizes:
             path = Path(d) / f"restore-{n}.db"
             stored = await write_session(path, n)
-            plain_runs: list[RestoreTime] = []
+            snapshot_runs: list[RestoreTime] = []
             full_runs: list[RestoreTime] = []
             frozen_runs: list[RestoreTime] = []
             for _ in range(repeat):  # alternating, so a noisy phase weighs on both ways alike
-                plain_runs.append(restore_time(path, n))
+                snapshot_runs.append(restore_time(path, n))
                 full_runs.append(restore_time(path, n, full=True))
                 frozen_runs.append(restore_time(path, n, freeze=True, full=True))
-            restores[n] = r = median_restore(plain_runs)
+            restores[n] = r = median_restore(snapshot_runs)
             full = median_restore(full_runs)
             frozen = median_restore(frozen_runs)
             rows.append(
