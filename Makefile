@@ -75,7 +75,8 @@ test-k8s: $(STAMP) bytecode
 	$(BIN)/python scripts/k8s_tools.py ensure
 	$(SUITE_ENV) LOOPD_K8S=1 $(BIN)/python -m pytest -n 0 tests/k8s $(PYTEST_ARGS)
 
-lint: $(STAMP)
+# With the bench extra: mypy checks benchmarks/ against the libraries its peers use (LangGraph, the Agents SDK).
+lint: $(BENCH_STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
