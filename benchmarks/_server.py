@@ -127,14 +127,18 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def running_server(
-    directory: Path, *, extra_args: Sequence[str] = (), command_name: str = "up"
+    directory: Path,
+    *,
+    extra_args: Sequence[str] = (),
+    command_name: str = "up",
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """`loopd up` (or ``command_name``, e.g. ``server``) on a free loopback port with its data in
-    ``directory/data``, stopped (by pid) on exit."""
+    ``directory/data``, stopped (by pid) on exit; ``env``: more environment variables for it."""
     data_dir = directory / "data"
     log = (directory / "server.log").open("wb")
     command = [sys.executable, "-c", _LAUNCH, command_name, "--port", "0", "--data-dir", str(data_dir), *extra_args]
-    env = dict(os.environ, LOOPD_MODEL="demo", COLUMNS="200")
+    env = dict(os.environ, LOOPD_MODEL="demo", COLUMNS="200", **(env or {}))
     child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     try:
         server = _wait_for_server(child, data_dir, directory / "server.log")
