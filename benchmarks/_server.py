@@ -138,8 +138,8 @@ def running_server(
     data_dir = directory / "data"
     log = (directory / "server.log").open("wb")
     command = [sys.executable, "-c", _LAUNCH, command_name, "--port", "0", "--data-dir", str(data_dir), *extra_args]
-    env = dict(os.environ, LOOPD_MODEL="demo", COLUMNS="200", **(env or {}))
-    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    child_env = {**os.environ, "LOOPD_MODEL": "demo", "COLUMNS": "200", **(env or {})}
+    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
     try:
         server = _wait_for_server(child, data_dir, directory / "server.log")
         yield server
