@@ -57,22 +57,83 @@ async def while_another_connection_writes(path: Path, write: Awaitable[_T]) -> _
 # --- where rounds commit -------------------------------------------------------------------------------------
 
 
-async def test_small_rounds_commit_on_the_event_loop_and_full_sync_never_does(tmp_path: Path) -> None:
+class _Stopwatch:
+    """Stands in for ``time.perf_counter`` in the journal module: each reading is ``step`` seconds after the last,
+    so every FULL commit the journal times seems to take ``step`` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self._now = 0.0
+
+    def __call__(self) -> float:
+        self._now += self.step
+        return self._now
+
+
+async def test_small_rounds_commit_on_the_event_loop_and_full_sync_once_its_commits_are_quick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NORMAL rounds commit inline at once; FULL ones once a commit was timed (the first, on the writer thread) and
+    the estimate stays within FULL_INLINE_MAX — the fsync is then cheaper than the two thread wake-ups of a hop."""
+    monkeypatch.setattr(_sqlite.time, "perf_counter", _Stopwatch(_sqlite.FULL_INLINE_MAX / 10))
     normal = await SqliteJournal.open(tmp_path / "normal.db")
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
-    off = await SqliteJournal.open(tmp_path / "off.db", inline_commits=False)
+    off = await SqliteJournal.open(tmp_path / "off.db", synchronous="FULL", inline_commits=False)
     try:
+        assert full.full_commit_seconds is None and normal.full_commit_seconds is None
         for journal in (normal, full, off):
             writer = await journal.create_session("s", at=0.0)
             for i in range(20):
                 assert await writer.append(records(1, tag=str(i))) == [i + 1]
             assert await seqs_of(journal, "s") == list(range(1, 21))
         assert normal.commits_inline >= 15  # a checkpoint may send a round or two to the writer thread
-        assert full.commits_inline == 0 and full.commits == 20
+        assert normal.full_commit_seconds is None
+        # The first round was the first FULL commit timed (on the writer thread): the rounds after it ran inline.
+        assert full.commits_inline >= 15 and full.commits == 20
+        assert full.full_commit_seconds == pytest.approx(_sqlite.FULL_INLINE_MAX / 10)
         assert off.commits_inline == 0 and off.commits == 20
     finally:
         for journal in (normal, full, off):
             await journal.aclose()
+
+
+async def test_full_commits_go_back_to_the_writer_thread_once_they_are_slow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inline FULL commit blocks the event loop for its fsync: once the running estimate says commits take
+    longer than FULL_INLINE_MAX, rounds commit on the writer thread again (and come back when commits are quick)."""
+    stopwatch = _Stopwatch(_sqlite.FULL_INLINE_MAX / 10)
+    monkeypatch.setattr(_sqlite.time, "perf_counter", stopwatch)
+    journal = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        for _ in range(5):
+            await writer.append(records(1))
+        inline = journal.commits_inline
+        assert inline == 4  # the first round was the first FULL commit timed (on the writer thread)
+        stopwatch.step = _sqlite.FULL_INLINE_MAX * 100  # the disk got slow: one slow commit is enough
+        await writer.append(records(1))
+        assert journal.commits_inline == inline + 1  # (timed as it ran inline)
+        for _ in range(5):
+            await writer.append(records(1))
+        assert journal.commits_inline == inline + 1 and journal.commits == 11
+        stopwatch.step = _sqlite.FULL_INLINE_MAX / 100  # quick again: the estimate comes down, rounds come back
+        for _ in range(40):
+            await writer.append(records(1))
+        assert journal.commits_inline > inline + 1
+        assert await seqs_of(journal, "s") == list(range(1, 52))
+    finally:
+        await journal.aclose()
+
+
+def test_the_full_commit_estimate_starts_at_the_first_commit_and_follows_the_newest() -> None:
+    assert _sqlite.next_commit_estimate(None, 0.002) == 0.002
+    estimate = 0.002
+    for _ in range(40):
+        estimate = _sqlite.next_commit_estimate(estimate, 0.0001)
+    assert estimate == pytest.approx(0.0001, rel=0.01)
+    one = _sqlite.next_commit_estimate(0.0001, 0.0101)
+    assert one == pytest.approx(0.0001 + _sqlite.FULL_COMMIT_WEIGHT * 0.01)
 
 
 @pytest.mark.parametrize("shape", ["one large record", "many records of one append", "many appends"])
@@ -523,11 +584,14 @@ async def test_a_file_of_layout_3_gets_state_snapshots_and_keeps_its_records(tmp
 # --- state snapshots -----------------------------------------------------------------------------------------
 
 
-async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_full_one_on_the_writer_thread(
-    tmp_path: Path,
+async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_slow_full_one_on_the_writer_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A snapshot handed to the writer thread sends the session's next rounds there too (they commit inline only
-    while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES, or at FULL, it is not."""
+    while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES, or at FULL while commits
+    are slow, it is not."""
+    stopwatch = _Stopwatch(_sqlite.FULL_INLINE_MAX / 10)
+    monkeypatch.setattr(_sqlite.time, "perf_counter", stopwatch)
     normal = await SqliteJournal.open(tmp_path / "normal.db")
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
     try:
@@ -535,10 +599,14 @@ async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_full_o
             writer = await journal.create_session("s", at=0.0)
             await writer.append(records(3))
             await journal.save_snapshot("s", 1, "v1", b"small", at=1.0)
-        assert normal.snapshots_inline == 1 and full.snapshots_inline == 0
+        assert normal.snapshots_inline == 1 and full.snapshots_inline == 1  # FULL: its commits were quick
         big = b"x" * (_sqlite.INLINE_MAX_BYTES + 1)
         await normal.save_snapshot("s", 2, "v1", big, at=2.0)
         assert normal.snapshots_inline == 1
+        stopwatch.step = _sqlite.FULL_INLINE_MAX * 100
+        await full.save_snapshot("s", 2, "v1", b"slow", at=2.0)  # timed slow as it ran inline
+        await full.save_snapshot("s", 3, "v1", b"small", at=3.0)
+        assert full.snapshots_inline == 2
         for journal, data in ((normal, big), (full, b"small")):
             got = await journal.load_snapshot("s", "v1")
             assert got is not None and got.data == data
@@ -566,8 +634,8 @@ async def test_a_session_is_created_on_the_event_loop_unless_full_or_another_con
     tmp_path: Path,
 ) -> None:
     """A new session is one small row: inserted like a small round when the writer thread is idle (handing it to the
-    thread would also send the rounds gathered meanwhile there); at FULL, or when another connection holds the write
-    lock, the writer thread does it — the event loop never waits for that lock."""
+    thread would also send the rounds gathered meanwhile there); at FULL before a commit was timed quick, or when
+    another connection holds the write lock, the writer thread does it — the event loop never waits for that lock."""
     path = tmp_path / "j.db"
     normal = await SqliteJournal.open(path, busy_timeout=10.0)
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")

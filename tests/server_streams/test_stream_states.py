@@ -10,7 +10,7 @@ import pytest
 from loopd.agentue import StreamState
 from loopd.server import streams as streams_module
 from loopd.server.storage import Database
-from loopd.server.streams import StreamStates, emit, emit_held, store_held
+from loopd.server.streams import CommittedStates, ConversationBus, StreamStates, emit, emit_held, finish, store_held
 from tests.server_storage.helpers import record_statements
 from tests.server_streams.helpers import streaming_answer
 
@@ -220,3 +220,60 @@ async def test_an_emit_numbers_its_events_from_the_state_it_holds_without_readin
     async with db.transaction(read_only=True) as tx:
         for message in (held, plain):
             assert [e.seq for e in await tx.message_events.read(message)] == [1, 2, 3, 4]
+
+
+def test_committed_states_answer_at_their_revision_only_and_forget_what_is_taken() -> None:
+    shared = CommittedStates(limit=2)
+    one, two = StreamState(stream_id="one"), StreamState(stream_id="two")
+    shared.put("a", 3, one)
+    assert shared.get("a", 3) is one and shared.get("a", 4) is None
+    assert shared.take("a", 4) is None and len(shared) == 0  # a later write moved the message on: forgotten
+    shared.put("a", 3, one)
+    assert shared.take("a", 3) is one and shared.take("a", 3) is None
+    for index, state in enumerate((one, two, one)):
+        shared.put(f"m{index}", 1, state)
+    assert shared.get("m0", 1) is None and shared.get("m2", 1) is one and len(shared) == 2  # oldest out
+    with pytest.raises(ValueError):
+        CommittedStates(limit=0)
+
+
+async def test_a_writers_committed_state_ends_its_message_without_a_read_back(db: Database) -> None:
+    """The process's `CommittedStates` (``bus.states``) hears of every state a writer's cache saw committed; the
+    message's end (`finish` with the bus, e.g. a Task's completion) starts from it — no MAX(seq) read, no decode of
+    the stored content — and stores what an end rebuilt from the row stores."""
+    bus = ConversationBus()
+    shared, plain = await streaming_answer(db, bus=bus), await streaming_answer(db, bus=bus)
+    states = StreamStates(shared=bus.states)
+    for message in (shared, plain):
+        for batch in ([SET], [_piece("Hel")], [_piece("lo")]):
+            async with db.transaction() as tx:
+                await emit_held(tx, message, batch, states=states if message == shared else StreamStates())
+    assert bus.states.get(plain, 4) is None  # a writer without ``shared`` tells nobody
+    ended = {}
+    for message in (shared, plain):
+        async with db.transaction() as tx:
+            statements = record_statements(tx)
+            ended[message] = await finish(tx, message, "completed", bus=bus)
+        assert len([s for s in statements if "MAX(seq)" in s]) == (0 if message == shared else 1), statements
+    assert len(bus.states) == 0  # the end took it
+    async with db.transaction(read_only=True) as tx:
+        stored = {m: await tx.messages.get(m) for m in (shared, plain)}
+        events = {m: [(e.seq, e.event) for e in await tx.message_events.read(m)] for m in (shared, plain)}
+    assert stored[shared].content == stored[plain].content == ended[shared].content
+    assert stored[shared].content["blocks"][0]["text"] == "Hello" and stored[shared].status == "completed"
+    assert events[shared] == events[plain] and events[shared][-1] == (5, {"op": "end", "seq": 5})
+
+
+async def test_an_end_after_another_writer_rebuilds_the_state_from_the_row(db: Database) -> None:
+    bus = ConversationBus()
+    message = await streaming_answer(db, bus=bus)
+    states = StreamStates(shared=bus.states)
+    async with db.transaction() as tx:
+        await emit_held(tx, message, [SET, _piece("a")], states=states)
+    async with db.transaction() as tx:
+        await emit(tx, message, [_piece("b")])  # not through the cache: the committed state is one revision behind
+    async with db.transaction() as tx:
+        statements = record_statements(tx)
+        ended = await finish(tx, message, "completed", bus=bus)
+    assert [s for s in statements if "MAX(seq)" in s]
+    assert ended.content["blocks"][0]["text"] == "ab"

@@ -227,7 +227,7 @@ class Drive:
         self._began_fresh = False  # this drive's begin found the call pending: no earlier drive requested an attempt
         # The call message's stream state this drive holds (see emit_held); before its first write, the state an
         # answer this process opened was stored with (`FirstOutputs.opened_state`: no read of the row for it).
-        self._states = streams.StreamStates(seed=settings.bus.first_outputs.opened_state)
+        self._states = streams.StreamStates(seed=settings.bus.first_outputs.opened_state, shared=settings.bus.states)
         self._handed: set[str] = set()  # conversations the current fenced transaction handed events to
         # The run's execution ref, while the call still says ``starting``: the drive's next write moves it to
         # ``running`` with that ref (see `_follow_run`); a tuple so that a None ref is distinct from "nothing due".

@@ -4,7 +4,7 @@
 `ConversationBus` wakes readers after a commit.
 """
 
-from loopd.server.streams._bus import BUS_CHANNEL, BusListener, ConversationBus, FirstOutputs, Headers
+from loopd.server.streams._bus import BUS_CHANNEL, BusListener, CommittedStates, ConversationBus, FirstOutputs, Headers
 from loopd.server.streams._log import (
     BLOCKS_PER_TAIL_EVENT,
     HUMAN_BLOCK_TYPES,
@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TAIL",
     "TERMINAL_STATUSES",
     "BusListener",
+    "CommittedStates",
     "ConversationBus",
     "FirstOutputs",
     "Headers",

@@ -101,6 +101,49 @@ FIRST_OUTPUT_LIMIT: Final = 10_000
 """At most this many answers are remembered (the oldest are forgotten first)."""
 
 
+COMMITTED_STATES_LIMIT: Final = 1024
+"""At most this many messages' committed stream states are kept (`CommittedStates`; the oldest go first)."""
+
+
+class CommittedStates:
+    """The stream states this process's writers committed, by message id and the revision that commit gave the
+    message: a later writer of the message in this process (the end of a harness call's answer, written by the Task's
+    completion) starts from one instead of reading the message's last seq and decoding its content again.
+
+    A state answers only at the exact revision it was committed at: every write of a message moves its revision, so a
+    write by anyone else (another replica, a rolled-back or possibly-committed transaction never put here) makes it
+    answer None. Bounded (`COMMITTED_STATES_LIMIT`, least recently put first out); `take` removes what it answers."""
+
+    __slots__ = ("_limit", "_states")
+
+    def __init__(self, limit: int = COMMITTED_STATES_LIMIT) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._limit = limit
+        self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def put(self, message_id: str, revision: int, state: StreamState) -> None:
+        """``state`` is what message ``message_id`` holds at ``revision``, committed."""
+        states = self._states
+        states[message_id] = (revision, state)
+        states.move_to_end(message_id)
+        if len(states) > self._limit:
+            states.popitem(last=False)
+
+    def get(self, message_id: str, revision: int) -> StreamState | None:
+        """The state of message ``message_id`` at ``revision``, if a commit of this process left it there."""
+        found = self._states.get(message_id)
+        return found[1] if found is not None and found[0] == revision else None
+
+    def take(self, message_id: str, revision: int) -> StreamState | None:
+        """`get`, and forget the message (its last writer takes it: nothing is kept for a message that ended)."""
+        found = self._states.pop(message_id, None)
+        return found[1] if found is not None and found[0] == revision else None
+
+
 class FirstOutputs:
     """The answers (response messages) this process started that show nothing yet, for writers to go easy on the
     rest of an answer while other answers have not shown a word.
@@ -198,6 +241,7 @@ class ConversationBus:
         self._heads: OrderedDict[str, int] = OrderedDict()
         self._clock = clock or SystemClock()  # bounded waits (the readers' polls) are measured on it
         self.first_outputs = FirstOutputs(self._clock)
+        self.states = CommittedStates()
         self._notifier: Notifier = notifier if notifier is not None else MemoryNotifier()
         self._unsubscribe = self._notifier.subscribe(BUS_CHANNEL, self._on_notice)
 

@@ -43,7 +43,7 @@ from loopd.server.storage import (
     NewMessage,
     Transaction,
 )
-from loopd.server.streams._bus import ConversationBus
+from loopd.server.streams._bus import CommittedStates, ConversationBus
 
 MAX_TAIL: Final = 128
 """The most events a stored snapshot is behind its message's last event (reads fold them)."""
@@ -60,9 +60,9 @@ def empty_model(biz: str = "loopd.chat") -> dict[str, Any]:
     return {"version": "1.1", "biz": biz, "meta": {}, "blocks": []}
 
 
-def _checked_model(content: Mapping[str, Any]) -> dict[str, Any]:
+def _checked_model(content: Mapping[str, Any]) -> Model:
     try:
-        return Model.from_json(dict(content)).to_json()
+        return Model.from_json(dict(content))
     except AgentUEError as exc:
         raise InvalidRecord(f"content is not an AgentUE model: {exc}") from exc
 
@@ -114,7 +114,8 @@ async def open_messages(
     messages: list[Message] = []
     opened: list[tuple[Message, list[tuple[int, dict[str, Any]]]]] = []
     for new in news:
-        model = _checked_model(new.content)
+        checked = _checked_model(new.content)  # validated once: the row's content and the start event's model
+        model = checked.to_json()
         message = await tx.messages.insert(
             NewMessage(
                 conversation_id=new.conversation_id,
@@ -129,7 +130,7 @@ async def open_messages(
                 id=new.id,
             )
         )
-        opening = [(1, StartEvent(seq=1, model=Model.from_json(model)).to_json())]
+        opening = [(1, StartEvent(seq=1, model=checked).to_json())]
         if message.status in TERMINAL_STATUSES:
             opening.append((2, EndEvent(seq=2).to_json()))
         messages.append(message)
@@ -156,13 +157,21 @@ class StreamStates:
     surely committed it answers everyone at the exact revision it was made at (every write of a message bumps its
     revision), so a rolled-back, possibly-committed or foreign write never answers for another. A state whose
     content is not stored yet (`emit_held` with ``store=False``, before `store_held`) answers inside its
-    transaction only, and never after it. The newest ``limit`` messages are kept."""
+    transaction only, and never after it. The newest ``limit`` messages are kept. ``shared``: the process's
+    `CommittedStates`, also told of every state committed here (for the message's next writer, e.g. its end)."""
 
-    def __init__(self, limit: int = 16, *, seed: Callable[[str, int], StreamState | None] | None = None) -> None:
+    def __init__(
+        self,
+        limit: int = 16,
+        *,
+        seed: Callable[[str, int], StreamState | None] | None = None,
+        shared: CommittedStates | None = None,
+    ) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self._limit = limit
         self._seed = seed  # the state of a message this writer has not written yet, at a revision (or None)
+        self._shared = shared
         self._states: OrderedDict[str, tuple[int, StreamState]] = OrderedDict()
         # message id → (transaction, revision, state, content stored, the seq the stored content folds)
         self._pending: OrderedDict[str, tuple[weakref.ref[Transaction], int, StreamState, bool, int]] = OrderedDict()
@@ -190,6 +199,8 @@ class StreamStates:
     def put(self, message: Message | MessageHead, state: StreamState) -> None:
         """``state`` is what ``message`` (at its revision) holds, committed."""
         self._states[message.id] = (message.revision, state)
+        if self._shared is not None:
+            self._shared.put(message.id, message.revision, state)
         self._states.move_to_end(message.id)
         while len(self._states) > self._limit:
             self._states.popitem(last=False)
@@ -397,7 +408,11 @@ async def finish(
     message = locked if locked is not None else await tx.messages.lock(message_id)
     if message.status in TERMINAL_STATUSES:
         return message
-    state = await state_of(tx, message)
+    # The state a writer of this process committed at this very revision (a harness call's answer, ended by its Task's
+    # completion), else rebuilt from the row and its last seq.
+    state = bus.states.take(message.id, message.revision) if bus is not None else None
+    if state is None:
+        state = await state_of(tx, message)
     stored_seq = seq = state.seq or 0  # read under the message's lock
     closing: list[tuple[int, dict[str, Any]]] = []
     if error is not None and not (state.model is not None and state.model.to_json().get("meta", {}).get("error")):
