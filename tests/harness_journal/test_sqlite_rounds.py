@@ -358,6 +358,27 @@ async def test_the_wal_is_checkpointed_while_rounds_commit_inline(
         await journal.aclose()
 
 
+async def test_at_full_the_wal_starts_over_every_few_frames_so_its_fsyncs_overwrite(tmp_path: Path) -> None:
+    """At FULL every checkpoint restarts the WAL, every FULL_WAL_FRAMES frames: the file stops growing (a growing
+    WAL makes each fdatasync commit the file system's journal too), where at NORMAL it grows to WAL_RESTART_FRAMES."""
+    sizes = {}
+    for level in ("FULL", "NORMAL"):
+        path = tmp_path / f"{level}.db"
+        journal = await SqliteJournal.open(path, synchronous=level)
+        try:
+            writer = await journal.create_session("s", at=0.0)
+            for _ in range(3 * _sqlite.FULL_WAL_FRAMES):  # a round of one small record writes ~2 frames
+                await writer.append(records(1))
+            sizes[level] = path.with_name(path.name + "-wal").stat().st_size // (4096 + 24)
+            assert await seqs_of(journal, "s") == list(range(1, 3 * _sqlite.FULL_WAL_FRAMES + 1))
+            if level == "FULL":
+                assert journal.checkpoints >= 4
+        finally:
+            await journal.aclose()
+    assert sizes["FULL"] <= _sqlite.FULL_WAL_FRAMES + 64
+    assert sizes["NORMAL"] > 2 * _sqlite.FULL_WAL_FRAMES
+
+
 async def many_sessions_appending(path: Path, sessions: int, rounds: int) -> tuple[SqliteJournal, int]:
     """``sessions`` writers each appending ``rounds`` records one at a time, all at once; the journal (closed)
     and the WAL's size in frames before it closed."""
