@@ -58,7 +58,7 @@ async def while_another_connection_writes(path: Path, write: Awaitable[_T]) -> _
 
 
 class _Stopwatch:
-    """Stands in for ``time.perf_counter`` in the journal module: each reading is ``step`` seconds after the last,
+    """Stands in for the journal's ``_stopwatch``: each reading is ``step`` seconds after the last,
     so every FULL commit the journal times seems to take ``step`` seconds."""
 
     def __init__(self, step: float) -> None:
@@ -75,7 +75,7 @@ async def test_small_rounds_commit_on_the_event_loop_and_full_sync_once_its_comm
 ) -> None:
     """NORMAL rounds commit inline at once; FULL ones once a commit was timed (the first, on the writer thread) and
     the estimate stays within FULL_INLINE_MAX — the fsync is then cheaper than the two thread wake-ups of a hop."""
-    monkeypatch.setattr(_sqlite.time, "perf_counter", _Stopwatch(_sqlite.FULL_INLINE_MAX / 10))
+    monkeypatch.setattr(_sqlite, "_stopwatch", _Stopwatch(_sqlite.FULL_INLINE_MAX / 10))
     normal = await SqliteJournal.open(tmp_path / "normal.db")
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
     off = await SqliteJournal.open(tmp_path / "off.db", synchronous="FULL", inline_commits=False)
@@ -103,7 +103,7 @@ async def test_full_commits_go_back_to_the_writer_thread_once_they_are_slow(
     """An inline FULL commit blocks the event loop for its fsync: once the running estimate says commits take
     longer than FULL_INLINE_MAX, rounds commit on the writer thread again (and come back when commits are quick)."""
     stopwatch = _Stopwatch(_sqlite.FULL_INLINE_MAX / 10)
-    monkeypatch.setattr(_sqlite.time, "perf_counter", stopwatch)
+    monkeypatch.setattr(_sqlite, "_stopwatch", stopwatch)
     journal = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
     try:
         writer = await journal.create_session("s", at=0.0)
@@ -612,7 +612,7 @@ async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_slow_f
     while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES, or at FULL while commits
     are slow, it is not."""
     stopwatch = _Stopwatch(_sqlite.FULL_INLINE_MAX / 10)
-    monkeypatch.setattr(_sqlite.time, "perf_counter", stopwatch)
+    monkeypatch.setattr(_sqlite, "_stopwatch", stopwatch)
     normal = await SqliteJournal.open(tmp_path / "normal.db")
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
     try:

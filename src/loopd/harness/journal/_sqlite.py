@@ -127,6 +127,8 @@ FULL_INLINE_MAX = 0.0005
 transactions to run inline (see the module docstring)."""
 FULL_COMMIT_WEIGHT = 0.25
 """The newest FULL commit's weight in that running estimate (an exponentially weighted mean)."""
+_stopwatch = time.perf_counter
+"""What times a FULL commit: the fsync's real duration (not a timer, so no `Clock`; tests replace it)."""
 CHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 _MX_FRAME = 16  # offset of mxFrame (u32, native byte order) in the wal-index header of the -shm file
 WAL_RESTART_FRAMES = 4 * CHECKPOINT_PAGES  # a WAL this long is checkpointed with writes held (it then restarts)
@@ -761,9 +763,9 @@ class SqliteJournal:
         if not self._full:
             conn.execute("COMMIT")
             return
-        started = time.perf_counter()  # the fsync's real duration (not a timer: no Clock involved)
+        started = _stopwatch()
         conn.execute("COMMIT")
-        estimate = next_commit_estimate(self.full_commit_seconds, time.perf_counter() - started)
+        estimate = next_commit_estimate(self.full_commit_seconds, _stopwatch() - started)
         self.full_commit_seconds = estimate
         self._inline = self._inline_commits and estimate <= FULL_INLINE_MAX
 
