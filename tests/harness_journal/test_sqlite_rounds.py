@@ -701,3 +701,29 @@ async def test_a_wait_on_the_writer_thread_cancelled_as_its_job_finishes_ends_ca
         assert task.cancelled()
     finally:
         await journal.aclose()
+
+
+async def test_a_round_binds_its_records_without_sqlites_adapter_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """sqlite3 sends a ``bytes`` parameter through its adapter lookup (which formats and drops an AttributeError each
+    time); the journal binds record data as ``bytearray``, which it binds directly. An adapter registered for bytes
+    would see every record otherwise."""
+    adapted: list[bytes] = []
+
+    def counting(value: bytes) -> bytes:
+        adapted.append(value)
+        return value
+
+    monkeypatch.setitem(sqlite3.adapters, (bytes, sqlite3.PrepareProtocol), counting)
+    journal = await SqliteJournal.open(tmp_path / "j.db")
+    try:
+        writers = [await journal.create_session(f"s{i}", at=0.0) for i in range(3)]
+        await asyncio.gather(*(w.append(records(2, tag=w.session_id)) for w in writers))
+        await writers[0].append(records(1, tag="alone"))
+        assert adapted == []
+        stored = await journal.read("s0")
+        assert [type(r.data) for r in stored] == [bytes, bytes, bytes]
+        assert tags_of([r.data for r in stored]) == ["s0", "s0", "alone"]
+    finally:
+        await journal.aclose()
