@@ -94,7 +94,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -213,17 +213,12 @@ _READ = (
 )
 _LAST = 2**62  # "no upper bound" for a seq range
 
-_Plan = list[tuple[int, int, Sequence[NewRecord]]]
+_Append = tuple[int, int, Sequence[NewRecord], "asyncio.Future[list[int]]", "_SqliteWriter"]
+"""A queued append: its session's sid and epoch, its records, the future its caller awaits and its writer. A plain
+tuple (a round's plan is its appends themselves): building one costs a fraction of a class instance's ``__init__``,
+which is measurable at 100k appends a second."""
+_Plan = list[_Append]
 _Results = list[list[int] | BaseException]
-
-
-@dataclass(slots=True, eq=False)
-class _Append:
-    writer: _SqliteWriter
-    sid: int
-    epoch: int
-    records: Sequence[NewRecord]
-    future: asyncio.Future[list[int]]
 
 
 class _WriterBusy(LoopdError):
@@ -581,8 +576,8 @@ class SqliteJournal:
             return []
         if self._pending_size >= self._max_pending:
             await self._wait_for_room()
-        item = _Append(writer, writer.sid, writer.epoch, records, asyncio.get_running_loop().create_future())
-        self._pending.append(item)
+        future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
+        self._pending.append((writer.sid, writer.epoch, records, future, writer))
         self._pending_size += len(records)
         self._pending_bytes += len(records[0].data) if len(records) == 1 else sum(len(r.data) for r in records)
         if not self._leader and self._flusher is None:
@@ -591,7 +586,7 @@ class SqliteJournal:
                 # would only cost a loop iteration. Still yield every SOLO_STREAK appends (fairness).
                 self._unyielded += 1
                 self._write_round()
-                return await item.future
+                return await future
             # Lead this round: yield once so that every append ready in this loop iteration joins it.
             self._unyielded = 0
             self._leader = True
@@ -599,14 +594,14 @@ class SqliteJournal:
                 await asyncio.sleep(0)
             except asyncio.CancelledError:
                 self._leader = False
-                item.future.cancel()  # never written: a round skips appends whose caller is gone
+                future.cancel()  # never written: a round skips appends whose caller is gone
                 self._start_flusher()
                 raise
             self._leader = False
             self._write_round()
         # Not shielded: a caller that gives up cancels only its own future, which the round skips if it has not
         # started, and ignores if it has (the records may then be stored; the session's state decides).
-        return await item.future
+        return await future
 
     async def _wait_for_room(self) -> None:
         """Back-pressure: wait (bounded) until a round takes the queued appends."""
@@ -623,7 +618,7 @@ class SqliteJournal:
         batch, self._pending, self._pending_size, self._pending_bytes = self._pending, [], 0, 0
         self._room.set()
         self._solo = len(batch) == 1
-        return [item for item in batch if not item.future.done()]
+        return [item for item in batch if not item[3].done()]
 
     def _write_round(self) -> None:
         """Write the pending appends now on the event-loop thread if that is cheap, else on the writer thread."""
@@ -636,12 +631,12 @@ class SqliteJournal:
         if not batch:
             return
         try:
-            results = self._write_batch([(a.sid, a.epoch, a.records) for a in batch], inline=True)
+            results = self._write_batch(batch, inline=True)
         except _WriterBusy:
             # Another connection is writing: wait for it on the writer thread, not on the event loop.
             self._pending[:0] = batch
-            self._pending_size += sum(len(a.records) for a in batch)
-            self._pending_bytes += sum(len(r.data) for a in batch for r in a.records)
+            self._pending_size += sum(len(a[2]) for a in batch)
+            self._pending_bytes += sum(len(r.data) for a in batch for r in a[2])
             self._start_flusher()
             return
         except Exception as exc:  # any storage failure fails every append of the round (fail-closed)
@@ -660,8 +655,7 @@ class SqliteJournal:
                 batch = self._take_round()
                 if not batch:
                     continue
-                plan = [(a.sid, a.epoch, a.records) for a in batch]
-                job = asyncio.wrap_future(self._submit(self._write_batch, plan, False))
+                job = asyncio.wrap_future(self._submit(self._write_batch, batch, False))
                 try:
                     async with asyncio.timeout(self._append_timeout):
                         results = await job
@@ -691,22 +685,21 @@ class SqliteJournal:
             error = JournalError(f"append failed: {exc}")
             error.__cause__ = exc
         for item in batch:
-            if not item.future.done():
-                item.future.set_exception(error)
+            if not item[3].done():
+                item[3].set_exception(error)
 
     def _resolve(self, batch: list[_Append], results: _Results) -> None:
         signals = self._signals
-        for item, result in zip(batch, results, strict=True):
-            future = item.future
+        for (sid, _, _, future, writer), result in zip(batch, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, BaseException):
                 future.set_exception(result)
             else:
-                item.writer.last_seq = result[-1]
+                writer.last_seq = result[-1]
                 future.set_result(result)
                 if signals:
-                    signal = signals.get(item.sid)
+                    signal = signals.get(sid)
                     if signal is not None:
                         signal.set()
         if self._wal_pages < self._checkpoint_frames:
@@ -791,7 +784,7 @@ class SqliteJournal:
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
-            for sid, _, _ in plan:  # read them again next time
+            for sid, *_ in plan:  # read them again next time
                 self._heads.pop(sid, None)
             if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                 raise _WriterBusy from exc
@@ -821,7 +814,7 @@ class SqliteJournal:
         heads: dict[int, tuple[int, int]] = {}
         results: _Results = []
         rows: list[tuple[int, int, str, int, float, bytearray]] = []
-        for sid, epoch, records in plan:
+        for sid, epoch, records, _, _ in plan:
             head = heads.get(sid) or cached.get(sid)
             if head is None:
                 row = conn.execute(_HEAD, (sid,)).fetchone()
