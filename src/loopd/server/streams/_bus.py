@@ -101,8 +101,10 @@ FIRST_OUTPUT_LIMIT: Final = 10_000
 """At most this many answers are remembered (the oldest are forgotten first)."""
 
 
-COMMITTED_STATES_LIMIT: Final = 1024
-"""At most this many messages' committed stream states are kept (`CommittedStates`; the oldest go first)."""
+COMMITTED_STATES_LIMIT: Final = 256
+"""At most this many messages' committed stream states are kept (`CommittedStates`; the oldest go first). A state is
+an answer's whole content: the bound keeps what outlives its drive small; one evicted before its message's end only
+makes that end read the row, as it did without the registry."""
 
 
 class CommittedStates:
