@@ -88,8 +88,8 @@ async def test_small_rounds_commit_on_the_event_loop_and_full_sync_once_its_comm
             assert await seqs_of(journal, "s") == list(range(1, 21))
         assert normal.commits_inline >= 15  # a checkpoint may send a round or two to the writer thread
         assert normal.full_commit_seconds is None
-        # The first round was the first FULL commit timed (on the writer thread): the rounds after it ran inline.
-        assert full.commits_inline >= 15 and full.commits == 20
+        # The session's row was the first FULL commit timed (on the writer thread): the rounds after it ran inline.
+        assert full.commits_inline >= 15 and full.commits == 20 and full.sessions_inline == 0
         assert full.full_commit_seconds == pytest.approx(_sqlite.FULL_INLINE_MAX / 10)
         assert off.commits_inline == 0 and off.commits == 20
     finally:
@@ -110,7 +110,8 @@ async def test_full_commits_go_back_to_the_writer_thread_once_they_are_slow(
         for _ in range(5):
             await writer.append(records(1))
         inline = journal.commits_inline
-        assert inline == 4  # the first round was the first FULL commit timed (on the writer thread)
+        assert inline == 5  # the session's row was the first FULL commit timed (on the writer thread)
+        assert journal.sessions_inline == 0
         stopwatch.step = _sqlite.FULL_INLINE_MAX * 100  # the disk got slow: one slow commit is enough
         await writer.append(records(1))
         assert journal.commits_inline == inline + 1  # (timed as it ran inline)
@@ -122,6 +123,8 @@ async def test_full_commits_go_back_to_the_writer_thread_once_they_are_slow(
             await writer.append(records(1))
         assert journal.commits_inline > inline + 1
         assert await seqs_of(journal, "s") == list(range(1, 52))
+        await journal.create_session("t", at=0.0)  # a new session's row is a FULL commit too: timed, and inline now
+        assert journal.sessions_inline == 1
     finally:
         await journal.aclose()
 

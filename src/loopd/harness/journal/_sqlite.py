@@ -432,11 +432,14 @@ class SqliteJournal:
         def create(inline: bool) -> int:
             self._set_busy_wait(not inline)
             try:
+                started = _stopwatch()
                 cur = self._wc.execute(
                     "INSERT INTO journal_sessions (id, created_at, epoch, meta) VALUES (?, ?, 1, ?) RETURNING sid",
                     (session_id, at, meta),
                 )
-                (sid,) = cur.fetchone()
+                (sid,) = cur.fetchone()  # committed with the statement (no transaction): at FULL, synced too
+                if self._full:
+                    self._timed_full_commit(_stopwatch() - started)
             except sqlite3.IntegrityError:
                 return -1
             except sqlite3.OperationalError as exc:
@@ -758,7 +761,11 @@ class SqliteJournal:
             return
         started = _stopwatch()
         conn.execute("COMMIT")
-        estimate = next_commit_estimate(self.full_commit_seconds, _stopwatch() - started)
+        self._timed_full_commit(_stopwatch() - started)
+
+    def _timed_full_commit(self, took: float) -> None:
+        """A FULL commit took ``took`` seconds: the running estimate, and whether transactions may run inline."""
+        estimate = next_commit_estimate(self.full_commit_seconds, took)
         self.full_commit_seconds = estimate
         self._inline = self._inline_commits and estimate <= FULL_INLINE_MAX
 
