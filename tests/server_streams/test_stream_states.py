@@ -233,6 +233,9 @@ def test_committed_states_answer_at_their_revision_only_and_forget_what_is_taken
     for index, state in enumerate((one, two, one)):
         shared.put(f"m{index}", 1, state)
     assert shared.get("m0", 1) is None and shared.get("m2", 1) is one and len(shared) == 2  # oldest out
+    shared.forget("m2")
+    shared.forget("never put")
+    assert shared.get("m2", 1) is None and len(shared) == 1
     with pytest.raises(ValueError):
         CommittedStates(limit=0)
 

@@ -145,6 +145,10 @@ class CommittedStates:
         found = self._states.pop(message_id, None)
         return found[1] if found is not None and found[0] == revision else None
 
+    def forget(self, message_id: str) -> None:
+        """Keep nothing for ``message_id`` (at any revision)."""
+        self._states.pop(message_id, None)
+
 
 class FirstOutputs:
     """The answers (response messages) this process started that show nothing yet, for writers to go easy on the
@@ -163,8 +167,8 @@ class FirstOutputs:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._blank: OrderedDict[str, float] = OrderedDict()  # message id → when its start was committed
-        # message id → its revision and stream state as its opening commit left them (blank answers only)
-        self._opened: dict[str, tuple[int, StreamState]] = {}
+        # the stream state of each blank answer as its opening commit left it, at that commit's revision
+        self._opened = CommittedStates(FIRST_OUTPUT_LIMIT)
         self._none = asyncio.Event()
         self._none.set()
 
@@ -178,11 +182,11 @@ class FirstOutputs:
         self._expire()
         if len(self._blank) >= FIRST_OUTPUT_LIMIT:
             forgotten, _ = self._blank.popitem(last=False)
-            self._opened.pop(forgotten, None)
+            self._opened.forget(forgotten)
         self._blank[message_id] = self._clock.monotonic()
         if opened is not None:
             try:
-                self._opened[message_id] = (opened.revision, StreamState.of(opened.content, seq=seq))
+                self._opened.put(message_id, opened.revision, StreamState.of(opened.content, seq=seq))
             except AgentUEError:  # stored checked, so never; its writer reads the row as usual then
                 _log.warning("answer %s: its opening content does not parse", message_id, exc_info=True)
         self._none.clear()
@@ -191,11 +195,10 @@ class FirstOutputs:
         """The stream state of a blank answer at ``revision`` as its opening commit left it (its content, the seq of
         its ``start``), or None: not known here, or written since (every write moves the revision). Its first
         writer then folds onto it without reading the row and its last seq back."""
-        opened = self._opened.get(message_id)
-        return opened[1] if opened is not None and opened[0] == revision else None
+        return self._opened.get(message_id, revision)
 
     def shown(self, message_id: str) -> None:
-        self._opened.pop(message_id, None)
+        self._opened.forget(message_id)
         if self._blank.pop(message_id, None) is not None and not self._blank:
             self._none.set()
 
@@ -215,7 +218,7 @@ class FirstOutputs:
         horizon = self._clock.monotonic() - FIRST_OUTPUT_HORIZON
         while blank and next(iter(blank.values())) < horizon:
             forgotten, _ = blank.popitem(last=False)
-            self._opened.pop(forgotten, None)
+            self._opened.forget(forgotten)
         if not blank:
             self._none.set()
 
