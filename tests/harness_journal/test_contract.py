@@ -70,6 +70,21 @@ async def test_seqs_start_at_one_and_have_no_gaps(journal: Journal) -> None:
     assert info is not None and info.last_seq == 6
 
 
+async def test_appends_that_need_no_sync_yet_are_stored_alike_and_sync_makes_them_durable(journal: Journal) -> None:
+    """``sync=False`` only lets a journal that `defers_sync` skip the disk flush until `sync`; seqs, reads and
+    atomicity are the same, interleaved with synced appends."""
+    writer = await journal.create_session("s", at=1.0)
+    assert await writer.append(records(2, tag="lazy"), sync=False) == [1, 2]
+    assert await writer.append(records(1, tag="synced")) == [3]
+    assert await writer.append(records(1, tag="lazy"), sync=False) == [4]
+    await writer.sync()
+    await writer.sync()  # nothing left: returns at once
+    stored = await journal.read("s")
+    assert [r.seq for r in stored] == [1, 2, 3, 4]
+    assert [json.loads(r.data)["tag"] for r in stored] == ["lazy", "lazy", "synced", "lazy"]
+    assert writer.last_seq == 4
+
+
 async def test_what_is_read_back_is_what_was_appended(journal: Journal) -> None:
     writer = await journal.create_session("s", meta='{"rig":"x"}', at=7.5)
     batch = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +21,7 @@ from loopd.harness._errors import ModelError, SessionFaultError, ToolError
 from loopd.harness.actors._hustle import HustleQueueFullError, HustleResult
 from loopd.harness.actors._mailbox import Mailbox
 from loopd.harness.actors._tracing import LoopTracing
-from loopd.harness.core import ZERO_USAGE, ToolCall, ToolOutcome, Usage, user_message
+from loopd.harness.core import ZERO_USAGE, Idempotency, ToolCall, ToolOutcome, Usage, user_message
 from loopd.harness.core.commands import (
     AnswerGate,
     CancelQueuedInput,
@@ -212,6 +212,15 @@ class LoopDefinition:
                 return tool.idempotency.safe_to_repeat
         return False
 
+    def is_inherently_repeatable(self, tool_name: str) -> bool:
+        """Whether ``tool_name`` has no effect a second run could repeat (``Idempotency.INHERENT``: it reads, or
+        computes). Not ``KEYED``: a call lost with its unsynced record comes back from a new model call with a new
+        id, hence a new key."""
+        for tool in self.tools:
+            if tool.spec.name == tool_name:
+                return tool.idempotency is Idempotency.INHERENT
+        return False
+
 
 @dataclass(slots=True)
 class _Ask:
@@ -369,7 +378,7 @@ class LoopActor:
             command = self._compaction_arrived(command)
         decision = decide(self.state, command, config=self._config, now=self._clock.time())
         try:
-            await self.execute(decision)
+            await self.execute(decision, wait=isinstance(item, _Ask) or not self._repeatable(decision.effects))
         except BaseException:
             if isinstance(item, _Ask) and not item.done.done():
                 item.done.cancel()
@@ -377,13 +386,14 @@ class LoopActor:
         if isinstance(item, _Ask) and not item.done.done():
             item.done.set_result(any(isinstance(e, TurnInterrupted) for e in decision.events))
 
-    async def execute(self, decision: Decision) -> None:
-        """Persist, apply and publish the decision's events, then start its effects."""
+    async def execute(self, decision: Decision, *, wait: bool = True) -> None:
+        """Persist, apply and publish the decision's events, then start its effects. ``wait=False``: the effects may
+        start before the events are on the disk (`_repeatable`; they are published once they are)."""
         if decision.events:
             before = self.state.measured_tokens  # the measurement a new one is compared with (once per crossing)
             self._folded = (decision.events, self.state, decision.state)
             try:
-                await self.session.commit_loop(self, decision.events)
+                await self.session.commit_loop(self, decision.events, wait=wait)
             finally:
                 self._folded = None
             for event in decision.events:
@@ -392,6 +402,26 @@ class LoopActor:
                     before = event.tokens
         for effect in decision.effects:
             self.start_effect(effect)
+
+    def _repeatable(self, effects: Sequence[Effect]) -> bool:
+        """Whether ``effects`` may all start before the records that lead to them reach the disk: after a power loss
+        they would simply run again from the records that did — a model call (not a foreign engine's turn, which runs
+        its own tools), or tool calls whose tools are all `LoopDefinition.is_inherently_repeatable` (the gate may
+        still open a prompt for them: that is a commit of its own, synced). A decision without effects (a turn's end,
+        one of several tool results) and anything else (timers, gates, compaction, other tools) waits for the
+        sync."""
+        if not effects:
+            return False
+        for effect in effects:
+            if isinstance(effect, CallModel):
+                if isinstance(self.definition.model, ForeignEngine):
+                    return False
+            elif isinstance(effect, RunTools):
+                if not all(self.definition.is_inherently_repeatable(call.name) for call in effect.calls):
+                    return False
+            else:
+                return False
+        return True
 
     def apply_committed(self, events: tuple[LoopEvent, ...], seqs: list[int]) -> None:
         """Apply and publish events the session has just journaled as ``seqs`` (called under its commit lock)."""

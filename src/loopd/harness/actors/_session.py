@@ -514,9 +514,10 @@ class Session:
         self._stopped.set()
         self.notify_changed()
 
-    async def commit_loop(self, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:
-        """Journal a loop's events, then apply and publish them (under the commit lock)."""
-        await self.log.commit(events, lambda seqs: actor.apply_committed(events, seqs))
+    async def commit_loop(self, actor: LoopActor, events: tuple[LoopEvent, ...], *, wait: bool = True) -> None:
+        """Journal a loop's events, then apply and publish them (under the commit lock). ``wait=False``: the effects
+        that follow are safe to run before the records reach the disk (`SessionLog.commit`)."""
+        await self.log.commit(events, lambda seqs: actor.apply_committed(events, seqs), wait=wait)
         await self.workspace.after_commit(actor, events)
 
     async def commit_agent_start(self, started: AgentStarted, actor: LoopActor, events: tuple[LoopEvent, ...]) -> None:

@@ -194,7 +194,14 @@ class _MemoryWriter:
     def last_seq(self) -> int:
         return self._session.last_seq
 
-    async def append(self, records: Sequence[NewRecord]) -> list[int]:
+    @property
+    def defers_sync(self) -> bool:
+        return False  # every append is as durable as this journal makes it when it returns
+
+    async def sync(self) -> None:
+        return None
+
+    async def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> list[int]:
         if self._closed:
             raise JournalError("writer is closed")
         await asyncio.sleep(0)  # an append is a suspension point, as with a real store

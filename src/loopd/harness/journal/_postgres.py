@@ -791,7 +791,14 @@ class _PostgresWriter:
     def last_seq(self) -> int:
         return self._last_seq
 
-    async def append(self, records: Sequence[NewRecord]) -> list[int]:
+    @property
+    def defers_sync(self) -> bool:
+        return False  # every append is as durable as this journal makes it when it returns
+
+    async def sync(self) -> None:
+        return None
+
+    async def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> list[int]:
         if self._closed:
             raise JournalError("writer is closed")
         seqs = await self._append(self._sid, self._epoch, records)

@@ -70,8 +70,21 @@ class JournalWriter(Protocol):
     @property
     def last_seq(self) -> int: ...
 
-    async def append(self, records: Sequence[NewRecord]) -> list[int]:
-        """Store ``records`` atomically; returns their seqs. Raises `JournalError` (fail-closed)."""
+    @property
+    def defers_sync(self) -> bool:
+        """Whether ``append(sync=False)`` may return before its records are on stable storage (then `sync` puts
+        them there). False: every append is as durable as the journal ever makes it when it returns."""
+        ...
+
+    async def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> list[int]:
+        """Store ``records`` atomically; returns their seqs. Raises `JournalError` (fail-closed). ``sync=False``: the
+        caller does not need them on stable storage yet (a journal that `defers_sync` may then skip the disk
+        flush, and a process crash still keeps them; a later synced append or `sync` makes them survive power
+        loss too)."""
+        ...
+
+    async def sync(self) -> None:
+        """Return once every record this writer appended is on stable storage (at once unless `defers_sync`)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -93,7 +93,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -123,6 +123,8 @@ INLINE_MAX_RECORDS = 128
 INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
 FULL_INLINE_MAX = 0.0005
+SYNC_TIMEOUT = 30.0
+"""Seconds a `SqliteJournal.sync` waits for the WAL's fdatasync before it fails (fail-closed)."""
 """Seconds a ``synchronous="FULL"`` commit (its fsync) may take, as the journal's running estimate has it, for FULL
 transactions to run inline (see the module docstring)."""
 FULL_COMMIT_WEIGHT = 0.25
@@ -213,8 +215,9 @@ _READ = (
 )
 _LAST = 2**62  # "no upper bound" for a seq range
 
-_Append = tuple[int, int, Sequence[NewRecord], "asyncio.Future[list[int]]", "_SqliteWriter"]
-"""A queued append: its session's sid and epoch, its records, the future its caller awaits and its writer. A plain
+_Append = tuple[int, int, Sequence[NewRecord], "asyncio.Future[list[int]]", "_SqliteWriter", bool]
+"""A queued append: its session's sid and epoch, its records, the future its caller awaits, its writer and whether
+its commit must reach the disk before it returns (``sync``; only ``FULL`` tells the two apart). A plain
 tuple (a round's plan is its appends themselves): building one costs a fraction of a class instance's ``__init__``,
 which is measurable at 100k appends a second."""
 _Plan = list[_Append]
@@ -368,6 +371,17 @@ class SqliteJournal:
         self.records_written = 0
         self.snapshots_inline = 0  # state snapshots saved on the event-loop thread
         self.sessions_inline = 0  # sessions created on the event-loop thread
+        # Deferred syncs at FULL (`sync`): rounds of ``sync=False`` appends only commit without the fdatasync
+        # (``commits_unsynced`` counts them: ``_lazy_commits``); `sync` then fdatasyncs the WAL on a thread of its
+        # own, beside the writer, and ``_synced_gen`` is the count of those commits known to be on the disk.
+        self._pending_syncs = 0  # queued appends that want their commit synced
+        self._lazy_commits = 0
+        self._synced_gen = 0
+        self._sync_job: asyncio.Future[None] | None = None
+        self._syncer: ThreadPoolExecutor | None = None
+        self._wal_fd: int | None = None
+        self.commits_unsynced = 0
+        self.syncs = 0
 
     @classmethod
     async def open(cls, path: Path | str, **options: object) -> SqliteJournal:
@@ -458,7 +472,7 @@ class SqliteJournal:
             raise SessionBusyError(session_id)
         self._sids[session_id] = sid
         self._parents[sid] = None
-        return _SqliteWriter(self._append, session_id, sid, 1, 0)
+        return _SqliteWriter(self, session_id, sid, 1, 0)
 
     async def fork_session(
         self, parent_id: str, at_seq: int, session_id: str, *, meta: str = "", at: float
@@ -500,7 +514,7 @@ class SqliteJournal:
         sid, parent_sid = found
         self._sids[session_id] = sid
         self._parents[sid] = (parent_sid, at_seq)
-        return _SqliteWriter(self._append, session_id, sid, 1, at_seq)
+        return _SqliteWriter(self, session_id, sid, 1, at_seq)
 
     def _begin_taking_over(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE`` for a takeover, on the writer thread, trying again every ~millisecond until the busy
@@ -550,7 +564,7 @@ class SqliteJournal:
             raise SessionNotFoundError(session_id)
         sid, epoch, last_seq = found
         self._sids[session_id] = sid
-        return _SqliteWriter(self._append, session_id, sid, epoch, last_seq)
+        return _SqliteWriter(self, session_id, sid, epoch, last_seq)
 
     @property
     def _wc(self) -> sqlite3.Connection:
@@ -570,7 +584,7 @@ class SqliteJournal:
 
     # --- group commit --------------------------------------------------------------------------------------
 
-    async def _append(self, writer: _SqliteWriter, records: Sequence[NewRecord]) -> list[int]:
+    async def _append(self, writer: _SqliteWriter, records: Sequence[NewRecord], sync: bool = True) -> list[int]:
         if writer.closed:
             raise JournalError("writer is closed")
         if self._closed:
@@ -580,7 +594,8 @@ class SqliteJournal:
         if self._pending_size >= self._max_pending:
             await self._wait_for_room()
         future: asyncio.Future[list[int]] = asyncio.get_running_loop().create_future()
-        self._pending.append((writer.sid, writer.epoch, records, future, writer))
+        self._pending.append((writer.sid, writer.epoch, records, future, writer, sync))
+        self._pending_syncs += sync
         self._pending_size += len(records)
         self._pending_bytes += len(records[0].data) if len(records) == 1 else sum(len(r.data) for r in records)
         if not self._leader and self._flusher is None:
@@ -619,6 +634,7 @@ class SqliteJournal:
 
     def _take_round(self) -> list[_Append]:
         batch, self._pending, self._pending_size, self._pending_bytes = self._pending, [], 0, 0
+        self._pending_syncs = 0
         self._room.set()
         self._solo = len(batch) == 1
         return [item for item in batch if not item[3].done()]
@@ -627,7 +643,8 @@ class SqliteJournal:
         """Write the pending appends now on the event-loop thread if that is cheap, else on the writer thread."""
         if not self._pending or self._flusher is not None:
             return
-        if not (self._pending_size <= INLINE_MAX_RECORDS and self._may_write_inline(self._pending_bytes)):
+        lazy = self._full and not self._pending_syncs  # a round that commits without the fdatasync: like NORMAL
+        if not (self._pending_size <= INLINE_MAX_RECORDS and self._may_write_inline(self._pending_bytes, lazy)):
             self._start_flusher()
             return
         batch = self._take_round()
@@ -638,6 +655,7 @@ class SqliteJournal:
         except _WriterBusy:
             # Another connection is writing: wait for it on the writer thread, not on the event loop.
             self._pending[:0] = batch
+            self._pending_syncs += sum(a[5] for a in batch)
             self._pending_size += sum(len(a[2]) for a in batch)
             self._pending_bytes += sum(len(r.data) for a in batch for r in a[2])
             self._start_flusher()
@@ -693,7 +711,7 @@ class SqliteJournal:
 
     def _resolve(self, batch: list[_Append], results: _Results) -> None:
         signals = self._signals
-        for (sid, _, _, future, writer), result in zip(batch, results, strict=True):
+        for (sid, _, _, future, writer, _), result in zip(batch, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, BaseException):
@@ -783,19 +801,36 @@ class SqliteJournal:
         return conn
 
     def _write_batch(self, plan: _Plan, inline: bool) -> _Results:
-        """One transaction for the whole round, on whichever thread holds the write connection."""
-        conn = self._begin_immediate(inline)
+        """One transaction for the whole round, on whichever thread holds the write connection. At ``FULL``, a round
+        whose appends all said ``sync=False`` commits at ``NORMAL`` (no fdatasync; `sync` makes it durable later):
+        the connection is switched for that one transaction and back, so every other write stays ``FULL``."""
+        lazy = self._full and not any(item[5] for item in plan)
+        if lazy:
+            self._wc.execute("PRAGMA synchronous=NORMAL")
         try:
-            results, heads, rows = self._stage(conn, plan)
-            self._commit(conn)
-        except BaseException as exc:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            for sid, *_ in plan:  # read them again next time
-                self._heads.pop(sid, None)
-            if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-                raise _WriterBusy from exc
-            raise
+            conn = self._begin_immediate(inline)
+            try:
+                results, heads, rows = self._stage(conn, plan)
+                if lazy:
+                    conn.execute("COMMIT")
+                else:
+                    self._commit(conn)
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                for sid, *_ in plan:  # read them again next time
+                    self._heads.pop(sid, None)
+                if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                    raise _WriterBusy from exc
+                raise
+        finally:
+            if lazy:
+                self._wc.execute("PRAGMA synchronous=FULL")
+        if lazy:
+            self._lazy_commits += 1  # after the COMMIT: a sync that reads the count after this covers the frames
+            self.commits_unsynced += 1
+        elif self._full:
+            self._synced_gen = self._lazy_commits  # a FULL commit's fdatasync covers every frame before it
         self._heads.update(heads)
         self.commits += 1
         self.commits_inline += inline
@@ -821,7 +856,7 @@ class SqliteJournal:
         heads: dict[int, tuple[int, int]] = {}
         results: _Results = []
         rows: list[tuple[int, int, str, int, float, bytearray]] = []
-        for sid, epoch, records, _, _ in plan:
+        for sid, epoch, records, _, _, _ in plan:
             head = heads.get(sid) or cached.get(sid)
             if head is None:
                 row = conn.execute(_HEAD, (sid,)).fetchone()
@@ -846,6 +881,83 @@ class SqliteJournal:
                 "INSERT INTO journal_records (sid, seq, kind, v, at, data) VALUES (?, ?, ?, ?, ?, ?)", rows
             )
         return results, heads, rows
+
+    # --- deferred syncs (FULL) ------------------------------------------------------------------------------
+
+    @property
+    def defers_sync(self) -> bool:
+        """Whether ``append(sync=False)`` may return before its records are on the disk (``FULL``; see `sync`)."""
+        return self._full
+
+    @property
+    def unsynced(self) -> bool:
+        """Whether a commit made without its fdatasync (``sync=False`` at ``FULL``) is not known to be on the disk."""
+        return self._lazy_commits > self._synced_gen
+
+    async def sync(self) -> None:
+        """Return once every commit made so far is on the disk: at ``FULL``, those made with ``sync=False`` wait for
+        one fdatasync of the WAL — on the event-loop thread while FULL commits are measured to be quick (the same
+        estimate and bound as inline FULL commits), else on a thread of its own beside the writer (shared by every
+        caller waiting meanwhile), so rounds go on committing while it runs; at ``NORMAL`` at once (a commit there
+        survives a process crash, never a power loss). Raises `JournalError` when the fdatasync fails or takes longer
+        than `SYNC_TIMEOUT` (fail-closed: the caller's session stops)."""
+        target = self._lazy_commits
+        if self._synced_gen >= target:
+            return
+        self._check_open()
+        if self._inline and self._sync_job is None:
+            # Quick fsyncs (the FULL commits' estimate, which this one feeds too): here, like an inline FULL commit;
+            # a round trip to a thread costs more on a small machine than the fdatasync it waits for.
+            started = _stopwatch()
+            try:
+                self._sync_wal()
+            except OSError as exc:
+                raise JournalError(f"the journal's fdatasync failed: {exc}") from exc
+            self._timed_full_commit(_stopwatch() - started)
+            return
+        while self._synced_gen < target:
+            self._check_open()
+            job = self._sync_job
+            if job is None:
+                if self._syncer is None:
+                    self._syncer = ThreadPoolExecutor(1, thread_name_prefix="loopd-journal-sync")
+                job = self._sync_job = asyncio.wrap_future(self._syncer.submit(self._sync_wal))
+                job.add_done_callback(self._sync_done)
+            try:
+                async with asyncio.timeout(SYNC_TIMEOUT):
+                    await asyncio.shield(job)  # a waiter that gives up leaves the fdatasync to the others
+            except TimeoutError as exc:
+                raise JournalError(f"the journal's fdatasync took longer than {SYNC_TIMEOUT:g} s") from exc
+            except OSError as exc:
+                raise JournalError(f"the journal's fdatasync failed: {exc}") from exc
+
+    def _sync_done(self, job: asyncio.Future[None]) -> None:
+        if self._sync_job is job:
+            self._sync_job = None
+        if not job.cancelled():
+            job.exception()  # retrieved here: every waiter may have given up
+
+    def _sync_wal(self) -> None:
+        """On the sync thread: fdatasync the WAL (opened once; again if SQLite made a new file). Every commit counted
+        before it started is on the disk when it returns; fdatasync works on the file, whichever descriptor."""
+        covered = self._lazy_commits
+        wal = f"{self.path}-wal"
+        fd = self._wal_fd
+        if fd is not None and os.fstat(fd).st_ino != os.stat(wal).st_ino:
+            os.close(fd)
+            fd = self._wal_fd = None
+        if fd is None:
+            fd = self._wal_fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+        os.fdatasync(fd)
+        self.syncs += 1
+        if covered > self._synced_gen:
+            self._synced_gen = covered
+
+    async def _durable(self) -> None:
+        """Before a read: what it returns is on the disk (`sync`), so no reader sees a record a power loss could take
+        back."""
+        if self._lazy_commits > self._synced_gen:
+            await self.sync()
 
     # --- reading -------------------------------------------------------------------------------------------
 
@@ -886,6 +998,7 @@ class SqliteJournal:
 
     async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
         self._check_open()
+        await self._durable()
         sid = await self._sid(session_id)
         if sid is None:
             raise SessionNotFoundError(session_id)
@@ -927,6 +1040,8 @@ class SqliteJournal:
                 await wait_event(self._clock, signal, poll_interval)
 
     async def session(self, session_id: str) -> SessionInfo | None:
+        await self._durable()
+
         def fetch() -> SessionInfo | None:
             row = self._rc.execute(f"{_INFO} WHERE s.id = ?", (session_id,)).fetchone()
             return None if row is None else SessionInfo(row[0], float(row[1]), int(row[2]), row[3], row[4], int(row[5]))
@@ -935,6 +1050,8 @@ class SqliteJournal:
         return result
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
+        await self._durable()
+
         def fetch() -> list[SessionInfo]:
             rows = self._rc.execute(f"{_INFO} ORDER BY s.created_at DESC LIMIT ?", (limit,)).fetchall()
             return [SessionInfo(r[0], float(r[1]), int(r[2]), r[3], r[4], int(r[5])) for r in rows]
@@ -972,10 +1089,12 @@ class SqliteJournal:
         if last is not None:
             raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
 
-    def _may_write_inline(self, size: int = 0) -> bool:
-        """Whether a write of ``size`` bytes may run on the event-loop thread now: ``NORMAL``, no larger than an
-        inline round, the writer thread idle and no flusher between its rounds (see the module docstring)."""
-        return self._inline and size <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
+    def _may_write_inline(self, size: int = 0, lazy: bool = False) -> bool:
+        """Whether a write of ``size`` bytes may run on the event-loop thread now: ``NORMAL`` (or a ``lazy`` round,
+        one committed without the fdatasync), no larger than an inline round, the writer thread idle and no flusher
+        between its rounds (see the module docstring)."""
+        inline = self._inline or (lazy and self._inline_commits)
+        return inline and size <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
 
     async def _write_inline_or_on_thread(self, fn: Callable[[bool], _T], size: int = 0) -> tuple[_T, bool]:
         """``fn(inline)`` on the event-loop thread when `_may_write_inline`, else — or when another connection holds
@@ -989,6 +1108,7 @@ class SqliteJournal:
 
     async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
         self._check_open()
+        await self._durable()
         sid = await self._sid(session_id)
         if sid is None:
             raise SessionNotFoundError(session_id)
@@ -1016,6 +1136,14 @@ class SqliteJournal:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2 * self._append_timeout):
                     await asyncio.shield(self._flusher)
+        job = self._sync_job
+        if job is not None:  # a sync on its thread: let it end (bounded) before its descriptor closes
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(SYNC_TIMEOUT):
+                    await asyncio.shield(job)
+        if self.unsynced and self._wconn is not None:
+            with contextlib.suppress(OSError):  # (closing the connections checkpoints with a sync anyway)
+                self._sync_wal()
         self._wconn = self._rconn = None
         try:
             await self._writer.close()  # each bounded by append_timeout
@@ -1026,6 +1154,12 @@ class SqliteJournal:
                 if self._shm is not None:
                     os.close(self._shm)
                     self._shm = None
+                if self._syncer is not None:
+                    self._syncer.shutdown(wait=False)
+                    self._syncer = None
+                if self._wal_fd is not None and (job is None or job.done()):  # (a hung one keeps it: a leak, no crash)
+                    os.close(self._wal_fd)
+                    self._wal_fd = None
 
 
 class _SqliteWriter:
@@ -1034,13 +1168,14 @@ class _SqliteWriter:
 
     def __init__(
         self,
-        append: Callable[[_SqliteWriter, Sequence[NewRecord]], Coroutine[Any, Any, list[int]]],
+        journal: SqliteJournal,
         session_id: str,
         sid: int,
         epoch: int,
         last_seq: int,
     ) -> None:
-        self._append = append
+        self._journal = journal
+        self._append = journal._append
         self._session_id = session_id
         self.sid = sid
         self.epoch = epoch
@@ -1051,9 +1186,16 @@ class _SqliteWriter:
     def session_id(self) -> str:
         return self._session_id
 
-    def append(self, records: Sequence[NewRecord]) -> Coroutine[Any, Any, list[int]]:
+    @property
+    def defers_sync(self) -> bool:
+        return self._journal.defers_sync
+
+    def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> Coroutine[Any, Any, list[int]]:
         # The journal's coroutine itself (one coroutine per append, not two); it checks `closed` when awaited.
-        return self._append(self, records)
+        return self._append(self, records, sync)
+
+    def sync(self) -> Coroutine[Any, Any, None]:
+        return self._journal.sync()
 
     async def aclose(self) -> None:
         self.closed = True

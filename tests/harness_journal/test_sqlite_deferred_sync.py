@@ -1,0 +1,194 @@
+"""SQLite journal at ``synchronous=FULL``: appends made with ``sync=False`` commit without their fdatasync, and
+`SqliteJournal.sync` (or any synced commit after them) puts them on the disk.
+
+What reaches the disk is checked where it can be without pulling a plug: the connection stays at FULL outside such
+rounds (`PRAGMA synchronous`), `sync` calls ``fdatasync`` on the WAL file itself (its inode), a read never returns
+a record not yet synced, and a failing fdatasync fails the sync with `JournalError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from loopd.harness import JournalError, SqliteJournal
+from loopd.harness.journal import MemoryJournal
+
+from .conftest import records
+
+_FULL = 2  # what `PRAGMA synchronous` reads for FULL
+
+
+class _Fdatasyncs:
+    """Stands in for ``os.fdatasync``: records the inode of every file synced, then syncs it for real."""
+
+    def __init__(self) -> None:
+        self.inodes: list[int] = []
+        self.fail: OSError | None = None
+        self._real = os.fdatasync
+
+    def __call__(self, fd: int) -> None:
+        if self.fail is not None:
+            raise self.fail
+        self.inodes.append(os.fstat(fd).st_ino)
+        self._real(fd)
+
+
+@pytest.fixture
+def fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> _Fdatasyncs:
+    recorder = _Fdatasyncs()
+    monkeypatch.setattr(os, "fdatasync", recorder)
+    return recorder
+
+
+def unsynced(journal: SqliteJournal) -> bool:
+    """Whether the journal holds commits not known to be on the disk (read afresh each time)."""
+    return journal.unsynced
+
+
+def wal_inode(path: Path) -> int:
+    return os.stat(f"{path}-wal").st_ino
+
+
+async def test_unsynced_appends_commit_without_the_fdatasync_and_sync_puts_them_on_the_disk(
+    tmp_path: Path, fdatasyncs: _Fdatasyncs
+) -> None:
+    path = tmp_path / "full.db"
+    journal = await SqliteJournal.open(path, synchronous="FULL")
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        assert writer.defers_sync and journal.defers_sync
+        for i in range(3):
+            assert await writer.append(records(1, tag=str(i)), sync=False) == [i + 1]
+        assert journal.commits_unsynced == 3 and unsynced(journal)
+        assert journal._wc.execute("PRAGMA synchronous").fetchone()[0] == _FULL  # every other write stays FULL
+        assert fdatasyncs.inodes == []
+        await writer.sync()
+        assert not unsynced(journal) and journal.syncs == 1
+        assert fdatasyncs.inodes == [wal_inode(path)]  # the WAL itself, whichever descriptor
+        await writer.sync()  # nothing new: no second fdatasync
+        assert journal.syncs == 1
+    finally:
+        await journal.aclose()
+
+
+async def test_a_synced_append_covers_the_unsynced_ones_before_it(tmp_path: Path, fdatasyncs: _Fdatasyncs) -> None:
+    journal = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(2), sync=False)
+        assert unsynced(journal)
+        await writer.append(records(1))  # a FULL commit: its fdatasync takes the WAL's earlier frames too
+        assert not unsynced(journal)
+        await writer.sync()
+        assert journal.syncs == 0 and fdatasyncs.inodes == []
+    finally:
+        await journal.aclose()
+
+
+async def test_a_read_syncs_first_so_no_reader_sees_a_record_a_power_loss_could_take_back(
+    tmp_path: Path, fdatasyncs: _Fdatasyncs
+) -> None:
+    path = tmp_path / "full.db"
+    journal = await SqliteJournal.open(path, synchronous="FULL")
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(2), sync=False)
+        assert [r.seq for r in await journal.read("s")] == [1, 2]
+        assert not unsynced(journal) and fdatasyncs.inodes == [wal_inode(path)]
+        await writer.append(records(1), sync=False)
+        info = await journal.session("s")
+        assert info is not None and info.last_seq == 3 and not unsynced(journal)
+        await writer.append(records(1), sync=False)
+        assert [s.last_seq for s in await journal.sessions()] == [4] and not unsynced(journal)
+    finally:
+        await journal.aclose()
+
+
+async def test_slow_fsyncs_run_on_the_sync_thread_once_for_every_waiter(
+    tmp_path: Path, fdatasyncs: _Fdatasyncs
+) -> None:
+    """Without quick FULL commits measured (here: none inline at all), the fdatasync runs beside the writer, and
+    callers waiting meanwhile share it."""
+    path = tmp_path / "full.db"
+    journal = await SqliteJournal.open(path, synchronous="FULL", inline_commits=False)
+    try:
+        a = await journal.create_session("a", at=0.0)
+        b = await journal.create_session("b", at=0.0)
+        await asyncio.gather(a.append(records(1), sync=False), b.append(records(1), sync=False))
+        assert unsynced(journal)
+        await asyncio.gather(a.sync(), b.sync(), journal.sync())
+        assert journal.syncs == 1 and not unsynced(journal)
+        assert fdatasyncs.inodes == [wal_inode(path)]
+    finally:
+        await journal.aclose()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_a_failing_fdatasync_fails_the_sync_with_a_journal_error(
+    tmp_path: Path, fdatasyncs: _Fdatasyncs, inline: bool
+) -> None:
+    journal = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL", inline_commits=inline)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(1), sync=False)
+        fdatasyncs.fail = OSError(5, "Input/output error")
+        with pytest.raises(JournalError, match="fdatasync failed"):
+            await writer.sync()
+        assert unsynced(journal)  # still not known to be on the disk
+        fdatasyncs.fail = None
+        await writer.sync()
+        assert not unsynced(journal)
+    finally:
+        await journal.aclose()
+
+
+async def test_at_normal_and_in_memory_nothing_is_deferred(tmp_path: Path, fdatasyncs: _Fdatasyncs) -> None:
+    """NORMAL never syncs a commit (it survives a process crash, not a power loss): ``sync=False`` changes nothing
+    and `sync` returns at once; journals that do not defer say so."""
+    normal = await SqliteJournal.open(tmp_path / "normal.db")
+    memory = MemoryJournal()
+    try:
+        for journal in (normal, memory):
+            writer = await journal.create_session("s", at=0.0)
+            assert not writer.defers_sync
+            assert await writer.append(records(2), sync=False) == [1, 2]
+            await writer.sync()
+            assert [r.seq for r in await journal.read("s")] == [1, 2]
+        assert normal.commits_unsynced == 0 and normal.syncs == 0 and not unsynced(normal)
+        assert fdatasyncs.inodes == []
+    finally:
+        await normal.aclose()
+
+
+async def test_the_sync_descriptor_follows_a_new_wal_file(tmp_path: Path, fdatasyncs: _Fdatasyncs) -> None:
+    """The WAL is opened once; if SQLite made a new file meanwhile (another inode), the next sync opens that one."""
+    path = tmp_path / "full.db"
+    journal = await SqliteJournal.open(path, synchronous="FULL")
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        await writer.append(records(1), sync=False)
+        await writer.sync()
+        old = journal._wal_fd
+        assert old is not None
+        stale = os.open(tmp_path, os.O_RDONLY)  # another inode behind the descriptor the journal keeps
+        os.dup2(stale, old)
+        os.close(stale)
+        await writer.append(records(1), sync=False)
+        await writer.sync()
+        assert fdatasyncs.inodes == [wal_inode(path), wal_inode(path)]
+    finally:
+        await journal.aclose()
+
+
+async def test_closing_the_journal_syncs_what_is_still_unsynced(tmp_path: Path, fdatasyncs: _Fdatasyncs) -> None:
+    path = tmp_path / "full.db"
+    journal = await SqliteJournal.open(path, synchronous="FULL")
+    writer = await journal.create_session("s", at=0.0)
+    await writer.append(records(1), sync=False)
+    inode = wal_inode(path)
+    await journal.aclose()
+    assert fdatasyncs.inodes[:1] == [inode] and not unsynced(journal)
