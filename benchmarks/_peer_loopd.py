@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -86,19 +87,24 @@ def final_reply(index: int) -> bytes:
     )
 
 
-def transport(clock: StepClock, probe: list[int] | None, path: Path) -> httpx2.MockTransport:
-    """The in-process OpenAI-compatible endpoint: POST /chat/completions → a streamed reply, at once."""
+def transport(
+    clock: StepClock, probe: list[int] | None, path: Path, unsynced: Callable[[], bool] = lambda: False
+) -> tuple[httpx2.MockTransport, list[bool]]:
+    """The in-process OpenAI-compatible endpoint: POST /chat/completions → a streamed reply, at once; with a
+    ``probe``, also whether each call started while the journal held commits not yet synced."""
+    seen_unsynced: list[bool] = []
 
     def handle(request: httpx2.Request) -> httpx2.Response:
         index, started = clock.enter()
         if probe is not None:
+            seen_unsynced.append(unsynced())
             probe.append(count_rows(path, "SELECT count(*) FROM journal_records WHERE kind = 'step_done'"))
         body = tool_reply(index) if clock.wants_tool(index) else final_reply(index)
         response = httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
         clock.leave(started)
         return response
 
-    return httpx2.MockTransport(handle)
+    return httpx2.MockTransport(handle), seen_unsynced
 
 
 async def run(
@@ -108,7 +114,8 @@ async def run(
     clock = StepClock(steps)
     durable_rows: list[int] | None = [] if probe else None
     journal = await SqliteJournal.open(path, synchronous=synchronous)
-    http = httpx2.AsyncClient(transport=transport(clock, durable_rows, path), timeout=60.0)
+    endpoint, unsynced_calls = transport(clock, durable_rows, path, lambda: journal.unsynced)
+    http = httpx2.AsyncClient(transport=endpoint, timeout=60.0)
     model = OpenAICompatibleModel(MODEL, base_url="http://model.invalid/v1", api_key="bench", http_client=http)
     rig = Rig(
         loops=[LoopDefinition(name="main", model=model, tools=(EchoTool(),), max_steps=steps + 1)],
@@ -136,6 +143,8 @@ async def run(
     }
     if persisted["step_done records"] != steps or persisted["tool_completed records"] != steps:
         problem = problem or f"journal holds {persisted}, expected {steps} steps"
-    return finish(
+    run = finish(
         f"loopd (synchronous={synchronous})", clock, wall, disk, persisted, problem, durable_rows or [], gc_time
     )
+    run.unsynced_calls = sum(unsynced_calls)
+    return run

@@ -119,6 +119,9 @@ class PeerRun:
     ok: bool
     problem: str = ""
     durable_rows: list[int] = field(default_factory=list)  # with --probe: durable rows seen at each model call
+    unsynced_calls: int = 0
+    """With --probe: model calls that started while committed rows still waited for their fsync (loopd at FULL: a
+    step whose next effects are safe to repeat is synced within 2 ms, beside the next call)."""
     peak_rss_kb: int = 0
     gc_seconds: float = 0.0
 
@@ -139,6 +142,7 @@ class PeerRun:
                 "ok": self.ok,
                 "problem": self.problem,
                 "durable_rows": self.durable_rows,
+                "unsynced_calls": self.unsynced_calls,
                 "peak_rss_kb": self.peak_rss_kb,
                 "gc_seconds": self.gc_seconds,
             }
@@ -157,6 +161,7 @@ class PeerRun:
             ok=raw["ok"],
             problem=raw["problem"],
             durable_rows=raw["durable_rows"],
+            unsynced_calls=raw.get("unsynced_calls", 0),
             peak_rss_kb=raw["peak_rss_kb"],
             gc_seconds=raw["gc_seconds"],
         )
