@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from loopd.harness import EchoTool, Journal, LoopDefinition, Reply, Rig, ScriptedModel
 from loopd.harness.core.events import TurnDone, TurnFailed
 
@@ -96,4 +98,23 @@ async def test_bad_tool_arguments_and_unknown_tools_go_back_to_the_model(journal
     tool_msgs = [m for m in session.state.loops["main"].history if m.role == "tool"]
     assert "invalid arguments" in tool_msgs[0].content
     assert "unknown tool" in tool_msgs[1].content
+    await session.shutdown()
+
+
+async def test_ask_while_a_turn_runs_waits_for_the_turn_that_handles_its_input(journal: Journal) -> None:
+    """An input that arrives mid-turn is queued (`input_queued`), not refused: `ask` returns the end of the turn that
+    takes it (here the running one, which folds it in at its next model call)."""
+    model = ScriptedModel(
+        [Reply(tool_calls=[("echo", {"text": "a", "delay": 0.2})]), Reply(text="first answer"), Reply(text="second")]
+    )
+    session = await rig_with(journal, model).start_session()
+    sub = session.subscribe()
+    first = asyncio.ensure_future(session.ask("first", timeout=30))
+    await collect_until(sub, {"tool_call_started"})  # the first turn is running its tool
+    second = await session.ask("second", timeout=30)
+    assert isinstance(second, TurnDone)
+    done = await first
+    assert isinstance(done, TurnDone) and done.turn_id == second.turn_id  # folded into the running turn
+    kinds = [e.event.kind for e in await collect_until(sub, {"turn_done"})]
+    assert "input_queued" in kinds and "inputs_folded" in kinds
     await session.shutdown()

@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from loopd._infra.clock import Clock
 from loopd._infra.ids import new_id
@@ -56,6 +56,8 @@ from loopd.harness.core.events import (
     HustleCompleted,
     HustleFailed,
     HustleStarted,
+    InputCancelled,
+    InputRejected,
     InputsFolded,
     Lifecycle,
     LoopEvent,
@@ -92,6 +94,11 @@ AnyCommand = (
     | SetLoopMode
     | ChangeLoopInference
 )
+_ASK_KINDS: Final = frozenset(
+    str(event.model_fields["kind"].default)
+    for event in (TurnStarted, InputsFolded, TurnDone, TurnFailed, TurnInterrupted, InputCancelled, InputRejected)
+)
+"""What `Session.ask` reads: where its input went and how that turn ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,8 +387,10 @@ class Session:
         return self.log.subscribe(from_seq=from_seq, lifecycles=lifecycles, loops=loops, kinds=kinds, maxsize=maxsize)
 
     async def ask(self, text: str, *, loop: str | None = None, timeout: float | None = None) -> TerminalEvent:
-        """Submit ``text`` and wait for the terminal event of the turn that handled it."""
-        sub = self.subscribe(lifecycles=(Lifecycle.ENDURING, Lifecycle.TERMINAL), loops=None)
+        """Submit ``text`` and wait for the terminal event of the turn that handled it. An input that arrives while
+        a turn runs is queued and handled by a later turn (or folded into the running one): that turn's end counts.
+        `HarnessError` when the input is cancelled or rejected instead."""
+        sub = self.subscribe(kinds=_ASK_KINDS)  # (not every step's events: nothing else is looked at)
         try:
             async with asyncio.timeout(timeout):
                 command_id = await self.submit(text, loop=loop)
@@ -394,7 +403,7 @@ class Session:
                         turn_id = event.turn_id
                     elif isinstance(event, TurnDone | TurnFailed | TurnInterrupted) and event.turn_id == turn_id:
                         return event
-                    elif getattr(event, "command_id", None) == command_id:
+                    elif isinstance(event, InputCancelled | InputRejected) and event.command_id == command_id:
                         raise HarnessError(f"input {command_id} was not run: {event.kind}")
                 if self.log.fault is not None:
                     raise self.log.fault
