@@ -56,6 +56,9 @@ async def test_the_calls_after_the_first_are_sent_directly_with_the_sdks_request
         assert {k: v for k, v in later.headers.items() if k != "content-length"} == same
         assert later.headers["content-length"] == str(len(later.content))
         assert later.extensions["timeout"] == first.extensions["timeout"]
+        kept = [(k, v) for k, v in first.headers.raw if k.lower() != b"content-length"]
+        built = httpx2.Request("POST", first.url, headers=kept, content=later.content)
+        assert later.headers.raw == built.headers.raw  # what `content=` builds, header for header, in order
     assert first.headers["authorization"] == "Bearer sk-test"
     assert json.loads(rest[-1].content)["messages"][-1]["content"] == "q2"
     await model.aclose()

@@ -319,9 +319,14 @@ class _DirectSender:
                 "POST", self._url, headers=self._headers, content=body, extensions=dict(self._extensions)
             )
         else:
+            # The request ``content=body`` builds, without rebuilding it: the kept headers plus the body's
+            # Content-Length (where `Request` puts it), the body as its stream and already read.
+            headers = httpx2.Headers(self._headers)
+            headers["Content-Length"] = str(len(body))
             request = httpx2.Request(
-                "POST", self._url, headers=self._headers, content=body, extensions=dict(self._extensions)
+                "POST", self._url, headers=headers, stream=httpx2.ByteStream(body), extensions=dict(self._extensions)
             )
+            request.read()
         try:
             response = await http.send(request, stream=True)
         except httpx2.TimeoutException as exc:
