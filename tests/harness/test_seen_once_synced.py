@@ -27,8 +27,12 @@ from loopd.harness import (
     SqliteJournal,
 )
 from loopd.harness.actors import Envelope
+from loopd.harness.actors._loop import LoopActor
 from loopd.harness.actors._session_log import MAX_UNSEEN, SessionLog
+from loopd.harness.core import ToolCall
 from loopd.harness.core.events import InputQueued, TokenDelta, TurnDone
+from loopd.harness.core.inputs import ArmGate, CallModel, Compact, RunTools
+from loopd.harness.foreign import ForeignEngine
 from loopd.harness.journal import JournalWriter, NewRecord
 from loopd.harness.tools import PreparedCall, ToolContext, ToolResult
 
@@ -259,3 +263,37 @@ async def test_at_full_read_only_steps_go_on_while_the_disk_works_and_others_wai
         assert not journal.unsynced
     finally:
         await journal.aclose()
+
+
+# --- which effects may start before the disk has their records ---------------------------------------------------
+
+
+def _actor_for(definition: LoopDefinition) -> LoopActor:
+    """`LoopActor._repeatable` reads only the loop's definition: an actor object with just that, not started."""
+    actor = LoopActor.__new__(LoopActor)
+    actor.definition = definition
+    return actor
+
+
+def _call(name: str) -> ToolCall:
+    return ToolCall(id=f"call-{name}", name=name, arguments={"text": "x"})
+
+
+def test_only_model_calls_and_inherently_repeatable_tools_may_start_before_the_sync() -> None:
+    tools = (
+        EchoTool("read", idempotency=Idempotency.INHERENT),
+        EchoTool("keyed", idempotency=Idempotency.KEYED),
+        EchoTool("write", idempotency=Idempotency.NONE),
+    )
+    actor = _actor_for(LoopDefinition(name="main", model=ScriptedModel([]), tools=tools))
+    model = CallModel(turn_id="main/1", step=1, messages=())
+    assert actor._repeatable((model,))
+    assert actor._repeatable((RunTools(turn_id="main/1", step=1, calls=(_call("read"), _call("read"))),))
+    assert actor._repeatable((RunTools(turn_id="main/1", step=1, calls=(_call("read"),), gated=False), model))
+    for name in ("keyed", "write", "unknown"):  # a new model call would bring a KEYED call back with a new key
+        assert not actor._repeatable((RunTools(turn_id="main/1", step=1, calls=(_call("read"), _call(name))),))
+    assert not actor._repeatable(())  # a turn's end, a partial batch: seen only once synced, so wait for it
+    assert not actor._repeatable((ArmGate(turn_id="main/1", step=1, gate_id="g", deadline=1.0),))
+    assert not actor._repeatable((model, Compact(turn_id="main/1", step=1, messages=())))
+    foreign = _actor_for(LoopDefinition(name="main", model=ForeignEngine(kind="claude")))
+    assert not foreign._repeatable((model,))  # a foreign CLI's turn runs its own tools
