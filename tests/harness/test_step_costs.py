@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 
 from loopd.harness import EchoTool, Journal, LoopDefinition, Reply, Rig, ScriptedModel
+from loopd.harness.core import ToolCall
 from loopd.harness.core.events import TurnDone
+from loopd.harness.tools import PreparedCall
 
 from .helpers import journal_state, same_loops
 
@@ -82,4 +84,32 @@ async def test_a_batch_of_several_calls_still_runs_each_in_a_task_of_its_own(jou
     actor = session.actors["main"]
     assert actor.inline_tool_runs == 0
     assert [m.content for m in actor.state.history if m.role == "tool"] == ["a", "b"]
+    await session.shutdown()
+
+
+class _CountingEcho(EchoTool):
+    """`EchoTool` that counts how often a call of it is prepared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prepared = 0
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        self.prepared += 1
+        return super().prepare(call)
+
+
+async def test_a_call_the_gate_prepared_is_not_prepared_again_to_run(journal: Journal) -> None:
+    tool = _CountingEcho()
+    replies = [
+        Reply(tool_calls=[("echo", {"text": "one"})]),
+        Reply(tool_calls=[("echo", {"text": "a"}), ("echo", {"text": "b"})]),
+    ]
+    model = ScriptedModel([*replies, Reply(text="done")])
+    rig = Rig(loops=[LoopDefinition(name="main", model=model, tools=(tool,))], journal=journal)
+    session = await rig.start_session()
+    end = await session.ask("go", timeout=30)
+    assert isinstance(end, TurnDone)
+    assert tool.prepared == 3  # one call alone, then a batch of two: each prepared once, by the gate
+    assert [m.content for m in session.actors["main"].state.history if m.role == "tool"] == ["one", "a", "b"]
     await session.shutdown()

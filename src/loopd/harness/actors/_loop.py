@@ -915,33 +915,37 @@ class LoopActor:
         expired = UserInputExpired(turn_id=effect.turn_id, step=effect.step, request_id=effect.request_id)
         self.mailbox.put_result(expired)
 
-    async def _run_tool(self, turn_id: str, step: int, call: ToolCall) -> None:
+    async def _run_tool(self, turn_id: str, step: int, call: ToolCall, prepared: PreparedCall | None = None) -> None:
         tool = self._tools.get(call.name)
         if isinstance(tool, AskUserTool):  # not run: the turn parks on the question (see `tools._ask`)
             self.mailbox.put_result(self._ask(turn_id, step, call, tool))
             return
-        outcome = await self._tool_outcome(turn_id, call)
+        outcome = await self._tool_outcome(turn_id, call, prepared)
         if self._tracing is not None:
             self._tracing.tool_result(outcome)
         self.mailbox.put_result(ToolFinished(turn_id=turn_id, step=step, outcome=outcome))
 
-    def _traced_tool(self, turn_id: str, step: int, call: ToolCall) -> Coroutine[Any, Any, None]:
-        work = self._run_tool(turn_id, step, call)
+    def _traced_tool(
+        self, turn_id: str, step: int, call: ToolCall, prepared: PreparedCall | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """Run ``call`` (``prepared``: what the gate's batch already prepared of it, else it is prepared here)."""
+        work = self._run_tool(turn_id, step, call, prepared)
         return work if self._tracing is None else self._tracing.tool_call(turn_id, call, work)
 
-    async def _tool_outcome(self, turn_id: str, call: ToolCall) -> ToolOutcome:
+    async def _tool_outcome(self, turn_id: str, call: ToolCall, prepared: PreparedCall | None = None) -> ToolOutcome:
         def failed(message: str) -> ToolOutcome:
             return ToolOutcome(call_id=call.id, name=call.name, status="error", output=message)
 
         tool = self._tools.get(call.name)
         if tool is None:
             return failed(f"unknown tool {call.name!r}")
-        try:
-            prepared = tool.prepare(call)
-        except ToolError as exc:
-            return failed(f"invalid arguments: {exc}")
-        except Exception as exc:
-            return failed(f"invalid arguments: {exc!r}")
+        if prepared is None:
+            try:
+                prepared = tool.prepare(call)
+            except ToolError as exc:
+                return failed(f"invalid arguments: {exc}")
+            except Exception as exc:
+                return failed(f"invalid arguments: {exc!r}")
         async with self._tool_slots:
             self._publish(
                 ToolCallStarted(
@@ -1003,11 +1007,14 @@ class LoopActor:
         ):
             # The batch is one allowed call: run it in this task (tracked for the turn like a task of its own).
             self.inline_tool_runs += 1
-            await self._traced_tool(turn_id, step, calls[0])
+            await self._traced_tool(turn_id, step, calls[0], prepared[0])
             return
+        ready = {p.call_id: p for p in prepared}
         for verdict in decision.calls:
             if verdict.verdict is Verdict.ALLOW:
-                self._track(turn_id, self._traced_tool(turn_id, step, by_id[verdict.call_id]))
+                self._track(
+                    turn_id, self._traced_tool(turn_id, step, by_id[verdict.call_id], ready.get(verdict.call_id))
+                )
             elif verdict.verdict is Verdict.DENY:
                 self._finish(
                     turn_id, step, verdict.call_id, verdict.tool, "denied", f"permission denied: {verdict.reason}"
