@@ -43,7 +43,11 @@ async def _exists(db: Database, conversation_id: str) -> bool:
 
 @pytest.fixture
 async def sqlite_db(tmp_path: Path, clock: VirtualClock) -> AsyncIterator[Database]:
-    """SQLite, where the slow COMMIT is injected (PostgreSQL has its own test below)."""
+    """SQLite, where the slow COMMIT is injected (PostgreSQL has its own test below). The file is created and
+    migrated first with the default timeout, so the short one bounds the operations under test, not the set-up (a
+    loaded machine can take longer than 0.3 s to create the schema)."""
+    async with open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)):
+        pass
     options = DatabaseOptions(clock=clock, operation_timeout=TIMEOUT)
     async with open_database(tmp_path / "loopd.db", options=options) as db:
         yield db
