@@ -87,8 +87,9 @@ async def test_an_agent_works_in_the_background_and_its_report_starts_the_parent
 
     rows = session.subagents.statuses("main")
     assert [(r.name, r.status, r.turns) for r in rows] == [("worker-1", "idle", 1)]
-    # The live state is the fold of the journal, agents included.
+    # The live state is the fold of the journal, agents included; the session's usage counts every loop.
     live = session.state
+    assert len(live.loops) == 2 and session.usage == live.usage
     await session.shutdown()
     rebuilt = await journal_state(rig.journal, session.id)
     same_loops(live, rebuilt)

@@ -730,3 +730,28 @@ async def test_a_round_binds_its_records_without_sqlites_adapter_lookup(
         assert tags_of([r.data for r in stored]) == ["s0", "s0", "alone"]
     finally:
         await journal.aclose()
+
+
+async def test_the_wals_frames_are_counted_once_every_few_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading the WAL's frame count is a ``pread`` of the -shm file: once every `WAL_COUNT_EVERY` rounds, not per
+    round (a checkpoint starts at most that many rounds late)."""
+    journal = await SqliteJournal.open(tmp_path / "journal.db")
+    reads: list[int] = []
+    real = _sqlite.os.pread
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        reads.append(offset)
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(_sqlite.os, "pread", counting)
+    try:
+        writer = await journal.create_session("s", at=0.0)
+        rounds = 3 * _sqlite.WAL_COUNT_EVERY
+        for _ in range(rounds):
+            await writer.append(records(1))
+        assert journal.commits >= rounds
+        assert len(reads) == journal.commits // _sqlite.WAL_COUNT_EVERY
+    finally:
+        await journal.aclose()

@@ -34,7 +34,7 @@ from loopd.harness.actors._hub import DEFAULT_QUEUE, Subscription
 from loopd.harness.actors._hustle import HustleLanes
 from loopd.harness.actors._session_log import SessionLog
 from loopd.harness.actors._workspace import SessionWorkspace
-from loopd.harness.core import Usage
+from loopd.harness.core import ZERO_USAGE, Usage
 from loopd.harness.core.commands import (
     AnswerGate,
     CancelQueuedInput,
@@ -230,7 +230,13 @@ class Session:
 
     @property
     def usage(self) -> Usage:
-        return self.state.usage
+        """`SessionState.usage` of the live state (every loop's), summed without building that state: the budget
+        asks for it before every model call."""
+        total: Usage | None = None
+        for actor in self._actors.values():
+            usage = actor.state.usage
+            total = usage if total is None else total + usage
+        return ZERO_USAGE if total is None else total
 
     def statistics(self) -> SessionStatistics:
         return SessionStatistics(

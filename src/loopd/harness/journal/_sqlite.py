@@ -123,6 +123,9 @@ INLINE_MAX_RECORDS = 128
 INLINE_MAX_BYTES = 256 * 1024
 SOLO_STREAK = 8
 FULL_INLINE_MAX = 0.0005
+WAL_COUNT_EVERY = 4
+"""Rounds between two reads of the WAL's frame count (`_count_wal`, a ``pread`` of the -shm file): a checkpoint then
+starts at most that many rounds late, a few frames past its mark."""
 SYNC_TIMEOUT = 30.0
 """Seconds a `SqliteJournal.sync` waits for the WAL's fdatasync before it fails (fail-closed)."""
 """Seconds a ``synchronous="FULL"`` commit (its fsync) may take, as the journal's running estimate has it, for FULL
@@ -345,6 +348,7 @@ class SqliteJournal:
         self._busy_wait = True
         self._data_version = -1
         self._wal_pages = 0  # WAL frames appended since the last checkpoint was started
+        self._uncounted = 0  # rounds committed since the WAL's frames were last counted
         self._wal_frames = 0  # the WAL's frames (mxFrame) when last counted
         self._shm: int | None = None  # the -shm file, read for mxFrame (None: estimate the frames instead)
         self.checkpoints = 0
@@ -835,7 +839,10 @@ class SqliteJournal:
         self.commits += 1
         self.commits_inline += inline
         self.records_written += len(rows)
-        self._count_wal(lambda: 2 + len(heads) + sum(len(row[5]) for row in rows) // 3000)
+        self._uncounted += 1
+        if self._uncounted >= WAL_COUNT_EVERY or self._shm is None:  # (estimates, without the -shm file, add up)
+            self._uncounted = 0
+            self._count_wal(lambda: 2 + len(heads) + sum(len(row[5]) for row in rows) // 3000)
         return results
 
     def _stage(
