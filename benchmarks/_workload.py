@@ -121,7 +121,7 @@ class PeerRun:
     durable_rows: list[int] = field(default_factory=list)  # with --probe: durable rows seen at each model call
     unsynced_calls: int = 0
     """With --probe: model calls that started while committed rows still waited for their fsync (loopd at FULL: a
-    step whose next effects are safe to repeat is synced within 2 ms, beside the next call)."""
+    step whose next effects are safe to repeat is synced within 5 ms, beside the next call)."""
     peak_rss_kb: int = 0
     gc_seconds: float = 0.0
 

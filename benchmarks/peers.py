@@ -166,7 +166,7 @@ def report(
         note="Fake model (zero latency, one echo tool call per step, ~200-byte messages); loopd through its real "
         "OpenAI-compatible adapter over an in-process transport; each run a fresh process. Ratios compare rows of "
         "the same SQLite synchronous level only. At FULL the peers fsync every write before going on; loopd commits "
-        "each step before the next model call (a process crash keeps it) and fsyncs it within 2 ms, before anyone "
+        "each step before the next model call (a process crash keeps it) and fsyncs it within 5 ms, before anyone "
         "sees it and before any tool with effects runs — the echo tool reads only, so its next call may start "
         "while the fsync is due ('calls began before its fsync': counted at each model call of the probe run).",
     )

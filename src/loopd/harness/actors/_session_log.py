@@ -34,7 +34,7 @@ from loopd.harness.journal import Journal, JournalWriter, NewRecord, StateSnapsh
 
 Committed = SessionEvent | LoopEvent
 
-SYNC_WINDOW = 0.002
+SYNC_WINDOW = 0.005
 """Seconds the log's syncer lets lazy commits gather before it syncs them, so one fdatasync covers the steps of a
 fast loop (each waits at most this long, plus the sync, to be seen; with a real model a step takes far longer)."""
 MAX_UNSEEN = 1024
