@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from loopd.harness import JournalError, SqliteJournal
-from loopd.harness.journal import MemoryJournal
+from loopd.harness.journal import JournalWriter, MemoryJournal
 
 from .conftest import records
 
@@ -53,59 +54,58 @@ def wal_inode(path: Path) -> int:
     return os.stat(f"{path}-wal").st_ino
 
 
-async def test_unsynced_appends_commit_without_the_fdatasync_and_sync_puts_them_on_the_disk(
-    tmp_path: Path, fdatasyncs: _Fdatasyncs
-) -> None:
+@pytest.fixture
+async def full(tmp_path: Path) -> AsyncIterator[tuple[SqliteJournal, JournalWriter, Path]]:
+    """A journal at FULL on ``full.db``, a session's writer on it, and the file's path."""
     path = tmp_path / "full.db"
     journal = await SqliteJournal.open(path, synchronous="FULL")
     try:
-        writer = await journal.create_session("s", at=0.0)
-        assert writer.defers_sync and journal.defers_sync
-        for i in range(3):
-            assert await writer.append(records(1, tag=str(i)), sync=False) == [i + 1]
-        assert journal.commits_unsynced == 3 and unsynced(journal)
-        assert journal._wc.execute("PRAGMA synchronous").fetchone()[0] == _FULL  # every other write stays FULL
-        assert fdatasyncs.inodes == []
-        await writer.sync()
-        assert not unsynced(journal) and journal.syncs == 1
-        assert fdatasyncs.inodes == [wal_inode(path)]  # the WAL itself, whichever descriptor
-        await writer.sync()  # nothing new: no second fdatasync
-        assert journal.syncs == 1
+        yield journal, await journal.create_session("s", at=0.0), path
     finally:
         await journal.aclose()
 
 
-async def test_a_synced_append_covers_the_unsynced_ones_before_it(tmp_path: Path, fdatasyncs: _Fdatasyncs) -> None:
-    journal = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
-    try:
-        writer = await journal.create_session("s", at=0.0)
-        await writer.append(records(2), sync=False)
-        assert unsynced(journal)
-        await writer.append(records(1))  # a FULL commit: its fdatasync takes the WAL's earlier frames too
-        assert not unsynced(journal)
-        await writer.sync()
-        assert journal.syncs == 0 and fdatasyncs.inodes == []
-    finally:
-        await journal.aclose()
+async def test_unsynced_appends_commit_without_the_fdatasync_and_sync_puts_them_on_the_disk(
+    full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
+) -> None:
+    journal, writer, path = full
+    assert writer.defers_sync and journal.defers_sync
+    for i in range(3):
+        assert await writer.append(records(1, tag=str(i)), sync=False) == [i + 1]
+    assert journal.commits_unsynced == 3 and unsynced(journal)
+    assert journal._wc.execute("PRAGMA synchronous").fetchone()[0] == _FULL  # every other write stays FULL
+    assert fdatasyncs.inodes == []
+    await writer.sync()
+    assert not unsynced(journal) and journal.syncs == 1
+    assert fdatasyncs.inodes == [wal_inode(path)]  # the WAL itself, whichever descriptor
+    await writer.sync()  # nothing new: no second fdatasync
+    assert journal.syncs == 1
+
+
+async def test_a_synced_append_covers_the_unsynced_ones_before_it(
+    full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
+) -> None:
+    journal, writer, _ = full
+    await writer.append(records(2), sync=False)
+    assert unsynced(journal)
+    await writer.append(records(1))  # a FULL commit: its fdatasync takes the WAL's earlier frames too
+    assert not unsynced(journal)
+    await writer.sync()
+    assert journal.syncs == 0 and fdatasyncs.inodes == []
 
 
 async def test_a_read_syncs_first_so_no_reader_sees_a_record_a_power_loss_could_take_back(
-    tmp_path: Path, fdatasyncs: _Fdatasyncs
+    full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
 ) -> None:
-    path = tmp_path / "full.db"
-    journal = await SqliteJournal.open(path, synchronous="FULL")
-    try:
-        writer = await journal.create_session("s", at=0.0)
-        await writer.append(records(2), sync=False)
-        assert [r.seq for r in await journal.read("s")] == [1, 2]
-        assert not unsynced(journal) and fdatasyncs.inodes == [wal_inode(path)]
-        await writer.append(records(1), sync=False)
-        info = await journal.session("s")
-        assert info is not None and info.last_seq == 3 and not unsynced(journal)
-        await writer.append(records(1), sync=False)
-        assert [s.last_seq for s in await journal.sessions()] == [4] and not unsynced(journal)
-    finally:
-        await journal.aclose()
+    journal, writer, path = full
+    await writer.append(records(2), sync=False)
+    assert [r.seq for r in await journal.read("s")] == [1, 2]
+    assert not unsynced(journal) and fdatasyncs.inodes == [wal_inode(path)]
+    await writer.append(records(1), sync=False)
+    info = await journal.session("s")
+    assert info is not None and info.last_seq == 3 and not unsynced(journal)
+    await writer.append(records(1), sync=False)
+    assert [s.last_seq for s in await journal.sessions()] == [4] and not unsynced(journal)
 
 
 async def test_slow_fsyncs_run_on_the_sync_thread_once_for_every_waiter(

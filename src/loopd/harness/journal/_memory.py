@@ -15,7 +15,7 @@ from loopd.harness._errors import (
     SessionNotFoundError,
     SnapshotSeqError,
 )
-from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot, SyncedOnReturn
 
 
 @dataclass(slots=True)
@@ -175,7 +175,7 @@ class MemoryJournal:
         return None
 
 
-class _MemoryWriter:
+class _MemoryWriter(SyncedOnReturn):
     """A session's writer: appends through the journal's ``append`` (handed over by the journal) at its epoch."""
 
     def __init__(
@@ -193,13 +193,6 @@ class _MemoryWriter:
     @property
     def last_seq(self) -> int:
         return self._session.last_seq
-
-    @property
-    def defers_sync(self) -> bool:
-        return False  # every append is as durable as this journal makes it when it returns
-
-    async def sync(self) -> None:
-        return None
 
     async def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> list[int]:
         if self._closed:

@@ -46,7 +46,7 @@ from loopd.harness._errors import (
     SessionNotFoundError,
     SnapshotSeqError,
 )
-from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot
+from loopd.harness.journal._protocol import JournalWriter, NewRecord, Record, SessionInfo, Snapshot, SyncedOnReturn
 
 try:
     import psycopg
@@ -765,7 +765,7 @@ class PostgresJournal:
             await self._db.aclose()
 
 
-class _PostgresWriter:
+class _PostgresWriter(SyncedOnReturn):
     """A session's writer: appends through the journal's ``append`` (handed over by the journal) at its epoch."""
 
     def __init__(
@@ -790,13 +790,6 @@ class _PostgresWriter:
     @property
     def last_seq(self) -> int:
         return self._last_seq
-
-    @property
-    def defers_sync(self) -> bool:
-        return False  # every append is as durable as this journal makes it when it returns
-
-    async def sync(self) -> None:
-        return None
 
     async def append(self, records: Sequence[NewRecord], *, sync: bool = True) -> list[int]:
         if self._closed:

@@ -90,6 +90,20 @@ class JournalWriter(Protocol):
     async def aclose(self) -> None: ...
 
 
+class SyncedOnReturn:
+    """The sync side of a `JournalWriter` whose every append is as durable as its journal makes it when it returns
+    (memory, PostgreSQL): nothing is ever deferred, so there is nothing to sync."""
+
+    __slots__ = ()
+
+    @property
+    def defers_sync(self) -> bool:
+        return False
+
+    async def sync(self) -> None:
+        return None
+
+
 class Journal(Protocol):
     async def create_session(self, session_id: str, *, meta: str = "", at: float) -> JournalWriter:
         """Create a new session and return its writer (`SessionBusyError` if the id exists)."""
