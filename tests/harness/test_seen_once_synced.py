@@ -208,33 +208,18 @@ async def test_too_many_unseen_envelopes_make_the_next_commit_wait_and_drop_ephe
 # --- whole turns on a real journal at FULL ---------------------------------------------------------------------
 
 
-class _Witness:
+class _Witness(EchoTool):
     """A tool with effects (``Idempotency.NONE``) that notes whether the journal still held unsynced commits when
     it ran: it must not run before the records leading to it are on the disk."""
 
     def __init__(self, journal: SqliteJournal) -> None:
-        self._echo = EchoTool("touch_remote", idempotency=Idempotency.NONE)
+        super().__init__("touch_remote", idempotency=Idempotency.NONE)
         self._journal = journal
         self.unsynced_when_run: list[bool] = []
 
-    @property
-    def spec(self):  # type: ignore[no-untyped-def]
-        return self._echo.spec
-
-    @property
-    def effect(self):  # type: ignore[no-untyped-def]
-        return self._echo.effect
-
-    @property
-    def idempotency(self) -> Idempotency:
-        return Idempotency.NONE
-
-    def prepare(self, call):  # type: ignore[no-untyped-def]
-        return self._echo.prepare(call)
-
     async def run(self, call: PreparedCall, ctx: ToolContext) -> ToolResult:
         self.unsynced_when_run.append(self._journal.unsynced)
-        return await self._echo.run(call, ctx)
+        return await super().run(call, ctx)
 
 
 async def test_at_full_read_only_steps_go_on_while_the_disk_works_and_others_wait_for_it(tmp_path: Path) -> None:

@@ -257,7 +257,7 @@ class SessionLog:
         records = [NewRecord(*codec.encode(e), at=self._clock.time()) for e in events]
         began = self._clock.monotonic()
         try:
-            seqs = await (self._writer.append(records) if sync else self._writer.append(records, sync=False))
+            seqs = await self._writer.append(records, sync=sync)
             if self._on_commit is not None:
                 self._on_commit(self._clock.monotonic() - began)
             return seqs

@@ -376,8 +376,8 @@ class SqliteJournal:
         self.snapshots_inline = 0  # state snapshots saved on the event-loop thread
         self.sessions_inline = 0  # sessions created on the event-loop thread
         # Deferred syncs at FULL (`sync`): rounds of ``sync=False`` appends only commit without the fdatasync
-        # (``commits_unsynced`` counts them: ``_lazy_commits``); `sync` then fdatasyncs the WAL on a thread of its
-        # own, beside the writer, and ``_synced_gen`` is the count of those commits known to be on the disk.
+        # (``commits_unsynced`` counts them: ``_lazy_commits``); `sync` then fdatasyncs the WAL (inline, or on the
+        # sync thread while FULL commits are slow), and ``_synced_gen`` is the count of those known to be on the disk.
         self._pending_syncs = 0  # queued appends that want their commit synced
         self._lazy_commits = 0
         self._synced_gen = 0
@@ -907,7 +907,8 @@ class SqliteJournal:
         estimate and bound as inline FULL commits), else on a thread of its own beside the writer (shared by every
         caller waiting meanwhile), so rounds go on committing while it runs; at ``NORMAL`` at once (a commit there
         survives a process crash, never a power loss). Raises `JournalError` when the fdatasync fails or takes longer
-        than `SYNC_TIMEOUT` (fail-closed: the caller's session stops)."""
+        than `SYNC_TIMEOUT` (fail-closed: the caller's session stops). Every read calls it first, so what a read
+        returns is on the disk: no reader sees a record a power loss could take back."""
         target = self._lazy_commits
         if self._synced_gen >= target:
             return
@@ -960,12 +961,6 @@ class SqliteJournal:
         if covered > self._synced_gen:
             self._synced_gen = covered
 
-    async def _durable(self) -> None:
-        """Before a read: what it returns is on the disk (`sync`), so no reader sees a record a power loss could take
-        back."""
-        if self._lazy_commits > self._synced_gen:
-            await self.sync()
-
     # --- reading -------------------------------------------------------------------------------------------
 
     async def _sid(self, session_id: str) -> int | None:
@@ -1005,7 +1000,7 @@ class SqliteJournal:
 
     async def read(self, session_id: str, from_seq: int = 1, limit: int | None = None) -> list[Record]:
         self._check_open()
-        await self._durable()
+        await self.sync()  # (every read: see `sync`)
         sid = await self._sid(session_id)
         if sid is None:
             raise SessionNotFoundError(session_id)
@@ -1047,7 +1042,7 @@ class SqliteJournal:
                 await wait_event(self._clock, signal, poll_interval)
 
     async def session(self, session_id: str) -> SessionInfo | None:
-        await self._durable()
+        await self.sync()  # (every read: see `sync`)
 
         def fetch() -> SessionInfo | None:
             row = self._rc.execute(f"{_INFO} WHERE s.id = ?", (session_id,)).fetchone()
@@ -1057,7 +1052,7 @@ class SqliteJournal:
         return result
 
     async def sessions(self, *, limit: int = 100) -> list[SessionInfo]:
-        await self._durable()
+        await self.sync()  # (every read: see `sync`)
 
         def fetch() -> list[SessionInfo]:
             rows = self._rc.execute(f"{_INFO} ORDER BY s.created_at DESC LIMIT ?", (limit,)).fetchall()
@@ -1115,7 +1110,7 @@ class SqliteJournal:
 
     async def load_snapshot(self, session_id: str, schema: str, *, upto: int | None = None) -> Snapshot | None:
         self._check_open()
-        await self._durable()
+        await self.sync()  # (every read: see `sync`)
         sid = await self._sid(session_id)
         if sid is None:
             raise SessionNotFoundError(session_id)
