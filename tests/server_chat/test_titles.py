@@ -1,6 +1,7 @@
 """Conversation titles: a background run after the first question writes a title and a summary, returned by the
-conversations API; it starts when the first answer ends or after a delay, whichever is first (never beside the
-answer it names); one cut off by a crash is resumed at start-up; a model failure leaves no title (state failed)."""
+conversations API; it starts when the first answer ends or after a delay, whichever is first (never beside the answer
+it names, nor, once its answer ended, beside other answers still running); one cut off by a crash is resumed at
+start-up; a model failure leaves no title (state failed)."""
 
 from __future__ import annotations
 
@@ -142,6 +143,35 @@ async def test_a_completed_answer_starts_the_title_at_once(rig: Rig) -> None:
         assert model.requests == []
         await rig.task_api.complete(task_id)  # the answer ended (the delay is an hour of virtual time away)
         await _until(lambda: _title_state(rig, cid, "done"))
+
+
+async def test_a_title_whose_answer_ended_waits_while_the_server_answers_others(rig: Rig) -> None:
+    model = _model('{"title": "Bikes", "summary": "About bikes."}')
+    answering = True  # other answers still running (the engine's calls, as loopd up wires it)
+    async with ConversationTitles(rig.db, model, clock=rig.clock, delay=5.0) as titles:
+        titles.busy = lambda: answering
+        rig.chat.asked = titles.note
+        user = rig.client()
+        first, second = await new_conversation(user, ""), await new_conversation(user, "")
+        await ask(user, first, "which bike?")
+        await ask(user, second, "which helmet?")
+        titles.answered(first)  # its answer ended, others still run: the title waits
+        titles.idle()  # a call ended but the server is still busy: nothing starts either
+        await asyncio.sleep(0.05)
+        assert model.requests == [] and not titles.lanes.busy
+
+        answering = False
+        titles.idle()  # the last call ended: the waiting title starts; the other one still waits for its answer
+        await _until(lambda: _title_state(rig, first, "done"))
+        assert len(model.requests) == 1 and await _title_state(rig, second, "")
+
+        answering = True
+        titles.answered(second)
+        await rig.clock.advance(5.0)  # the server never goes idle: the deadline starts it anyway
+        await _until(lambda: _title_state(rig, second, "done"))
+        titles.idle()
+        await _until(lambda: _idle(titles))
+        assert len(model.requests) == 2
 
 
 class _CountingDatabase:

@@ -6,12 +6,14 @@ import asyncio
 import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
+from loopd.harness.models import ModelChunk, ModelRequest, RecordingModel, ReplyInfo, TextDelta
 from loopd.server.engine import (
     AdapterRequest,
     CallRequest,
@@ -416,6 +418,57 @@ async def test_a_first_text_goes_out_alone_while_another_answer_is_blank(
         call_id, _ = await start(sqlite_db, engine, key="respond-again")
         await until_phase(engine, call_id, "succeeded")
     assert written[0][0] == "durable"
+
+
+class _WholeReplyModel:
+    """A model whose reply arrives whole: its text and its end together (a zero-latency provider)."""
+
+    name = "whole"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
+        yield TextDelta(text="Hello")
+        yield ReplyInfo(provider="test", model="whole", finish_reason="stop")
+
+
+@dataclass
+class _ModelCallingAdapter(ScriptedAdapter):
+    """A scripted harness whose start also makes a model call in a task of its own, created while starting (as the
+    built-in harness's session tasks are): when the call saw its text and when its end."""
+
+    calls: list[asyncio.Task[tuple[float, float]]] = field(default_factory=list)
+
+    async def start(self, request: AdapterRequest) -> ScriptedRun:
+        self.calls.append(asyncio.create_task(self._call()))
+        return await super().start(request)
+
+    @staticmethod
+    async def _call() -> tuple[float, float]:
+        times: list[float] = []
+        async for _ in RecordingModel(_WholeReplyModel()).stream(ModelRequest(model="whole", messages=(), tools=())):
+            times.append(time.monotonic())
+        return times[0], times[1]
+
+
+async def test_a_harness_whose_reply_came_whole_waits_while_another_answer_is_blank(sqlite_db: Database) -> None:
+    """A model call of a drive's run whose text and end arrived together hands on its text, then — while another
+    answer of this process shows nothing yet — waits (at most `FIRST_OUTPUT_YIELD`) before its end, so the rest of
+    the turn does not take the CPU those answers need; with nothing blank it goes on at once."""
+    from loopd.server.streams._bus import FIRST_OUTPUT_YIELD
+
+    adapter = _ModelCallingAdapter(script=scripted(TextPreview("Hello"), TextSet("Hello"), Finished("Hello")))
+    bus = ConversationBus()
+    bus.first_outputs.started("another-answer")  # started here, shows nothing during the first call
+    async with make_engine(sqlite_db, {"scripted": adapter}, bus=bus) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "succeeded")
+        text, end = await adapter.calls[0]
+        assert end - text >= FIRST_OUTPUT_YIELD * 0.9
+
+        bus.first_outputs.shown("another-answer")
+        call_id, _ = await start(sqlite_db, engine, key="respond-again")
+        await until_phase(engine, call_id, "succeeded")
+        text, end = await adapter.calls[1]
+        assert end - text < FIRST_OUTPUT_YIELD / 2
 
 
 async def test_live_text_waits_a_moment_for_what_the_harness_says_next(

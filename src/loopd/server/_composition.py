@@ -664,6 +664,9 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 redactor=ledger_redactor(settings),
             )
             await stack.enter_async_context(engine)
+            # Titles wait while the engine answers (a burst of chats gets its answers first), up to their deadline.
+            titles.busy = lambda: engine.statistics().slots_used > 0
+            engine.add_listener(lambda notice: titles.idle() if notice.ended else None)
 
             manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
             responder = HarnessResponder(

@@ -9,12 +9,19 @@ One ``stream()`` call is one `ModelCallRecord`: its request and its attempts —
 `AttemptFailed` chunk the inner model yields (its own retries or a fallback chain moving on) and the final attempt
 (the reply: text, tool calls, usage, `ReplyInfo`; or the error it raised, or ``Cancelled`` when the consumer closed
 the stream). The runtime's own retries (a new ``stream()`` after ``model_retrying``) are further records with the
-same request. Must not do: I/O, or change what the consumer sees.
+same request.
+
+Pacing (`pace_whole_replies`, another context variable the server's harness calls bind): a call whose reply text came
+whole — one text chunk, then the reply's end, nothing streamed in between — awaits the bound `Pacer` before it hands
+on that end. The text is out; what the loop does with the reply (its journal write, the turn's end) waits. The
+server uses it to spend a burst's CPU on the answers that show nothing yet (`loopd.server.streams.FirstOutputs`). A
+reply that streams in pieces, calls a tool or fails is never paced. Must not do: I/O, or change what the consumer
+sees (pacing changes only when).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -96,6 +103,46 @@ def record_model_calls(log: ModelCallLog | None) -> Iterator[None]:
         _LOG.reset(token)
 
 
+Pacer = Callable[[], Awaitable[None]]
+"""Awaited by a model call whose reply text came whole, before the reply's end goes on (see `pace_whole_replies`)."""
+
+_PACER: ContextVar[Pacer | None] = ContextVar("loopd_model_pacer", default=None)
+
+
+@contextmanager
+def pace_whole_replies(pacer: Pacer | None) -> Iterator[None]:
+    """Calls through a `RecordingModel` made in this context — and in tasks created inside it — whose reply text
+    came whole await ``pacer`` before they hand on the reply's end (see the module docstring)."""
+    token = _PACER.set(pacer)
+    try:
+        yield
+    finally:
+        _PACER.reset(token)
+
+
+class _WholeText:
+    """Watches one call's chunks: `ends_whole` is true at a `ReplyInfo` right behind the reply's only text chunk
+    (usage reports aside); a tool call fragment rules the call out, a failed attempt starts over."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self) -> None:
+        self._state = 0  # 0: nothing yet; 1: one text chunk, nothing after it; -1: something else came
+
+    def ends_whole(self, chunk: ModelChunk) -> bool:
+        state = self._state
+        if isinstance(chunk, TextDelta):
+            self._state = 1 if state == 0 else -1
+        elif isinstance(chunk, ReplyInfo):
+            self._state = -1
+            return state == 1
+        elif isinstance(chunk, AttemptFailed):
+            self._state = 0
+        elif not isinstance(chunk, UsageReport):
+            self._state = -1
+        return False
+
+
 class RecordingModel:
     """A model that reports each call to ``log``, else to the context's `ModelCallLog` (see the module docstring)."""
 
@@ -113,8 +160,12 @@ class RecordingModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         log = self._log or _LOG.get()
+        pacer = _PACER.get()
+        whole = _WholeText() if pacer is not None else None
         if log is None:
             async for chunk in self._inner.stream(request):
+                if whole is not None and pacer is not None and whole.ends_whole(chunk):
+                    await pacer()
                 yield chunk
             return
         attempts: list[ModelAttemptRecord] = []
@@ -149,6 +200,8 @@ class RecordingModel:
                             )
                         )
                         started, text, deltas, usage, info = now, [], [], None, None
+                if whole is not None and pacer is not None and whole.ends_whole(chunk):
+                    await pacer()
                 yield chunk
         except BaseException as exc:  # recorded, then raised on unchanged (cancellation included)
             cancelled = isinstance(exc, GeneratorExit) or type(exc).__name__ == "CancelledError"

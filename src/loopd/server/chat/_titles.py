@@ -2,12 +2,14 @@
 
 `ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run at a
 time, a bounded queue) so no chat request ever waits for it. A title starts once the conversation's first answer has
-ended (`answered`) or `TITLE_DELAY` seconds after the question, whichever comes first, so its model call never competes
-with the answer it names for the server's time; a question still waiting for its title when the server stops gets one
-at the conversation's next question. The run's facts are recorded on the conversation row (the hustle record of this
-owner): ``title_state`` ``running`` with the run's id when it starts, then ``done`` (written with ``title`` and
-``summary`` in the run's one transaction) or ``failed``. A run cut off by a stop or a crash stays ``running``; `resume`
-(at start-up) runs those again under the same id. A full queue skips the title (the next question asks again).
+ended (`answered`) and the server answers nothing else (`busy`, the engine's calls; `idle` when its last one ends), or
+`TITLE_DELAY` seconds after the question, whichever comes first: its model call and writes compete neither with the
+answer it names nor, under a burst of chats, with the answers still running; a question still waiting for its title when
+the server stops gets one at the conversation's next question. The run's facts are recorded on the conversation row (the
+hustle record of this owner): ``title_state`` ``running`` with the run's id when it starts, then ``done`` (written with
+``title`` and ``summary`` in the run's one transaction) or ``failed``. A run cut off by a stop or a crash stays
+``running``; `resume` (at start-up) runs those again under the same id. A full queue skips the title (the next question
+asks again).
 
 The model sees only the conversation's first question, and answers with ``{"title", "summary"}`` JSON (a plain text
 answer is taken as the title). When the question noted is the conversation's first (nothing came before it), its text
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any, Final
 
@@ -48,6 +51,10 @@ TITLE_PROMPT: Final = (
     "You name a conversation for a list of conversations. Read the user's first message and answer with JSON only: "
     '{"title": "<at most 6 words, no quotes>", "summary": "<one sentence: what the user wants>"}'
 )
+
+
+def _never() -> bool:
+    return False
 
 
 def parse_title(text: str) -> tuple[str, str]:
@@ -85,6 +92,10 @@ class ConversationTitles:
         self._delay = delay
         self._runs: dict[str, str] = {}  # run (hustle) id -> conversation id, while it runs
         self._deferred: dict[str, float] = {}  # conversation id -> when its title starts at the latest (monotonic)
+        self._answered: set[str] = set()  # of those, the conversations whose answer ended (waiting for `idle`)
+        self.busy: Callable[[], bool] = _never
+        """Whether the server is answering now (the composition gives the engine's calls): a title whose answer
+        ended waits until it is not — `idle` — or its deadline."""
         self._questions: dict[str, str] = {}  # conversation id -> its first question's text, while its title waits
         self._deferred_changed = asyncio.Event()
         self._stack = AsyncExitStack()
@@ -120,9 +131,24 @@ class ConversationTitles:
         self._deferred_changed.set()
 
     def answered(self, conversation_id: str) -> None:
-        """An answer in ``conversation_id`` ended: a title waiting for it starts now."""
-        if self._deferred.pop(conversation_id, None) is not None:
-            self._start(conversation_id)
+        """An answer in ``conversation_id`` ended: a title waiting for it starts now, or once the server is idle."""
+        if conversation_id not in self._deferred:
+            return
+        if self.busy():
+            self._answered.add(conversation_id)
+            return
+        del self._deferred[conversation_id]
+        self._start(conversation_id)
+
+    def idle(self) -> None:
+        """The server may answer nothing now (a call ended): the titles whose answers ended start, unless it is
+        `busy` after all."""
+        if not self._answered or self.busy():
+            return
+        ready, self._answered = self._answered, set()
+        for conversation_id in ready:
+            if self._deferred.pop(conversation_id, None) is not None:
+                self._start(conversation_id)
 
     async def _start_when_due(self) -> None:
         """Start each deferred title whose delay has passed (the rest start through `answered`)."""
@@ -132,6 +158,7 @@ class ConversationTitles:
             for conversation_id, due in list(self._deferred.items()):
                 if due <= now:
                     del self._deferred[conversation_id]
+                    self._answered.discard(conversation_id)
                     self._start(conversation_id)
             soonest = min(self._deferred.values(), default=None)
             await wait_event(self._clock, self._deferred_changed, None if soonest is None else soonest - now)

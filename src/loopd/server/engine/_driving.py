@@ -41,6 +41,7 @@ from loopd._infra.metrics import Metrics
 from loopd._infra.tasks import background, race
 from loopd._infra.telemetry import Context, SpanKind, tracer, tracing_enabled
 from loopd.agentue import Model
+from loopd.harness.models import Pacer, pace_whole_replies
 from loopd.server import streams
 from loopd.server.ledger import EffectKind, Idempotency, LedgerFacts, Redactor
 from loopd.server.storage import (
@@ -400,11 +401,13 @@ class Drive:
         )
         self._prompt_chars = len(request.prompt())
         try:
-            async with asyncio.timeout(self._s.adapter_timeout):
-                if mode == "start":
-                    run = await adapter.start(request)
-                else:
-                    run = await adapter.resume(request, call.execution_ref)
+            # The run's model calls (tasks it creates inherit this) pace a reply whose text came whole: see `_pacer`.
+            with pace_whole_replies(self._pacer(call)):
+                async with asyncio.timeout(self._s.adapter_timeout):
+                    if mode == "start":
+                        run = await adapter.start(request)
+                    else:
+                        run = await adapter.resume(request, call.execution_ref)
         except ResumeUnsupported as exc:
             await self._end("unknown", _error("resume_unsupported", str(exc) or "the adapter cannot resume"))
             return "done"
@@ -742,6 +745,23 @@ class Drive:
         """Store the message content this transaction's emits left (they store only events; see `_emit`)."""
         if call.message_id is not None:
             await streams.store_held(tx, call.message_id, self._states)
+
+    def _pacer(self, call: HarnessCall) -> Pacer | None:
+        """What a model call of this drive's run awaits when its reply's text came whole (a fast model: the text and
+        the reply's end in one read): while other answers this process started show nothing yet — and no slot is
+        short, or they may be waiting for this one — the rest of the turn (the harness's writes of the reply, the
+        turn's end, this drive's durable updates) waits until they do, at most `FIRST_OUTPUT_YIELD`. The text itself
+        is out already: this answer shows it as usual."""
+        message_id = call.message_id
+        if message_id is None:
+            return None
+        first_outputs, slots_full = self._s.bus.first_outputs, self._s.slots_full
+
+        async def pace() -> None:
+            if first_outputs.others_blank(message_id) and not slots_full():
+                await first_outputs.yield_to_blank()
+
+        return pace
 
     def _first_of_many(self, call: HarnessCall, previews: Sequence[TextPreview]) -> bool:
         """Whether ``previews`` would be this drive's first text while other answers show nothing yet."""
