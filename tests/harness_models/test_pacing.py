@@ -1,6 +1,7 @@
-"""Pacing a reply whose text came whole (`pace_whole_replies`): a model call through `RecordingModel` whose text and
-end arrived together awaits the bound pacer after handing on the text and before handing on the end; a reply that
-streams in pieces, calls a tool or has no pacer bound is never paced, and what the consumer sees is unchanged."""
+"""Pacing a reply whose text came whole (`pace_whole_replies`): the first model call through `RecordingModel` under a
+binding, when its text and end arrived together, awaits the bound pacer after handing on the text and before handing
+on the end; a reply that streams in pieces, calls a tool, a later call or one with no pacer bound is never paced, and
+what the consumer sees is unchanged."""
 
 from __future__ import annotations
 
@@ -93,6 +94,20 @@ async def test_without_a_pacer_nothing_waits_and_the_call_is_recorded_as_before(
         got = [chunk async for chunk in RecordingModel(_Chunks([TextDelta(text="Hi"), _END, _USAGE])).stream(request)]
     assert got == [TextDelta(text="Hi"), _END, _USAGE]
     assert [(a.text, a.finish_reason) for a in log.calls[0].attempts] == [("Hi", "stop")]
+
+
+async def test_only_the_first_call_under_a_binding_is_paced() -> None:
+    paced: list[str] = []
+
+    async def pacer() -> None:
+        paced.append("paced")
+
+    request = ModelRequest(model="m", messages=(), tools=())
+    with pace_whole_replies(pacer):
+        for _ in range(3):  # the answer's first reply; the ones after it (a retry, the next step) go on at once
+            async for _chunk in RecordingModel(_Chunks([TextDelta(text="Hi"), _END])).stream(request):
+                pass
+    assert paced == ["paced"]
 
 
 async def test_the_pacer_is_the_one_bound_where_the_call_runs() -> None:

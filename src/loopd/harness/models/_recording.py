@@ -11,12 +11,12 @@ One ``stream()`` call is one `ModelCallRecord`: its request and its attempts —
 the stream). The runtime's own retries (a new ``stream()`` after ``model_retrying``) are further records with the
 same request.
 
-Pacing (`pace_whole_replies`, another context variable the server's harness calls bind): a call whose reply text came
-whole — one text chunk, then the reply's end, nothing streamed in between — awaits the bound `Pacer` before it hands
-on that end. The text is out; what the loop does with the reply (its journal write, the turn's end) waits. The
-server uses it to spend a burst's CPU on the answers that show nothing yet (`loopd.server.streams.FirstOutputs`). A
-reply that streams in pieces, calls a tool or fails is never paced. Must not do: I/O, or change what the consumer
-sees (pacing changes only when).
+Pacing (`pace_whole_replies`, another context variable the server's harness calls bind): the first call made under a
+binding, when its reply text came whole — one text chunk, then the reply's end, nothing streamed in between — awaits the
+bound `Pacer` before it hands on that end (the calls after it, a retry included, are never paced). The text is out; what
+the loop does with the reply (its journal write, the turn's end) waits. The server uses it to spend a burst's CPU on the
+answers that show nothing yet (`loopd.server.streams.FirstOutputs`). A reply that streams in pieces, calls a tool or
+fails is never paced. Must not do: I/O, or change what the consumer sees (pacing changes only when).
 """
 
 from __future__ import annotations
@@ -106,14 +106,28 @@ def record_model_calls(log: ModelCallLog | None) -> Iterator[None]:
 Pacer = Callable[[], Awaitable[None]]
 """Awaited by a model call whose reply text came whole, before the reply's end goes on (see `pace_whole_replies`)."""
 
-_PACER: ContextVar[Pacer | None] = ContextVar("loopd_model_pacer", default=None)
+
+class _Pacing:
+    """One binding of `pace_whole_replies`: its pacer, until the first call under it claims it."""
+
+    __slots__ = ("pacer",)
+
+    def __init__(self, pacer: Pacer) -> None:
+        self.pacer: Pacer | None = pacer
+
+    def claim(self) -> Pacer | None:
+        pacer, self.pacer = self.pacer, None
+        return pacer
+
+
+_PACER: ContextVar[_Pacing | None] = ContextVar("loopd_model_pacer", default=None)
 
 
 @contextmanager
 def pace_whole_replies(pacer: Pacer | None) -> Iterator[None]:
-    """Calls through a `RecordingModel` made in this context — and in tasks created inside it — whose reply text
-    came whole await ``pacer`` before they hand on the reply's end (see the module docstring)."""
-    token = _PACER.set(pacer)
+    """The first call through a `RecordingModel` made in this context — or in a task created inside it — awaits
+    ``pacer`` before it hands on its reply's end when its text came whole (see the module docstring)."""
+    token = _PACER.set(_Pacing(pacer) if pacer is not None else None)
     try:
         yield
     finally:
@@ -160,7 +174,8 @@ class RecordingModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         log = self._log or _LOG.get()
-        pacer = _PACER.get()
+        pacing = _PACER.get()
+        pacer = pacing.claim() if pacing is not None else None
         whole = _WholeText() if pacer is not None else None
         if log is None:
             async for chunk in self._inner.stream(request):

@@ -747,11 +747,11 @@ class Drive:
             await streams.store_held(tx, call.message_id, self._states)
 
     def _pacer(self, call: HarnessCall) -> Pacer | None:
-        """What a model call of this drive's run awaits when its reply's text came whole (a fast model: the text and
-        the reply's end in one read): while other answers this process started show nothing yet — and no slot is
-        short, or they may be waiting for this one — the rest of the turn (the harness's writes of the reply, the
-        turn's end, this drive's durable updates) waits until they do, at most `FIRST_OUTPUT_YIELD`. The text itself
-        is out already: this answer shows it as usual."""
+        """What the first model call of this drive's run awaits when its reply's text came whole (a fast model: the
+        text and the reply's end in one read): while other answers this process started show nothing yet — and no
+        slot is short, or they may be waiting for this one — the rest of the turn (the harness's writes of the
+        reply, the turn's end, this drive's durable updates) waits until they do, at most `FIRST_OUTPUT_YIELD`. The
+        text itself is out already: this answer shows it as usual."""
         message_id = call.message_id
         if message_id is None:
             return None
