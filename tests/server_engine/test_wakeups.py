@@ -214,6 +214,42 @@ async def test_a_task_whose_question_is_being_stored_waits_for_the_commit_withou
         assert responder.statistics().following == 0
 
 
+async def test_a_context_handed_over_by_its_question_is_started_without_a_read(
+    sqlite_db: Database, tmp_path: Path
+) -> None:
+    """A conversation's first question leaves its Task's context with the window as it commits: the responder's
+    reconcile after the close takes it and starts the call without reading the context back."""
+    window = QuestionWindow()
+    adapter = ScriptedAdapter(script=scripted(TextSet("4"), Finished("4")))
+    async with _world(sqlite_db, tmp_path, adapter, capacity=10, questions=window, context_retry=NEVER) as (
+        world,
+        _responder,
+    ):
+        conversation = await new_conversation(world.db)
+        window.open("t-1")
+        await world.client.create(TASKS, _task("t-1", "assistant"), namespace="default")
+        response = await _question(world.db, conversation, "t-1", "2+2?", "assistant")
+        context = _Handed("t-1", await world.chat.task_context("t-1"))
+        world.chat.contexts.clear()
+        window.hand_over(context)  # type: ignore[arg-type]  # what the question's transaction knows
+        window.close("t-1")  # the commit
+        await until(lambda: _gone(world.client, "t-1"))
+        assert await _status(world.db, response) == "completed"
+        assert world.chat.contexts == []  # started from the hand-over: nothing read
+        assert window.handed_over("t-1") is None  # taken
+
+
+class _Handed:
+    """A test context as a question hands it over (its Task's id with it)."""
+
+    def __init__(self, task_id: str, context: Any) -> None:
+        self.task_id = task_id
+        self._context = context
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 def test_a_question_window_tells_its_listeners_once_per_close() -> None:
     window = QuestionWindow()
     heard: list[str] = []

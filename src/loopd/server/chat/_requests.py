@@ -26,7 +26,7 @@ from loopd._infra.telemetry import tracer, tracing_enabled
 from loopd.agentue import AgentUEError, validate_model
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._reader import readable_conversation
-from loopd.server.chat._records import ChatRequest, StreamItem
+from loopd.server.chat._records import ChatRequest, StreamItem, TaskContext
 from loopd.server.chat._window import QuestionWindow
 from loopd.server.http import Identity
 from loopd.server.storage import (
@@ -214,7 +214,11 @@ class ChatRequests:
         asked: list[MessageEvent] = []  # the input's events, then the response's
         try:
             async with self._db.transaction() as tx:
-                conversation = await _owned(tx, asker, conversation_id)
+                # Where it was forked from is read with it (one statement), for the context a first question hands
+                # over; anyone else's conversation is refused as `_owned` refuses it.
+                conversation, fork = await tx.conversations.get_with_fork(conversation_id)
+                if conversation.actor_kind != "user" or conversation.actor_key != asker.key:
+                    conversation, fork = await _owned(tx, asker, conversation_id), None
                 task_id = tx.new_id()
                 # The input, then the response (replying to it, so its id is made here): stored together, their
                 # opening events in one append.
@@ -252,6 +256,11 @@ class ChatRequests:
                 await self._create_task(task_id, target_kind, target_key)
                 task_created = True
                 opened = task_id
+                if target_kind == "harness" and asked[0].cursor == 1:
+                    # The conversation's first question (nothing was stored in it before): this transaction knows
+                    # its Task's whole context, handed to the responder once it surely committed.
+                    handed = TaskContext(opened, conversation, input_, response, [input_], False, fork=fork)
+                    tx.after_sure_commit(lambda: self.questions.hand_over(handed))
                 tx.after_commit(lambda: self.questions.close(opened))  # also on an unknown outcome
         except CommitOutcomeUnknown as exc:
             if task_id is not None:

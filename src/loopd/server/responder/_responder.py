@@ -188,6 +188,10 @@ class QuestionWindowPort(Protocol):
 
     def listen(self, callback: Callable[[str], None]) -> Callable[[], None]: ...
 
+    def handed_over(self, task_id: str) -> TaskContextView | None:
+        """The context a question's own transaction left for its Task (a conversation's first question), once."""
+        ...
+
 
 class ChatPort(Protocol):
     """The chat operations the responder needs (``loopd.server.chat.TaskApi`` has them)."""
@@ -467,11 +471,15 @@ class HarnessResponder:
         call = None if fresh else self._ended.pop(uid, None) or await self._engine.find(uid, EFFECT_KEY)
         if call is None:
             probed = False
-            try:  # read once, for the hand-over and the start
-                context: TaskContextView | None
-                context, probed = await self._read_context(task_id, key)
-            except StorageNotFound:
-                context = None  # the commit window (or an orphan): `_start` handles it
+            # A conversation's first question left its context with the window as it committed: nothing to read.
+            context: TaskContextView | None = (
+                self._questions.handed_over(task_id) if self._questions is not None else None
+            )
+            if context is None:
+                try:  # read once, for the hand-over and the start
+                    context, probed = await self._read_context(task_id, key)
+                except StorageNotFound:
+                    context = None  # the commit window (or an orphan): `_start` handles it
             earlier = self._earlier_answer(request, key, context)
             handed = await self._hand_over(request, key, _created_at(metadata), context, earlier)
             if handed is not None:
