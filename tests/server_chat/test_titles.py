@@ -173,6 +173,15 @@ async def test_a_title_whose_answer_ended_waits_while_the_server_answers_others(
         await _until(lambda: _idle(titles))
         assert len(model.requests) == 2
 
+        third, fourth = await new_conversation(user, ""), await new_conversation(user, "")
+        await ask(user, third, "which lock?")
+        await ask(user, fourth, "which light?")
+        titles.answered(third)  # still busy: waits
+        answering = False
+        titles.answered(fourth)  # the last answer ended and nothing else runs: both waiting titles start
+        await _until(lambda: _title_state(rig, third, "done"))
+        await _until(lambda: _title_state(rig, fourth, "done"))
+
 
 class _CountingDatabase:
     """The rig's database, counting the transactions the title runs open (read-only and writing)."""

@@ -131,14 +131,11 @@ class ConversationTitles:
         self._deferred_changed.set()
 
     def answered(self, conversation_id: str) -> None:
-        """An answer in ``conversation_id`` ended: a title waiting for it starts now, or once the server is idle."""
-        if conversation_id not in self._deferred:
-            return
-        if self.busy():
+        """An answer in ``conversation_id`` ended: a title waiting for it starts now — with every other title whose
+        answer ended — or once the server is idle."""
+        if conversation_id in self._deferred:
             self._answered.add(conversation_id)
-            return
-        del self._deferred[conversation_id]
-        self._start(conversation_id)
+        self.idle()
 
     def idle(self) -> None:
         """The server may answer nothing now (a call ended): the titles whose answers ended start, unless it is
