@@ -53,7 +53,12 @@ class _Chat:
         return _Context(input_, response, [])
 
     async def complete(
-        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        error: Mapping[str, str] | None = None,
+        response_id: str | None = None,
+        later: bool = False,
     ) -> None:
         async with self.db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)

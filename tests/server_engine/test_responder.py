@@ -64,7 +64,12 @@ class StorageChat:
         return Context(input_, response, kept, has_earlier=len(kept) < len(through))
 
     async def complete(
-        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        error: Mapping[str, str] | None = None,
+        response_id: str | None = None,
+        later: bool = False,
     ) -> None:
         async with self.db.transaction() as tx:
             _, response = await tx.messages.task_pair(task_id)

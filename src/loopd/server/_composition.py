@@ -664,9 +664,10 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 redactor=ledger_redactor(settings),
             )
             await stack.enter_async_context(engine)
-            # Titles wait while the engine answers (a burst of chats gets its answers first), up to their deadline.
-            titles.busy = lambda: engine.statistics().slots_used > 0
-            engine.add_listener(lambda notice: titles.idle() if notice.ended else None)
+            # Titles and the Tasks' cleanup after an answer wait while the engine answers (a burst of chats gets its
+            # answers first), up to their deadlines.
+            titles.busy = task_api.busy = lambda: engine.statistics().slots_used > 0
+            engine.add_listener(lambda notice: _idle(titles, task_api) if notice.ended else None)
 
             manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))
             responder = HarnessResponder(
@@ -694,6 +695,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             metrics.add_collector(lambda: _live_gauges(engine, conversations, responder))
             metrics.add_reconcile_source("server", manager.loads)
             background = await stack.enter_async_context(TaskSet("loop-server"))  # cancels what is left at exit
+            background.start(task_api.run_cleanup(), name="loopd-task-cleanup")
             manager_task = background.start(manager.run(), name="loopd-reconcile-manager")
             if settings.ledger_retention is not None:
                 retention = ArtifactRetention(ledger, settings.ledger_retention, clock)
@@ -776,6 +778,12 @@ def _live_gauges(
         ),
     ]
     return samples
+
+
+def _idle(titles: ConversationTitles, task_api: TaskApi) -> None:
+    """A call ended: the work that waits for an idle engine may go ahead."""
+    titles.idle()
+    task_api.idle()
 
 
 @asynccontextmanager

@@ -7,6 +7,13 @@ delete the Task → ``closed``. A crash anywhere in between leaves the row ``clo
 `Sweeper`) resumes it with the stored intent. A normal completion with pending Human questions is refused; a
 failure completion ends them with ``failure(task_ended)``.
 
+Cleaning up later (``complete(..., later=True)``, the built-in responder's): once the answer has ended — its end
+stored and sent, the row ``closing`` — deleting the Task and the ``closed`` mark are bookkeeping nobody waits for.
+While the server answers other calls (`busy`), `run_cleanup` does them once it is idle (`idle`, on a call's end) or
+`CLEANUP_DELAY` seconds later, the ``closed`` marks of a batch in one transaction; an idle server, a full queue
+(`CLEANUP_KEPT`) or no running `run_cleanup` clean up at once as before. A stop leaves the queued rows ``closing``
+for `sweep_closing`, which skips the ones queued here.
+
 Must not do: HTTP (the routes do), a user's reads or chat requests (``ConversationReader`` and ``ChatRequests`` do),
 or write message content except through ``loopd.server.streams``.
 """
@@ -15,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
+from loopd._infra.clock import wait_event
 from loopd._infra.errors import LoopdError
 from loopd._infra.http_errors import ApiError
 from loopd._infra.metrics import Metrics
@@ -61,6 +70,16 @@ ORPHAN_GRACE: Final = 30.0
 """Seconds an answer must be old before a missing Task counts as deleted (its Task is created after the answer)."""
 TASK_DELETED: Final = {"code": "task_deleted", "message": "the Task was deleted before it was answered"}
 AUTHOR_KINDS: Final = frozenset({"operator", "harness"})
+CLEANUP_DELAY: Final = 2.0
+"""Seconds a completion's deferred cleanup (Task delete, ``closed``) waits at most for the server to be idle."""
+CLEANUP_KEPT: Final = 1024
+"""Deferred cleanups queued at most; past it a completion cleans up at once."""
+CLEANUP_BATCH: Final = 200
+"""Deferred cleanups done in one go (their ``closed`` marks in one transaction)."""
+
+
+def _never() -> bool:
+    return False
 
 
 def check_responder(identity: Identity, response: Message) -> None:
@@ -108,6 +127,12 @@ class TaskApi:
         self._orphan_cursor: str | None = None  # where `sweep_orphans` goes on from
         self.answered: Callable[[str], None] | None = None
         """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
+        self.busy: Callable[[], bool] = _never
+        """Whether the server answers anything now (the composition gives the engine's calls): a deferred
+        cleanup waits while it does (see the module docstring)."""
+        self._later: dict[str, tuple[Message, float]] = {}  # task id -> (its response as closing left it, when)
+        self._later_changed = asyncio.Event()
+        self._cleaning = False  # `run_cleanup` runs
 
     async def task_context(self, task_id: str, *, messages: int = 0, history: int | None = None) -> TaskContext:
         """Input, response, conversation (and where it was forked from) and bounded history — at most ``history``
@@ -250,8 +275,11 @@ class TaskApi:
         events: Sequence[Mapping[str, Any]] | None = None,
         actor: Identity | None = None,
         response_id: str | None = None,
+        later: bool = False,
     ) -> Message:
-        """Finish the Task's answer (idempotent, resumable); returns the final response message.
+        """Finish the Task's answer (idempotent, resumable); returns the final response message. ``later``: the
+        Task's delete and the ``closed`` mark may wait while the server is busy (see the module docstring; the
+        response returned is then ``closing``, its answer ended).
 
         ``events`` (``set`` / ``append``, e.g. the answer) are appended to the response in the transaction that
         stores the completion, so the answer and the end land together; a repeat of a stored completion does not
@@ -269,6 +297,8 @@ class TaskApi:
             self._metrics.chat_seconds.labels("failed" if error else "completed").observe(max(seconds, 0.0))
         try:
             if response.delivery_state == "closed":
+                return response
+            if finished and later and self._defer(task_id, response):
                 return response
             return await self._finish_delivery(task_id, intent, ended=response if finished else None)
         finally:
@@ -355,17 +385,71 @@ class TaskApi:
                 response = await self._end_messages(tx, task_id, await tx.messages.lock(response_id), intent)
         await self._delete_task(task_id)
         async with self._db.transaction() as tx:
-            if response.delivery_state == "closing":
-                # As this completion left it (the usual case): closed by one compare-and-set, nothing read first.
-                with contextlib.suppress(Conflict):
-                    return await tx.messages.update(
-                        response.id, expected_revision=response.revision, delivery_state="closed"
-                    )
-            response = await tx.messages.lock(response.id)  # changed since (another completion of it ran too)
-            if response.delivery_state == "closing":
-                response = await tx.messages.update(
+            return await self._close(tx, response)
+
+    def _defer(self, task_id: str, response: Message) -> bool:
+        """Queue the cleanup of a completion that just ended ``response`` (closing), when it may wait."""
+        if not self._cleaning or len(self._later) >= CLEANUP_KEPT or not self.busy():
+            return False
+        self._later[task_id] = (response, self._db.clock.monotonic())
+        self._later_changed.set()
+        return True
+
+    def idle(self) -> None:
+        """The server may answer nothing now (a call ended): deferred cleanups go ahead unless it is `busy`."""
+        if self._later and not self.busy():
+            self._later_changed.set()
+
+    async def run_cleanup(self) -> None:
+        """Do the deferred cleanups (see the module docstring) until cancelled."""
+        clock = self._db.clock
+        self._cleaning = True
+        try:
+            while True:
+                self._later_changed.clear()
+                if not self._later:
+                    await self._later_changed.wait()
+                    continue
+                due = next(iter(self._later.values()))[1] + CLEANUP_DELAY - clock.monotonic()
+                if due > 0 and self.busy():
+                    await wait_event(clock, self._later_changed, due)
+                    continue
+                await self._clean_up()
+        finally:
+            self._cleaning = False
+
+    async def _clean_up(self) -> None:
+        """Delete the Tasks of up to `CLEANUP_BATCH` deferred cleanups, then mark their responses ``closed`` in one
+        transaction. A Task that cannot be deleted now stays ``closing`` (`sweep_closing` retries it)."""
+        batch = list(itertools.islice(self._later.items(), CLEANUP_BATCH))
+        deleted: list[Message] = []
+        for task_id, (response, _) in batch:
+            try:
+                await self._delete_task(task_id)
+            except TaskUnavailable as exc:
+                _log.warning("completion of task %s not finished yet: %s", task_id, exc)
+            else:
+                deleted.append(response)
+            finally:
+                self._later.pop(task_id, None)
+        if deleted:
+            async with self._db.transaction() as tx:
+                for response in deleted:
+                    await self._close(tx, response)
+
+    async def _close(self, tx: Transaction, response: Message) -> Message:
+        """Mark ``response`` (as its completion left it, ``closing``) ``closed`` — by one compare-and-set, or, when
+        it changed since (another completion of it ran too), as the row is now."""
+        if response.delivery_state == "closing":
+            with contextlib.suppress(Conflict):
+                return await tx.messages.update(
                     response.id, expected_revision=response.revision, delivery_state="closed"
                 )
+        response = await tx.messages.lock(response.id)
+        if response.delivery_state == "closing":
+            response = await tx.messages.update(
+                response.id, expected_revision=response.revision, delivery_state="closed"
+            )
         return response
 
     async def _delete_task(self, task_id: str) -> None:
@@ -382,7 +466,7 @@ class TaskApi:
             closing = await tx.messages.list_closing(limit=limit)
         done = 0
         for response in closing:
-            if response.task_id is None:
+            if response.task_id is None or response.task_id in self._later:  # queued here: `run_cleanup` does it
                 continue
             try:
                 await self._finish_delivery(response.task_id, response.completion or {"error": None})

@@ -202,10 +202,16 @@ class ChatPort(Protocol):
         ...
 
     async def complete(
-        self, task_id: str, *, error: Mapping[str, str] | None = None, response_id: str | None = None
+        self,
+        task_id: str,
+        *,
+        error: Mapping[str, str] | None = None,
+        response_id: str | None = None,
+        later: bool = False,
     ) -> object:
-        """End the Task's answer and delete the Task (idempotent): once it returns, the Task is gone.
-        ``response_id``: its response message, when the caller knows it (the call's message)."""
+        """End the Task's answer and delete the Task (idempotent): once it returns, the answer has ended and the
+        Task is gone — or, with ``later``, is deleted shortly (while the server is busy, the chat does it once it is
+        idle). ``response_id``: its response message, when the caller knows it (the call's message)."""
         ...
 
     async def emit(self, task_id: str, events: Sequence[Mapping[str, Any]]) -> object: ...
@@ -803,13 +809,14 @@ class HarnessResponder:
     async def _complete(self, request: Request, error: dict[str, str] | None, response_id: str | None = None) -> Result:
         task_id = request.name
         try:
-            await self._chat.complete(task_id, error=error, response_id=response_id)
+            # The Task's delete may wait while other answers run: nobody waits for it once the answer has ended.
+            await self._chat.complete(task_id, error=error, response_id=response_id, later=True)
         except Conflict as exc:
             _log.info("task %s cannot complete yet: %s", task_id, exc.message)
             return Result(requeue_after=self._poll)
         except StorageNotFound:
             return Result()  # its messages are gone: nothing left to finish
-        # Completing deleted the Task: remember that a while, so the timer its call set reads nothing.
+        # Completing deleted the Task (or will): remember that a while, so the timer its call set reads nothing.
         self._completed[request] = None
         self._completed.move_to_end(request)
         if len(self._completed) > COMPLETED_KEPT:

@@ -1,0 +1,105 @@
+"""A completion that may clean up later (``TaskApi.complete(..., later=True)``, the built-in responder's): the answer
+ends at once (its end stored, the row ``closing``); while the server is busy the Task's delete and the ``closed``
+mark wait for it to be idle, or `CLEANUP_DELAY` at most, several in one go; an idle server, or no cleanup running,
+cleans up at once as before; a delete that fails leaves the row ``closing`` for the sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from loopd.server.chat import TaskUnavailable
+from loopd.server.chat._tasks import CLEANUP_DELAY
+from tests.server_http.support import Rig, ask, new_conversation, task_object
+
+
+async def _until(predicate: Callable[[], Any], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():
+            await asyncio.sleep(0.01)
+
+
+@asynccontextmanager
+async def _cleaning(rig: Rig) -> AsyncIterator[None]:
+    """`run_cleanup` running (as `loopd up` runs it) for the block."""
+    async with asyncio.TaskGroup() as group:
+        running = group.create_task(rig.task_api.run_cleanup())
+        await asyncio.sleep(0)  # it has started
+        try:
+            yield
+        finally:
+            running.cancel()
+
+
+async def _question(rig: Rig) -> str:
+    user = rig.client()
+    return str((await ask(user, await new_conversation(user)))["task_id"])
+
+
+async def _closed(rig: Rig, task_id: str) -> bool:
+    response = await rig.task_api.response_of(task_id)
+    return response.delivery_state == "closed" and await task_object(rig, task_id) is None
+
+
+async def test_while_the_server_is_busy_the_cleanup_waits_for_it_to_be_idle(rig: Rig) -> None:
+    busy = True
+    rig.task_api.busy = lambda: busy
+    first, second = await _question(rig), await _question(rig)
+    async with _cleaning(rig):
+        for task_id in (first, second):
+            response = await rig.task_api.complete(task_id, later=True)
+            assert (response.status, response.delivery_state) == ("completed", "closing")  # the answer ended
+            assert await task_object(rig, task_id) is not None  # its Task waits
+        assert await rig.task_api.sweep_closing() == 0  # queued here: the sweeper leaves them
+        rig.task_api.idle()  # a call ended, but others still run: nothing yet
+        await asyncio.sleep(0.05)
+        assert await task_object(rig, first) is not None
+
+        busy = False
+        rig.task_api.idle()  # the last call ended: both are cleaned up
+        await _until(lambda: _closed(rig, first))
+        await _until(lambda: _closed(rig, second))
+    assert sorted(rig.gateway.deleted) == sorted([first, second])
+
+
+async def test_a_server_that_stays_busy_cleans_up_after_the_delay(rig: Rig) -> None:
+    rig.task_api.busy = lambda: True
+    task_id = await _question(rig)
+    async with _cleaning(rig):
+        await rig.task_api.complete(task_id, later=True)
+        await rig.clock.advance(CLEANUP_DELAY / 2)
+        assert await task_object(rig, task_id) is not None
+        await rig.clock.advance(CLEANUP_DELAY / 2)
+        await _until(lambda: _closed(rig, task_id))
+
+
+async def test_an_idle_server_or_no_cleanup_running_cleans_up_at_once(rig: Rig) -> None:
+    idle, alone = await _question(rig), await _question(rig)
+    async with _cleaning(rig):
+        done = await rig.task_api.complete(idle, later=True)  # nothing else runs: at once
+    assert done.delivery_state == "closed" and await task_object(rig, idle) is None
+    rig.task_api.busy = lambda: True
+    done = await rig.task_api.complete(alone, later=True)  # busy, but no `run_cleanup` to do it later
+    assert done.delivery_state == "closed" and await task_object(rig, alone) is None
+
+
+async def test_a_deferred_delete_that_fails_is_left_to_the_sweeper(rig: Rig) -> None:
+    busy = True
+    rig.task_api.busy = lambda: busy
+    task_id = await _question(rig)
+    async with _cleaning(rig):
+        await rig.task_api.complete(task_id, later=True)
+        rig.gateway.fail_delete = TaskUnavailable("the resource API is down")
+        busy = False
+        rig.task_api.idle()
+        await _until(lambda: _sweepable(rig))
+        assert (await rig.task_api.response_of(task_id)).delivery_state == "closing"
+        rig.gateway.fail_delete = None
+        assert await rig.task_api.sweep_closing() == 1  # no longer queued: the sweeper finishes it
+    assert await _closed(rig, task_id)
+
+
+async def _sweepable(rig: Rig) -> bool:
+    return not rig.task_api._later  # the cleanup gave it up
