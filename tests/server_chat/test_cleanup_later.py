@@ -1,7 +1,8 @@
 """A completion that may clean up later (``TaskApi.complete(..., later=True)``, the built-in responder's): the answer
 ends at once (its end stored, the row ``closing``); while the server is busy the Task's delete and the ``closed``
-mark wait for it to be idle, or `CLEANUP_DELAY` at most, several in one go; an idle server, or no cleanup running,
-cleans up at once as before; a delete that fails leaves the row ``closing`` for the sweeper."""
+mark wait for it to be idle a moment (`CLEANUP_QUIET`), or `CLEANUP_DELAY` at most, several in one go; an idle
+server, or no cleanup running, cleans up at once as before; a delete that fails leaves the row ``closing`` for the
+sweeper."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from loopd.server.chat import TaskUnavailable
-from loopd.server.chat._tasks import CLEANUP_DELAY
+from loopd._infra.clock import VirtualClock
+from loopd.server.chat import OpenAnswers, TaskUnavailable
+from loopd.server.chat._tasks import CLEANUP_DELAY, CLEANUP_QUIET
 from tests.server_http.support import Rig, ask, new_conversation, task_object
 
 
@@ -58,7 +60,10 @@ async def test_while_the_server_is_busy_the_cleanup_waits_for_it_to_be_idle(rig:
         assert await task_object(rig, first) is not None
 
         busy = False
-        rig.task_api.idle()  # the last call ended: both are cleaned up
+        rig.task_api.idle()  # the last call ended: both are cleaned up once it stayed idle a moment
+        await asyncio.sleep(0.05)
+        assert await task_object(rig, first) is not None
+        await rig.clock.advance(CLEANUP_QUIET)
         await _until(lambda: _closed(rig, first))
         await _until(lambda: _closed(rig, second))
     assert sorted(rig.gateway.deleted) == sorted([first, second])
@@ -94,6 +99,7 @@ async def test_a_deferred_delete_that_fails_is_left_to_the_sweeper(rig: Rig) -> 
         rig.gateway.fail_delete = TaskUnavailable("the resource API is down")
         busy = False
         rig.task_api.idle()
+        await rig.clock.advance(CLEANUP_QUIET)
         await _until(lambda: _sweepable(rig))
         assert (await rig.task_api.response_of(task_id)).delivery_state == "closing"
         rig.gateway.fail_delete = None
@@ -103,3 +109,31 @@ async def test_a_deferred_delete_that_fails_is_left_to_the_sweeper(rig: Rig) -> 
 
 async def _sweepable(rig: Rig) -> bool:
     return not rig.task_api._later  # the cleanup gave it up
+
+
+async def test_the_last_open_answer_to_end_lets_the_waiting_cleanups_go(rig: Rig) -> None:
+    """As `loopd up` wires it: busy while questions asked here wait for their answers (`OpenAnswers`)."""
+    answers = rig.chat.answers = rig.task_api.answers = OpenAnswers(rig.clock)
+    rig.task_api.busy = answers.waiting
+    first, second = await _question(rig), await _question(rig)
+    assert len(answers) == 2 and answers.waiting()
+    async with _cleaning(rig):
+        await rig.task_api.complete(first, later=True)  # the second still waits for its answer: deferred
+        assert len(answers) == 1 and await task_object(rig, first) is not None
+        done = await rig.task_api.complete(second, later=True)  # the last: cleaned up at once, and the first after
+        assert done.delivery_state == "closed" and not answers.waiting()
+        await rig.clock.advance(CLEANUP_QUIET)
+        await _until(lambda: _closed(rig, first))
+
+
+async def test_open_answers_are_bounded_and_forgotten_past_their_horizon() -> None:
+    clock = VirtualClock()
+    answers = OpenAnswers(clock, kept=2, horizon=60.0)
+    for task_id in ("t-1", "t-2", "t-3"):
+        answers.asked(task_id)
+    assert len(answers) == 2  # the oldest was dropped
+    answers.answered("t-3")
+    answers.answered("never-asked")
+    assert len(answers) == 1 and answers.waiting()
+    await clock.advance(61.0)
+    assert not answers.waiting()  # t-2 was completed elsewhere, or never: forgotten

@@ -83,6 +83,7 @@ from loopd.server.chat import (
     ConversationForks,
     ConversationReader,
     ConversationTitles,
+    OpenAnswers,
     ResourceTaskGateway,
     TaskApi,
     demo_title_reply,
@@ -664,9 +665,10 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
                 redactor=ledger_redactor(settings),
             )
             await stack.enter_async_context(engine)
-            # Titles and the Tasks' cleanup after an answer wait while the engine answers (a burst of chats gets its
-            # answers first), up to their deadlines.
-            titles.busy = task_api.busy = lambda: engine.statistics().slots_used > 0
+            # Titles and the Tasks' cleanup after an answer wait while questions asked here wait for their answers
+            # or the engine runs calls (a burst of chats gets its answers first), up to their deadlines.
+            answers = chat.answers = task_api.answers = OpenAnswers(clock)
+            titles.busy = task_api.busy = lambda: answers.waiting() or engine.statistics().slots_used > 0
             engine.add_listener(lambda notice: _idle(titles, task_api) if notice.ended else None)
 
             manager = Manager(client, clock=clock, on_reconciled=metrics.reconcile_observer("server"))

@@ -11,6 +11,7 @@ Must not do: write message content except through ``loopd.server.streams``; no c
 except through its public methods.
 """
 
+from loopd.server.chat._answers import OpenAnswers
 from loopd.server.chat._feeds import ConversationFeeds, FeedStatistics, Subscription
 from loopd.server.chat._forks import ConversationForks, Forked, fork_router
 from loopd.server.chat._gateway import DEFAULT_NAMESPACE, ResourceTaskGateway, TaskGateway, TaskUnavailable
@@ -42,6 +43,7 @@ __all__ = [
     "FeedStatistics",
     "Forked",
     "MessageBody",
+    "OpenAnswers",
     "QuestionWindow",
     "ResourceTaskGateway",
     "Snapshot",

@@ -24,6 +24,7 @@ from loopd._infra.http_errors import ApiError
 from loopd._infra.metrics import Metrics
 from loopd._infra.telemetry import tracer, tracing_enabled
 from loopd.agentue import AgentUEError, validate_model
+from loopd.server.chat._answers import OpenAnswers
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._reader import readable_conversation
 from loopd.server.chat._records import ChatRequest, StreamItem, TaskContext
@@ -104,6 +105,8 @@ class ChatRequests:
         self._tasks = tasks
         self._targets = targets
         self._metrics = metrics
+        self.answers: OpenAnswers | None = None
+        """Told each question stored here (its answer is open until it ends; see `OpenAnswers`)."""
         self.asked: Callable[[ChatRequest], None] | None = None
         """Told after each stored question (loop-server's conversation titles start there); must not block."""
         self.questions = QuestionWindow()
@@ -185,6 +188,8 @@ class ChatRequests:
                     asker, conversation_id, target_kind=target_kind, target_key=target_key, content=content
                 )
                 span.set_attribute("loopd.task.id", asked.task_id)
+        if self.answers is not None:
+            self.answers.asked(asked.task_id)
         if self._metrics is not None:
             self._metrics.chat_requests.labels(target_kind).inc()
             self._metrics.chats_in_flight.inc()

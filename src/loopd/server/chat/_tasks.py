@@ -9,8 +9,9 @@ failure completion ends them with ``failure(task_ended)``.
 
 Cleaning up later (``complete(..., later=True)``, the built-in responder's): once the answer has ended — its end
 stored and sent, the row ``closing`` — deleting the Task and the ``closed`` mark are bookkeeping nobody waits for.
-While the server answers other calls (`busy`), `run_cleanup` does them once it is idle (`idle`, on a call's end) or
-`CLEANUP_DELAY` seconds later, the ``closed`` marks of a batch in one transaction; an idle server, a full queue
+While the server answers other calls (`busy`), `run_cleanup` does them once it has been idle for `CLEANUP_QUIET`
+seconds (`idle`, on a call's end: the last answers' own completions go first) or `CLEANUP_DELAY` seconds later, the
+``closed`` marks of a batch in one transaction; an idle server, a full queue
 (`CLEANUP_KEPT`) or no running `run_cleanup` clean up at once as before. A stop leaves the queued rows ``closing``
 for `sweep_closing`, which skips the ones queued here.
 
@@ -34,6 +35,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.http_errors import ApiError
 from loopd._infra.metrics import Metrics
 from loopd.agentue import AgentUEError, validate_model
+from loopd.server.chat._answers import OpenAnswers
 from loopd.server.chat._gateway import TaskGateway, TaskUnavailable
 from loopd.server.chat._questions import resolve_question
 from loopd.server.chat._records import Emitted, TaskContext
@@ -72,6 +74,8 @@ TASK_DELETED: Final = {"code": "task_deleted", "message": "the Task was deleted 
 AUTHOR_KINDS: Final = frozenset({"operator", "harness"})
 CLEANUP_DELAY: Final = 2.0
 """Seconds a completion's deferred cleanup (Task delete, ``closed``) waits at most for the server to be idle."""
+CLEANUP_QUIET: Final = 0.2
+"""Seconds the server must stay idle before deferred cleanups go ahead (the completions of its last answers first)."""
 CLEANUP_KEPT: Final = 1024
 """Deferred cleanups queued at most; past it a completion cleans up at once."""
 CLEANUP_BATCH: Final = 200
@@ -130,6 +134,8 @@ class TaskApi:
         self.busy: Callable[[], bool] = _never
         """Whether the server answers anything now (the composition gives the engine's calls): a deferred
         cleanup waits while it does (see the module docstring)."""
+        self.answers: OpenAnswers | None = None
+        """The answers this process's questions wait for (told when one ended here; see `OpenAnswers`)."""
         self._later: dict[str, tuple[Message, float]] = {}  # task id -> (its response as closing left it, when)
         self._later_changed = asyncio.Event()
         self._cleaning = False  # `run_cleanup` runs
@@ -291,6 +297,8 @@ class TaskApi:
         if events and any(event.get("op") == "error" for event in events):
             raise InvalidRecord("a completion's events are set or append; give a failure as its error instead")
         response, finished = await self._begin_completion(task_id, intent, actor, events or (), response_id)
+        if finished and self.answers is not None:
+            self.answers.answered(task_id)
         if finished and self._metrics is not None:
             self._metrics.chats_in_flight.dec()
             seconds = (self._db.clock.now() - response.created_at).total_seconds()
@@ -300,6 +308,8 @@ class TaskApi:
                 return response
             if finished and later and self._defer(task_id, response):
                 return response
+            if finished:
+                self.idle()  # the last answer to end: what waited for that goes ahead
             return await self._finish_delivery(task_id, intent, ended=response if finished else None)
         finally:
             if finished and self.answered is not None:  # once the answer's end has gone out to its readers
@@ -414,6 +424,10 @@ class TaskApi:
                 if due > 0 and self.busy():
                     await wait_event(clock, self._later_changed, due)
                     continue
+                if due > 0:  # idle: a quiet moment first, then only if it stayed idle
+                    await clock.sleep(min(CLEANUP_QUIET, due))
+                    if self.busy():
+                        continue
                 await self._clean_up()
         finally:
             self._cleaning = False

@@ -2,7 +2,7 @@
 
 `ConversationTitles` runs each title on the harness's background lane (`loopd.harness.actors.HustleLanes`: one run at a
 time, a bounded queue) so no chat request ever waits for it. A title starts once the conversation's first answer has
-ended (`answered`) and the server answers nothing else (`busy`, the engine's calls; `idle` when its last one ends), or
+ended (`answered`) and the server answers nothing else (`busy`: open answers, the engine's calls; `idle`), or
 `TITLE_DELAY` seconds after the question, whichever comes first: its model call and writes compete neither with the
 answer it names nor, under a burst of chats, with the answers still running; a question still waiting for its title when
 the server stops gets one at the conversation's next question. The run's facts are recorded on the conversation row (the
