@@ -7,13 +7,13 @@ delete the Task → ``closed``. A crash anywhere in between leaves the row ``clo
 `Sweeper`) resumes it with the stored intent. A normal completion with pending Human questions is refused; a
 failure completion ends them with ``failure(task_ended)``.
 
-Cleaning up later (``complete(..., later=True)``, the built-in responder's): once the answer has ended — its end
-stored and sent, the row ``closing`` — deleting the Task and the ``closed`` mark are bookkeeping nobody waits for.
-While the server answers other calls (`busy`), `run_cleanup` does them once it has been idle for `CLEANUP_QUIET`
-seconds (`idle`, on a call's end: the last answers' own completions go first) or `CLEANUP_DELAY` seconds later, the
-``closed`` marks of a batch in one transaction; an idle server, a full queue
-(`CLEANUP_KEPT`) or no running `run_cleanup` clean up at once as before. A stop leaves the queued rows ``closing``
-for `sweep_closing`, which skips the ones queued here.
+Cleaning up later (``complete(..., later=True)``, the built-in responder's): once the answer has ended — its end stored
+and sent, the row ``closing`` — deleting the Task and the ``closed`` mark are bookkeeping nobody waits for. While the
+server is busy (`busy`: answers still open here, or engine calls), `run_cleanup` does them once it has been idle for
+`CLEANUP_QUIET` seconds (`idle`, on a call's end: the last answers' own completions go first) or `CLEANUP_DELAY` seconds
+later, the ``closed`` marks of a batch in one transaction; an idle server, a full queue (`CLEANUP_KEPT`) or no running
+`run_cleanup` clean up at once as before. A stop leaves the queued rows ``closing`` for `sweep_closing`, which skips the
+ones queued here.
 
 Must not do: HTTP (the routes do), a user's reads or chat requests (``ConversationReader`` and ``ChatRequests`` do),
 or write message content except through ``loopd.server.streams``.
@@ -132,8 +132,8 @@ class TaskApi:
         self.answered: Callable[[str], None] | None = None
         """Told the conversation id of each answer this server completes (conversation titles wait for it)."""
         self.busy: Callable[[], bool] = _never
-        """Whether the server answers anything now (the composition gives the engine's calls): a deferred
-        cleanup waits while it does (see the module docstring)."""
+        """Whether the server answers anything now (the composition gives: answers open here, or the engine's
+        calls): a deferred cleanup waits while it does (see the module docstring)."""
         self.answers: OpenAnswers | None = None
         """The answers this process's questions wait for (told when one ended here; see `OpenAnswers`)."""
         self._later: dict[str, tuple[Message, float]] = {}  # task id -> (its response as closing left it, when)

@@ -94,8 +94,8 @@ class ConversationTitles:
         self._deferred: dict[str, float] = {}  # conversation id -> when its title starts at the latest (monotonic)
         self._answered: set[str] = set()  # of those, the conversations whose answer ended (waiting for `idle`)
         self.busy: Callable[[], bool] = _never
-        """Whether the server is answering now (the composition gives the engine's calls): a title whose answer
-        ended waits until it is not — `idle` — or its deadline."""
+        """Whether the server is answering now (the composition gives: answers open here, or the engine's calls):
+        a title whose answer ended waits until it is not — `idle` — or its deadline."""
         self._questions: dict[str, str] = {}  # conversation id -> its first question's text, while its title waits
         self._deferred_changed = asyncio.Event()
         self._stack = AsyncExitStack()
