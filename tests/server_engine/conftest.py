@@ -245,6 +245,8 @@ class ScriptedRun:
     released: asyncio.Event = field(default_factory=asyncio.Event)
     cancelled: bool = False
     gates: list[tuple[str, GateAnswer]] = field(default_factory=list)
+    bursts: bool = False
+    """Yield the script with no pause between items (a fast harness: the drive finds them queued together)."""
 
     @property
     def execution_ref(self) -> str | None:
@@ -260,7 +262,8 @@ class ScriptedRun:
                     self.released.clear()
                     continue
                 yield item
-                await asyncio.sleep(0)
+                if not self.bursts:
+                    await asyncio.sleep(0)
             await asyncio.Event().wait()  # a harness that never says more (the engine must not hang on it)
         finally:
             self.adapter.active[self.call_id] -= 1
@@ -297,13 +300,16 @@ class ScriptedAdapter:
     closed: int = 0
     names_runs_by_call: bool = False
     """Each run's execution ref is its call's id (as the built-in harness names its sessions), not one of its own."""
+    bursts: bool = False
+    """Its runs yield their scripts with no pause between items (`ScriptedRun.bursts`)."""
 
     @property
     def effect(self) -> tuple[EffectKind, Idempotency]:
         return EffectKind.WRITE, Idempotency.KEYED
 
     def _run(self, request: AdapterRequest, resumed: bool) -> ScriptedRun:
-        run = ScriptedRun(self, request.call_id, list(self.script(request.call_id)), resumed, replays=self.replays)
+        script = list(self.script(request.call_id))
+        run = ScriptedRun(self, request.call_id, script, resumed, replays=self.replays, bursts=self.bursts)
         self.runs.setdefault(request.call_id, []).append(run)
         return run
 

@@ -587,6 +587,37 @@ async def test_a_fresh_drive_opens_its_trail_in_one_append_and_does_not_open_it_
     assert tuple(first[0]) == (1, 4)
 
 
+async def test_the_facts_of_one_transaction_go_as_one_append(sqlite_db: Database) -> None:
+    """A model call and the end the harness reports together are applied in one transaction: their ledger facts go
+    as one append (one batch checked and written), the same events in the same order as one append each."""
+    adapter = ScriptedAdapter(
+        script=scripted(
+            ModelCalled("m", input_tokens=10, output_tokens=5, cost_usd=0.25), TextSet("done"), Finished("done")
+        ),
+        bursts=True,  # all three queued at once, as a fast harness sends them: one batch, one transaction
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, _ = await start(sqlite_db, engine)
+        await until_phase(engine, call_id, "succeeded")
+    store = SqlLedgerStore(sqlite_db)
+    (lane,) = await store.find_lanes(Scope(harness_call_id=call_id))
+    events = await store.load_lane(lane.id)
+    assert [event.event_type for event in events[4:]] == [
+        "attempt.requested",  # the model call's attempt
+        "attempt.completed",
+        "attempt.completed",  # the execution's attempt, then its action, turn and run
+        "action.completed",
+        "turn.completed",
+        "run.completed",
+    ]
+    async with sqlite_db.transaction(read_only=True) as tx:
+        appends = await tx.fetch(
+            "SELECT first_seq, last_seq FROM ledger_appends WHERE lane_id = ? ORDER BY first_seq", (lane.id,)
+        )
+    assert [tuple(row) for row in appends] == [(1, 4), (5, 10)]
+    assert {event.seq for event in events} == set(range(1, 11))
+
+
 async def test_gathering_live_text_never_swallows_a_cancellation() -> None:
     """The drive is cancelled (its watcher stopped it) just as the harness hands over its next update: the gather
     ends cancelled, taking nothing — it must not return the update and carry on waiting for a run that was stopped."""

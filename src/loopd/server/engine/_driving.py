@@ -225,6 +225,7 @@ class Drive:
         self._actor_ids = settings.ledger_actors  # ledger actor key → id, ensured by a committed transaction
         self._trail_opened = False  # this drive's trail lane, turn and action exist (a committed transaction made them)
         self._ordered_trail: bool | None = None  # which ids the call's trail takes (`trail_ordering`), once known
+        self._held_trail: tuple[Transaction, Trail] | None = None  # `_apply`'s trail, its appends held (`Trail.hold`)
         self._began_fresh = False  # this drive's begin found the call pending: no earlier drive requested an attempt
         # The call message's stream state this drive holds (see emit_held); before its first write, the state an
         # answer this process opened was stored with (`FirstOutputs.opened_state`: no read of the row for it).
@@ -254,6 +255,9 @@ class Drive:
         self._running_due = None  # committed (a drive whose write failed ends; the next one begins again)
 
     async def _trail(self, tx: Transaction, call: HarnessCall) -> Trail:
+        held = self._held_trail
+        if held is not None and held[0] is tx:
+            return held[1]  # the trail's identity (lane, turn, execution ids) is the call's: the same all along
         ordered = self._ordered_trail
         if ordered is None:  # the drive's first: a call begun by an older server keeps its trail's ids
             ordered = self._ordered_trail = await trail_ordering(tx, call)
@@ -806,17 +810,31 @@ class Drive:
             content = await self._locked_message(tx, call)
             if merged:
                 content = await self._show_previews(tx, call, content, merged)
-            stored = batch[0][0] - 1  # the checkpoint the call holds: the batch's one compare-and-set expects it
-            for index, chain, update in batch:
-                call, content, ended = await self._apply_one(tx, call, content, index, chain, update, stored)
-                if ended:
-                    return True
-            last, chain, _ = batch[-1]
-            call = await tx.harness_calls.advance_checkpoint(
-                call.id, expected_checkpoint=stored, checkpoint=last, replay_hash=chain
-            )
-            await self._store(tx, call)
-            return False
+            # The ledger facts of the whole batch (a model call and the end, say) go as one append.
+            trail = await self._trail(tx, call)
+            trail.hold()
+            self._held_trail = (tx, trail)
+            try:
+                ended = await self._apply_batch(tx, call, content, batch)
+            finally:
+                self._held_trail = None
+            await trail.release()
+            return ended
+
+    async def _apply_batch(
+        self, tx: Transaction, call: HarnessCall, content: Model | None, batch: Sequence[tuple[int, str, Update]]
+    ) -> bool:
+        stored = batch[0][0] - 1  # the checkpoint the call holds: the batch's one compare-and-set expects it
+        for index, chain, update in batch:
+            call, content, ended = await self._apply_one(tx, call, content, index, chain, update, stored)
+            if ended:
+                return True
+        last, chain, _ = batch[-1]
+        call = await tx.harness_calls.advance_checkpoint(
+            call.id, expected_checkpoint=stored, checkpoint=last, replay_hash=chain
+        )
+        await self._store(tx, call)
+        return False
 
     async def _apply_one(
         self,

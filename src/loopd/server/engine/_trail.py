@@ -162,6 +162,7 @@ class Trail:
         self.execution_id = trail_id(call.id, "execution", ordered=ordered)
         self._engine_actor: str | None = None
         self._harness_actor: str | None = None
+        self._held: list[tuple[str, list[NewEvent]]] | None = None
 
     # --- plumbing --------------------------------------------------------------------------------------------
 
@@ -188,7 +189,33 @@ class Trail:
         return NewEvent(event_type, subject, actor, payload=payload or {}, occurred_at=self._clock.now())
 
     async def _append(self, append_key: str, events: Sequence[NewEvent]) -> None:
+        if self._held is not None:
+            self._held.append((append_key, list(events)))
+            return
         await self._store.append_next(self.lane_id, self._id("append", append_key), events)
+
+    def hold(self) -> None:
+        """Keep this trail's appends until `release`, which writes them as one: the facts of one transaction (a
+        model call and the call's end, say) as one batch — one check, one insert, one ``ledger_appends`` row — with
+        the same events in the same order as one append each (an append's id names the appends it holds)."""
+        if self._held is None:
+            self._held = []
+
+    async def release(self) -> None:
+        """Write what `hold` kept (as one append) and stop holding; call it before the transaction commits."""
+        await self._flush()
+        self._held = None
+
+    async def _flush(self) -> None:
+        held = self._held
+        if not held:
+            return
+        self._held = []
+        if len(held) == 1:
+            key, events = held[0]
+        else:
+            key, events = "+".join(key for key, _ in held), [event for _, batch in held for event in batch]
+        await self._store.append_next(self.lane_id, self._id("append", key), events)
 
     def _redacted(self, value: Any) -> Any:
         return self._redactor.value(value) if self._redactor is not None else value
@@ -264,6 +291,7 @@ class Trail:
 
     async def unresolved_attempts(self) -> list[str]:
         """The execution attempts of this call with no outcome (drives that died), oldest first."""
+        await self._flush()  # what this trail holds is part of what the ledger says
         found = await self._store.unresolved_attempts(Scope(harness_call_id=self._call.id))
         return [item.attempt.id for item in found if item.action.id == self.execution_id]
 
