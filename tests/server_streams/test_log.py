@@ -136,3 +136,28 @@ async def test_finishing_a_message_this_transaction_locked_reads_its_row_once(db
     assert [e.event["op"] for e in events] == ["start", "set", "end"]
     folded = fold([e.event for e in events])
     assert ended.status == "completed" and folded.model is not None and folded.model.to_json() == ended.content
+
+
+async def test_finishing_a_whole_snapshot_does_not_write_its_content_again(db: Database) -> None:
+    """An end changes no block: a message whose stored content already folds every event (no tail) ends by a write
+    of its status alone — the content stays as stored, and still reads as the fold of every event. An error event
+    changes the content, so a failure writes it."""
+    cid = await _conversation(db)
+    async with db.transaction() as tx:
+        ok = await open_message(tx, _streaming(cid))
+        failing = await open_message(tx, _streaming(cid))
+        for message in (ok, failing):
+            await emit(tx, message.id, [{"op": "set", "block": {"id": "answer", "type": "text", "text": "hi"}}])
+    for message, error in ((ok, None), (failing, {"code": "x", "message": "boom"})):
+        async with db.transaction() as tx:
+            locked = await tx.messages.lock(message.id)
+            statements = record_statements(tx)
+            ended = await finish(tx, message.id, "completed" if error is None else "failed", locked=locked, error=error)
+        (update,) = [sql for sql in statements if sql.startswith("UPDATE messages")]
+        assert ("content = ?" in update) is (error is not None)
+        async with db.transaction(read_only=True) as tx:
+            stored = await tx.messages.get(message.id)
+            events = await tx.message_events.read(message.id)
+        folded = fold([e.event for e in events])
+        assert folded.model is not None and stored.content == folded.model.to_json() == ended.content
+        assert stored.status == ("completed" if error is None else "failed")

@@ -234,6 +234,12 @@ class Messages:
         self._hold(_head_of_row(row))
         return await self._read(row)
 
+    def holds_whole_snapshot(self, message_id: str) -> bool:
+        """Whether this transaction holds the row of ``message_id`` (locked or wrote it) and its stored content is a
+        whole snapshot, with no tail of events to fold (``content_seq`` unset); False when it does not hold it."""
+        head = self._locked().get(message_id)
+        return head is not None and head.content_seq is None
+
     async def lock_head(self, message_id: str) -> MessageHead:
         """`lock` without the content (nothing of a long answer is read or decoded): for a writer that keeps the
         stream's state itself (`loopd.server.streams.StreamStates`). A row this transaction locked or wrote

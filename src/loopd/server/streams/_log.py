@@ -35,6 +35,7 @@ from loopd.agentue import (
     reduce,
 )
 from loopd.server.storage import (
+    UNSET,
     Conflict,
     InvalidRecord,
     Message,
@@ -42,6 +43,7 @@ from loopd.server.storage import (
     MessageHead,
     NewMessage,
     Transaction,
+    Unset,
 )
 from loopd.server.streams._bus import CommittedStates, ConversationBus
 
@@ -428,15 +430,19 @@ async def finish(
         for kept, _ in await tx.message_events.append_many(message_id, closing, locked=message, last_seq=stored_seq)
     ]
     assert state.model is not None
+    # An end changes no block: a row whose content is a whole snapshot (no tail to fold) keeps it as it is.
+    content: dict[str, Any] | Unset = (
+        UNSET if len(closing) == 1 and tx.messages.holds_whole_snapshot(message_id) else state.model.to_json()
+    )
     if completion is None:
         message = await tx.messages.update(
-            message_id, expected_revision=message.revision, content=state.model.to_json(), status=status
+            message_id, expected_revision=message.revision, content=content, status=status
         )
     else:
         message = await tx.messages.update(
             message_id,
             expected_revision=message.revision,
-            content=state.model.to_json(),
+            content=content,
             status=status,
             delivery_state="closing",
             completion=dict(completion),
