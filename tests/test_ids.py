@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from loopd._infra.ids import new_id, uuid7
+from loopd._infra.ids import new_id, uuid7, uuid_text
 
 
 def test_ids_are_uuid7_and_sort_in_creation_order() -> None:
@@ -27,3 +27,8 @@ def test_uuid7_and_new_id_agree_on_the_layout() -> None:
     after = uuid7()
     assert str(before) < text < str(after)
     assert before.int >> 80 <= uuid.UUID(text).int >> 80 <= after.int >> 80  # the millisecond field
+
+
+def test_uuid_text_is_the_canonical_text_of_any_uuid() -> None:
+    for value in (0, 1, (1 << 128) - 1, uuid7().int, uuid.uuid4().int):
+        assert uuid_text(value) == str(uuid.UUID(int=value))

@@ -7,7 +7,8 @@ import time
 import uuid
 
 
-def _uuid7_int() -> int:
+def uuid7_int() -> int:
+    """The 128 bits of a new `uuid7`, as an integer."""
     now = time.time_ns()
     ms, sub_ns = divmod(now, 1_000_000)
     rand = int.from_bytes(os.urandom(8), "big")
@@ -25,13 +26,18 @@ def uuid7() -> uuid.UUID:
     The sub-millisecond field (RFC 9562 §6.2, method 3) keeps ids made in the same millisecond in creation order
     (to ~250 ns) without any process-wide counter.
     """
-    return uuid.UUID(int=_uuid7_int())
+    return uuid.UUID(int=uuid7_int())
 
 
 def new_id() -> str:
     """A new time-ordered identifier as a canonical UUID string (``str(uuid7())``, formatted without building a
     `uuid.UUID`: servers make dozens per request)."""
-    text = f"{_uuid7_int():032x}"
+    return uuid_text(uuid7_int())
+
+
+def uuid_text(value: int) -> str:
+    """The canonical string of the UUID whose 128 bits are ``value`` (``str(uuid.UUID(int=value))``)."""
+    text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
