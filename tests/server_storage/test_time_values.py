@@ -32,3 +32,13 @@ def test_naive_times_are_refused_and_foreign_text_is_not_read() -> None:
         time_text(datetime(2026, 12, 2))  # no timezone
     with pytest.raises(ValueError):
         parse_time("2026-12-02T12:00:00+01:00")
+
+
+@given(instants)
+def test_a_utc_time_is_written_as_any_other_instant_is(value: datetime) -> None:
+    """The UTC fast path (remembered texts) and the general one agree, microseconds of 0 included."""
+    for instant in (value, value.replace(microsecond=0)):
+        utc = instant.astimezone(UTC)
+        expected = utc.isoformat(timespec="microseconds").removesuffix("+00:00") + "Z"
+        assert time_text(utc) == time_text(utc) == expected  # the second from the cache
+        assert time_text(utc.astimezone(timezone(timedelta(hours=3)))) == expected
