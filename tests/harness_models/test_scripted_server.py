@@ -173,3 +173,28 @@ def test_frames_are_the_encoded_chunks_byte_for_byte(
     shape = {"completion_id": "chatcmpl-1", "model": "demo", "created": 7, "usage": spent}
     expected = [encode_sse(chunk) for chunk in stream_chunks(reply, **shape)]  # type: ignore[arg-type]
     assert stream_frames(reply, **shape) == expected  # type: ignore[arg-type]
+
+
+async def test_an_instant_reply_is_sent_without_watching_for_a_disconnect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zero-latency reply without a fault goes in one write with nothing to wait for: no watcher task races it
+    (a delayed one still has one, so a client that leaves mid-reply is noticed)."""
+    from loopd.harness.models import _scripted_server
+
+    raced: list[str] = []
+    original = _scripted_server.race
+
+    async def counting(*args: Any, **kwargs: Any) -> Any:
+        raced.append("race")
+        return await original(*args, **kwargs)
+
+    monkeypatch.setattr(_scripted_server, "race", counting)
+    server = ScriptedServer([ServerReply(text="now"), ServerReply(text="later", delay=0.01)])
+    async with (
+        open_scripted_server(server) as base_url,
+        openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0, timeout=5) as client,
+    ):
+        for expected, races in (("now", 0), ("later", 1)):
+            reply = await client.chat.completions.create(**CHAT, stream=True)
+            assert "".join([chunk.choices[0].delta.content or "" async for chunk in reply if chunk.choices]) == expected
+            assert len(raced) == races
+    assert server.statistics().completed == 2

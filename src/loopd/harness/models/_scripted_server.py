@@ -676,6 +676,10 @@ async def _play(
     send: Send,
 ) -> Outcome:
     """Send ``reply`` while watching for the client to go away; return how the exchange ended."""
+    if not reply.delay and not reply.chunk_delay and reply.fault is None:
+        # Zero latency, no fault: the whole reply goes in one write (`_produce`) with nothing to wait for in
+        # between, so there is no "went away mid-reply" to watch for (a client gone by then drops the write).
+        return await _produce(reply, request, completion_id, created, send)
     # The first of the two to end decides; the other is cancelled (one TaskGroup, see `race`).
     produced, _ = await race(
         _produce(reply, request, completion_id, created, send),
