@@ -178,9 +178,8 @@ def test_frames_are_the_encoded_chunks_byte_for_byte(
 async def test_an_instant_reply_is_sent_without_watching_for_a_disconnect(monkeypatch: pytest.MonkeyPatch) -> None:
     """A zero-latency reply without a fault goes in one write with nothing to wait for: no watcher task races it
     (a delayed one still has one, so a client that leaves mid-reply is noticed)."""
-    from loopd.harness.models import _scripted_server
-
     from loopd._infra.tasks import race as original
+    from loopd.harness.models import _scripted_server
 
     raced: list[str] = []
 
