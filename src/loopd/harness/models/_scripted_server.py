@@ -44,7 +44,7 @@ import math
 import re
 import time
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring  # a str as JSON (ensure_ascii=False), as json.dumps encodes it
 from typing import Any, Final, Literal
 
@@ -355,17 +355,30 @@ def _tool_call_id(call: ServerToolCall, completion_id: str, index: int) -> str:
     return call.id or f"call_{completion_id.rsplit('-', 1)[-1]}_{index}"
 
 
-def stream_chunks(
-    reply: ServerReply,
-    *,
-    completion_id: str,
-    model: str,
-    created: int,
-    usage: Usage | None = None,
-) -> list[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a streamed reply (last a usage chunk if ``usage`` is set)."""
-    include_usage = usage is not None
+def _deltas(reply: ServerReply, completion_id: str) -> Iterator[tuple[dict[str, Any], str | None, str | None]]:
+    """The deltas of a streamed reply's chunks in order, each with its ``finish_reason`` and, for a text or argument
+    piece (most of them), the key of its shape (None for any other delta): what `stream_chunks` wraps into chunks
+    and `stream_frames` splices into templates."""
+    yield {"role": "assistant", "content": "", "refusal": None}, None, None
+    for piece in _pieces(reply.text, reply.chunk_size):
+        yield {"content": piece}, None, "content" if piece else None
+    for index, call in enumerate(reply.tool_calls):
+        head = {
+            "index": index,
+            "id": _tool_call_id(call, completion_id, index),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        yield {"tool_calls": [head]}, None, None
+        for piece in _pieces(call.arguments_json(), reply.chunk_size):
+            delta = {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            yield delta, None, f"arguments/{index}" if piece else None
+    yield {}, _finish_reason(reply), None
 
+
+def _chunker(
+    completion_id: str, model: str, created: int, include_usage: bool
+) -> Callable[[dict[str, Any], str | None], dict[str, Any]]:
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": completion_id,
@@ -379,33 +392,34 @@ def stream_chunks(
             body["usage"] = None
         return body
 
-    chunks = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    chunks.extend(chunk({"content": piece}) for piece in _pieces(reply.text, reply.chunk_size))
-    for index, call in enumerate(reply.tool_calls):
-        head = {
-            "index": index,
-            "id": _tool_call_id(call, completion_id, index),
-            "type": "function",
-            "function": {"name": call.name, "arguments": ""},
-        }
-        chunks.append(chunk({"tool_calls": [head]}))
-        chunks.extend(
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(call.arguments_json(), reply.chunk_size)
-        )
-    chunks.append(chunk({}, _finish_reason(reply)))
+    return chunk
+
+
+def _usage_chunk(completion_id: str, model: str, created: int, usage: Usage) -> dict[str, Any]:
+    return {
+        "id": completion_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [],
+        "usage": usage_json(usage),
+    }
+
+
+def stream_chunks(
+    reply: ServerReply,
+    *,
+    completion_id: str,
+    model: str,
+    created: int,
+    usage: Usage | None = None,
+) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed reply (last a usage chunk if ``usage`` is set)."""
+    chunk = _chunker(completion_id, model, created, usage is not None)
+    chunks = [chunk(delta, finish) for delta, finish, _ in _deltas(reply, completion_id)]
     if usage is not None:
-        chunks.append(
-            {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "system_fingerprint": None,
-                "choices": [],
-                "usage": usage_json(usage),
-            }
-        )
+        chunks.append(_usage_chunk(completion_id, model, created, usage))
     return chunks
 
 
@@ -425,24 +439,25 @@ def stream_frames(
 
     The text and argument pieces (most of a reply's chunks) differ from each other only in their piece: their chunk
     is encoded once per reply with a stand-in and each frame splices its piece's JSON string in, instead of
-    encoding a whole chunk per piece."""
-    chunks = stream_chunks(reply, completion_id=completion_id, model=model, created=created, usage=usage)
+    building and encoding a whole chunk per piece."""
+    chunk = _chunker(completion_id, model, created, usage is not None)
     marker = encode_basestring(_PIECE)
     templates: dict[str, tuple[bytes, bytes]] = {}
     frames: list[bytes] = []
-    for chunk in chunks:
-        delta = chunk["choices"][0]["delta"] if chunk["choices"] else None
-        piece, shape = _piece_of(delta)
-        if piece is None:
-            frames.append(encode_sse(chunk))
+    for delta, finish, shape in _deltas(reply, completion_id):
+        if shape is None:
+            frames.append(encode_sse(chunk(delta, finish)))
             continue
+        piece = _piece_of(delta)
         template = templates.get(shape)
         if template is None:
-            _set_piece(chunk, _PIECE)
-            head, tail = _dump(chunk).split(marker)
-            _set_piece(chunk, piece)
+            _set_piece(delta, _PIECE)
+            head, tail = _dump(chunk(delta, finish)).split(marker)
+            _set_piece(delta, piece)
             template = templates[shape] = (b"data: " + head.encode(), tail.encode() + b"\n\n")
         frames.append(template[0] + encode_basestring(piece).encode() + template[1])
+    if usage is not None:
+        frames.append(encode_sse(_usage_chunk(completion_id, model, created, usage)))
     return frames
 
 
@@ -450,22 +465,14 @@ def _dump(value: Any) -> str:
     return compact_lenient(value)
 
 
-def _piece_of(delta: dict[str, Any] | None) -> tuple[str | None, str]:
-    """A chunk's piece and the key of its shape: a text piece, or a tool call's argument piece (by index)."""
-    if delta is None:
-        return None, ""
-    if delta.keys() == {"content"} and isinstance(delta["content"], str) and delta["content"]:
-        return delta["content"], "content"
-    calls = delta.get("tool_calls")
-    if delta.keys() == {"tool_calls"} and isinstance(calls, list) and len(calls) == 1:
-        call = calls[0]
-        if call.keys() == {"index", "function"} and call["function"].keys() == {"arguments"}:
-            return call["function"]["arguments"], f"arguments/{call['index']}"
-    return None, ""
+def _piece_of(delta: dict[str, Any]) -> str:
+    """The piece of a text or argument delta (one `_deltas` gave a shape key)."""
+    if "content" in delta:
+        return str(delta["content"])
+    return str(delta["tool_calls"][0]["function"]["arguments"])
 
 
-def _set_piece(chunk: dict[str, Any], piece: str) -> None:
-    delta = chunk["choices"][0]["delta"]
+def _set_piece(delta: dict[str, Any], piece: str) -> None:
     if "content" in delta:
         delta["content"] = piece
     else:
