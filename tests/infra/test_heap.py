@@ -3,12 +3,13 @@ generation), and the metrics report it."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Iterator
 
 import pytest
 
-from loopd._infra.heap import SERVING_THRESHOLDS, settle_startup_heap
+from loopd._infra.heap import SERVING_THRESHOLDS, CollectorPacer, settle_startup_heap
 from loopd._infra.metrics import Metrics
 
 
@@ -72,3 +73,51 @@ def test_the_metrics_report_the_frozen_objects_and_the_collections(thawed: None)
     samples = _samples(metrics.exposition().decode())
     assert samples["loopd_gc_frozen_objects"] == gc.get_freeze_count() > 0
     assert samples['python_gc_collections_total{generation="2"}'] >= 1  # the settle's own full collection
+
+
+@pytest.fixture
+def collector_on() -> Iterator[None]:
+    """The test process's collector on before, and as it was after (the pacer turns it off and on)."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        yield
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def _holding(pacer: CollectorPacer) -> bool:
+    return pacer.holding  # read afresh each time (no narrowing from an earlier assert)
+
+
+async def test_the_pacer_holds_the_collections_while_busy_and_lets_them_run_after(collector_on: None) -> None:
+    pacer = CollectorPacer(bound=60.0)
+    pacer.busy(True)
+    assert not gc.isenabled() and _holding(pacer) and pacer.deferrals == 1
+    pacer.busy(True)  # held already: one hold
+    assert pacer.deferrals == 1
+    pacer.busy(False)
+    assert gc.isenabled() and not _holding(pacer) and pacer.expired == 0
+    pacer.busy(False)  # nothing held: nothing to do
+    assert gc.isenabled()
+
+
+async def test_the_pacer_lets_the_collections_run_at_its_bound_however_long_the_work(collector_on: None) -> None:
+    pacer = CollectorPacer(bound=0.05)
+    pacer.hold()
+    assert not gc.isenabled()
+    await asyncio.sleep(0.2)
+    assert gc.isenabled() and not _holding(pacer) and pacer.expired == 1
+    pacer.release()  # the work ends later: the collector stays on
+    assert gc.isenabled()
+
+
+async def test_the_pacer_leaves_a_collector_someone_turned_off_alone(collector_on: None) -> None:
+    gc.disable()
+    pacer = CollectorPacer()
+    pacer.hold()
+    assert not _holding(pacer) and pacer.deferrals == 0
+    pacer.release()
+    assert not gc.isenabled()  # not this pacer's to turn on
+    with pytest.raises(ValueError):
+        CollectorPacer(bound=0)

@@ -137,3 +137,24 @@ async def test_open_answers_are_bounded_and_forgotten_past_their_horizon() -> No
     assert len(answers) == 1 and answers.waiting()
     await clock.advance(61.0)
     assert not answers.waiting()  # t-2 was completed elsewhere, or never: forgotten
+
+
+async def test_open_answers_tell_their_listeners_when_the_first_opens_and_the_last_is_gone() -> None:
+    clock = VirtualClock()
+    answers = OpenAnswers(clock, horizon=60.0)
+    heard: list[bool] = []
+    remove = answers.add_listener(heard.append)
+    answers.asked("t-1")
+    answers.asked("t-2")  # not the first: nothing to tell
+    answers.answered("t-1")
+    answers.answered("unknown")
+    assert heard == [True]
+    answers.answered("t-2")
+    assert heard == [True, False]
+    answers.asked("t-3")
+    await clock.advance(61.0)
+    assert not answers.waiting()  # forgotten past its horizon: the last one is gone too
+    assert heard == [True, False, True, False]
+    remove()
+    answers.asked("t-4")
+    assert heard == [True, False, True, False]

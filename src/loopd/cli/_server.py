@@ -18,14 +18,14 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import typer
 from rich.console import Console
 
-from loopd._infra.heap import settle_startup_heap
+from loopd._infra.heap import CollectorPacer, settle_startup_heap
 from loopd._paths import default_data_dir
 from loopd.cli._errors import (
     EXIT_USAGE,
@@ -40,7 +40,7 @@ from loopd.cli._sandbox_option import sandbox_for, sandbox_option
 
 if TYPE_CHECKING:
     from loopd.harness.models import DemoRule
-    from loopd.server import KubeApiMode, UpSettings
+    from loopd.server import KubeApiMode, RunningServer, UpSettings
     from loopd.server.config import ServerConfig
 
 DEFAULT_HOST: Final = "127.0.0.1"
@@ -278,6 +278,24 @@ def demo_rules() -> tuple[DemoRule, ...]:
     return (*router_rules(), *longhorizon_rules())
 
 
+@contextlib.contextmanager
+def paced_collections(server: RunningServer) -> Iterator[CollectorPacer | None]:
+    """For the block: the cyclic collector's automatic runs wait while ``server`` has answers in flight, bounded
+    (`loopd._infra.heap.CollectorPacer`) — a serving command's process-wide choice, like `settle_startup_heap`.
+    None when the server keeps no open answers."""
+    answers = server.chat.answers
+    if answers is None:
+        yield None
+        return
+    pacer = CollectorPacer()
+    remove = answers.add_listener(pacer.busy)
+    try:
+        yield pacer
+    finally:
+        remove()
+        pacer.release()
+
+
 async def _serve(settings: UpSettings, console: Console) -> None:
     from loopd.server import ServerSetupError, open_loop_server
 
@@ -303,7 +321,8 @@ async def _serve(settings: UpSettings, console: Console) -> None:
                 console.print(f"  harness:{actor.key:<13} {actor.display_name}", markup=False)
             console.print("  operators             none here: run `loopd operator router` (and others) beside it")
             settle_startup_heap()
-            await stop.wait()
+            with paced_collections(server):
+                await stop.wait()
             console.print("stopping…")
     except ServerSetupError as exc:
         raise CliError(str(exc), exit_code=EXIT_USAGE) from exc

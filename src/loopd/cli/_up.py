@@ -181,6 +181,7 @@ _ROLES: Final = {
 
 
 async def _up(settings: UpSettings, console: Console, programs: list[OperatorProgram]) -> None:
+    from loopd.cli._server import paced_collections
     from loopd.server import open_loop_server
 
     stop = asyncio.Event()
@@ -236,10 +237,11 @@ async def _up(settings: UpSettings, console: Console, programs: list[OperatorPro
                     '        [bold]loopd chat --to operator:longhorizon "Create hello.txt containing hello world"[/]'
                 )
             settle_startup_heap()  # the server is ready (the operators' starts are frozen once they are too)
-            if programs:
-                await _serve_operators(server, programs, stop, abort, console)
-            else:
-                await stop.wait()
+            with paced_collections(server):
+                if programs:
+                    await _serve_operators(server, programs, stop, abort, console)
+                else:
+                    await stop.wait()
             console.print("stopping…")
     finally:
         status.stop()
