@@ -434,27 +434,56 @@ async def test_a_lane_thread_call_after_inline_statements_waits_for_locks_again(
     assert await values(backend) == ["a", "b", "c"]
 
 
-async def test_write_commits_run_inline_and_wal_checkpoints_run_on_the_lane_thread(backend: SqliteDatabase) -> None:
-    """A write on an idle lane never hops (the write lock is held for its statements only); the writer's WAL
-    checkpoints never run on the event loop's thread: autocheckpoint is off there and the database queues a
-    PASSIVE checkpoint on the lane thread after about ``CHECKPOINT_PAGES`` written pages."""
-    writer = backend.writer.conn
-    assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
-    seen: list[tuple[str, bool]] = []
+async def _write_until_a_checkpoint(backend: SqliteDatabase) -> list[tuple[str, str, bool]]:
+    """Write enough rows for one checkpoint; every statement of the writer and reader connections as ``(which, sql,
+    on the loop's thread)``."""
+    seen: list[tuple[str, str, bool]] = []
     here = threading.get_ident()
-    writer.set_trace_callback(lambda sql: seen.append((sql, threading.get_ident() == here)))
+    connections = {"writer": backend.writer.conn, "reader": backend.reader.conn}
+    for name, connection in connections.items():
+        connection.set_trace_callback(
+            lambda sql, name=name: seen.append((name, sql, threading.get_ident() == here))  # type: ignore[misc]
+        )
     try:
         for k in range(CHECKPOINT_PAGES // 3 + 5):  # a row changed ~ 3 pages of the estimate
             async with backend.transaction(read_only=False) as conn:
                 await conn.execute("INSERT INTO t (v) VALUES (?)", (str(k),))
         await backend.writer.call(lambda: None)  # after whatever was queued there
+        await backend.reader.call(lambda: None)
     finally:
-        writer.set_trace_callback(None)
-    commits = [inline for sql, inline in seen if sql == "COMMIT"]
-    checkpoints = [inline for sql, inline in seen if "wal_checkpoint" in sql]
+        for connection in connections.values():
+            connection.set_trace_callback(None)
+    return seen
+
+
+async def test_write_commits_run_inline_and_wal_checkpoints_run_on_the_reader_thread(backend: SqliteDatabase) -> None:
+    """A write on an idle lane never hops (the write lock is held for its statements only); the writer's WAL
+    checkpoints never run on the event loop's thread: autocheckpoint is off there and the database queues a
+    PASSIVE checkpoint after about ``CHECKPOINT_PAGES`` written pages — on the reader lane's thread, so the writes
+    meanwhile stay inline — and it checkpoints the WAL."""
+    writer = backend.writer.conn
+    assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
+    seen = await _write_until_a_checkpoint(backend)
+    commits = [inline for name, sql, inline in seen if name == "writer" and sql == "COMMIT"]
+    checkpoints = [(name, inline) for name, sql, inline in seen if "wal_checkpoint" in sql]
     assert commits and all(commits), "COMMIT ran on the loop's thread"
-    assert checkpoints == [False], "one checkpoint, on the lane thread"
+    assert checkpoints == [("reader", False)], "one checkpoint, on the reader lane's thread"
+    # What the checkpoint copied need not be copied again: the next one has less than a checkpoint's worth left.
+    busy, frames, copied = writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and frames - copied == 0 and frames < CHECKPOINT_PAGES
     assert len(await values(backend)) == CHECKPOINT_PAGES // 3 + 5
+
+
+async def test_a_checkpoint_goes_to_the_writer_thread_while_a_read_transaction_is_open(
+    backend: SqliteDatabase,
+) -> None:
+    """A checkpoint cannot run on a connection with an open transaction: while a read transaction holds the reader
+    lane, the writer's lane thread checkpoints instead."""
+    async with backend.transaction(read_only=True) as reading:
+        await reading.fetch("SELECT COUNT(*) FROM t")
+        seen = await _write_until_a_checkpoint(backend)
+    checkpoints = [(name, inline) for name, sql, inline in seen if "wal_checkpoint" in sql]
+    assert checkpoints == [("writer", False)]
 
 
 async def test_at_synchronous_full_the_commit_and_its_fsync_run_on_the_lane_thread(tmp_path: Path) -> None:

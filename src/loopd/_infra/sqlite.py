@@ -22,8 +22,10 @@ fsync runs on the lane thread). Inline calls never wait for a lock: SQLite's bus
 one that would wait (``SQLITE_BUSY``: another process writes) runs again on the lane thread, which waits. So a write
 transaction holds the process's write lock for the time its statements take, not for two thread hops (under load each
 hop waits for the GIL and the scheduler: measured, 4x the lock's held time). The writer's WAL checkpoints never run
-inline: ``wal_autocheckpoint`` is off on the writer connection and a ``PASSIVE`` checkpoint is queued on the lane
-thread after about as many written pages as SQLite's default (1000).
+inline: ``wal_autocheckpoint`` is off on the writer connection and a ``PASSIVE`` checkpoint is queued after about as
+many written pages as SQLite's default (1000) — on the reader lane's thread when no read transaction is open there
+(a checkpoint needs none on its connection; the writer's statements stay inline while it runs), else on the
+writer's.
 """
 
 from __future__ import annotations
@@ -534,8 +536,10 @@ class SqliteDatabase:
             self._count_pages(lane)
 
     def _count_pages(self, lane: SqliteLane) -> None:
-        """After a write: queue a ``PASSIVE`` checkpoint on the lane thread once about ``CHECKPOINT_PAGES`` pages
-        went to the WAL since the last one (estimated from the rows changed: a row and an index entry or two)."""
+        """After a write: queue a ``PASSIVE`` checkpoint once about ``CHECKPOINT_PAGES`` pages went to the WAL
+        since the last one (estimated from the rows changed: a row and an index entry or two) — on the reader
+        lane's thread when no read transaction is open there (the writer's statements then stay inline while it
+        copies pages: queued behind it, each of them would wait for it and hop), else on the writer's."""
         conn = lane.connection
         if not self._own_checkpoints or conn is None or not lane.can_run_inline:
             return  # a call still runs there (it may use the connection): count after a later commit
@@ -544,11 +548,17 @@ class SqliteDatabase:
         self._changes = changes
         if self._wal_pages >= CHECKPOINT_PAGES:
             self._wal_pages = 0
+            reader = self._reader
+            target = lane
+            if reader is not None and reader.connection is not None and not reader.lock.locked():
+                target = reader  # a checkpoint may run on a query-only connection with no transaction open
+            checkpointing = target.connection
+            assert checkpointing is not None
 
             def checkpoint() -> None:  # on the lane thread; a failure only delays the next one
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                checkpointing.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
-            lane.submit_and_forget(checkpoint)
+            target.submit_and_forget(checkpoint)
 
     async def _end_write(self, lane: SqliteLane, tx: _SqliteTransaction) -> None:
         options = self._options
