@@ -17,7 +17,7 @@ import pytest
 from loopd._infra.database import ConstraintViolation as Conflict
 from loopd._infra.database import DatabaseErrors
 from loopd._infra.database import DatabaseUnavailable as StorageUnavailable
-from loopd._infra.sqlite import CHECKPOINT_PAGES, SqliteDatabase, SqliteOptions
+from loopd._infra.sqlite import CHECKPOINT_PAGES, YIELD_AFTER, SqliteDatabase, SqliteOptions
 
 
 async def connect(path: Path, timeout: float) -> SqliteDatabase:
@@ -533,3 +533,49 @@ async def test_waiting_for_a_busy_lane_is_bounded_and_a_newcomer_queues_behind_t
         lane.lock.release()
     finally:
         await backend.aclose()
+
+
+async def test_a_transaction_on_an_idle_lane_does_not_suspend_its_task(backend: SqliteDatabase) -> None:
+    """Nothing to wait for, no hop: another ready task gets its turn after the transaction, not in the middle of it
+    (a yield before every transaction sent each behind everything ready)."""
+    others: list[str] = []
+
+    async def other() -> None:
+        others.append("ran")
+
+    task = asyncio.create_task(other())
+    async with backend.transaction(read_only=False) as conn:
+        await conn.execute("INSERT INTO t (v) VALUES ('a')")
+    async with backend.transaction(read_only=True) as conn:
+        await conn.fetch("SELECT v FROM t")
+    assert others == []
+    await task
+    assert others == ["ran"]
+
+
+async def test_a_task_running_transaction_after_transaction_still_lets_others_run(backend: SqliteDatabase) -> None:
+    """Once one task has started transactions for `YIELD_AFTER` with nobody else's in between, its next one yields
+    first: a busy writer cannot keep the event loop to itself."""
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker starts
+    before = turns
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20 * YIELD_AFTER
+    written = 0
+    while loop.time() < end:
+        async with backend.transaction(read_only=False) as conn:
+            await conn.execute("INSERT INTO t (v) VALUES (?)", (str(written),))
+        written += 1
+    during = turns - before
+    stop = True
+    await task
+    assert 5 <= during < written  # it ran now and then, not between every two transactions

@@ -156,6 +156,10 @@ async def test_a_stream_that_falls_behind_is_detached_and_still_gets_every_event
         await _until(lambda: len(fast_chunks) >= 1)  # the fast stream caught up: the feed is live
         await rig.task_api.emit(asked.task_id, text_events("a"))
         for index in range(12):
+            # A writer that lets others run between its writes (each of an operator's emits is a request of its
+            # own); a task writing back to back keeps the loop for up to `YIELD_AFTER`, and a reader's buffer of
+            # 4 frames would overflow then too.
+            await asyncio.sleep(0)
             await rig.task_api.emit(asked.task_id, _append(str(index)))
         await _until(lambda: reader.feeds.statistics().detached >= 1)  # the slow stream's buffer overflowed
         await rig.task_api.emit(asked.task_id, _append("after"))

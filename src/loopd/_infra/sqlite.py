@@ -41,7 +41,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from loopd._infra.database import Connection, DatabaseErrors, Dialect
 from loopd._infra.files import ensure_private_file
@@ -51,6 +51,9 @@ _T = TypeVar("_T")
 
 CHECKPOINT_PAGES = 1000
 """About how many written WAL pages between two checkpoints of a database's writer (SQLite's own default)."""
+YIELD_AFTER: Final = 0.002
+"""Seconds one task may go on starting transactions on a database, none of another task's in between, before its
+next one first yields to the event loop once (see `SqliteDatabase._acquire`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,6 +430,7 @@ class SqliteDatabase:
         self._own_checkpoints = False  # the writer's wal_autocheckpoint is off: `_commit` queues checkpoints
         self._changes = 0  # the writer connection's total_changes at the last count
         self._wal_pages = 0  # about how many pages were written to the WAL since the last checkpoint
+        self._streak: tuple[asyncio.Task[Any] | None, float] = (None, 0.0)  # who started the last transactions, since
 
     @property
     def dialect(self) -> Dialect:
@@ -471,9 +475,19 @@ class SqliteDatabase:
         options = self._options
         if self._closed:
             raise options.errors.unavailable(f"{options.label} is closed")
-        # A transaction on an idle lane may run start to end without a hop: yield once before it (where being
-        # cancelled undoes nothing), so a task running transaction after transaction still lets others run.
-        await asyncio.sleep(0)
+        # A transaction on an idle lane may run start to end without a hop, so a task running transaction after
+        # transaction would not let others run: once it has gone on for `YIELD_AFTER` with nobody else's in between,
+        # its next one yields first (where being cancelled undoes nothing). Not before every transaction: each yield
+        # sends the task behind everything ready, and under a burst of requests that cost the server ≈ 15 % of its
+        # CPU (a round of 100 chats: ×0.84 CPU per chat, ×1.21 chats/s without it).
+        task = asyncio.current_task()
+        now = asyncio.get_running_loop().time()
+        starter, since = self._streak
+        if starter is not task:
+            self._streak = (task, now)
+        elif now - since >= YIELD_AFTER:
+            await asyncio.sleep(0)
+            self._streak = (task, asyncio.get_running_loop().time())
         lock = lane.lock
         if not lock.locked() and not lane.lock_waiters:
             await lock.acquire()  # free and nobody queued: taken without suspending, so no timer to arm
