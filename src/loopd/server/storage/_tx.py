@@ -51,6 +51,7 @@ class TransactionCore:
         self.read_only = read_only
         self._after_commit: list[Callable[[], None]] = []
         self._memos: dict[object, Any] = {}
+        self._now: datetime | None = None
 
     def memo(self, key: type[_M], make: Callable[[], _M]) -> _M:
         """The value kept under ``key`` for this transaction's life (``make()`` the first time): what a layer
@@ -65,8 +66,14 @@ class TransactionCore:
         return self._ids()
 
     def now(self) -> datetime:
-        """Wall time on the database's clock (injectable, so tests control expiry and deadlines)."""
-        return self._clock.now()
+        """The transaction's time: wall time on the database's clock (injectable, so tests control expiry and
+        deadlines) when the transaction first asked, the same instant for everything it writes after — as
+        PostgreSQL's ``now()`` is the transaction's start. One instant also writes as text once (`time_text`
+        remembers it) where a transaction's rows asked the clock a dozen times."""
+        now = self._now
+        if now is None:
+            now = self._now = self._clock.now()
+        return now
 
     @property
     def for_update(self) -> str:
