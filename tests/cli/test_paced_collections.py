@@ -14,16 +14,14 @@ from loopd._infra.clock import VirtualClock
 from loopd.cli import _server, _up
 from loopd.cli._server import paced_collections
 from loopd.server.chat import OpenAnswers
+from tests.support import cycles
 
 
 @pytest.fixture
 def collector_on() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.enable()
-    try:
+    """The test process's collector on before, and as it was after (the pacer turns it off and on)."""
+    with cycles.collector_on():
         yield
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 def _server_with(answers: OpenAnswers | None) -> Any:

@@ -11,6 +11,7 @@ import pytest
 
 from loopd._infra.heap import SERVING_THRESHOLDS, CollectorPacer, settle_startup_heap
 from loopd._infra.metrics import Metrics
+from tests.support import cycles
 
 
 @pytest.fixture
@@ -78,12 +79,8 @@ def test_the_metrics_report_the_frozen_objects_and_the_collections(thawed: None)
 @pytest.fixture
 def collector_on() -> Iterator[None]:
     """The test process's collector on before, and as it was after (the pacer turns it off and on)."""
-    was = gc.isenabled()
-    gc.enable()
-    try:
+    with cycles.collector_on():
         yield
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 def _holding(pacer: CollectorPacer) -> bool:

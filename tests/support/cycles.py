@@ -14,13 +14,26 @@ from typing import Any
 @contextlib.contextmanager
 def collector_off() -> Iterator[None]:
     """The cyclic collector paused for the block (so that only reference counting frees anything), then restored."""
+    with _collector(False):
+        yield
+
+
+@contextlib.contextmanager
+def collector_on() -> Iterator[None]:
+    """The cyclic collector on for the block (whatever it was before), then as it was: for tests of what turns it
+    off and on."""
+    with _collector(True):
+        yield
+
+
+@contextlib.contextmanager
+def _collector(enabled: bool) -> Iterator[None]:
     was_enabled = gc.isenabled()
-    gc.disable()
+    (gc.enable if enabled else gc.disable)()
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
+        (gc.enable if was_enabled else gc.disable)()
 
 
 class Watch:
