@@ -543,6 +543,9 @@ async def test_a_transaction_on_an_idle_lane_does_not_suspend_its_task(backend: 
     async def other() -> None:
         others.append("ran")
 
+    await backend.writer.call(lambda: None)  # the lane threads idle (whatever the fixture left there has run)
+    await backend.reader.call(lambda: None)
+    await asyncio.sleep(0)  # and this task just had its turn: no streak of transactions behind it
     task = asyncio.create_task(other())
     async with backend.transaction(read_only=False) as conn:
         await conn.execute("INSERT INTO t (v) VALUES ('a')")
@@ -554,7 +557,7 @@ async def test_a_transaction_on_an_idle_lane_does_not_suspend_its_task(backend: 
 
 
 async def test_a_task_running_transaction_after_transaction_still_lets_others_run(backend: SqliteDatabase) -> None:
-    """Once one task has started transactions for `YIELD_AFTER` with nobody else's in between, its next one yields
+    """Once one task has started transactions for `YIELD_AFTER` without the loop getting a turn, its next one yields
     first: a busy writer cannot keep the event loop to itself."""
     turns = 0
     stop = False

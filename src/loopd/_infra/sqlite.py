@@ -52,8 +52,8 @@ _T = TypeVar("_T")
 CHECKPOINT_PAGES = 1000
 """About how many written WAL pages between two checkpoints of a database's writer (SQLite's own default)."""
 YIELD_AFTER: Final = 0.002
-"""Seconds one task may go on starting transactions on a database, none of another task's in between, before its
-next one first yields to the event loop once (see `SqliteDatabase._acquire`)."""
+"""Seconds one task may go on starting transactions on a database without the event loop getting a turn before its
+next one first yields to it once (see `SqliteDatabase._acquire`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,8 +430,10 @@ class SqliteDatabase:
         self._own_checkpoints = False  # the writer's wal_autocheckpoint is off: `_commit` queues checkpoints
         self._changes = 0  # the writer connection's total_changes at the last count
         self._wal_pages = 0  # about how many pages were written to the WAL since the last checkpoint
-        # Who started the last transactions (a task's id: a finished task is not kept alive for it), and since when.
+        # The streak of transactions one task starts without the loop getting a turn: the task's id (a finished task
+        # is not kept alive for it), since when, and whether it goes on (a callback ends it at the loop's next turn).
         self._streak: tuple[int, float] = (0, 0.0)
+        self._streak_open = False
 
     @property
     def dialect(self) -> Dialect:
@@ -477,18 +479,19 @@ class SqliteDatabase:
         if self._closed:
             raise options.errors.unavailable(f"{options.label} is closed")
         # A transaction on an idle lane may run start to end without a hop, so a task running transaction after
-        # transaction would not let others run: once it has gone on for `YIELD_AFTER` with nobody else's in between,
+        # transaction would not let others run: once it has gone on for `YIELD_AFTER` without the loop getting a turn,
         # its next one yields first (where being cancelled undoes nothing). Not before every transaction: each yield
         # sends the task behind everything ready, and under a burst of requests that cost the server ≈ 15 % of its
         # CPU (a round of 100 chats: ×0.84 CPU per chat, ×1.21 chats/s without it).
         task = id(asyncio.current_task())
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         starter, since = self._streak
-        if starter != task:
-            self._streak = (task, now)
+        if not self._streak_open or starter != task:
+            self._streak, self._streak_open = (task, now), True
+            loop.call_soon(self._end_streak)  # runs once the loop gets a turn: whoever waited has had theirs
         elif now - since >= YIELD_AFTER:
-            await asyncio.sleep(0)
-            self._streak = (task, asyncio.get_running_loop().time())
+            await asyncio.sleep(0)  # the streak ends here (its callback runs meanwhile)
         lock = lane.lock
         if not lock.locked() and not lane.lock_waiters:
             await lock.acquire()  # free and nobody queued: taken without suspending, so no timer to arm
@@ -501,6 +504,9 @@ class SqliteDatabase:
             raise options.errors.unavailable(f"{options.label} stayed busy for {options.timeout:g} s") from exc
         finally:
             lane.lock_waiters -= 1
+
+    def _end_streak(self) -> None:
+        self._streak_open = False
 
     async def _begin_read(self) -> tuple[SqliteLane, _SqliteTransaction]:
         lane = self.reader
