@@ -64,16 +64,16 @@ def time_text(value: datetime) -> str:
         raise InvalidRecord(f"expected a datetime, not {value!r}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidRecord(f"timestamp {value!r} has no timezone")
-    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    # isoformat ("...+00:00") is faster than strftime, and zero-pads every year (strftime's %Y does not below 1000)
-    return utc.isoformat(timespec="microseconds")[:-6] + "Z"
+    return _utc_text(value if value.tzinfo is UTC else value.astimezone(UTC))
 
 
 @functools.lru_cache(maxsize=1024)
 def _utc_text(value: datetime) -> str:
     """`time_text` of a UTC datetime, remembered: a ledger event's time is written three times (its digest, its
     check, its row), a transaction's "now" often more."""
-    text = value.isoformat()  # without ``timespec`` (a third faster): microseconds are left out when they are 0
+    # isoformat ("...+00:00") is faster than strftime and zero-pads every year (strftime's %Y does not below 1000);
+    # without ``timespec`` a third faster again, but it leaves out microseconds that are 0.
+    text = value.isoformat()
     return f"{text[:-6]}Z" if value.microsecond else f"{text[:-6]}.000000Z"
 
 
