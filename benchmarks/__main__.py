@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from benchmarks._common import (
     MARKDOWN_ENV,
@@ -50,8 +51,14 @@ from benchmarks._results import compare, format_changes
 QUICK_ARGV = {"reconcile_latency": ["--count", "50", "--burst", "50"]}
 
 
+PROG: Final = "python -m benchmarks"
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this help (with one module: its options)")
     parser.add_argument("modules", nargs="*", help="run only these benchmark modules")
     parser.add_argument("--quick", action="store_true", help="one repetition and smaller sizes (a smoke run)")
     parser.add_argument("--repeat", type=positive_int, default=3, help="repetitions; medians are reported (default 3)")
@@ -63,6 +70,11 @@ def main() -> None:
         "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="print the change per figure and exit"
     )
     args, extra = parser.parse_known_args()
+    if args.help:
+        if len(args.modules) == 1 and _takes_argv(args.modules[0]):
+            _run_module(args.modules[0], ["--help"])  # its own options (argparse exits after printing them)
+        parser.print_help()
+        return
     if extra and (len(args.modules) != 1 or not _takes_argv(args.modules[0])):
         parser.error(f"unrecognized arguments: {' '.join(extra)} (a module's own options need exactly one module)")
     if args.compare is not None:
@@ -102,10 +114,10 @@ def main() -> None:
         os.environ[MODULE_ENV] = name
         t0 = time.perf_counter()
         if inspect.signature(entry).parameters:
-            entry(["--repeat", str(args.repeat), *(["--quick"] if args.quick else []), *extra])
+            _run_module(name, ["--repeat", str(args.repeat), *(["--quick"] if args.quick else []), *extra])
         else:
             saved = sys.argv
-            sys.argv = [name, *(QUICK_ARGV.get(name, []) if args.quick else [])]
+            sys.argv = [f"{PROG} {name}", *(QUICK_ARGV.get(name, []) if args.quick else [])]
             try:
                 entry()
             finally:
@@ -125,6 +137,18 @@ def main() -> None:
 
             changed = regenerate(DOCS, written)
             print(f"docs: {', '.join(changed) or 'no generated section has tables in this run'} regenerated in {DOCS}")
+
+
+def _run_module(name: str, argv: list[str]) -> None:
+    """Call benchmark module ``name``'s ``main(argv)``, its parser naming it as it is run (its usage and errors read
+    ``python -m benchmarks NAME``, not ``__main__.py``)."""
+    entry = importlib.import_module(f"benchmarks.{name}").main
+    saved = sys.argv[0]
+    sys.argv[0] = f"{PROG} {name}"
+    try:
+        entry(argv)
+    finally:
+        sys.argv[0] = saved
 
 
 def _takes_argv(name: str) -> bool:

@@ -43,3 +43,21 @@ def test_a_named_results_file_needs_the_modules_it_holds(tmp_path: Path) -> None
     assert refused.returncode == 2
     assert "--out names the results file of the modules you list" in refused.stderr
     assert "==" not in refused.stdout and not out.exists()  # nothing ran
+
+
+def test_help_after_one_module_shows_that_modules_options_under_the_command_run() -> None:
+    shown = _run("server_streams", "--help")
+    assert shown.returncode == 0
+    assert shown.stdout.startswith("usage: python -m benchmarks server_streams ")
+    assert "--subscribers" in shown.stdout
+    runner = _run("--help")
+    assert runner.returncode == 0
+    assert runner.stdout.startswith("usage: python -m benchmarks ")
+    assert "--compare" in runner.stdout and "run only these benchmark modules" in runner.stdout
+
+
+def test_a_modules_errors_name_the_command_that_was_run() -> None:
+    bad = _run("server_chats", "--chats", "x")
+    assert bad.returncode == 2
+    assert "python -m benchmarks server_chats: error: argument --chats" in bad.stderr
+    assert "__main__.py" not in bad.stderr
