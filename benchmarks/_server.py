@@ -32,6 +32,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from benchmarks._stacks import is_idle, read, render
+
 START_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 20.0
 OPERATOR: Final = "bench"
@@ -378,11 +380,13 @@ def sampling(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
             sampler.kill()
             sampler.wait(10)
     if out.exists():
+        print(render(read([out]), str(out)), flush=True)
         print(summarize_stacks(out), flush=True)
 
 
 def summarize_stacks(path: Path, top: int = 25) -> str:
-    """The busiest functions in py-spy's collapsed stacks: own ("self") samples and, for loopd code, inclusive."""
+    """The busiest functions in py-spy's collapsed stacks: own ("self") samples and, for loopd code, inclusive (shares
+    of the busy samples: a thread waiting for work is left out, as in `benchmarks._stacks`)."""
     own: dict[str, int] = {}
     inclusive: dict[str, int] = {}
     total = 0
@@ -391,8 +395,10 @@ def summarize_stacks(path: Path, top: int = 25) -> str:
         if not stack or not count.isdigit():
             continue
         samples = int(count)
-        total += samples
         frames = stack.split(";")
+        if is_idle(frames):
+            continue
+        total += samples
         own[frames[-1]] = own.get(frames[-1], 0) + samples
         for frame in set(frames):
             if "loopd/" in frame:
@@ -404,6 +410,6 @@ def summarize_stacks(path: Path, top: int = 25) -> str:
         best = sorted(table.items(), key=lambda item: -item[1])[:top]
         return [f"  {n / total:6.1%}  {frame}" for frame, n in best]
 
-    lines = [f"profile {path} ({total} samples, all threads)", " own time:", *ranked(own)]
+    lines = [f"profile {path} ({total} busy samples, all threads)", " own time:", *ranked(own)]
     lines += [" inclusive, loopd functions:", *ranked(inclusive)]
     return "\n".join(lines)
