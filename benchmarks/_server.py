@@ -356,9 +356,10 @@ def py_spy() -> Path | None:
 
 
 @contextlib.contextmanager
-def sampling(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
+def sampling(pid: int, out: Path | None, seconds: float, *, summary: bool = True) -> Iterator[None]:
     """Sample process ``pid`` with py-spy for ``seconds`` (all threads) into ``out`` (collapsed stacks) while the
-    block runs; nothing when ``out`` is None. The sampler is a child of this process, stopped by its pid."""
+    block runs, then print where its CPU went (``summary``); nothing when ``out`` is None. The sampler is a child of
+    this process, stopped by its pid."""
     spy = py_spy()
     if out is None:
         yield
@@ -369,7 +370,10 @@ def sampling(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
         return
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [str(spy), "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", "250"]
-    command += ["--format", "raw", "--nonblocking", "--output", str(out)]
+    # Pausing the process for each sample (py-spy's default) costs it a little time but gives whole stacks, which the
+    # breakdown by stage needs (--nonblocking cut about a third of them short); a profiled run is never quoted for
+    # its timings anyway.
+    command += ["--format", "raw", "--output", str(out)]
     sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
@@ -379,7 +383,7 @@ def sampling(pid: int, out: Path | None, seconds: float) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             sampler.kill()
             sampler.wait(10)
-    if out.exists():
+    if out.exists() and summary:
         print(render(read([out]), str(out)), flush=True)
         print(summarize_stacks(out), flush=True)
 

@@ -8,10 +8,11 @@ worker waiting for a job) shows up as a sample of its loop function: those are c
 are of the samples where the server did something. A sample's **stage** is the first frame, from the stack's root,
 that belongs to one of `STAGES` (a chat's request, the responder's reconcile, the engine's drive, the harness's
 session actors, the in-process model server, the answer streams, the deferred cleanup); one that matches none is
-the event loop's own work when its leaf is the loop, else ``other``. Its **kind** is its leaf frame's: SQLite's C code
-(a statement, a ``COMMIT``, a checkpoint: the leaf is the call site in a SQLite module), JSON, the event loop and
-asyncio, the HTTP stack, pydantic and the ``openai`` client, metrics and tracing, loopd's Python, the rest (the standard
-library's Python and generated code such as dataclass ``__init__``).
+the event loop's own work when its leaf is the loop, else ``other``; a stack that does not start at a script's or a
+thread's root was cut short by the sampler (``--nonblocking``) and is left unattributed. Its **kind** is its leaf
+frame's: SQLite's C code (a statement, a ``COMMIT``, a checkpoint: the leaf is the call site in a SQLite module),
+JSON, the event loop and asyncio, the HTTP stack, pydantic and the ``openai`` client, metrics and tracing, loopd's
+Python, the rest (the standard library's Python and generated code such as dataclass ``__init__``).
 
 A profile is taken from a sampled run (slower than an unprofiled one): quote its shares, never its timings.
 """
@@ -37,6 +38,9 @@ STAGES: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
 )
 """A chat's stages and the function-name prefixes that start them (the first match from a stack's root wins)."""
 THREADS: Final = "worker threads (SQLite lanes: checkpoints, queued statements)"
+PARTIAL: Final = "unattributed (a partial stack: sampled without pausing the process)"
+ROOTS: Final = ("<module> ", "Thread._bootstrap ", "_bootstrap ")
+"""How a whole stack starts (a script's or a thread's first frame); py-spy ``--nonblocking`` may cut a stack short."""
 LOOP: Final = "event loop itself (uvloop, callbacks)"
 OTHER: Final = "other"
 
@@ -75,6 +79,8 @@ def is_idle(frames: Sequence[str]) -> bool:
 
 
 def _stage(frames: Sequence[str]) -> str:
+    if not frames or not frames[0].startswith(ROOTS):
+        return PARTIAL
     for frame in frames:
         function = _split(frame)[0]
         for stage, prefixes in STAGES:

@@ -66,6 +66,7 @@ from benchmarks._server import (
     sampling,
     tree_cpu_seconds,
 )
+from benchmarks._stacks import read, render
 from loopd.server._composition import UpSettings
 from loopd.server.responder import HarnessResponder
 
@@ -402,13 +403,16 @@ async def measure(
     for target in targets:
         await target.round(1, "warmup")
     for size in sizes:
+        sampled: list[Path] = []
         for index in range(repeat):
             for target in targets:
                 waited = await settle(pids)
                 t0 = time.perf_counter()
                 cpu0 = tree_cpu_seconds(target.pid)
-                spy = profile / f"chats-{size}.txt" if profile and index == 0 and size > 1 else None
-                with sampling(target.pid, spy if target.who == "loopd" else None, 5.0):
+                spy = profile / f"chats-{size}-{index}.txt" if profile and size > 1 and target.who == "loopd" else None
+                if spy is not None:
+                    sampled.append(spy)
+                with sampling(target.pid, spy, 5.0, summary=False):
                     got = await target.round(size, f"chats-{size}-{index}")
                 await settle([target.pid])  # its trailing work (e.g. loopd's conversation titles) counts too
                 cpu_ms = (tree_cpu_seconds(target.pid) - cpu0) * 1000 / size
@@ -421,6 +425,9 @@ async def measure(
                     "settling)",
                     flush=True,
                 )
+        profiled = [path for path in sampled if path.exists()]
+        if profiled:  # every repetition's samples together: a round of 100 chats lasts under a second
+            print(render(read(profiled), f"loopd, {size} chats, {len(profiled)} round(s) sampled"), flush=True)
     return {who: {size: _median(r) for size, r in by_size.items()} for who, by_size in runs.items()}
 
 
@@ -445,7 +452,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--chats", type=positive_int, default=100, help="concurrent chats")
     parser.add_argument("--repeat", type=positive_int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 run of 20 chats, no 1,000-chat round")
-    parser.add_argument("--profile", type=Path, default=None, help="sample the server with py-spy in the first burst")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="sample loopd with py-spy in every burst (DIR/chats-N-I.txt) and print where its CPU went",
+    )
     parser.add_argument(
         "--peers", default=",".join(PEERS), help="peers measured in the same run: bare, langgraph (or none)"
     )
