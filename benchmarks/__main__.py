@@ -11,7 +11,8 @@ the library versions, the load average before and after, the machine class (CPUs
 processor model) and the machine's pace before the run (``pace_ms``: what `make bench-check` matches baselines by,
 with the class), and every table with its raw rows — the file docs
 quote (a quick run's file ends in ``-quick.json``; ``--out FILE`` writes elsewhere). ``--docs`` then regenerates the
-generated sections of docs/BENCHMARKS.md from it (`benchmarks._docs`: only the sections whose tables the file has).
+generated sections of docs/BENCHMARKS.md and docs/SCALING.md from it (`benchmarks._docs`: only the sections whose
+tables the file has).
 ``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
 the row's labels) and runs nothing.
 """
@@ -65,7 +66,9 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=None, help="also append every table to this file")
     parser.add_argument("--results", action="store_true", help="write benchmarks/results/<date>-<sha>.json")
     parser.add_argument("--out", type=Path, default=None, help="with --results: write the results file here")
-    parser.add_argument("--docs", action="store_true", help="with --results: regenerate docs/BENCHMARKS.md from it")
+    parser.add_argument(
+        "--docs", action="store_true", help="with --results: regenerate docs/BENCHMARKS.md and docs/SCALING.md from it"
+    )
     parser.add_argument(
         "--compare", nargs=2, type=Path, metavar=("BEFORE", "AFTER"), help="print the change per figure and exit"
     )
@@ -133,10 +136,12 @@ def main() -> None:
         if args.docs and args.quick:
             print("docs: not regenerated from a --quick run (the docs quote full runs)")
         elif args.docs:
-            from benchmarks._docs import DOCS, regenerate
+            from benchmarks._docs import GENERATED, regenerate
 
-            changed = regenerate(DOCS, written)
-            print(f"docs: {', '.join(changed) or 'no generated section has tables in this run'} regenerated in {DOCS}")
+            for document in GENERATED:
+                changed = regenerate(document, written)
+                shown = ", ".join(changed) or "no generated section has tables in this run"
+                print(f"docs: {shown} regenerated in {document}")
 
 
 def _run_module(name: str, argv: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""Generated sections of docs/BENCHMARKS.md, rendered from committed results files (no hand-edited figures).
+"""Generated sections of docs/BENCHMARKS.md and docs/SCALING.md, rendered from committed results files (no
+hand-edited figures).
 
 A generated section is everything between a start marker and ``<!-- /generated -->``::
 
@@ -12,9 +13,10 @@ NAME is a benchmark module; FILE is relative to benchmarks/. Prose stays outside
 python -m benchmarks._docs                 regenerate every section from the file its marker names
 python -m benchmarks._docs --from FILE     point every section whose module FILE has tables for at FILE, regenerate
 python -m benchmarks._docs --check         exit 1 if a section differs from what its file renders (hand edits)
+python -m benchmarks._docs --docs PATH     only that document (default: every one of `GENERATED`)
 
 `render_section`, `sections` and `update` are pure; tests/benchmarks/test_docs.py checks the generator is
-deterministic and that docs/BENCHMARKS.md matches the files it names.
+deterministic and that every generated document matches the files it names.
 """
 
 from __future__ import annotations
@@ -30,10 +32,13 @@ from typing import Any, Final
 
 from benchmarks._common import markdown_table
 
-__all__ = ["DOCS", "Section", "regenerate", "render_section", "sections", "update"]
+__all__ = ["DOCS", "GENERATED", "SCALING", "Section", "regenerate", "render_section", "sections", "update"]
 
 BENCHMARKS = Path(__file__).resolve().parent
 DOCS = BENCHMARKS.parent / "docs" / "BENCHMARKS.md"
+SCALING = BENCHMARKS.parent / "docs" / "SCALING.md"
+GENERATED: Final = (DOCS, SCALING)
+"""The documents with generated sections."""
 END = "<!-- /generated -->"
 _SECTION = re.compile(
     r"<!-- generated:(?P<name>[A-Za-z0-9_]+) from (?P<file>[^ ]+\.json) -->\n(?P<body>.*?)" + re.escape(END),
@@ -153,24 +158,30 @@ def regenerate(docs: Path, results: Path | None = None) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Regenerate (or check) docs/BENCHMARKS.md's generated sections."""
+    """Regenerate (or check) the generated sections of docs/BENCHMARKS.md and docs/SCALING.md."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", type=Path, default=None, help="a results file under benchmarks/")
     parser.add_argument("--check", action="store_true", help="only check; exit 1 if a section is out of date")
-    parser.add_argument("--docs", type=Path, default=DOCS)
+    parser.add_argument("--docs", type=Path, default=None, help="only this document (default: every generated one)")
     args = parser.parse_args(argv)
+    documents = (args.docs,) if args.docs is not None else GENERATED
     try:
         if args.check:
-            _, changed = update(args.docs.read_text(encoding="utf-8"), _loader({}))
-            if changed:
-                print(f"out of date (edited by hand?): {', '.join(changed)}; run python -m benchmarks._docs")
+            stale = []
+            for document in documents:
+                _, changed = update(document.read_text(encoding="utf-8"), _loader({}))
+                stale += [f"{document.name}: {name}" for name in changed]
+            if stale:
+                print(f"out of date (edited by hand?): {', '.join(stale)}; run python -m benchmarks._docs")
                 raise SystemExit(1)
             print("every generated section matches its results file")
             return
-        changed = regenerate(args.docs, args.source)
+        regenerated = [
+            f"{document.name}: {name}" for document in documents for name in regenerate(document, args.source)
+        ]
     except (DocsError, ValueError) as exc:
         raise SystemExit(str(exc)) from None
-    print(f"regenerated: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+    print(f"regenerated: {', '.join(regenerated) or 'nothing changed'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

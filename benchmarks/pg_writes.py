@@ -1,14 +1,17 @@
-"""What one chat writes to PostgreSQL: transactions, rows and WAL bytes per chat on `loopd server --database`.
+"""What one chat writes to PostgreSQL, and what a replica on PostgreSQL carries: `loopd server --database`.
 
 A throwaway PostgreSQL (started from the installed binaries, as the tests do) and one `loopd server` on it (the
 embedded Tasks live in PostgreSQL too). Chats go to the built-in harness (``harness:assistant``, the demo model: a
-short streamed answer), first one at a time, then ``--concurrent`` at once. Before and after each series the
-benchmark reads ``pg_stat_database`` (committed transactions, rows inserted / updated / deleted) and
-``pg_current_wal_lsn()``; the table shows the differences per chat. These are counts, so they do not depend on the
-machine's speed or load (the throwaway server runs without fsync; that changes time, not counts). The figures feed
-docs/SCALING.md.
+short streamed answer) in series: one at a time, ``--concurrent`` at once, then ``--burst`` at once (rounds of that
+many chats until ``--chats``). Before and after each series the benchmark reads ``pg_stat_database`` (committed
+transactions, rows inserted / updated / deleted) and ``pg_current_wal_lsn()``; the table shows the differences per
+chat — counts, which do not depend on the machine's speed or load. Beside them, what the series took: chats per
+second over its rounds' wall time, and the CPU per chat of the ``loopd server`` process and of PostgreSQL (the
+postmaster and its backends) from the series' start until both are idle. The throwaway server runs without fsync
+(``fsync=off``, ``synchronous_commit=off``): that changes time, not counts, and leaves PostgreSQL's CPU per chat a
+floor. The figures feed docs/SCALING.md.
 
-python -m benchmarks.pg_writes [--chats 50] [--concurrent 10] [--quick]
+python -m benchmarks.pg_writes [--chats 100] [--concurrent 10] [--burst 100] [--quick]
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks._common import positive_int, print_table
-from benchmarks._server import ServerProcess, running_server
-from benchmarks.server_chats import run_chats
+from benchmarks._server import ServerProcess, running_server, tree_cpu_seconds
+from benchmarks.server_chats import run_chats, settle
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 
@@ -63,20 +66,43 @@ def read_counters(dsn: str) -> Counters:
     return Counters(*(int(value) for value in row))
 
 
-async def _series(server: ServerProcess, dsn: str, chats: int, at_once: int, label: str) -> tuple[Counters, int]:
+@dataclass(frozen=True)
+class Series:
+    """One series of chats: the counters' differences, the chats completed, the rounds' wall time, and CPU seconds
+    of the server and of PostgreSQL."""
+
+    delta: Counters
+    ok: int
+    wall: float
+    server_cpu: float
+    postgres_cpu: float
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    """The pid of the PostgreSQL server on ``data_dir`` (the first line of its ``postmaster.pid``)."""
+    return int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+
+
+async def _series(server: ServerProcess, dsn: str, postgres: int, chats: int, at_once: int, label: str) -> Series:
+    await settle([server.pid, postgres])
     before = await asyncio.to_thread(read_counters, dsn)
-    ok = 0
+    cpu = tree_cpu_seconds(server.pid), tree_cpu_seconds(postgres)
+    ok, wall = 0, 0.0
     for start in range(0, chats, at_once):
         run = await run_chats(server, min(at_once, chats - start), f"{label}-{start}")
         ok += run.ok
+        wall += run.wall
+    await settle([server.pid, postgres])  # their trailing work (titles, cleanups, autovacuum) counts too
+    server_cpu, postgres_cpu = tree_cpu_seconds(server.pid) - cpu[0], tree_cpu_seconds(postgres) - cpu[1]
     after = await asyncio.to_thread(read_counters, dsn)
-    return after.minus(before), ok
+    return Series(after.minus(before), ok, wall, server_cpu, postgres_cpu)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chats", type=positive_int, default=50, help="chats per series")
+    parser.add_argument("--chats", type=positive_int, default=100, help="chats per series")
     parser.add_argument("--concurrent", type=positive_int, default=10, help="chats at once in the second series")
+    parser.add_argument("--burst", type=positive_int, default=100, help="chats at once in the third series")
     parser.add_argument("--repeat", type=positive_int, default=1, help="ignored: counts do not vary between runs")
     parser.add_argument("--quick", action="store_true", help="10 chats per series")
     args = parser.parse_args(argv)
@@ -97,17 +123,22 @@ def main(argv: Sequence[str] | None = None) -> None:
 
             async def run() -> None:
                 await run_chats(server, 3, "warm-up")
-                for at_once in (1, max(1, args.concurrent)):
-                    delta, ok = await _series(server, dsn, chats, at_once, f"c{at_once}")
+                postgres_pid = postmaster_pid(postgres.data_dir)
+                for at_once in dict.fromkeys(min(size, chats) for size in (1, args.concurrent, args.burst)):
+                    got = await _series(server, dsn, postgres_pid, chats, at_once, f"c{at_once}")
+                    delta = got.delta
                     rows.append(
                         (
                             at_once,
-                            f"{ok}/{chats}",
+                            f"{got.ok}/{chats}",
                             round(delta.commits / chats, 1),
                             round(delta.inserted / chats, 1),
                             round(delta.updated / chats, 1),
                             round(delta.deleted / chats, 1),
                             round(delta.wal_bytes / chats / 1024, 1),
+                            round(got.ok / got.wall, 1) if got.wall > 0 else None,
+                            round(got.server_cpu * 1000 / chats, 2),
+                            round(got.postgres_cpu * 1000 / chats, 2),
                         )
                     )
 
@@ -116,10 +147,24 @@ def main(argv: Sequence[str] | None = None) -> None:
         postgres.stop()
     print_table(
         f"PostgreSQL writes per chat (loopd server --database, built-in harness, demo model), {chats} chats per series",
-        ["chats at once", "completed", "commits", "rows inserted", "rows updated", "rows deleted", "WAL KiB"],
+        [
+            "chats at once",
+            "completed",
+            "commits",
+            "rows inserted",
+            "rows updated",
+            "rows deleted",
+            "WAL KiB",
+            "chats/s",
+            "server CPU ms/chat",
+            "PostgreSQL CPU ms/chat",
+        ],
         rows,
         note="Differences of pg_stat_database and pg_current_wal_lsn() over the series, divided by the chats; "
-        "every read of the series (the streams, the watch of Tasks) is included in the commits.",
+        "every read of the series (the streams, the watch of Tasks) is included in the commits. chats/s: the "
+        "completed chats over the rounds' wall time. CPU: user + system of the loopd server process and of "
+        "PostgreSQL's processes from the series' start until both are idle, per chat (clock ticks). PostgreSQL runs "
+        "without fsync (fsync=off, synchronous_commit=off): counts are unaffected, its CPU is a floor.",
     )
 
 
