@@ -1,4 +1,5 @@
-"""docs/BENCHMARKS.md's generated sections: deterministic, and equal to what the results files they name render."""
+"""The generated sections of docs/BENCHMARKS.md and docs/SCALING.md: deterministic, and equal to what the results
+files they name render."""
 
 from __future__ import annotations
 
@@ -9,7 +10,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from benchmarks._docs import BENCHMARKS, DOCS, DocsError, main, render_section, results_name, sections, update
+from benchmarks._docs import (
+    BENCHMARKS,
+    DOCS,
+    GENERATED,
+    SCALING,
+    DocsError,
+    main,
+    render_section,
+    results_name,
+    sections,
+    update,
+)
 
 
 def _document(rows: list[list[Any]]) -> dict[str, Any]:
@@ -67,22 +79,30 @@ def test_a_hand_edited_figure_is_caught() -> None:
     assert changed == ["server_chats"]
 
 
-def test_docs_benchmarks_md_matches_the_results_files_it_names() -> None:
-    text = DOCS.read_text(encoding="utf-8")
+@pytest.mark.parametrize("document", GENERATED, ids=lambda path: path.name)
+def test_each_generated_doc_matches_the_results_files_it_names(document: Path) -> None:
+    text = document.read_text(encoding="utf-8")
     found = sections(text)
-    assert found, "docs/BENCHMARKS.md has no generated section"
+    assert found, f"docs/{document.name} has no generated section"
     for section in found:
         assert (BENCHMARKS / section.file).is_file(), f"{section.file} is not in benchmarks/"
-        document = json.loads((BENCHMARKS / section.file).read_text(encoding="utf-8"))
-        assert section.body == render_section(document, section.name, section.file), (
-            f"the {section.name} section of docs/BENCHMARKS.md differs from {section.file}: "
+        loaded = json.loads((BENCHMARKS / section.file).read_text(encoding="utf-8"))
+        assert section.body == render_section(loaded, section.name, section.file), (
+            f"the {section.name} section of docs/{document.name} differs from {section.file}: "
             "regenerate it with python -m benchmarks._docs (figures are never edited by hand)"
         )
-    assert len(re.findall(r"<!-- generated:", text)) == len(found) + 1  # + the example in the prose
+    examples = 1 if document == DOCS else 0  # BENCHMARKS.md shows the marker's form in its prose
+    assert len(re.findall(r"<!-- generated:", text)) == len(found) + examples
 
 
-def test_results_files_named_by_the_docs_are_tracked_by_git() -> None:
-    for section in sections(DOCS.read_text(encoding="utf-8")):
+def test_scaling_md_generates_the_tables_of_the_runs_it_scales_from() -> None:
+    names = {section.name for section in sections(SCALING.read_text(encoding="utf-8"))}
+    assert {"server_chats", "k8s_tasks", "pg_writes", "replica_wakeup"} <= names
+
+
+@pytest.mark.parametrize("document", GENERATED, ids=lambda path: path.name)
+def test_results_files_named_by_the_docs_are_tracked_by_git(document: Path) -> None:
+    for section in sections(document.read_text(encoding="utf-8")):
         tracked = subprocess.run(
             ["git", "ls-files", "--error-unmatch", f"benchmarks/{section.file}"],
             capture_output=True,
@@ -91,7 +111,7 @@ def test_results_files_named_by_the_docs_are_tracked_by_git() -> None:
             timeout=30,
             check=False,
         )
-        assert tracked.returncode == 0, f"benchmarks/{section.file} is quoted by docs/BENCHMARKS.md: commit it"
+        assert tracked.returncode == 0, f"benchmarks/{section.file} is quoted by docs/{document.name}: commit it"
 
 
 def test_a_results_file_is_named_from_here_or_from_benchmarks_and_a_wrong_one_in_one_line(
