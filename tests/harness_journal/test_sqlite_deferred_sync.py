@@ -192,3 +192,36 @@ async def test_closing_the_journal_syncs_what_is_still_unsynced(tmp_path: Path, 
     inode = wal_inode(path)
     await journal.aclose()
     assert fdatasyncs.inodes[:1] == [inode] and not unsynced(journal)
+
+
+def _levels(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.startswith("PRAGMA synchronous")]
+
+
+async def test_the_level_switches_only_when_a_round_needs_another_and_every_other_write_runs_at_full(
+    full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
+) -> None:
+    journal, writer, _ = full
+    statements: list[str] = []
+    connection = journal._wconn
+    assert connection is not None
+    connection.set_trace_callback(statements.append)
+    try:
+        for i in range(3):  # a fast loop's deferred steps: one switch to NORMAL, then none
+            await writer.append(records(1, tag=str(i)), sync=False)
+        assert _levels(statements) == ["PRAGMA synchronous=NORMAL"]
+        assert statements.index("PRAGMA synchronous=NORMAL") < statements.index("BEGIN IMMEDIATE")
+        statements.clear()
+        await writer.append(records(1, tag="synced"))  # a synced round commits at FULL again
+        assert _levels(statements) == ["PRAGMA synchronous=FULL"]
+        assert statements.index("PRAGMA synchronous=FULL") < statements.index("BEGIN IMMEDIATE")
+        assert not unsynced(journal)  # its commit's fdatasync covers the deferred ones before it
+        await writer.append(records(1, tag="again"), sync=False)
+        statements.clear()
+        await journal.create_session("other", at=0.0)  # not a round: it writes at FULL too
+        assert _levels(statements) == ["PRAGMA synchronous=FULL"]
+        insert = next(i for i, s in enumerate(statements) if s.startswith("INSERT INTO journal_sessions"))
+        assert statements.index("PRAGMA synchronous=FULL") < insert
+    finally:
+        connection.set_trace_callback(None)
+    assert journal._wc.execute("PRAGMA synchronous").fetchone()[0] == _FULL
