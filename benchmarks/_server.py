@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from benchmarks._stacks import is_idle, read, render
+from benchmarks._stacks import is_idle, read, render, stacks
 
 START_TIMEOUT: Final = 60.0
 STOP_TIMEOUT: Final = 20.0
@@ -394,12 +394,7 @@ def summarize_stacks(path: Path, top: int = 25) -> str:
     own: dict[str, int] = {}
     inclusive: dict[str, int] = {}
     total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        samples = int(count)
-        frames = stack.split(";")
+    for frames, samples in stacks(path.read_text().splitlines()):
         if is_idle(frames):
             continue
         total += samples

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -78,6 +78,15 @@ def is_idle(frames: Sequence[str]) -> bool:
     return bool(frames) and frames[0].startswith("Thread._bootstrap ") and frames[-1].startswith(IDLE_LEAVES)
 
 
+def stacks(lines: Iterable[str]) -> Iterator[tuple[list[str], int]]:
+    """The stacks of collapsed-stack ``lines`` (``frame;frame;… count``), root first, with their sample counts; lines
+    that are not one are skipped."""
+    for line in lines:
+        stack, _, count = line.rstrip().rpartition(" ")
+        if stack and count.isdigit():
+            yield stack.split(";"), int(count)
+
+
 def _stage(frames: Sequence[str]) -> str:
     if not frames or not frames[0].startswith(ROOTS):
         return PARTIAL
@@ -86,9 +95,9 @@ def _stage(frames: Sequence[str]) -> str:
         for stage, prefixes in STAGES:
             if function.startswith(prefixes):
                 return stage
-    if frames and frames[0].startswith("Thread._bootstrap "):
+    if frames[0].startswith("Thread._bootstrap "):
         return THREADS
-    return LOOP if frames and frames[-1].startswith(LOOP_LEAVES) else OTHER
+    return LOOP if frames[-1].startswith(LOOP_LEAVES) else OTHER
 
 
 def kind_of(leaf: str) -> str:
@@ -119,12 +128,7 @@ def breakdown(lines: Iterable[str]) -> Breakdown:
     stages: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     busy = idle = 0
-    for line in lines:
-        stack, _, count = line.rstrip().rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        samples = int(count)
-        frames = stack.split(";")
+    for frames, samples in stacks(lines):
         if is_idle(frames):
             idle += samples
             continue

@@ -829,7 +829,7 @@ class SqliteJournal:
         whose appends all said ``sync=False`` commits at ``NORMAL`` (no fdatasync; `sync` makes it durable later):
         the connection is switched to ``NORMAL`` for it and stays there for the next such round, and goes back to
         ``FULL`` before any other transaction or write (`_begin_immediate`, `_wc`), so every other write is ``FULL``
-        (a switch per round in each direction was four statements a step of a fast loop: ≈ 4 % of it)."""
+        (a switch per round in each direction was four statements a step of a fast loop: ≈ 9 % of a FULL step)."""
         lazy = self._full and not any(item[5] for item in plan)
         conn = self._begin_immediate(inline, lazy=lazy)
         try:
