@@ -30,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
+from benchmarks._busy import busy_note, cpu_sample, others_share
 from benchmarks._common import (
     MARKDOWN_ENV,
     MODULE_ENV,
@@ -106,6 +108,7 @@ def main() -> None:
         raise SystemExit(f"unknown benchmark modules {sorted(unknown)}; choose from {', '.join(names)}")
     print_environment()
     started = time.perf_counter()
+    shares: dict[str, float | None] = {}  # per module: the share of the machine's CPU others took meanwhile
     for name in names:
         if args.modules and name not in args.modules:
             continue
@@ -116,6 +119,7 @@ def main() -> None:
         print(f"\n== benchmarks.{name} ==", flush=True)
         os.environ[MODULE_ENV] = name
         t0 = time.perf_counter()
+        sample = cpu_sample()
         if inspect.signature(entry).parameters:
             _run_module(name, ["--repeat", str(args.repeat), *(["--quick"] if args.quick else []), *extra])
         else:
@@ -126,11 +130,22 @@ def main() -> None:
             finally:
                 sys.argv = saved
         print(f"(benchmarks.{name}: {time.perf_counter() - t0:.0f} s)", flush=True)
+        share = shares[name] = others_share(sample, cpu_sample())
+        note = busy_note(name, share)
+        if note is not None:
+            print(note, flush=True)
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
     if tables is not None:
         out = args.out or results_path(tree, quick=args.quick)
         written = write_results(
-            tables, load_before, time.perf_counter() - started, out, quick=args.quick, tree=tree, pace_ms=pace
+            tables,
+            load_before,
+            time.perf_counter() - started,
+            out,
+            quick=args.quick,
+            tree=tree,
+            pace_ms=pace,
+            other_cpu_share=shares,
         )
         print(f"results: {written}")
         if args.docs and args.quick:
@@ -230,10 +245,12 @@ def write_results(
     quick: bool = False,
     tree: TreeState | None = None,
     pace_ms: float | None = None,
+    other_cpu_share: Mapping[str, float | None] | None = None,
 ) -> Path:
     """The results document at ``out`` from the tables collected in ``tables`` (JSON lines); ``tree``: the checkout
     when the run started (its commit and whether it had uncommitted changes are what the run measured); ``pace_ms``:
-    `machine_pace` measured before the run (how fast this machine ran plain Python then)."""
+    `machine_pace` measured before the run (how fast this machine ran plain Python then); ``other_cpu_share``: per
+    module, the share of the machine's CPU that other processes took while it ran (`benchmarks._busy`)."""
     now = tree_state()
     start = tree or now
     stamp = datetime.now(UTC)
@@ -249,6 +266,9 @@ def write_results(
         "seconds": round(seconds, 1),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "other_cpu_share": {
+            module: None if share is None else round(share, 3) for module, share in (other_cpu_share or {}).items()
+        },
         "environment": dict(environment_rows()),
         "tables": [json.loads(line) for line in tables.read_text(encoding="utf-8").splitlines() if line.strip()],
     }

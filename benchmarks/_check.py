@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from benchmarks._busy import CAUTION_SHARE, busy_modules
 from benchmarks._results import Change, compare
 
 __all__ = ["PACE_TOLERANCE", "Judged", "Rule", "judge", "load_rules", "machine_class", "pace_of", "pick_baseline"]
@@ -257,6 +258,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "explains a regression; re-run on a quiet one before believing it). Tolerances: benchmarks/tolerances.toml.",
     )
     regressed = [j for j in judged if j.verdict == "REGRESSED"]
+    busy = busy_modules(current.get("other_cpu_share"))
+    if busy:
+        named = ", ".join(f"{module} ({share:.0%})" for module, share in busy)
+        print(
+            f"caution: other processes took more than {CAUTION_SHARE:.0%} of the machine's CPU while these ran: "
+            f"{named}; their figures may have moved with the machine, not the code (re-run on a quiet one)"
+        )
     print(f"{len(judged)} figures judged, {len(regressed)} regressed")
     if regressed:
         raise SystemExit(1)

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from benchmarks._busy import children_map, descendants, stat_ticks
 from benchmarks._stacks import is_idle, read, render, stacks
 
 START_TIMEOUT: Final = 60.0
@@ -78,33 +79,18 @@ def rss_kb(pid: int) -> int:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds process ``pid`` has used so far (/proc/<pid>/stat)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of the whole line)
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return stat_ticks(pid, reaped=False) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_seconds(pid: int) -> float:
     """`cpu_seconds` of ``pid`` and of every live process below it (a server that runs its work in child processes,
     e.g. a reloader's worker, is counted whole). A process that ends meanwhile is skipped."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    total = 0.0
+    for member in descendants(pid, children_map()):
         try:
-            text = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(text[text.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    total, todo = 0.0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            total += cpu_seconds(current)
+            total += cpu_seconds(member)
         except (OSError, ValueError):
             continue
-        todo.extend(children.get(current, ()))
     return total
 
 

@@ -141,6 +141,20 @@ def test_the_command_exits_1_on_a_regression_and_0_otherwise(tmp_path: Path) -> 
     assert passed.returncode == 0, passed.stderr
 
 
+def test_a_run_on_a_busy_machine_is_named_beside_the_verdicts(tmp_path: Path) -> None:
+    base, busy, quiet = tmp_path / "base.json", tmp_path / "busy.json", tmp_path / "quiet.json"
+    base.write_text(json.dumps(_results(100, 100)))
+    busy.write_text(json.dumps({**_results(50, 100), "other_cpu_share": {"server_chats": 0.42, "peers": 0.02}}))
+    quiet.write_text(json.dumps({**_results(99, 100), "other_cpu_share": {"server_chats": 0.01}}))
+    run = [sys.executable, "-m", "benchmarks._check", "--baseline", str(base), "--current"]
+    flagged = subprocess.run([*run, str(busy)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert flagged.returncode == 1, flagged.stderr  # still judged: the caution explains, it does not excuse
+    assert "caution: other processes took more than 10% of the machine's CPU" in flagged.stdout
+    assert "server_chats (42%)" in flagged.stdout and "peers" not in flagged.stdout.split("caution:")[1]
+    calm = subprocess.run([*run, str(quiet)], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert calm.returncode == 0 and "caution" not in calm.stdout
+
+
 def test_without_a_current_file_it_runs_the_quick_benchmarks_into_a_results_file_of_this_tree(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
