@@ -91,6 +91,42 @@ async def test_errors_go_through_the_callers_hooks(postgres_dsn: str) -> None:  
 
 
 @pytest.mark.postgres
+async def test_mapped_bounds_a_call_and_maps_only_the_drivers_failures(postgres_dsn: str) -> None:  # noqa: F811
+    # The client's deadline (0.5 s) ends the call long before the server's statement timeout (30 s) would.
+    options = PostgresOptions(timeout=0.5, server_timeout=30.0)
+    database = await PostgresDatabase.open(postgres_dsn, options)
+    try:
+        with pytest.raises(DatabaseUnavailable, match=r"^sleeping: PostgreSQL did not answer within 0.5 s") as slow:
+            async with database.mapped("sleeping"), database.pooled() as conn:
+                await conn.execute("SELECT pg_sleep(5)")
+        assert isinstance(slow.value.__cause__, TimeoutError)
+        with pytest.raises(DatabaseUnavailable, match=r"^PostgreSQL error: .*syntax") as bad:
+            async with database.mapped(), database.pooled() as conn:
+                await conn.execute("SELEC 1")
+        assert isinstance(bad.value.__cause__, psycopg.errors.SyntaxError)
+        with pytest.raises(KeyError):  # not the driver's: unchanged
+            async with database.mapped("anything"):
+                raise KeyError("mine")
+        # A cancellation from outside is a cancellation, not an unavailable database.
+        started = asyncio.Event()
+
+        async def waits() -> None:
+            async with database.mapped("waiting"):
+                started.set()
+                await asyncio.sleep(10)
+
+        task = asyncio.create_task(waits())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with database.mapped("after"), database.pooled() as conn:  # still usable
+            assert await (await conn.execute("SELECT 2")).fetchone() == (2,)
+    finally:
+        await database.aclose()
+
+
+@pytest.mark.postgres
 async def test_a_constraint_violation_with_the_default_hooks(db: PostgresDatabase) -> None:
     async with db.transaction(read_only=False) as conn:
         await conn.execute("INSERT INTO t (id, v) VALUES (1, 'a')")

