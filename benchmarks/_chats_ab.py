@@ -1,6 +1,6 @@
 """Like for like between two source trees: two `loopd up` side by side, rounds of chats alternating between them.
 
-python -m benchmarks._chats_ab --base DIR [--head DIR] [--pairs N] [--chats N]
+python -m benchmarks._chats_ab --base DIR [--head DIR] [--pairs N] [--chats N] [--paced SECONDS]
 
 ``--base`` and ``--head`` are source trees of loopd (a checkout or ``git worktree add --detach DIR REV``; ``--head``
 defaults to this repository). Each server runs its tree's code (``PYTHONPATH=DIR/src:DIR``), both are warmed up, then
@@ -8,8 +8,9 @@ each pair runs one round of ``--chats`` concurrent chats (`benchmarks.server_cha
 at once) on each server, the order flipping from pair to pair. Because both rounds of a pair run within seconds of
 each other, a machine whose pace drifts over minutes (a shared VM: ±20 % within an hour here) weighs on both alike:
 the per-pair ratios (head ÷ base) are what to quote, with their median. Server CPU is the server process tree's CPU
-time from the round's start until it is idle again, per chat. Prints a table per pair and the medians; makes no
-timed assertion.
+time from the round's start until it is idle again, per chat. ``--paced SECONDS``: both servers ask one demo model
+served on its own, a piece every SECONDS (`benchmarks.server_chats`' paced series), instead of each its built-in
+zero-latency one. Prints a table per pair and the medians; makes no timed assertion.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
-from benchmarks._common import print_table
-from benchmarks._server import ServerProcess, running_server, tree_cpu_seconds
-from benchmarks.server_chats import _chat_round, run_chats, settle, summarize
+from benchmarks._common import print_table, seconds_or_zero
+from benchmarks._server import ServerProcess, running_model_server, running_server, tree_cpu_seconds
+from benchmarks.server_chats import PACED_MODEL, _chat_round, run_chats, settle, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -101,16 +102,30 @@ def report(pairs: Sequence[tuple[Round, Round]], chats: int, base: Path, head: P
 
 
 def comparison_arguments(
-    argv: Sequence[str] | None, description: str | None, *, repeat: tuple[str, int, str], chats: tuple[int, str]
+    argv: Sequence[str] | None,
+    description: str | None,
+    *,
+    repeat: tuple[str, int, str],
+    chats: tuple[int, str],
+    paced: bool = False,
 ) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     """The arguments of a comparison of two source trees: ``--base`` (required), ``--head`` (default: this
-    repository), how often to repeat (``repeat``: option name, default, help) and ``--chats`` (default, help)."""
+    repository), how often to repeat (``repeat``: option name, default, help) and ``--chats`` (default, help); with
+    ``paced``, ``--paced SECONDS`` too (0: the built-in demo model)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=_tree, required=True, help="the source tree to compare against")
     parser.add_argument("--head", type=_tree, default=ROOT, help="the source tree measured (default: this one)")
     name, default, text = repeat
     parser.add_argument(f"--{name}", type=int, default=default, help=text)
     parser.add_argument("--chats", type=int, default=chats[0], help=chats[1])
+    if paced:
+        parser.add_argument(
+            "--paced",
+            type=seconds_or_zero,
+            default=0.0,
+            help="both servers ask one demo model served on its own, streaming a piece every this many seconds "
+            "(server_chats' paced series; default 0: each its built-in zero-latency demo model)",
+        )
     args = parser.parse_args(argv)
     if getattr(args, name) < 1 or args.chats < 1:
         parser.error(f"--{name} and --chats must be at least 1")
@@ -123,15 +138,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         __doc__,
         repeat=("pairs", 8, "pairs of rounds (default 8)"),
         chats=(100, "concurrent chats per round (default 100)"),
+        paced=True,
     )
     saved = os.environ.get("PYTHONPATH")
     with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
+        env: dict[str, str] = {}
+        if args.paced:
+            model = stack.enter_context(running_model_server(Path(directory), chunk_delay=args.paced))
+            env = {"LOOPD_MODEL": PACED_MODEL, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "unused"}
         servers: list[ServerProcess] = []
         for name, tree in (("base", args.base), ("head", args.head)):
             os.environ["PYTHONPATH"] = f"{tree / 'src'}{os.pathsep}{tree}"
             (Path(directory) / name).mkdir()
             try:
-                servers.append(stack.enter_context(running_server(Path(directory) / name)))
+                servers.append(stack.enter_context(running_server(Path(directory) / name, env=env)))
             finally:
                 if saved is None:
                     os.environ.pop("PYTHONPATH", None)

@@ -203,6 +203,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def seconds_or_zero(text: str) -> float:
+    """An argparse type: a finite number of at least 0 (seconds, where 0 skips something), or a one-line usage
+    error."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is out of range: give a number of at least 0")
+    return value
+
+
 def positive_ints(text: str) -> list[int]:
     """An argparse type: comma-separated whole numbers of at least 1 (e.g. subscriber counts ``100,1000``)."""
     values = [positive_int(part.strip()) for part in text.split(",") if part.strip()]

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -150,6 +151,47 @@ def _wait_for_server(child: subprocess.Popen[bytes], data_dir: Path, log: Path) 
                 return ServerProcess(url, parts.hostname or "127.0.0.1", parts.port or 80, token, child.pid, data_dir)
         time.sleep(0.05)
     raise RuntimeError(f"loopd up did not write {data_dir / 'server.json'} within {START_TIMEOUT:g} s")
+
+
+@dataclass(frozen=True)
+class ModelServer:
+    """The demo model served on its own (an OpenAI-compatible server in another process): its base URL and pid."""
+
+    base_url: str
+    pid: int
+
+
+@contextlib.contextmanager
+def running_model_server(directory: Path, *, chunk_delay: float) -> Iterator[ModelServer]:
+    """loopd's demo model as a standalone OpenAI-compatible server (``python -m
+    loopd.harness.models._scripted_server``) on a free loopback port, streaming a piece every ``chunk_delay``
+    seconds; stopped by its pid on exit. Point a server at it with ``LOOPD_MODEL``, ``OPENAI_BASE_URL`` and
+    ``OPENAI_API_KEY`` (any value)."""
+    log_path = directory / "model.log"
+    log = log_path.open("wb")
+    command = [
+        sys.executable,
+        "-m",
+        "loopd.harness.models._scripted_server",
+        "--port",
+        "0",
+        "--chunk-delay",
+        f"{chunk_delay:g}",
+    ]
+    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            found = re.search(r"on (http://\S+/v1)", log_path.read_text(errors="replace"))
+            if found:
+                break
+            if child.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the demo model server did not start:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.05)
+        yield ModelServer(found.group(1), child.pid)
+    finally:
+        _stop(child)
+        log.close()
 
 
 def _stop(child: subprocess.Popen[bytes]) -> None:

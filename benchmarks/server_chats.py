@@ -22,8 +22,14 @@ Then the 1,000-chat round (``--thousand``, loopd only): 1,000 chats at once, aft
 back (``GET …/messages``) and a chat counts as lost unless its stream ended ``completed`` and the stored answer is
 ``completed`` with the very text that was streamed (which begins by echoing that chat's own question).
 
+Last, the paced series (``--paced``, loopd only): the same rounds against a model that streams at a reader's pace —
+the demo model served on its own (`benchmarks._server.running_model_server`: a 12-character piece every 20 ms, from
+another process over HTTP) and a fresh `loopd up` pointed at it as at any OpenAI-compatible provider. Each piece then
+arrives on its own, so what the server does per piece (live text is stored before anyone sees it) shows here, where
+the zero-latency demo hands over whole answers. No goal judges it; the table gives the pace a lone answer would take.
+
 python -m benchmarks.server_chats [--chats 100] [--repeat N] [--quick] [--peers bare,langgraph|none]
-                                  [--thousand 1000] [--langgraph-jobs N] [--profile DIR]
+                                  [--thousand 1000] [--paced 0.02] [--langgraph-jobs N] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ import httpx
 from benchmarks._chat_peer_bare import running_bare_server
 from benchmarks._chat_peer_langgraph import GRAPH_ID, GRAPH_SOURCE, expected_text
 from benchmarks._chat_peer_langgraph import one_chat as langgraph_chat
-from benchmarks._common import count_or_zero, positive_int, print_table
+from benchmarks._common import count_or_zero, positive_int, print_table, seconds_or_zero
 from benchmarks._goals import print_goals
 from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command, peer_versions, running_graph
 from benchmarks._server import (
@@ -62,6 +68,7 @@ from benchmarks._server import (
     open_event_stream,
     percentile,
     raise_open_files,
+    running_model_server,
     running_server,
     sampling,
     tree_cpu_seconds,
@@ -78,6 +85,12 @@ POLL: Final[float] = _RESPONDER["poll"].default
 CHAT_TIMEOUT: Final = 120.0
 THOUSAND_TIMEOUT: Final = 600.0
 """The 1,000-chat round's bound per chat: a chat still unanswered after it counts as lost."""
+PACED_DELAY: Final = 0.02
+"""Seconds between the pieces of the paced series' model (``--paced``)."""
+PACED_MODEL: Final = "paced-demo"
+"""The model name `loopd up` asks the paced series' model server for (it answers any)."""
+PIECE: Final = 12
+"""Characters per streamed piece: the demo model's chunk size."""
 COLUMNS: Final = (
     "chats",
     "completed",
@@ -468,6 +481,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="chats in the lost-chats round (default 1000; 0 skips; quick: 0)",
     )
     parser.add_argument(
+        "--paced",
+        type=seconds_or_zero,
+        default=PACED_DELAY,
+        help=f"seconds between the pieces of the paced series' model (default {PACED_DELAY:g}; 0 skips the series)",
+    )
+    parser.add_argument(
         "--langgraph-jobs",
         type=positive_int,
         default=None,
@@ -485,6 +504,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     notes: list[str] = []
     measured: dict[str, dict[int, ChatRun]] = {}
     kept: ThousandRun | None = None
+    paced: dict[int, ChatRun] = {}
     with tempfile.TemporaryDirectory(prefix="loopd-bench-chats-") as directory, contextlib.ExitStack() as stack:
         loopd = stack.enter_context(running_server(Path(directory)))
         targets = [Target("loopd", lambda n, label: run_chats(loopd, n, label), loopd.pid)]
@@ -521,7 +541,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"{dict(kept.reasons) or ''} ({time.perf_counter() - t0:.1f} s)",
                     flush=True,
                 )
+        if args.paced:
+            paced = asyncio.run(_paced(Path(directory) / "paced", args.paced, count, repeat))
     _print_tables(measured, kept, repeat, versions, args.langgraph_jobs, notes)
+    if paced:
+        _print_paced(paced, args.paced, repeat)
     print_goals("server_chats", chat_goals(measured, kept))
 
 
@@ -598,6 +622,33 @@ def _print_tables(
             "stored answer is completed, equals the streamed text and echoes its own question."
             + (" Lost: " + "; ".join(f"{n} {why}" for why, n in kept.reasons) + "." if kept.reasons else ""),
         )
+
+
+async def _paced(directory: Path, delay: float, count: int, repeat: int) -> dict[int, ChatRun]:
+    """The paced series: rounds of ``count`` chats to a fresh `loopd up` whose model streams a piece every ``delay``
+    seconds from its own process (the model's CPU is not the server's)."""
+    directory.mkdir()
+    with running_model_server(directory, chunk_delay=delay) as model:
+        env = {"LOOPD_MODEL": PACED_MODEL, "OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "unused"}
+        with running_server(directory, env=env) as server:
+            target = Target("loopd, paced model", lambda n, label: run_chats(server, n, label), server.pid)
+            return (await measure([target], (count,), repeat, None))[target.who]
+
+
+def _print_paced(paced: dict[int, ChatRun], delay: float, repeat: int) -> None:
+    pieces = -(-len(expected_text(question(0))) // PIECE)
+    print_table(
+        f"Chats to a model streaming at a reader's pace: a {PIECE}-character piece every {delay * 1000:g} ms, from "
+        f"its own process over HTTP (medians of {repeat} run(s))",
+        list(COLUMNS),
+        [_row(m) for _, m in sorted(paced.items())],
+        note=f"The demo model served on its own (python -m loopd.harness.models._scripted_server --chunk-delay "
+        f"{delay:g}) and a fresh `loopd up` pointed at it (LOOPD_MODEL, OPENAI_BASE_URL), as at any OpenAI-compatible "
+        f"provider. An answer is {pieces} pieces: streamed alone it takes ≈ {pieces * delay * 1000:.0f} ms after its "
+        "first; done beyond that is time the server added. Every piece arrives on its own, and live text is stored "
+        "before anyone sees it: while many calls stream, each call's later text waits up to 100 ms to share one "
+        "write (the engine's gather_wait). server CPU: loopd's alone (the model server is another process).",
+    )
 
 
 def chat_goals(measured: dict[str, dict[int, ChatRun]], kept: ThousandRun | None = None) -> dict[str, float | None]:

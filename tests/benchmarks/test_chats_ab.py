@@ -25,8 +25,9 @@ def test_a_directory_that_is_not_a_source_tree_is_one_line_saying_how_to_make_on
     assert "--pairs and --chats must be at least 1" in capsys.readouterr().err
 
 
-def test_a_small_run_compares_two_servers_pair_by_pair(capsys: pytest.CaptureFixture[str]) -> None:
-    _chats_ab.main(["--base", str(ROOT), "--head", str(ROOT), "--pairs", "2", "--chats", "3"])
+@pytest.mark.parametrize("paced", [[], ["--paced", "0.005"]], ids=["demo", "paced"])
+def test_a_small_run_compares_two_servers_pair_by_pair(capsys: pytest.CaptureFixture[str], paced: list[str]) -> None:
+    _chats_ab.main(["--base", str(ROOT), "--head", str(ROOT), "--pairs", "2", "--chats", "3", *paced])
     out = capsys.readouterr().out
     assert sum(line.startswith("  pair ") for line in out.splitlines()) == 2
     # the table's note wraps at the terminal's width, which depends on where it runs

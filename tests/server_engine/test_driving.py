@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loopd._infra.clock import VirtualClock
 from loopd.agentue import fold
@@ -29,7 +31,7 @@ from loopd.server.engine import (
     ToolStarted,
     Update,
 )
-from loopd.server.engine._driving import Drive
+from loopd.server.engine._driving import PREVIEW_GATHER, PREVIEW_GATHER_MAX, Drive, gather_wait
 from loopd.server.ledger import Actor, Lane, Scope, SqlLedgerStore, UnresolvedAttempt
 from loopd.server.storage import Conflict, Database, Message, NotFound
 from loopd.server.storage._harness_calls import HarnessCalls
@@ -493,6 +495,60 @@ async def test_live_text_waits_a_moment_for_what_the_harness_says_next(
         await until(lambda: _shows(sqlite_db, response, "Hello, w"))
         assert alone == [[", w"]]  # the first two went with "Hello"'s write; the last waited, then went alone
         adapter.last_run(call_id).release()
+        await engine.cancel(call_id)
+        await until_phase(engine, call_id, "cancelled")
+
+
+@given(st.integers(min_value=0, max_value=100_000), st.integers(min_value=0, max_value=100_000))
+def test_later_live_text_waits_longer_the_more_calls_stream_within_bounds(fewer: int, more: int) -> None:
+    """A call's first text always waits `PREVIEW_GATHER`; later text waits at least that, at most
+    `PREVIEW_GATHER_MAX`, and never less for more calls running."""
+    fewer, more = sorted((fewer, more))
+    assert gather_wait(True, more) == PREVIEW_GATHER
+    assert PREVIEW_GATHER <= gather_wait(False, fewer) <= gather_wait(False, more) <= PREVIEW_GATHER_MAX
+
+
+def test_how_long_later_live_text_waits() -> None:
+    assert gather_wait(False, 1) == PREVIEW_GATHER  # one answer: pieces shown as they come, 16 ms apart at most
+    assert gather_wait(False, 16) == PREVIEW_GATHER
+    assert gather_wait(False, 50) == pytest.approx(0.05)
+    assert gather_wait(False, 100) == PREVIEW_GATHER_MAX  # 100 answers: about 1,000 writes a second in all
+    assert gather_wait(False, 200) == PREVIEW_GATHER_MAX  # never less than ten pieces a second
+
+
+@pytest.mark.parametrize("many", [False, True])
+async def test_later_live_text_is_written_less_often_while_many_calls_stream(
+    sqlite_db: Database, monkeypatch: pytest.MonkeyPatch, many: bool
+) -> None:
+    """Text trickling in (a piece every 100 ms, after the first) is written piece by piece while few calls run; while
+    many run (here: as few writes per second are wanted as make one call wait 0.8 s), the pieces that arrive within
+    the wait share one write. The first text never waits longer."""
+    from loopd.server.engine import _driving
+
+    if many:
+        monkeypatch.setattr(_driving, "PREVIEW_WRITES_PER_SECOND", 1)
+        monkeypatch.setattr(_driving, "PREVIEW_GATHER_MAX", 0.8)
+    written: list[list[str]] = []
+    original = Drive._apply_previews
+
+    async def recording(self: Drive, previews: list[TextPreview]) -> None:
+        written.append([preview.text for preview in previews])
+        await original(self, previews)
+
+    monkeypatch.setattr(Drive, "_apply_previews", recording)
+    adapter = ScriptedAdapter(
+        script=scripted(TextPreview("A"), None, TextPreview("B"), None, TextPreview("C"), None, TextPreview("D"), None)
+    )
+    async with make_engine(sqlite_db, {"scripted": adapter}) as engine:
+        call_id, response = await start(sqlite_db, engine)
+        await until(lambda: _shows(sqlite_db, response, "A"))
+        run = adapter.last_run(call_id)
+        for _ in "BCD":
+            run.release()
+            await asyncio.sleep(0.1)
+        await until(lambda: _shows(sqlite_db, response, "ABCD"))
+        assert written == ([["A"], ["B", "C", "D"]] if many else [["A"], ["B"], ["C"], ["D"]])
+        run.release()
         await engine.cancel(call_id)
         await until_phase(engine, call_id, "cancelled")
 

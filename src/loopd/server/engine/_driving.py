@@ -10,7 +10,8 @@ Two tasks work side by side:
   each durable one — with the durable ones already queued behind it, up to ``MAX_DURABLE_BATCH``, in the same
   transaction — with its visible events, its ledger facts, the checkpoint + hash, and the phase (a batch is
   committed whole or not at all, as if each had its own transaction, and moves the checkpoint once, to its last
-  update); live text waits up to ``PREVIEW_GATHER`` for what follows it; live-text previews already queued in front
+  update); live text waits a moment for what follows it (`gather_wait`: ``PREVIEW_GATHER``, longer while many calls
+  stream at once); live-text previews already queued in front
   of a durable update go in that update's transaction (shown first), else in their own; an update at or below the
   stored checkpoint
   is a replay and is skipped (at the checkpoint the hash must match, or the call fails with ``replay_differs``);
@@ -92,7 +93,29 @@ MAX_PREVIEW_BATCH: Final = 64
 MAX_DURABLE_BATCH: Final = 32
 """Durable updates already queued that one transaction applies together (the checkpoint moves once, to the last)."""
 PREVIEW_GATHER: Final = 0.016
-"""Seconds live text waits for what the harness says next before it is written (see `Drive._gather_previews`)."""
+"""Seconds live text waits for what the harness says next before it is written (see `Drive._gather_previews`): a
+call's first text always, later text while few calls stream at once (`gather_wait`)."""
+PREVIEW_WRITES_PER_SECOND: Final = 1000
+"""Live-text writes per second an engine's drives aim at together once many calls stream at once: each call's later
+text then waits ``calls running / PREVIEW_WRITES_PER_SECOND`` seconds (`gather_wait`)."""
+PREVIEW_GATHER_MAX: Final = 0.1
+"""The longest later text waits for more, however many calls stream: what a reader sees arrives in pieces at least
+ten times a second."""
+
+
+def gather_wait(first_text: bool, calls_running: int) -> float:
+    """Seconds a drive's live text waits for what the harness says next before it is written.
+
+    Every write of live text is a transaction (the events, stored before anyone sees them), and a model streaming at
+    a reader's pace hands over a piece every 10-50 ms: written one by one, 100 such answers at once cost the server
+    more CPU than their answers take to stream (measured: 16 ms per chat against 8 for the same answers arriving
+    whole), so every answer falls behind. A call's first text waits only `PREVIEW_GATHER` (the time to its first
+    word); later text waits long enough that all running calls together write about `PREVIEW_WRITES_PER_SECOND`
+    times a second — ``PREVIEW_GATHER`` for up to 16 calls, 100 ms (`PREVIEW_GATHER_MAX`) from 100 — and what
+    arrives meanwhile goes in the same write."""
+    if first_text:
+        return PREVIEW_GATHER
+    return min(PREVIEW_GATHER_MAX, max(PREVIEW_GATHER, calls_running / PREVIEW_WRITES_PER_SECOND))
 
 
 def call_channel(call_id: str) -> str:
@@ -130,6 +153,8 @@ class DriveSettings:
     slots_full: Callable[[], bool] = lambda: False
     """Whether every call slot of the engine is taken: then a drive does not hold its own back for others (see
     `FirstOutputs`): the answers still blank may be waiting for the very slot it holds."""
+    calls_running: Callable[[], int] = lambda: 1
+    """How many calls the engine runs now (its slots in use): how long later live text waits (`gather_wait`)."""
 
 
 class _End:
@@ -626,7 +651,8 @@ class Drive:
                 if index < checkpoint:
                     continue  # still replaying what was applied before
                 previews = [item] if isinstance(item, TextPreview) else []
-                held = await self._gather_previews(queue, previews)
+                wait = gather_wait(not self._texted, self._s.calls_running())
+                held = await self._gather_previews(queue, previews, wait)
                 if isinstance(held, Update) and held.durable and self._first_of_many(call, previews):
                     # The answer's first text, with the rest of the turn right behind it, while other answers
                     # show nothing yet: the text now, the rest once they do (bounded; see `FirstOutputs`).
@@ -670,10 +696,10 @@ class Drive:
 
     @staticmethod
     async def _gather_previews(
-        queue: asyncio.Queue[Update | _End | _Raised], previews: list[TextPreview]
+        queue: asyncio.Queue[Update | _End | _Raised], previews: list[TextPreview], wait: float = PREVIEW_GATHER
     ) -> Update | _End | _Raised | None:
-        """Add the live text queued behind ``previews`` to them, and what arrives within `PREVIEW_GATHER` seconds;
-        the first item that is not live text (held: the caller applies it next), or None.
+        """Add the live text queued behind ``previews`` to them, and what arrives within ``wait`` seconds (see
+        `gather_wait`); the first item that is not live text (held: the caller applies it next), or None.
 
         What a harness says right after its text — more text, or the durable update a fast one sends straight after
         it — then goes into the same write instead of one each; text that trickles in is shown that much later."""
@@ -681,7 +707,7 @@ class Drive:
         while len(previews) < MAX_PREVIEW_BATCH:
             if queue.empty():
                 if deadline is None:
-                    deadline = asyncio.get_running_loop().time() + PREVIEW_GATHER
+                    deadline = asyncio.get_running_loop().time() + wait
                 try:
                     # `asyncio.timeout_at`, not `wait_for`: when the drive is cancelled just as an update arrives,
                     # `wait_for` (3.11) returns the update and swallows the cancellation, and the consumer then

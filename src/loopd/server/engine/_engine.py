@@ -183,6 +183,7 @@ class HarnessEngine:
             metrics=metrics,
             redactor=redactor,
             slots_full=lambda: self._slots.full,
+            calls_running=lambda: self._slots.used,
         )
         self._driver = CallDriver(
             settings,
