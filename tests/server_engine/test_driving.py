@@ -31,7 +31,7 @@ from loopd.server.engine import (
     ToolStarted,
     Update,
 )
-from loopd.server.engine._driving import PREVIEW_GATHER, PREVIEW_GATHER_MAX, Drive, gather_wait
+from loopd.server.engine._driving import PREVIEW_GATHER, PREVIEW_GATHER_MAX, Drive, LiveText, gather_wait
 from loopd.server.ledger import Actor, Lane, Scope, SqlLedgerStore, UnresolvedAttempt
 from loopd.server.storage import Conflict, Database, Message, NotFound
 from loopd.server.storage._harness_calls import HarnessCalls
@@ -502,7 +502,7 @@ async def test_live_text_waits_a_moment_for_what_the_harness_says_next(
 @given(st.integers(min_value=0, max_value=100_000), st.integers(min_value=0, max_value=100_000))
 def test_later_live_text_waits_longer_the_more_calls_stream_within_bounds(fewer: int, more: int) -> None:
     """A call's first text always waits `PREVIEW_GATHER`; later text waits at least that, at most
-    `PREVIEW_GATHER_MAX`, and never less for more calls running."""
+    `PREVIEW_GATHER_MAX`, and never less for more calls streaming."""
     fewer, more = sorted((fewer, more))
     assert gather_wait(True, more) == PREVIEW_GATHER
     assert PREVIEW_GATHER <= gather_wait(False, fewer) <= gather_wait(False, more) <= PREVIEW_GATHER_MAX
@@ -516,13 +516,31 @@ def test_how_long_later_live_text_waits() -> None:
     assert gather_wait(False, 200) == PREVIEW_GATHER_MAX  # never less than ten pieces a second
 
 
+async def test_a_call_streams_while_it_wrote_live_text_within_the_last_second() -> None:
+    clock = VirtualClock()
+    live = LiveText(clock.monotonic)
+    assert live.streaming() == 0
+    live.wrote("a")
+    live.wrote("b")
+    await clock.advance(0.5)
+    assert live.streaming() == 2
+    live.wrote("a")  # "b" waits for a tool, or a person: it stops counting a second after its last text
+    await clock.advance(0.6)
+    assert live.streaming() == 1
+    live.wrote("c")
+    await clock.advance(0.5)
+    assert live.streaming() == 1  # "a" last wrote 1.1 s ago
+    await clock.advance(0.5)
+    assert live.streaming() == 0
+
+
 @pytest.mark.parametrize("many", [False, True])
 async def test_later_live_text_is_written_less_often_while_many_calls_stream(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch, many: bool
 ) -> None:
-    """Text trickling in (a piece every 100 ms, after the first) is written piece by piece while few calls run; while
-    many run (here: as few writes per second are wanted as make one call wait 0.8 s), the pieces that arrive within
-    the wait share one write. The first text never waits longer."""
+    """Text trickling in (a piece every 100 ms, after the first) is written piece by piece while few calls stream;
+    while many do (here: as few writes per second are wanted as make one streaming call wait 0.8 s), the pieces that
+    arrive within the wait share one write. The first text never waits longer."""
     from loopd.server.engine import _driving
 
     if many:

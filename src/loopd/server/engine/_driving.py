@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -97,25 +98,54 @@ PREVIEW_GATHER: Final = 0.016
 call's first text always, later text while few calls stream at once (`gather_wait`)."""
 PREVIEW_WRITES_PER_SECOND: Final = 1000
 """Live-text writes per second an engine's drives aim at together once many calls stream at once: each call's later
-text then waits ``calls running / PREVIEW_WRITES_PER_SECOND`` seconds (`gather_wait`)."""
+text then waits ``calls streaming / PREVIEW_WRITES_PER_SECOND`` seconds (`gather_wait`)."""
+STREAMING_HORIZON: Final = 1.0
+"""A call counts as streaming while it wrote live text within this many seconds (`LiveText`)."""
 PREVIEW_GATHER_MAX: Final = 0.1
 """The longest later text waits for more, however many calls stream: what a reader sees arrives in pieces at least
 ten times a second."""
 
 
-def gather_wait(first_text: bool, calls_running: int) -> float:
+class LiveText:
+    """Which calls of an engine stream text now: those whose drive wrote live text within `STREAMING_HORIZON` seconds
+    (a call waiting for a tool or a person does not count). Amortized O(1): calls are kept in the order they last
+    wrote, and the stale ones are dropped from the front."""
+
+    def __init__(self, monotonic: Callable[[], float], horizon: float = STREAMING_HORIZON) -> None:
+        self._monotonic = monotonic
+        self._horizon = horizon
+        self._last: OrderedDict[str, float] = OrderedDict()
+
+    def wrote(self, call_id: str) -> None:
+        """``call_id``'s drive is writing live text now."""
+        self._last[call_id] = self._monotonic()
+        self._last.move_to_end(call_id)
+
+    def streaming(self) -> int:
+        """How many calls wrote live text within the horizon."""
+        stale = self._monotonic() - self._horizon
+        last = self._last
+        while last:
+            oldest = next(iter(last))
+            if last[oldest] > stale:
+                break
+            del last[oldest]
+        return len(last)
+
+
+def gather_wait(first_text: bool, calls_streaming: int) -> float:
     """Seconds a drive's live text waits for what the harness says next before it is written.
 
     Every write of live text is a transaction (the events, stored before anyone sees them), and a model streaming at
     a reader's pace hands over a piece every 10-50 ms: written one by one, 100 such answers at once cost the server
     more CPU than their answers take to stream (measured: 16 ms per chat against 8 for the same answers arriving
     whole), so every answer falls behind. A call's first text waits only `PREVIEW_GATHER` (the time to its first
-    word); later text waits long enough that all running calls together write about `PREVIEW_WRITES_PER_SECOND`
-    times a second — ``PREVIEW_GATHER`` for up to 16 calls, 100 ms (`PREVIEW_GATHER_MAX`) from 100 — and what
-    arrives meanwhile goes in the same write."""
+    word); later text waits long enough that all calls streaming text (`LiveText`) together write about
+    `PREVIEW_WRITES_PER_SECOND` times a second — ``PREVIEW_GATHER`` for up to 16 calls, 100 ms (`PREVIEW_GATHER_MAX`)
+    from 100 — and what arrives meanwhile goes in the same write."""
     if first_text:
         return PREVIEW_GATHER
-    return min(PREVIEW_GATHER_MAX, max(PREVIEW_GATHER, calls_running / PREVIEW_WRITES_PER_SECOND))
+    return min(PREVIEW_GATHER_MAX, max(PREVIEW_GATHER, calls_streaming / PREVIEW_WRITES_PER_SECOND))
 
 
 def call_channel(call_id: str) -> str:
@@ -153,8 +183,9 @@ class DriveSettings:
     slots_full: Callable[[], bool] = lambda: False
     """Whether every call slot of the engine is taken: then a drive does not hold its own back for others (see
     `FirstOutputs`): the answers still blank may be waiting for the very slot it holds."""
-    calls_running: Callable[[], int] = lambda: 1
-    """How many calls the engine runs now (its slots in use): how long later live text waits (`gather_wait`)."""
+    live_text: LiveText | None = None
+    """Which of the engine's calls stream text now: how long later live text waits (`gather_wait`; None: as if only
+    this one did)."""
 
 
 class _End:
@@ -651,7 +682,8 @@ class Drive:
                 if index < checkpoint:
                     continue  # still replaying what was applied before
                 previews = [item] if isinstance(item, TextPreview) else []
-                wait = gather_wait(not self._texted, self._s.calls_running())
+                live = self._s.live_text
+                wait = gather_wait(not self._texted, 1 if live is None else live.streaming())
                 held = await self._gather_previews(queue, previews, wait)
                 if isinstance(held, Update) and held.durable and self._first_of_many(call, previews):
                     # The answer's first text, with the rest of the turn right behind it, while other answers
@@ -812,8 +844,11 @@ class Drive:
 
     def _merged(self, previews: Sequence[TextPreview]) -> list[TextPreview]:
         merged = merge_previews([preview for preview in previews if preview.text])
-        if merged and not self._texted:
-            self._first_text()
+        if merged:
+            if not self._texted:
+                self._first_text()
+            if self._s.live_text is not None:
+                self._s.live_text.wrote(self.call_id)
         return merged
 
     async def _show_previews(

@@ -75,7 +75,7 @@ from ._adapter import (
     supports_workspaces,
 )
 from ._driver import CallDriver, CallSlots
-from ._driving import Drive, DriveSettings, call_channel, lease_resource
+from ._driving import Drive, DriveSettings, LiveText, call_channel, lease_resource
 from ._errors import CapacityExceeded, EngineClosed, GateForbidden, UnknownTarget
 from ._projection import answered_ask, gate_block_id, question_block_id
 from ._requests import MAX_TIMEOUT, CallRequest, fork_of, history_of, workspace_of
@@ -183,7 +183,7 @@ class HarnessEngine:
             metrics=metrics,
             redactor=redactor,
             slots_full=lambda: self._slots.full,
-            calls_running=lambda: self._slots.used,
+            live_text=LiveText(self._clock.monotonic),
         )
         self._driver = CallDriver(
             settings,
