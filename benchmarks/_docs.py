@@ -12,6 +12,7 @@ NAME is a benchmark module; FILE is relative to benchmarks/. Prose stays outside
 
 python -m benchmarks._docs                 regenerate every section from the file its marker names
 python -m benchmarks._docs --from FILE     point every section whose module FILE has tables for at FILE, regenerate
+                                          (docs/SCALING.md only when FILE has every one of its sections: `ONE_RUN`)
 python -m benchmarks._docs --check         exit 1 if a section differs from what its file renders (hand edits)
 python -m benchmarks._docs --docs PATH     only that document (default: every one of `GENERATED`)
 
@@ -39,6 +40,10 @@ DOCS = BENCHMARKS.parent / "docs" / "BENCHMARKS.md"
 SCALING = BENCHMARKS.parent / "docs" / "SCALING.md"
 GENERATED: Final = (DOCS, SCALING)
 """The documents with generated sections."""
+ONE_RUN: Final = frozenset({SCALING})
+"""Documents whose sections all come from one run (the scaling run's figures are read together): a results file
+repoints them only when it has tables for every one of their sections — a lone server_chats run repoints
+docs/BENCHMARKS.md's section, not docs/SCALING.md's."""
 END = "<!-- /generated -->"
 _SECTION = re.compile(
     r"<!-- generated:(?P<name>[A-Za-z0-9_]+) from (?P<file>[^ ]+\.json) -->\n(?P<body>.*?)" + re.escape(END),
@@ -97,14 +102,21 @@ def render_section(document: Mapping[str, Any], name: str, file: str) -> str:
 
 
 def update(
-    text: str, load: Callable[[str], Mapping[str, Any]], *, repoint: tuple[str, Mapping[str, Any]] | None = None
+    text: str,
+    load: Callable[[str], Mapping[str, Any]],
+    *,
+    repoint: tuple[str, Mapping[str, Any]] | None = None,
+    one_run: bool = False,
 ) -> tuple[str, list[str]]:
     """``text`` with every generated section re-rendered; ``load(file)`` reads a results file (relative path).
 
-    With ``repoint=(file, document)``, a section whose module that document has tables for is pointed at it first.
-    Returns the new text and the names of the sections that changed.
+    With ``repoint=(file, document)``, a section whose module that document has tables for is pointed at it first —
+    with ``one_run``, only if it has tables for every section of ``text`` (else none is). Returns the new text and
+    the names of the sections that changed.
     """
     changed: list[str] = []
+    if repoint is not None and one_run and not all(has_tables(repoint[1], s.name) for s in sections(text)):
+        repoint = None
 
     def replace(match: re.Match[str]) -> str:
         name, file = match["name"], match["file"]
@@ -152,7 +164,9 @@ def regenerate(docs: Path, results: Path | None = None) -> list[str]:
     if results is not None:
         relative = results_name(results)
         repoint = (relative, _loader(cache)(relative))
-    text, changed = update(docs.read_text(encoding="utf-8"), _loader(cache), repoint=repoint)
+    text, changed = update(
+        docs.read_text(encoding="utf-8"), _loader(cache), repoint=repoint, one_run=docs.resolve() in ONE_RUN
+    )
     docs.write_text(text, encoding="utf-8")
     return changed
 

@@ -14,6 +14,7 @@ from benchmarks._docs import (
     BENCHMARKS,
     DOCS,
     GENERATED,
+    ONE_RUN,
     SCALING,
     DocsError,
     main,
@@ -69,6 +70,25 @@ def test_update_rewrites_only_between_the_markers_and_repoints_sections_the_new_
     no_chats = {"date": "x", "tables": [{"module": "peers", "title": "t", "columns": ["a"], "rows": []}]}
     kept, changed = update(text, files.__getitem__, repoint=("results/c.json", no_chats))
     assert kept == text and changed == []  # a file without the module's tables leaves the section alone
+
+
+def test_a_document_of_one_run_is_repointed_only_by_a_file_with_all_its_sections() -> None:
+    two = TEXT + "<!-- generated:peers from results/a.json -->\nstale\n<!-- /generated -->\n"
+    only_chats = {**_document([[100, 3.0]]), "tables": _document([[100, 3.0]])["tables"][:1]}
+    files = {
+        "results/a.json": _document([[100, 1.0]]),
+        "results/b.json": _document([[100, 2.0]]),
+        "results/c.json": only_chats,
+    }
+    text, _ = update(two, files.__getitem__)
+    apart, changed = update(text, files.__getitem__, repoint=("results/c.json", only_chats))
+    assert changed == ["server_chats"]  # sections of separate runs: each follows the file that has it
+    assert "server_chats from results/c.json" in apart and "peers from results/a.json" in apart
+    kept, changed = update(text, files.__getitem__, repoint=("results/c.json", only_chats), one_run=True)
+    assert kept == text and changed == []  # one run's sections: not split between two runs
+    whole, changed = update(text, files.__getitem__, repoint=("results/b.json", files["results/b.json"]), one_run=True)
+    assert changed == ["server_chats", "peers"] and whole.count("from results/b.json -->") == 2
+    assert SCALING in ONE_RUN and DOCS not in ONE_RUN
 
 
 def test_a_hand_edited_figure_is_caught() -> None:
