@@ -473,20 +473,27 @@ async def test_a_harness_whose_reply_came_whole_waits_while_another_answer_is_bl
         assert end - text < FIRST_OUTPUT_YIELD / 2
 
 
+def _record_preview_writes(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The texts of every write of live text alone (`Drive._apply_previews`), in order, as the test's drives make
+    them."""
+    written: list[list[str]] = []
+    original = Drive._apply_previews
+
+    async def recording(self: Drive, previews: list[TextPreview]) -> None:
+        written.append([preview.text for preview in previews])
+        await original(self, previews)
+
+    monkeypatch.setattr(Drive, "_apply_previews", recording)
+    return written
+
+
 async def test_live_text_waits_a_moment_for_what_the_harness_says_next(
     sqlite_db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Live text is written once nothing more is queued for `PREVIEW_GATHER` seconds: text and the durable update a
     harness sends right behind it (each handed over a loop turn apart here) share one write; text followed by
     silence is still shown on its own, that moment later."""
-    alone: list[list[str]] = []
-    original = Drive._apply_previews
-
-    async def previews_alone(self: Drive, previews: list[TextPreview]) -> None:
-        alone.append([preview.text for preview in previews])
-        await original(self, previews)
-
-    monkeypatch.setattr(Drive, "_apply_previews", previews_alone)
+    alone = _record_preview_writes(monkeypatch)
     adapter = ScriptedAdapter(
         script=scripted(TextPreview("Hel"), TextPreview("lo"), TextSet("Hello"), TextPreview(", w"), None)
     )
@@ -546,14 +553,7 @@ async def test_later_live_text_is_written_less_often_while_many_calls_stream(
     if many:
         monkeypatch.setattr(_driving, "PREVIEW_WRITES_PER_SECOND", 1)
         monkeypatch.setattr(_driving, "PREVIEW_GATHER_MAX", 0.8)
-    written: list[list[str]] = []
-    original = Drive._apply_previews
-
-    async def recording(self: Drive, previews: list[TextPreview]) -> None:
-        written.append([preview.text for preview in previews])
-        await original(self, previews)
-
-    monkeypatch.setattr(Drive, "_apply_previews", recording)
+    written = _record_preview_writes(monkeypatch)
     adapter = ScriptedAdapter(
         script=scripted(TextPreview("A"), None, TextPreview("B"), None, TextPreview("C"), None, TextPreview("D"), None)
     )
