@@ -29,6 +29,7 @@ from loopd.harness import (
     UnknownSettingError,
     Usage,
 )
+from loopd.harness.core import History
 from loopd.harness.core import events as ev
 from loopd.harness.core._values import ToolCall
 from loopd.harness.core.apply import apply_loop
@@ -138,6 +139,18 @@ def test_compaction_uses_the_context_window_when_no_threshold_is_set() -> None:
     unbounded_config = replace(config, context_window=None)
     unbounded = decide(state, UserInput(command_id="last", text="more"), config=unbounded_config, now=0)
     assert [type(e) for e in unbounded.effects] == [CallModel]
+
+
+def test_a_model_call_carries_the_loops_history_itself_not_a_copy() -> None:
+    """`CallModel` gets the state's `History` (immutable; equal to the tuple of its messages): a step no longer
+    copies the whole history, and the model's encoder knows an extension of the last one in O(1)."""
+    config = LoopConfig(name="main")
+    state = LoopState(name="main")
+    started = decide(state, UserInput(command_id="c1", text="hello"), config=config, now=0)
+    state = fold_decision(state, started.events)
+    (effect,) = [e for e in started.effects if isinstance(e, CallModel)]
+    assert isinstance(effect.messages, History)
+    assert effect.messages == state.history == tuple(effect.messages)  # equal to its tuple, and to the fold's
 
 
 def test_the_active_loop_decision() -> None:

@@ -16,6 +16,7 @@ import pytest
 from openai.resources.chat.completions import completions as sdk_completions
 
 from loopd.harness._errors import ModelPermanentError
+from loopd.harness.core import History
 from loopd.harness.core._values import Message, ToolCall
 from loopd.harness.models._anthropic import AnthropicModel, anthropic_messages
 from loopd.harness.models._openai import (
@@ -181,6 +182,41 @@ async def test_old_messages_are_not_encoded_again() -> None:
     again = encoder.encode(_request(messages=tuple(history)))
     assert encoder.encoded == len(history)
     assert [json.loads(p) for p in again.parts] == openai_messages(_request(messages=tuple(history)))
+
+
+async def test_a_growing_history_is_recognised_without_reading_its_old_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The harness hands the model its `History` itself (`decide`'s `CallModel`): one that extends the last one (the
+    same buffer, grown) is known to at once, and only its new messages are read — no step copies or compares the
+    O(n) messages before them. A history built apart with equal messages is still recognised (read and compared),
+    and a replaced one is encoded afresh."""
+    encoder = MessageEncoder()
+    messages = _history(40)
+    history = History(messages[:1])
+    walked: list[int] = []
+    original = History.__iter__
+
+    def counting(self: History) -> Any:
+        walked.append(len(self))
+        return original(self)
+
+    monkeypatch.setattr(History, "__iter__", counting)
+    for message in messages[1:]:
+        history = history.appended(message)
+        request = ModelRequest.model_construct(model="", messages=history, tools=(), system=None)
+        parts = encoder.encode(request).parts
+        assert walked == []  # neither copied nor compared: not even iterated
+        assert [json.loads(p) for p in parts] == openai_messages(request)
+        walked.clear()  # (openai_messages, the expectation, iterates it)
+    assert encoder.encoded == len(messages)
+    apart = History([messages[0], *(m.model_copy() for m in messages[1:])])  # equal messages, another buffer
+    request = ModelRequest.model_construct(model="", messages=apart.appended(messages[1]), tools=(), system=None)
+    assert [json.loads(p) for p in encoder.encode(request).parts] == openai_messages(request)
+    assert encoder.encoded == len(messages) + 1  # compared, then only the new message encoded
+    replaced = History((messages[0], Message(role="assistant", content="summary")))
+    request = ModelRequest.model_construct(model="", messages=replaced, tools=(), system=None)
+    assert [json.loads(p) for p in encoder.encode(request).parts] == openai_messages(request)
 
 
 async def test_a_replaced_history_is_encoded_afresh() -> None:

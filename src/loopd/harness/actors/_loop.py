@@ -1089,7 +1089,7 @@ class LoopActor:
         return await done
 
 
-def _turn_prompt(messages: tuple[Any, ...]) -> str:
+def _turn_prompt(messages: Sequence[Any]) -> str:
     """The turn's new user text: the user messages after the last assistant message (the foreign CLI holds the
     rest of the conversation in its own session)."""
     texts: list[str] = []

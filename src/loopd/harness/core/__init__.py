@@ -3,6 +3,7 @@
 Must not do: any I/O, read a clock, or draw random numbers. Everything here is a function of its arguments.
 """
 
+from loopd.harness.core._history import History
 from loopd.harness.core._values import (
     ZERO_USAGE,
     EffectKind,
@@ -23,6 +24,7 @@ __all__ = [
     "Decision",
     "EffectKind",
     "Frozen",
+    "History",
     "Idempotency",
     "LoopConfig",
     "LoopInput",

@@ -44,6 +44,11 @@ class History(Sequence[Message]):
     def as_tuple(self) -> tuple[Message, ...]:
         return tuple(self._buf[: self._n])
 
+    def tail(self, start: int) -> list[Message]:
+        """The messages from index ``start`` on, in O(len - start): what a reader that has the first ``start``
+        (this history `extends` the one it saw) still needs."""
+        return self._buf[max(start, 0) : self._n]
+
     def __len__(self) -> int:
         return self._n
 

@@ -168,7 +168,8 @@ class _Builder:
                 self.effects.append(Compact(turn_id=turn.turn_id, step=turn.step, messages=prefix, blocking=wait))
                 if wait:
                     return
-        self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history.as_tuple()))
+        # The history itself, not a copy: a `History` is immutable, and each step's copy of a long one was O(n).
+        self.effects.append(CallModel(turn_id=turn.turn_id, step=turn.step, messages=self.state.history))
 
     def start_queued_turn(self, now: float) -> None:
         if self.state.turn is None and self.state.queued:

@@ -5,6 +5,7 @@ Internal values (never stored or sent over a wire), so plain frozen dataclasses:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,11 +158,12 @@ class Compact:
 
 @dataclass(frozen=True, slots=True)
 class CallModel:
-    """Stream one model call for `step` of `turn_id` over `messages`."""
+    """Stream one model call for `step` of `turn_id` over `messages` (the loop's `History` itself: immutable, and
+    equal to the tuple of its messages)."""
 
     turn_id: str
     step: int
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,7 @@ import ssl
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
+from itertools import islice
 from typing import Any, Literal
 
 import anyio
@@ -70,7 +71,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
-from loopd.harness.core import Message, Usage
+from loopd.harness.core import History, Message, Usage
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
     ModelChunk,
@@ -535,10 +536,22 @@ class _Conversation:
     __slots__ = ("characters", "joined", "messages", "parts")
 
     def __init__(self) -> None:
-        self.messages: tuple[Message, ...] = ()
+        self.messages: Sequence[Message] = ()
         self.parts: list[bytes] = []
         self.joined = bytearray()
         self.characters = 0
+
+
+def _continues(history: Sequence[Message], previous: Sequence[Message]) -> bool:
+    """Whether ``history`` starts with the messages of ``previous`` (the same objects, or equal ones)."""
+    count = len(previous)
+    if count == 0:
+        return True
+    if count > len(history):
+        return False
+    if isinstance(history, History) and isinstance(previous, History) and history.extends(previous):
+        return True  # O(1): the same buffer, grown
+    return tuple(islice(history, count)) == tuple(previous)
 
 
 class MessageEncoder:
@@ -562,7 +575,11 @@ class MessageEncoder:
     def encode(self, request: ModelRequest) -> EncodedMessages:
         """The encoded ``messages`` of ``request`` (system prompt first); `ModelPermanentError` for a message
         the provider cannot take."""
-        history = tuple(request.messages)
+        # The harness's `History` as it is (O(1) to tell whether it extends the last one: the same buffer, grown);
+        # any other sequence as a tuple, compared with the last one message by message.
+        history: Sequence[Message] = request.messages
+        if not isinstance(history, History):
+            history = tuple(history)
         system: bytes | None = None
         characters = 0
         if request.system:
@@ -572,12 +589,13 @@ class MessageEncoder:
             return EncodedMessages(system, [], bytearray(), characters)
         conversation = self._conversation(history[0])
         kept = len(conversation.messages)
-        if kept > len(history) or history[:kept] != conversation.messages:
+        if not _continues(history, conversation.messages):
             conversation.messages, conversation.parts, conversation.characters, kept = (), [], 0, 0
             conversation.joined = bytearray()  # a new buffer: requests encoded before keep reading the old one
         added: list[bytes] = []
         counted = 0
-        for message in history[kept:]:  # a message that cannot be sent raises before anything is kept
+        fresh = history.tail(kept) if isinstance(history, History) else history[kept:]
+        for message in fresh:  # a message that cannot be sent raises before anything is kept
             encoded = _openai_message(message)
             added.append(_json(encoded))
             counted += len(str(encoded.get("content") or ""))
