@@ -560,8 +560,10 @@ class MessageEncoder:
     A conversation is recognised by its first message (the same object from step to step: the harness's history
     only grows, or is replaced by a compaction). When a request's messages start with the messages of the last
     request of that conversation (the same objects, or equal ones), only the new ones are encoded; otherwise
-    (compaction, an edited history) the whole list is, and replaces the kept one. At most ``conversations``
-    conversations are kept, the least recently used dropped first.
+    (compaction, an edited history) the whole list is, and replaces the kept one. The harness passes its `History`
+    itself: one that extends the last (the same buffer, grown) is recognised in O(1) and only its new messages are
+    read; any other sequence is compared message by message. At most ``conversations`` conversations are kept, the
+    least recently used dropped first.
     """
 
     def __init__(self, conversations: int = 128) -> None:
