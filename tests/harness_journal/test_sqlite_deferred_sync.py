@@ -82,6 +82,33 @@ async def test_unsynced_appends_commit_without_the_fdatasync_and_sync_puts_them_
     assert journal.syncs == 1
 
 
+async def test_a_state_snapshot_commits_without_the_fdatasync_and_a_read_syncs_it(
+    full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
+) -> None:
+    """A snapshot is a cache beside records already stored: at FULL it commits like a lazy round (no fdatasync of
+    its own; the records it covers were synced before it). `load_snapshot`, a read, syncs it first; the next synced
+    commit covers it too."""
+    journal, writer, path = full
+    await writer.append(records(3))  # synced: the records the snapshot covers are on the disk
+    statements: list[str] = []
+    connection = journal._wconn
+    assert connection is not None
+    connection.set_trace_callback(statements.append)
+    try:
+        await journal.save_snapshot("s", 3, "schema-1", b"state at 3", at=1.0)
+    finally:
+        connection.set_trace_callback(None)
+    assert _levels(statements) == ["PRAGMA synchronous=NORMAL"]  # committed at NORMAL
+    assert journal.commits_unsynced == 1 and unsynced(journal) and fdatasyncs.inodes == []
+    loaded = await journal.load_snapshot("s", "schema-1")
+    assert loaded is not None and loaded.seq == 3 and loaded.data == b"state at 3"
+    assert not unsynced(journal) and fdatasyncs.inodes == [wal_inode(path)]  # the read synced it first
+    await journal.save_snapshot("s", 3, "schema-1", b"again", at=2.0)
+    await writer.append(records(1))  # a FULL commit's fdatasync covers the snapshot's frames before it
+    assert not unsynced(journal)
+    assert journal._wc.execute("PRAGMA synchronous").fetchone()[0] == _FULL
+
+
 async def test_a_synced_append_covers_the_unsynced_ones_before_it(
     full: tuple[SqliteJournal, JournalWriter, Path], fdatasyncs: _Fdatasyncs
 ) -> None:

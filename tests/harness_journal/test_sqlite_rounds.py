@@ -608,30 +608,35 @@ async def test_a_file_of_layout_3_gets_state_snapshots_and_keeps_its_records(tmp
 # --- state snapshots -----------------------------------------------------------------------------------------
 
 
-async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_or_slow_full_one_on_the_writer_thread(
+async def test_a_small_snapshot_is_saved_on_the_event_loop_and_a_large_one_on_the_writer_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A snapshot handed to the writer thread sends the session's next rounds there too (they commit inline only
-    while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES, or at FULL while commits
-    are slow, it is not."""
+    while it is idle), so a small one is saved like a small round; past INLINE_MAX_BYTES it is not. At FULL a snapshot
+    commits without the fdatasync (a cache: see test_sqlite_deferred_sync), so it is saved inline even while FULL
+    commits are slow, as a deferred round is."""
     stopwatch = _Stopwatch(_sqlite.FULL_INLINE_MAX / 10)
     monkeypatch.setattr(_sqlite, "_stopwatch", stopwatch)
     normal = await SqliteJournal.open(tmp_path / "normal.db")
     full = await SqliteJournal.open(tmp_path / "full.db", synchronous="FULL")
     try:
+        writers: dict[SqliteJournal, JournalWriter] = {}
         for journal in (normal, full):
-            writer = await journal.create_session("s", at=0.0)
-            await writer.append(records(3))
+            writers[journal] = await journal.create_session("s", at=0.0)
+            await writers[journal].append(records(3))
             await journal.save_snapshot("s", 1, "v1", b"small", at=1.0)
-        assert normal.snapshots_inline == 1 and full.snapshots_inline == 1  # FULL: its commits were quick
+        assert normal.snapshots_inline == 1 and full.snapshots_inline == 1
         big = b"x" * (_sqlite.INLINE_MAX_BYTES + 1)
         await normal.save_snapshot("s", 2, "v1", big, at=2.0)
         assert normal.snapshots_inline == 1
         stopwatch.step = _sqlite.FULL_INLINE_MAX * 100
-        await full.save_snapshot("s", 2, "v1", b"slow", at=2.0)  # timed slow as it ran inline
+        await writers[full].append(records(1))  # a FULL commit timed slow: synced rounds go to the writer thread
+        assert not full._inline
         await full.save_snapshot("s", 3, "v1", b"small", at=3.0)
+        assert full.snapshots_inline == 2  # no fdatasync to wait for: still inline
+        await full.save_snapshot("s", 4, "v1", big, at=4.0)
         assert full.snapshots_inline == 2
-        for journal, data in ((normal, big), (full, b"small")):
+        for journal, data in ((normal, big), (full, big)):
             got = await journal.load_snapshot("s", "v1")
             assert got is not None and got.data == data
     finally:

@@ -1083,8 +1083,13 @@ class SqliteJournal:
         if sid is None:
             raise SessionNotFoundError(session_id)
 
+        # A snapshot is a cache beside records already stored: at FULL it commits without the fdatasync, like a
+        # lazy round (the next synced commit, or `sync`, which every read runs first, puts it on the disk; a power
+        # loss before that only leaves the previous snapshot, and a restore folds a few more records).
+        lazy = self._full
+
         def save(inline: bool) -> int | None:
-            conn = self._begin_immediate(inline)
+            conn = self._begin_immediate(inline, lazy=lazy)
             try:
                 row = conn.execute(_HEAD, (sid,)).fetchone()
                 last = int(row[1])
@@ -1092,17 +1097,23 @@ class SqliteJournal:
                     conn.execute("ROLLBACK")
                     return last
                 conn.execute(_SAVE_SNAPSHOT, (sid, seq, schema, at, data))
-                self._commit(conn)
+                if lazy:
+                    conn.execute("COMMIT")
+                else:
+                    self._commit(conn)
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                     raise _WriterBusy from exc
                 raise
+            if lazy:
+                self._lazy_commits += 1  # after the COMMIT: a sync that reads the count after this covers its frames
+                self.commits_unsynced += 1
             self._count_wal(lambda: 2 + len(data) // 3000)
             return None
 
-        last, inline = await self._write_inline_or_on_thread(save, len(data))
+        last, inline = await self._write_inline_or_on_thread(save, len(data), lazy=lazy)
         self.snapshots_inline += inline
         if last is not None:
             raise SnapshotSeqError(f"session {session_id!r} has seqs 1..{last}; no snapshot at {seq}")
@@ -1114,10 +1125,13 @@ class SqliteJournal:
         inline = self._inline or (lazy and self._inline_commits)
         return inline and size <= INLINE_MAX_BYTES and self._flusher is None and self._writer_idle()
 
-    async def _write_inline_or_on_thread(self, fn: Callable[[bool], _T], size: int = 0) -> tuple[_T, bool]:
-        """``fn(inline)`` on the event-loop thread when `_may_write_inline`, else — or when another connection holds
-        the write lock (`_WriterBusy`) — on the writer thread; its result and whether it ran inline."""
-        if self._may_write_inline(size):
+    async def _write_inline_or_on_thread(
+        self, fn: Callable[[bool], _T], size: int = 0, *, lazy: bool = False
+    ) -> tuple[_T, bool]:
+        """``fn(inline)`` on the event-loop thread when `_may_write_inline` (``lazy``: a commit without the
+        fdatasync), else — or when another connection holds the write lock (`_WriterBusy`) — on the writer thread;
+        its result and whether it ran inline."""
+        if self._may_write_inline(size, lazy):
             try:
                 return fn(True), True
             except _WriterBusy:
