@@ -77,7 +77,8 @@ transaction (step 2) when it is first opened; a build from before that migration
 ``parent_seq`` to the session row: a fork (``fork_session``) stores only its own records, numbered from
 ``parent_seq + 1``; reading it reads its ancestors' ranges first (`_segments`), and its head before its first
 record is ``parent_seq``. Step 4 adds ``journal_snapshots``: one state snapshot per session (the newest), saved by
-a transaction of its own, never inside a round: inline under an inline round's rule (``NORMAL``, at most
+a transaction of its own, never inside a round: inline under an inline round's rule (``NORMAL``, or at ``FULL`` a
+lazy round's — a snapshot is a cache beside records already synced, so it commits without the fdatasync —, at most
 `INLINE_MAX_BYTES`, the writer thread idle), else on the writer thread. A session's snapshots
 are written while it runs (`loopd.harness.journal.StateSnapshots`); handing a small one to the writer thread would
 send the session's next rounds there too, each waiting for the thread and the interpreter lock.
