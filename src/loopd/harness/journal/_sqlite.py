@@ -802,6 +802,19 @@ class SqliteJournal:
         conn.execute("COMMIT")
         self._timed_full_commit(_stopwatch() - started)
 
+    def _commit_at(self, conn: sqlite3.Connection, *, lazy: bool) -> None:
+        """``COMMIT`` a transaction begun at the level ``lazy`` chose (`_begin_immediate`), and note what the disk
+        holds: a lazy commit (no fdatasync) is counted for `sync`; a FULL one's fdatasync covers every frame before
+        it, the lazy commits' too."""
+        if lazy:
+            conn.execute("COMMIT")
+            self._lazy_commits += 1  # after the COMMIT: a sync that reads the count after this covers the frames
+            self.commits_unsynced += 1
+            return
+        self._commit(conn)
+        if self._full:
+            self._synced_gen = self._lazy_commits
+
     def _timed_full_commit(self, took: float) -> None:
         """A FULL commit took ``took`` seconds: the running estimate, and whether transactions may run inline."""
         estimate = next_commit_estimate(self.full_commit_seconds, took)
@@ -835,10 +848,7 @@ class SqliteJournal:
         conn = self._begin_immediate(inline, lazy=lazy)
         try:
             results, heads, rows = self._stage(conn, plan)
-            if lazy:
-                conn.execute("COMMIT")
-            else:
-                self._commit(conn)
+            self._commit_at(conn, lazy=lazy)
         except BaseException as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
@@ -847,11 +857,6 @@ class SqliteJournal:
             if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                 raise _WriterBusy from exc
             raise
-        if lazy:
-            self._lazy_commits += 1  # after the COMMIT: a sync that reads the count after this covers the frames
-            self.commits_unsynced += 1
-        elif self._full:
-            self._synced_gen = self._lazy_commits  # a FULL commit's fdatasync covers every frame before it
         self._heads.update(heads)
         self.commits += 1
         self.commits_inline += inline
@@ -1098,19 +1103,13 @@ class SqliteJournal:
                     conn.execute("ROLLBACK")
                     return last
                 conn.execute(_SAVE_SNAPSHOT, (sid, seq, schema, at, data))
-                if lazy:
-                    conn.execute("COMMIT")
-                else:
-                    self._commit(conn)
+                self._commit_at(conn, lazy=lazy)
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
                 if inline and isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
                     raise _WriterBusy from exc
                 raise
-            if lazy:
-                self._lazy_commits += 1  # after the COMMIT: a sync that reads the count after this covers its frames
-                self.commits_unsynced += 1
             self._count_wal(lambda: 2 + len(data) // 3000)
             return None
 
