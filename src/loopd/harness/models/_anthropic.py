@@ -54,6 +54,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.jsontext import compact
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
+from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
     ModelChunk,
@@ -102,6 +103,8 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         check_settings(model, timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after)
         if default_max_tokens < 1:
             raise ValueError("default_max_tokens must be >= 1")
+        if client is None and http_client is None:  # see loopd.harness.models._http: aiohttp's reads, guarded
+            http_client = default_http_client(timeout, "anthropic")
         super().__init__(
             model,
             client=client

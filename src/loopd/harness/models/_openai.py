@@ -30,6 +30,11 @@ disconnect.
 **Timeouts:** ``timeout`` bounds every I/O operation of the client: connect, write, and each read, which
 for a stream is the longest silence allowed between two chunks.
 
+**HTTP client.** Without a ``client`` or ``http_client`` the adapter sends through `default_http_client`
+(``loopd.harness.models._http``): the SDK's aiohttp-backed ``httpx2`` client, a fraction of the CPU per streamed read,
+with a bound on getting a response's head (aiohttp has no write timeout) and connection errors told apart from
+timeouts.
+
 **Request body.** The body is JSON encoded here, not by ``chat.completions.create`` (whose type-directed transform
 walks every message of every request: hundreds of milliseconds at a history of 500 steps). Each history message is
 encoded once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a
@@ -72,6 +77,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import History, Message, Usage
+from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
     ModelChunk,
@@ -135,7 +141,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
     ) -> None:
         check_settings(model, timeout=timeout, max_retries=max_retries, max_retry_after=max_retry_after)
         if client is None and http_client is None:  # the SDK's own default client, made here so it is known
-            http_client = openai.DefaultAsyncHttpxClient(timeout=timeout)
+            http_client = default_http_client(timeout)
         super().__init__(
             model,
             client=client
