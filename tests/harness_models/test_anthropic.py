@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
+import httpx2
 import pytest
 
 from loopd.harness._errors import ModelPermanentError, ModelRetryableError
@@ -184,3 +186,86 @@ async def test_a_drop_before_output_is_retried(stack: AsyncExitStack) -> None:
     got = await collect(model.stream(ask("hi")))
     assert got.text == "second try" and got.error is None
     assert server.statistics().requests == 2
+
+
+def _sse_reply(*events: Any) -> httpx2.MockTransport:
+    """A transport answering every request with ``events`` as the Messages API streams them."""
+    names = [event["type"] if isinstance(event, dict) else "content_block_delta" for event in events]
+    body = b"".join(
+        f"event: {name}\ndata: {json.dumps(event)}\n\n".encode() for name, event in zip(names, events, strict=True)
+    )
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx2.MockTransport(handle)
+
+
+_START = {"type": "message_start", "message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 3}}}
+_STOP = {"type": "message_stop"}
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "content_block_delta", "index": 0, "delta": "not an object"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 7}},
+        {"type": "content_block_delta", "index": "0", "delta": {"type": "input_json_delta", "partial_json": "{"}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": 1, "name": "x"}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": "many"}},
+        ["an event that is a list"],
+    ],
+    ids=["delta-not-object", "text-not-string", "index-not-int", "tool-id-not-string", "usage-not-int", "not-object"],
+)
+async def test_a_stream_event_of_another_shape_is_a_permanent_error(event: Any) -> None:
+    model = AnthropicModel(
+        "claude-x",
+        api_key=KEY,
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=_sse_reply(_START, event, _STOP)),
+    )
+    try:
+        got = await collect(model.stream(ask("hi")))
+    finally:
+        await model.aclose()
+
+    assert isinstance(got.error, ModelPermanentError)
+    assert "unexpected response shape" in str(got.error)
+
+
+async def test_events_read_as_json_give_text_tool_calls_and_usage() -> None:
+    events = (
+        _START
+        | {"message": {"id": "msg_1", "model": "claude-x", "usage": {"input_tokens": 3, "cache_read_input_tokens": 2}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "ping"},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "tu_1", "name": "list_dir", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"path": "."}'},
+        },
+        {"type": "a_future_event", "whatever": True},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+        _STOP,
+    )
+    model = AnthropicModel(
+        "claude-x", api_key=KEY, max_retries=0, http_client=httpx2.AsyncClient(transport=_sse_reply(*events))
+    )
+    try:
+        got = await collect(model.stream(ask("hi")))
+    finally:
+        await model.aclose()
+
+    assert got.error is None
+    assert got.text == "Hello"
+    assert [(c.id, c.name, c.arguments) for c in got.tool_calls] == [("tu_1", "list_dir", {"path": "."})]
+    assert got.usage == Usage(input_tokens=5, output_tokens=9, cached_tokens=2, calls=1)
+    info = next(chunk for chunk in got.chunks if isinstance(chunk, ReplyInfo))
+    assert (info.model, info.finish_reason, info.request_id) == ("claude-x", "tool_use", "msg_1")
