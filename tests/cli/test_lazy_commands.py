@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,8 @@ from tests.cli.conftest import child_env, loopd
 HEAVY = ("fastapi", "starlette", "uvicorn", "httpx", "loopd.harness", "loopd.server", "loopd.resources")
 
 
-def _imported_by(args: list[str]) -> set[str]:
-    """The heavy modules a fresh interpreter has imported after running ``loopd ARGS``."""
+def _imported_by(args: list[str], env: dict[str, str] | None = None) -> set[str]:
+    """The heavy modules a fresh interpreter has imported after running ``loopd ARGS`` (in ``env``)."""
     script = (
         "import json, sys\n"
         "from loopd.cli._app import run_app\n"
@@ -30,7 +32,13 @@ def _imported_by(args: list[str]) -> set[str]:
         "{h.split('.')[0] for h in heavy}]))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True, stdin=subprocess.DEVNULL
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
     )
     found: list[str] = json.loads(done.stdout.splitlines()[-1])
     return {name for name in found if any(name == h or name.startswith(h + ".") for h in HEAVY)}
@@ -45,6 +53,31 @@ def test_a_command_imports_its_own_module_only() -> None:
     imported = _imported_by(["chat", "--help"])
     assert "httpx" in imported  # the chat client's own
     assert not {name for name in imported if name.startswith(("fastapi", "loopd.server", "loopd.harness"))}
+
+
+def test_a_one_shot_run_on_a_provider_imports_no_web_stack(tmp_path: Path) -> None:
+    # The demo model's scripted server runs on the web stack; a real provider needs none of it (≈ 0.15 s of imports).
+    log = (tmp_path / "model.log").open("wb")
+    model = subprocess.Popen(
+        [sys.executable, "-m", "loopd.harness.models._scripted_server", "--port", "0", "--chunk-delay", "0"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (found := re.search(r"on (http://\S+/v1)", (tmp_path / "model.log").read_text())):
+            assert model.poll() is None and time.monotonic() < deadline, (tmp_path / "model.log").read_text()
+            time.sleep(0.05)
+        env = child_env(tmp_path / "home", LOOPD_MODEL="gpt-4o-mini", OPENAI_BASE_URL=found[1], OPENAI_API_KEY="sk")
+        (tmp_path / "work").mkdir()
+        imported = _imported_by(["run", "--workspace", str(tmp_path / "work"), "hello"], env)
+    finally:
+        model.terminate()
+        model.wait(10)
+        log.close()
+    assert "loopd.harness" in imported  # it did run the harness
+    assert not {name for name in imported if name.startswith(("fastapi", "starlette", "uvicorn"))}
 
 
 def _first_paragraph(command: object) -> str:

@@ -351,17 +351,18 @@ async def open_model(
     """The configured model for the block's duration; for ``demo`` the scripted OpenAI-compatible app answers it in
     this process, through `StreamingAsgiTransport` (no socket: the adapter still builds the request and parses the
     streamed answer), or over a loopback server when a ``transport`` or a cassette is given (they speak HTTP)."""
-    from loopd.harness.models._scripted_server import ScriptedServer, open_scripted_server
-
     async with AsyncExitStack() as stack:
         demo_base_url: str | None = None
-        if config.is_demo and transport is None and config.cassette is None:
-            from loopd.harness.models._inprocess import StreamingAsgiTransport
+        if config.is_demo:  # the scripted server (and the web stack it runs on) is imported for the demo only
+            from loopd.harness.models._scripted_server import ScriptedServer, open_scripted_server
 
-            transport = StreamingAsgiTransport(ScriptedServer(demo=demo).app)
-            demo_base_url = _IN_PROCESS_DEMO_URL
-        elif config.is_demo:
-            demo_base_url = await stack.enter_async_context(open_scripted_server(ScriptedServer(demo=demo)))
+            if transport is None and config.cassette is None:
+                from loopd.harness.models._inprocess import StreamingAsgiTransport
+
+                transport = StreamingAsgiTransport(ScriptedServer(demo=demo).app)
+                demo_base_url = _IN_PROCESS_DEMO_URL
+            else:
+                demo_base_url = await stack.enter_async_context(open_scripted_server(ScriptedServer(demo=demo)))
         model = build_model(config, demo_base_url=demo_base_url, transport=transport, clock=clock)
         stack.push_async_callback(model.aclose)
         yield model
