@@ -5,14 +5,22 @@ misbehave the way real ones do."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 from typing import Literal
 
 import httpx2
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from loopd.harness._errors import ModelRetryableError
 from loopd.harness.models._anthropic import AnthropicModel
@@ -33,9 +41,9 @@ SSE_REPLY = (
 
 
 @asynccontextmanager
-async def raw_server(handle: Handler) -> AsyncIterator[int]:
-    """A TCP server on loopback running ``handle`` per connection; its port."""
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+async def raw_server(handle: Handler, tls: ssl.SSLContext | None = None) -> AsyncIterator[int]:
+    """A TCP server on loopback (over TLS with ``tls``) running ``handle`` per connection; its port."""
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     try:
         yield server.sockets[0].getsockname()[1]
     finally:
@@ -218,3 +226,69 @@ async def test_the_guard_leaves_other_transports_errors_alone() -> None:
     async with httpx2.AsyncClient(transport=guarded, timeout=1.0) as client:
         with pytest.raises(httpx2.ConnectTimeout, match="a real connect timeout"):
             await client.get("http://127.0.0.1:1/")
+
+
+def self_signed(directory: Path) -> tuple[Path, ssl.SSLContext]:
+    """A certificate for 127.0.0.1 signed by its own key (a private CA's, as a self-hosted model server has): its PEM
+    file and a server context serving it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = directory / "server.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file = directory / "server.key"
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pem, key_file)
+    return pem, context
+
+
+async def test_a_server_with_a_private_ca_is_trusted_through_ssl_cert_file_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pem, context = self_signed(tmp_path)
+
+    async def answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with suppress(ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
+            await read_request(reader)
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n"
+            head += b"content-length: %d\r\n\r\n"
+            writer.write(head % len(SSE_REPLY) + SSE_REPLY)
+            await writer.drain()
+        writer.close()
+
+    async with raw_server(answers, context) as port:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        untrusted = OpenAICompatibleModel(
+            "gpt-4o-mini", base_url=f"https://127.0.0.1:{port}/v1", api_key="sk-test", timeout=5.0, max_retries=0
+        )
+        try:
+            refused = await collect(untrusted.stream(ask("hi")))
+        finally:
+            await untrusted.aclose()
+        monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+        trusted = OpenAICompatibleModel(
+            "gpt-4o-mini", base_url=f"https://127.0.0.1:{port}/v1", api_key="sk-test", timeout=5.0, max_retries=0
+        )
+        try:
+            got = [await collect(trusted.stream(ask("hi"))) for _ in range(2)]  # each on its own connection
+        finally:
+            await trusted.aclose()
+
+    assert isinstance(refused.error, ModelRetryableError)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(refused.error) and "timed out" not in str(refused.error)
+    assert [(g.error, g.text) for g in got] == [(None, "hello")] * 2
