@@ -1,6 +1,6 @@
-"""The OpenAI-compatible adapter's direct sends (`_DirectSender`): after its first call through the SDK's ``post``,
-a client the adapter built sends the same request (URL, headers, timeouts) with each new body straight through its
-HTTP client, and reads the reply with a plain SSE parser. Everything the caller sees must be what the SDK path
+"""The OpenAI-compatible adapter's direct sends (`_direct.DirectSender`): after its first call through the SDK's
+``post``, a client the adapter built sends the same request (URL, headers, timeouts) with each new body straight through
+its HTTP client, and reads the reply with a plain SSE parser. Everything the caller sees must be what the SDK path
 gives: the same request on the wire, the same chunks, the same typed errors with the same messages."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import pytest
 from openai._streaming import SSEDecoder
 
 from loopd.harness._errors import ModelError
-from loopd.harness.models._openai import OpenAICompatibleModel, server_sent_events
+from loopd.harness.models._direct import server_sent_events
+from loopd.harness.models._openai import OpenAICompatibleModel
 from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
 
 from .conftest import Serve

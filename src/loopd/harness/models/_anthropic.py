@@ -24,11 +24,13 @@ are off.
 headers, errors, the SSE parser): ``messages.create`` would deep-copy the whole body, every message of the history,
 on each request first (about 10 ms per call at a history of 500 steps). The bytes equal what ``create`` sends.
 
-**Stream events** are read as the SDK's parsed JSON (``AsyncStream[object]``: the same SSE parser, ``ping`` skipping
-and in-band ``error`` events as status errors) and translated here, not built into the SDK's typed event objects:
-≈ 110 → ≈ 75 µs of CPU per piece of text (100 concurrent replies through loopd's default client). An event of
-another shape than the Messages API's (a delta that is not an object, an index or a token count that is not a whole
-number…) is a permanent error; event types loopd does not know are skipped.
+**Stream events** are read as parsed JSON and translated here, not built into the SDK's typed event objects: the
+first call through ``post`` with ``AsyncStream[object]`` (the SDK's SSE parser, ``ping`` skipping, in-band ``error``
+events raised as status errors), and — when the adapter built the client itself — the later calls sent straight
+through its HTTP client with the first call's request and read with a plain SSE parser that ends the same way
+(`loopd.harness.models._direct`, as the OpenAI-compatible adapter does; `_DirectEvents`). An event of another shape
+than the Messages API's (a delta that is not an object, an index or a token count that is not a whole number…) is a
+permanent error; event types loopd does not know are skipped.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 
 from loopd._infra.backoff import Backoff
-from loopd._infra.jsontext import compact
+from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
+from loopd.harness.models._direct import DirectSender, server_sent_events
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -117,6 +120,11 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         )
         self._default_max_tokens = default_max_tokens
         self._prompt_cache = prompt_cache
+        self._http = http_client if client is None else None  # a client built here sends fixed headers
+        self._sender: DirectSender | None = None
+        self._errors = _AnthropicErrors(self._client)
+        self.direct_sends = 0
+        """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ModelChunk]:
         """Stream one reply; see the module docstring for the mapping, retry and usage contract."""
@@ -152,15 +160,23 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
             estimate = estimate_tokens(characters, max_tokens)
             await self._limiter.acquire(estimate)
         body = request_body(model, max_tokens, system, messages, tools=tools, temperature=request.temperature)
+        stream: anthropic.AsyncStream[object] | _DirectEvents
         try:
-            stream = await self._client.post(
-                "/v1/messages",
-                cast_to=AnthropicMessage,
-                content=body,
-                options={"headers": {}},
-                stream=True,
-                stream_cls=anthropic.AsyncStream[object],  # events as parsed JSON: see _translate
-            )
+            if self._sender is not None:
+                self.direct_sends += 1
+                stream = _DirectEvents(await self._sender.open(body, self._errors), self._errors)
+            else:
+                stream = await self._client.post(
+                    "/v1/messages",
+                    cast_to=AnthropicMessage,
+                    content=body,
+                    options={"headers": {}},
+                    stream=True,
+                    stream_cls=anthropic.AsyncStream[object],  # events as parsed JSON (module docstring)
+                )
+                sent = stream.response.request
+                if self._http is not None and sent.method == "POST" and not stream.response.history:
+                    self._sender = DirectSender(self._http, sent)  # (a redirected call: every call goes through post)
         except anthropic.AnthropicError as exc:
             raise model_error(exc, model) from exc
 
@@ -225,6 +241,81 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
         yield UsageReport(usage=self._priced(served_model, model, reported, cache_write=usage.cache_write))
+
+
+class _AnthropicErrors:
+    """What the SDK raises from ``post`` and from its stream, for a direct send (`DirectSender.open`,
+    `_DirectEvents`)."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
+        self._client = client
+
+    def timeout(self, request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
+        return self._client._make_timeout_error(request, cause)
+
+    def connection(self, request: httpx2.Request, cause: Exception) -> Exception:
+        return self._client._make_connection_error(request, cause)
+
+    def status(self, response: httpx2.Response) -> Exception:
+        return self._client._make_status_error_from_response(response)
+
+    def in_band(self, data: bytes, response: httpx2.Response) -> Exception:
+        """An ``error`` event inside an accepted stream, as the SDK's stream raises it."""
+        text = data.decode(errors="replace")
+        body: object = text
+        try:
+            body = json.loads(text)
+            message = f"{body}"
+        except ValueError:
+            message = text or f"Error code: {response.status_code}"
+        return self._client._make_status_error(message, body=body, response=response)
+
+
+class _DirectEvents:
+    """A streamed Messages reply read off the HTTP response: the parsed JSON of each named event, as
+    ``anthropic.AsyncStream[object]`` yields them (``ping`` and unnamed events skipped, an ``error`` event raised as
+    the SDK raises it). Closing it closes the response."""
+
+    __slots__ = ("_errors", "response")
+
+    def __init__(self, response: httpx2.Response, errors: _AnthropicErrors) -> None:
+        self.response = response
+        self._errors = errors
+
+    async def __aenter__(self) -> _DirectEvents:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.response.aclose()
+
+    def __aiter__(self) -> AsyncIterator[object]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[object]:
+        response = self.response
+        async for name, data in server_sent_events(self._body()):
+            if name is None or name == "ping":
+                continue
+            if name == "error":
+                raise self._errors.in_band(data, response)
+            if data:
+                yield loads(data)
+
+    async def _body(self) -> AsyncIterator[bytes]:
+        """The response's bytes; a failure to read them raised as the SDK's stream raises it."""
+        chunks = self.response.aiter_bytes()
+        while True:
+            try:
+                chunk = await anext(chunks, None)
+            except httpx2.TimeoutException as exc:
+                raise self._errors.timeout(self.response.request, exc) from exc
+            except Exception as exc:
+                raise self._errors.connection(self.response.request, exc) from exc
+            if chunk is None:
+                return
+            yield chunk
 
 
 @dataclasses.dataclass

@@ -35,34 +35,32 @@ for a stream is the longest silence allowed between two chunks.
 with a bound on getting a response's head (aiohttp has no write timeout) and connection errors told apart from
 timeouts.
 
-**Request body.** The body is JSON encoded here, not by ``chat.completions.create`` (whose type-directed transform
-walks every message of every request: hundreds of milliseconds at a history of 500 steps). Each history message is
-encoded once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a
-join (the encoded elements are kept joined in one growing buffer, so a request copies the history's bytes once);
-the bytes equal what ``create`` sends for the same arguments (same key order, compact separators, UTF-8). The
-first call goes through the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an
-``http_client``'s transport: cassettes and the ledger see the same request). When the adapter built the client
-itself (an API key, a base URL, a timeout: headers that never change), the later calls send that first request's
-method, URL, headers and timeouts with their own body straight through the same ``httpx2`` client and read the reply
-with a plain SSE line parser (`_DirectSender`, `_DirectStream`): the SDK rebuilt all of it on every call, about as
-much work as the rest of a harness step. They raise what ``post`` and the SDK's stream raise (connection, timeout,
-status errors with the SDK's message and body, in-band ``error`` events); a ``client`` given by the caller always
-goes through ``post``. The streamed chunks are read as parsed JSON rather than built into ``ChatCompletionChunk``
-objects; a chunk of another shape is a permanent error.
+**Request body.** The body is JSON encoded here, not by ``chat.completions.create`` (whose type-directed transform walks
+every message of every request: hundreds of milliseconds at a history of 500 steps). Each history message is encoded
+once and its bytes kept, per conversation (`MessageEncoder`), so a request costs the new messages plus a join (the
+encoded elements are kept joined in one growing buffer, so a request copies the history's bytes once); the bytes equal
+what ``create`` sends for the same arguments (same key order, compact separators, UTF-8). The first call goes through
+the client's ordinary ``post`` (auth, headers, timeouts, error mapping, the SSE parser, an ``http_client``'s transport:
+cassettes and the ledger see the same request). When the adapter built the client itself (an API key, a base URL, a
+timeout: headers that never change), the later calls send that first request's method, URL, headers and timeouts with
+their own body straight through the same ``httpx2`` client and read the reply with a plain SSE line parser
+(`_direct.DirectSender`, `_DirectStream`): the SDK rebuilt all of it on every call, about as much work as the rest of a
+harness step. They raise what ``post`` and the SDK's stream raise (connection, timeout, status errors with the SDK's
+message and body, in-band ``error`` events); a ``client`` given by the caller always goes through ``post``. The streamed
+chunks are read as parsed JSON rather than built into ``ChatCompletionChunk`` objects; a chunk of another shape is a
+permanent error.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from itertools import islice
 from typing import Any, Literal
 
-import anyio
 import httpx2
 import openai
 from openai.types.chat import (
@@ -77,6 +75,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import History, Message, Usage
+from loopd.harness.models._direct import REQUEST_ERRORS, DirectSender, server_sent_event_batches
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -163,8 +162,8 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         self._encoder = MessageEncoder()
         self._http = (
             http_client if client is None else None
-        )  # a client built here sends fixed headers: see _DirectSender
-        self._sender: _DirectSender | None = None
+        )  # a client built here sends fixed headers: see DirectSender
+        self._sender: DirectSender | None = None
         self._closings: OrderedDict[_ClosingKey, tuple[Sequence[ToolSpec], bytes]] = OrderedDict()
         self.direct_sends = 0
         """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
@@ -201,7 +200,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         try:
             if self._sender is not None:
                 self.direct_sends += 1
-                stream = await self._sender.send(body)
+                stream = _DirectStream(await self._sender.open(body, _OpenAIErrors))
             else:
                 stream = await self._client.post(
                     "/chat/completions",
@@ -213,7 +212,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
                 )
                 sent = stream.response.request
                 if self._http is not None and sent.method == "POST" and not stream.response.history:
-                    self._sender = _DirectSender(self._http, sent)  # (a redirected call: every call goes through post)
+                    self._sender = DirectSender(self._http, sent)  # (a redirected call: every call goes through post)
         except openai.OpenAIError as exc:
             raise model_error(exc, model) from exc
 
@@ -294,60 +293,21 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
 _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 """What ``chat.completions.create`` passes to ``post`` besides the body: the bearer-token auth."""
 
-_REQUEST_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
-"""What the SDK reports as a connection error (`openai.APIConnectionError`) when raised by an ``httpx2`` client."""
 
+class _OpenAIErrors:
+    """What the SDK's ``post`` raises, for a direct send (`DirectSender.open`)."""
 
-class _DirectSender:
-    """Sends the next calls of a client built by the adapter straight through its HTTP client.
+    @staticmethod
+    def timeout(request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
+        return openai.APITimeoutError(request=request)
 
-    The SDK's ``post`` rebuilds the same request around every body (options, URL, headers, auth) and wraps the
-    reply in its stream machinery: about as much work per call as the rest of a harness step. For a client the
-    adapter built itself (an API key, a base URL, a timeout: nothing that changes per request) the first call goes
-    through ``post``, and the request it sent is kept: the next calls send the same method, URL, headers and
-    timeouts with their own body, through the same ``httpx2.AsyncClient`` (its transport, hooks and cookies: a
-    cassette or the ledger sees the same request). Errors become the exceptions ``post`` raises (connection,
-    timeout, status — with the SDK's message and body), and the reply is read as `_DirectStream`.
-    """
+    @staticmethod
+    def connection(request: httpx2.Request, cause: Exception) -> Exception:
+        return openai.APIConnectionError(request=request)
 
-    __slots__ = ("_extensions", "_headers", "_http", "_url")
-
-    def __init__(self, http: httpx2.AsyncClient, sent: httpx2.Request) -> None:
-        self._http = http
-        self._url = sent.url
-        self._headers = httpx2.Headers([(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"])
-        self._extensions = dict(sent.extensions)
-
-    async def send(self, body: bytes) -> _DirectStream:
-        """Send one body; the streamed reply, or the exception ``post`` would raise."""
-        http = self._http
-        if http.cookies:  # the client's cookie jar may have changed since: let it merge them again
-            request = http.build_request(
-                "POST", self._url, headers=self._headers, content=body, extensions=dict(self._extensions)
-            )
-        else:
-            # The request ``content=body`` builds, without rebuilding it: the kept headers plus the body's
-            # Content-Length (where `Request` puts it), the body as its stream and already read.
-            headers = httpx2.Headers(self._headers)
-            headers["Content-Length"] = str(len(body))
-            request = httpx2.Request(
-                "POST", self._url, headers=headers, stream=httpx2.ByteStream(body), extensions=dict(self._extensions)
-            )
-            request.read()
-        try:
-            response = await http.send(request, stream=True)
-        except httpx2.TimeoutException as exc:
-            raise openai.APITimeoutError(request=request) from exc
-        except _REQUEST_ERRORS as exc:
-            raise openai.APIConnectionError(request=request) from exc
-        if not response.is_success:
-            try:
-                await response.aread()
-            except _REQUEST_ERRORS as exc:
-                await response.aclose()
-                raise openai.APIConnectionError(request=request) from exc
-            raise _status_error(response)
-        return _DirectStream(response)
+    @staticmethod
+    def status(response: httpx2.Response) -> Exception:
+        return _status_error(response)
 
 
 async def _one_by_one(stream: AsyncIterator[object]) -> AsyncIterator[list[object]]:
@@ -431,72 +391,8 @@ class _DirectStream:
                     yield batch
         except httpx2.TimeoutException as exc:
             raise openai.APITimeoutError(request=response.request) from exc
-        except _REQUEST_ERRORS as exc:
+        except REQUEST_ERRORS as exc:
             raise openai.APIConnectionError(request=response.request) from exc
-
-
-async def server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str | None, bytes]]:
-    """``(event name, data)`` of each server-sent event in a byte stream (lines end in LF, CRLF or CR; ``data``
-    lines joined by LF; comments and other fields skipped); an event still open when the stream ends is dropped,
-    like the SDK's decoder does."""
-    async for events in server_sent_event_batches(chunks):
-        for found in events:
-            yield found
-
-
-async def server_sent_event_batches(chunks: AsyncIterator[bytes]) -> AsyncIterator[list[tuple[str | None, bytes]]]:
-    """`server_sent_events`, as the events each chunk of bytes completed (lists, never empty)."""
-    parser = _SseLines()
-    async for chunk in chunks:
-        found = parser.feed(chunk)
-        if found:
-            yield found
-    found = parser.end()
-    if found:
-        yield found
-
-
-class _SseLines:
-    """The line and field state of `server_sent_events`."""
-
-    __slots__ = ("data", "event", "pending")
-
-    def __init__(self) -> None:
-        self.pending = b""
-        self.event: str | None = None
-        self.data: list[bytes] = []
-
-    def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
-        pending = self.pending + chunk
-        if b"\r" in pending:
-            held = pending.endswith(b"\r")  # maybe half of a CRLF: decided with the next chunk
-            text = pending[:-1] if held else pending
-            pending = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
-        lines = pending.split(b"\n")
-        self.pending = lines.pop()
-        return self._lines(lines)
-
-    def end(self) -> list[tuple[str | None, bytes]]:
-        """The events a held CR completes at the end of the stream."""
-        pending, self.pending = self.pending, b""
-        return self._lines([pending[:-1]]) if pending.endswith(b"\r") else []
-
-    def _lines(self, lines: list[bytes]) -> list[tuple[str | None, bytes]]:
-        found: list[tuple[str | None, bytes]] = []
-        for line in lines:
-            if not line:
-                if self.data or self.event is not None:
-                    found.append((self.event, b"\n".join(self.data)))
-                self.event, self.data = None, []
-                continue
-            name, _, value = line.partition(b":")
-            if value[:1] == b" ":
-                value = value[1:]
-            if name == b"data":
-                self.data.append(value)
-            elif name == b"event":
-                self.event = value.decode()
-        return found
 
 
 def _json(value: object) -> bytes:
