@@ -14,27 +14,13 @@ import anthropic
 import httpx2
 import pytest
 
-from loopd.harness._errors import ModelError
 from loopd.harness.models._anthropic import AnthropicModel
 from loopd.harness.models._anthropic_server import AnthropicScriptedServer, open_anthropic_server
 from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
 
-from .helpers import LIST_DIR, ask, collect
+from .helpers import LIST_DIR, Recorder, ask, assert_sent_like_the_first, collect, ended_on_both_paths, outcome
 
 KEY = "sk-ant-test"
-
-
-class Recorder:
-    """An in-process endpoint that keeps every request and answers with the next scripted body."""
-
-    def __init__(self, bodies: list[bytes]) -> None:
-        self.requests: list[httpx2.Request] = []
-        self._bodies = bodies
-        self.http = httpx2.AsyncClient(transport=httpx2.MockTransport(self._handle), timeout=10.0)
-
-    def _handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=self._bodies.pop(0))
 
 
 def _sse(*events: tuple[str, dict[str, Any] | str]) -> bytes:
@@ -59,13 +45,8 @@ async def test_the_calls_after_the_first_are_sent_directly_with_the_sdks_request
     texts = [(await collect(model.stream(ask(f"q{i}")))).text for i in range(3)]
     assert texts == ["one", "two", "three"]
     assert model.direct_sends == 2  # the first call went through the SDK's post, the next two did not
+    assert_sent_like_the_first(endpoint.requests)
     first, *rest = endpoint.requests
-    for later in rest:
-        assert (later.method, later.url) == (first.method, first.url)
-        same = {k: v for k, v in first.headers.items() if k != "content-length"}
-        assert {k: v for k, v in later.headers.items() if k != "content-length"} == same
-        assert later.headers["content-length"] == str(len(later.content))
-        assert later.extensions["timeout"] == first.extensions["timeout"]
     auth = (first.headers.get("x-api-key"), first.headers.get("authorization"))
     assert auth in ((KEY, None), (None, f"Bearer {KEY}")) and "anthropic-version" in first.headers
     assert json.loads(rest[-1].content)["messages"][-1]["content"][-1]["text"] == "q2"
@@ -83,12 +64,6 @@ async def test_a_given_client_always_goes_through_the_sdk() -> None:
         await collect(model.stream(ask(f"q{i}")))
     assert model.direct_sends == 0, "a client given by the caller may change its auth per request"
     await client.close()
-
-
-def _outcome(error: ModelError | None, text: str) -> tuple[object, ...]:
-    if error is None:
-        return (None, text)
-    return (type(error), str(error), error.status_code, getattr(error, "retry_after", None), text)
 
 
 FAILURES = {
@@ -126,7 +101,7 @@ async def test_a_direct_send_ends_like_the_sdks_post(stack: AsyncExitStack, name
     assert (await collect(warm.stream(ask("hi", tools=(LIST_DIR,))))).text == "warm up"
     direct = await collect(warm.stream(ask("hi", tools=(LIST_DIR,))))
     assert warm.direct_sends == 1
-    assert _outcome(direct.error, direct.text) == _outcome(got.error, got.text)
+    assert outcome(direct.error, direct.text) == outcome(got.error, got.text)
     assert [(c.name, c.arguments) for c in direct.tool_calls] == [(c.name, c.arguments) for c in got.tool_calls]
 
 
@@ -151,16 +126,8 @@ _DELTA = (
     ids=["in-band overloaded", "in-band invalid request", "in-band error not json", "no stop", "bad index", "unnamed"],
 )
 async def test_in_band_endings_are_the_sdks(body: bytes) -> None:
-    outcomes = []
-    for warm in (False, True):
-        endpoint = Recorder([_reply("warm"), body] if warm else [body])
-        model = AnthropicModel(
-            "claude-x", api_key=KEY, base_url="http://model.invalid", http_client=endpoint.http, max_retries=0
-        )
-        if warm:
-            await collect(model.stream(ask("hi")))
-        got = await collect(model.stream(ask("hi")))
-        assert model.direct_sends == int(warm)
-        outcomes.append(_outcome(got.error, got.text))
-        await endpoint.http.aclose()
-    assert outcomes[0] == outcomes[1]
+    def adapter(http: httpx2.AsyncClient) -> AnthropicModel:
+        return AnthropicModel("claude-x", api_key=KEY, base_url="http://model.invalid", http_client=http, max_retries=0)
+
+    through_sdk, direct = await ended_on_both_paths(adapter, _reply("warm"), body)
+    assert direct == through_sdk

@@ -13,26 +13,12 @@ import httpx2
 import pytest
 from openai._streaming import SSEDecoder
 
-from loopd.harness._errors import ModelError
 from loopd.harness.models._direct import server_sent_events
 from loopd.harness.models._openai import OpenAICompatibleModel
 from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
 
 from .conftest import Serve
-from .helpers import ask, collect
-
-
-class Recorder:
-    """An in-process endpoint that keeps every request and answers with the next scripted body."""
-
-    def __init__(self, bodies: list[bytes]) -> None:
-        self.requests: list[httpx2.Request] = []
-        self._bodies = bodies
-        self.http = httpx2.AsyncClient(transport=httpx2.MockTransport(self._handle), timeout=10.0)
-
-    def _handle(self, request: httpx2.Request) -> httpx2.Response:
-        self.requests.append(request)
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=self._bodies.pop(0))
+from .helpers import Recorder, ask, assert_sent_like_the_first, collect, ended_on_both_paths, outcome
 
 
 def _sse(*events: dict[str, Any] | str) -> bytes:
@@ -50,16 +36,8 @@ async def test_the_calls_after_the_first_are_sent_directly_with_the_sdks_request
     texts = [(await collect(model.stream(ask(f"q{i}")))).text for i in range(3)]
     assert texts == ["one", "two", "three"]
     assert model.direct_sends == 2  # the first call went through the SDK's post, the next two did not
+    assert_sent_like_the_first(endpoint.requests)
     first, *rest = endpoint.requests
-    for later in rest:
-        assert (later.method, later.url) == (first.method, first.url)
-        same = {k: v for k, v in first.headers.items() if k != "content-length"}
-        assert {k: v for k, v in later.headers.items() if k != "content-length"} == same
-        assert later.headers["content-length"] == str(len(later.content))
-        assert later.extensions["timeout"] == first.extensions["timeout"]
-        kept = [(k, v) for k, v in first.headers.raw if k.lower() != b"content-length"]
-        built = httpx2.Request("POST", first.url, headers=kept, content=later.content)
-        assert later.headers.raw == built.headers.raw  # what `content=` builds, header for header, in order
     assert first.headers["authorization"] == "Bearer sk-test"
     assert json.loads(rest[-1].content)["messages"][-1]["content"] == "q2"
     await model.aclose()
@@ -98,12 +76,6 @@ async def test_a_redirected_first_call_keeps_every_call_on_the_sdks_path() -> No
     await http.aclose()
 
 
-def _outcome(error: ModelError | None, text: str) -> tuple[object, ...]:
-    if error is None:
-        return (None, text)
-    return (type(error), str(error), error.status_code, getattr(error, "retry_after", None), text)
-
-
 FAILURES = {
     "bad request": ServerReply(fault=FailWithStatus(status=400, message="bad tools")),
     "unauthorized": ServerReply(fault=FailWithStatus(status=401, message="wrong key")),
@@ -126,7 +98,7 @@ async def test_a_direct_send_ends_like_the_sdks_post(serve: Serve, name: str) ->
     assert (await collect(warm.model.stream(ask("hi")))).text == "warm up"
     direct = await collect(warm.model.stream(ask("hi")))
     assert warm.model.direct_sends == 1
-    assert _outcome(direct.error, direct.text) == _outcome(got.error, got.text)
+    assert outcome(direct.error, direct.text) == outcome(got.error, got.text)
     assert [(c.name, c.arguments) for c in direct.tool_calls] == [(c.name, c.arguments) for c in got.tool_calls]
 
 
@@ -140,19 +112,13 @@ async def test_a_direct_send_ends_like_the_sdks_post(serve: Serve, name: str) ->
     ids=["in-band error", "in-band error without a message", "no finish reason"],
 )
 async def test_in_band_failures_end_like_the_sdks_stream(body: bytes) -> None:
-    outcomes = []
-    for warm in (False, True):
-        endpoint = Recorder([_reply("warm"), body] if warm else [body])
-        model = OpenAICompatibleModel(
-            "m", base_url="http://model.invalid/v1", api_key="k", http_client=endpoint.http, max_retries=0
+    def adapter(http: httpx2.AsyncClient) -> OpenAICompatibleModel:
+        return OpenAICompatibleModel(
+            "m", base_url="http://model.invalid/v1", api_key="k", http_client=http, max_retries=0
         )
-        if warm:
-            await collect(model.stream(ask("hi")))
-        got = await collect(model.stream(ask("hi")))
-        assert model.direct_sends == int(warm)
-        outcomes.append(_outcome(got.error, got.text))
-        await endpoint.http.aclose()
-    assert outcomes[0] == outcomes[1]
+
+    through_sdk, direct = await ended_on_both_paths(adapter, _reply("warm"), body)
+    assert direct == through_sdk
 
 
 STREAMS = [

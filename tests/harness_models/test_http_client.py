@@ -5,8 +5,6 @@ misbehave the way real ones do."""
 from __future__ import annotations
 
 import asyncio
-import datetime
-import ipaddress
 import socket
 import ssl
 import time
@@ -17,17 +15,14 @@ from typing import Literal
 
 import httpx2
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from loopd.harness._errors import ModelRetryableError
 from loopd.harness.models._anthropic import AnthropicModel
 from loopd.harness.models._http import _Guarded, default_http_client, head_deadline
 from loopd.harness.models._openai import OpenAICompatibleModel
+from loopd.resources import load_or_create_credentials
 
-from .helpers import ask, collect
+from .helpers import Collected, ask, collect
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -68,6 +63,14 @@ def model(port: int, *, timeout: float) -> OpenAICompatibleModel:
     return OpenAICompatibleModel(
         "gpt-4o-mini", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", timeout=timeout, max_retries=0
     )
+
+
+async def ask_once(adapter: OpenAICompatibleModel | AnthropicModel, text: str = "hi") -> Collected:
+    """One call's outcome; the adapter is closed after it."""
+    try:
+        return await collect(adapter.stream(ask(text)))
+    finally:
+        await adapter.aclose()
 
 
 def free_port() -> int:
@@ -159,11 +162,7 @@ async def test_a_server_that_hangs_up_before_answering_is_a_dropped_connection()
         writer.close()
 
     async with raw_server(hangs_up) as port:
-        adapter = model(port, timeout=5.0)
-        try:
-            got = await collect(adapter.stream(ask("hi")))
-        finally:
-            await adapter.aclose()
+        got = await ask_once(model(port, timeout=5.0))
 
     assert isinstance(got.error, ModelRetryableError)
     assert "connection failed or dropped" in str(got.error)
@@ -171,11 +170,7 @@ async def test_a_server_that_hangs_up_before_answering_is_a_dropped_connection()
 
 
 async def test_a_refused_connection_is_a_connection_error_not_a_timeout() -> None:
-    adapter = model(free_port(), timeout=5.0)
-    try:
-        got = await collect(adapter.stream(ask("hi")))
-    finally:
-        await adapter.aclose()
+    got = await ask_once(model(free_port(), timeout=5.0))
 
     assert isinstance(got.error, ModelRetryableError)
     assert "connection failed or dropped (ConnectError" in str(got.error)
@@ -207,11 +202,7 @@ async def test_a_connection_reset_mid_stream_is_a_dropped_connection() -> None:
         writer.transport.abort()
 
     async with raw_server(resets) as port:
-        adapter = model(port, timeout=5.0)
-        try:
-            got = await collect(adapter.stream(ask("hi")))
-        finally:
-            await adapter.aclose()
+        got = await ask_once(model(port, timeout=5.0))
 
     assert isinstance(got.error, ModelRetryableError)
     assert got.text == "hello"
@@ -228,39 +219,12 @@ async def test_the_guard_leaves_other_transports_errors_alone() -> None:
             await client.get("http://127.0.0.1:1/")
 
 
-def self_signed(directory: Path) -> tuple[Path, ssl.SSLContext]:
-    """A certificate for 127.0.0.1 signed by its own key (a private CA's, as a self-hosted model server has): its PEM
-    file and a server context serving it."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    pem = directory / "server.pem"
-    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file = directory / "server.key"
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pem, key_file)
-    return pem, context
-
-
 async def test_a_server_with_a_private_ca_is_trusted_through_ssl_cert_file_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pem, context = self_signed(tmp_path)
+    credentials = load_or_create_credentials(tmp_path)  # a private CA and a certificate for 127.0.0.1 it signed
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(credentials.server_cert_file, credentials.server_key_file)
 
     async def answers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with suppress(ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
@@ -280,7 +244,7 @@ async def test_a_server_with_a_private_ca_is_trusted_through_ssl_cert_file_only(
             refused = await collect(untrusted.stream(ask("hi")))
         finally:
             await untrusted.aclose()
-        monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+        monkeypatch.setenv("SSL_CERT_FILE", str(credentials.ca_cert_file))
         trusted = OpenAICompatibleModel(
             "gpt-4o-mini", base_url=f"https://127.0.0.1:{port}/v1", api_key="sk-test", timeout=5.0, max_retries=0
         )

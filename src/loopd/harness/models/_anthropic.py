@@ -50,7 +50,7 @@ from loopd._infra.backoff import Backoff
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
-from loopd.harness.models._direct import DirectSender, server_sent_events
+from loopd.harness.models._direct import DirectReply, DirectSender, server_sent_events
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -273,22 +273,16 @@ class _AnthropicErrors:
         return self._client._make_status_error(message, body=body, response=response)
 
 
-class _DirectEvents:
+class _DirectEvents(DirectReply):
     """A streamed Messages reply read off the HTTP response: the parsed JSON of each named event, as
     ``anthropic.AsyncStream[object]`` yields them (``ping`` and unnamed events skipped, an ``error`` event raised as
     the SDK raises it). Closing it closes the response."""
 
-    __slots__ = ("_errors", "response")
+    __slots__ = ("_errors",)
 
     def __init__(self, response: httpx2.Response, errors: _AnthropicErrors) -> None:
-        self.response = response
+        super().__init__(response)
         self._errors = errors
-
-    async def __aenter__(self) -> _DirectEvents:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.response.aclose()
 
     def __aiter__(self) -> AsyncIterator[object]:
         return self._events()

@@ -17,12 +17,19 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Protocol, Self
 
 import anyio
 import httpx2
 
-__all__ = ["REQUEST_ERRORS", "DirectSender", "SendErrors", "server_sent_event_batches", "server_sent_events"]
+__all__ = [
+    "REQUEST_ERRORS",
+    "DirectReply",
+    "DirectSender",
+    "SendErrors",
+    "server_sent_event_batches",
+    "server_sent_events",
+]
 
 REQUEST_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
 """What the SDKs report as a connection error (``APIConnectionError``) when raised by an ``httpx2`` client."""
@@ -38,6 +45,21 @@ class SendErrors(Protocol):
     def status(self, response: httpx2.Response) -> Exception:
         """For a reply that is not a success (its body read)."""
         ...
+
+
+class DirectReply:
+    """A streamed reply read off its HTTP response (an adapter's subclass says how); closing it closes the response."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.response.aclose()
 
 
 class DirectSender:

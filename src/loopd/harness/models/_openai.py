@@ -75,7 +75,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import History, Message, Usage
-from loopd.harness.models._direct import REQUEST_ERRORS, DirectSender, server_sent_event_batches
+from loopd.harness.models._direct import REQUEST_ERRORS, DirectReply, DirectSender, server_sent_event_batches
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -334,21 +334,12 @@ def _status_error(response: httpx2.Response) -> openai.APIStatusError:
     return openai.APIStatusError(message, response=response, body=data)
 
 
-class _DirectStream:
+class _DirectStream(DirectReply):
     """A streamed Chat Completions reply read off the HTTP response: the parsed JSON of each server-sent event, as
     ``openai.AsyncStream[object]`` yields them (the same ``[DONE]`` end, in-band ``error`` check and errors), with
     a plain line parser instead of the SDK's per-event objects. Closing it closes the response."""
 
-    __slots__ = ("response",)
-
-    def __init__(self, response: httpx2.Response) -> None:
-        self.response = response
-
-    async def __aenter__(self) -> _DirectStream:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.response.aclose()
+    __slots__ = ()
 
     def __aiter__(self) -> AsyncIterator[object]:
         return self._chunks()
