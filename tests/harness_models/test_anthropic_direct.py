@@ -14,6 +14,7 @@ import anthropic
 import httpx2
 import pytest
 
+from loopd.harness._errors import ModelRetryableError
 from loopd.harness.models._anthropic import AnthropicModel
 from loopd.harness.models._anthropic_server import AnthropicScriptedServer, open_anthropic_server
 from loopd.harness.models._scripted_server import DropAfter, FailWithStatus, ServerReply, ServerToolCall
@@ -116,14 +117,13 @@ _DELTA = (
     [
         _sse(_START, ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})),
         _sse(_START, ("error", {"type": "error", "error": {"type": "invalid_request_error", "message": "too long"}})),
-        _sse(_START, _DELTA, ("error", "not json")),
         _sse(_START, _DELTA),
         _sse(
             _START, _DELTA, ("content_block_delta", {"type": "content_block_delta", "index": "0", "delta": {}}), _STOP
         ),
         b"data: {}\n\n" + _reply("unnamed events are skipped"),
     ],
-    ids=["in-band overloaded", "in-band invalid request", "in-band error not json", "no stop", "bad index", "unnamed"],
+    ids=["in-band overloaded", "in-band invalid request", "no stop", "bad index", "unnamed"],
 )
 async def test_in_band_endings_are_the_sdks(body: bytes) -> None:
     def adapter(http: httpx2.AsyncClient) -> AnthropicModel:
@@ -131,3 +131,17 @@ async def test_in_band_endings_are_the_sdks(body: bytes) -> None:
 
     through_sdk, direct = await ended_on_both_paths(adapter, _reply("warm"), body)
     assert direct == through_sdk
+
+
+async def test_an_in_band_error_that_is_not_json_is_shown_as_its_text() -> None:
+    endpoint = Recorder([_reply("warm"), _sse(_START, _DELTA, ("error", "the upstream fell over"))])
+    model = AnthropicModel(
+        "claude-x", api_key=KEY, base_url="http://model.invalid", http_client=endpoint.http, max_retries=0
+    )
+    await collect(model.stream(ask("hi")))
+    got = await collect(model.stream(ask("hi")))
+    assert model.direct_sends == 1
+    assert isinstance(got.error, ModelRetryableError) and got.text == "x"
+    assert "the stream reported an error" in str(got.error) and "the upstream fell over" in str(got.error)
+    await model.aclose()
+    await endpoint.http.aclose()

@@ -47,6 +47,7 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 
 from loopd._infra.backoff import Backoff
+from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
@@ -122,7 +123,7 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         self._prompt_cache = prompt_cache
         self._http = http_client if client is None else None  # a client built here sends fixed headers
         self._sender: DirectSender | None = None
-        self._errors = _AnthropicErrors(self._client)
+        self._errors = _AnthropicErrors()
         self.direct_sends = 0
         """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
@@ -245,32 +246,44 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
 
 class _AnthropicErrors:
     """What the SDK raises from ``post`` and from its stream, for a direct send (`DirectSender.open`,
-    `_DirectEvents`)."""
+    `_DirectEvents`): the same classes as far as `model_error` tells them apart, and the same body, so the same
+    `ModelError` for every error the API sends (a JSON body with ``error.type`` and ``error.message``); a connection
+    error's detail is its cause, which each is raised from. A body that is not JSON is shown as its text (the SDK
+    composes a longer message from its private helpers, which loopd does not call)."""
 
-    __slots__ = ("_client",)
+    __slots__ = ()
 
-    def __init__(self, client: anthropic.AsyncAnthropic) -> None:
-        self._client = client
+    @staticmethod
+    def timeout(request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
+        return anthropic.APITimeoutError(request=request)
 
-    def timeout(self, request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
-        return self._client._make_timeout_error(request, cause)
+    @staticmethod
+    def connection(request: httpx2.Request, cause: Exception) -> Exception:
+        return anthropic.APIConnectionError(request=request)
 
-    def connection(self, request: httpx2.Request, cause: Exception) -> Exception:
-        return self._client._make_connection_error(request, cause)
+    @staticmethod
+    def status(response: httpx2.Response) -> Exception:
+        text = response.text.strip()
+        return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=True)
 
-    def status(self, response: httpx2.Response) -> Exception:
-        return self._client._make_status_error_from_response(response)
-
-    def in_band(self, data: bytes, response: httpx2.Response) -> Exception:
+    @staticmethod
+    def in_band(data: bytes, response: httpx2.Response) -> Exception:
         """An ``error`` event inside an accepted stream, as the SDK's stream raises it."""
         text = data.decode(errors="replace")
-        body: object = text
-        try:
-            body = json.loads(text)
-            message = f"{body}"
-        except ValueError:
-            message = text or f"Error code: {response.status_code}"
-        return self._client._make_status_error(message, body=body, response=response)
+        return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=False)
+
+
+def _status_error(response: httpx2.Response, text: str, fallback: str, *, prefix: bool) -> anthropic.APIStatusError:
+    """The SDK's status error for a reply (``prefix``: ``Error code: N - `` before a JSON body) or an in-band event:
+    the JSON body when ``text`` is one (its text otherwise)."""
+    body: object = text
+    try:
+        body = json.loads(text)
+    except ValueError:
+        message = fallback
+    else:
+        message = f"Error code: {response.status_code} - {body}" if prefix else f"{body}"
+    return anthropic.APIStatusError(message, response=response, body=body)
 
 
 class _DirectEvents(DirectReply):
@@ -335,8 +348,8 @@ class _StreamUsage:
         return usage_from_anthropic(self.uncached, self.cache_write, self.cache_read, self.output)
 
 
-class _Malformed(Exception):
-    """A stream event of another shape than the Messages API's (a permanent error)."""
+class _Malformed(LoopdError, ValueError):
+    """A stream event of another shape than the Messages API's (becomes a `ModelPermanentError`)."""
 
 
 def _object(value: object, name: str) -> dict[str, Any]:
