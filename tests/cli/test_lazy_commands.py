@@ -80,6 +80,14 @@ def test_a_one_shot_run_on_a_provider_imports_no_web_stack(tmp_path: Path) -> No
     assert not {name for name in imported if name.startswith(("fastapi", "starlette", "uvicorn"))}
 
 
+def test_a_one_shot_run_on_the_demo_model_imports_no_web_server(tmp_path: Path) -> None:
+    # The demo model answers in process (an ASGI app, no socket): no web server, no FastAPI.
+    (tmp_path / "work").mkdir()
+    imported = _imported_by(["run", "--workspace", str(tmp_path / "work"), "hello"], child_env(tmp_path / "home"))
+    assert "loopd.harness" in imported
+    assert not {name for name in imported if name.startswith(("fastapi", "uvicorn"))}
+
+
 def _first_paragraph(command: object) -> str:
     text = getattr(command, "short_help", None) or getattr(command, "help", None) or ""
     return " ".join(inspect.cleandoc(text).split("\n\n")[0].split())

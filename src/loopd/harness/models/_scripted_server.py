@@ -56,7 +56,6 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from loopd._infra.jsontext import compact_lenient, loads
-from loopd._infra.serving import open_http_server
 from loopd._infra.sse import sse_message
 from loopd._infra.tasks import race
 from loopd.harness._errors import HarnessError
@@ -796,6 +795,8 @@ async def open_scripted_server(
     signal handlers alone.
     """
     server = script if isinstance(script, ScriptedServer) else ScriptedServer(script)
+    from loopd._infra.serving import open_http_server  # the web server only when served on a socket
+
     async with open_http_server(
         server.app,
         host=host,
@@ -810,6 +811,8 @@ async def open_scripted_server(
 
 
 async def _serve_demo(server: ScriptedServer, host: str, port: int) -> None:
+    from loopd._infra.serving import open_http_server
+
     async with open_http_server(
         server.app, host=host, port=port, lifespan="off", http="h11", handle_signals=True
     ) as running:
