@@ -145,3 +145,31 @@ async def test_an_in_band_error_that_is_not_json_is_shown_as_its_text() -> None:
     assert "the stream reported an error" in str(got.error) and "the upstream fell over" in str(got.error)
     await model.aclose()
     await endpoint.http.aclose()
+
+
+def _text(piece: str) -> tuple[str, dict[str, Any]]:
+    return (
+        "content_block_delta",
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}},
+    )
+
+
+async def test_the_text_of_the_events_one_read_brings_goes_on_as_one_delta() -> None:
+    tool = {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+    }
+    end = ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {}})
+    together = _sse(
+        _START, _text("Hel"), _text("lo"), ("content_block_start", tool), _text(" wor"), _text("ld"), end, _STOP
+    )
+    endpoint = Recorder([_reply("warm"), together])
+    model = AnthropicModel("claude-x", api_key=KEY, base_url="http://model.invalid", http_client=endpoint.http)
+    await collect(model.stream(ask("warm")))
+    got = await collect(model.stream(ask("hi")))  # a direct send: the mock transport's body is one read
+    kinds = [type(chunk).__name__ for chunk in got.chunks]
+    assert kinds[:3] == ["TextDelta", "ToolCallDelta", "TextDelta"] and kinds.count("TextDelta") == 2
+    assert got.text == "Hello world" and [c.name for c in got.tool_calls] == ["f"]
+    await model.aclose()
+    await endpoint.http.aclose()

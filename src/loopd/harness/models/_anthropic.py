@@ -51,7 +51,7 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import Message, Usage
-from loopd.harness.models._direct import DirectReply, DirectSender, server_sent_events
+from loopd.harness.models._direct import DirectReply, DirectSender, SendErrors, one_by_one, server_sent_event_batches
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -123,7 +123,6 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         self._prompt_cache = prompt_cache
         self._http = http_client if client is None else None  # a client built here sends fixed headers
         self._sender: DirectSender | None = None
-        self._errors = _AnthropicErrors()
         self.direct_sends = 0
         """Calls sent straight through the HTTP client with the SDK's recorded request (what tests watch)."""
 
@@ -165,7 +164,7 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         try:
             if self._sender is not None:
                 self.direct_sends += 1
-                stream = _DirectEvents(await self._sender.open(body, self._errors), self._errors)
+                stream = _DirectEvents(await self._sender.open(body, _SEND_ERRORS))
             else:
                 stream = await self._client.post(
                     "/v1/messages",
@@ -181,96 +180,115 @@ class AnthropicModel(SdkAdapter[anthropic.AsyncAnthropic]):
         except anthropic.AnthropicError as exc:
             raise model_error(exc, model) from exc
 
-        usage = _StreamUsage()
-        served_model = model
-        message_id: str | None = None
-        stop_reason: str | None = None
-        stopped = False
+        reply = _Reply(model)
         async with stream:
             try:
-                async for event in stream:
-                    if not isinstance(event, dict):
-                        raise _Malformed(f"a stream event is a {type(event).__name__}, not an object")
-                    kind = event.get("type")
-                    if kind == "content_block_delta":  # most events: one piece of text each
-                        delta = _object(event.get("delta"), "delta")
-                        if delta.get("type") == "text_delta":
-                            text = delta.get("text")
+                async for batch in stream.batches() if isinstance(stream, _DirectEvents) else one_by_one(stream):
+                    # The text of the events one read brought goes on as one delta (as the OpenAI-compatible
+                    # adapter does: under load, a burst of pieces costs the layers above one piece).
+                    text: list[str] = []
+                    for event in batch:
+                        taken = reply.take(event)
+                        if isinstance(taken, str):
+                            text.append(taken)
+                        elif taken is not None:
                             if text:
-                                yield TextDelta(text=_string(text, "text"))
-                        elif delta.get("type") == "input_json_delta":
-                            fragment = delta.get("partial_json")
-                            if fragment:
-                                yield ToolCallDelta(index=_index(event), arguments=_string(fragment, "partial_json"))
-                    elif kind == "message_start":
-                        message = _object(event.get("message"), "message")
-                        served_model = _optional_string(message.get("model"), "model") or served_model
-                        message_id = _optional_string(message.get("id"), "id") or None
-                        usage.update(message.get("usage"))
-                    elif kind == "content_block_start":
-                        block = _object(event.get("content_block"), "content_block")
-                        if block.get("type") == "tool_use":
-                            given = block.get("input")
-                            yield ToolCallDelta(
-                                index=_index(event),
-                                id=_string(block.get("id"), "id"),
-                                name=_string(block.get("name"), "name"),
-                                arguments=json.dumps(given) if isinstance(given, dict) and given else "",
-                            )
-                        elif block.get("type") == "text" and block.get("text"):
-                            yield TextDelta(text=_string(block.get("text"), "text"))
-                    elif kind == "message_delta":
-                        changed = _object(event.get("delta"), "delta")
-                        stop_reason = _optional_string(changed.get("stop_reason"), "stop_reason") or stop_reason
-                        usage.update(event.get("usage"))
-                    elif kind == "message_stop":
-                        stopped = True
+                                yield TextDelta(text="".join(text))
+                                text = []
+                            yield taken
+                    if text:
+                        yield TextDelta(text="".join(text))
             except _Malformed as exc:
                 raise ModelPermanentError(f"model {model}: unexpected response shape: {exc}") from exc
             except anthropic.AnthropicError as exc:
                 raise model_error(exc, model) from exc
             except httpx2.TransportError as exc:  # the SDK does not wrap a connection lost mid-stream
                 raise ModelRetryableError(f"model {model}: connection dropped mid-stream ({exc})") from exc
-        if not stopped:
+        if not reply.stopped:
             raise ModelRetryableError(f"model {model}: the stream ended before the model finished its reply")
-        response = getattr(stream, "response", None)
-        header_id = response.headers.get("request-id") if response is not None else None
+        header_id = stream.response.headers.get("request-id")
         yield ReplyInfo(
-            provider="anthropic", model=served_model, finish_reason=stop_reason, request_id=header_id or message_id
+            provider="anthropic",
+            model=reply.served_model,
+            finish_reason=reply.stop_reason,
+            request_id=header_id or reply.message_id,
         )
-        reported = usage.total()
+        reported = reply.usage.total()
         if self._limiter is not None:
             self._limiter.settle(estimate, reported.input_tokens + reported.output_tokens)
-        yield UsageReport(usage=self._priced(served_model, model, reported, cache_write=usage.cache_write))
+        yield UsageReport(usage=self._priced(reply.served_model, model, reported, cache_write=reply.usage.cache_write))
 
 
-class _AnthropicErrors:
-    """What the SDK raises from ``post`` and from its stream, for a direct send (`DirectSender.open`,
-    `_DirectEvents`): the same classes as far as `model_error` tells them apart, and the same body, so the same
-    `ModelError` for every error the API sends (a JSON body with ``error.type`` and ``error.message``); a connection
-    error's detail is its cause, which each is raised from. A body that is not JSON is shown as its text (the SDK
-    composes a longer message from its private helpers, which loopd does not call)."""
+class _Reply:
+    """What a streamed reply told so far (its served model and id, stop reason, usage, whether it stopped), one
+    event at a time: `take` returns the event's text, or its other chunk, or None."""
 
-    __slots__ = ()
+    __slots__ = ("message_id", "served_model", "stop_reason", "stopped", "usage")
 
-    @staticmethod
-    def timeout(request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
-        return anthropic.APITimeoutError(request=request)
+    def __init__(self, model: str) -> None:
+        self.served_model = model
+        self.message_id: str | None = None
+        self.stop_reason: str | None = None
+        self.stopped = False
+        self.usage = _StreamUsage()
 
-    @staticmethod
-    def connection(request: httpx2.Request, cause: Exception) -> Exception:
-        return anthropic.APIConnectionError(request=request)
+    def take(self, event: object) -> str | ModelChunk | None:
+        if not isinstance(event, dict):
+            raise _Malformed(f"a stream event is a {type(event).__name__}, not an object")
+        kind = event.get("type")
+        if kind == "content_block_delta":  # most events: one piece of text each
+            delta = _object(event.get("delta"), "delta")
+            if delta.get("type") == "text_delta":
+                text = delta.get("text")
+                return _string(text, "text") if text else None
+            if delta.get("type") == "input_json_delta":
+                fragment = delta.get("partial_json")
+                if fragment:
+                    return ToolCallDelta(index=_index(event), arguments=_string(fragment, "partial_json"))
+        elif kind == "message_start":
+            message = _object(event.get("message"), "message")
+            self.served_model = _optional_string(message.get("model"), "model") or self.served_model
+            self.message_id = _optional_string(message.get("id"), "id") or None
+            self.usage.update(message.get("usage"))
+        elif kind == "content_block_start":
+            block = _object(event.get("content_block"), "content_block")
+            if block.get("type") == "tool_use":
+                given = block.get("input")
+                return ToolCallDelta(
+                    index=_index(event),
+                    id=_string(block.get("id"), "id"),
+                    name=_string(block.get("name"), "name"),
+                    arguments=json.dumps(given) if isinstance(given, dict) and given else "",
+                )
+            if block.get("type") == "text" and block.get("text"):
+                return _string(block.get("text"), "text")
+        elif kind == "message_delta":
+            changed = _object(event.get("delta"), "delta")
+            self.stop_reason = _optional_string(changed.get("stop_reason"), "stop_reason") or self.stop_reason
+            self.usage.update(event.get("usage"))
+        elif kind == "message_stop":
+            self.stopped = True
+        return None
 
-    @staticmethod
-    def status(response: httpx2.Response) -> Exception:
-        text = response.text.strip()
-        return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=True)
 
-    @staticmethod
-    def in_band(data: bytes, response: httpx2.Response) -> Exception:
-        """An ``error`` event inside an accepted stream, as the SDK's stream raises it."""
-        text = data.decode(errors="replace")
-        return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=False)
+def _reply_error(response: httpx2.Response) -> anthropic.APIStatusError:
+    """What the SDK raises for a reply that is not a success: its class as far as `model_error` tells them apart,
+    and its body, so the same `ModelError` for every error the API sends (a JSON body with ``error.type`` and
+    ``error.message``). A body that is not JSON is shown as its text (the SDK composes a longer message with helpers
+    of its own that loopd does not call)."""
+    text = response.text.strip()
+    return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=True)
+
+
+def _in_band_error(data: bytes, response: httpx2.Response) -> anthropic.APIStatusError:
+    """An ``error`` event inside an accepted stream, as the SDK's stream raises it (see `_reply_error`)."""
+    text = data.decode(errors="replace")
+    return _status_error(response, text, text or f"Error code: {response.status_code}", prefix=False)
+
+
+_SEND_ERRORS = SendErrors(anthropic.APITimeoutError, anthropic.APIConnectionError, _reply_error)
+"""What the SDK's ``post`` raises, for a direct send (`DirectSender.open`); a connection error's detail is its
+cause, which each is raised from."""
 
 
 def _status_error(response: httpx2.Response, text: str, fallback: str, *, prefix: bool) -> anthropic.APIStatusError:
@@ -289,26 +307,26 @@ def _status_error(response: httpx2.Response, text: str, fallback: str, *, prefix
 class _DirectEvents(DirectReply):
     """A streamed Messages reply read off the HTTP response: the parsed JSON of each named event, as
     ``anthropic.AsyncStream[object]`` yields them (``ping`` and unnamed events skipped, an ``error`` event raised as
-    the SDK raises it). Closing it closes the response."""
+    the SDK raises it), in `batches` of what each read brought. Closing it closes the response."""
 
-    __slots__ = ("_errors",)
+    __slots__ = ()
 
-    def __init__(self, response: httpx2.Response, errors: _AnthropicErrors) -> None:
-        super().__init__(response)
-        self._errors = errors
-
-    def __aiter__(self) -> AsyncIterator[object]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[object]:
+    async def batches(self) -> AsyncIterator[list[object]]:
+        """The parsed events each read of the response brought, together (never an empty list)."""
         response = self.response
-        async for name, data in server_sent_events(self._body()):
-            if name is None or name == "ping":
-                continue
-            if name == "error":
-                raise self._errors.in_band(data, response)
-            if data:
-                yield loads(data)
+        async for events in server_sent_event_batches(self._body()):
+            batch: list[object] = []
+            for name, data in events:
+                if name is None or name == "ping":
+                    continue
+                if name == "error":
+                    if batch:
+                        yield batch  # what came before the error, as the SDK's stream shows it
+                    raise _in_band_error(data, response)
+                if data:
+                    batch.append(loads(data))
+            if batch:
+                yield batch
 
     async def _body(self) -> AsyncIterator[bytes]:
         """The response's bytes; a failure to read them raised as the SDK's stream raises it."""
@@ -317,9 +335,9 @@ class _DirectEvents(DirectReply):
             try:
                 chunk = await anext(chunks, None)
             except httpx2.TimeoutException as exc:
-                raise self._errors.timeout(self.response.request, exc) from exc
+                raise _SEND_ERRORS.timeout(self.response.request) from exc
             except Exception as exc:
-                raise self._errors.connection(self.response.request, exc) from exc
+                raise _SEND_ERRORS.connection(self.response.request) from exc
             if chunk is None:
                 return
             yield chunk

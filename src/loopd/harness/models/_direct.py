@@ -16,8 +16,9 @@ Must not do: send anything the SDK's request did not have but the body and its l
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
-from typing import Protocol, Self
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Self
 
 import anyio
 import httpx2
@@ -27,6 +28,7 @@ __all__ = [
     "DirectReply",
     "DirectSender",
     "SendErrors",
+    "one_by_one",
     "server_sent_event_batches",
     "server_sent_events",
 ]
@@ -35,16 +37,21 @@ REQUEST_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
 """What the SDKs report as a connection error (``APIConnectionError``) when raised by an ``httpx2`` client."""
 
 
-class SendErrors(Protocol):
-    """The exceptions an adapter's SDK raises from ``post``: made for a direct send's failures."""
+@dataclass(frozen=True, slots=True)
+class SendErrors:
+    """The exceptions an adapter's SDK raises from ``post``, made for a direct send's failures: its timeout and
+    connection error classes (built with the request; raised from the cause), and what it raises for a reply that is
+    not a success (its body read)."""
 
-    def timeout(self, request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception: ...
+    timeout_error: Callable[..., Exception]
+    connection_error: Callable[..., Exception]
+    status_error: Callable[[httpx2.Response], Exception]
 
-    def connection(self, request: httpx2.Request, cause: Exception) -> Exception: ...
+    def timeout(self, request: httpx2.Request) -> Exception:
+        return self.timeout_error(request=request)
 
-    def status(self, response: httpx2.Response) -> Exception:
-        """For a reply that is not a success (its body read)."""
-        ...
+    def connection(self, request: httpx2.Request) -> Exception:
+        return self.connection_error(request=request)
 
 
 class DirectReply:
@@ -96,17 +103,23 @@ class DirectSender:
         try:
             response = await self._http.send(request, stream=True)
         except httpx2.TimeoutException as exc:
-            raise errors.timeout(request, exc) from exc
+            raise errors.timeout(request) from exc
         except REQUEST_ERRORS as exc:
-            raise errors.connection(request, exc) from exc
+            raise errors.connection(request) from exc
         if not response.is_success:
             try:
                 await response.aread()
             except REQUEST_ERRORS as exc:
                 await response.aclose()
-                raise errors.connection(request, exc) from exc
-            raise errors.status(response)
+                raise errors.connection(request) from exc
+            raise errors.status_error(response)
         return response
+
+
+async def one_by_one(stream: AsyncIterator[object]) -> AsyncIterator[list[object]]:
+    """An SDK's stream as batches of one item (it does not say which items arrived together)."""
+    async for item in stream:
+        yield [item]
 
 
 async def server_sent_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str | None, bytes]]:

@@ -75,7 +75,14 @@ from loopd._infra.errors import LoopdError
 from loopd._infra.jsontext import compact, loads
 from loopd.harness._errors import ModelError, ModelPermanentError, ModelRetryableError
 from loopd.harness.core import History, Message, Usage
-from loopd.harness.models._direct import REQUEST_ERRORS, DirectReply, DirectSender, server_sent_event_batches
+from loopd.harness.models._direct import (
+    REQUEST_ERRORS,
+    DirectReply,
+    DirectSender,
+    SendErrors,
+    one_by_one,
+    server_sent_event_batches,
+)
 from loopd.harness.models._http import default_http_client
 from loopd.harness.models._pricing import PriceTable
 from loopd.harness.models._protocol import (
@@ -200,7 +207,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         try:
             if self._sender is not None:
                 self.direct_sends += 1
-                stream = _DirectStream(await self._sender.open(body, _OpenAIErrors))
+                stream = _DirectStream(await self._sender.open(body, _SEND_ERRORS))
             else:
                 stream = await self._client.post(
                     "/chat/completions",
@@ -222,7 +229,7 @@ class OpenAICompatibleModel(SdkAdapter[openai.AsyncOpenAI]):
         completion_id: str | None = None
         async with stream:
             try:
-                async for batch in stream.batches() if isinstance(stream, _DirectStream) else _one_by_one(stream):
+                async for batch in stream.batches() if isinstance(stream, _DirectStream) else one_by_one(stream):
                     # The text of the chunks one read brought goes on as one delta (what already arrived together
                     # is handed on together: under load, a burst of pieces costs the layers above one piece).
                     text: list[str] = []
@@ -294,28 +301,6 @@ _REQUEST_OPTIONS: openai.RequestOptions = {"security": {"bearer_auth": True}}
 """What ``chat.completions.create`` passes to ``post`` besides the body: the bearer-token auth."""
 
 
-class _OpenAIErrors:
-    """What the SDK's ``post`` raises, for a direct send (`DirectSender.open`)."""
-
-    @staticmethod
-    def timeout(request: httpx2.Request, cause: httpx2.TimeoutException) -> Exception:
-        return openai.APITimeoutError(request=request)
-
-    @staticmethod
-    def connection(request: httpx2.Request, cause: Exception) -> Exception:
-        return openai.APIConnectionError(request=request)
-
-    @staticmethod
-    def status(response: httpx2.Response) -> Exception:
-        return _status_error(response)
-
-
-async def _one_by_one(stream: AsyncIterator[object]) -> AsyncIterator[list[object]]:
-    """The SDK's stream as batches of one chunk (it does not say which chunks arrived together)."""
-    async for chunk in stream:
-        yield [chunk]
-
-
 def _status_error(response: httpx2.Response) -> openai.APIStatusError:
     """The error the SDK raises for a 4xx/5xx reply (same message and body; `model_error` reads no more)."""
     message = f"Error code: {response.status_code}"
@@ -332,6 +317,10 @@ def _status_error(response: httpx2.Response) -> openai.APIStatusError:
             message += f" - {detail}"
     data = body.get("error", body) if isinstance(body, dict) else body
     return openai.APIStatusError(message, response=response, body=data)
+
+
+_SEND_ERRORS = SendErrors(openai.APITimeoutError, openai.APIConnectionError, _status_error)
+"""What the SDK's ``post`` raises, for a direct send (`DirectSender.open`)."""
 
 
 class _DirectStream(DirectReply):
