@@ -10,7 +10,9 @@ It serves the two routes the chat benchmark uses, shaped like loopd's so the sam
 
 No Task, no engine, no harness, no ledger, no bus: what any chat server must do at least. SQLite in WAL mode with
 ``synchronous=NORMAL`` (loopd's default durability: a commit survives a process crash, not a power loss), its
-statements run on the event loop's thread (each a few microseconds). A bearer token is checked like loopd's.
+statements run on the event loop's thread (each a few microseconds). A bearer token is checked like loopd's. Like
+`loopd up`, it runs on the event loop loopd's commands run on (`loopd._infra.eventloop.run`: uvloop) behind uvicorn
+with httptools.
 
 python -m benchmarks._chat_peer_bare --dir DIR --ready FILE   (writes ``{"port", "token", "pid"}`` to FILE)
 """
@@ -37,6 +39,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
 from benchmarks._server import START_TIMEOUT, ServerProcess, _stop
+from loopd._infra.eventloop import run
 
 CHUNK: Final = 12
 """Characters per streamed piece: the demo model's chunk size."""
@@ -169,7 +172,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, required=True)
     parser.add_argument("--ready", type=Path, required=True)
     args = parser.parse_args()
-    asyncio.run(serve(args.dir, args.ready))
+    run(serve(args.dir, args.ready))  # loopd's own loop (uvloop): the same loop as the server it is compared with
 
 
 if __name__ == "__main__":
