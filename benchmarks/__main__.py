@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Final
 
 from benchmarks._busy import busy_note, cpu_sample, others_share
+from benchmarks._children import run_main
 from benchmarks._common import (
     MARKDOWN_ENV,
     MODULE_ENV,
@@ -284,4 +285,4 @@ def _git(*args: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -38,6 +38,7 @@ import uvicorn
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import StreamingResponse
 
+from benchmarks._children import spawn
 from benchmarks._server import START_TIMEOUT, ServerProcess, _stop
 from loopd._infra.eventloop import run
 
@@ -152,7 +153,7 @@ def running_bare_server(directory: Path) -> Iterator[ServerProcess]:
     ready = directory / "bare-ready.json"
     log = (directory / "bare.log").open("wb")
     command = [sys.executable, "-m", "benchmarks._chat_peer_bare", "--dir", str(directory), "--ready", str(ready)]
-    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    child = spawn(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while not ready.exists():

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 
+from benchmarks._children import run_main
 from benchmarks._common import print_table, seconds_or_zero
 from benchmarks._server import ServerProcess, running_model_server, running_server, tree_cpu_seconds
 from benchmarks.server_chats import PACED_MODEL, _chat_round, run_chats, settle, summarize
@@ -162,4 +163,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

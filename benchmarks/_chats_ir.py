@@ -31,6 +31,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from benchmarks._chats_ab import comparison_arguments
+from benchmarks._children import run_main, spawn
 from benchmarks._common import print_table
 from benchmarks._server import _LAUNCH, ServerProcess
 from benchmarks.server_chats import run_chats
@@ -88,7 +89,7 @@ async def instructions_per_chat(tree: Path, chats: int, directory: Path) -> floa
         str(data),
     ]
     with log_path.open("wb") as log:
-        child = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        child = spawn(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             server = await _wait_for(child, data, log_path)
             for index in range(3):
@@ -157,4 +158,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from benchmarks._busy import CAUTION_SHARE, busy_modules
+from benchmarks._children import run_main, run_to_end
 from benchmarks._results import Change, compare
 
 __all__ = ["PACE_TOLERANCE", "Judged", "Rule", "judge", "load_rules", "machine_class", "pace_of", "pick_baseline"]
@@ -191,9 +192,9 @@ def committed_results() -> list[tuple[str, Mapping[str, Any]]]:
 
 def _run_quick(modules: Sequence[str], out: Path) -> None:
     command = [sys.executable, "-m", "benchmarks", "--quick", "--results", "--out", str(out), *modules]
-    done = subprocess.run(command, cwd=ROOT, check=False)
-    if done.returncode != 0 or not out.exists():
-        raise SystemExit(f"the quick run failed ({' '.join(command[1:])} exited {done.returncode})")
+    status = run_to_end(command, cwd=ROOT)
+    if status != 0 or not out.exists():
+        raise SystemExit(f"the quick run failed ({' '.join(command[1:])} exited {status})")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -271,4 +272,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -34,6 +34,8 @@ from typing import Final
 
 import httpx
 
+from benchmarks._children import run_main, spawn
+
 __all__ = [
     "LANGGRAPH_ENV",
     "REQUIREMENTS",
@@ -165,7 +167,7 @@ def running_graph(
     port = _free_port()
     log_path = directory / "langgraph.log"
     log = log_path.open("wb")
-    child = subprocess.Popen(
+    child = spawn(
         dev_command_line(command, port, jobs=jobs),
         cwd=directory,
         stdout=log,
@@ -223,4 +225,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

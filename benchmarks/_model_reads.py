@@ -36,6 +36,7 @@ import httpx2
 import openai
 import uvloop
 
+from benchmarks._children import run_main, spawn
 from benchmarks._common import positive_int, print_table, seconds_or_zero
 from benchmarks._server import running_model_server
 from loopd.harness.core import Message
@@ -89,7 +90,7 @@ def running_anthropic_model(directory: Path, *, chunk_delay: float) -> Iterator[
     log_path = directory / "anthropic.log"
     with log_path.open("wb") as log:
         command = [sys.executable, "-c", _ANTHROPIC_SERVER, f"{chunk_delay:g}", ANSWER]
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        child = spawn(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + START_TIMEOUT
             while not (found := re.search(r"serving on (http://\S+)", log_path.read_text(errors="replace"))):
@@ -201,4 +202,4 @@ def run_served(provider: Provider, pairs: int, streams: int, delay: float) -> li
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -17,6 +17,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
+from benchmarks._children import run_main
 from benchmarks._common import run_child
 from benchmarks.harness_core import journal_appends, write_session
 
@@ -71,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from benchmarks._busy import children_map, descendants, stat_ticks
+from benchmarks._children import spawn
 from benchmarks._stacks import is_idle, read, render, stacks
 
 START_TIMEOUT: Final = 60.0
@@ -128,7 +129,7 @@ def running_server(
     log = (directory / "server.log").open("wb")
     command = [sys.executable, "-c", _LAUNCH, command_name, "--port", "0", "--data-dir", str(data_dir), *extra_args]
     child_env = {**os.environ, "LOOPD_MODEL": "demo", "COLUMNS": "200", **(env or {})}
-    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
+    child = spawn(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
     try:
         server = _wait_for_server(child, data_dir, directory / "server.log")
         yield server
@@ -178,7 +179,7 @@ def running_model_server(directory: Path, *, chunk_delay: float) -> Iterator[Mod
         "--chunk-delay",
         f"{chunk_delay:g}",
     ]
-    child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    child = spawn(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
@@ -402,7 +403,7 @@ def sampling(pid: int, out: Path | None, seconds: float, *, summary: bool = True
     # breakdown by stage needs (--nonblocking cut about a third of them short); a profiled run is never quoted for
     # its timings anyway.
     command += ["--format", "raw", "--output", str(out)]
-    sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sampler = spawn(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
     finally:

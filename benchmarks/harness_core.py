@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks._children import run_main
 from benchmarks._common import median, positive_int, print_table, run_child
 from benchmarks._goals import print_goals
 from loopd._infra import eventloop
@@ -518,4 +519,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import yaml
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table
 from benchmarks._server import percentile, running_server
 from loopd.resources.client import TASKS, ResourceClient, open_http_client
@@ -227,4 +228,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from benchmarks._children import run_main
 from benchmarks._common import median, positive_int, print_table, run_child, verdict
 
 TARGET_RATIO = 1.2
@@ -92,4 +93,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table
 from benchmarks._server import Api, cpu_seconds, running_server
 from benchmarks.server_chats import one_chat
@@ -150,4 +151,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table, run_child, verdict
 from benchmarks._server import Api, EventStream, now, open_event_stream, raise_open_files, rss_kb
 from benchmarks._server import running_server as start_server
@@ -237,4 +238,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table
 from benchmarks._server import ServerProcess, running_server, tree_cpu_seconds
 from benchmarks.server_chats import run_chats, settle
@@ -169,4 +170,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table
 from loopd.resources import load_or_create_credentials, open_api_server, open_sqlite_store, render_kubeconfig
 from loopd.resources.client import TASKS, InMemoryClient, ResourceClient, StoreClient, open_http_client
@@ -153,4 +154,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks._children import run_main, spawn
 from benchmarks._common import positive_float, positive_int, print_table
 from benchmarks._server import (
     _LAUNCH,
@@ -54,7 +55,7 @@ def replica(directory: Path, name: str, dsn: str, token: str) -> Iterator[Server
     command = [sys.executable, "-c", _LAUNCH, "server", "--port", "0", "--data-dir", str(data_dir), "--database", dsn]
     env = dict(os.environ, LOOPD_MODEL="demo", LOOPD_ADMIN_TOKEN=token, LOOPD_SANDBOX="none", COLUMNS="200")
     with log_path.open("wb") as log:
-        child = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        child = spawn(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         try:
             yield _wait(child, data_dir, log_path, token)
         finally:
@@ -179,4 +180,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import httpx
 
+from benchmarks._children import run_main, spawn
 from benchmarks._common import positive_int, print_table
 from benchmarks._server import (
     STOP_TIMEOUT,
@@ -188,7 +189,7 @@ async def run_round(server: ServerProcess, texts: Sequence[str]) -> list[Answer]
 def standalone_router(server: ServerProcess, directory: Path) -> Iterator[None]:
     """`loopd operator router --data-dir` beside ``server``, stopped by its pid on exit."""
     with (directory / "router.log").open("wb") as log:
-        child = subprocess.Popen(
+        child = spawn(
             [str(Path(sys.executable).parent / "loopd"), "operator", "router", "--data-dir", str(server.data_dir)],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -289,4 +290,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

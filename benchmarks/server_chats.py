@@ -55,6 +55,7 @@ import httpx
 from benchmarks._chat_peer_bare import running_bare_server
 from benchmarks._chat_peer_langgraph import GRAPH_ID, GRAPH_SOURCE, expected_text
 from benchmarks._chat_peer_langgraph import one_chat as langgraph_chat
+from benchmarks._children import run_main
 from benchmarks._common import count_or_zero, positive_int, print_table, seconds_or_zero
 from benchmarks._goals import print_goals
 from benchmarks._langgraph import LANGGRAPH_ENV, ensure_venv, langgraph_command, peer_versions, running_graph
@@ -678,4 +679,4 @@ def chat_goals(measured: dict[str, dict[int, ChatRun]], kept: ThousandRun | None
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -33,6 +33,7 @@ from unittest import mock
 import httpx
 
 import loopd.server._composition as composition
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table, verdict
 from benchmarks._server import now, percentile
 from loopd.harness.models import ModelConfig
@@ -263,4 +264,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

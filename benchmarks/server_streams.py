@@ -18,17 +18,19 @@ import argparse
 import asyncio
 import contextlib
 import multiprocessing
+import multiprocessing.context
 import re
 import statistics
 import tempfile
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_float, positive_int, positive_ints, print_table, verdict
 from benchmarks._goals import GOALS, Goal, print_goals
 from benchmarks._server import (
@@ -207,6 +209,46 @@ def _tick(index: int) -> dict[str, Any]:
     return {"op": "append", "mask": "block.content", "block": {"id": "tick", "type": "text", "content": text}}
 
 
+Workers = tuple[list[multiprocessing.process.BaseProcess], list[Connection]]
+
+
+@contextlib.contextmanager
+def _workers() -> Iterator[Workers]:
+    """The subscriber processes a measurement starts (`_start_worker`) and their pipes: each joined when it ends
+    (at most 10 s, then terminated); all terminated at once when it fails or is interrupted."""
+    processes: list[multiprocessing.process.BaseProcess] = []
+    pipes: list[Connection] = []
+    try:
+        yield processes, pipes
+    except BaseException:
+        for worker in processes:
+            worker.terminate()  # each started by this measurement; ended by its own handle
+        raise
+    finally:
+        for worker in processes:
+            worker.join(10)
+            if worker.is_alive():
+                worker.terminate()
+                worker.join(5)
+        for pipe in pipes:
+            pipe.close()
+
+
+def _start_worker(
+    context: multiprocessing.context.SpawnContext,
+    target: dict[str, Any],
+    processes: list[multiprocessing.process.BaseProcess],
+    pipes: list[Connection],
+) -> None:
+    """One subscriber process for ``target`` (see `_subscriber_process`), added with its pipe to `_workers`'s."""
+    parent, child = context.Pipe()
+    process = context.Process(target=_subscriber_process, args=(child, target), daemon=True)
+    process.start()
+    child.close()
+    pipes.append(parent)
+    processes.append(process)
+
+
 def _receive(pipe: Connection, timeout: float) -> dict[str, Any]:
     if not pipe.poll(timeout):
         raise TimeoutError(f"a subscriber worker said nothing within {timeout:g} s")
@@ -264,11 +306,8 @@ def measure(
     workers = max(1, min(workers, subscribers))
     rss_before = server.rss_kb()
     shares = [subscribers // workers + (1 if i < subscribers % workers else 0) for i in range(workers)]
-    pipes: list[Connection] = []
-    processes: list[multiprocessing.process.BaseProcess] = []
-    try:
+    with _workers() as (processes, pipes):
         for share in shares:
-            parent, child = context.Pipe()
             target = {
                 "host": server.host,
                 "port": server.port,
@@ -278,11 +317,7 @@ def measure(
                 "events": events,
                 "deadline_s": seconds + DRAIN_GRACE,
             }
-            process = context.Process(target=_subscriber_process, args=(child, target), daemon=True)
-            process.start()
-            child.close()
-            pipes.append(parent)
-            processes.append(process)
+            _start_worker(context, target, processes, pipes)
         ready = [_receive(pipe, READY_TIMEOUT) for pipe in pipes]
         connected = sum(int(r["ready"]) for r in ready)
         idle_kib = (server.rss_kb() - rss_before) / max(1, connected)
@@ -302,14 +337,6 @@ def measure(
             cpu = (server.cpu_seconds() - cpu0) / wall
             clients_cpu = (sum(cpu_seconds(p) for p in pids) - clients0) / wall
         results = [_receive(pipe, seconds + DRAIN_GRACE + 30) for pipe in pipes]
-    finally:
-        for worker in processes:
-            worker.join(10)
-            if worker.is_alive():
-                worker.terminate()  # this worker process was started above; it ends by its own handle
-                worker.join(5)
-        for pipe in pipes:
-            pipe.close()
 
     delays: array[float] = array("d")
     received: list[int] = []
@@ -380,11 +407,8 @@ def measure_langgraph(command: Path, subscribers: int, rate: float, seconds: flo
         context = multiprocessing.get_context("spawn")
         workers = max(1, min(workers, subscribers))
         shares = [subscribers // workers + (1 if i < subscribers % workers else 0) for i in range(workers)]
-        pipes: list[Connection] = []
-        processes: list[multiprocessing.process.BaseProcess] = []
-        try:
+        with _workers() as (processes, pipes):
             for share in shares:
-                parent, child = context.Pipe()
                 target = {
                     "host": server.host,
                     "port": server.port,
@@ -394,11 +418,7 @@ def measure_langgraph(command: Path, subscribers: int, rate: float, seconds: flo
                     "events": events,
                     "deadline_s": seconds + PEER_GRACE,
                 }
-                process = context.Process(target=_subscriber_process, args=(child, target), daemon=True)
-                process.start()
-                child.close()
-                pipes.append(parent)
-                processes.append(process)
+                _start_worker(context, target, processes, pipes)
             ready = [_receive(pipe, READY_TIMEOUT) for pipe in pipes]
             pids = [p.pid for p in processes if p.pid is not None]
             cpu0, clients0, wall0 = cpu_seconds(server.pid), sum(cpu_seconds(p) for p in pids), now()
@@ -409,14 +429,6 @@ def measure_langgraph(command: Path, subscribers: int, rate: float, seconds: flo
             with contextlib.suppress(OSError):  # the CLI's process (the server may run in a child of it)
                 cpu = (cpu_seconds(server.pid) - cpu0) / wall
             clients_cpu = (sum(cpu_seconds(p) for p in pids) - clients0) / wall
-        finally:
-            for worker in processes:
-                worker.join(10)
-                if worker.is_alive():
-                    worker.terminate()  # started above; ended by its own handle
-                    worker.join(5)
-            for pipe in pipes:
-                pipe.close()
     delays: array[float] = array("d")
     received: list[int] = []
     for result in results:
@@ -581,4 +593,4 @@ def _p95_goal(count: int) -> Goal | None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from benchmarks._children import run_main
 from benchmarks._common import median, positive_int, print_table, run_child, verdict
 
 TARGET_RATIO = 1.2
@@ -98,4 +99,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -32,6 +32,7 @@ import httpx
 from playwright.sync_api import BrowserContext, Page, sync_playwright
 from tests.web.browser import launch, tid, web_server
 
+from benchmarks._children import run_main, spawn
 from benchmarks._common import positive_int, print_table
 from loopd.harness.models import ServerReply
 from loopd.harness.models._scripted_server import IncomingRequest
@@ -140,7 +141,7 @@ def run(repeat: int, questions: int) -> None:
     with tempfile.TemporaryDirectory(prefix="loopd-web-bench-") as root, web_server(Path(root)) as server:
         server.model.extra = long_answer
         assert server.up is not None
-        echo = subprocess.Popen(
+        echo = spawn(
             [sys.executable, str(ECHO), "--data-dir", str(server.data_dir)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -218,4 +219,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks._children import run_main
 from benchmarks._common import positive_int, print_table
 from loopd.harness.snapshots import SnapshotStore
 
@@ -101,4 +102,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
