@@ -10,6 +10,11 @@ A generated section is everything between a start marker and ``<!-- /generated -
 
 NAME is a benchmark module; FILE is relative to benchmarks/. Prose stays outside the markers.
 
+A document may also hold one *goal board*: ``<!-- generated:goals -->`` … ``<!-- /generated -->``. Its body is
+rendered from the document's own sections — every "Goals: NAME" table the results file of each section holds, in
+the sections' order, one row per goal with its verdict and the file it comes from — so it changes exactly when a
+section is repointed, and ``--check`` catches a hand edit of it too.
+
 python -m benchmarks._docs                 regenerate every section from the file its marker names
 python -m benchmarks._docs --from FILE     point every section whose module FILE has tables for at FILE, regenerate
                                           (docs/SCALING.md only when FILE has every one of its sections: `ONE_RUN`)
@@ -33,7 +38,17 @@ from typing import Any, Final
 
 from benchmarks._common import markdown_table
 
-__all__ = ["DOCS", "GENERATED", "SCALING", "Section", "regenerate", "render_section", "sections", "update"]
+__all__ = [
+    "DOCS",
+    "GENERATED",
+    "SCALING",
+    "Section",
+    "regenerate",
+    "render_board",
+    "render_section",
+    "sections",
+    "update",
+]
 
 BENCHMARKS = Path(__file__).resolve().parent
 DOCS = BENCHMARKS.parent / "docs" / "BENCHMARKS.md"
@@ -49,6 +64,10 @@ _SECTION = re.compile(
     r"<!-- generated:(?P<name>[A-Za-z0-9_]+) from (?P<file>[^ ]+\.json) -->\n(?P<body>.*?)" + re.escape(END),
     re.DOTALL,
 )
+BOARD = "<!-- generated:goals -->"
+_BOARD = re.compile(re.escape(BOARD) + r"\n(?P<body>.*?)" + re.escape(END), re.DOTALL)
+GOALS_TITLE: Final = "Goals: "
+"""How the goal table of a benchmark module is titled ("Goals: server_chats"; `benchmarks._goals.print_goals`)."""
 
 
 class DocsError(ValueError):
@@ -127,7 +146,46 @@ def update(
             changed.append(name)
         return f"<!-- generated:{name} from {file} -->\n{body}{END}"
 
-    return _SECTION.sub(replace, text), changed
+    text = _SECTION.sub(replace, text)
+    board = _BOARD.search(text)
+    if board is not None:
+        body = render_board([(section, load(section.file)) for section in sections(text)])
+        if body != board["body"]:
+            changed.append("goals")
+        text = text[: board.start()] + f"{BOARD}\n{body}{END}" + text[board.end() :]
+    return text, changed
+
+
+def render_board(shown: Sequence[tuple[Section, Mapping[str, Any]]]) -> str:
+    """The goal board's body: the goal table of each section's module from that section's results file, in order
+    (pure). Sections of modules without goals, and repeats of a module, add nothing."""
+    rows: list[list[object]] = []
+    seen: set[str] = set()
+    for section, document in shown:
+        if section.name in seen:
+            continue
+        seen.add(section.name)
+        for table in document.get("tables") or ():
+            if table.get("module") != section.name or table.get("title") != GOALS_TITLE + section.name:
+                continue
+            source = f"{section.file.removeprefix('results/')} ({document.get('commit')})"
+            rows += [[section.name, *row, source] for row in table.get("rows") or ()]
+    tally = {verdict: sum(1 for row in rows if row[4] == verdict) for verdict in ("met", "MISSED")}
+    others = len(rows) - tally["met"] - tally["MISSED"]
+    summary = f"{tally['met']} met, {tally['MISSED']} MISSED" + (f", {others} not measured" if others else "")
+    note = (
+        "Rendered by `python -m benchmarks._docs` from the results files the generated sections below name (the "
+        "module's own goal table in each; targets in `benchmarks/_goals.py`). Do not edit by hand."
+    )
+    return (
+        markdown_table(
+            f"Every goal, as shipped: {summary}",
+            ["benchmark", "goal", "target", "measured", "verdict", "results file (commit)"],
+            rows,
+            note,
+        )
+        + "\n"
+    )
 
 
 def _loader(cache: dict[str, Mapping[str, Any]]) -> Callable[[str], Mapping[str, Any]]:

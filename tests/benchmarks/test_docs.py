@@ -17,7 +17,9 @@ from benchmarks._docs import (
     ONE_RUN,
     SCALING,
     DocsError,
+    Section,
     main,
+    render_board,
     render_section,
     results_name,
     sections,
@@ -111,8 +113,11 @@ def test_each_generated_doc_matches_the_results_files_it_names(document: Path) -
             f"the {section.name} section of docs/{document.name} differs from {section.file}: "
             "regenerate it with python -m benchmarks._docs (figures are never edited by hand)"
         )
-    examples = 1 if document == DOCS else 0  # BENCHMARKS.md shows the marker's form in its prose
+    # BENCHMARKS.md shows the marker's form in its prose, and holds the goal board
+    examples = 2 if document == DOCS else 0
     assert len(re.findall(r"<!-- generated:", text)) == len(found) + examples
+    _, stale = update(text, lambda file: json.loads((BENCHMARKS / file).read_text(encoding="utf-8")))
+    assert stale == [], f"docs/{document.name}: {stale} out of date: regenerate with python -m benchmarks._docs"
 
 
 def test_scaling_md_generates_the_tables_of_the_runs_it_scales_from() -> None:
@@ -152,3 +157,68 @@ def test_a_results_file_is_named_from_here_or_from_benchmarks_and_a_wrong_one_in
     with pytest.raises(SystemExit, match=r"^no results file") as stopped:
         main(["--from", "missing.json", "--docs", str(tmp_path / "BENCHMARKS.md")])
     assert "\n" not in str(stopped.value)
+
+
+def _goals(module: str, *rows: tuple[str, str]) -> dict[str, Any]:
+    """A results table of ``module``'s goals: (goal, verdict) rows."""
+    return {
+        "module": module,
+        "title": f"Goals: {module}",
+        "columns": ["goal", "target", "measured", "verdict"],
+        "rows": [[goal, "≥ 1×", "2×" if verdict == "met" else "0.5×", verdict] for goal, verdict in rows],
+        "note": "",
+    }
+
+
+BOARDED = """# doc
+<!-- generated:goals -->
+<!-- /generated -->
+<!-- generated:server_chats from results/a.json -->
+<!-- /generated -->
+<!-- generated:peers from results/a.json -->
+<!-- /generated -->
+"""
+
+
+def test_the_goal_board_lists_each_sections_goals_from_its_file_and_follows_a_repoint() -> None:
+    first = _document([[100, 1.0]])
+    first["tables"] += [_goals("server_chats", ("fast", "met"), ("cheap", "MISSED")), _goals("peers", ("p", "met"))]
+    first["tables"].append(_goals("server_streams", ("not shown here", "met")))  # no section of it: not listed
+    second = {**_document([[100, 2.0]]), "commit": "def5678"}
+    second["tables"] = [second["tables"][0], _goals("server_chats", ("fast", "met"), ("cheap", "met"))]
+    files = {"results/a.json": first, "results/b.json": second}
+    text, changed = update(BOARDED, files.__getitem__)
+    assert "goals" in changed
+    assert "#### Every goal, as shipped: 2 met, 1 MISSED" in text
+    assert "| server_chats | cheap | ≥ 1× | 0.5× | MISSED | a.json (abc1234) |" in text
+    assert text.index("| server_chats | fast |") < text.index("| peers | p |")  # the sections' order
+    assert "not shown here" not in text
+    moved, changed = update(text, files.__getitem__, repoint=("results/b.json", second))
+    assert changed == ["server_chats", "goals"]
+    assert (
+        "as shipped: 3 met, 0 MISSED" in moved
+        and "| server_chats | cheap | ≥ 1× | 2× | met | b.json (def5678) |" in moved
+    )
+    assert "| peers | p | ≥ 1× | 2× | met | a.json (abc1234) |" in moved  # peers' section still names a.json
+
+
+def test_a_hand_edited_verdict_on_the_board_is_caught() -> None:
+    document = _document([[100, 1.0]])
+    document["tables"].append(_goals("server_chats", ("cheap", "MISSED")))
+    files = {"results/a.json": document}
+    text, _ = update(BOARDED, files.__getitem__)
+    edited = text.replace(
+        "| server_chats | cheap | ≥ 1× | 0.5× | MISSED |", "| server_chats | cheap | ≥ 1× | 0.5× | met |"
+    )
+    assert edited != text
+    fixed, changed = update(edited, files.__getitem__)
+    assert changed == ["goals"] and fixed == text
+
+
+def test_the_board_lists_a_module_once_and_sections_without_goals_add_nothing() -> None:
+    document = _document([[100, 1.0]])
+    document["tables"].append(_goals("server_chats", ("fast", "met")))
+    shown = [(Section("server_chats", "results/a.json", ""), document)] * 2
+    shown.append((Section("peers", "results/a.json", ""), document))  # a.json has no goals of peers
+    body = render_board(shown)
+    assert body.count("| server_chats | fast |") == 1 and "1 met, 0 MISSED" in body and "| peers |" not in body
