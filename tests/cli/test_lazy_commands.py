@@ -15,21 +15,22 @@ import pytest
 from typer.testing import CliRunner
 
 from loopd.cli._app import LAZY_COMMANDS, app, command_tree
-from tests.cli.conftest import child_env, loopd
+from tests.cli.conftest import LOOPD, child_env, loopd
 
 # What a command that needs none of them must not import (each costs a few hundred ms on a small machine).
 HEAVY = ("fastapi", "starlette", "uvicorn", "httpx", "loopd.harness", "loopd.server", "loopd.resources")
 
 
 def _imported_by(args: list[str], env: dict[str, str] | None = None) -> set[str]:
-    """The heavy modules a fresh interpreter has imported after running ``loopd ARGS`` (in ``env``)."""
+    """The heavy modules a fresh interpreter has imported after running ``loopd ARGS`` (in ``env``), which must
+    succeed."""
     script = (
         "import json, sys\n"
         "from loopd.cli._app import run_app\n"
         f"code = run_app({args!r})\n"
         f"heavy = {HEAVY!r}\n"
-        "print(json.dumps([m for m in sys.modules if m.startswith(heavy) and m.split('.')[0] in "
-        "{h.split('.')[0] for h in heavy}]))\n"
+        "print(json.dumps({'code': code, 'modules': [m for m in sys.modules if m.startswith(heavy) and "
+        "m.split('.')[0] in {h.split('.')[0] for h in heavy}]}))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
@@ -40,7 +41,9 @@ def _imported_by(args: list[str], env: dict[str, str] | None = None) -> set[str]
         stdin=subprocess.DEVNULL,
         env=env,
     )
-    found: list[str] = json.loads(done.stdout.splitlines()[-1])
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["code"] in (0, None), f"loopd {' '.join(args)} exited {report['code']}:\n{done.stdout}{done.stderr}"
+    found: list[str] = report["modules"]
     return {name for name in found if any(name == h or name.startswith(h + ".") for h in HEAVY)}
 
 
@@ -53,6 +56,33 @@ def test_a_command_imports_its_own_module_only() -> None:
     imported = _imported_by(["chat", "--help"])
     assert "httpx" in imported  # the chat client's own
     assert not {name for name in imported if name.startswith(("fastapi", "loopd.server", "loopd.harness"))}
+
+
+def test_a_chat_with_a_running_server_imports_no_server_stack(tmp_path: Path) -> None:
+    # `loopd chat` is a client: finding the server (its server.json) must not import the server (≈ 0.7 s of imports).
+    data = tmp_path / "data"
+    env = child_env(data, LOOPD_SANDBOX="none")
+    log = (tmp_path / "up.log").open("wb")
+    up = subprocess.Popen(
+        [str(LOOPD), "up", "--port", "0", "--no-router", "--no-longhorizon"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (data / "server.json").is_file():
+            assert up.poll() is None and time.monotonic() < deadline, (tmp_path / "up.log").read_text()
+            time.sleep(0.05)
+        imported = _imported_by(["chat", "--to", "harness:assistant", "hello"], env)
+    finally:
+        up.terminate()
+        up.wait(30)
+        log.close()
+    assert "httpx" in imported  # it did talk to the server
+    assert not {name for name in imported if name.startswith(("fastapi", "starlette", "uvicorn", "loopd.server"))}
+    assert not {name for name in imported if name.startswith(("loopd.harness", "loopd.resources"))}
 
 
 def test_a_one_shot_run_on_a_provider_imports_no_web_stack(tmp_path: Path) -> None:

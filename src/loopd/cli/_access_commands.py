@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 import typer
 
-from loopd._paths import default_data_dir
+from loopd._paths import default_data_dir, read_server_file
 
 TIMEOUT: Final = 10.0
 TOKEN_FILE: Final = Path("resources-api") / "token"
@@ -35,8 +35,6 @@ def _fail(message: str, code: int) -> NoReturn:
 
 
 def _admin_endpoint(data_dir: Path | None, server: str | None, token: str | None) -> tuple[str, str]:
-    from loopd.server import read_server_file
-
     directory = (data_dir or default_data_dir()).expanduser()
     if server is None:
         info = read_server_file(directory) or {}

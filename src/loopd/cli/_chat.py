@@ -33,7 +33,7 @@ from rich.markup import escape
 from loopd._infra.backoff import Backoff
 from loopd._infra.errors import LoopdError
 from loopd._infra.sse import read_sse
-from loopd._paths import default_data_dir
+from loopd._paths import default_data_dir, read_server_file
 from loopd.agentue import AgentUEError, StreamState, reduce
 from loopd.cli._errors import cli_console, run_async
 from loopd.cli._run_input import InputInterrupted, LineInput
@@ -70,8 +70,6 @@ def find_server(
     url = (server or source.get("LOOPD_SERVER") or "").rstrip("/") or None
     directory = (data_dir or default_data_dir(source)).expanduser()
     if url is None or token is None:
-        from loopd.server import read_server_file
-
         info = read_server_file(directory)
         if info is None:
             if url is None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -35,7 +34,7 @@ from rich.console import Console
 from loopd._infra.heap import settle_startup_heap
 from loopd._infra.metrics import Metrics, MetricsExposureError, open_metrics_server
 from loopd._infra.tasks import cancel_and_wait
-from loopd._paths import default_data_dir
+from loopd._paths import default_data_dir, read_server_file
 from loopd.cli._errors import EXIT_USAGE, CliError, cli_console, run_async
 from loopd.resources import ResourceError, load_or_create_credentials, read_endpoint, render_kubeconfig
 
@@ -54,7 +53,6 @@ ROUTER_ACTOR: Final = f"operator:{ROUTER_KEY}"
 LONGHORIZON_KEY: Final = "longhorizon"
 LONGHORIZON_LEASE: Final = "longhorizon.loopd.dev"
 LEASE_SECONDS: Final = 15.0
-SERVER_FILE: Final = "server.json"
 ADMIN_TOKEN_FILE: Final = Path("resources-api") / "token"
 
 operator_app = typer.Typer(
@@ -111,11 +109,7 @@ def kubeconfig_for(data_dir: Path, token: str, *, namespace: str = "default") ->
 
 
 def _recorded_url(data_dir: Path) -> str | None:
-    try:
-        info = json.loads((data_dir / SERVER_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    url = info.get("url") if isinstance(info, dict) else None
+    url = (read_server_file(data_dir) or {}).get("url")
     return loopback_url(str(url).rstrip("/")) if url else None
 
 

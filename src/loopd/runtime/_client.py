@@ -13,7 +13,6 @@ runtime's clock with the floor's ``Backoff``; then ``Unavailable``. An answer (a
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -26,13 +25,12 @@ import httpx
 from loopd._infra.backoff import Backoff
 from loopd._infra.clock import Clock
 from loopd._infra.telemetry import httpx_trace_hooks
+from loopd._paths import read_server_file
 
 from ._errors import InvalidRequest, Unavailable, error_from_response
 
 logger = logging.getLogger("loopd.runtime")
 
-SERVER_FILE: Final = "server.json"
-"""What a running `loopd up` writes in its data directory: ``url``, ``api_url``, ``token_file``, ``pid``."""
 API_FOLDER: Final = "resources-api"
 STREAM_SILENCE: Final = 60.0
 MAX_WAIT: Final = 30.0
@@ -86,7 +84,7 @@ def find_endpoint(server_url: str | None, *, token: str | None, data_dir: str | 
     admin = False
     if data_dir is not None:
         directory = Path(data_dir).expanduser()
-        info = _read_json(directory / SERVER_FILE)
+        info = read_server_file(directory) or {}
         url = url or (str(info.get("url") or "").rstrip("/") or None)
         api_url = str(info.get("api_url") or "") or _read_text(directory / API_FOLDER / "endpoint")
         ca = directory / API_FOLDER / "ca.crt"
@@ -104,14 +102,6 @@ def find_endpoint(server_url: str | None, *, token: str | None, data_dir: str | 
             f"no token for {url}: pass token= (`loopd token create operator:<key>`) or data_dir= of its `loopd up`"
         )
     return Endpoint(url=url, token=token, admin=admin, api_url=api_url, ca_file=ca_file)
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _read_text(path: Path) -> str | None:

@@ -2,12 +2,13 @@
 
 Public face (what the CLI and embedders use): `open_loop_server` (everything of `loopd up` but its operators, i.e.
 `loopd server`, running for an ``async with`` block) with its `UpSettings` and the `RunningServer` it yields;
-`check_exposure` and its `ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `read_server_file` (what
-a running server recorded in its data directory, for `loopd chat`); `DEFAULT_PORT`; `resolve_kube_api` (where Tasks
-live), `resolve_namespace` (in which namespace) and `ServerSetupError` (settings the server refuses). The
-configuration file is ``loopd.server.config``. The subpackages are the server's parts, layered bottom to top
-(checked by import-linter): ``storage``; ``streams`` | ``ledger`` | ``http``; ``chat`` | ``engine`` | ``registry`` |
-``webui`` | ``config``; ``human``; ``responder`` | ``audit``; ``app``; the composition root (``_composition``).
+`check_exposure` and its `ExposureRefused`, `WorkspaceLocationError`, `default_workspaces`; `DEFAULT_PORT`;
+`resolve_kube_api` (where Tasks live), `resolve_namespace` (in which namespace) and `ServerSetupError` (settings the
+server refuses). The ``server.json`` a running server records is read and written by ``loopd._paths`` (clients read it
+without importing the server). The configuration file is ``loopd.server.config``. The subpackages are the server's
+parts, layered bottom to top (checked by import-linter): ``storage``; ``streams`` | ``ledger`` | ``http``; ``chat`` |
+``engine`` | ``registry`` | ``webui`` | ``config``; ``human``; ``responder`` | ``audit``; ``app``; the composition
+root (``_composition``).
 
 Must not import: loopd.operators, loopd.runtime, loopd.cli.
 """
@@ -22,7 +23,6 @@ from loopd.server._composition import (
     check_exposure,
     default_workspaces,
     open_loop_server,
-    read_server_file,
     resolve_kube_api,
     resolve_namespace,
 )
@@ -39,7 +39,6 @@ __all__ = [
     "check_exposure",
     "default_workspaces",
     "open_loop_server",
-    "read_server_file",
     "resolve_kube_api",
     "resolve_namespace",
 ]

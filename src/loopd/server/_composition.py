@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -50,6 +49,7 @@ from loopd._infra.locking import data_dir_lock
 from loopd._infra.metrics import GaugeSample, Metrics
 from loopd._infra.notify import open_notifier
 from loopd._infra.tasks import TaskSet
+from loopd._paths import SERVER_FILE, write_server_file
 from loopd.harness import Model, Reply, ScriptedModel
 from loopd.harness.actors import Rig
 from loopd.harness.foreign import standard_engine
@@ -116,7 +116,6 @@ from loopd.server.storage import Database, DatabaseOptions, InvalidRecord, Stora
 from loopd.server.streams import ConversationBus
 
 DEFAULT_PORT: Final = 8420
-SERVER_FILE: Final = "server.json"
 LOCK_FILE: Final = "loopd.lock"
 ASSISTANT: Final = "assistant"
 ASSISTANT_DESCRIPTION: Final = "The built-in harness: file and bash tools in its own workspace, with permission gates."
@@ -263,23 +262,7 @@ class RunningServer:
     def announce(self) -> None:
         """Write ``server.json`` (where clients such as `loopd chat` find this server). Idempotent; removed when
         the server stops."""
-        _write_server_file(self.data_dir, self.server_file_info)
-
-
-def read_server_file(data_dir: Path) -> dict[str, Any] | None:
-    """What a running `loopd up` recorded about itself in ``data_dir`` (None when nothing is recorded)."""
-    try:
-        data = json.loads((data_dir / SERVER_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_server_file(data_dir: Path, info: dict[str, Any]) -> None:
-    tmp = data_dir / f".{SERVER_FILE}.tmp"
-    tmp.write_text(json.dumps(info, indent=2) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, data_dir / SERVER_FILE)
+        write_server_file(self.data_dir, self.server_file_info)
 
 
 async def _adopt_tokens(db: Database, tokens: tuple[tuple[str, str], ...]) -> None:
@@ -735,7 +718,7 @@ async def open_loop_server(settings: UpSettings) -> AsyncIterator[RunningServer]
             server_file_info = {"url": http.url, "api_url": api_url, "pid": os.getpid(), "token_file": str(token_file)}
             stack.callback(lambda: (data_dir / SERVER_FILE).unlink(missing_ok=True))
             if settings.announce:
-                _write_server_file(data_dir, server_file_info)
+                write_server_file(data_dir, server_file_info)
             yield RunningServer(
                 url=http.url,
                 api_url=api_url,
