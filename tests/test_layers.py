@@ -27,7 +27,6 @@ SERVER_FACE = {
     "check_exposure",
     "default_workspaces",
     "open_loop_server",
-    "read_server_file",
     "resolve_kube_api",
     "resolve_namespace",
 }

@@ -92,11 +92,18 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _default_signals(*ignored: signal.Signals) -> None:
+    """In a child before it runs: SIGINT and SIGHUP as a terminal's job gets them, or ``ignored``."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def _parent(tmp_path: Path, mode: str = "loop", **popen: Any) -> Iterator[subprocess.Popen[str]]:
     """PARENT started (stderr piped, read with ``communicate``), killed by its handle if a test leaves it running."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     command = [sys.executable, "-c", PARENT, CHILD, str(tmp_path), mode, PARENT]
+    popen.setdefault("preexec_fn", _default_signals)  # not what this test runner ignores (e.g. under nohup)
     parent = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
     try:
         yield parent
@@ -151,7 +158,7 @@ def test_an_ending_signal_stops_the_servers_and_ends_with_one_line(
 
 def test_sigterm_works_where_a_script_started_the_run_with_sigint_ignored(tmp_path: Path) -> None:
     # A background job of a non-interactive shell starts with SIGINT ignored.
-    with _parent(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) as parent:
+    with _parent(tmp_path, preexec_fn=lambda: _default_signals(signal.SIGINT)) as parent:
         _wait_for(tmp_path / "ready", "the parent's start")
         parent.send_signal(signal.SIGTERM)
         _, err = parent.communicate(timeout=WAIT)
@@ -169,3 +176,15 @@ def test_run_to_end_asks_its_child_to_stop_before_the_interruption_goes_on(tmp_p
     assert parent.returncode == 143 and err.strip().endswith("every server this run started")
     assert (nested / "with-exited").exists()  # the nested run unwound: its server was stopped by its `with`
     assert (nested / "child.stopped").exists()
+
+
+def test_a_run_started_under_nohup_keeps_ignoring_sighup(tmp_path: Path) -> None:
+    with _parent(tmp_path, preexec_fn=lambda: _default_signals(signal.SIGHUP)) as parent:
+        _wait_for(tmp_path / "ready", "the parent's start")
+        parent.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            parent.wait(1.0)  # still running: nohup asked for that
+        parent.send_signal(signal.SIGTERM)
+        _, err = parent.communicate(timeout=WAIT)
+    assert parent.returncode == 143 and "interrupted (SIGTERM)" in err
+    assert (tmp_path / "with-exited").exists()
