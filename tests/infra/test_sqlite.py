@@ -18,6 +18,7 @@ from loopd._infra.database import ConstraintViolation as Conflict
 from loopd._infra.database import DatabaseErrors
 from loopd._infra.database import DatabaseUnavailable as StorageUnavailable
 from loopd._infra.sqlite import CHECKPOINT_PAGES, YIELD_AFTER, SqliteDatabase, SqliteOptions
+from tests.support.waiting import opened_despite_load
 
 
 async def connect(path: Path, timeout: float) -> SqliteDatabase:
@@ -320,7 +321,7 @@ async def test_the_lane_thread_drops_a_late_result_keeps_order_and_skips_a_job_c
     """The lane's own thread: a caller that timed out gets `unavailable` and the lane goes on; a `submit`ted job
     cancelled while queued never runs; after close the thread has ended and new work is refused."""
     before = set(threading.enumerate())
-    backend = await SqliteDatabase.open(tmp_path / "db.sqlite", SqliteOptions(timeout=0.2))
+    backend = await opened_despite_load(lambda: connect(tmp_path / "db.sqlite", 0.2), StorageUnavailable)
     lanes = set(threading.enumerate()) - before  # the writer's and the reader's threads
     lane = backend.writer
     release = threading.Event()
@@ -511,7 +512,7 @@ async def test_at_synchronous_full_the_commit_and_its_fsync_run_on_the_lane_thre
 async def test_waiting_for_a_busy_lane_is_bounded_and_a_newcomer_queues_behind_the_waiters(tmp_path: Path) -> None:
     """A free lane is taken without a timer; a busy one is waited for at most ``timeout``, also by a newcomer that
     looks the moment the lock was handed to a waiter that has not run yet (free for an instant, yet taken)."""
-    backend = await connect(tmp_path / "db.sqlite", 0.2)
+    backend = await opened_despite_load(lambda: connect(tmp_path / "db.sqlite", 0.2), StorageUnavailable)
     lane = backend.writer
     try:
         await backend._acquire(lane)  # held here, as by a long transaction

@@ -29,9 +29,9 @@ from loopd.server.storage import (
 from tests.server_storage.conftest import database_url_for
 from tests.server_storage.helpers import user_conversation
 from tests.server_storage.slow_commits import SlowCommit, slow_commits
+from tests.support.waiting import opened_despite_load
 
 TIMEOUT = 0.3
-OPEN_ATTEMPTS = 10
 
 
 async def _exists(db: Database, conversation_id: str) -> bool:
@@ -47,20 +47,14 @@ async def _exists(db: Database, conversation_id: str) -> bool:
 async def sqlite_db(tmp_path: Path, clock: VirtualClock) -> AsyncIterator[Database]:
     """SQLite, where the slow COMMIT is injected (PostgreSQL has its own test below). The file is created and
     migrated first with the default timeout, so the short one bounds the operations under test, not the set-up (a
-    loaded machine can take longer than 0.3 s to create the schema), and opening it again is tried up to
-    `OPEN_ATTEMPTS` times (on a loaded machine the lane thread may not connect within 0.3 s)."""
+    loaded machine can take longer than 0.3 s to create the schema), and opening it again is retried
+    (`opened_despite_load`: on a loaded machine the lane thread may not connect within 0.3 s)."""
     async with open_database(tmp_path / "loopd.db", options=DatabaseOptions(clock=clock)):
         pass
     options = DatabaseOptions(clock=clock, operation_timeout=TIMEOUT)
     async with contextlib.AsyncExitStack() as stack:
-        for attempt in range(OPEN_ATTEMPTS):  # opening is a thread hop, bounded by TIMEOUT too; it is not under test
-            try:
-                db = await stack.enter_async_context(open_database(tmp_path / "loopd.db", options=options))
-                break
-            except StorageUnavailable:
-                if attempt == OPEN_ATTEMPTS - 1:
-                    raise
-        yield db
+        opening = open_database(tmp_path / "loopd.db", options=options)
+        yield await opened_despite_load(lambda: stack.enter_async_context(opening), StorageUnavailable)
 
 
 async def test_a_commit_that_times_out_then_succeeds_is_reported_as_committed(

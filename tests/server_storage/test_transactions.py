@@ -14,6 +14,7 @@ from loopd.resources import TASK_KIND, AlreadyExists, open_sqlite_store
 from loopd.server.storage import Database, NotFound, StorageUnavailable
 from tests.server_storage.conftest import DatabaseFactory
 from tests.server_storage.helpers import question, user_conversation
+from tests.support.waiting import opened_despite_load
 
 
 class Boom(Exception):
@@ -81,7 +82,7 @@ async def test_a_blocked_database_times_out_as_unavailable(
     backend: str, database_url: str, open_db: DatabaseFactory
 ) -> None:
     await open_db()  # migrated by a handle with the usual timeout: the short one below only has to open it
-    db = await open_db(operation_timeout=0.3)
+    db = await opened_despite_load(lambda: open_db(operation_timeout=0.3), StorageUnavailable)
     if backend == "sqlite":
         blocker = sqlite3.connect(database_url, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")

@@ -50,3 +50,18 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+async def opened_despite_load(
+    open_: Callable[[], Awaitable[T]], unavailable: type[BaseException], *, attempts: int = 10
+) -> T:
+    """``await open_()``, tried again (up to ``attempts`` times) while it raises ``unavailable``: for a handle opened
+    with the short timeout a test is about, where opening it — a thread hop, a connect — is not what the test checks
+    and a loaded machine may not finish that within the short timeout. The last failure is raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await open_()
+        except unavailable:
+            if attempt == attempts:
+                raise
+    raise AssertionError("attempts must be at least 1")
