@@ -14,7 +14,7 @@ quote (a quick run's file ends in ``-quick.json``; ``--out FILE`` writes elsewhe
 generated sections of docs/BENCHMARKS.md and docs/SCALING.md from it (`benchmarks._docs`: only the sections whose
 tables the file has).
 ``--compare BEFORE.json AFTER.json`` prints the change of every figure present in both (matched by table, then by
-the row's labels) and runs nothing.
+the row's labels) and runs nothing. A run of several modules with goals ends with all their goals in one table.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from benchmarks._busy import busy_note, cpu_sample, others_share
 from benchmarks._children import run_main
@@ -49,6 +49,7 @@ from benchmarks._common import (
     print_environment,
     print_table,
 )
+from benchmarks._goals import board, goal_table, tally
 from benchmarks._results import compare, format_changes
 
 # Smaller settings for modules that do not take --quick themselves.
@@ -92,11 +93,19 @@ def main() -> None:
             "--out names the results file of the modules you list: add them (e.g. `--results --out FILE "
             "tracing_overhead`), or drop --out to run every benchmark into benchmarks/results/<date>-<sha>.json"
         )
-    tables = Path(tempfile.mkstemp(prefix="loopd-bench-", suffix=".jsonl")[1]) if args.results else None
-    if tables is not None:
-        os.environ[RESULTS_ENV] = str(tables)
+    # Every table of the run, as JSON lines: the results file's (--results), and the goals summed up at the end.
+    tables = Path(tempfile.mkstemp(prefix="loopd-bench-", suffix=".jsonl")[1])
+    os.environ[RESULTS_ENV] = str(tables)
+    try:
+        _run(args, extra, tables)
+    finally:
+        tables.unlink(missing_ok=True)
+
+
+def _run(args: argparse.Namespace, extra: list[str], tables: Path) -> None:
+    """Run the modules ``args`` names (all by default), their tables collected in ``tables``."""
     load_before = os.getloadavg()
-    pace = machine_pace() if tables is not None else None  # before the run loads the machine
+    pace = machine_pace() if args.results else None  # before the run loads the machine
     tree = tree_state()  # the code this run measures: the tree as it starts (edits during the run are noted apart)
     if args.markdown is not None:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +145,8 @@ def main() -> None:
         if note is not None:
             print(note, flush=True)
     print(f"\nall benchmarks: {time.perf_counter() - started:.0f} s")
-    if tables is not None:
+    recorded = [json.loads(line) for line in tables.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if args.results:
         out = args.out or results_path(tree, quick=args.quick)
         written = write_results(
             tables,
@@ -158,6 +168,7 @@ def main() -> None:
                 changed = regenerate(document, written)
                 shown = ", ".join(changed) or "no generated section has tables in this run"
                 print(f"docs: {shown} regenerated in {document}")
+    print_run_goals(recorded)
 
 
 def _run_module(name: str, argv: list[str]) -> None:
@@ -282,6 +293,22 @@ def write_results(
 def _git(*args: str) -> str:
     done = subprocess.run(["git", *args], capture_output=True, text=True, check=False, cwd=Path(__file__).parent)
     return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def print_run_goals(recorded: Sequence[Mapping[str, Any]]) -> None:
+    """When more than one module of the run has goals: every goal of the run in one table, with the tally (the
+    ``recorded`` tables of the run; printed after its results file is written, so it is not one of them)."""
+    modules = list(dict.fromkeys(str(t.get("module")) for t in recorded))
+    entries = [(m, rows, None) for m in modules if (rows := goal_table(recorded, m)) is not None]
+    if len(entries) < 2:
+        return  # one module's goals were its last table
+    rows = board(entries)
+    print_table(
+        f"Every goal of this run: {tally(rows)}",
+        ["benchmark", "goal", "target", "measured", "verdict"],
+        rows,
+        note="Each module's own goal table, together (n/a: not measured in this run). Goals: benchmarks/_goals.py.",
+    )
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from benchmarks._common import markdown_table
+from benchmarks._goals import board, goal_table, tally
 
 __all__ = [
     "DOCS",
@@ -66,8 +67,6 @@ _SECTION = re.compile(
 )
 BOARD = "<!-- generated:goals -->"
 _BOARD = re.compile(re.escape(BOARD) + r"\n(?P<body>.*?)" + re.escape(END), re.DOTALL)
-GOALS_TITLE: Final = "Goals: "
-"""How the goal table of a benchmark module is titled ("Goals: server_chats"; `benchmarks._goals.print_goals`)."""
 
 
 class DocsError(ValueError):
@@ -159,33 +158,18 @@ def update(
 def render_board(shown: Sequence[tuple[Section, Mapping[str, Any]]]) -> str:
     """The goal board's body: the goal table of each section's module from that section's results file, in order
     (pure). Sections of modules without goals, and repeats of a module, add nothing."""
-    rows: list[list[object]] = []
-    seen: set[str] = set()
+    entries = []
     for section, document in shown:
-        if section.name in seen:
-            continue
-        seen.add(section.name)
-        for table in document.get("tables") or ():
-            if table.get("module") != section.name or table.get("title") != GOALS_TITLE + section.name:
-                continue
-            source = f"{section.file.removeprefix('results/')} ({document.get('commit')})"
-            rows += [[section.name, *row, source] for row in table.get("rows") or ()]
-    tally = {verdict: sum(1 for row in rows if row[4] == verdict) for verdict in ("met", "MISSED")}
-    others = len(rows) - tally["met"] - tally["MISSED"]
-    summary = f"{tally['met']} met, {tally['MISSED']} MISSED" + (f", {others} not measured" if others else "")
+        found = goal_table(document.get("tables") or (), section.name)
+        if found is not None:
+            entries.append((section.name, found, f"{section.file.removeprefix('results/')} ({document.get('commit')})"))
+    rows = board(entries)
     note = (
         "Rendered by `python -m benchmarks._docs` from the results files the generated sections below name (the "
         "module's own goal table in each; targets in `benchmarks/_goals.py`). Do not edit by hand."
     )
-    return (
-        markdown_table(
-            f"Every goal, as shipped: {summary}",
-            ["benchmark", "goal", "target", "measured", "verdict", "results file (commit)"],
-            rows,
-            note,
-        )
-        + "\n"
-    )
+    columns = ["benchmark", "goal", "target", "measured", "verdict", "results file (commit)"]
+    return markdown_table(f"Every goal, as shipped: {tally(rows)}", columns, rows, note) + "\n"
 
 
 def _loader(cache: dict[str, Mapping[str, Any]]) -> Callable[[str], Mapping[str, Any]]:

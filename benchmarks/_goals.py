@@ -8,11 +8,14 @@ hold. The table goes into the results file like every other table. Pure apart fr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Final, Literal
 
-__all__ = ["GOALS", "Goal", "goal_rows", "goals_of", "print_goals"]
+__all__ = ["GOALS", "GOALS_TITLE", "Goal", "board", "goal_rows", "goal_table", "goals_of", "print_goals", "tally"]
+
+GOALS_TITLE: Final = "Goals: "
+"""How `print_goals` titles a module's goal table ("Goals: server_chats"), in the output and in results files."""
 
 
 @dataclass(frozen=True)
@@ -111,9 +114,38 @@ def print_goals(module: str, measured: Mapping[str, float | None]) -> None:
     from benchmarks._common import print_table
 
     print_table(
-        f"Goals: {module}",
+        GOALS_TITLE + module,
         ["goal", "target", "measured", "verdict"],
         goal_rows(module, measured),
         note="n/a: not measured in this run (a smaller run, or a peer left out). Goals: docs/BENCHMARKS.md, "
         "benchmarks/_goals.py.",
     )
+
+
+def goal_table(tables: Iterable[Mapping[str, Any]], module: str) -> list[list[Any]] | None:
+    """The rows of ``module``'s goal table among recorded ``tables`` (a results file's, or a run's); None if none."""
+    for table in tables:
+        if table.get("module") == module and table.get("title") == GOALS_TITLE + module:
+            return [list(row) for row in table.get("rows") or ()]
+    return None
+
+
+def board(entries: Iterable[tuple[str, Iterable[Iterable[Any]], str | None]]) -> list[list[Any]]:
+    """One row per goal of every ``(module, goal rows, source)``, in order, a module once: ``[module, goal, target,
+    measured, verdict]`` and the source when there is one (e.g. the results file it comes from)."""
+    rows: list[list[Any]] = []
+    seen: set[str] = set()
+    for module, goal_rows_, source in entries:
+        if module in seen:
+            continue
+        seen.add(module)
+        rows += [[module, *row, *([source] if source is not None else [])] for row in goal_rows_]
+    return rows
+
+
+def tally(rows: Iterable[list[Any]]) -> str:
+    """ "N met, M MISSED" (and ", K not measured") of `board` rows."""
+    verdicts = [row[4] for row in rows]
+    met, missed = verdicts.count("met"), verdicts.count("MISSED")
+    others = len(verdicts) - met - missed
+    return f"{met} met, {missed} MISSED" + (f", {others} not measured" if others else "")

@@ -503,8 +503,9 @@ async def run(repeat: int, quick: bool) -> None:
         "arguments and outputs and the final answer (~413 B per step). Deterministic: no timing involved.",
     )
 
-    # ours ÷ the faster of the two raw tables (the stricter reading); the table above has both
-    measured: dict[str, float | None] = {f"journal_{n}": best for n, (_same, best) in ratios.items()}
+    # ours ÷ the faster of the two raw tables (the stricter reading); the table above has both. A quick run appends a
+    # quarter of the records once: its ratios are a smoke test's, not the goals' (fixed costs weigh more) — n/a.
+    measured: dict[str, float | None] = {f"journal_{n}": None if quick else best for n, (_same, best) in ratios.items()}
     measured["restore_10k_ms"] = restores[10_000].restore_ms
     measured["storage_vs_raw"] = disk.disk_bytes / disk.raw_bytes
     print_goals("harness_core", measured)
